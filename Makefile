@@ -1,0 +1,39 @@
+# capdisc: `make up` runs the embedded stack, `make test` runs the whole suite.
+# Both set everything up themselves on a machine with only Python 3.11+.
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY      = $(VENV)/bin/python
+STAMP   = $(VENV)/.capdisc-installed
+
+.PHONY: install up test unit integration lint bench clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "capdisc needs Python 3.11 or newer (set PYTHON=...)")'
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+up: install
+	$(VENV)/bin/capdisc up
+
+test: install
+	$(PY) -m pytest
+
+unit: install
+	$(PY) -m pytest tests/unit
+
+integration: install
+	$(PY) -m pytest tests/integration
+
+lint: install
+	$(VENV)/bin/ruff check shared workers producers tests benchmarks
+	$(VENV)/bin/mypy shared/capdisc workers/capdisc_workers producers/capdisc_producers
+
+bench: install
+	$(PY) benchmarks/run.py
+
+clean:
+	rm -rf $(VENV) .capdisc .pytest_cache .mypy_cache .ruff_cache

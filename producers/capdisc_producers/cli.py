@@ -1,0 +1,194 @@
+"""The ``capdisc`` command: run the embedded stack, publish and watch registries, discover.
+
+Commands run from the project directory find a running stack through ``.capdisc/stack.json``;
+``--redis-url`` or ``CAPDISC_REDIS_URL`` point them anywhere else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+import redis
+
+from capdisc.client import Answer, Client
+from capdisc.errors import CapdiscError
+from capdisc.logs import configure_logging
+from capdisc.settings import Settings
+from capdisc.status import collect_status
+from capdisc_producers.publisher import Publisher
+from capdisc_producers.stack import resolve_redis_url, run_up
+from capdisc_producers.sync import sync_directory
+from capdisc_producers.watcher import watch_directory
+
+redis_option = click.option("--redis-url", envvar=None, default=None,
+                            help="Redis of the stack (default: CAPDISC_REDIS_URL, then "
+                                 ".capdisc/stack.json)")
+tenant_option = click.option("--tenant", default=None, help="Tenant (default: settings tenant)")
+json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object")
+
+
+def _settings(ctx: click.Context) -> Settings:
+    settings: Settings = ctx.obj["settings"]
+    return settings
+
+
+def _connect(ctx: click.Context, redis_url: str | None) -> tuple[Settings, redis.Redis]:
+    url = resolve_redis_url(redis_url, os.environ, Path.cwd())
+    settings = _settings(ctx).with_changes(redis_url=url)
+    return settings, redis.Redis.from_url(url, socket_connect_timeout=2.0)
+
+
+@click.group()
+@click.option("--settings", "settings_file", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="YAML settings file (default: CAPDISC_SETTINGS_FILE)")
+@click.pass_context
+def cli(ctx: click.Context, settings_file: Path | None) -> None:
+    """capdisc: capability discovery for LLM agents."""
+    settings = Settings.load(path=settings_file)
+    configure_logging("WARNING" if settings.log_level == "INFO" else settings.log_level,
+                      "console" if sys.stderr.isatty() else settings.log_format)
+    ctx.obj = {"settings": settings}
+
+
+@cli.command()
+@click.option("--registry", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("examples/registry"), show_default=True)
+@click.pass_context
+def up(ctx: click.Context, registry: Path) -> None:
+    """Run the embedded stack: Redis, workers, and a watcher on REGISTRY."""
+    signal.signal(signal.SIGTERM, _interrupt)
+    with contextlib.suppress(KeyboardInterrupt):
+        run_up(Path.cwd(), registry, _settings(ctx), os.environ, click.echo)
+    click.echo("capdisc stopped.")
+
+
+@cli.command("discover")
+@click.argument("query")
+@click.option("--limit", type=int, default=None, help="How many capabilities at most")
+@click.option("--kind", type=click.Choice(["tool", "skill", "extension", "channel"]))
+@click.option("--min-version", type=int, default=0, help="Wait until this index version")
+@redis_option
+@tenant_option
+@json_option
+@click.pass_context
+def discover_cmd(ctx: click.Context, query: str, limit: int | None, kind: str | None,
+                 min_version: int, redis_url: str | None, tenant: str | None,
+                 as_json: bool) -> None:
+    """Ask the discovery workers which capabilities QUERY needs."""
+    settings, connection = _connect(ctx, redis_url)
+    with Client(connection, tenant=tenant or settings.tenant,
+                timeout_s=settings.discover_timeout_s) as client:
+        answer = client.discover(query, limit=limit, kind=kind, min_version=min_version)
+    click.echo(json.dumps(answer.to_dict(), indent=2) if as_json else _render_answer(answer))
+
+
+def _render_answer(answer: Answer) -> str:
+    lines = [f"index version {answer.index_version} · {len(answer.capabilities)} "
+             f"capabilities · {answer.took_ms:.1f} ms in {answer.worker}", ""]
+    for rank, cap in enumerate(answer.capabilities, start=1):
+        lines.append(f"{rank:>2}. {cap['id']:<40} {cap['score']:.3f}  {cap['description'][:70]}")
+    lines += ["", answer.context]
+    return "\n".join(lines)
+
+
+@cli.command()
+@redis_option
+@json_option
+@click.pass_context
+def status(ctx: click.Context, redis_url: str | None, as_json: bool) -> None:
+    """Index version, capabilities per kind, workers seen, queue depths."""
+    settings, connection = _connect(ctx, redis_url)
+    report = collect_status(connection, settings.worker_stale_after_s)
+    click.echo(json.dumps(report, indent=2) if as_json else _render_status(report))
+
+
+def _render_status(report: dict[str, Any]) -> str:
+    lines = []
+    for tenant, info in report["tenants"].items():
+        kinds = ", ".join(f"{k} {n}" for k, n in info["by_kind"].items()) or "empty"
+        lines.append(f"tenant {tenant}: index version {info['index_version']}, "
+                     f"{info['capabilities']} capabilities ({kinds})")
+        lines += [f"  rejected manifest {p}: {e}" for p, e in info["manifest_errors"].items()]
+    if not report["tenants"]:
+        lines.append("no registry yet: publish one with `capdisc publish PATH`")
+    workers = [f"{w['id']}" + (f" (serving {_versions(w)})" if w["kind"] == "discovery" else "")
+               for w in report["workers"]]
+    lines.append("workers: " + (", ".join(workers) or "none seen"))
+    queues = ", ".join(f"{name} {depth}" for name, depth in report["queues"].items())
+    lines.append(f"queues: {queues}; dead letters {report['dead_letters']}; "
+                 f"embedding calls {report['embedding_calls']}")
+    return "\n".join(lines)
+
+
+def _versions(worker: dict[str, Any]) -> str:
+    return ", ".join(f"{t}@{v}" for t, v in worker.get("versions", {}).items()) or "nothing yet"
+
+
+@cli.command()
+@click.argument("path", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@redis_option
+@tenant_option
+@click.option("--wait/--no-wait", default=True, show_default=True,
+              help="Wait until the indexing workers have applied every event")
+@click.option("--timeout", "timeout_s", type=float, default=120.0, show_default=True)
+@click.pass_context
+def publish(ctx: click.Context, path: Path, redis_url: str | None, tenant: str | None,
+            wait: bool, timeout_s: float) -> None:
+    """Publish the CAPABILITY.yaml manifests under PATH (upserts, deletes, rejections)."""
+    settings, connection = _connect(ctx, redis_url)
+    publisher = Publisher(settings.redis_url)
+    report = sync_directory(connection, publisher, path, tenant=tenant or settings.tenant,
+                            max_bytes=settings.manifest_max_bytes,
+                            wait_s=timeout_s if wait else 0.0)
+    for error in report.plan.errors.values():
+        click.echo(f"rejected: {error}", err=True)
+    click.echo(report.summary())
+    if wait and report.sent:
+        if not report.complete:
+            _fail(f"only {len(report.outcomes)} of {report.sent} events were applied within "
+                  f"{timeout_s:.0f} s; is an indexing worker running? (capdisc status)")
+        click.echo(f"applied; index version {report.index_version}")
+    if report.plan.errors:
+        sys.exit(1)
+
+
+@cli.command()
+@click.argument("path", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@redis_option
+@tenant_option
+@click.pass_context
+def watch(ctx: click.Context, path: Path, redis_url: str | None, tenant: str | None) -> None:
+    """Publish PATH, then re-publish what changes on every edit (debounced)."""
+    settings, connection = _connect(ctx, redis_url)
+    configure_logging(settings.log_level, settings.log_format)
+    signal.signal(signal.SIGTERM, _interrupt)
+    with contextlib.suppress(KeyboardInterrupt):
+        watch_directory(connection, Publisher(settings.redis_url), path,
+                        tenant=tenant or settings.tenant,
+                        max_bytes=settings.manifest_max_bytes,
+                        debounce_ms=settings.watch_debounce_ms)
+
+
+def _interrupt(*_: object) -> NoReturn:
+    raise KeyboardInterrupt
+
+
+def _fail(message: str) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(2)
+
+
+def main() -> None:
+    try:
+        cli(standalone_mode=True)
+    except CapdiscError as exc:
+        _fail(str(exc))
+    except redis.ConnectionError as exc:
+        _fail(f"cannot reach Redis ({exc}); is the stack running? (make up)")

@@ -1,0 +1,55 @@
+"""Send registry events to the indexing workers, by task name, over the Celery broker.
+
+Producers never import worker code: they know the queue and task names from
+:mod:`capdisc.keys` and send the event's encoded JSON as the task's one argument.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import redis
+from celery import Celery
+
+from capdisc import keys
+from capdisc.events import RegistryEvent
+
+#: Longest single blocking read (under redis-py's 5 s socket timeout).
+BLOCK_SLICE_S = 1.0
+
+
+class Publisher:
+    """Sends :class:`RegistryEvent` objects to the ``indexing`` queue."""
+
+    def __init__(self, broker_url: str) -> None:
+        self.app = Celery("capdisc-producer", broker=broker_url)
+        self.app.conf.update(task_serializer="json", accept_content=["json"],
+                             broker_connection_retry_on_startup=True)
+
+    def send(self, events: Iterable[RegistryEvent]) -> int:
+        sent = 0
+        with self.app.producer_or_acquire() as producer:
+            for event in events:
+                self.app.send_task(keys.TASK_APPLY_EVENT, args=[event.encode()],
+                                   queue=keys.INDEXING_QUEUE, producer=producer,
+                                   ignore_result=True)
+                sent += 1
+        return sent
+
+    def close(self) -> None:
+        self.app.close()
+
+
+def wait_for_acks(client: redis.Redis, batch_id: str, count: int, timeout_s: float
+                  ) -> list[dict[str, Any]]:
+    """Block until ``count`` events of ``batch_id`` are applied (or the timeout passes)."""
+    outcomes: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout_s
+    while len(outcomes) < count and (remaining := deadline - time.monotonic()) > 0:
+        popped = client.blpop([keys.acks(batch_id)], timeout=min(BLOCK_SLICE_S, remaining))
+        if popped:
+            outcomes.append(json.loads(popped[1]))
+    return outcomes

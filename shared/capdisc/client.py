@@ -1,0 +1,107 @@
+"""The Python client: ask the discovery workers for a turn's capabilities over Redis.
+
+A request goes on the requests stream; the client blocks on its own reply list, in slices (the
+redis-py socket timeout is 5 s), until the deadline. No worker answering is a clear
+:class:`DiscoveryTimeout`, not a hang.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from capdisc import keys
+from capdisc.errors import CapdiscError, DiscoveryTimeout, UnknownTenantError
+from capdisc.protocol import DiscoverRequest
+from capdisc.status import collect_status
+
+#: Longest single blocking read; keeps every wait under redis-py's socket timeout.
+BLOCK_SLICE_S = 1.0
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A discovery answer: ranked capabilities, rendered context and the index version used."""
+
+    query: str
+    tenant: str
+    index_version: int
+    capabilities: list[dict[str, Any]]
+    context: str
+    worker: str = ""
+    took_ms: float = 0.0
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def ids(self) -> list[str]:
+        return [c["id"] for c in self.capabilities]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.raw)
+
+
+class Client:
+    """Connects by URL (or takes a Redis connection) and talks to the discovery workers."""
+
+    def __init__(self, connection: redis.Redis, *, tenant: str = "default",
+                 timeout_s: float = 5.0) -> None:
+        self.redis = connection
+        self.tenant = tenant
+        self.timeout_s = timeout_s
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> Client:
+        return cls(redis.Redis.from_url(url, socket_connect_timeout=2.0), **kwargs)
+
+    def discover(self, query: str, *, limit: int | None = None, kind: str | None = None,
+                 min_version: int = 0, options: dict[str, Any] | None = None,
+                 tenant: str | None = None, timeout_s: float | None = None) -> Answer:
+        """The capabilities this turn needs. ``min_version`` waits for that index version."""
+        request = DiscoverRequest(query=query, tenant=tenant or self.tenant, limit=limit,
+                                  kind=kind, min_version=min_version, options=options or {})
+        timeout = timeout_s if timeout_s is not None else self.timeout_s
+        deadline_ms = int((time.time() + timeout) * 1000)
+        self.redis.xadd(keys.DISCOVERY_REQUESTS,
+                        {"payload": request.encode(), "deadline_ms": deadline_ms})
+        raw = self._wait_reply(request.request_id, timeout)
+        return _answer(raw, request)
+
+    def status(self) -> dict[str, Any]:
+        """Index versions, capability counts, workers seen and queue depths."""
+        return collect_status(self.redis)
+
+    def close(self) -> None:
+        self.redis.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _wait_reply(self, request_id: str, timeout_s: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while (remaining := deadline - time.monotonic()) > 0:
+            popped = self.redis.blpop([keys.reply(request_id)],
+                                      timeout=max(0.01, min(BLOCK_SLICE_S, remaining)))
+            if popped:
+                reply: dict[str, Any] = json.loads(popped[1])
+                return reply
+        workers = [w for w in collect_status(self.redis)["workers"] if w["kind"] == "discovery"]
+        raise DiscoveryTimeout(f"no discovery worker answered within {timeout_s:.1f} s "
+                               f"({len(workers)} discovery worker(s) seen alive); start one "
+                               "with `make up` or `python -m capdisc_workers.discovery`")
+
+
+def _answer(raw: dict[str, Any], request: DiscoverRequest) -> Answer:
+    if "error" in raw:
+        if raw["error"] == "unknown_tenant":
+            raise UnknownTenantError(raw["message"])
+        raise CapdiscError(f"discovery failed ({raw['error']}): {raw['message']}")
+    return Answer(query=request.query, tenant=raw["tenant"], index_version=raw["index_version"],
+                  capabilities=raw["capabilities"], context=raw["context"],
+                  worker=raw.get("worker", ""), took_ms=raw.get("took_ms", 0.0), raw=raw)

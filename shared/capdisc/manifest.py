@@ -1,0 +1,177 @@
+"""CAPABILITY.yaml: file-based capability definitions (seed 001, "File-Based Discovery").
+
+A capability directory holds ``CAPABILITY.yaml`` and optionally ``SKILL.md`` (its full content)
+and ``schema.json`` (its full JSON Schema). Parsing is strict and bounded: the byte size is
+checked before anything is parsed, YAML aliases, merge keys and duplicate keys are refused, and
+fields have exact types. Every rejection is a :class:`ManifestError` naming the file and field.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from capdisc.errors import ManifestError
+from capdisc.models import Capability
+from capdisc.normalize import capability_from_record
+from capdisc.safeyaml import load_mapping
+
+MANIFEST_NAME = "CAPABILITY.yaml"
+SKILL_NAME = "SKILL.md"
+SCHEMA_NAME = "schema.json"
+DEFAULT_MAX_BYTES = 64 * 1024
+MAX_SIDE_FILE_BYTES = 256 * 1024
+
+# Manifest spelling -> record field. camelCase keys are the seed's spelling and stay accepted.
+_ALIASES = {
+    "displayName": "display_name",
+    "requiredSecrets": "required_secrets",
+    "requiredTools": "required_tools",
+    "hasSideEffects": "has_side_effects",
+    "exampleQueries": "example_queries",
+    "inputSchema": "full_schema",
+    "input_schema": "full_schema",
+    "parameters": "full_schema",
+    "skillContent": "skill_content",
+}
+#: Every key a manifest may use (record fields a manifest must not set are left out).
+MANIFEST_FIELDS = frozenset({
+    "id", "kind", "name", "display_name", "description", "category", "tags",
+    "required_secrets", "required_tools", "available", "has_side_effects", "relationships",
+    "example_queries", "version", "full_schema", "skill_content", "examples", *_ALIASES,
+})
+
+
+@dataclass
+class ScanResult:
+    """What a scan of a registry directory found: parsed capabilities and rejected files."""
+
+    root: Path
+    capabilities: dict[Path, Capability] = field(default_factory=dict)
+    errors: dict[Path, ManifestError] = field(default_factory=dict)
+
+
+def scan_directory(root: Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ScanResult:
+    """Parse every ``CAPABILITY.yaml`` under ``root`` (recursively, in path order)."""
+    root = root.resolve()
+    result = ScanResult(root=root)
+    owners: dict[str, Path] = {}
+    for path in sorted(root.rglob(MANIFEST_NAME)):
+        if any(part.startswith(".") for part in path.relative_to(root).parts):
+            continue
+        try:
+            capability = load_manifest(path, registry_root=root, max_bytes=max_bytes)
+        except ManifestError as exc:
+            result.errors[path] = exc
+            continue
+        if capability.id in owners:
+            result.errors[path] = ManifestError(
+                str(path), "id", f"{capability.id!r} is already defined by {owners[capability.id]}")
+            continue
+        owners[capability.id] = path
+        result.capabilities[path] = capability
+    return result
+
+
+def load_manifest(
+    path: Path, *, registry_root: Path | None = None, max_bytes: int = DEFAULT_MAX_BYTES
+) -> Capability:
+    """Parse one CAPABILITY.yaml (with its SKILL.md and schema.json) into a capability."""
+    source = str(path)
+    data = load_mapping(_read_text(path, max_bytes, source), source)
+    record = _to_record(data, source)
+    _attach_side_files(path.parent, record, source)
+    root = registry_root or path.parent
+    record["source_ref"] = {"type": "manifest", "source": str(root), "location": source}
+    return capability_from_record(record, source)
+
+
+def parse_manifest_text(text: str, source: str) -> Capability:
+    """Parse manifest text that has no directory around it (tests, API uploads)."""
+    record = _to_record(load_mapping(text, source), source)
+    record["source_ref"] = {"type": "manifest", "source": "", "location": source}
+    return capability_from_record(record, source)
+
+
+def _read_text(path: Path, max_bytes: int, source: str) -> str:
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise ManifestError(source, None,
+                                f"is {size} bytes, the limit is {max_bytes}; shorten it or move "
+                                "long text to SKILL.md")
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ManifestError(source, None, f"cannot be read: {exc.strerror}") from exc
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ManifestError(source, None, f"is not valid UTF-8 (byte {exc.start})") from exc
+
+
+def _to_record(data: dict[str, Any], source: str) -> dict[str, Any]:
+    record: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in MANIFEST_FIELDS or key == "full_schema":
+            known = ", ".join(sorted(k for k in MANIFEST_FIELDS if k not in _ALIASES))
+            raise ManifestError(source, key, f"unknown field (known fields: {known}, parameters)")
+        target = _ALIASES.get(key, key)
+        if target in record:
+            raise ManifestError(source, key, f"sets '{target}' a second time (under another "
+                                             "spelling); keep one")
+        record[target] = value
+    examples = record.pop("examples", None)
+    if examples is not None:
+        record["example_queries"] = _example_queries(record.get("example_queries"), examples,
+                                                     source)
+    return record
+
+
+def _example_queries(queries: Any, examples: Any, source: str) -> Any:
+    """``examples`` (seed 000: mappings with a ``description``) add to ``example_queries``."""
+    if not isinstance(examples, list):
+        raise ManifestError(source, "examples", "must be a list of mappings with a description")
+    found = list(queries) if isinstance(queries, list) else []
+    for index, example in enumerate(examples):
+        description = example.get("description") if isinstance(example, dict) else example
+        if not isinstance(description, str):
+            raise ManifestError(source, f"examples[{index}]",
+                                "must be a string or a mapping with a 'description' string")
+        found.append(description)
+    return found
+
+
+def _attach_side_files(directory: Path, record: dict[str, Any], source: str) -> None:
+    content_ref = record.pop("skill_content", None)
+    skill_path = directory / SKILL_NAME
+    if content_ref is not None:
+        skill_path = _inside(directory, content_ref, source, "skill_content")
+        if not skill_path.is_file():
+            raise ManifestError(source, "skill_content", f"{content_ref!r} does not exist")
+    if skill_path.is_file():
+        record["full_content"] = _read_text(skill_path, MAX_SIDE_FILE_BYTES, str(skill_path))
+    schema_path = directory / SCHEMA_NAME
+    if schema_path.is_file():
+        if record.get("full_schema") is not None:
+            raise ManifestError(source, "parameters",
+                                f"is set and {SCHEMA_NAME} exists beside it; keep only one")
+        text = _read_text(schema_path, MAX_SIDE_FILE_BYTES, str(schema_path))
+        try:
+            record["full_schema"] = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ManifestError(str(schema_path), None,
+                                f"is not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+
+
+def _inside(directory: Path, ref: Any, source: str, key: str) -> Path:
+    if not isinstance(ref, str):
+        raise ManifestError(source, key, "must be a relative path string")
+    candidate = (directory / ref).resolve()
+    if not candidate.is_relative_to(directory.resolve()):
+        raise ManifestError(source, key, f"{ref!r} points outside the capability directory")
+    return candidate
+
+
+__all__ = ["MANIFEST_NAME", "ScanResult", "load_manifest", "parse_manifest_text", "scan_directory"]

@@ -1,0 +1,142 @@
+"""The capability model: one normalized descriptor for tools, skills, extensions and channels.
+
+A :class:`Capability` is a frozen value. ``to_dict``/``from_dict`` give its JSON form (the form it
+has in events and in Redis); ``content_hash`` identifies its content, so an unchanged capability
+is recognised wherever it comes from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Literal, cast
+
+Kind = Literal["tool", "skill", "extension", "channel"]
+KINDS: tuple[Kind, ...] = ("tool", "skill", "extension", "channel")
+
+RelationType = Literal["related", "composed_with", "depends_on"]
+RELATION_TYPES: tuple[RelationType, ...] = ("related", "composed_with", "depends_on")
+
+JSONDict = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SourceRef:
+    """Where a capability came from, so tooling can go back to it.
+
+    ``type`` is the normalizer that made it (``tool``, ``skill``, ``extension``, ``channel``,
+    ``manifest``, ``jsonl``, ``mcp``); ``source`` names the collection it belongs to (a registry
+    directory, an MCP server, a catalog file); ``location`` the one file or record.
+    """
+
+    type: str
+    source: str = ""
+    location: str = ""
+
+    def to_dict(self) -> JSONDict:
+        return {"type": self.type, "source": self.source, "location": self.location}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SourceRef:
+        return cls(
+            type=str(data.get("type", "")),
+            source=str(data.get("source", "")),
+            location=str(data.get("location", "")),
+        )
+
+
+@dataclass(frozen=True)
+class Relationship:
+    """A declared edge from one capability to another (the graph's manifest edges)."""
+
+    target: str
+    type: RelationType = "related"
+
+    def to_dict(self) -> JSONDict:
+        return {"target": self.target, "type": self.type}
+
+
+@dataclass(frozen=True)
+class Capability:
+    """One capability, normalized from any source (seed 001, "Source Normalization")."""
+
+    id: str
+    kind: Kind
+    name: str
+    description: str
+    display_name: str = ""
+    category: str = "general"
+    tags: tuple[str, ...] = ()
+    required_secrets: tuple[str, ...] = ()
+    required_tools: tuple[str, ...] = ()
+    available: bool = True
+    has_side_effects: bool = False
+    full_schema: JSONDict | None = None
+    full_content: str | None = None
+    source_ref: SourceRef = field(default_factory=lambda: SourceRef(type="tool"))
+    relationships: tuple[Relationship, ...] = ()
+    example_queries: tuple[str, ...] = ()
+    version: str = ""
+
+    @property
+    def parameter_names(self) -> tuple[str, ...]:
+        """Top-level parameter names of the tool's JSON Schema (empty for non-tools)."""
+        props = (self.full_schema or {}).get("properties")
+        return tuple(props) if isinstance(props, dict) else ()
+
+    @property
+    def content_hash(self) -> str:
+        """sha256 over the canonical JSON of every field: equal hashes mean equal capabilities."""
+        return hashlib.sha256(canonical_json(self.to_dict()).encode()).hexdigest()
+
+    def to_dict(self) -> JSONDict:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "name": self.name,
+            "display_name": self.display_name,
+            "description": self.description,
+            "category": self.category,
+            "tags": list(self.tags),
+            "required_secrets": list(self.required_secrets),
+            "required_tools": list(self.required_tools),
+            "available": self.available,
+            "has_side_effects": self.has_side_effects,
+            "full_schema": self.full_schema,
+            "full_content": self.full_content,
+            "source_ref": self.source_ref.to_dict(),
+            "relationships": [r.to_dict() for r in self.relationships],
+            "example_queries": list(self.example_queries),
+            "version": self.version,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Capability:
+        """Rebuild from :meth:`to_dict` output. Trusted input: validate untrusted records with
+        :func:`capdisc.normalize.capability_from_record` instead."""
+        names = {f.name for f in fields(cls)}
+        values: dict[str, Any] = {k: v for k, v in data.items() if k in names}
+        for key in ("tags", "required_secrets", "required_tools", "example_queries"):
+            values[key] = tuple(values.get(key) or ())
+        values["relationships"] = tuple(
+            Relationship(target=str(r["target"]), type=cast(RelationType, r.get("type", "related")))
+            for r in values.get("relationships") or ()
+        )
+        values["source_ref"] = SourceRef.from_dict(values.get("source_ref") or {"type": "tool"})
+        return cls(**values)
+
+    def with_changes(self, **changes: Any) -> Capability:
+        return replace(self, **changes)
+
+
+def canonical_json(value: Any) -> str:
+    """Compact, key-sorted JSON: the one serialization hashes are taken over."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def display_name_from(name: str) -> str:
+    """``web-search`` -> ``Web Search``: capitalize each name segment (seed 001)."""
+    parts = [p for p in name.replace("_", "-").replace(".", "-").split("-") if p]
+    return " ".join(p[:1].upper() + p[1:] for p in parts) or name

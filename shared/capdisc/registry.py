@@ -1,0 +1,102 @@
+"""Registry policy: what applying an event does, and what syncing a source sends. Pure functions.
+
+:func:`decide` orders events per capability by ``seq``: stale and duplicate events change nothing,
+a delete leaves a tombstone so a late upsert cannot resurrect the capability, and an unchanged
+content hash costs no embedding. :func:`plan_sync` turns a scan of a source into the events that
+bring the registry in line with it, keeping capabilities whose manifest is present but broken.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from capdisc.errors import ManifestError
+from capdisc.events import RegistryEvent
+from capdisc.models import Capability
+
+Decision = Literal["upsert", "delete", "unchanged", "stale", "absent"]
+
+
+@dataclass(frozen=True)
+class StoredRecord:
+    """What Redis holds for one capability (the value of the ``caps`` hash, as JSON)."""
+
+    capability: dict[str, Any]
+    seq: int
+    content_hash: str
+    updated_at_ms: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"capability": self.capability, "seq": self.seq,
+                "content_hash": self.content_hash, "updated_at_ms": self.updated_at_ms}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StoredRecord:
+        return cls(capability=dict(data["capability"]), seq=int(data["seq"]),
+                   content_hash=str(data["content_hash"]),
+                   updated_at_ms=int(data.get("updated_at_ms", 0)))
+
+    @property
+    def location(self) -> str:
+        return str((self.capability.get("source_ref") or {}).get("location", ""))
+
+    @property
+    def source(self) -> str:
+        return str((self.capability.get("source_ref") or {}).get("source", ""))
+
+
+def decide(
+    event: RegistryEvent,
+    stored: StoredRecord | None,
+    tombstone_seq: int | None,
+    content_hash: str | None,
+) -> Decision:
+    """What applying ``event`` does, given the stored record and tombstone of its capability."""
+    newest = max(stored.seq if stored else -1, tombstone_seq if tombstone_seq is not None else -1)
+    if event.seq <= newest:
+        return "stale"
+    if event.type == "delete":
+        return "delete" if stored is not None else "absent"
+    if stored is not None and stored.content_hash == content_hash:
+        return "unchanged"
+    return "upsert"
+
+
+@dataclass
+class SyncPlan:
+    """The events that bring the registry in line with one scanned source."""
+
+    upserts: list[Capability] = field(default_factory=list)
+    deletes: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    errors: dict[Path, ManifestError] = field(default_factory=dict)
+
+
+def plan_sync(
+    scanned: Mapping[Path, Capability],
+    errors: Mapping[Path, ManifestError],
+    stored: Mapping[str, StoredRecord],
+) -> SyncPlan:
+    """Compare a scan with the stored records of the same source.
+
+    New or changed capabilities are upserted; stored ones that no scanned file defines are
+    deleted, unless the file they came from is still there but failed to parse (a broken edit
+    never removes what it was meant to update).
+    """
+    plan = SyncPlan(errors=dict(errors))
+    scanned_ids = set()
+    for capability in scanned.values():
+        scanned_ids.add(capability.id)
+        record = stored.get(capability.id)
+        if record is not None and record.content_hash == capability.content_hash:
+            plan.unchanged.append(capability.id)
+        else:
+            plan.upserts.append(capability)
+    broken = {str(path) for path in errors}
+    for capability_id, record in sorted(stored.items()):
+        if capability_id not in scanned_ids and record.location not in broken:
+            plan.deletes.append(capability_id)
+    return plan

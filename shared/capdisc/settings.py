@@ -1,0 +1,116 @@
+"""Typed settings, read once at the edge (a CLI command, a worker's entry point) and passed down.
+
+Sources, later wins: the defaults below (seed 001's configuration), a YAML settings file
+(``CAPDISC_SETTINGS_FILE`` or ``--settings``), then ``CAPDISC_*`` environment variables. Every
+field carries its unit in its name. Discovery fields live in :class:`DiscoveryConfig` and can also
+be overridden per request.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from capdisc.errors import ConfigError, ManifestError
+from capdisc.safeyaml import load_mapping
+
+ENV_PREFIX = "CAPDISC_"
+SETTINGS_FILE_ENV = "CAPDISC_SETTINGS_FILE"
+
+
+class DiscoveryConfig(BaseModel):
+    """Per-turn discovery knobs (seed 001, "Configuration"); any of them can be set per call."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tier0_budget_tokens: int = Field(200, ge=0)
+    tier1_budget_tokens: int = Field(800, ge=0)
+    tier2_budget_tokens: int = Field(2000, ge=0)
+    tier1_top_k: int = Field(5, ge=0, le=100)
+    tier2_top_k: int = Field(2, ge=0, le=20)
+    tier1_min_relevance: float = Field(0.3, ge=-1.0, le=1.0)
+    use_graph_reranking: bool = True
+    graph_boost_factor: float = Field(0.15, ge=0.0, le=1.0)
+    collection_name: str = "capability_index"
+
+    def merged(self, overrides: Mapping[str, Any] | None) -> DiscoveryConfig:
+        """A copy with per-call ``overrides`` applied and validated."""
+        if not overrides:
+            return self
+        try:
+            return DiscoveryConfig.model_validate({**self.model_dump(), **overrides})
+        except ValidationError as exc:
+            raise ConfigError(_describe(exc, "discovery option")) from exc
+
+
+class Settings(BaseModel):
+    """Everything a capdisc process needs to know about its environment."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    tenant: str = "default"
+    embedder: Literal["minilm", "hashing"] = "minilm"
+    hashing_dim: int = Field(384, ge=8, le=4096)
+    query_cache_size: int = Field(4096, ge=0)
+    manifest_max_bytes: int = Field(64 * 1024, ge=256)
+    event_max_bytes: int = Field(1024 * 1024, ge=1024)
+    watch_debounce_ms: int = Field(500, ge=0)
+    discover_timeout_s: float = Field(5.0, gt=0)
+    reply_ttl_s: int = Field(60, ge=1)
+    heartbeat_interval_s: float = Field(2.0, gt=0)
+    worker_stale_after_s: float = Field(10.0, gt=0)
+    task_time_limit_s: int = Field(300, ge=1)
+    visibility_timeout_s: int = Field(3600, ge=1)
+    indexing_max_attempts: int = Field(5, ge=1)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["json", "console"] = "json"
+    discovery: DiscoveryConfig = Field(default_factory=DiscoveryConfig)
+
+    @classmethod
+    def load(
+        cls, environ: Mapping[str, str] | None = None, path: Path | None = None
+    ) -> Settings:
+        """Defaults, then the settings file, then ``CAPDISC_*`` variables."""
+        env = os.environ if environ is None else environ
+        file_path = path or (Path(env[SETTINGS_FILE_ENV]) if env.get(SETTINGS_FILE_ENV) else None)
+        values: dict[str, Any] = _read_file(file_path) if file_path else {}
+        discovery = dict(values.pop("discovery", None) or {})
+        for name in cls.model_fields:
+            if name != "discovery" and f"{ENV_PREFIX}{name.upper()}" in env:
+                values[name] = env[f"{ENV_PREFIX}{name.upper()}"]
+        for name in DiscoveryConfig.model_fields:
+            if f"{ENV_PREFIX}{name.upper()}" in env:
+                discovery[name] = env[f"{ENV_PREFIX}{name.upper()}"]
+        values["discovery"] = discovery
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            raise ConfigError(_describe(exc, "setting")) from exc
+
+    def with_changes(self, **changes: Any) -> Settings:
+        return Settings.model_validate({**self.model_dump(), **changes})
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"settings file {path} cannot be read: {exc.strerror}") from exc
+    try:
+        return load_mapping(text, str(path))
+    except ManifestError as exc:
+        raise ConfigError(f"settings file {exc}") from exc
+
+
+def _describe(exc: ValidationError, what: str) -> str:
+    problems = []
+    for error in exc.errors():
+        loc = [str(p) for p in error["loc"] if p != "discovery"]
+        name = ".".join(loc)
+        problems.append(f"{what} '{name}' (env {ENV_PREFIX}{name.upper()}): {error['msg']}")
+    return "; ".join(problems)

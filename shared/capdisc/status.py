@@ -1,0 +1,77 @@
+"""What ``capdisc status`` shows: index versions, counts per kind, workers, queues, errors."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from typing import Any
+
+import redis
+
+from capdisc import keys
+from capdisc.registry import StoredRecord
+from capdisc.store import as_str
+
+DEFAULT_STALE_AFTER_S = 10.0
+
+
+def heartbeat(client: redis.Redis, worker_id: str, info: dict[str, Any]) -> None:
+    """Record that a worker is alive (and what it serves)."""
+    entry = {**info, "id": worker_id, "last_seen_ms": int(time.time() * 1000)}
+    client.hset(keys.WORKERS, worker_id, json.dumps(entry))
+
+
+def forget_worker(client: redis.Redis, worker_id: str) -> None:
+    client.hdel(keys.WORKERS, worker_id)
+
+
+def live_workers(client: redis.Redis, stale_after_s: float = DEFAULT_STALE_AFTER_S
+                 ) -> list[dict[str, Any]]:
+    now_ms = time.time() * 1000
+    workers = [json.loads(v) for v in client.hgetall(keys.WORKERS).values()]
+    return sorted((w for w in workers if now_ms - w["last_seen_ms"] <= stale_after_s * 1000),
+                  key=lambda w: (w["kind"], w["id"]))
+
+
+def collect_status(client: redis.Redis, stale_after_s: float = DEFAULT_STALE_AFTER_S
+                   ) -> dict[str, Any]:
+    tenants = {}
+    for raw_tenant in sorted(client.smembers(keys.TENANTS)):
+        tenant = as_str(raw_tenant)
+        tenants[tenant] = _tenant_status(client, tenant)
+    default = tenants.get("default") or next(iter(tenants.values()), None)
+    counters = {as_str(k): int(v) for k, v in client.hgetall(keys.COUNTERS).items()}
+    return {
+        "index_version": default["index_version"] if default else 0,
+        "capabilities": default["capabilities"] if default else 0,
+        "by_kind": default["by_kind"] if default else {},
+        "tenants": tenants,
+        "workers": live_workers(client, stale_after_s),
+        "queues": _queues(client),
+        "dead_letters": int(client.xlen(keys.DEADLETTERS)),
+        "embedding_calls": counters.get("embedding_calls", 0),
+    }
+
+
+def _tenant_status(client: redis.Redis, tenant: str) -> dict[str, Any]:
+    records = [StoredRecord.from_dict(json.loads(v))
+               for v in client.hgetall(keys.caps(tenant)).values()]
+    errors = {as_str(k): as_str(v)
+              for k, v in client.hgetall(keys.manifest_errors(tenant)).items()}
+    return {"index_version": int(client.get(keys.version(tenant)) or 0),
+            "capabilities": len(records),
+            "by_kind": dict(sorted(Counter(r.capability["kind"] for r in records).items())),
+            "manifest_errors": errors}
+
+
+def _queues(client: redis.Redis) -> dict[str, int]:
+    pending = 0
+    if client.exists(keys.DISCOVERY_REQUESTS):
+        try:
+            groups = client.xinfo_groups(keys.DISCOVERY_REQUESTS)
+        except redis.ResponseError:
+            groups = []
+        pending = sum(int(g.get("pending", 0)) + int(g.get("lag") or 0) for g in groups)
+    return {keys.INDEXING_QUEUE: int(client.llen(keys.INDEXING_QUEUE)),
+            "discovery_requests": pending}

@@ -1,0 +1,283 @@
+"""The discovery worker: holds each tenant's index in memory, follows the changes stream, and
+answers per-turn requests from the requests stream (not Celery: a Redis stream hand-off costs a
+fraction of a Celery round trip).
+
+Threads: the main thread serves requests; a follower applies change records as deltas (reloading
+a full snapshot when it sees a gap) and swaps in new immutable snapshots; a heartbeat thread
+reports the versions served. Run: ``python -m capdisc_workers.discovery``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import threading
+import time
+from collections import defaultdict
+from typing import Any
+
+import redis
+import structlog
+
+from capdisc import keys, status
+from capdisc.embedding import CachedQueryEmbedder, make_embedder
+from capdisc.engine import discover
+from capdisc.errors import CapdiscError, EventDecodeError
+from capdisc.index import IndexSnapshot
+from capdisc.logs import configure_logging
+from capdisc.models import Capability
+from capdisc.protocol import DiscoverRequest, error_reply
+from capdisc.settings import Settings
+from capdisc.store import as_str, read_records, read_snapshot
+
+log = structlog.get_logger("capdisc.discovery")
+BLOCK_MS = 1000
+BATCH = 16
+
+
+class Indexes:
+    """The snapshots a worker serves, one per tenant, swapped whole under a condition."""
+
+    def __init__(self) -> None:
+        self._snapshots: dict[str, IndexSnapshot] = {}
+        self.changed = threading.Condition()
+
+    def get(self, tenant: str) -> IndexSnapshot | None:
+        return self._snapshots.get(tenant)
+
+    def put(self, snapshot: IndexSnapshot) -> None:
+        with self.changed:
+            self._snapshots[snapshot.tenant] = snapshot
+            self.changed.notify_all()
+
+    def versions(self) -> dict[str, int]:
+        return {t: s.version for t, s in self._snapshots.items()}
+
+    def wait_for(self, tenant: str, version: int, timeout_s: float) -> IndexSnapshot | None:
+        deadline = time.monotonic() + timeout_s
+        with self.changed:
+            while True:
+                snap = self._snapshots.get(tenant)
+                remaining = deadline - time.monotonic()
+                if (snap is not None and snap.version >= version) or remaining <= 0:
+                    return snap
+                self.changed.wait(remaining)
+
+
+class DiscoveryWorker:
+    """One discovery worker process."""
+
+    def __init__(self, settings: Settings, connection: redis.Redis) -> None:
+        self.settings = settings
+        self.redis = connection
+        self.embedder = make_embedder(settings.embedder, settings.hashing_dim)
+        self.queries = CachedQueryEmbedder(self.embedder, settings.query_cache_size)
+        self.indexes = Indexes()
+        self.worker_id = f"discovery@{socket.gethostname()}:{os.getpid()}"
+        self.stop = threading.Event()
+        self.changes_id = "0-0"
+
+    # -- loading and hot reload ----------------------------------------------------------------
+
+    def load_all(self) -> None:
+        self.embedder.embed(["warm up"])
+        last = self.redis.xrevrange(keys.CHANGES, count=1)
+        self.changes_id = as_str(last[0][0]) if last else "0-0"
+        for tenant in sorted(as_str(t) for t in self.redis.smembers(keys.TENANTS)):
+            self.reload(tenant)
+
+    def reload(self, tenant: str) -> IndexSnapshot:
+        snap = read_snapshot(self.redis, tenant, self.embedder.id)
+        entries = [(Capability.from_dict(r.capability), snap.vectors[cid])
+                   for cid, r in snap.records.items() if cid in snap.vectors]
+        index = IndexSnapshot.build(tenant, snap.version, self.embedder.dim, entries)
+        self.indexes.put(index)
+        log.info("index_loaded", tenant=tenant, index_version=index.version,
+                 capabilities=len(index))
+        return index
+
+    def follow_changes(self) -> None:
+        client = redis.Redis.from_url(self.settings.redis_url)
+        while not self.stop.is_set():
+            try:
+                batch: Any = client.xread({keys.CHANGES: self.changes_id}, count=1000, block=BLOCK_MS)
+            except redis.RedisError as exc:
+                log.warning("changes_read_failed", error=str(exc))
+                self.stop.wait(0.5)
+                continue
+            for _stream, entries in batch or []:
+                self.apply_changes([(as_str(eid), _decode(fields)) for eid, fields in entries])
+            if not batch:
+                self._catch_up(client)
+
+    def apply_changes(self, entries: list[tuple[str, dict[str, str]]]) -> None:
+        """Apply change records as deltas, one new snapshot per tenant per batch."""
+        by_tenant: dict[str, list[dict[str, str]]] = defaultdict(list)
+        for entry_id, fields in entries:
+            by_tenant[fields["tenant"]].append(fields)
+            self.changes_id = entry_id
+        for tenant, changes in by_tenant.items():
+            self._apply_tenant(tenant, changes)
+
+    def _apply_tenant(self, tenant: str, changes: list[dict[str, str]]) -> None:
+        current = self.indexes.get(tenant)
+        fresh = [c for c in changes if current is None or int(c["version"]) > current.version]
+        if not fresh:
+            return
+        first = int(fresh[0]["version"])
+        if current is None or first != current.version + 1 or not _contiguous(fresh):
+            log.info("index_gap", tenant=tenant, have=current.version if current else None,
+                     got=first)
+            self.reload(tenant)
+            return
+        ids = list(dict.fromkeys(c["id"] for c in fresh))
+        upserts, deletes = [], []
+        for cap_id, (record, vector) in zip(ids, read_records(self.redis, tenant, ids,
+                                                              self.embedder.id), strict=True):
+            if record is None or vector is None:
+                deletes.append(cap_id)
+            else:
+                upserts.append((Capability.from_dict(record.capability), vector))
+        version = int(fresh[-1]["version"])
+        self.indexes.put(current.with_changes(version, upserts, deletes))
+        log.info("index_updated", tenant=tenant, index_version=version, upserts=len(upserts),
+                 deletes=len(deletes))
+
+    def _catch_up(self, client: redis.Redis) -> None:
+        """Level-triggered safety net, run when the changes stream is idle: a tenant whose
+        stored version is ahead of ours (a change record trimmed away or missed) or that we do
+        not serve yet is reloaded whole."""
+        served = self.indexes.versions()
+        tenants = sorted(as_str(t) for t in client.smembers(keys.TENANTS))
+        stored = client.mget([keys.version(t) for t in tenants]) if tenants else []
+        for tenant, raw in zip(tenants, stored, strict=True):
+            if tenant not in served or int(raw or 0) > served[tenant]:
+                self.reload(tenant)
+
+    # -- serving -----------------------------------------------------------------------------
+
+    def serve(self) -> None:
+        try:
+            self.redis.xgroup_create(keys.DISCOVERY_REQUESTS, keys.DISCOVERY_GROUP, id="$",
+                                     mkstream=True)
+        except redis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        while not self.stop.is_set():
+            batch: Any = self.redis.xreadgroup(keys.DISCOVERY_GROUP, self.worker_id,
+                                          {keys.DISCOVERY_REQUESTS: ">"}, count=BATCH,
+                                          block=BLOCK_MS)
+            for _stream, entries in batch or []:
+                for entry_id, fields in entries:
+                    self._handle(entry_id, _decode(fields))
+
+    def _handle(self, entry_id: Any, fields: dict[str, str]) -> None:
+        started = time.perf_counter()
+        payload = fields.get("payload", "")
+        try:
+            request = DiscoverRequest.decode(payload)
+        except EventDecodeError as exc:
+            log.warning("request_rejected", reason=str(exc))
+            self.redis.xack(keys.DISCOVERY_REQUESTS, keys.DISCOVERY_GROUP, entry_id)
+            return
+        if int(fields.get("deadline_ms", 0)) and time.time() * 1000 > int(fields["deadline_ms"]):
+            self.redis.xack(keys.DISCOVERY_REQUESTS, keys.DISCOVERY_GROUP, entry_id)
+            return
+        deadline_ms = int(fields.get("deadline_ms", 0)) or None
+        reply = self.answer(request, deadline_ms)
+        reply["took_ms"] = round((time.perf_counter() - started) * 1000, 3)
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.rpush(keys.reply(request.request_id), json.dumps(reply))
+            pipe.expire(keys.reply(request.request_id), self.settings.reply_ttl_s)
+            pipe.xack(keys.DISCOVERY_REQUESTS, keys.DISCOVERY_GROUP, entry_id)
+            pipe.xdel(keys.DISCOVERY_REQUESTS, entry_id)
+            pipe.execute()
+
+    def answer(self, request: DiscoverRequest, deadline_ms: int | None = None) -> dict[str, Any]:
+        bound = log.bind(request_id=request.request_id, tenant=request.tenant)
+        snapshot = self._snapshot_for(request, deadline_ms)
+        if snapshot is None:
+            return error_reply(request.request_id, "unknown_tenant",
+                               f"tenant {request.tenant!r} has no registry; publish to it first "
+                               "(capdisc publish PATH --tenant NAME)")
+        try:
+            config = self.settings.discovery.merged(request.options)
+            vector = self.queries.embed_one(request.query)
+            result = discover(snapshot, request.query, vector, config, limit=request.limit,
+                              kind=request.kind)
+        except CapdiscError as exc:
+            bound.warning("request_failed", error=str(exc))
+            return error_reply(request.request_id, type(exc).__name__, str(exc))
+        reply = result.to_dict()
+        reply.update(request_id=request.request_id, worker=self.worker_id)
+        bound.debug("request_served", index_version=result.index_version,
+                    matches=len(result.matches))
+        return reply
+
+    def _snapshot_for(self, request: DiscoverRequest, deadline_ms: int | None
+                      ) -> IndexSnapshot | None:
+        """The tenant's snapshot, waiting (until the request's deadline) for ``min_version``."""
+        snapshot = self.indexes.get(request.tenant)
+        if snapshot is not None and snapshot.version >= request.min_version:
+            return snapshot
+        if snapshot is None and not self.redis.sismember(keys.TENANTS, request.tenant):
+            return None
+        budget_s = self.settings.discover_timeout_s
+        if deadline_ms:
+            budget_s = min(budget_s, max(0.0, deadline_ms / 1000 - time.time()))
+        return self.indexes.wait_for(request.tenant, request.min_version, budget_s)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def heartbeat_loop(self) -> None:
+        client = redis.Redis.from_url(self.settings.redis_url)
+        while not self.stop.is_set():
+            info = {"kind": "discovery", "pid": os.getpid(), "host": socket.gethostname(),
+                    "embedder": self.embedder.id, "versions": self.indexes.versions()}
+            try:
+                status.heartbeat(client, self.worker_id, info)
+            except redis.RedisError as exc:
+                log.warning("heartbeat_failed", error=str(exc))
+            self.stop.wait(self.settings.heartbeat_interval_s)
+        status.forget_worker(client, self.worker_id)
+
+    def run(self) -> None:
+        self.load_all()
+        threads = [threading.Thread(target=self.follow_changes, name="changes", daemon=True),
+                   threading.Thread(target=self.heartbeat_loop, name="heartbeat", daemon=True)]
+        for thread in threads:
+            thread.start()
+        log.info("discovery_worker_ready", worker=self.worker_id,
+                 versions=self.indexes.versions())
+        try:
+            self.serve()
+        finally:
+            self.stop.set()
+            for thread in threads:
+                thread.join(timeout=3)
+
+
+def _decode(fields: Any) -> dict[str, str]:
+    return {as_str(k): as_str(v) for k, v in fields.items()}
+
+
+def _contiguous(changes: list[dict[str, str]]) -> bool:
+    versions = [int(c["version"]) for c in changes]
+    return versions == list(range(versions[0], versions[0] + len(versions)))
+
+
+def main() -> None:
+    settings = Settings.load()
+    configure_logging(settings.log_level, settings.log_format)
+    worker = DiscoveryWorker(settings, redis.Redis.from_url(settings.redis_url))
+    signal.signal(signal.SIGTERM, lambda *_: worker.stop.set())
+    try:
+        worker.run()
+    except KeyboardInterrupt:
+        worker.stop.set()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""Indexing tasks: thin shells that decode an event, validate, embed if needed and store.
+
+The policy (what an event does) is :func:`capdisc.registry.decide`; the atomic write is
+:func:`capdisc.store.apply_event`; this module only wires them to Celery, the embedder and the
+shared embedding cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+from typing import Any
+
+import redis
+import structlog
+from celery import signals
+
+from capdisc import keys, status
+from capdisc.embedding import Embedder, check_vectors, make_embedder
+from capdisc.errors import EventDecodeError, ManifestError
+from capdisc.events import RegistryEvent
+from capdisc.models import Capability
+from capdisc.normalize import capability_from_record
+from capdisc.store import Outcome, apply_event, dead_letter, record_ack, vector_bytes
+from capdisc.text import embedding_text, text_hash
+from capdisc_workers.celery_app import app, settings
+
+log = structlog.get_logger("capdisc.indexing")
+WORKER_ID = f"indexing@{socket.gethostname()}:{os.getpid()}"
+
+_state: dict[str, Any] = {}
+
+
+def _redis() -> redis.Redis:
+    if "redis" not in _state:
+        _state["redis"] = redis.Redis.from_url(settings.redis_url)
+    client: redis.Redis = _state["redis"]
+    return client
+
+
+def _embedder() -> Embedder:
+    if "embedder" not in _state:
+        _state["embedder"] = make_embedder(settings.embedder, settings.hashing_dim)
+    embedder: Embedder = _state["embedder"]
+    return embedder
+
+
+@app.task(name=keys.TASK_APPLY_EVENT, bind=True, acks_late=True, ignore_result=True)
+def apply_event_task(self: Any, payload: str) -> dict[str, Any]:
+    """Apply one encoded :class:`RegistryEvent`."""
+    client = _redis()
+    try:
+        event = RegistryEvent.decode(payload, max_bytes=settings.event_max_bytes)
+    except EventDecodeError as exc:
+        log.warning("event_rejected", reason=str(exc), task_id=self.request.id)
+        dead_letter(client, payload, str(exc))
+        return {"decision": "rejected", "reason": str(exc)}
+    bound = log.bind(event_id=event.event_id, tenant=event.tenant,
+                     capability_id=event.capability_id, task_id=self.request.id)
+    try:
+        capability = _capability(event)
+    except ManifestError as exc:
+        bound.warning("event_rejected", reason=str(exc))
+        dead_letter(client, payload, str(exc))
+        _ack(client, event, {"decision": "rejected", "reason": str(exc)})
+        return {"decision": "rejected", "reason": str(exc)}
+    outcome = apply_event(client, event, capability, _vector_for, _embedder().id)
+    bound.info("event_applied", decision=outcome.decision, index_version=outcome.version)
+    _ack(client, event, outcome.to_dict())
+    return outcome.to_dict()
+
+
+def _capability(event: RegistryEvent) -> Capability | None:
+    if event.type != "upsert" or event.capability is None:
+        return None
+    capability = capability_from_record(event.capability, f"event {event.event_id}")
+    if capability.id != event.capability_id:
+        raise ManifestError(f"event {event.event_id}", "capability_id",
+                            f"{event.capability_id!r} does not match the capability's id "
+                            f"{capability.id!r}")
+    return capability
+
+
+def _vector_for(capability: Capability) -> bytes:
+    """The capability's vector from the shared cache, embedding it only on a miss."""
+    client, embedder = _redis(), _embedder()
+    text = embedding_text(capability)
+    digest = text_hash(text)
+    cached = client.hget(keys.embedding_cache(embedder.id), digest)
+    if isinstance(cached, bytes):
+        return cached
+    vector = vector_bytes(check_vectors(embedder.embed([text]), 1, embedder.dim, embedder.id)[0])
+    with client.pipeline(transaction=False) as pipe:
+        pipe.hset(keys.embedding_cache(embedder.id), digest, vector)
+        pipe.hincrby(keys.COUNTERS, "embedding_calls", 1)
+        pipe.execute()
+    return vector
+
+
+def _ack(client: redis.Redis, event: RegistryEvent, outcome: dict[str, Any]) -> None:
+    if event.batch_id:
+        record_ack(client, event.batch_id, {"event_id": event.event_id,
+                                            "capability_id": event.capability_id, **outcome})
+
+
+# -- heartbeat -----------------------------------------------------------------------------------
+
+_stop = threading.Event()
+
+
+@signals.worker_ready.connect
+def _start_heartbeat(**_: Any) -> None:
+    _embedder()  # load the model before the first event, not during it
+    threading.Thread(target=_beat, name="capdisc-heartbeat", daemon=True).start()
+
+
+@signals.worker_shutting_down.connect
+def _stop_heartbeat(**_: Any) -> None:
+    _stop.set()
+    with contextlib.suppress(redis.RedisError):
+        status.forget_worker(_redis(), WORKER_ID)
+
+
+def _beat() -> None:
+    client = redis.Redis.from_url(settings.redis_url)
+    info = {"kind": "indexing", "pid": os.getpid(), "host": socket.gethostname(),
+            "embedder": _embedder().id}
+    while not _stop.is_set():
+        try:
+            status.heartbeat(client, WORKER_ID, info)
+        except redis.RedisError as exc:
+            log.warning("heartbeat_failed", error=str(exc))
+        _stop.wait(settings.heartbeat_interval_s)
+
+
+__all__ = ["Outcome", "apply_event_task"]
