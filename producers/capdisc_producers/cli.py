@@ -192,3 +192,7 @@ def main() -> None:
         _fail(str(exc))
     except redis.ConnectionError as exc:
         _fail(f"cannot reach Redis ({exc}); is the stack running? (make up)")
+
+
+if __name__ == "__main__":
+    main()

@@ -39,6 +39,12 @@ class Publisher:
                 sent += 1
         return sent
 
+    def send_raw(self, payload: str) -> None:
+        """Send an already encoded event as it is (dead-letter replay, and tests of the
+        workers' handling of malformed input)."""
+        self.app.send_task(keys.TASK_APPLY_EVENT, args=[payload], queue=keys.INDEXING_QUEUE,
+                           ignore_result=True)
+
     def close(self) -> None:
         self.app.close()
 

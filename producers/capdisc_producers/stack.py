@@ -161,10 +161,10 @@ def run_up(project: Path, registry: Path, settings: Settings, environ: Mapping[s
         version = report.index_version or tenant_version(client, settings.tenant)
         with Client(client, tenant=settings.tenant, timeout_s=30.0) as discovery:
             answer = discovery.discover("ready check", min_version=version)
-        say(f"capdisc is ready in {time.monotonic() - started:.1f} s: {answer.raw['total_indexed']}"
-            f" capabilities at index version {answer.index_version}, watching {registry}.")
-        say(f"Try: {_cli_name()} discover \"post a message to the team's slack channel\"   "
-            "(Ctrl-C stops everything)")
+        say(f"capdisc is ready in {time.monotonic() - started:.1f} s: "
+            f"{answer.raw['total_indexed']} capabilities at index version "
+            f"{answer.index_version}, watching {registry}. Try: {_cli_name()} discover "
+            "\"post a message to the team's slack channel\"  (Ctrl-C stops everything)")
         stop = threading.Event()
         try:
             watch_directory(client, publisher, registry, tenant=settings.tenant,

@@ -1,0 +1,122 @@
+"""The watcher: edits, editor save patterns, additions and removals reach the running worker."""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+import yaml
+
+from capdisc.client import Client
+from capdisc_producers.publisher import Publisher, wait_for_acks
+from capdisc_producers.sync import SyncReport
+from capdisc_producers.watcher import watch_directory
+
+from .conftest import MAX_BYTES, Stack
+
+
+class Watching:
+    """A watcher thread on a registry, with its sync reports on a queue."""
+
+    def __init__(self, connection: redis.Redis, reports: queue.Queue[SyncReport]) -> None:
+        self.connection = connection
+        self.reports = reports
+
+    def next_applied(self) -> SyncReport:
+        """The next sync that sent something, once the indexing worker applied all of it."""
+        while True:
+            report = self.reports.get(timeout=30)
+            if report.sent:
+                report.outcomes = wait_for_acks(self.connection, report.batch_id, report.sent, 30)
+                assert report.complete
+                return report
+
+
+@pytest.fixture
+def watching(stack: Stack, connection: redis.Redis, registry: Path, tenant: str
+             ) -> Iterator[Watching]:
+    reports: queue.Queue[SyncReport] = queue.Queue()
+    stop = threading.Event()
+    publisher = Publisher(stack.url)
+    thread = threading.Thread(target=watch_directory, daemon=True, kwargs=dict(
+        client=stack.connection(), publisher=publisher, root=registry, tenant=tenant,
+        max_bytes=MAX_BYTES, debounce_ms=100, stop=stop, on_sync=reports.put))
+    thread.start()
+    try:
+        yield Watching(connection, reports)
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        publisher.close()
+
+
+def _edit(source: Path, target: Path, **changes: object) -> None:
+    data = yaml.safe_load(source.read_text())
+    data.update(changes)
+    target.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def _slack(registry: Path) -> Path:
+    return next(registry.glob("*/slack-post-message/CAPABILITY.yaml"))
+
+
+def test_watcher_publishes_the_registry_when_it_starts(
+    watching: Watching, client: Client, registry: Path
+) -> None:
+    report = watching.next_applied()
+
+    answer = client.discover("post a message to slack", min_version=report.index_version)
+
+    assert len(report.plan.upserts) == len(list(registry.rglob("CAPABILITY.yaml")))
+    assert "tool:slack-post-message" in answer.ids
+
+
+def test_watcher_serves_an_edit_in_place(watching: Watching, client: Client,
+                                         registry: Path) -> None:
+    watching.next_applied()
+    _edit(_slack(registry), _slack(registry), version="9.9.9")
+
+    report = watching.next_applied()
+    answer = client.discover("post a message to slack", min_version=report.index_version)
+
+    assert [c.id for c in report.plan.upserts] == ["tool:slack-post-message"]
+    assert answer.index_version == report.index_version
+
+
+def test_watcher_follows_a_save_by_rename_over(watching: Watching, registry: Path) -> None:
+    watching.next_applied()
+    path = _slack(registry)
+    temp = path.with_name(".CAPABILITY.yaml.swp")
+    _edit(path, temp, version="7.0.0")
+    os.replace(temp, path)
+
+    report = watching.next_applied()
+
+    assert [(c.id, c.version) for c in report.plan.upserts] == [("tool:slack-post-message",
+                                                                  "7.0.0")]
+
+
+def test_watcher_publishes_an_added_directory_and_deletes_a_removed_one(
+    watching: Watching, client: Client, registry: Path
+) -> None:
+    watching.next_applied()
+    shutil.rmtree(_slack(registry).parent)
+    added = registry / "new" / "quokka-counter"
+    added.mkdir(parents=True)
+    (added / "CAPABILITY.yaml").write_text(
+        "name: quokka-counter\nkind: tool\ndescription: Counts quokkas on Rottnest island.\n")
+
+    report = watching.next_applied()
+    while len(report.plan.upserts) + len(report.plan.deletes) < 2:
+        report = watching.next_applied()
+    answer = client.discover("count quokkas on rottnest island",
+                             min_version=report.index_version, limit=20)
+
+    assert "tool:quokka-counter" == answer.ids[0]
+    assert "tool:slack-post-message" not in answer.ids
