@@ -68,6 +68,9 @@ class HashingEmbedder:
                 index = int.from_bytes(digest[:4], "little") % self._dim
                 sign = 1.0 if digest[4] & 1 else -1.0
                 out[row, index] += sign
+            if not words:  # no word characters at all: hash the raw text so it is not zero
+                digest = hashlib.blake2b(text.encode(), digest_size=4).digest()
+                out[row, int.from_bytes(digest, "little") % self._dim] = 1.0
         return _normalize(out)
 
 
@@ -201,7 +204,11 @@ def make_embedder(name: str, hashing_dim: int = MINILM_DIM) -> Embedder:
 
 def check_vectors(vectors: Any, expected_rows: int, dim: int, source: str) -> Matrix:
     """Validate an embedder's answer: shape, dtype and finiteness, naming ``source``."""
-    array = np.asarray(vectors, dtype=np.float32)
+    try:
+        array = np.asarray(vectors, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise EmbeddingError(f"{source} returned something that is not a matrix of numbers: "
+                             f"{exc}") from exc
     if array.shape != (expected_rows, dim):
         raise EmbeddingError(f"{source} returned shape {array.shape}, expected "
                              f"({expected_rows}, {dim})")

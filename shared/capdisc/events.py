@@ -91,16 +91,22 @@ def _checked(raw: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(value, types) or (isinstance(value, bool) and types is int):
             raise EventDecodeError(f"event field '{name}' has the wrong type "
                                    f"({type(value).__name__})")
+    _check_values(raw)
+    raw["type"] = cast(EventType, raw["type"])
+    return raw
+
+
+def _check_values(raw: dict[str, Any]) -> None:
     if raw["schema_version"] != SCHEMA_VERSION:
         raise EventDecodeError(f"event schema_version {raw['schema_version']} is not supported "
                                f"(this worker reads {SCHEMA_VERSION}); upgrade the worker")
     if raw["type"] not in EVENT_TYPES:
         raise EventDecodeError(f"event field 'type' must be one of {', '.join(EVENT_TYPES)}, "
                                f"got {raw['type']!r}")
-    if not TENANT_RE.match(raw["tenant"]):
+    if not raw["capability_id"]:
+        raise EventDecodeError("event field 'capability_id' must not be empty")
+    if not TENANT_RE.fullmatch(raw["tenant"]):
         raise EventDecodeError(f"event field 'tenant' {raw['tenant']!r} is not a valid tenant "
                                "name (letters, digits, '_', '-')")
     if raw["type"] == "upsert" and not raw.get("capability"):
         raise EventDecodeError("event field 'capability' is required for an upsert")
-    raw["type"] = cast(EventType, raw["type"])
-    return raw

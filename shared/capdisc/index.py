@@ -31,14 +31,14 @@ class IndexSnapshot:
     def build(cls, tenant: str, version: int, dim: int,
               entries: Iterable[tuple[Capability, bytes]]) -> IndexSnapshot:
         caps: dict[str, Capability] = {}
-        rows: list[Vector] = []
+        rows: dict[str, Vector] = {}
         for capability, vector in entries:
-            row = np.frombuffer(vector, dtype=np.float32)
-            if row.shape != (dim,):
+            if len(vector) != dim * 4:
                 continue  # a vector of another model or size: left for a reindex
-            caps[capability.id] = capability
-            rows.append(row)
-        matrix = np.vstack(rows) if rows else np.zeros((0, dim), dtype=np.float32)
+            caps[capability.id] = capability  # a repeated id: the later entry wins
+            rows[capability.id] = np.frombuffer(vector, dtype=np.float32)
+        matrix = (np.vstack(list(rows.values())) if rows
+                  else np.zeros((0, dim), dtype=np.float32))
         return cls(tenant, version, dim, tuple(caps), caps, matrix)
 
     def __len__(self) -> int:

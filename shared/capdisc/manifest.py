@@ -82,17 +82,39 @@ def load_manifest(
     source = str(path)
     data = load_mapping(_read_text(path, max_bytes, source), source)
     record = _to_record(data, source)
-    _attach_side_files(path.parent, record, source)
+    schema_origin = _schema_key(data)
+    if _attach_side_files(path.parent, record, source):
+        schema_origin = str(path.parent / SCHEMA_NAME)
     root = registry_root or path.parent
     record["source_ref"] = {"type": "manifest", "source": str(root), "location": source}
-    return capability_from_record(record, source)
+    return _validated(record, source, schema_origin)
 
 
 def parse_manifest_text(text: str, source: str) -> Capability:
     """Parse manifest text that has no directory around it (tests, API uploads)."""
-    record = _to_record(load_mapping(text, source), source)
+    data = load_mapping(text, source)
+    record = _to_record(data, source)
     record["source_ref"] = {"type": "manifest", "source": "", "location": source}
-    return capability_from_record(record, source)
+    return _validated(record, source, _schema_key(data))
+
+
+def _schema_key(data: dict[str, Any]) -> str:
+    return next((k for k in data if _ALIASES.get(k) == "full_schema"), "parameters")
+
+
+def _validated(record: dict[str, Any], source: str, schema_origin: str) -> Capability:
+    """Validate, reporting schema problems under the key (or file) the schema came from."""
+    try:
+        return capability_from_record(record, source)
+    except ManifestError as exc:
+        field = exc.field or ""
+        if not field.startswith("full_schema"):
+            raise
+        rest = field.removeprefix("full_schema").lstrip(".")
+        if schema_origin.endswith(SCHEMA_NAME):
+            raise ManifestError(schema_origin, rest or None, exc.problem) from exc
+        raise ManifestError(source, f"{schema_origin}{'.' if rest else ''}{rest}", exc.problem
+                            ) from exc
 
 
 def _read_text(path: Path, max_bytes: int, source: str) -> str:
@@ -115,7 +137,8 @@ def _to_record(data: dict[str, Any], source: str) -> dict[str, Any]:
     record: dict[str, Any] = {}
     for key, value in data.items():
         if key not in MANIFEST_FIELDS or key == "full_schema":
-            known = ", ".join(sorted(k for k in MANIFEST_FIELDS if k not in _ALIASES))
+            known = ", ".join(sorted(k for k in MANIFEST_FIELDS
+                                     if k not in _ALIASES and k != "full_schema"))
             raise ManifestError(source, key, f"unknown field (known fields: {known}, parameters)")
         target = _ALIASES.get(key, key)
         if target in record:
@@ -143,26 +166,29 @@ def _example_queries(queries: Any, examples: Any, source: str) -> Any:
     return found
 
 
-def _attach_side_files(directory: Path, record: dict[str, Any], source: str) -> None:
+def _attach_side_files(directory: Path, record: dict[str, Any], source: str) -> bool:
+    """Load SKILL.md and schema.json into the record; True when the schema came from a file."""
     content_ref = record.pop("skill_content", None)
-    skill_path = directory / SKILL_NAME
+    skill_path = _inside(directory, SKILL_NAME, source, "skill_content")
     if content_ref is not None:
         skill_path = _inside(directory, content_ref, source, "skill_content")
         if not skill_path.is_file():
             raise ManifestError(source, "skill_content", f"{content_ref!r} does not exist")
     if skill_path.is_file():
         record["full_content"] = _read_text(skill_path, MAX_SIDE_FILE_BYTES, str(skill_path))
-    schema_path = directory / SCHEMA_NAME
-    if schema_path.is_file():
-        if record.get("full_schema") is not None:
-            raise ManifestError(source, "parameters",
-                                f"is set and {SCHEMA_NAME} exists beside it; keep only one")
-        text = _read_text(schema_path, MAX_SIDE_FILE_BYTES, str(schema_path))
-        try:
-            record["full_schema"] = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ManifestError(str(schema_path), None,
-                                f"is not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+    schema_path = _inside(directory, SCHEMA_NAME, source, "parameters")
+    if not schema_path.is_file():
+        return False
+    if record.get("full_schema") is not None:
+        raise ManifestError(source, "parameters",
+                            f"is set and {SCHEMA_NAME} exists beside it; keep only one")
+    text = _read_text(schema_path, MAX_SIDE_FILE_BYTES, str(schema_path))
+    try:
+        record["full_schema"] = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ManifestError(str(schema_path), None,
+                            f"is not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+    return True
 
 
 def _inside(directory: Path, ref: Any, source: str, key: str) -> Path:

@@ -104,7 +104,7 @@ def _refuse_invisible(source: str, key: str, value: str) -> None:
 
 def _identifier(source: str, key: str, value: Any, pattern: re.Pattern[str], rule: str) -> str:
     text = _text(source, key, value, max_chars=160, allow_empty=False)
-    if unicodedata.normalize("NFKC", text) != text or not pattern.match(text):
+    if unicodedata.normalize("NFKC", text) != text or not pattern.fullmatch(text):
         raise ManifestError(source, key, f"{text!r} is not a valid {rule}")
     return text
 
@@ -151,7 +151,8 @@ def _string_list(
 
 
 def _check_tags(source: str, key: str, value: Any) -> tuple[str, ...]:
-    return tuple(t.lower() for t in _string_list(source, key, value, _check_name))
+    tags = _string_list(source, key, value, _check_name)
+    return tuple(dict.fromkeys(t.lower() for t in tags))
 
 
 def _check_secrets(source: str, key: str, value: Any) -> tuple[str, ...]:
@@ -164,7 +165,7 @@ def _check_secrets(source: str, key: str, value: Any) -> tuple[str, ...]:
 def _check_tool_refs(source: str, key: str, value: Any) -> tuple[str, ...]:
     def ref(src: str, where: str, entry: Any) -> str:
         text = _text(src, where, entry, max_chars=160, allow_empty=False)
-        if not (ID_RE.match(text) or NAME_RE.match(text)):
+        if not (ID_RE.fullmatch(text) or NAME_RE.fullmatch(text)):
             raise ManifestError(src, where, f"{text!r} is not a capability id or name")
         return text
 
@@ -308,8 +309,7 @@ def from_extension(entry: Mapping[str, Any], source: str = "extension-catalog") 
     """An extension catalog entry; availability follows the catalog's ``installed`` flag."""
     record = _pick(entry, "name", "description", "category", "tags", "required_secrets",
                    "display_name", "version", "example_queries")
-    record.update(kind="extension", available=bool(entry.get("installed", entry.get("available",
-                                                                                    False))))
+    record.update(kind="extension", available=entry.get("installed", entry.get("available", False)))
     if "tools" in entry:
         record["required_tools"] = entry["tools"]
     record["source_ref"] = {"type": "extension", "source": source,

@@ -79,7 +79,11 @@ class Settings(BaseModel):
         env = os.environ if environ is None else environ
         file_path = path or (Path(env[SETTINGS_FILE_ENV]) if env.get(SETTINGS_FILE_ENV) else None)
         values: dict[str, Any] = _read_file(file_path) if file_path else {}
-        discovery = dict(values.pop("discovery", None) or {})
+        discovery = values.pop("discovery", None) or {}
+        if not isinstance(discovery, dict):
+            raise ConfigError(f"settings file {file_path}: 'discovery' must be a mapping of "
+                              "discovery options")
+        discovery = dict(discovery)
         for name in cls.model_fields:
             if name != "discovery" and f"{ENV_PREFIX}{name.upper()}" in env:
                 values[name] = env[f"{ENV_PREFIX}{name.upper()}"]

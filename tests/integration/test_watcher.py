@@ -118,5 +118,5 @@ def test_watcher_publishes_an_added_directory_and_deletes_a_removed_one(
     answer = client.discover("count quokkas on rottnest island",
                              min_version=report.index_version, limit=20)
 
-    assert "tool:quokka-counter" == answer.ids[0]
+    assert answer.ids[0] == "tool:quokka-counter"
     assert "tool:slack-post-message" not in answer.ids

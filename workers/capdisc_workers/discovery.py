@@ -102,7 +102,8 @@ class DiscoveryWorker:
         client = redis.Redis.from_url(self.settings.redis_url)
         while not self.stop.is_set():
             try:
-                batch: Any = client.xread({keys.CHANGES: self.changes_id}, count=1000, block=BLOCK_MS)
+                batch: Any = client.xread({keys.CHANGES: self.changes_id}, count=1000,
+                                          block=BLOCK_MS)
             except redis.RedisError as exc:
                 log.warning("changes_read_failed", error=str(exc))
                 self.stop.wait(0.5)

@@ -1,0 +1,193 @@
+"""Embedders: the hashing embedder, the query cache, vector checks, and the bundled MiniLM."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+from capdisc.embedding import (
+    MINILM_DIM,
+    CachedQueryEmbedder,
+    HashingEmbedder,
+    Matrix,
+    MiniLMEmbedder,
+    check_vectors,
+    make_embedder,
+)
+from capdisc.errors import EmbeddingError
+
+
+class CountingEmbedder:
+    """A test double of the Embedder port: distinct vectors, and a record of every call."""
+
+    id = "counting-4"
+    dim = 4
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        self.calls.append(list(texts))
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            out[row, len(text) % self.dim] = 1.0
+        return out
+
+
+# -- HashingEmbedder -----------------------------------------------------------------------------
+
+
+def test_hashing_vectors_are_identical_across_instances() -> None:
+    texts = ["search the web", "create a github issue"]
+
+    assert np.array_equal(HashingEmbedder().embed(texts), HashingEmbedder().embed(texts))
+
+
+def test_hashing_vectors_are_unit_norm_float32() -> None:
+    vectors = HashingEmbedder(64).embed(["search the web", "a", "Send an EMAIL to Bob!"])
+
+    assert vectors.dtype == np.float32
+    assert vectors.shape == (3, 64)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), [1.0, 1.0, 1.0], rtol=1e-6)
+
+
+def test_hashing_texts_sharing_words_score_higher_than_unrelated_ones() -> None:
+    query, related, unrelated = HashingEmbedder().embed(
+        ["search the web for news", "web search for the latest news", "refund a stripe invoice"])
+
+    assert float(query @ related) > float(query @ unrelated)
+
+
+def test_hashing_ignores_case_and_punctuation() -> None:
+    upper, lower = HashingEmbedder().embed(["Web-Search!", "web search"])
+
+    assert np.array_equal(upper, lower)
+
+
+def test_hashing_of_no_texts_is_an_empty_matrix() -> None:
+    assert HashingEmbedder(32).embed([]).shape == (0, 32)
+
+
+@pytest.mark.parametrize(("dim", "embedder_id"), [(384, "hashing-384"), (64, "hashing-64")])
+def test_hashing_id_names_its_dimension(dim: int, embedder_id: str) -> None:
+    embedder = HashingEmbedder(dim)
+
+    assert (embedder.id, embedder.dim) == (embedder_id, dim)
+
+
+# -- make_embedder -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "kind", "dim"), [
+    ("hashing", HashingEmbedder, 128),
+    ("minilm", MiniLMEmbedder, MINILM_DIM),
+])
+def test_make_embedder_builds_the_named_embedder(name: str, kind: type, dim: int) -> None:
+    embedder = make_embedder(name, hashing_dim=128)
+
+    assert isinstance(embedder, kind)
+    assert embedder.dim == dim
+
+
+def test_make_embedder_refuses_an_unknown_name() -> None:
+    with pytest.raises(EmbeddingError) as info:
+        make_embedder("bert")
+
+    assert str(info.value) == "unknown embedder 'bert'; use 'minilm' or 'hashing'"
+
+
+# -- CachedQueryEmbedder -------------------------------------------------------------------------
+
+
+def test_cache_returns_the_same_vector_and_calls_the_inner_embedder_once() -> None:
+    inner = CountingEmbedder()
+    cache = CachedQueryEmbedder(inner)
+
+    first = cache.embed_one("find flights")
+    second = cache.embed_one("find flights")
+
+    assert np.array_equal(first, second)
+    assert inner.calls == [["find flights"]]
+
+
+def test_cache_embeds_different_texts_separately() -> None:
+    inner = CountingEmbedder()
+    cache = CachedQueryEmbedder(inner)
+
+    cache.embed_one("a")
+    cache.embed_one("bb")
+
+    assert inner.calls == [["a"], ["bb"]]
+
+
+def test_cache_evicts_the_least_recently_used_text() -> None:
+    inner = CountingEmbedder()
+    cache = CachedQueryEmbedder(inner, size=2)
+
+    for text in ["a", "b", "a", "c", "a", "b"]:  # "c" evicts "b", the least recently used
+        cache.embed_one(text)
+
+    assert inner.calls == [["a"], ["b"], ["c"], ["b"]]
+
+
+def test_cache_of_size_zero_always_calls_the_inner_embedder() -> None:
+    inner = CountingEmbedder()
+    cache = CachedQueryEmbedder(inner, size=0)
+
+    cache.embed_one("a")
+    cache.embed_one("a")
+
+    assert inner.calls == [["a"], ["a"]]
+
+
+# -- check_vectors -------------------------------------------------------------------------------
+
+
+def test_check_vectors_returns_a_float32_matrix() -> None:
+    checked = check_vectors([[1, 0], [0, 1]], 2, 2, "model")
+
+    assert checked.dtype == np.float32
+    assert checked.tolist() == [[1.0, 0.0], [0.0, 1.0]]
+
+
+@pytest.mark.parametrize(("vectors", "shape"), [
+    pytest.param(np.zeros((3, 4)), "(3, 4)", id="too-many-rows"),
+    pytest.param(np.zeros((2, 5)), "(2, 5)", id="wrong-dim"),
+    pytest.param(np.zeros(8), "(8,)", id="flat"),
+    pytest.param(np.zeros((2, 4, 1)), "(2, 4, 1)", id="three-dimensional"),
+    pytest.param([], "(0,)", id="empty"),
+])
+def test_check_vectors_rejects_the_wrong_shape(vectors: Any, shape: str) -> None:
+    with pytest.raises(EmbeddingError) as info:
+        check_vectors(vectors, 2, 4, "model")
+
+    assert str(info.value) == f"model returned shape {shape}, expected (2, 4)"
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_check_vectors_rejects_non_finite_values(bad: float) -> None:
+    vectors = np.ones((2, 4))
+    vectors[1, 2] = bad
+
+    with pytest.raises(EmbeddingError) as info:
+        check_vectors(vectors, 2, 4, "model")
+
+    assert str(info.value) == "model returned non-finite values"
+
+
+# -- MiniLMEmbedder ------------------------------------------------------------------------------
+
+
+@pytest.mark.model
+def test_minilm_loads_offline_and_embeds_paraphrases_closer_than_unrelated_text() -> None:
+    vectors = MiniLMEmbedder().embed(["search the web for today's news",
+                                      "look up current events online",
+                                      "bake a chocolate cake"])
+
+    assert vectors.shape == (3, MINILM_DIM)
+    assert vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), [1.0, 1.0, 1.0], rtol=1e-5)
+    assert float(vectors[0] @ vectors[1]) > float(vectors[0] @ vectors[2])

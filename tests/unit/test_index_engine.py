@@ -1,0 +1,203 @@
+"""The in-process index snapshot and the dense discovery pipeline over it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from capdisc.embedding import Vector
+from capdisc.engine import Match, discover, render
+from capdisc.index import IndexSnapshot
+from capdisc.models import Capability, Kind
+from capdisc.settings import DiscoveryConfig
+
+DIM = 3
+
+
+def cap(name: str, kind: Kind = "tool", **changes: object) -> Capability:
+    return Capability(id=f"{kind}:{name}", kind=kind, name=name, description=f"{name} does things.",
+                      **changes)  # type: ignore[arg-type]
+
+
+def vec(*values: float) -> Vector:
+    return np.array(values, dtype=np.float32)
+
+
+def raw(*values: float) -> bytes:
+    return vec(*values).tobytes()
+
+
+SEARCH = cap("web-search")
+FETCH = cap("web-fetch")
+CAKE = cap("bake-cake", "skill")
+ENTRIES = [(CAKE, raw(0, 0, 1)), (SEARCH, raw(1, 0, 0)), (FETCH, raw(0.8, 0.6, 0))]
+
+
+@pytest.fixture
+def snapshot() -> IndexSnapshot:
+    return IndexSnapshot.build("acme", 3, DIM, ENTRIES)
+
+
+def ranked(results: list[tuple[Capability, float]]) -> list[tuple[str, float]]:
+    return [(c.id, round(s, 6)) for c, s in results]
+
+
+# -- IndexSnapshot -------------------------------------------------------------------------------
+
+
+def test_build_keeps_entry_order_and_vectors(snapshot: IndexSnapshot) -> None:
+    assert snapshot.ids == ("skill:bake-cake", "tool:web-search", "tool:web-fetch")
+    assert np.array_equal(snapshot.matrix,
+                          np.array([[0, 0, 1], [1, 0, 0], [0.8, 0.6, 0]], dtype=np.float32))
+    assert len(snapshot) == 3
+
+
+def test_search_ranks_by_cosine_best_first(snapshot: IndexSnapshot) -> None:
+    assert ranked(snapshot.search(vec(1, 0, 0), 3)) == [
+        ("tool:web-search", 1.0), ("tool:web-fetch", 0.8), ("skill:bake-cake", 0.0)]
+
+
+def test_search_returns_at_most_k(snapshot: IndexSnapshot) -> None:
+    assert ranked(snapshot.search(vec(0.6, 0.8, 0), 2)) == [
+        ("tool:web-fetch", 0.96), ("tool:web-search", 0.6)]
+
+
+def test_search_with_k_larger_than_the_index_returns_everything(snapshot: IndexSnapshot) -> None:
+    assert len(snapshot.search(vec(1, 0, 0), 50)) == 3
+
+
+@pytest.mark.parametrize("k", [0, -1])
+def test_search_with_k_not_positive_is_empty(snapshot: IndexSnapshot, k: int) -> None:
+    assert snapshot.search(vec(1, 0, 0), k) == []
+
+
+def test_search_of_an_empty_snapshot_is_empty() -> None:
+    assert IndexSnapshot.build("acme", 0, DIM, []).search(vec(1, 0, 0), 5) == []
+
+
+@pytest.mark.parametrize(("kind", "expected"), [
+    ("skill", [("skill:bake-cake", 0.0)]),
+    ("tool", [("tool:web-search", 1.0), ("tool:web-fetch", 0.8)]),
+    ("channel", []),
+])
+def test_search_kind_filter_returns_only_that_kind(
+    snapshot: IndexSnapshot, kind: str, expected: list[tuple[str, float]]
+) -> None:
+    assert ranked(snapshot.search(vec(1, 0, 0), 3, kind=kind)) == expected
+
+
+def test_build_skips_vectors_of_the_wrong_dimension() -> None:
+    snapshot = IndexSnapshot.build("acme", 1, DIM, [(SEARCH, raw(1, 0, 0)), (FETCH, raw(1, 0))])
+
+    assert snapshot.ids == ("tool:web-search",)
+    assert snapshot.matrix.shape == (1, DIM)
+
+
+def test_with_changes_upserts_and_deletes_into_a_new_snapshot(snapshot: IndexSnapshot) -> None:
+    mail = cap("send-mail")
+
+    changed = snapshot.with_changes(4, upserts=[(mail, raw(0, 1, 0))], deletes=["skill:bake-cake"])
+
+    assert (changed.tenant, changed.version) == ("acme", 4)
+    assert changed.ids == ("tool:web-search", "tool:web-fetch", "tool:send-mail")
+    assert ranked(changed.search(vec(0, 1, 0), 1)) == [("tool:send-mail", 1.0)]
+
+
+def test_with_changes_leaves_the_old_snapshot_unchanged(snapshot: IndexSnapshot) -> None:
+    matrix_before = snapshot.matrix.copy()
+
+    snapshot.with_changes(4, upserts=[(SEARCH, raw(0, 1, 0)), (cap("x"), raw(0, 1, 0))],
+                          deletes=["skill:bake-cake"])
+
+    assert (snapshot.version, snapshot.ids) == (
+        3, ("skill:bake-cake", "tool:web-search", "tool:web-fetch"))
+    assert np.array_equal(snapshot.matrix, matrix_before)
+    assert set(snapshot.capabilities) == {"skill:bake-cake", "tool:web-search", "tool:web-fetch"}
+
+
+def test_with_changes_replaces_an_existing_capability_and_vector(snapshot: IndexSnapshot) -> None:
+    renamed = SEARCH.with_changes(description="Finds pages.")
+
+    changed = snapshot.with_changes(4, upserts=[(renamed, raw(0, 1, 0))], deletes=[])
+
+    assert len(changed) == 3
+    assert changed.capabilities["tool:web-search"].description == "Finds pages."
+    assert ranked(changed.search(vec(0, 1, 0), 1)) == [("tool:web-search", 1.0)]
+
+
+def test_with_changes_ignores_deleting_an_absent_id(snapshot: IndexSnapshot) -> None:
+    changed = snapshot.with_changes(4, upserts=[], deletes=["tool:never-there"])
+
+    assert changed.ids == snapshot.ids
+
+
+def test_with_changes_skips_an_upsert_of_the_wrong_dimension(snapshot: IndexSnapshot) -> None:
+    changed = snapshot.with_changes(4, upserts=[(cap("x"), raw(1, 0, 0, 0))], deletes=[])
+
+    assert "tool:x" not in changed.ids
+
+
+# -- engine.discover -----------------------------------------------------------------------------
+
+
+def test_discover_drops_matches_under_the_minimum_relevance(snapshot: IndexSnapshot) -> None:
+    config = DiscoveryConfig(tier1_min_relevance=0.7)
+
+    result = discover(snapshot, "q", vec(1, 0, 0), config)
+
+    assert [(m.capability.id, round(m.score, 6)) for m in result.matches] == [
+        ("tool:web-search", 1.0), ("tool:web-fetch", 0.8)]
+
+
+def test_discover_keeps_a_match_exactly_at_the_minimum(snapshot: IndexSnapshot) -> None:
+    config = DiscoveryConfig(tier1_min_relevance=1.0)
+
+    result = discover(snapshot, "q", vec(1, 0, 0), config)
+
+    assert [(m.capability.id, m.score) for m in result.matches] == [("tool:web-search", 1.0)]
+
+
+def test_discover_with_no_match_renders_that_nothing_matches(snapshot: IndexSnapshot) -> None:
+    result = discover(snapshot, "q", vec(0, -1, 0), DiscoveryConfig())
+
+    assert result.matches == ()
+    assert result.context == "No registered capability matches this request."
+
+
+def test_discover_uses_tier1_top_k_unless_a_limit_is_given(snapshot: IndexSnapshot) -> None:
+    config = DiscoveryConfig(tier1_top_k=1, tier1_min_relevance=-1.0)
+
+    assert len(discover(snapshot, "q", vec(1, 0, 0), config).matches) == 1
+    assert len(discover(snapshot, "q", vec(1, 0, 0), config, limit=3).matches) == 3
+
+
+def test_discover_kind_filter(snapshot: IndexSnapshot) -> None:
+    config = DiscoveryConfig(tier1_min_relevance=-1.0)
+
+    result = discover(snapshot, "q", vec(1, 0, 0), config, kind="skill")
+
+    assert [m.capability.id for m in result.matches] == ["skill:bake-cake"]
+
+
+def test_discover_result_names_tenant_version_and_index_size(snapshot: IndexSnapshot) -> None:
+    result = discover(snapshot, "find news", vec(1, 0, 0), DiscoveryConfig())
+
+    assert (result.query, result.tenant, result.index_version, result.total_indexed) == (
+        "find news", "acme", 3, 3)
+
+
+def test_render_numbers_matches_with_kind_description_and_params() -> None:
+    schema = {"type": "object", "properties": {"query": {}, "site": {}}}
+    matches = (Match(cap("web-search", full_schema=schema), 0.9), Match(CAKE, 0.5))
+
+    assert render(matches) == (
+        "Relevant capabilities:\n"
+        "1. web-search (tool). web-search does things. Params: query, site\n"
+        "2. bake-cake (skill). bake-cake does things.")
+
+
+def test_match_to_dict_rounds_the_score() -> None:
+    assert Match(SEARCH, 0.123456).to_dict() == {
+        "id": "tool:web-search", "kind": "tool", "name": "web-search", "display_name": "",
+        "description": "web-search does things.", "category": "general", "available": True,
+        "score": 0.1235}

@@ -1,0 +1,359 @@
+"""CAPABILITY.yaml parsing: the bad-manifest corpus, valid manifests, and directory scans."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from capdisc.errors import ManifestError
+from capdisc.manifest import (
+    DEFAULT_MAX_BYTES,
+    MANIFEST_NAME,
+    load_manifest,
+    parse_manifest_text,
+    scan_directory,
+)
+from capdisc.models import Relationship, SourceRef
+
+BAD = Path(__file__).resolve().parent.parent / "fixtures" / "bad_manifests"
+MINIMAL = "name: web-search\nkind: tool\ndescription: Searches the public web.\n"
+
+# (case directory, field the error names or None for the document as a whole, part of the message)
+BAD_CASES = [
+    ("missing_name", "name", "is required"),
+    ("missing_kind", "kind", "is required"),
+    ("missing_description", "description", "is required"),
+    ("unknown_kind", "kind", "must be one of tool, skill, extension, channel, got 'plugin'"),
+    ("unknown_field_typo", "descripton", "unknown field (known fields: "),
+    ("duplicate_key", "name", "line 3: duplicate key"),
+    ("yaml_anchor_alias", None, "line 3: YAML anchors (&name) are not allowed"),
+    ("yaml_merge_key", None, "line 4: YAML merge keys (<<) are not allowed"),
+    ("two_documents", None, "must hold exactly one YAML document"),
+    ("python_tag", None,
+     "line 3: could not determine a constructor for the tag "
+     "'tag:yaml.org,2002:python/object/apply:os.system'"),
+    ("top_level_list", None, "must be a YAML mapping of fields, but it is a list"),
+    ("empty_file", None, "must be a YAML mapping of fields, but it is empty"),
+    ("version_unquoted_number", "version", "must be a string, got a number (quote it)"),
+    ("description_boolean_no", "description", "must be a string, got a boolean (quote it)"),
+    ("description_only_whitespace", "description", "must not be empty"),
+    ("available_string", "available", "must be true or false, got a string"),
+    ("tags_not_a_list", "tags", "must be a list of strings, got a string"),
+    ("tag_invalid_identifier", "tags[1]", "'web search!' is not a valid name"),
+    ("name_with_spaces", "name", "'web search' is not a valid name"),
+    ("id_wrong_form", "id", "'web-search' is not a valid id (form 'kind:name'"),
+    ("zero_width_in_description", "description",
+     "invisible or control character U+200B at position 24"),
+    ("bidi_override_in_name", "name", "invisible or control character U+202E at position 10"),
+    ("control_char_escape_in_description", "description",
+     "invisible or control character U+001B at position 17"),
+    ("nul_byte", None, "contains a NUL byte"),
+    ("invalid_utf8", None, "is not valid UTF-8 (byte 54)"),
+    ("deep_nesting_parameters", None, "line 36: nested deeper than 32 levels"),
+    # The manifest says `parameters`; the error names the record field it maps to.
+    ("parameters_not_object", "parameters", "the top-level schema must have type 'object'"),
+    ("schema_json_is_a_list", None, "must be a JSON Schema object, got a list"),
+    ("parameters_and_schema_json", "parameters", "is set and schema.json exists beside it"),
+    ("broken_schema_json", None,
+     "is not valid JSON (line 5: Expecting property name enclosed in double quotes)"),
+    ("nan_schema_default", "parameters.properties.limit.default", "must be a finite number"),
+    ("inf_schema_json_default", "properties.limit.default", "must be a finite number"),
+    ("full_schema_key", "full_schema", "unknown field"),
+    ("alias_sets_field_twice", "displayName", "sets 'display_name' a second time"),
+    ("examples_not_a_list", "examples", "must be a list of mappings with a description"),
+    ("skill_content_path_traversal", "skill_content",
+     "'../../etc/passwd' points outside the capability directory"),
+    ("skill_content_missing_file", "skill_content", "'docs/SKILL.md' does not exist"),
+    ("relationship_unknown_type", "relationships[0].type",
+     "must be one of related, composed_with, depends_on, got 'extends'"),
+    ("relationship_bad_target", "relationships[0].target[0]",
+     "'web fetch' is not a capability id or name"),
+    ("required_secret_invalid_name", "required_secrets[0]",
+     "'search-api-key' is not a valid secret name"),
+]
+# Cases whose error names a side file rather than CAPABILITY.yaml.
+FILE_AT_FAULT = {"broken_schema_json": "schema.json", "schema_json_is_a_list": "schema.json",
+                 "inf_schema_json_default": "schema.json"}
+
+
+def write_capability(directory: Path, manifest: str, side_files: dict[str, str] | None = None
+                     ) -> Path:
+    """Write CAPABILITY.yaml and ``side_files`` (name -> text) into ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / MANIFEST_NAME
+    path.write_text(manifest, encoding="utf-8")
+    for name, text in (side_files or {}).items():
+        (directory / name).write_text(text, encoding="utf-8")
+    return path
+
+
+# -- the bad-manifest corpus ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("case_dir", "field", "message"), BAD_CASES,
+                         ids=[case[0] for case in BAD_CASES])
+def test_bad_manifest_is_rejected_naming_file_and_field(
+    case_dir: str, field: str | None, message: str
+) -> None:
+    with pytest.raises(ManifestError) as info:
+        load_manifest(BAD / case_dir / MANIFEST_NAME)
+
+    error = info.value
+    source = BAD / case_dir / FILE_AT_FAULT.get(case_dir, MANIFEST_NAME)
+    prefix = f"{source}: field '{field}': " if field else f"{source}: "
+    assert str(error).startswith(prefix)
+    assert error.field == field
+    assert message in error.problem
+
+
+def test_every_bad_manifest_case_has_an_expected_error() -> None:
+    on_disk = {p.name for p in BAD.iterdir() if p.is_dir()}
+
+    assert on_disk == {case[0] for case in BAD_CASES}
+
+
+def test_scanning_the_bad_corpus_accepts_nothing() -> None:
+    result = scan_directory(BAD)
+
+    assert result.capabilities == {}
+    assert len(result.errors) == len(BAD_CASES)
+
+
+def test_oversize_manifest_is_rejected_before_parsing(tmp_path: Path) -> None:
+    path = tmp_path / MANIFEST_NAME
+    # Not even YAML: the size check must come first.
+    path.write_bytes(b"\x00" * (DEFAULT_MAX_BYTES + 1))
+
+    with pytest.raises(ManifestError) as info:
+        load_manifest(path)
+
+    assert str(info.value) == (f"{path}: is 65537 bytes, the limit is 65536; shorten it or move "
+                               "long text to SKILL.md")
+
+
+def test_manifest_of_exactly_the_size_limit_is_accepted(tmp_path: Path) -> None:
+    padding = "# " + "x" * (DEFAULT_MAX_BYTES - len(MINIMAL) - 3) + "\n"
+    path = write_capability(tmp_path, MINIMAL + padding)
+    assert path.stat().st_size == DEFAULT_MAX_BYTES
+
+    assert load_manifest(path).id == "tool:web-search"
+
+
+def test_scan_applies_its_max_bytes_to_every_manifest(tmp_path: Path) -> None:
+    path = write_capability(tmp_path / "web-search", MINIMAL)
+
+    result = scan_directory(tmp_path, max_bytes=len(MINIMAL) - 1)
+
+    assert result.capabilities == {}
+    assert result.errors[path].problem.startswith(f"is {len(MINIMAL)} bytes, the limit is ")
+
+
+def test_unknown_field_error_lists_the_manifest_spelling_parameters() -> None:
+    with pytest.raises(ManifestError) as info:
+        parse_manifest_text(MINIMAL + "colour: red\n", "m.yaml")
+
+    assert info.value.field == "colour"
+    assert info.value.problem.endswith(", parameters)")
+
+
+# -- a valid manifest ----------------------------------------------------------------------------
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}},
+    "required": ["query"],
+}
+SKILL_MD = "# Web search\n\nUse it for current facts.\n"
+
+
+@pytest.fixture
+def full_manifest(tmp_path: Path) -> Path:
+    return write_capability(tmp_path / "web" / "web-search", MINIMAL,
+                            {"SKILL.md": SKILL_MD, "schema.json": json.dumps(SCHEMA)})
+
+
+def test_skill_md_beside_the_manifest_becomes_full_content(full_manifest: Path) -> None:
+    assert load_manifest(full_manifest).full_content == SKILL_MD
+
+
+def test_schema_json_beside_the_manifest_becomes_full_schema(full_manifest: Path) -> None:
+    capability = load_manifest(full_manifest)
+
+    assert capability.full_schema == SCHEMA
+    assert capability.parameter_names == ("query", "limit")
+
+
+def test_id_defaults_to_kind_colon_name(full_manifest: Path) -> None:
+    assert load_manifest(full_manifest).id == "tool:web-search"
+
+
+def test_explicit_id_is_kept() -> None:
+    capability = parse_manifest_text("id: tool:search/web\n" + MINIMAL, "m.yaml")
+
+    assert capability.id == "tool:search/web"
+
+
+def test_display_name_is_derived_from_the_name(full_manifest: Path) -> None:
+    assert load_manifest(full_manifest).display_name == "Web Search"
+
+
+def test_category_defaults_to_general() -> None:
+    assert parse_manifest_text(MINIMAL, "m.yaml").category == "general"
+
+
+def test_source_ref_names_the_registry_root_and_the_manifest(
+    tmp_path: Path, full_manifest: Path
+) -> None:
+    capability = load_manifest(full_manifest, registry_root=tmp_path)
+
+    assert capability.source_ref == SourceRef(type="manifest", source=str(tmp_path),
+                                              location=str(full_manifest))
+
+
+def test_without_registry_root_the_source_is_the_manifest_directory(full_manifest: Path) -> None:
+    assert load_manifest(full_manifest).source_ref.source == str(full_manifest.parent)
+
+
+def test_manifest_without_side_files_has_no_content_or_schema(tmp_path: Path) -> None:
+    capability = load_manifest(write_capability(tmp_path, MINIMAL))
+
+    assert (capability.full_content, capability.full_schema) == (None, None)
+
+
+@pytest.mark.parametrize(("line", "attribute", "expected"), [
+    ("displayName: Search The Web", "display_name", "Search The Web"),
+    ("requiredSecrets: [SEARCH_API_KEY]", "required_secrets", ("SEARCH_API_KEY",)),
+    ("requiredTools: [tool:web-fetch]", "required_tools", ("tool:web-fetch",)),
+    ("hasSideEffects: true", "has_side_effects", True),
+    ("exampleQueries: [latest news]", "example_queries", ("latest news",)),
+    ("inputSchema: {type: object}", "full_schema", {"type": "object"}),
+    ("input_schema: {type: object}", "full_schema", {"type": "object"}),
+    ("parameters: {type: object}", "full_schema", {"type": "object"}),
+])
+def test_alias_spelling_sets_the_record_field(line: str, attribute: str, expected: object) -> None:
+    capability = parse_manifest_text(MINIMAL + line + "\n", "m.yaml")
+
+    assert getattr(capability, attribute) == expected
+
+
+def test_skill_content_alias_reads_the_named_file(tmp_path: Path) -> None:
+    path = write_capability(tmp_path, MINIMAL + "skillContent: docs/guide.md\n")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "guide.md").write_text("guide text\n", encoding="utf-8")
+
+    assert load_manifest(path).full_content == "guide text\n"
+
+
+def test_examples_descriptions_become_example_queries() -> None:
+    text = MINIMAL + ("examples:\n  - description: Search for the latest Python release\n"
+                      "    input: {query: python release}\n  - description: Who won the match\n")
+
+    capability = parse_manifest_text(text, "m.yaml")
+
+    assert capability.example_queries == ("Search for the latest Python release",
+                                          "Who won the match")
+
+
+def test_examples_are_appended_after_example_queries() -> None:
+    text = MINIMAL + "example_queries: [first]\nexamples:\n  - second\n  - description: third\n"
+
+    assert parse_manifest_text(text, "m.yaml").example_queries == ("first", "second", "third")
+
+
+def test_example_without_description_string_is_rejected_with_its_index() -> None:
+    text = MINIMAL + "examples:\n  - description: fine\n  - input: {query: x}\n"
+
+    with pytest.raises(ManifestError) as info:
+        parse_manifest_text(text, "m.yaml")
+
+    assert info.value.field == "examples[1]"
+
+
+def test_relationships_accept_strings_and_mappings() -> None:
+    text = MINIMAL + ("relationships:\n  - tool:news-search\n"
+                      "  - {target: tool:web-fetch, type: composed_with}\n")
+
+    assert parse_manifest_text(text, "m.yaml").relationships == (
+        Relationship(target="tool:news-search", type="related"),
+        Relationship(target="tool:web-fetch", type="composed_with"),
+    )
+
+
+def test_utf8_byte_order_mark_is_accepted(tmp_path: Path) -> None:
+    path = tmp_path / MANIFEST_NAME
+    path.write_bytes(b"\xef\xbb\xbf" + MINIMAL.encode())
+
+    assert load_manifest(path).name == "web-search"
+
+
+def test_parse_manifest_text_has_no_source_directory() -> None:
+    capability = parse_manifest_text(MINIMAL, "upload.yaml")
+
+    assert capability.source_ref == SourceRef(type="manifest", source="", location="upload.yaml")
+
+
+def test_parse_manifest_text_errors_name_the_given_source() -> None:
+    with pytest.raises(ManifestError) as info:
+        parse_manifest_text("kind: tool\ndescription: x\n", "upload.yaml")
+
+    assert str(info.value) == "upload.yaml: field 'name': is required"
+
+
+# -- directory scans -----------------------------------------------------------------------------
+
+
+def test_scan_finds_manifests_in_nested_directories(tmp_path: Path) -> None:
+    first = write_capability(tmp_path / "web" / "web-search", MINIMAL)
+    second = write_capability(tmp_path / "dev" / "git" / "git-cli",
+                              "name: git-cli\nkind: tool\ndescription: Runs git.\n")
+
+    result = scan_directory(tmp_path)
+
+    assert {path: cap.id for path, cap in result.capabilities.items()} == {
+        first: "tool:web-search", second: "tool:git-cli"}
+    assert result.errors == {}
+
+
+def test_duplicate_id_is_an_error_on_the_second_file_and_the_first_is_kept(tmp_path: Path) -> None:
+    first = write_capability(tmp_path / "a", MINIMAL)
+    second = write_capability(tmp_path / "b", MINIMAL.replace("Searches", "Also searches"))
+
+    result = scan_directory(tmp_path)
+
+    assert list(result.capabilities) == [first]
+    assert list(result.errors) == [second]
+    assert str(result.errors[second]) == (
+        f"{second}: field 'id': 'tool:web-search' is already defined by {first}")
+
+
+@pytest.mark.parametrize("hidden", [".git", ".cache/nested"])
+def test_hidden_directories_are_skipped(tmp_path: Path, hidden: str) -> None:
+    visible = write_capability(tmp_path / "web-search", MINIMAL)
+    write_capability(tmp_path / hidden / "broken", "not: [a, manifest")
+
+    result = scan_directory(tmp_path)
+
+    assert list(result.capabilities) == [visible]
+    assert result.errors == {}
+
+
+def test_broken_manifest_is_reported_and_the_others_still_parse(tmp_path: Path) -> None:
+    good = write_capability(tmp_path / "good", MINIMAL)
+    bad = write_capability(tmp_path / "bad", "name: x\nkind: tool\n")
+
+    result = scan_directory(tmp_path)
+
+    assert list(result.capabilities) == [good]
+    assert result.errors[bad].field == "description"
+
+
+def test_scan_uses_the_resolved_root_as_source(tmp_path: Path) -> None:
+    write_capability(tmp_path / "web-search", MINIMAL)
+
+    result = scan_directory(tmp_path / "web-search" / "..")
+
+    assert result.root == tmp_path.resolve()
+    [capability] = result.capabilities.values()
+    assert capability.source_ref.source == str(tmp_path.resolve())

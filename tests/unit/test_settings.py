@@ -1,0 +1,215 @@
+"""Settings: seed defaults, settings file, CAPDISC_* variables, per-call discovery overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from capdisc.errors import ConfigError
+from capdisc.settings import DiscoveryConfig, Settings
+
+
+def write_settings(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "capdisc.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("tier0_budget_tokens", 200),
+    ("tier1_budget_tokens", 800),
+    ("tier2_budget_tokens", 2000),
+    ("tier1_top_k", 5),
+    ("tier2_top_k", 2),
+    ("tier1_min_relevance", 0.3),
+    ("use_graph_reranking", True),
+    ("graph_boost_factor", 0.15),
+    ("collection_name", "capability_index"),
+])
+def test_discovery_defaults_match_seed_001(field: str, value: Any) -> None:
+    assert getattr(Settings.load(environ={}).discovery, field) == value
+
+
+def test_process_defaults_without_file_or_environment() -> None:
+    settings = Settings.load(environ={})
+
+    assert (settings.redis_url, settings.tenant, settings.embedder, settings.manifest_max_bytes,
+            settings.event_max_bytes) == (
+        "redis://127.0.0.1:6379/0", "default", "minilm", 65536, 1048576)
+
+
+@pytest.mark.parametrize(("variable", "raw", "attribute", "expected"), [
+    ("CAPDISC_TIER1_TOP_K", "9", "discovery.tier1_top_k", 9),
+    ("CAPDISC_TIER1_MIN_RELEVANCE", "0.55", "discovery.tier1_min_relevance", 0.55),
+    ("CAPDISC_USE_GRAPH_RERANKING", "false", "discovery.use_graph_reranking", False),
+    ("CAPDISC_EMBEDDER", "hashing", "embedder", "hashing"),
+    ("CAPDISC_HASHING_DIM", "64", "hashing_dim", 64),
+    ("CAPDISC_TENANT", "acme", "tenant", "acme"),
+])
+def test_environment_variable_overrides_the_default(
+    variable: str, raw: str, attribute: str, expected: Any
+) -> None:
+    value: Any = Settings.load(environ={variable: raw})
+    for part in attribute.split("."):
+        value = getattr(value, part)
+
+    assert value == expected
+
+
+def test_variables_without_the_prefix_are_ignored() -> None:
+    assert Settings.load(environ={"TIER1_TOP_K": "9", "EMBEDDER": "hashing"}) == Settings.load(
+        environ={})
+
+
+def test_settings_file_overrides_the_defaults(tmp_path: Path) -> None:
+    path = write_settings(tmp_path, "embedder: hashing\ndiscovery:\n  tier1_top_k: 7\n")
+
+    settings = Settings.load(environ={}, path=path)
+
+    assert (settings.embedder, settings.discovery.tier1_top_k) == ("hashing", 7)
+
+
+def test_environment_wins_over_the_settings_file(tmp_path: Path) -> None:
+    path = write_settings(tmp_path, "tenant: from-file\ndiscovery:\n  tier1_top_k: 7\n  "
+                                    "tier2_top_k: 3\n")
+
+    settings = Settings.load(environ={"CAPDISC_TIER1_TOP_K": "9", "CAPDISC_TENANT": "from-env"},
+                             path=path)
+
+    assert (settings.tenant, settings.discovery.tier1_top_k, settings.discovery.tier2_top_k) == (
+        "from-env", 9, 3)
+
+
+def test_settings_file_is_found_through_its_variable(tmp_path: Path) -> None:
+    path = write_settings(tmp_path, "discovery:\n  tier2_top_k: 4\n")
+
+    settings = Settings.load(environ={"CAPDISC_SETTINGS_FILE": str(path)})
+
+    assert settings.discovery.tier2_top_k == 4
+
+
+def test_explicit_path_wins_over_the_settings_file_variable(tmp_path: Path) -> None:
+    chosen = write_settings(tmp_path, "tenant: chosen\n")
+    other = tmp_path / "other.yaml"
+    other.write_text("tenant: other\n", encoding="utf-8")
+
+    settings = Settings.load(environ={"CAPDISC_SETTINGS_FILE": str(other)}, path=chosen)
+
+    assert settings.tenant == "chosen"
+
+
+@pytest.mark.parametrize(("variable", "raw"), [
+    ("CAPDISC_TIER1_TOP_K", "five"),
+    ("CAPDISC_TIER1_TOP_K", "101"),
+    ("CAPDISC_TIER1_MIN_RELEVANCE", "1.5"),
+    ("CAPDISC_EMBEDDER", "bert"),
+    ("CAPDISC_HASHING_DIM", "4"),
+    ("CAPDISC_DISCOVER_TIMEOUT_S", "0"),
+    ("CAPDISC_LOG_LEVEL", "TRACE"),
+])
+def test_malformed_variable_is_a_config_error_naming_it(variable: str, raw: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        Settings.load(environ={variable: raw})
+
+    name = variable.removeprefix("CAPDISC_").lower()
+    assert str(info.value).startswith(f"setting '{name}' (env {variable}): ")
+
+
+def test_unknown_key_in_the_settings_file_is_a_config_error(tmp_path: Path) -> None:
+    path = write_settings(tmp_path, "tenant: acme\nreddis_url: redis://x\n")
+
+    with pytest.raises(ConfigError) as info:
+        Settings.load(environ={}, path=path)
+
+    assert str(info.value).startswith("setting 'reddis_url' ")
+    assert "Extra inputs are not permitted" in str(info.value)
+
+
+def test_unknown_discovery_key_in_the_settings_file_is_a_config_error(tmp_path: Path) -> None:
+    path = write_settings(tmp_path, "discovery:\n  tier1_topk: 3\n")
+
+    with pytest.raises(ConfigError) as info:
+        Settings.load(environ={}, path=path)
+
+    assert str(info.value).startswith("setting 'tier1_topk' ")
+
+
+def test_settings_file_that_is_not_a_mapping_is_a_config_error(tmp_path: Path) -> None:
+    path = write_settings(tmp_path, "- tenant: acme\n")
+
+    with pytest.raises(ConfigError) as info:
+        Settings.load(environ={}, path=path)
+
+    assert str(info.value) == (f"settings file {path}: must be a YAML mapping of fields, but it "
+                               "is a list")
+
+
+def test_settings_file_with_duplicate_keys_is_a_config_error(tmp_path: Path) -> None:
+    path = write_settings(tmp_path, "tenant: a\ntenant: b\n")
+
+    with pytest.raises(ConfigError) as info:
+        Settings.load(environ={}, path=path)
+
+    assert str(info.value) == (f"settings file {path}: field 'tenant': line 2: duplicate key (it "
+                               "appears more than once)")
+
+
+def test_missing_settings_file_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "absent.yaml"
+
+    with pytest.raises(ConfigError) as info:
+        Settings.load(environ={}, path=path)
+
+    assert str(info.value) == f"settings file {path} cannot be read: No such file or directory"
+
+
+def test_settings_are_frozen() -> None:
+    settings = Settings.load(environ={})
+
+    with pytest.raises(ValueError, match="frozen"):
+        settings.tenant = "other"  # type: ignore[misc]
+
+
+# -- DiscoveryConfig.merged ----------------------------------------------------------------------
+
+
+def test_merged_applies_per_call_overrides() -> None:
+    merged = DiscoveryConfig().merged({"tier1_top_k": 3, "use_graph_reranking": False})
+
+    assert (merged.tier1_top_k, merged.use_graph_reranking, merged.tier2_top_k) == (3, False, 2)
+
+
+def test_merged_leaves_the_base_config_alone() -> None:
+    base = DiscoveryConfig()
+
+    base.merged({"tier1_top_k": 3})
+
+    assert base.tier1_top_k == 5
+
+
+@pytest.mark.parametrize("overrides", [None, {}])
+def test_merged_without_overrides_is_the_same_config(overrides: dict[str, Any] | None) -> None:
+    base = DiscoveryConfig()
+
+    assert base.merged(overrides) is base
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"tier1_top_k": 500},
+     "discovery option 'tier1_top_k' (env CAPDISC_TIER1_TOP_K): Input should be less than or "
+     "equal to 100"),
+    ({"tier1_min_relevance": "high"},
+     "discovery option 'tier1_min_relevance' (env CAPDISC_TIER1_MIN_RELEVANCE): Input should be "
+     "a valid number, unable to parse string as a number"),
+    ({"top_k": 3},
+     "discovery option 'top_k' (env CAPDISC_TOP_K): Extra inputs are not permitted"),
+])
+def test_merged_with_an_invalid_override_is_a_config_error(
+    overrides: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        DiscoveryConfig().merged(overrides)
+
+    assert str(info.value) == message
