@@ -18,7 +18,7 @@ import redis
 
 from capdisc import keys
 from capdisc.events import RegistryEvent
-from capdisc.manifest import scan_directory
+from capdisc.manifest import ScanCache, scan_directory
 from capdisc.registry import SyncPlan, plan_sync
 from capdisc.store import as_str, stored_by_source
 from capdisc_producers.publisher import Publisher, wait_for_acks
@@ -49,10 +49,12 @@ class SyncReport:
 
 
 def sync_directory(client: redis.Redis, publisher: Publisher, root: Path, *, tenant: str,
-                   max_bytes: int, wait_s: float = 0.0) -> SyncReport:
-    """Scan ``root`` and publish what changed; with ``wait_s`` wait for the workers to apply it."""
+                   max_bytes: int, wait_s: float = 0.0, cache: ScanCache | None = None
+                   ) -> SyncReport:
+    """Scan ``root`` and publish what changed; with ``wait_s`` wait for the workers to apply it.
+    A ``cache`` kept across calls skips re-parsing unchanged manifests."""
     root = root.resolve()
-    scan = scan_directory(root, max_bytes=max_bytes)
+    scan = scan_directory(root, max_bytes=max_bytes, cache=cache)
     plan = plan_sync(scan.capabilities, scan.errors, stored_by_source(client, tenant, str(root)))
     _record_errors(client, tenant, root, plan)
     batch_id = uuid.uuid4().hex

@@ -53,16 +53,53 @@ class ScanResult:
     errors: dict[Path, ManifestError] = field(default_factory=dict)
 
 
-def scan_directory(root: Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ScanResult:
+class ScanCache:
+    """Parse results of unchanged capability directories, for repeated scans (the watcher).
+
+    An entry is reused while the size, mtime and inode of CAPABILITY.yaml, SKILL.md and
+    schema.json are all unchanged; parsing is the slow part of a scan.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[Path, tuple[tuple[Any, ...], Capability | ManifestError]] = {}
+
+    def load(self, path: Path, root: Path, max_bytes: int) -> Capability:
+        stamp = tuple(_stamp(path.parent / name) for name in (MANIFEST_NAME, SKILL_NAME,
+                                                               SCHEMA_NAME))
+        cached = self._entries.get(path)
+        if cached is None or cached[0] != stamp:
+            try:
+                result: Capability | ManifestError = load_manifest(
+                    path, registry_root=root, max_bytes=max_bytes)
+            except ManifestError as exc:
+                result = exc
+            self._entries[path] = (stamp, result)
+            cached = self._entries[path]
+        if isinstance(cached[1], ManifestError):
+            raise cached[1]
+        return cached[1]
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return (info.st_size, info.st_mtime_ns, info.st_ino)
+
+
+def scan_directory(root: Path, *, max_bytes: int = DEFAULT_MAX_BYTES,
+                   cache: ScanCache | None = None) -> ScanResult:
     """Parse every ``CAPABILITY.yaml`` under ``root`` (recursively, in path order)."""
     root = root.resolve()
     result = ScanResult(root=root)
     owners: dict[str, Path] = {}
+    cache = cache or ScanCache()
     for path in sorted(root.rglob(MANIFEST_NAME)):
         if any(part.startswith(".") for part in path.relative_to(root).parts):
             continue
         try:
-            capability = load_manifest(path, registry_root=root, max_bytes=max_bytes)
+            capability = cache.load(path, root, max_bytes)
         except ManifestError as exc:
             result.errors[path] = exc
             continue
@@ -200,4 +237,11 @@ def _inside(directory: Path, ref: Any, source: str, key: str) -> Path:
     return candidate
 
 
-__all__ = ["MANIFEST_NAME", "ScanResult", "load_manifest", "parse_manifest_text", "scan_directory"]
+__all__ = [
+    "MANIFEST_NAME",
+    "ScanCache",
+    "ScanResult",
+    "load_manifest",
+    "parse_manifest_text",
+    "scan_directory",
+]

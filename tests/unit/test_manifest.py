@@ -11,6 +11,7 @@ from capdisc.errors import ManifestError
 from capdisc.manifest import (
     DEFAULT_MAX_BYTES,
     MANIFEST_NAME,
+    ScanCache,
     load_manifest,
     parse_manifest_text,
     scan_directory,
@@ -357,3 +358,56 @@ def test_scan_uses_the_resolved_root_as_source(tmp_path: Path) -> None:
     assert result.root == tmp_path.resolve()
     [capability] = result.capabilities.values()
     assert capability.source_ref.source == str(tmp_path.resolve())
+
+
+# -- ScanCache ---------------------------------------------------------------------------------
+
+
+def _write_capability(directory: Path, description: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "CAPABILITY.yaml"
+    path.write_text(f"name: {directory.name}\nkind: tool\ndescription: {description}\n")
+    return path
+
+
+def test_scan_cache_reuses_the_parse_of_an_unchanged_manifest(tmp_path: Path) -> None:
+    _write_capability(tmp_path / "alpha", "First text.")
+    cache = ScanCache()
+    first = scan_directory(tmp_path, cache=cache)
+
+    second = scan_directory(tmp_path, cache=cache)
+
+    assert next(iter(second.capabilities.values())) is next(iter(first.capabilities.values()))
+
+
+def test_scan_cache_reparses_a_manifest_whose_file_changed(tmp_path: Path) -> None:
+    path = _write_capability(tmp_path / "alpha", "First text.")
+    cache = ScanCache()
+    scan_directory(tmp_path, cache=cache)
+    path.write_text(path.read_text().replace("First text.", "Second, longer text."))
+
+    again = scan_directory(tmp_path, cache=cache)
+
+    assert [c.description for c in again.capabilities.values()] == ["Second, longer text."]
+
+
+def test_scan_cache_reparses_when_a_skill_md_appears_beside_the_manifest(tmp_path: Path) -> None:
+    _write_capability(tmp_path / "alpha", "First text.")
+    cache = ScanCache()
+    scan_directory(tmp_path, cache=cache)
+    (tmp_path / "alpha" / "SKILL.md").write_text("# How to use alpha\n")
+
+    again = scan_directory(tmp_path, cache=cache)
+
+    assert [c.full_content for c in again.capabilities.values()] == ["# How to use alpha\n"]
+
+
+def test_scan_cache_keeps_reporting_an_unchanged_broken_manifest(tmp_path: Path) -> None:
+    path = _write_capability(tmp_path / "alpha", "First text.")
+    path.write_text(path.read_text() + "kind: skill\n")
+    cache = ScanCache()
+    scan_directory(tmp_path, cache=cache)
+
+    again = scan_directory(tmp_path, cache=cache)
+
+    assert "duplicate key" in str(again.errors[path])
