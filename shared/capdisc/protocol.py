@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from capdisc.errors import EventDecodeError
+from capdisc.models import KINDS
 
 MAX_QUERY_CHARS = 4096
 MAX_REQUEST_BYTES = 64 * 1024
@@ -25,6 +26,9 @@ class DiscoverRequest:
     tenant: str = "default"
     limit: int | None = None
     kind: str | None = None
+    category: str | None = None
+    tags: list[str] = field(default_factory=list)
+    only_available: bool = False
     min_version: int = 0
     options: dict[str, Any] = field(default_factory=dict)
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
@@ -54,6 +58,11 @@ def _check(request: DiscoverRequest) -> None:
                                f"{MAX_QUERY_CHARS} characters")
     if request.limit is not None and (not isinstance(request.limit, int) or request.limit < 1):
         raise EventDecodeError("discovery request field 'limit' must be a positive integer")
+    if request.kind is not None and request.kind not in KINDS:
+        raise EventDecodeError(f"discovery request field 'kind' must be one of "
+                               f"{', '.join(KINDS)}, got {request.kind!r}")
+    if not isinstance(request.tags, list) or not all(isinstance(t, str) for t in request.tags):
+        raise EventDecodeError("discovery request field 'tags' must be a list of strings")
     if not isinstance(request.options, dict):
         raise EventDecodeError("discovery request field 'options' must be an object")
 
