@@ -171,30 +171,40 @@ class DiscoveryWorker:
                                           {keys.DISCOVERY_REQUESTS: ">"}, count=BATCH,
                                           block=BLOCK_MS)
             for _stream, entries in batch or []:
-                for entry_id, fields in entries:
-                    self._handle(entry_id, _decode(fields))
+                self._handle_batch(entries)
 
-    def _handle(self, entry_id: Any, fields: dict[str, str]) -> None:
+    def _handle_batch(self, entries: list[Any]) -> None:
+        """Answer a batch of requests and send every reply, ack and delete in one round trip."""
+        replies = []
+        for _entry_id, fields in entries:
+            reply = self._handle(_decode(fields))
+            if reply is not None:
+                replies.append(reply)
+        ids = [entry_id for entry_id, _fields in entries]
+        with self.redis.pipeline(transaction=False) as pipe:
+            for reply in replies:
+                key = keys.reply(reply["request_id"])
+                pipe.rpush(key, json.dumps(reply))
+                pipe.expire(key, self.settings.reply_ttl_s)
+            pipe.xack(keys.DISCOVERY_REQUESTS, keys.DISCOVERY_GROUP, *ids)
+            pipe.xdel(keys.DISCOVERY_REQUESTS, *ids)
+            pipe.execute()
+
+    def _handle(self, fields: dict[str, str]) -> dict[str, Any] | None:
+        """The reply to one request; None when nobody is left to read it."""
         started = time.perf_counter()
-        payload = fields.get("payload", "")
+        deadline_ms = int(fields.get("deadline_ms", 0)) or None
+        if deadline_ms and time.time() * 1000 > deadline_ms:
+            return None
         try:
-            request = DiscoverRequest.decode(payload)
+            request = DiscoverRequest.decode(fields.get("payload", ""))
         except EventDecodeError as exc:
             log.warning("request_rejected", reason=str(exc))
-            self.redis.xack(keys.DISCOVERY_REQUESTS, keys.DISCOVERY_GROUP, entry_id)
-            return
-        if int(fields.get("deadline_ms", 0)) and time.time() * 1000 > int(fields["deadline_ms"]):
-            self.redis.xack(keys.DISCOVERY_REQUESTS, keys.DISCOVERY_GROUP, entry_id)
-            return
-        deadline_ms = int(fields.get("deadline_ms", 0)) or None
+            request_id = _request_id(fields.get("payload", ""))
+            return error_reply(request_id, "bad_request", str(exc)) if request_id else None
         reply = self.answer(request, deadline_ms)
         reply["took_ms"] = round((time.perf_counter() - started) * 1000, 3)
-        with self.redis.pipeline(transaction=False) as pipe:
-            pipe.rpush(keys.reply(request.request_id), json.dumps(reply))
-            pipe.expire(keys.reply(request.request_id), self.settings.reply_ttl_s)
-            pipe.xack(keys.DISCOVERY_REQUESTS, keys.DISCOVERY_GROUP, entry_id)
-            pipe.xdel(keys.DISCOVERY_REQUESTS, entry_id)
-            pipe.execute()
+        return reply
 
     def answer(self, request: DiscoverRequest, deadline_ms: int | None = None) -> dict[str, Any]:
         bound = log.bind(request_id=request.request_id, tenant=request.tenant)
@@ -262,6 +272,15 @@ class DiscoveryWorker:
 
 def _decode(fields: Any) -> dict[str, str]:
     return {as_str(k): as_str(v) for k, v in fields.items()}
+
+
+def _request_id(payload: str) -> str | None:
+    """The request id of a request that failed to decode, if it can be read at all."""
+    try:
+        value = json.loads(payload).get("request_id")
+    except (ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) and len(value) <= 64 else None
 
 
 def _contiguous(changes: list[dict[str, str]]) -> bool:
