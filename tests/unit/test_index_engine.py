@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from capdisc.embedding import Vector
-from capdisc.engine import Match, discover, render
-from capdisc.index import IndexSnapshot
+from capdisc.engine import Match, Query, discover
+from capdisc.index import IndexSnapshot, SearchFilters
+from capdisc.tiers import NOTHING_FITS
 from capdisc.models import Capability, Kind
 from capdisc.settings import DiscoveryConfig
 
@@ -139,65 +140,77 @@ def test_with_changes_skips_an_upsert_of_the_wrong_dimension(snapshot: IndexSnap
 
 # -- engine.discover -----------------------------------------------------------------------------
 
+NO_GRAPH = {"use_graph_reranking": False}
+
 
 def test_discover_drops_matches_under_the_minimum_relevance(snapshot: IndexSnapshot) -> None:
-    config = DiscoveryConfig(tier1_min_relevance=0.7)
+    config = DiscoveryConfig(tier1_min_relevance=0.7, **NO_GRAPH)
 
-    result = discover(snapshot, "q", vec(1, 0, 0), config)
+    result = discover(snapshot, Query("q"), vec(1, 0, 0), config)
 
     assert [(m.capability.id, round(m.score, 6)) for m in result.matches] == [
         ("tool:web-search", 1.0), ("tool:web-fetch", 0.8)]
 
 
 def test_discover_keeps_a_match_exactly_at_the_minimum(snapshot: IndexSnapshot) -> None:
-    config = DiscoveryConfig(tier1_min_relevance=1.0)
+    config = DiscoveryConfig(tier1_min_relevance=1.0, **NO_GRAPH)
 
-    result = discover(snapshot, "q", vec(1, 0, 0), config)
+    result = discover(snapshot, Query("q"), vec(1, 0, 0), config)
 
     assert [(m.capability.id, m.score) for m in result.matches] == [("tool:web-search", 1.0)]
 
 
-def test_discover_with_no_match_renders_that_nothing_matches(snapshot: IndexSnapshot) -> None:
-    result = discover(snapshot, "q", vec(0, -1, 0), DiscoveryConfig())
+def test_discover_with_no_match_says_nothing_fits(snapshot: IndexSnapshot) -> None:
+    result = discover(snapshot, Query("q"), vec(0, -1, 0), DiscoveryConfig())
 
     assert result.matches == ()
-    assert result.context == "No registered capability matches this request."
+    assert result.tiers.tier1 == NOTHING_FITS
+    assert result.tiers.tier2 == ""
 
 
 def test_discover_uses_tier1_top_k_unless_a_limit_is_given(snapshot: IndexSnapshot) -> None:
     config = DiscoveryConfig(tier1_top_k=1, tier1_min_relevance=-1.0)
 
-    assert len(discover(snapshot, "q", vec(1, 0, 0), config).matches) == 1
-    assert len(discover(snapshot, "q", vec(1, 0, 0), config, limit=3).matches) == 3
+    assert len(discover(snapshot, Query("q"), vec(1, 0, 0), config).matches) == 1
+    assert len(discover(snapshot, Query("q", limit=3), vec(1, 0, 0), config).matches) == 3
 
 
 def test_discover_kind_filter(snapshot: IndexSnapshot) -> None:
     config = DiscoveryConfig(tier1_min_relevance=-1.0)
 
-    result = discover(snapshot, "q", vec(1, 0, 0), config, kind="skill")
+    result = discover(snapshot, Query("q", filters=SearchFilters(kind="skill")), vec(1, 0, 0),
+                      config)
 
     assert [m.capability.id for m in result.matches] == ["skill:bake-cake"]
 
 
 def test_discover_result_names_tenant_version_and_index_size(snapshot: IndexSnapshot) -> None:
-    result = discover(snapshot, "find news", vec(1, 0, 0), DiscoveryConfig())
+    result = discover(snapshot, Query("find news"), vec(1, 0, 0), DiscoveryConfig())
 
     assert (result.query, result.tenant, result.index_version, result.total_indexed) == (
         "find news", "acme", 3, 3)
 
 
-def test_render_numbers_matches_with_kind_description_and_params() -> None:
-    schema = {"type": "object", "properties": {"query": {}, "site": {}}}
-    matches = (Match(cap("web-search", full_schema=schema), 0.9), Match(CAKE, 0.5))
+def test_discover_puts_the_best_tier2_top_k_matches_in_tier_2(snapshot: IndexSnapshot) -> None:
+    config = DiscoveryConfig(tier1_min_relevance=-1.0, tier2_top_k=1, **NO_GRAPH)
 
-    assert render(matches) == (
-        "Relevant capabilities:\n"
-        "1. web-search (tool). web-search does things. Params: query, site\n"
-        "2. bake-cake (skill). bake-cake does things.")
+    result = discover(snapshot, Query("q"), vec(1, 0, 0), config)
+
+    assert [(m.capability.id, m.tier) for m in result.matches] == [
+        ("tool:web-search", 2), ("tool:web-fetch", 1), ("skill:bake-cake", 1)]
+    assert result.tiers.tier2.startswith("# web-search") or "web-search" in result.tiers.tier2
 
 
-def test_match_to_dict_rounds_the_score() -> None:
-    assert Match(SEARCH, 0.123456).to_dict() == {
+def test_discover_context_renders_tier0_then_tier1_then_tier2(snapshot: IndexSnapshot) -> None:
+    result = discover(snapshot, Query("q"), vec(1, 0, 0), DiscoveryConfig())
+
+    assert result.context == "\n\n".join(
+        [result.tiers.tier0, result.tiers.tier1, result.tiers.tier2])
+    assert result.tiers.tier0.startswith("Available capability categories:")
+
+
+def test_match_to_dict_rounds_score_and_relevance_and_names_the_tier() -> None:
+    assert Match(SEARCH, 0.123456, 0.654321).to_dict() == {
         "id": "tool:web-search", "kind": "tool", "name": "web-search", "display_name": "",
         "description": "web-search does things.", "category": "general", "available": True,
-        "score": 0.1235}
+        "score": 0.1235, "relevance": 0.6543, "tier": 1}

@@ -23,9 +23,9 @@ import structlog
 
 from capdisc import keys, status
 from capdisc.embedding import CachedQueryEmbedder, make_embedder
-from capdisc.engine import discover
+from capdisc.engine import Query, discover
 from capdisc.errors import CapdiscError, EventDecodeError
-from capdisc.index import IndexSnapshot
+from capdisc.index import IndexSnapshot, SearchFilters
 from capdisc.logs import configure_logging
 from capdisc.models import Capability
 from capdisc.protocol import DiscoverRequest, error_reply
@@ -161,7 +161,9 @@ class DiscoveryWorker:
 
     def serve(self) -> None:
         try:
-            self.redis.xgroup_create(keys.DISCOVERY_REQUESTS, keys.DISCOVERY_GROUP, id="$",
+            # From the start of the stream: a request sent before the first worker ever started
+            # is still answered (expired ones are skipped by their deadline).
+            self.redis.xgroup_create(keys.DISCOVERY_REQUESTS, keys.DISCOVERY_GROUP, id="0",
                                      mkstream=True)
         except redis.ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
@@ -216,8 +218,7 @@ class DiscoveryWorker:
         try:
             config = self.settings.discovery.merged(request.options)
             vector = self.queries.embed_one(request.query)
-            result = discover(snapshot, request.query, vector, config, limit=request.limit,
-                              kind=request.kind)
+            result = discover(snapshot, _query(request), vector, config)
         except CapdiscError as exc:
             bound.warning("request_failed", error=str(exc))
             return error_reply(request.request_id, type(exc).__name__, str(exc))
@@ -272,6 +273,12 @@ class DiscoveryWorker:
 
 def _decode(fields: Any) -> dict[str, str]:
     return {as_str(k): as_str(v) for k, v in fields.items()}
+
+
+def _query(request: DiscoverRequest) -> Query:
+    filters = SearchFilters(kind=request.kind, category=request.category,
+                            tags=tuple(request.tags), only_available=request.only_available)
+    return Query(request.query, request.limit, filters)
 
 
 def _request_id(payload: str) -> str | None:
