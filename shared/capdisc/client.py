@@ -15,7 +15,9 @@ from typing import Any
 import redis
 
 from capdisc import keys
+from capdisc.agent import metatool_result
 from capdisc.errors import CapdiscError, DiscoveryTimeout, UnknownTenantError
+from capdisc.metatool import parse_metatool_arguments
 from capdisc.protocol import DiscoverRequest
 from capdisc.status import collect_status
 
@@ -34,6 +36,8 @@ class Answer:
     context: str
     abstained: bool = False
     tokens: dict[str, int] = field(default_factory=dict)
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    tool_names: dict[str, str] = field(default_factory=dict)
     worker: str = ""
     took_ms: float = 0.0
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -62,21 +66,36 @@ class Client:
     def discover(self, query: str, *, limit: int | None = None, kind: str | None = None,
                  category: str | None = None, tags: list[str] | None = None,
                  only_available: bool = False, min_version: int = 0,
-                 options: dict[str, Any] | None = None, tenant: str | None = None,
-                 timeout_s: float | None = None) -> Answer:
+                 options: dict[str, Any] | None = None, tool_format: str | None = None,
+                 tenant: str | None = None, timeout_s: float | None = None) -> Answer:
         """The capabilities this turn needs, filtered by ``kind``, ``category``, ``tags`` and
         availability. ``options`` overrides discovery settings for this call (for example
-        ``{"tier1_top_k": 8}``); ``min_version`` waits until that index version is served."""
+        ``{"tier1_top_k": 8}``); ``min_version`` waits until that index version is served;
+        ``tool_format`` (``openai-chat``, ``openai-responses``, ``anthropic``, ``mcp``) adds the
+        discovered tools' definitions, plus the meta-tool, to the answer."""
         request = DiscoverRequest(query=query, tenant=tenant or self.tenant, limit=limit,
                                   kind=kind, category=category, tags=list(tags or []),
                                   only_available=only_available, min_version=min_version,
-                                  options=options or {})
+                                  tool_format=tool_format, options=options or {})
         timeout = timeout_s if timeout_s is not None else self.timeout_s
         deadline_ms = int((time.time() + timeout) * 1000)
         self.redis.xadd(keys.DISCOVERY_REQUESTS,
                         {"payload": request.encode(), "deadline_ms": deadline_ms})
         raw = self._wait_reply(request.request_id, timeout)
         return _answer(raw, request)
+
+    def handle_metatool_call(self, arguments: str | dict[str, Any], *,
+                             tool_format: str | None = None, tenant: str | None = None
+                             ) -> tuple[dict[str, Any], Answer]:
+        """Run a model's ``discover_capabilities`` call: the result to hand back to the model,
+        and the full answer (whose ``tools`` to bind when ``tool_format`` is given). Bad
+        arguments raise :class:`~capdisc.errors.ManifestError` naming the argument; send its
+        message back to the model as the tool's error."""
+        call = parse_metatool_arguments(arguments)
+        answer = self.discover(call.query, kind=call.kind, limit=call.limit,
+                               only_available=bool(call.only_available),
+                               tool_format=tool_format, tenant=tenant)
+        return metatool_result(answer.raw), answer
 
     def status(self) -> dict[str, Any]:
         """Index versions, capability counts, workers seen and queue depths."""
@@ -113,4 +132,5 @@ def _answer(raw: dict[str, Any], request: DiscoverRequest) -> Answer:
     return Answer(query=request.query, tenant=raw["tenant"], index_version=raw["index_version"],
                   capabilities=raw["capabilities"], context=raw["context"],
                   abstained=raw.get("abstained", False), tokens=raw.get("tokens", {}),
+                  tools=raw.get("tools", []), tool_names=raw.get("tool_names", {}),
                   worker=raw.get("worker", ""), took_ms=raw.get("took_ms", 0.0), raw=raw)

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from capdisc.errors import EventDecodeError
+from capdisc.formats import TOOL_FORMATS
 from capdisc.models import KINDS
 
 MAX_QUERY_CHARS = 4096
@@ -30,6 +31,7 @@ class DiscoverRequest:
     tags: list[str] = field(default_factory=list)
     only_available: bool = False
     min_version: int = 0
+    tool_format: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
@@ -63,6 +65,9 @@ def _check(request: DiscoverRequest) -> None:
                                f"{', '.join(KINDS)}, got {request.kind!r}")
     if not isinstance(request.tags, list) or not all(isinstance(t, str) for t in request.tags):
         raise EventDecodeError("discovery request field 'tags' must be a list of strings")
+    if request.tool_format is not None and request.tool_format not in TOOL_FORMATS:
+        raise EventDecodeError(f"discovery request field 'tool_format' must be one of "
+                               f"{', '.join(TOOL_FORMATS)}, got {request.tool_format!r}")
     if not isinstance(request.options, dict):
         raise EventDecodeError("discovery request field 'options' must be an object")
 

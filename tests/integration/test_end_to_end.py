@@ -55,7 +55,8 @@ def test_edited_manifest_is_served_by_the_running_worker(
 
     second = publish(stack.url, registry, tenant)
     answer = client.discover("zanzibar quokka relay", min_version=second.index_version,
-                             options={"tier1_min_relevance": 0.0})
+                             options={"tier1_min_relevance": 0.0,
+                                      "use_graph_reranking": False})
 
     assert [c.id for c in second.plan.upserts] == ["tool:slack-post-message"]
     assert answer.ids[0] == "tool:slack-post-message"
@@ -210,3 +211,29 @@ def test_manifest_parsed_by_the_producer_is_what_the_worker_serves(
 
     top = answer.capabilities[0]
     assert (top["id"], top["name"], top["kind"]) == (expected.id, expected.name, expected.kind)
+
+
+def test_answer_carries_tool_definitions_in_the_requested_format(
+    stack: Stack, client: Client, registry: Path, tenant: str
+) -> None:
+    report = publish(stack.url, registry, tenant)
+
+    answer = client.discover("open a pull request", min_version=report.index_version,
+                             tool_format="openai-chat")
+
+    names = [tool["function"]["name"] for tool in answer.tools]
+    assert "discover_capabilities" in names
+    assert answer.tool_names["github-create-pull-request"] == "tool:github-create-pull-request"
+
+
+def test_metatool_call_runs_the_same_pipeline_and_returns_a_model_result(
+    stack: Stack, client: Client, registry: Path, tenant: str
+) -> None:
+    publish(stack.url, registry, tenant)
+
+    payload, answer = client.handle_metatool_call(
+        '{"query": "open a pull request", "kind": "tool", "limit": 3}')
+
+    assert [c["id"] for c in payload["capabilities"]] == answer.ids
+    assert len(answer.ids) <= 3 and all(c["kind"] == "tool" for c in answer.capabilities)
+    assert "github-create-pull-request" in payload["details"]

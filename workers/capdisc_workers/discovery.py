@@ -22,6 +22,7 @@ import redis
 import structlog
 
 from capdisc import keys, status
+from capdisc.agent import list_discovered_tools
 from capdisc.embedding import CachedQueryEmbedder, make_embedder
 from capdisc.engine import Query, discover
 from capdisc.errors import CapdiscError, EventDecodeError
@@ -224,6 +225,8 @@ class DiscoveryWorker:
             return error_reply(request.request_id, type(exc).__name__, str(exc))
         reply = result.to_dict()
         reply.update(request_id=request.request_id, worker=self.worker_id)
+        if request.tool_format:
+            reply.update(list_discovered_tools(result, request.tool_format))  # type: ignore[arg-type]
         bound.debug("request_served", index_version=result.index_version,
                     matches=len(result.matches))
         return reply
