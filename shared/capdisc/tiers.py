@@ -76,7 +76,7 @@ def tier1_text(matches: Sequence[Capability], hints: Mapping[str, str], budget: 
         line = summary_line(rank, cap)
         if counter("\n".join([*lines, line])) > budget:
             line = truncate_to_budget(line, budget - counter("\n".join(lines)) - 1, counter)
-            if line:
+            if line.startswith(f"{rank}. {cap.name} "):  # a cut line still names its capability
                 lines.append(line)
                 shown.append(cap.id)
             break
@@ -155,17 +155,16 @@ def schema_lines(schema: Mapping[str, Any]) -> list[str]:
 def first_sentence(text: str, max_chars: int = 160) -> str:
     """The first sentence of ``text`` (at most ``max_chars``)."""
     flat = " ".join(text.split())
-    for stop in (". ", "! ", "? "):
-        index = flat.find(stop)
-        if 0 < index < max_chars:
-            return flat[: index + 1]
+    stops = [i for i in (flat.find(stop, 1) for stop in (". ", "! ", "? ")) if 0 < i < max_chars]
+    if stops:
+        return flat[: min(stops) + 1]
     return flat if len(flat) <= max_chars else flat[: max_chars - 1].rstrip() + "…"
 
 
 def _category_hints(matches: Sequence[Capability], hints: Mapping[str, str]) -> list[str]:
     counts = Counter(cap.category for cap in matches)
     return [f"Workflow ({category}): {hints[category].strip()}"
-            for category, _n in counts.most_common() if hints.get(category)]
+            for category, _n in counts.most_common() if hints.get(category, "").strip()]
 
 
 def _fit(parts: Sequence[str], budget: int, counter: TokenCounter, sep: str = "\n") -> str:

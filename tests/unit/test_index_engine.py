@@ -8,9 +8,9 @@ import pytest
 from capdisc.embedding import Vector
 from capdisc.engine import Match, Query, discover
 from capdisc.index import IndexSnapshot, SearchFilters
-from capdisc.tiers import NOTHING_FITS
 from capdisc.models import Capability, Kind
 from capdisc.settings import DiscoveryConfig
+from capdisc.tiers import NOTHING_FITS
 
 DIM = 3
 
