@@ -22,6 +22,7 @@ from capdisc.errors import CapdiscError
 from capdisc.logs import configure_logging
 from capdisc.settings import Settings
 from capdisc.status import collect_status
+from capdisc_producers.bench_cli import bench
 from capdisc_producers.publisher import Publisher
 from capdisc_producers.stack import resolve_redis_url, run_up
 from capdisc_producers.sync import sync_directory
@@ -203,6 +204,9 @@ def watch(ctx: click.Context, path: Path, redis_url: str | None, tenant: str | N
                         tenant=tenant or settings.tenant,
                         max_bytes=settings.manifest_max_bytes,
                         debounce_ms=settings.watch_debounce_ms)
+
+
+cli.add_command(bench)
 
 
 def _interrupt(*_: object) -> NoReturn:

@@ -36,7 +36,7 @@ class DiscoveryConfig(BaseModel):
     use_graph_reranking: bool = True
     graph_boost_factor: float = Field(0.15, ge=0.0, le=1.0)
     collection_name: str = "capability_index"
-    token_counter: Literal["auto", "heuristic", "cl100k"] = "auto"
+    token_counter: Literal["auto", "heuristic", "cl100k"] = "heuristic"
     #: category -> guidance carried with results of that category (seed 003, "Prompt Coupling")
     workflow_hints: dict[str, str] = Field(default_factory=dict)
 

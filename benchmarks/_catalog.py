@@ -1,0 +1,96 @@
+"""Benchmark catalogs: the shared data sets, grown to any size, and their vectors (cached).
+
+``load_catalog(n)`` takes the Seal-Tools and MetaTool tools from ``../shared/data`` and, past
+their 4,275 tools, adds variants (the same tool offered by another provider or region, with its
+own name and a reworded description) so that a 10,000 or 100,000 capability registry keeps the
+texture of real tool text. Vectors are cached under ``benchmarks/.cache/`` by embedder and text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+
+from capdisc.embedding import Embedder, Matrix
+from capdisc.models import Capability
+from capdisc.normalize import capability_from_record
+from capdisc.text import embedding_text
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+CACHE = Path(__file__).resolve().parent / ".cache"
+PROVIDERS = ["acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne", "wonka",
+             "tyrell", "cyberdyne", "soylent", "aperture", "vandelay", "oscorp", "monarch"]
+REGIONS = ["eu", "us", "apac", "latam", "africa", "nordics", "canada", "india", "japan", "uk"]
+
+
+def data_dir() -> Path:
+    if not DATA.is_dir():
+        raise SystemExit(f"benchmark data not found at {DATA}: the shared/ folder must sit "
+                         "beside the repository")
+    return DATA
+
+
+def base_tools() -> list[dict[str, object]]:
+    tools: list[dict[str, object]] = []
+    for name in ("seal-tools", "metatool"):
+        with (data_dir() / name / "tools.jsonl").open() as handle:
+            tools += [json.loads(line) for line in handle]
+    return tools
+
+
+def to_capability(tool: dict[str, object], suffix: str = "", prefix: str = "") -> Capability:
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{tool['name']}{suffix}").strip("-")[:64]
+    schema = tool.get("parameters") if isinstance(tool.get("parameters"), dict) else None
+    category = re.sub(r"[^a-z0-9._-]+", "-", str(tool.get("category") or "general").lower())
+    record = {"kind": "tool", "name": name, "description": f"{prefix}{tool['description']}"[:4000],
+              "category": category.strip("-")[:64] or "general", "full_schema": schema}
+    return capability_from_record(record, f"catalog:{name}")
+
+
+def load_catalog(size: int) -> list[Capability]:
+    """``size`` capabilities: the real tools first, then provider/region variants."""
+    tools = base_tools()
+    caps: dict[str, Capability] = {}
+    for tool in tools:
+        cap = to_capability(tool)
+        caps.setdefault(cap.id, cap)
+    variant = 0
+    while len(caps) < size:
+        tool = tools[variant % len(tools)]
+        provider = PROVIDERS[(variant // len(tools)) % len(PROVIDERS)]
+        region = REGIONS[(variant // (len(tools) * len(PROVIDERS))) % len(REGIONS)]
+        cap = to_capability(tool, f"-{provider}-{region}",
+                            f"{provider.title()} {region.upper()} edition. ")
+        caps.setdefault(cap.id, cap)
+        variant += 1
+    return list(caps.values())[:size]
+
+
+def embed_catalog(caps: list[Capability], embedder: Embedder, batch: int = 64) -> Matrix:
+    """Vectors of ``caps`` (embedding text as the engine builds it), cached on disk."""
+    texts = [embedding_text(c) for c in caps]
+    return embed_texts(texts, embedder, batch)
+
+
+def embed_texts(texts: list[str], embedder: Embedder, batch: int = 64) -> Matrix:
+    CACHE.mkdir(exist_ok=True)
+    digest = hashlib.sha256("\n\x00".join(texts).encode()).hexdigest()[:24]
+    path = CACHE / f"{embedder.id}-{digest}.npy"
+    if path.exists():
+        cached: Matrix = np.load(path)
+        return cached
+    rows = [embedder.embed(texts[i:i + batch]) for i in range(0, len(texts), batch)]
+    matrix = np.vstack(rows).astype(np.float32) if rows else np.zeros((0, embedder.dim),
+                                                                        dtype=np.float32)
+    np.save(path, matrix)
+    return matrix
+
+
+def seal_queries() -> list[str]:
+    with (data_dir() / "seal-tools" / "queries.jsonl").open() as handle:
+        return [json.loads(line)["query"] for line in handle]

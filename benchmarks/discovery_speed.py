@@ -1,0 +1,228 @@
+"""Per-turn discovery speed at registry scale (issue 3), beside the Redis floors of the same run.
+
+1. the engine in-process with cached query embeddings;
+2. the bare Redis request/reply floor (BLPOP/RPUSH between two processes) and capdisc's own
+   transport floor (stream + consumer group + reply list) with an echo worker that does nothing;
+3. through Redis and one discovery worker, with a cached and with a fresh query embedding;
+4. the throughput of two discovery workers on this machine, cached embeddings, closed-loop
+   clients in two processes.
+
+    .venv/bin/python benchmarks/discovery_speed.py [--size 10000] [--seconds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import redis
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _catalog import embed_catalog, embed_texts, load_catalog, seal_queries
+from _common import percentile
+from capdisc.client import Client
+from capdisc.embedding import MiniLMEmbedder
+from capdisc.engine import Query, discover
+from capdisc.events import RegistryEvent
+from capdisc.index import IndexSnapshot
+from capdisc.localredis import start_redis
+from capdisc.settings import DiscoveryConfig
+from capdisc.store import apply_event
+
+HERE = Path(__file__).resolve().parent
+TENANT = "bench"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=10_000)
+    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    args = parser.parse_args()
+    embedder = MiniLMEmbedder()
+    caps = load_catalog(args.size)
+    matrix = embed_catalog(caps, embedder)
+    queries = seal_queries()[: args.queries]
+    print(f"catalog: {len(caps)} capabilities, {len(queries)} queries, embedder {embedder.id}")
+    in_process(caps, matrix, queries, embedder)
+    with tempfile.TemporaryDirectory() as tmp:
+        server = start_redis(Path(tmp) / "redis", durable=False)
+        try:
+            load_registry(server.url, caps, matrix)
+            floors = measure_floors(server.url)
+            through_workers(server.url, queries, floors, args.seconds)
+        finally:
+            server.stop()
+
+
+def report(label: str, samples_s: list[float], floor_ms: float | None = None) -> float:
+    ms = [s * 1000 for s in samples_s]
+    median = float(np.median(ms))
+    ratio = f", {median / floor_ms:.1f}x the floor" if floor_ms else ""
+    print(f"{label:<58} median {median:6.2f} ms  p99 {percentile(ms, 99):6.2f} ms  "
+          f"(p99/median {percentile(ms, 99) / median:.1f}{ratio}, n={len(ms)})")
+    return median
+
+
+def in_process(caps: list, matrix: np.ndarray, queries: list[str], embedder: MiniLMEmbedder
+               ) -> None:
+    started = time.perf_counter()
+    snapshot = IndexSnapshot.build(TENANT, 1, embedder.dim,
+                                   ((c, matrix[i].tobytes()) for i, c in enumerate(caps)))
+    print(f"snapshot build (retriever, graph) for {len(caps)}: "
+          f"{time.perf_counter() - started:.2f} s")
+    vectors = embed_texts(queries, embedder)
+    config = DiscoveryConfig()
+    for query, vector in zip(queries[:20], vectors, strict=False):
+        discover(snapshot, Query(query), vector, config)
+    samples = []
+    for query, vector in zip(queries, vectors, strict=True):
+        started = time.perf_counter()
+        discover(snapshot, Query(query), vector, config)
+        samples.append(time.perf_counter() - started)
+    report("engine in-process, query embedding cached", samples)
+    samples = []
+    for query in queries[:100]:
+        started = time.perf_counter()
+        discover(snapshot, Query(query), embedder.embed([query])[0], config)
+        samples.append(time.perf_counter() - started)
+    report("engine in-process, fresh query embedding", samples)
+
+
+def load_registry(url: str, caps: list, matrix: np.ndarray) -> None:
+    client = redis.Redis.from_url(url)
+    started = time.perf_counter()
+    for index, cap in enumerate(caps):
+        event = RegistryEvent(type="upsert", tenant=TENANT, capability_id=cap.id, seq=1,
+                              capability=cap.to_dict())
+        vector = matrix[index].tobytes()
+        apply_event(client, event, cap, lambda _c, v=vector: v, "minilm-l6-int8")
+    print(f"registry stored in Redis: {len(caps)} capabilities in "
+          f"{time.perf_counter() - started:.1f} s (vectors precomputed)")
+
+
+def measure_floors(url: str) -> dict[str, float]:
+    floors = {}
+    for mode in ("list", "stream"):
+        echo = subprocess.Popen([sys.executable, str(HERE / "_echo.py"), mode, url])
+        try:
+            label = "bare BLPOP/RPUSH" if mode == "list" else "stream + group + reply list"
+            floors[mode] = report(f"floor: {label} echo", echo_round_trips(url, mode))
+        finally:
+            echo.kill()
+    return floors
+
+
+def echo_round_trips(url: str, mode: str, n: int = 2000) -> list[float]:
+    client = redis.Redis.from_url(url)
+    samples = []
+    for index in range(n + 200):
+        reply = f"bench:echo:reply:{uuid.uuid4().hex}"
+        payload = json.dumps({"reply": reply, "n": index})
+        started = time.perf_counter()
+        if mode == "list":
+            client.rpush("bench:echo:requests", payload)
+        else:
+            client.xadd("bench:echo:stream", {"payload": payload})
+        client.blpop([reply], timeout=5)
+        if index >= 200:
+            samples.append(time.perf_counter() - started)
+    return samples
+
+
+def spawn_worker(url: str, log: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "CAPDISC_REDIS_URL": url, "CAPDISC_LOG_LEVEL": "WARNING"}
+    return subprocess.Popen([sys.executable, "-m", "capdisc_workers.discovery"], env=env,
+                            stdout=log.open("ab"), stderr=subprocess.STDOUT)
+
+
+def through_workers(url: str, queries: list[str], floors: dict[str, float], seconds: float
+                    ) -> None:
+    log = Path(tempfile.gettempdir()) / "capdisc-bench-discovery.log"
+    workers = [spawn_worker(url, log)]
+    try:
+        client = Client.from_url(url, tenant=TENANT, timeout_s=120)
+        client.discover("warm up")
+        fresh = []
+        for query in queries:
+            started = time.perf_counter()
+            client.discover(query)
+            fresh.append(time.perf_counter() - started)
+        cached = []
+        for query in queries:
+            started = time.perf_counter()
+            client.discover(query)
+            cached.append(time.perf_counter() - started)
+        stream_floor = floors["stream"]
+        report("one discovery worker, cached query embedding", cached, floors["list"])
+        report("one discovery worker, fresh query embedding", fresh, floors["list"])
+        print(f"{'':<58} (capdisc transport floor {stream_floor:.2f} ms, bare floor "
+              f"{floors['list']:.2f} ms)")
+        workers.append(spawn_worker(url, log))
+        Client.from_url(url, tenant=TENANT, timeout_s=120).discover("warm up the second")
+        throughput(url, queries, seconds)
+    finally:
+        for worker in workers:
+            worker.terminate()
+        for worker in workers:
+            worker.wait(timeout=10)
+
+
+def _client_process(url: str, queries: list[str], seconds: float, threads: int,
+                    out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    stop_at = time.perf_counter() + seconds
+    counts = [0] * threads
+    latencies: list[list[float]] = [[] for _ in range(threads)]
+
+    def loop(slot: int) -> None:
+        client = Client.from_url(url, tenant=TENANT, timeout_s=30)
+        index = slot
+        while time.perf_counter() < stop_at:
+            started = time.perf_counter()
+            client.discover(queries[index % len(queries)])
+            latencies[slot].append(time.perf_counter() - started)
+            counts[slot] += 1
+            index += threads
+
+    pool = [threading.Thread(target=loop, args=(slot,)) for slot in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    out.put((sum(counts), [x for xs in latencies for x in xs]))
+
+
+def throughput(url: str, queries: list[str], seconds: float, processes: int = 2,
+               threads: int = 8) -> None:
+    out: multiprocessing.Queue = multiprocessing.Queue()  # type: ignore[type-arg]
+    started = time.perf_counter()
+    procs = [multiprocessing.Process(target=_client_process,
+                                     args=(url, queries, seconds, threads, out))
+             for _ in range(processes)]
+    for proc in procs:
+        proc.start()
+    results = [out.get() for _ in procs]
+    for proc in procs:
+        proc.join()
+    elapsed = time.perf_counter() - started
+    total = sum(r[0] for r in results)
+    latencies = [x for r in results for x in r[1]]
+    print(f"two discovery workers, cached embeddings: {total / elapsed:.0f} turns/s "
+          f"({processes} client processes x {threads} threads, {elapsed:.1f} s; latency under "
+          f"load median {np.median(latencies) * 1000:.1f} ms, p99 "
+          f"{percentile([x * 1000 for x in latencies], 99):.1f} ms)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,242 @@
+"""Retrieval quality and speed of the discovery engine against simple baselines (issue 3).
+
+Runs, with one embedder and the same capability text on every side:
+
+- MetaTool (3,000-query sample, seed 0) and Seal-Tools (all 2,054 queries; dev is the tuning
+  split, test the rest) from ``../shared/data``, and the example registry with the labelled
+  queries of ``benchmarks/registry_queries.jsonl`` (12 of them with nothing that fits);
+- the engine against BM25 alone, dense alone, RRF and z-score fusion (the "simple" baselines);
+- abstention: "nothing fits" queries made by removing each query's relevant tools;
+- latency at 10,000 capabilities (Seal-Tools and MetaTool tools plus provider variants).
+
+    .venv/bin/python benchmarks/retrieval.py [--embedder minilm|hashing] [--skip-10k]
+                                             [--calibrate] [--json PATH]
+
+``--calibrate`` refits the relevance model and abstention threshold on the tuning splits
+(MetaTool queries outside the evaluation sample, Seal-Tools dev) and prints the values that
+``RetrievalConfig`` carries as defaults. Embeddings are cached in ``benchmarks/.cache/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from capdisc.embedding import Embedder, make_embedder
+from capdisc.evaluation import (
+    BenchmarkRun,
+    Catalog,
+    LabelledQuery,
+    QueryVectors,
+    build_index,
+    calibrated,
+    default_cache_dir,
+    holdout_abstention,
+    load_catalog,
+    load_queries,
+    percentile,
+    run_queries,
+    sample_queries,
+    summarize,
+)
+from capdisc.manifest import scan_directory
+from capdisc.models import Capability
+from capdisc.retrieval import DEFAULT_CONFIG, RetrievalConfig, RetrievalIndex, decompose
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+REGISTRY_QUERIES = ROOT / "benchmarks" / "registry_queries.jsonl"
+PROVIDERS = ("acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne", "wonka")
+
+SIMPLE = {"decompose": False, "exact_name": False}
+VARIANTS: dict[str, RetrievalConfig] = {
+    "engine": DEFAULT_CONFIG,
+    "BM25 alone": replace(DEFAULT_CONFIG, fusion="lexical", **SIMPLE),
+    "dense alone": replace(DEFAULT_CONFIG, fusion="dense", **SIMPLE),
+    "RRF (k=60)": replace(DEFAULT_CONFIG, fusion="rrf", **SIMPLE),
+    "z-score fusion": replace(DEFAULT_CONFIG, **SIMPLE),
+}
+COLUMNS = ("recall@1", "recall@5", "recall@10", "ndcg@5", "complete@5", "hit@5", "mrr")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--embedder", choices=["minilm", "hashing"], default="minilm")
+    parser.add_argument("--skip-10k", action="store_true", help="skip the 10,000-tool latency")
+    parser.add_argument("--calibrate", action="store_true",
+                        help="refit relevance and abstention on the tuning splits")
+    parser.add_argument("--json", type=Path, default=None, help="also write figures here")
+    args = parser.parse_args()
+    embedder = make_embedder(args.embedder)
+    cache = default_cache_dir()
+    report: dict[str, Any] = {"embedder": embedder.id}
+    if DATA.is_dir():
+        report.update(shared_datasets(embedder, cache, args.calibrate))
+        if not args.skip_10k:
+            report["latency_10k"] = latency_10k(embedder, cache)
+    else:
+        print(f"benchmark data not found at {DATA}: the shared/ folder must sit beside the "
+              "repository; running the example registry only\n")
+    report["registry"] = registry(embedder, cache)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=1))
+
+
+# -- the shared datasets ---------------------------------------------------------------------------
+
+
+def shared_datasets(embedder: Embedder, cache: Path, calibrate: bool) -> dict[str, Any]:
+    meta_catalog = load_catalog(DATA / "metatool" / "tools.jsonl")
+    meta_all = load_queries(DATA / "metatool" / "queries.jsonl", meta_catalog)
+    meta_eval = sample_queries(meta_all, 3000, 0)
+    chosen = {q.id for q in meta_eval}
+    meta_tune = sample_queries([q for q in meta_all if q.id not in chosen], 3000, 1)
+    seal_catalog = load_catalog(DATA / "seal-tools" / "tools.jsonl")
+    seal_all = load_queries(DATA / "seal-tools" / "queries.jsonl", seal_catalog)
+    seal_dev = [q for q in seal_all if q.meta.get("split") == "dev"]
+    seal_test = [q for q in seal_all if q.meta.get("split") != "dev"]
+    meta_index = build_index(meta_catalog.capabilities, embedder, cache_dir=cache)
+    seal_index = build_index(seal_catalog.capabilities, embedder, cache_dir=cache)
+    meta_vectors = QueryVectors.embed(embedder, (q.query for q in [*meta_eval, *meta_tune]),
+                                      cache)
+    seal_vectors = QueryVectors.embed(embedder, (q.query for q in seal_all), cache)
+    if calibrate:
+        print_calibration(meta_index, meta_tune, meta_vectors, seal_index, seal_dev,
+                          seal_vectors)
+    out: dict[str, Any] = {}
+    sets = [("MetaTool (3,000-query sample, seed 0)", meta_index, meta_eval, meta_vectors),
+            ("Seal-Tools (all 2,054)", seal_index, seal_all, seal_vectors),
+            ("Seal-Tools dev (tuning split)", seal_index, seal_dev, seal_vectors),
+            ("Seal-Tools test in+out of domain", seal_index, seal_test, seal_vectors)]
+    for title, index, queries, vectors in sets:
+        out[title] = compare(title, index, queries, vectors)
+    print("Abstention on \"nothing fits\" queries made by removing each query's relevant tools"
+          " (engine defaults):")
+    for title, index, queries, vectors in [
+            ("MetaTool tuning (3,000 outside the sample)", meta_index, meta_tune, meta_vectors),
+            ("MetaTool sample", meta_index, meta_eval, meta_vectors),
+            ("Seal-Tools dev", seal_index, seal_dev, seal_vectors),
+            ("Seal-Tools test", seal_index, seal_test, seal_vectors)]:
+        figures = holdout_abstention(index, queries, vectors)
+        out.setdefault("abstention", {})[title] = figures
+        print(f"  {title:<44} abstained {figures['abstain_accuracy']:.3f}, "
+              f"answered {figures['answer_rate']:.3f}")
+    print()
+    return out
+
+
+def print_calibration(meta_index: RetrievalIndex, meta_tune: list[LabelledQuery],
+                      meta_vectors: QueryVectors, seal_index: RetrievalIndex,
+                      seal_dev: list[LabelledQuery], seal_vectors: QueryVectors) -> None:
+    runs = []
+    for index, queries, vectors in ((meta_index, meta_tune, meta_vectors),
+                                    (seal_index, seal_dev, seal_vectors)):
+        answerable = [q for q in queries if q.relevant]
+        runs.append((run_queries(index, answerable, vectors),
+                     run_queries(index, answerable, vectors, exclude=lambda q: q.relevant)))
+    answered = _concat([a for a, _ in runs])
+    removed = _concat([r for _, r in runs])
+    fitted = calibrated(DEFAULT_CONFIG, answered, removed)
+    print("Calibration on the tuning splits (put these in RetrievalConfig):")
+    print(f"  relevance_bias={fitted.relevance_bias:.3f} "
+          f"relevance_cosine={fitted.relevance_cosine:.3f} "
+          f"abstain_threshold={fitted.abstain_threshold}\n")
+
+
+def _concat(runs: list[BenchmarkRun]) -> BenchmarkRun:
+    return BenchmarkRun([q for r in runs for q in r.queries],
+                        [x for r in runs for x in r.results], [], 0)
+
+
+def compare(title: str, index: RetrievalIndex, queries: list[LabelledQuery],
+            vectors: QueryVectors) -> dict[str, Any]:
+    """Run every variant and print one table."""
+    print(f"{title}: {len(queries)} queries, {len(index)} tools")
+    print(f"  {'':<16}" + "".join(f"{c:>11}" for c in COLUMNS) + f"{'p50 ms':>9}{'p99 ms':>9}")
+    out: dict[str, Any] = {}
+    for name, config in VARIANTS.items():
+        figures = summarize(run_queries(index, queries, vectors, config=config))
+        out[name] = figures
+        latency = figures["latency_ms"]
+        print(f"  {name:<16}" + "".join(f"{figures[c]:>11.3f}" for c in COLUMNS)
+              + f"{latency['p50']:>9.2f}{latency['p99']:>9.2f}")
+    print()
+    return out
+
+
+# -- the example registry --------------------------------------------------------------------------
+
+
+def registry(embedder: Embedder, cache: Path) -> dict[str, Any]:
+    scan = scan_directory(ROOT / "examples" / "registry")
+    caps = list(scan.capabilities.values())
+    catalog = Catalog(tuple(caps), {c.id: c.id for c in caps})
+    queries = load_queries(REGISTRY_QUERIES, catalog)
+    index = build_index(caps, embedder, cache_dir=cache)
+    vectors = QueryVectors.embed(embedder, (q.query for q in queries), cache)
+    out = compare("Example registry (benchmarks/registry_queries.jsonl)", index,
+                  [q for q in queries if q.relevant], vectors)
+    figures = summarize(run_queries(index, queries, vectors))
+    held = holdout_abstention(index, queries, vectors)
+    print(f"  no-tool queries abstained {figures['abstain_accuracy']:.3f} "
+          f"({sum(not q.relevant for q in queries)} written), answerable answered "
+          f"{figures['answer_rate']:.3f}; with relevant tools removed: abstained "
+          f"{held['abstain_accuracy']:.3f}\n")
+    out["abstention"] = {"written": figures, "removed": held}
+    return out
+
+
+# -- latency at 10,000 capabilities ----------------------------------------------------------------
+
+
+def latency_10k(embedder: Embedder, cache: Path, size: int = 10_000) -> dict[str, Any]:
+    """Seal-Tools and MetaTool tools plus provider variants up to ``size``; Seal-Tools queries."""
+    seal = load_catalog(DATA / "seal-tools" / "tools.jsonl")
+    meta = load_catalog(DATA / "metatool" / "tools.jsonl")
+    caps = grown_catalog([*seal.capabilities, *meta.capabilities], size)
+    print(f"Latency at {len(caps)} capabilities (engine in-process, query embeddings cached; "
+          "first run embeds the catalog)")
+    index = build_index(caps, embedder, cache_dir=cache)
+    queries = load_queries(DATA / "seal-tools" / "queries.jsonl", seal)
+    vectors = QueryVectors.embed(embedder, (q.query for q in queries), cache)
+    run_queries(index, queries[:200], vectors)  # warm up
+    run = run_queries(index, queries, vectors)
+    ms = [s * 1000 for s in run.latencies_s]
+    multi = [m for m, q in zip(ms, queries, strict=True) if len(decompose(q.query)) > 1]
+    single = [m for m, q in zip(ms, queries, strict=True) if len(decompose(q.query)) <= 1]
+    out = {"tools": len(caps), "queries": len(queries),
+           "p50": round(statistics.median(ms), 3), "p99": round(percentile(ms, 99), 3),
+           "single_request_p50": round(statistics.median(single), 3),
+           "multi_request_p50": round(statistics.median(multi), 3)}
+    print(f"  all {len(ms)} queries: median {out['p50']:.2f} ms, p99 {out['p99']:.2f} ms; "
+          f"single-request ({len(single)}) median {out['single_request_p50']:.2f} ms, "
+          f"multi-request ({len(multi)}) median {out['multi_request_p50']:.2f} ms\n")
+    return out
+
+
+def grown_catalog(base: list[Capability], size: int) -> list[Capability]:
+    """``base`` plus variants (the same tool from another provider) up to ``size``."""
+    caps = list(base)
+    extra = 0
+    while len(caps) < size:
+        tool = base[extra % len(base)]
+        provider = PROVIDERS[(extra // len(base)) % len(PROVIDERS)]
+        caps.append(replace(tool, id=f"{tool.id}-{provider}",
+                            name=f"{tool.name[:50]}-{provider}",
+                            display_name=f"{tool.display_name} ({provider.title()})",
+                            description=f"{provider.title()} edition. {tool.description}"))
+        extra += 1
+    return caps
+
+
+if __name__ == "__main__":
+    np.seterr(all="ignore")
+    sys.exit(main())

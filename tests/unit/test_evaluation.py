@@ -1,0 +1,211 @@
+"""Benchmark catalogs as capabilities, the retrieval metrics, and the benchmark runner."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from capdisc.embedding import HashingEmbedder, Matrix
+from capdisc.evaluation import (
+    abstention_metrics,
+    capability_from_benchmark_tool,
+    embed_cached,
+    fit_logistic,
+    full_text,
+    load_catalog,
+    load_queries,
+    ndcg_at,
+    percentile,
+    ranking_metrics,
+    recall_at,
+    reciprocal_rank,
+    run_retrieval_benchmark,
+    sample_queries,
+    summary_text,
+)
+from capdisc.normalize import capability_from_record
+
+FIGURE_KEYS = {"recall@1", "recall@3", "recall@5", "recall@10", "ndcg@5", "complete@5",
+               "hit@5", "mrr", "queries", "tools", "latency_ms"}
+
+
+# -- metrics on hand-computed examples ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("ranked", "relevant", "k", "expected"), [
+    (["a", "b", "c"], {"a"}, 1, 1.0),
+    (["a", "b", "c"], {"c"}, 1, 0.0),
+    (["a", "b", "c"], {"b", "c", "d"}, 3, 2 / 3),
+    (["a", "b"], {"a", "b"}, 10, 1.0),
+])
+def test_recall_at(ranked: list[str], relevant: set[str], k: int, expected: float) -> None:
+    assert recall_at(ranked, relevant, k) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("ranked", "relevant", "expected"), [
+    (["a", "x", "x", "x", "x"], {"a"}, 1.0),
+    (["x", "a", "x", "x", "x"], {"a"}, 1 / np.log2(3)),
+    (["x", "a", "x", "b", "x"], {"a", "b"}, (1 / np.log2(3) + 1 / np.log2(5))
+     / (1 + 1 / np.log2(3))),
+    (["x", "x", "x", "x", "x", "a"], {"a"}, 0.0),
+])
+def test_ndcg_at_5(ranked: list[str], relevant: set[str], expected: float) -> None:
+    assert ndcg_at(ranked, relevant) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("ranked", "relevant", "expected"), [
+    (["a", "b"], {"a"}, 1.0), (["x", "y", "a"], {"a", "b"}, 1 / 3), (["x"], {"a"}, 0.0)])
+def test_reciprocal_rank(ranked: list[str], relevant: set[str], expected: float) -> None:
+    assert reciprocal_rank(ranked, relevant) == pytest.approx(expected)
+
+
+def test_ranking_metrics_average_answerable_queries_only() -> None:
+    rankings = [["a", "b", "c", "d", "e", "f"], ["x", "b", "y", "z", "w", "c"], ["q"]]
+    relevant: list[Sequence[str]] = [("a", "c"), ("b", "c"), ()]
+    figures = ranking_metrics(rankings, relevant)
+    assert figures["recall@1"] == pytest.approx((0.5 + 0.0) / 2)
+    assert figures["recall@5"] == pytest.approx((1.0 + 0.5) / 2)
+    assert figures["recall@10"] == pytest.approx(1.0)
+    assert figures["complete@5"] == pytest.approx(0.5)
+    assert figures["hit@5"] == pytest.approx(1.0)
+    assert figures["mrr"] == pytest.approx((1.0 + 0.5) / 2)
+
+
+@pytest.mark.parametrize(("abstained", "relevant", "expected"), [
+    ([True, False, False, True], [(), (), ("a",), ("a",)],
+     {"abstain_accuracy": 0.5, "answer_rate": 0.5}),
+    ([False, False], [("a",), ("b",)], {}),
+])
+def test_abstention_metrics(abstained: list[bool], relevant: list[Sequence[str]],
+                            expected: dict[str, float]) -> None:
+    assert abstention_metrics(abstained, relevant) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("q", "expected"), [(50, 3.0), (99, 5.0), (0, 1.0)])
+def test_percentile_nearest_rank(q: float, expected: float) -> None:
+    assert percentile([5.0, 1.0, 3.0, 2.0, 4.0], q) == expected
+
+
+# -- loading benchmark catalogs -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("record", "cap_id", "name", "display"), [
+    ({"id": "getWeather", "name": "getWeather", "description": "Weather."},
+     "tool:getWeather", "getWeather", "Get Weather"),
+    ({"id": "PDF&URLTool", "name": "PDF&URLTool", "description": "Reads PDFs."},
+     "tool:PDF_URLTool", "PDF_URLTool", "PDF URL Tool"),
+    ({"id": "timeport", "name": "timeport", "name_for_human": "Timeport",
+      "description": "A game."}, "tool:timeport", "timeport", "Timeport"),
+    ({"id": "x" * 300, "name": "x" * 300, "description": "Long."}, "tool:" + "x" * 150,
+     "x" * 64, "X" + "x" * 63),
+])
+def test_benchmark_tools_become_valid_capabilities(record: dict[str, object], cap_id: str,
+                                                   name: str, display: str) -> None:
+    capability = capability_from_benchmark_tool(record)
+    assert (capability.id, capability.name, capability.display_name) == (cap_id, name, display)
+    assert capability_from_record(
+        {k: v for k, v in capability.to_dict().items() if k != "full_content"}, "t") == capability
+
+
+def test_plugin_description_for_model_is_a_second_paragraph() -> None:
+    capability = capability_from_benchmark_tool({
+        "id": "t", "name": "t", "description": "Short.", "description_for_model": "Longer text.",
+        "category": "Chemical Engineering/Forensic engineering",
+        "parameters": {"type": "object", "properties": {"sample_id": {"type": "string",
+                                                                      "description": "Which"}}}})
+    assert capability.description == "Short.\n\nLonger text."
+    assert capability.category == "chemical-engineering_forensic-engineering"
+    assert summary_text(capability) == "T: Short."
+    assert "Parameters: sample id (Which)" in full_text(capability)
+
+
+def test_colliding_ids_get_a_suffix() -> None:
+    taken: set[str] = set()
+    first = capability_from_benchmark_tool({"id": "a b", "description": "x"}, taken)
+    second = capability_from_benchmark_tool({"id": "a&b", "description": "x"}, taken)
+    assert (first.id, second.id) == ("tool:a_b", "tool:a_b-2")
+
+
+def _write(path: Path, rows: list[dict[str, object]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture
+def dataset(tmp_path: Path) -> tuple[Path, Path]:
+    tools = _write(tmp_path / "tools.jsonl", [
+        {"id": "getWeather", "name": "getWeather", "description": "Weather forecast for a city",
+         "parameters": None, "category": "info"},
+        {"id": "sendEmail", "name": "sendEmail", "description": "Send an email message",
+         "parameters": None, "category": "mail"},
+        {"id": "convertCurrency", "name": "convertCurrency", "description": "Convert money "
+         "between currencies", "parameters": None, "category": "finance"},
+    ])
+    queries = _write(tmp_path / "queries.jsonl", [
+        {"id": "q1", "query": "what is the weather forecast in Oslo", "relevant": ["getWeather"]},
+        {"id": "q2", "query": "send an email message to Ann", "relevant": ["sendEmail"]},
+        {"id": "q3", "query": "convert money to yen", "relevant": ["convertCurrency", "gone"]},
+        {"id": "q4", "query": "unknown labels only", "relevant": ["gone"]},
+    ])
+    return tools, queries
+
+
+def test_queries_map_labels_and_drop_unknown_ones(dataset: tuple[Path, Path]) -> None:
+    catalog = load_catalog(dataset[0])
+    queries = load_queries(dataset[1], catalog)
+    assert [q.id for q in queries] == ["q1", "q2", "q3"]
+    assert queries[2].relevant == ("tool:convertCurrency",)
+
+
+def test_sample_is_fixed_by_the_seed(dataset: tuple[Path, Path]) -> None:
+    queries = load_queries(dataset[1], load_catalog(dataset[0]))
+    assert sample_queries(queries, 2, 5) == sample_queries(queries, 2, 5)
+    assert sample_queries(queries, None, 0) == queries
+
+
+def test_benchmark_returns_exactly_the_issue_keys(dataset: tuple[Path, Path],
+                                                  tmp_path: Path) -> None:
+    figures = run_retrieval_benchmark(*dataset, embedder=HashingEmbedder(64),
+                                      cache_dir=tmp_path / "cache")
+    assert set(figures) == FIGURE_KEYS
+    assert set(figures["latency_ms"]) == {"p50", "p99"}
+    assert figures["queries"] == 3 and figures["tools"] == 3
+    assert figures["recall@5"] == pytest.approx(1.0)
+
+
+def test_no_tool_queries_add_abstention_figures(dataset: tuple[Path, Path],
+                                                tmp_path: Path) -> None:
+    with dataset[1].open("a") as handle:
+        handle.write(json.dumps({"id": "n1", "query": "bake bread", "relevant": []}) + "\n")
+    figures = run_retrieval_benchmark(*dataset, embedder=HashingEmbedder(64),
+                                      cache_dir=tmp_path / "cache")
+    assert set(figures) == FIGURE_KEYS | {"abstain_accuracy", "answer_rate"}
+
+
+class CountingEmbedder(HashingEmbedder):
+    calls = 0
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        CountingEmbedder.calls += 1
+        return super().embed(texts)
+
+
+def test_embeddings_are_cached_on_disk(tmp_path: Path) -> None:
+    embedder = CountingEmbedder(16)
+    first = embed_cached(embedder, ["a b", "c"], tmp_path)
+    calls = CountingEmbedder.calls
+    second = embed_cached(embedder, ["a b", "c"], tmp_path)
+    assert CountingEmbedder.calls == calls
+    np.testing.assert_array_equal(first, second)
+
+
+def test_fit_logistic_learns_the_direction_of_the_evidence() -> None:
+    features = np.array([[0.1], [0.2], [0.3], [0.6], [0.7], [0.8]])
+    labels = np.array([0, 0, 1, 0, 1, 1], dtype=np.float64)
+    bias, (weight,) = fit_logistic(features, labels)
+    assert weight > 0
+    assert bias + weight * 0.45 == pytest.approx(0.0, abs=0.5)

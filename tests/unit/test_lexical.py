@@ -1,0 +1,116 @@
+"""BM25 over capability text: the tokenizer for tool text and the lexical index."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from capdisc.lexical import (
+    LexicalIndex,
+    index_terms,
+    split_identifiers,
+    stemming_available,
+    tokenize,
+    words,
+)
+
+DOCS = [
+    "getWeatherForecast: returns the weather forecast for a city",
+    "convert_currency: converts money between currencies",
+    "send-email: sends an email message",
+    "weather radar map tiles",
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("getWeatherForecast", ["get", "weather", "forecast"]),
+    ("list_pull-requests", ["list", "pull", "requests"]),
+    ("HTTPServer", ["http", "server"]),
+    ("s3-upload mp3", ["s", "3", "upload", "mp", "3"]),
+    ("Café résumé", ["café", "résumé"]),
+    ("", []),
+])
+def test_words_split_identifiers_and_lowercase(text: str, expected: list[str]) -> None:
+    assert words(text) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("please tell me the weather", ["tell", "weather"]),
+    ("Can you turn off the lights?", ["turn", "off", "lights"]),
+    ("the and of", []),
+])
+def test_tokenize_drops_stop_words_keeps_direction_words(text: str, expected: list[str]) -> None:
+    assert tokenize(text, stem=False) == expected
+
+
+@pytest.mark.skipif(not stemming_available(), reason="PyStemmer is not installed")
+@pytest.mark.parametrize(("a", "b"), [("searches", "searching"), ("forecasts", "forecast")])
+def test_stemming_conflates_inflections(a: str, b: str) -> None:
+    assert tokenize(a) == tokenize(b)
+
+
+def test_index_terms_add_adjacent_pairs() -> None:
+    assert index_terms("thyroid function level", stem=False) == [
+        "thyroid", "function", "level", "thyroid_function", "function_level"]
+
+
+def test_split_identifiers_keeps_words_apart() -> None:
+    assert split_identifiers("getWeather now") == "get Weather now"
+
+
+@pytest.fixture(scope="module")
+def lexicon() -> LexicalIndex:
+    return LexicalIndex.build(DOCS)
+
+
+@pytest.mark.parametrize(("query", "best"), [
+    ("weather forecast", 0),
+    ("currency conversion", 1),
+    ("email", 2),
+    ("radar", 3),
+])
+def test_best_document_per_query(lexicon: LexicalIndex, query: str, best: int) -> None:
+    assert int(np.argmax(lexicon.search(query))) == best
+
+
+def test_unknown_words_score_nothing(lexicon: LexicalIndex) -> None:
+    assert not lexicon.search("zebra xylophone").any()
+
+
+def test_phrase_outscores_scattered_words() -> None:
+    index = LexicalIndex.build(["thyroid function test", "function of the thyroid gland test"])
+    scores = index.search("thyroid function")
+    assert scores[0] > scores[1]
+
+
+def test_scores_many_equals_one_by_one(lexicon: LexicalIndex) -> None:
+    queries = ["weather", "send email message", "nothing here"]
+    ids = [lexicon.term_ids(q) for q in queries]
+    together = lexicon.scores_many(ids)
+    for row, term_ids in zip(together, ids, strict=True):
+        np.testing.assert_allclose(row, lexicon.scores(term_ids))
+
+
+@pytest.mark.parametrize(("query", "rows", "expected"), [
+    ("weather forecast", [0, 3, 2], [1.0, None, 0.0]),
+    ("zebra", [0], [0.0]),
+])
+def test_coverage_is_the_matched_share_of_query_weight(
+        lexicon: LexicalIndex, query: str, rows: list[int], expected: list[float | None]) -> None:
+    coverage = lexicon.coverage(lexicon.term_ids(query), rows)
+    for value, want in zip(coverage, expected, strict=True):
+        if want is None:
+            assert 0.0 < value < 1.0
+        else:
+            assert value == pytest.approx(want)
+
+
+@pytest.mark.parametrize(("word", "count"), [("weather", 2), ("email", 1), ("the", 0),
+                                             ("zebra", 0)])
+def test_document_frequency(lexicon: LexicalIndex, word: str, count: int) -> None:
+    assert lexicon.document_frequency(word) == count
+
+
+def test_empty_catalog_scores_nothing() -> None:
+    index = LexicalIndex.build([])
+    assert index.search("weather").shape == (0,)

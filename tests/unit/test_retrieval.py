@@ -1,0 +1,281 @@
+"""Hybrid retrieval: fusion, exact names, decomposition, abstention and filters.
+
+Deterministic: the hashing embedder and a small hand-made catalog.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from capdisc.embedding import HashingEmbedder, Matrix
+from capdisc.models import Capability, Kind
+from capdisc.retrieval import (
+    DEFAULT_CONFIG,
+    RetrievalConfig,
+    RetrievalIndex,
+    decompose,
+    fuse,
+    lexical_text,
+    reciprocal_ranks,
+    top_rows,
+    zscore,
+)
+
+EMBEDDER = HashingEmbedder(256)
+#: Relevance calibrated for the hashing embedder's cosines: 0.5 at cosine 0.2.
+HASHING = replace(DEFAULT_CONFIG, relevance_bias=-2.0, relevance_cosine=10.0,
+                  abstain_threshold=0.5)
+
+
+def cap(cid: str, description: str, *, display: str = "", category: str = "general",
+        tags: tuple[str, ...] = (), available: bool = True) -> Capability:
+    kind, name = cid.split(":")
+    return Capability(id=cid, kind=_kind(kind), name=name, description=description,
+                      display_name=display, category=category, tags=tags, available=available)
+
+
+def _kind(kind: str) -> Kind:
+    assert kind in ("tool", "skill", "extension", "channel")
+    return kind  # type: ignore[return-value]
+
+
+CATALOG = [
+    cap("tool:weather-forecast", "Returns the weather forecast, temperature and rain for a city.",
+        display="Weather Forecast", category="information", tags=("weather",)),
+    cap("tool:currency-convert", "Converts an amount of money between currencies at the latest "
+        "exchange rate.", display="Currency Convert", category="finance", tags=("money",)),
+    cap("tool:send-email", "Sends an email message to a recipient with a subject and a body.",
+        display="Send Email", category="communication", tags=("email",)),
+    cap("tool:translate-text", "Translates text from one language into another language.",
+        display="Translate Text", category="language"),
+    cap("skill:trip-planner", "Plans a trip itinerary day by day with travel times.",
+        display="Trip Planner", category="travel", tags=("travel", "itinerary")),
+    cap("extension:spotify", "Plays music, albums and playlists on Spotify.", display="Spotify",
+        category="media", tags=("music",), available=False),
+    cap("tool:stock-quote", "Returns the latest stock price and market data for a ticker symbol.",
+        display="Stock Quote", category="finance", tags=("money", "stocks")),
+    cap("channel:slack", "Connects the agent to a Slack workspace as a bot.", display="Slack",
+        category="communication"),
+]
+
+
+def vectors(texts: list[str]) -> Matrix:
+    return EMBEDDER.embed(texts)
+
+
+@pytest.fixture(scope="module")
+def index() -> RetrievalIndex:
+    return RetrievalIndex.build(CATALOG, vectors([lexical_text(c) for c in CATALOG]))
+
+
+def search(index: RetrievalIndex, query: str, k: int = 5, **options: object):  # type: ignore[no-untyped-def]
+    config = options.pop("config", HASHING)
+    return index.search(query, vectors([query])[0], k, embed=vectors, config=config,
+                        **options)  # type: ignore[arg-type]
+
+
+# -- pure functions -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("query", "parts"), [
+    ("What's the weather in Paris?", ["What's the weather in Paris?"]),
+    ("Get the weather in Paris. Then convert 100 dollars to euros. Finally, email it to Bob.",
+     ["Get the weather in Paris.", "convert 100 dollars to euros.", "email it to Bob."]),
+    ("Translate this letter into French and then send it to my lawyer",
+     ["Translate this letter into French", "send it to my lawyer"]),
+    ("Check the stock price of ACME. Thanks!", ["Check the stock price of ACME."]),
+    ("Additionally, plan a trip to Rome this weekend.", ["plan a trip to Rome this weekend."]),
+    ("", []),
+])
+def test_decompose_splits_chained_requests(query: str, parts: list[str]) -> None:
+    assert decompose(query) == parts
+
+
+def test_decompose_caps_the_number_of_parts() -> None:
+    query = " ".join(f"Please do task number {i} now." for i in range(20))
+    assert len(decompose(query, max_parts=4)) == 4
+
+
+@pytest.mark.parametrize(("scores", "expected"), [
+    ([1.0, 1.0, 1.0], [0.0, 0.0, 0.0]),
+    ([0.0, 1.0, 2.0], [-1.2247, 0.0, 1.2247]),
+])
+def test_zscore(scores: list[float], expected: list[float]) -> None:
+    np.testing.assert_allclose(zscore(np.array(scores, dtype=np.float32)), expected, atol=1e-4)
+
+
+def test_reciprocal_ranks_follow_the_order() -> None:
+    ranks = reciprocal_ranks(np.array([0.1, 0.9, 0.5], dtype=np.float32), k=60)
+    np.testing.assert_allclose(ranks, [1 / 63, 1 / 61, 1 / 62], rtol=1e-6)
+
+
+# dense, bm25, dense_weight, expected best row
+@pytest.mark.parametrize(("dense", "bm25", "weight", "best"), [
+    ([0.9, 0.5, 0.1, 0.0], [0.0, 0.0, 9.0, 0.0], 1.0, 0),  # dense alone
+    ([0.9, 0.5, 0.1, 0.0], [0.0, 0.0, 9.0, 0.0], 0.0, 2),  # lexical alone
+    ([0.9, 0.8, 0.1, 0.0], [0.0, 5.0, 0.0, 0.0], 0.7, 1),  # agreement beats one strong side
+    ([0.9, 0.2, 0.1, 0.0], [0.0, 1.0, 0.0, 0.0], 0.7, 0),  # weak lexical cannot overturn dense
+])
+def test_fusion_order(dense: list[float], bm25: list[float], weight: float, best: int) -> None:
+    config = replace(DEFAULT_CONFIG, dense_weight=weight)
+    fused = fuse(np.array(dense, dtype=np.float32), np.array(bm25, dtype=np.float32), config)
+    assert int(np.argmax(fused)) == best
+
+
+@pytest.mark.parametrize("fusion", ["dense", "lexical", "rrf", "zscore"])
+def test_every_fusion_prefers_a_row_both_sides_rank_first(fusion: str) -> None:
+    config = replace(DEFAULT_CONFIG, fusion=fusion)  # type: ignore[arg-type]
+    fused = fuse(np.array([0.2, 0.9, 0.1], dtype=np.float32),
+                 np.array([1.0, 7.0, 0.0], dtype=np.float32), config)
+    assert int(np.argmax(fused)) == 1
+
+
+@pytest.mark.parametrize(("n", "k", "zeros"), [(10, 3, 0.0), (6000, 10, 0.0), (6000, 64, 0.97),
+                                               (6000, 5, 1.0), (20000, 200, 0.5)])
+def test_top_rows_is_exact_with_ties_in_catalog_order(n: int, k: int, zeros: float) -> None:
+    rng = np.random.default_rng(n + k)
+    scores = np.round(rng.random(n) * 50).astype(np.float32)
+    scores[rng.random(n) < zeros] = 0.0
+    allowed = rng.random(n) < 0.8
+    rows = np.flatnonzero(allowed)
+    expected = rows[np.lexsort((rows, -scores[rows]))][:k].tolist()
+    assert top_rows(scores, allowed, k) == expected
+
+
+# -- searching ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("query", "best"), [
+    ("what will the weather be tomorrow, any rain?", "tool:weather-forecast"),
+    ("convert 100 dollars to euros at the exchange rate", "tool:currency-convert"),
+    ("translate this text into another language", "tool:translate-text"),
+    ("latest stock price for the ticker ACME", "tool:stock-quote"),
+])
+def test_relevant_capability_ranks_first(index: RetrievalIndex, query: str, best: str) -> None:
+    result = search(index, query)
+    assert result.ids[0] == best
+    assert not result.abstained
+
+
+@pytest.mark.parametrize(("query", "named"), [
+    ("call tool:send-email for me", "tool:send-email"),
+    ("use currency-convert on these numbers", "tool:currency-convert"),
+    ("Ask Trip Planner about music", "skill:trip-planner"),
+    ("put something on Spotify about the weather forecast", "extension:spotify"),
+])
+def test_exact_name_ranks_first(index: RetrievalIndex, query: str, named: str) -> None:
+    result = search(index, query)
+    assert result.exact_match == named
+    assert result.ids[0] == named
+
+
+@pytest.mark.parametrize("query", [
+    "what is the weather forecast in lowercase prose",  # display name not capitalized
+    "send an email to slack people",  # 'slack' as a word of the catalog's texts
+])
+def test_ordinary_words_are_not_names(query: str) -> None:
+    index = RetrievalIndex.build(
+        [*CATALOG, cap("tool:slack-post", "Posts a message to a Slack channel.")],
+        vectors([lexical_text(c) for c in [*CATALOG, cap("tool:slack-post", "x")]]))
+    assert search(index, query).exact_match is None
+
+
+def test_unrelated_query_abstains(index: RetrievalIndex) -> None:
+    result = search(index, "bake sourdough bread with rye flour")
+    assert result.abstained
+
+
+def test_abstention_can_be_switched_off(index: RetrievalIndex) -> None:
+    result = search(index, "bake sourdough bread with rye flour",
+                    config=replace(HASHING, abstain_threshold=0.0))
+    assert not result.abstained
+    assert len(result.entries) == 5
+
+
+def test_relevance_is_between_zero_and_one(index: RetrievalIndex) -> None:
+    entries = search(index, "weather and money").entries
+    assert all(0.0 <= e.relevance <= 1.0 for e in entries)
+
+
+def test_decomposition_gives_each_request_a_slot(index: RetrievalIndex) -> None:
+    query = ("Tell me the weather forecast for Rome. Then convert 300 dollars into euros. "
+             "Finally, send an email message to my sister.")
+    result = search(index, query, k=3)
+    assert len(result.subqueries) == 3
+    assert set(result.ids) == {"tool:weather-forecast", "tool:currency-convert",
+                               "tool:send-email"}
+
+
+def test_without_an_embed_function_the_query_is_not_decomposed(index: RetrievalIndex) -> None:
+    query = "Tell me the weather forecast. Then convert dollars into euros."
+    result = index.search(query, vectors([query])[0], 3, config=HASHING)
+    assert result.subqueries == ()
+
+
+# filter options, allowed ids
+@pytest.mark.parametrize(("options", "allowed"), [
+    ({"kind": "skill"}, {"skill:trip-planner"}),
+    ({"category": "finance"}, {"tool:currency-convert", "tool:stock-quote"}),
+    ({"tags": ("money", "stocks")}, {"tool:stock-quote"}),
+    ({"only_available": True}, {c.id for c in CATALOG} - {"extension:spotify"}),
+    ({"exclude": ("tool:weather-forecast",)}, {c.id for c in CATALOG} - {"tool:weather-forecast"}),
+    ({"kind": "channel", "category": "finance"}, set()),
+])
+def test_filters_apply_before_top_k(index: RetrievalIndex, options: dict[str, object],
+                                    allowed: set[str]) -> None:
+    result = search(index, "weather forecast money music", k=8,
+                    config=replace(HASHING, abstain_threshold=0.0), **options)
+    assert set(result.ids) == allowed
+
+
+def test_filtered_exact_name_is_ignored(index: RetrievalIndex) -> None:
+    result = search(index, "use tool:send-email", kind="skill")
+    assert result.exact_match is None
+
+
+@pytest.mark.parametrize("k", [0, -1])
+def test_no_room_means_no_entries(index: RetrievalIndex, k: int) -> None:
+    assert search(index, "weather", k=k).entries == ()
+
+
+def test_empty_catalog_abstains() -> None:
+    empty = RetrievalIndex.build([], np.zeros((0, EMBEDDER.dim), dtype=np.float32))
+    result = empty.search("weather", vectors(["weather"])[0], 5)
+    assert result.entries == ()
+    assert result.abstained
+
+
+def test_vectors_must_align_with_capabilities() -> None:
+    with pytest.raises(ValueError, match="one row per capability"):
+        RetrievalIndex.build(CATALOG, np.zeros((2, 8), dtype=np.float32))
+
+
+def test_summary_vectors_are_folded_into_one_matrix() -> None:
+    full = vectors([lexical_text(c) for c in CATALOG])
+    summary = vectors([c.description for c in CATALOG])
+    built = RetrievalIndex.build(CATALOG, full, summary_vectors=summary,
+                                 config=replace(DEFAULT_CONFIG, full_text_weight=0.25))
+    np.testing.assert_allclose(built.matrix, 0.25 * full + 0.75 * summary, atol=1e-6)
+
+
+def test_projection_keeps_the_ranking_of_a_large_catalog() -> None:
+    rng = np.random.default_rng(7)
+    caps = [cap(f"tool:t{i}", f"tool number {i}") for i in range(300)]
+    base = rng.normal(size=(300, 32)).astype(np.float32)
+    base /= np.linalg.norm(base, axis=1, keepdims=True)
+    exact = RetrievalIndex.build(caps, base, config=replace(DEFAULT_CONFIG, reduce_dims=0))
+    reduced_config = replace(DEFAULT_CONFIG, reduce_dims=31, reduce_above=100)
+    reduced = RetrievalIndex.build(caps, base, config=reduced_config)
+    assert reduced.matrix.shape == (300, 31)
+    query = base[42]
+    assert exact.search("x", query, 1).ids == reduced.search("x", query, 1,
+                                                             config=reduced_config).ids
+
+
+def test_config_is_a_frozen_value() -> None:
+    config = RetrievalConfig()
+    with pytest.raises(AttributeError):
+        config.dense_weight = 0.1  # type: ignore[misc]
