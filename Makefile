@@ -33,7 +33,9 @@ lint: install
 	$(VENV)/bin/mypy shared/capdisc workers/capdisc_workers producers/capdisc_producers
 
 bench: install
-	$(PY) benchmarks/run.py
+	$(PY) benchmarks/change_to_served.py
+	$(PY) benchmarks/discovery_speed.py
+	$(PY) benchmarks/retrieval.py
 
 clean:
 	rm -rf $(VENV) .capdisc .pytest_cache .mypy_cache .ruff_cache
