@@ -29,7 +29,6 @@ from typing import Any
 import numpy as np
 
 from capdisc.embedding import Embedder, Matrix
-from capdisc.lexical import split_identifiers
 from capdisc.models import Capability
 from capdisc.normalize import capability_from_record
 from capdisc.retrieval import (
@@ -40,11 +39,11 @@ from capdisc.retrieval import (
     decompose,
     relevance,
 )
+from capdisc.text import full_text, humanize, summary_text
 
 RECALL_AT = (1, 3, 5, 10)
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._/:-]+")
-_PARAGRAPH = re.compile(r"\n\s*\n")
 Collection_ = Sequence[str] | set[str] | frozenset[str]
 
 
@@ -92,7 +91,7 @@ def capability_from_benchmark_tool(record: Mapping[str, Any], taken: set[str] | 
     for_model = str(record.get("description_for_model") or "").strip()
     if for_model and for_model != description:
         description = f"{description}\n\n{for_model}" if description else for_model
-    display = str(record.get("name_for_human") or "").strip() or _humanize(name)
+    display = str(record.get("name_for_human") or "").strip() or humanize(name)
     category = _safe(str(record.get("category") or "general").lower().replace(" ", "-"),
                      _UNSAFE_NAME, 64)
     schema = record.get("parameters") or record.get("input_schema") or record.get("inputSchema")
@@ -103,11 +102,6 @@ def capability_from_benchmark_tool(record: Mapping[str, Any], taken: set[str] | 
         "source_ref": {"type": "jsonl", "source": source, "location": raw_id},
     }
     return capability_from_record(fields, f"{source}:{raw_id}")
-
-
-def _humanize(name: str) -> str:
-    parts = split_identifiers(name).split()
-    return " ".join(p[:1].upper() + p[1:] for p in parts) or name
 
 
 def load_catalog(path: Path) -> Catalog:
@@ -152,44 +146,6 @@ def _read_jsonl(path: Path) -> Iterable[dict[str, Any]]:
 
 
 # -- capability texts (the proposal for capdisc.text) ----------------------------------------------
-
-
-def full_text(capability: Capability) -> str:
-    """The full embedding text measured best: display name and description, parameters with
-    their descriptions, tags, dependencies and example queries. (No category line: it cost
-    recall on both datasets; BM25 still indexes the category.)"""
-    name = capability.display_name or _humanize(capability.name)
-    lines = [f"{name}: {capability.description.strip()}"]
-    params = _parameter_phrases(capability)
-    if params:
-        lines.append("Parameters: " + "; ".join(params))
-    if capability.tags:
-        lines.append("Use cases: " + ", ".join(capability.tags))
-    if capability.required_tools:
-        lines.append("Requires: " + ", ".join(capability.required_tools))
-    if capability.example_queries:
-        lines.append("Examples: " + "; ".join(capability.example_queries))
-    return "\n".join(lines)
-
-
-def summary_text(capability: Capability) -> str:
-    """The short second view: display name and the description's first paragraph."""
-    name = capability.display_name or _humanize(capability.name)
-    first = _PARAGRAPH.split(capability.description.strip(), maxsplit=1)[0].strip()
-    return f"{name}: {first}"
-
-
-def _parameter_phrases(capability: Capability) -> list[str]:
-    properties = (capability.full_schema or {}).get("properties")
-    if not isinstance(properties, dict):
-        return []
-    phrases = []
-    for key, spec in properties.items():
-        words = split_identifiers(str(key)).lower()
-        about = spec.get("description") if isinstance(spec, dict) else None
-        phrases.append(f"{words} ({about.strip()})" if isinstance(about, str) and about.strip()
-                       else words)
-    return phrases
 
 
 # -- embeddings with a disk cache ------------------------------------------------------------------

@@ -51,7 +51,8 @@ def test_edited_manifest_is_served_by_the_running_worker(
 ) -> None:
     first = publish(stack.url, registry, tenant)
     before = client.discover("anything at all", min_version=first.index_version)
-    _edit(_manifest(registry, SLACK), description="Zanzibar quokka relay.")
+    _edit(_manifest(registry, SLACK), display_name="Zanzibar Quokka Relay",
+          description="Zanzibar quokka relay.")
 
     second = publish(stack.url, registry, tenant)
     answer = client.discover("zanzibar quokka relay", min_version=second.index_version,
