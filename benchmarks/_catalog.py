@@ -18,7 +18,7 @@ import numpy as np
 from capdisc.embedding import Embedder, Matrix
 from capdisc.models import Capability
 from capdisc.normalize import capability_from_record
-from capdisc.text import embedding_text
+from capdisc.text import combine, full_text, summary_text
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -72,9 +72,11 @@ def load_catalog(size: int) -> list[Capability]:
 
 
 def embed_catalog(caps: list[Capability], embedder: Embedder, batch: int = 64) -> Matrix:
-    """Vectors of ``caps`` (embedding text as the engine builds it), cached on disk."""
-    texts = [embedding_text(c) for c in caps]
-    return embed_texts(texts, embedder, batch)
+    """Stored vectors of ``caps`` as the indexing worker makes them (:func:`combine` of the
+    full text's and the summary's embeddings), each side cached on disk."""
+    full = embed_texts([full_text(c) for c in caps], embedder, batch)
+    summary = embed_texts([summary_text(c) for c in caps], embedder, batch)
+    return np.stack([combine(f, s) for f, s in zip(full, summary, strict=True)])
 
 
 def embed_texts(texts: list[str], embedder: Embedder, batch: int = 64) -> Matrix:

@@ -35,7 +35,7 @@ from capdisc.evaluation import (
     Catalog,
     LabelledQuery,
     QueryVectors,
-    build_index,
+    build_snapshot,
     calibrated,
     default_cache_dir,
     holdout_abstention,
@@ -43,25 +43,34 @@ from capdisc.evaluation import (
     load_queries,
     percentile,
     run_queries,
+    run_retrieval,
     sample_queries,
     summarize,
 )
+from capdisc.index import IndexSnapshot
 from capdisc.manifest import scan_directory
 from capdisc.models import Capability
-from capdisc.retrieval import DEFAULT_CONFIG, RetrievalConfig, RetrievalIndex, decompose
+from capdisc.retrieval import DEFAULT_CONFIG, RetrievalIndex, decompose
+from capdisc.settings import DiscoveryConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 REGISTRY_QUERIES = ROOT / "benchmarks" / "registry_queries.jsonl"
 PROVIDERS = ("acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne", "wonka")
 
-SIMPLE = {"decompose": False, "exact_name": False}
-VARIANTS: dict[str, RetrievalConfig] = {
-    "engine": DEFAULT_CONFIG,
-    "BM25 alone": replace(DEFAULT_CONFIG, fusion="lexical", **SIMPLE),
-    "dense alone": replace(DEFAULT_CONFIG, fusion="dense", **SIMPLE),
-    "RRF (k=60)": replace(DEFAULT_CONFIG, fusion="rrf", **SIMPLE),
-    "z-score fusion": replace(DEFAULT_CONFIG, **SIMPLE),
+ENGINE = DiscoveryConfig()
+#: The baselines: the same index with one fusion each, no decomposition, no exact-name path,
+#: no graph, no minimum relevance and no abstention.
+SIMPLE = {"decompose_queries": False, "exact_name_match": False, "use_graph_reranking": False,
+          "tier1_min_relevance": 0.0, "abstain_threshold": 0.0}
+VARIANTS: dict[str, DiscoveryConfig] = {
+    "engine": ENGINE,
+    "engine, no graph": ENGINE.merged({"use_graph_reranking": False}),
+    "engine, no abstain": ENGINE.merged({"tier1_min_relevance": 0.0, "abstain_threshold": 0.0}),
+    "BM25 alone": ENGINE.merged({"fusion": "lexical", **SIMPLE}),
+    "dense alone": ENGINE.merged({"fusion": "dense", **SIMPLE}),
+    "RRF (k=60)": ENGINE.merged({"fusion": "rrf", **SIMPLE}),
+    "z-score fusion": ENGINE.merged(SIMPLE),
 }
 COLUMNS = ("recall@1", "recall@5", "recall@10", "ndcg@5", "complete@5", "hit@5", "mrr")
 
@@ -103,14 +112,14 @@ def shared_datasets(embedder: Embedder, cache: Path, calibrate: bool) -> dict[st
     seal_all = load_queries(DATA / "seal-tools" / "queries.jsonl", seal_catalog)
     seal_dev = [q for q in seal_all if q.meta.get("split") == "dev"]
     seal_test = [q for q in seal_all if q.meta.get("split") != "dev"]
-    meta_index = build_index(meta_catalog.capabilities, embedder, cache_dir=cache)
-    seal_index = build_index(seal_catalog.capabilities, embedder, cache_dir=cache)
+    meta_index = build_snapshot(meta_catalog.capabilities, embedder, cache_dir=cache)
+    seal_index = build_snapshot(seal_catalog.capabilities, embedder, cache_dir=cache)
     meta_vectors = QueryVectors.embed(embedder, (q.query for q in [*meta_eval, *meta_tune]),
                                       cache)
     seal_vectors = QueryVectors.embed(embedder, (q.query for q in seal_all), cache)
     if calibrate:
-        print_calibration(meta_index, meta_tune, meta_vectors, seal_index, seal_dev,
-                          seal_vectors)
+        print_calibration(_retrieval(meta_index), meta_tune, meta_vectors,
+                          _retrieval(seal_index), seal_dev, seal_vectors)
     out: dict[str, Any] = {}
     sets = [("MetaTool (3,000-query sample, seed 0)", meta_index, meta_eval, meta_vectors),
             ("Seal-Tools (all 2,054)", seal_index, seal_all, seal_vectors),
@@ -140,8 +149,8 @@ def print_calibration(meta_index: RetrievalIndex, meta_tune: list[LabelledQuery]
     for index, queries, vectors in ((meta_index, meta_tune, meta_vectors),
                                     (seal_index, seal_dev, seal_vectors)):
         answerable = [q for q in queries if q.relevant]
-        runs.append((run_queries(index, answerable, vectors),
-                     run_queries(index, answerable, vectors, exclude=lambda q: q.relevant)))
+        runs.append((run_retrieval(index, answerable, vectors),
+                     run_retrieval(index, answerable, vectors, exclude=lambda q: q.relevant)))
     answered = _concat([a for a, _ in runs])
     removed = _concat([r for _, r in runs])
     fitted = calibrated(DEFAULT_CONFIG, answered, removed)
@@ -151,22 +160,27 @@ def print_calibration(meta_index: RetrievalIndex, meta_tune: list[LabelledQuery]
           f"abstain_threshold={fitted.abstain_threshold}\n")
 
 
+def _retrieval(snapshot: IndexSnapshot) -> RetrievalIndex:
+    index: RetrievalIndex = snapshot.retriever.index  # type: ignore[attr-defined]
+    return index
+
+
 def _concat(runs: list[BenchmarkRun]) -> BenchmarkRun:
     return BenchmarkRun([q for r in runs for q in r.queries],
                         [x for r in runs for x in r.results], [], 0)
 
 
-def compare(title: str, index: RetrievalIndex, queries: list[LabelledQuery],
+def compare(title: str, index: IndexSnapshot, queries: list[LabelledQuery],
             vectors: QueryVectors) -> dict[str, Any]:
     """Run every variant and print one table."""
     print(f"{title}: {len(queries)} queries, {len(index)} tools")
-    print(f"  {'':<16}" + "".join(f"{c:>11}" for c in COLUMNS) + f"{'p50 ms':>9}{'p99 ms':>9}")
+    print(f"  {'':<20}" + "".join(f"{c:>11}" for c in COLUMNS) + f"{'p50 ms':>9}{'p99 ms':>9}")
     out: dict[str, Any] = {}
     for name, config in VARIANTS.items():
         figures = summarize(run_queries(index, queries, vectors, config=config))
         out[name] = figures
         latency = figures["latency_ms"]
-        print(f"  {name:<16}" + "".join(f"{figures[c]:>11.3f}" for c in COLUMNS)
+        print(f"  {name:<20}" + "".join(f"{figures[c]:>11.3f}" for c in COLUMNS)
               + f"{latency['p50']:>9.2f}{latency['p99']:>9.2f}")
     print()
     return out
@@ -180,7 +194,7 @@ def registry(embedder: Embedder, cache: Path) -> dict[str, Any]:
     caps = list(scan.capabilities.values())
     catalog = Catalog(tuple(caps), {c.id: c.id for c in caps})
     queries = load_queries(REGISTRY_QUERIES, catalog)
-    index = build_index(caps, embedder, cache_dir=cache)
+    index = build_snapshot(caps, embedder, cache_dir=cache)
     vectors = QueryVectors.embed(embedder, (q.query for q in queries), cache)
     out = compare("Example registry (benchmarks/registry_queries.jsonl)", index,
                   [q for q in queries if q.relevant], vectors)
@@ -204,7 +218,7 @@ def latency_10k(embedder: Embedder, cache: Path, size: int = 10_000) -> dict[str
     caps = grown_catalog([*seal.capabilities, *meta.capabilities], size)
     print(f"Latency at {len(caps)} capabilities (engine in-process, query embeddings cached; "
           "first run embeds the catalog)")
-    index = build_index(caps, embedder, cache_dir=cache)
+    index = build_snapshot(caps, embedder, cache_dir=cache)
     queries = load_queries(DATA / "seal-tools" / "queries.jsonl", seal)
     vectors = QueryVectors.embed(embedder, (q.query for q in queries), cache)
     run_queries(index, queries[:200], vectors)  # warm up

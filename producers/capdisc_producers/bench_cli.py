@@ -1,7 +1,9 @@
-"""``capdisc bench``: measure discovery on a labelled catalog (issue 3, item 8).
+"""``capdisc bench``: measure discovery on a labelled catalog (issue 3, items 8 and 9).
 
     capdisc bench retrieval --tools T.jsonl --queries Q.jsonl [--sample N] [--seed S] [--json]
                             [--embedder minilm|hashing]
+    capdisc bench tokens (--tools T.jsonl | --registry DIR) [--queries Q.jsonl] [--sample N]
+                         [--seed S] [--json] [--embedder minilm|hashing]
 
 The catalog and queries use the format of ``shared/data`` (see :mod:`capdisc.evaluation`).
 Embeddings are cached under ``benchmarks/.cache/`` (or ``CAPDISC_BENCH_CACHE``).
@@ -15,9 +17,21 @@ from typing import Any
 
 import click
 
-from capdisc.embedding import make_embedder
+from capdisc.embedding import CachedQueryEmbedder, make_embedder
 from capdisc.errors import CapdiscError
-from capdisc.evaluation import run_retrieval_benchmark
+from capdisc.evaluation import (
+    build_snapshot,
+    default_cache_dir,
+    load_catalog,
+    load_queries,
+    run_retrieval_benchmark,
+    sample_queries,
+)
+from capdisc.manifest import scan_directory
+from capdisc.models import Capability
+from capdisc.settings import Settings
+from capdisc.text import summary_text
+from capdisc.tokenreport import token_report
 
 _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 _ORDER = ("recall@1", "recall@3", "recall@5", "recall@10", "ndcg@5", "complete@5", "hit@5", "mrr")
@@ -59,3 +73,68 @@ def format_figures(figures: dict[str, Any]) -> str:
         if key in figures:
             lines.append(f"  {key:<12} {figures[key]:.3f}")
     return "\n".join(lines)
+
+
+@bench.command("tokens")
+@click.option("--tools", "tools_path", type=_FILE, default=None, help="tools.jsonl catalog")
+@click.option("--registry", "registry_path", default=None,
+              type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="A directory of CAPABILITY.yaml manifests, instead of --tools")
+@click.option("--queries", "queries_path", type=_FILE, default=None,
+              help="queries.jsonl (default: each capability's summary as a query)")
+@click.option("--sample", type=click.IntRange(min=1), default=200, show_default=True,
+              help="Number of turns to measure")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sample")
+@click.option("--embedder", type=click.Choice(["minilm", "hashing"]), default="minilm",
+              show_default=True, help="Embedder for the catalog and the queries")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object")
+@click.pass_context
+def tokens(ctx: click.Context, tools_path: Path | None, registry_path: Path | None,
+           queries_path: Path | None, sample: int, seed: int, embedder: str,
+           as_json: bool) -> None:
+    """Tokens of a static dump of every tool against capdisc's tiered answer per turn."""
+    if (tools_path is None) == (registry_path is None):
+        raise click.UsageError("give exactly one of --tools and --registry")
+    settings = ctx.obj["settings"] if ctx.obj else Settings.load()
+    try:
+        caps, texts = _catalog(tools_path, registry_path, queries_path)
+        model = make_embedder(embedder)
+        snapshot = build_snapshot(caps, model, cache_dir=default_cache_dir())
+        queries = sample_queries(texts, sample, seed)
+        report = token_report(snapshot, queries, CachedQueryEmbedder(model).embed_many,
+                              settings.discovery)
+    except (CapdiscError, OSError, ValueError, KeyError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(json.dumps(report) if as_json else format_tokens(report))
+
+
+def _catalog(tools_path: Path | None, registry_path: Path | None, queries_path: Path | None
+             ) -> tuple[list[Capability], list[str]]:
+    if tools_path is not None:
+        catalog = load_catalog(tools_path)
+        caps = list(catalog.capabilities)
+        texts = ([q.query for q in load_queries(queries_path, catalog)] if queries_path
+                 else [summary_text(c) for c in caps])
+        return caps, texts
+    assert registry_path is not None
+    caps = list(scan_directory(registry_path).capabilities.values())
+    if queries_path is None:
+        return caps, [summary_text(c) for c in caps]
+    with queries_path.open(encoding="utf-8") as handle:
+        texts = [str(json.loads(line)["query"]) for line in handle if line.strip()]
+    return caps, texts
+
+
+def format_tokens(report: dict[str, Any]) -> str:
+    """The token report as text lines."""
+    turn = report["turn_tokens"]
+    return "\n".join([
+        f"{report['capabilities']} capabilities, {report['queries']} turns, "
+        f"counter {report['counter']}",
+        f"  static dump (every tool schema)  {report['static_dump_tokens']:>9,} tokens",
+        f"  tiered answer per turn, median   {turn['median']:>9,.0f} tokens "
+        f"(context {turn['context_median']:,.0f} + tool schemas {turn['tools_median']:,.0f})",
+        f"  tiered answer per turn, max      {turn['max']:>9,} tokens",
+        f"  saving at the median             {report['saving']:>9.1%}",
+        f"  turns over a tier budget         {report['over_budget_turns']:>9}",
+    ])

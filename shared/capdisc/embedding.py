@@ -193,6 +193,24 @@ class CachedQueryEmbedder:
         return vector
 
 
+    def embed_many(self, texts: Sequence[str]) -> Matrix:
+        """One row per text; the cache misses are embedded in one batch."""
+        if not texts:
+            return np.zeros((0, self.inner.dim), dtype=np.float32)
+        with self._lock:
+            hits = {t: self._cache[t] for t in texts if t in self._cache}
+        missing = list(dict.fromkeys(t for t in texts if t not in hits))
+        if missing:
+            fresh = self.inner.embed(missing)
+            with self._lock:
+                for text, vector in zip(missing, fresh, strict=True):
+                    hits[text] = vector
+                    self._cache[text] = vector
+                while len(self._cache) > self._size:
+                    self._cache.popitem(last=False)
+        return np.stack([hits[t] for t in texts]).astype(np.float32)
+
+
 def make_embedder(name: str, hashing_dim: int = MINILM_DIM) -> Embedder:
     """The embedder a setting names: ``minilm`` or ``hashing``."""
     if name == "hashing":

@@ -13,6 +13,7 @@ from capdisc.embedding import Vector
 from capdisc.graph import rerank
 from capdisc.index import Hit, IndexSnapshot, SearchFilters
 from capdisc.models import Capability
+from capdisc.retrieval import QueryEmbed
 from capdisc.settings import DiscoveryConfig
 from capdisc.tiers import TieredContext, tier1_text, tier2_text
 from capdisc.tokens import make_counter
@@ -77,26 +78,52 @@ class DiscoveryResult:
                 "tokens": dict(self.tiers.tokens), "total_indexed": self.total_indexed}
 
 
+@dataclass(frozen=True)
+class Ranking:
+    """Retrieval and graph re-ranking of one query, before the tiers are assembled."""
+
+    matches: tuple[Match, ...]
+    abstained: bool
+    subqueries: tuple[str, ...] = ()
+    exact_match: str | None = None
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(m.capability.id for m in self.matches)
+
+
 def discover(snapshot: IndexSnapshot, query: Query, query_vector: Vector,
-             config: DiscoveryConfig) -> DiscoveryResult:
-    """Run the whole pipeline for one turn."""
+             config: DiscoveryConfig, embed: QueryEmbed | None = None) -> DiscoveryResult:
+    """Run the whole pipeline for one turn. ``embed`` embeds sub-queries of a query that
+    chains several requests (without it the query is not decomposed)."""
     limit = query.limit if query.limit is not None else config.tier1_top_k
-    retrieved = snapshot.retriever.search(query.text, query_vector, limit * CANDIDATE_FACTOR,
-                                          query.filters, config)
-    ranked = () if retrieved.abstained else _rank(snapshot, retrieved.hits, config, limit)
-    tiers = assemble(snapshot, [m.capability for m in ranked], config)
-    tier2 = set(tiers.tier2_ids)
-    matches = tuple(Match(m.capability, m.score, m.relevance, 2 if m.capability.id in tier2
-                          else 1, m.reason) for m in ranked if m.capability.id in
-                    set(tiers.tier1_ids))
+    ranking = rank(snapshot, query, query_vector, config, limit, embed)
+    tiers = assemble(snapshot, [m.capability for m in ranking.matches], config)
+    tier2, shown = set(tiers.tier2_ids), set(tiers.tier1_ids)
+    matches = tuple(Match(m.capability, m.score, m.relevance,
+                          2 if m.capability.id in tier2 else 1, m.reason)
+                    for m in ranking.matches if m.capability.id in shown)
     return DiscoveryResult(query=query.text, tenant=snapshot.tenant,
                            index_version=snapshot.version, matches=matches, tiers=tiers,
-                           total_indexed=len(snapshot), abstained=retrieved.abstained)
+                           total_indexed=len(snapshot), abstained=ranking.abstained)
+
+
+def rank(snapshot: IndexSnapshot, query: Query, query_vector: Vector, config: DiscoveryConfig,
+         limit: int, embed: QueryEmbed | None = None) -> Ranking:
+    """The ``limit`` best matches: hybrid retrieval, the minimum relevance, graph re-ranking.
+    Empty, and ``abstained``, when retrieval says nothing fits."""
+    retrieved = snapshot.retriever.search(query.text, query_vector, limit * CANDIDATE_FACTOR,
+                                          query.filters, config, embed)
+    matches = () if retrieved.abstained else _rank(snapshot, retrieved.hits, config, limit,
+                                                   retrieved.exact_match)
+    return Ranking(matches, retrieved.abstained, retrieved.subqueries, retrieved.exact_match)
 
 
 def _rank(snapshot: IndexSnapshot, hits: tuple[Hit, ...], config: DiscoveryConfig,
-          limit: int) -> tuple[Match, ...]:
-    relevant = [h for h in hits if h.relevance >= config.tier1_min_relevance]
+          limit: int, exact: str | None) -> tuple[Match, ...]:
+    """Hits above the minimum relevance, re-ranked on the graph; a capability the query named
+    stays first whatever its relevance."""
+    relevant = [h for h in hits if h.relevance >= config.tier1_min_relevance or h.id == exact]
     relevance = {h.id: h.relevance for h in relevant}
     if config.use_graph_reranking and relevant:
         ordered = rerank([(h.id, h.score) for h in relevant], snapshot.graph,
@@ -104,6 +131,8 @@ def _rank(snapshot: IndexSnapshot, hits: tuple[Hit, ...], config: DiscoveryConfi
         triples = [(r.id, r.score, r.reason) for r in ordered]
     else:
         triples = [(h.id, h.score, "") for h in relevant]
+    if exact is not None:
+        triples.sort(key=lambda t: t[0] != exact)  # stable: the rest keep their order
     caps = snapshot.capabilities
     return tuple(Match(caps[i], score, relevance.get(i, 0.0), reason=reason)
                  for i, score, reason in triples[:limit] if i in caps)

@@ -24,11 +24,13 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
 from capdisc.embedding import Embedder, Matrix
+from capdisc.engine import Query, rank
+from capdisc.index import IndexSnapshot, SearchFilters
 from capdisc.models import Capability
 from capdisc.normalize import capability_from_record
 from capdisc.retrieval import (
@@ -39,12 +41,16 @@ from capdisc.retrieval import (
     decompose,
     relevance,
 )
-from capdisc.text import full_text, humanize, summary_text
+from capdisc.settings import DiscoveryConfig
+from capdisc.text import combine, full_text, humanize, summary_text
 
 RECALL_AT = (1, 3, 5, 10)
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._/:-]+")
 Collection_ = Sequence[str] | set[str] | frozenset[str]
+T = TypeVar("T")
+#: The engine's configuration when none is given: the defaults every worker serves.
+ENGINE_DEFAULTS = DiscoveryConfig()
 
 
 # -- catalogs and queries --------------------------------------------------------------------------
@@ -130,8 +136,7 @@ def load_queries(path: Path, catalog: Catalog) -> list[LabelledQuery]:
     return queries
 
 
-def sample_queries(queries: Sequence[LabelledQuery], sample: int | None, seed: int
-                   ) -> list[LabelledQuery]:
+def sample_queries(queries: Sequence[T], sample: int | None, seed: int) -> list[T]:
     """A fixed random sample (``random.Random(seed).sample``), or all queries."""
     if sample is None or sample >= len(queries):
         return list(queries)
@@ -143,9 +148,6 @@ def _read_jsonl(path: Path) -> Iterable[dict[str, Any]]:
         for line in handle:
             if line.strip():
                 yield json.loads(line)
-
-
-# -- capability texts (the proposal for capdisc.text) ----------------------------------------------
 
 
 # -- embeddings with a disk cache ------------------------------------------------------------------
@@ -179,13 +181,16 @@ def embed_cached(embedder: Embedder, texts: Sequence[str], cache_dir: Path | Non
     return out
 
 
-def build_index(capabilities: Sequence[Capability], embedder: Embedder, *,
-                cache_dir: Path | None = None, config: RetrievalConfig = DEFAULT_CONFIG
-                ) -> RetrievalIndex:
-    """Embed the two texts of every capability (cached) and build the retrieval index."""
+def build_snapshot(capabilities: Sequence[Capability], embedder: Embedder, *,
+                   cache_dir: Path | None = None) -> IndexSnapshot:
+    """Index ``capabilities`` the way a discovery worker does: each stored vector is
+    :func:`capdisc.text.combine` of the two texts' embeddings (cached on disk), then
+    :meth:`IndexSnapshot.build` with the embedder's calibration."""
     vectors = embed_cached(embedder, [full_text(c) for c in capabilities], cache_dir)
     summaries = embed_cached(embedder, [summary_text(c) for c in capabilities], cache_dir)
-    return RetrievalIndex.build(capabilities, vectors, summary_vectors=summaries, config=config)
+    entries = [(cap, combine(full, summary).tobytes())
+               for cap, full, summary in zip(capabilities, vectors, summaries, strict=True)]
+    return IndexSnapshot.build("benchmark", 1, embedder.dim, entries, embedder.id)
 
 
 @dataclass(frozen=True)
@@ -271,21 +276,52 @@ def abstention_metrics(abstained: Sequence[bool], relevant: Sequence[Collection_
 # -- the runner ------------------------------------------------------------------------------------
 
 
+class Ranked(Protocol):
+    """One query's answer, from the engine or from the retrieval index alone."""
+
+    @property
+    def ids(self) -> tuple[str, ...]: ...
+
+    @property
+    def abstained(self) -> bool: ...
+
+
 @dataclass(frozen=True)
 class BenchmarkRun:
     """Everything one run produced, for the figures and for calibration."""
 
     queries: list[LabelledQuery]
-    results: list[RetrievalResult]
+    results: Sequence[Ranked]
     latencies_s: list[float]
     tools: int
 
 
-def run_queries(index: RetrievalIndex, queries: Sequence[LabelledQuery], vectors: QueryVectors,
-                *, k: int = 10, config: RetrievalConfig = DEFAULT_CONFIG,
-                exclude: Callable[[LabelledQuery], Sequence[str]] | None = None
+Exclude = Callable[[LabelledQuery], Sequence[str]]
+
+
+def run_queries(snapshot: IndexSnapshot, queries: Sequence[LabelledQuery],
+                vectors: QueryVectors, *, k: int = 10,
+                config: DiscoveryConfig = ENGINE_DEFAULTS, exclude: Exclude | None = None
                 ) -> BenchmarkRun:
-    """Search every query (timed, query embeddings cached) and keep the results."""
+    """Rank every query with the engine (:func:`capdisc.engine.rank`: retrieval, minimum
+    relevance, graph re-ranking, abstention), timed, query embeddings cached."""
+    results, latencies = [], []
+    for query in queries:
+        vector = vectors.vectors[query.query]
+        filters = SearchFilters(exclude_ids=frozenset(exclude(query) if exclude else ()))
+        start = time.perf_counter()
+        result = rank(snapshot, Query(query.query, k, filters), vector, config, k, vectors)
+        latencies.append(time.perf_counter() - start)
+        results.append(result)
+    return BenchmarkRun(list(queries), results, latencies, len(snapshot))
+
+
+def run_retrieval(index: RetrievalIndex, queries: Sequence[LabelledQuery],
+                  vectors: QueryVectors, *, k: int = 10,
+                  config: RetrievalConfig = DEFAULT_CONFIG, exclude: Exclude | None = None
+                  ) -> BenchmarkRun:
+    """Search every query with the retrieval index alone (for calibration: its results carry
+    the evidence the relevance model is fitted on)."""
     results, latencies = [], []
     for query in queries:
         vector = vectors.vectors[query.query]
@@ -316,7 +352,7 @@ def summarize(run: BenchmarkRun) -> dict[str, Any]:
 
 def run_retrieval_benchmark(tools_path: Path, queries_path: Path, *, sample: int | None = None,
                             seed: int = 0, embedder: Embedder,
-                            config: RetrievalConfig = DEFAULT_CONFIG,
+                            config: DiscoveryConfig = ENGINE_DEFAULTS,
                             cache_dir: Path | None = None) -> dict[str, Any]:
     """Index the catalog, run the (sampled) queries and return the figures as one JSON object:
     ``recall@1/3/5/10``, ``ndcg@5``, ``complete@5``, ``hit@5``, ``mrr``, ``queries``, ``tools``,
@@ -325,20 +361,20 @@ def run_retrieval_benchmark(tools_path: Path, queries_path: Path, *, sample: int
     cache = cache_dir if cache_dir is not None else default_cache_dir()
     catalog = load_catalog(tools_path)
     queries = sample_queries(load_queries(queries_path, catalog), sample, seed)
-    index = build_index(catalog.capabilities, embedder, cache_dir=cache, config=config)
-    vectors = QueryVectors.embed(embedder, (q.query for q in queries), cache, config)
-    return summarize(run_queries(index, queries, vectors, config=config))
+    snapshot = build_snapshot(catalog.capabilities, embedder, cache_dir=cache)
+    vectors = QueryVectors.embed(embedder, (q.query for q in queries), cache)
+    return summarize(run_queries(snapshot, queries, vectors, config=config))
 
 
-def holdout_abstention(index: RetrievalIndex, queries: Sequence[LabelledQuery],
-                       vectors: QueryVectors, config: RetrievalConfig = DEFAULT_CONFIG
+def holdout_abstention(snapshot: IndexSnapshot, queries: Sequence[LabelledQuery],
+                       vectors: QueryVectors, config: DiscoveryConfig = ENGINE_DEFAULTS
                        ) -> dict[str, float]:
     """"Nothing fits" made from answerable queries: each is asked again with its relevant
     capabilities removed from the catalog. Returns ``abstain_accuracy`` (share of those that
     abstain) and ``answer_rate`` (share of the original queries answered)."""
     answerable = [q for q in queries if q.relevant]
-    asked = run_queries(index, answerable, vectors, config=config)
-    removed = run_queries(index, answerable, vectors, config=config,
+    asked = run_queries(snapshot, answerable, vectors, config=config)
+    removed = run_queries(snapshot, answerable, vectors, config=config,
                           exclude=lambda q: q.relevant)
     flags = [r.abstained for r in asked.results] + [r.abstained for r in removed.results]
     labels: list[tuple[str, ...]] = ([q.relevant for q in answerable]
@@ -346,17 +382,15 @@ def holdout_abstention(index: RetrievalIndex, queries: Sequence[LabelledQuery],
     return abstention_metrics(flags, labels)
 
 
-def with_config(config: RetrievalConfig, **changes: Any) -> RetrievalConfig:
-    return replace(config, **changes)
-
-
 # -- calibration -----------------------------------------------------------------------------------
 
 
 def best_evidence(run: BenchmarkRun) -> np.ndarray:
-    """Per query, the strongest evidence among its entries: (max cosine, max coverage, max z)."""
+    """Per query, the strongest evidence among its entries: (max cosine, max coverage, max z).
+    ``run`` comes from :func:`run_retrieval`."""
     rows = []
     for result in run.results:
+        assert isinstance(result, RetrievalResult), "calibrate on run_retrieval results"
         evidence = [e.evidence for e in result.entries] or [(0.0, 0.0, 0.0)]
         rows.append(tuple(max(e[i] for e in evidence) for i in range(3)))
     return np.asarray(rows, dtype=np.float64)

@@ -7,9 +7,9 @@ request never sees a half-applied update and never pays for a rebuild.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 import networkx as nx
 import numpy as np
@@ -17,6 +17,7 @@ import numpy as np
 from capdisc.embedding import Matrix, Vector
 from capdisc.graph import build_graph
 from capdisc.models import Capability
+from capdisc.retrieval import QueryEmbed, RetrievalConfig, RetrievalIndex, calibrated_for
 from capdisc.settings import DiscoveryConfig
 from capdisc.tiers import tier0_text
 from capdisc.tokens import make_counter
@@ -30,12 +31,15 @@ class SearchFilters:
     category: str | None = None
     tags: tuple[str, ...] = ()
     only_available: bool = False
+    #: Capabilities never to return (already bound, or removed for a "nothing fits" test).
+    exclude_ids: frozenset[str] = frozenset()
 
     def admits(self, cap: Capability) -> bool:
         return ((self.kind is None or cap.kind == self.kind)
                 and (self.category is None or cap.category == self.category)
                 and all(tag in cap.tags for tag in self.tags)
-                and (cap.available or not self.only_available))
+                and (cap.available or not self.only_available)
+                and cap.id not in self.exclude_ids)
 
 
 @dataclass(frozen=True)
@@ -53,43 +57,94 @@ class Retrieved:
 
     hits: tuple[Hit, ...]
     abstained: bool = False
+    subqueries: tuple[str, ...] = ()
+    exact_match: str | None = None
 
 
 class Retriever(Protocol):
     """Port: ranks the capabilities of one snapshot for a query."""
 
     def search(self, query: str, query_vector: Vector, k: int, filters: SearchFilters,
-               config: DiscoveryConfig) -> Retrieved: ...
+               config: DiscoveryConfig, embed: QueryEmbed | None = None) -> Retrieved: ...
 
 
-class DenseRetriever:
-    """Exact cosine search over the snapshot's matrix; relevance is the cosine itself."""
+class HybridRetriever:
+    """The engine's retriever: :class:`capdisc.retrieval.RetrievalIndex` (BM25 and dense
+    fused, the exact-name path, query decomposition, calibrated relevance and abstention)."""
 
-    def __init__(self, ids: tuple[str, ...], capabilities: Mapping[str, Capability],
-                 matrix: Matrix) -> None:
-        self._ids = ids
+    def __init__(self, index: RetrievalIndex, embedder_id: str) -> None:
+        self.index = index
+        self._base = calibrated_for(embedder_id)
+        self._configs: dict[tuple[object, ...], RetrievalConfig] = {}
+
+    def search(self, query: str, query_vector: Vector, k: int, filters: SearchFilters,
+               config: DiscoveryConfig, embed: QueryEmbed | None = None) -> Retrieved:
+        found = self.index.search(query, query_vector, k, kind=filters.kind,
+                                  category=filters.category, tags=filters.tags,
+                                  only_available=filters.only_available,
+                                  exclude=filters.exclude_ids, embed=embed,
+                                  config=self.retrieval_config(config))
+        hits = tuple(Hit(e.capability_id, e.score, e.relevance) for e in found.entries)
+        return Retrieved(hits, found.abstained, found.subqueries, found.exact_match)
+
+    def retrieval_config(self, config: DiscoveryConfig) -> RetrievalConfig:
+        """The retrieval knobs of a discovery config, over this embedder's calibration."""
+        key = (config.fusion, config.dense_weight, config.exact_name_match,
+               config.decompose_queries, config.abstain_threshold)
+        cached = self._configs.get(key)
+        if cached is None:
+            cached = replace(self._base, fusion=config.fusion, dense_weight=config.dense_weight,
+                             exact_name=config.exact_name_match,
+                             decompose=config.decompose_queries)
+            if config.abstain_threshold is not None:
+                cached = replace(cached, abstain_threshold=config.abstain_threshold)
+            if len(self._configs) < 64:  # per-call overrides: keep the cache small
+                self._configs[key] = cached
+        return cached
+
+
+class CosineRetriever:
+    """Plain exact cosine search, relevance = cosine, never abstains: the simplest retriever,
+    for tests of the engine's policy (minimum relevance, graph, tiers) with known scores."""
+
+    def __init__(self, capabilities: tuple[Capability, ...], matrix: Matrix) -> None:
         self._caps = capabilities
         self._matrix = matrix
 
     def search(self, query: str, query_vector: Vector, k: int, filters: SearchFilters,
-               config: DiscoveryConfig) -> Retrieved:
-        if not self._ids or k <= 0:
+               config: DiscoveryConfig, embed: QueryEmbed | None = None) -> Retrieved:
+        if not self._caps or k <= 0:
             return Retrieved(())
-        scores = self._matrix @ query_vector.astype(np.float32)
-        if filters != SearchFilters():
-            mask = np.array([filters.admits(self._caps[i]) for i in self._ids])
-            scores = np.where(mask, scores, -np.inf)
-        k = min(k, len(self._ids))
-        top = np.argpartition(-scores, k - 1)[:k]
-        top = top[np.argsort(-scores[top], kind="stable")]
-        hits = tuple(Hit(self._ids[i], float(scores[i]), float(scores[i]))
-                     for i in top if np.isfinite(scores[i]))
-        return Retrieved(hits)
+        scores = self._matrix @ np.asarray(query_vector, dtype=np.float32)
+        admitted = np.array([filters.admits(c) for c in self._caps])
+        scores = np.where(admitted, scores, -np.inf)
+        order = np.argsort(-scores, kind="stable")[:k]
+        return Retrieved(tuple(Hit(self._caps[i].id, float(scores[i]), float(scores[i]))
+                               for i in order if np.isfinite(scores[i])))
+
+
+RetrieverFactory = Callable[[tuple[Capability, ...], Matrix, str], Retriever]
+
+
+def hybrid_retriever(capabilities: tuple[Capability, ...], matrix: Matrix,
+                     embedder_id: str) -> Retriever:
+    """The default :data:`RetrieverFactory`."""
+    return HybridRetriever(RetrievalIndex.build(capabilities, matrix), embedder_id)
+
+
+def cosine_retriever(capabilities: tuple[Capability, ...], matrix: Matrix,
+                     embedder_id: str) -> Retriever:
+    """A :data:`RetrieverFactory` of :class:`CosineRetriever`."""
+    return CosineRetriever(capabilities, matrix)
 
 
 @dataclass(frozen=True)
 class IndexSnapshot:
-    """One tenant's searchable state at one index version."""
+    """One tenant's searchable state at one index version.
+
+    ``embedder_id`` names the embedder the vectors (and query vectors) come from: it selects
+    the relevance calibration and abstention threshold.
+    """
 
     tenant: str
     version: int
@@ -99,11 +154,14 @@ class IndexSnapshot:
     matrix: Matrix = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
     retriever: Retriever = field(default=None, repr=False)  # type: ignore[assignment]
     graph: nx.Graph = field(default_factory=nx.Graph, repr=False)
+    embedder_id: str = ""
+    factory: RetrieverFactory = field(default=hybrid_retriever, repr=False, compare=False)
     _tier0: dict[tuple[int, str], str] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def build(cls, tenant: str, version: int, dim: int,
-              entries: Iterable[tuple[Capability, bytes]]) -> IndexSnapshot:
+              entries: Iterable[tuple[Capability, bytes]], embedder_id: str = "",
+              retriever: RetrieverFactory = hybrid_retriever) -> IndexSnapshot:
         caps: dict[str, Capability] = {}
         rows: dict[str, Vector] = {}
         for capability, vector in entries:
@@ -114,8 +172,9 @@ class IndexSnapshot:
         matrix = (np.vstack(list(rows.values())) if rows
                   else np.zeros((0, dim), dtype=np.float32))
         ids = tuple(caps)
-        return cls(tenant, version, dim, ids, caps, matrix, make_retriever(ids, caps, matrix),
-                   build_graph(caps.values()))
+        return cls(tenant, version, dim, ids, caps, matrix,
+                   retriever(tuple(caps.values()), matrix, embedder_id),
+                   build_graph(caps.values()), embedder_id, retriever)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -129,14 +188,21 @@ class IndexSnapshot:
             entries.pop(cap_id, None)
         for capability, vector in upserts:
             entries[capability.id] = (capability, vector)
-        return IndexSnapshot.build(self.tenant, version, self.dim, entries.values())
+        return IndexSnapshot.build(self.tenant, version, self.dim, entries.values(),
+                                   self.embedder_id, self.factory)
 
     def search(self, query: Vector, k: int, kind: str | None = None
                ) -> list[tuple[Capability, float]]:
-        """Plain dense top-``k`` (optionally of one ``kind``), best first."""
-        found = DenseRetriever(self.ids, self.capabilities, self.matrix).search(
-            "", query, k, SearchFilters(kind=kind), DiscoveryConfig())
-        return [(self.capabilities[h.id], h.score) for h in found.hits]
+        """Plain dense top-``k`` by cosine (optionally of one ``kind``), best first."""
+        if not self.ids or k <= 0:
+            return []
+        scores = self.matrix @ np.asarray(query, dtype=np.float32)
+        if kind is not None:
+            scores = np.where([self.capabilities[i].kind == kind for i in self.ids],
+                              scores, -np.inf)
+        order = np.argsort(-scores, kind="stable")[:k]
+        return [(self.capabilities[self.ids[i]], float(scores[i]))
+                for i in order if np.isfinite(scores[i])]
 
     def tier0(self, budget_tokens: int, counter_name: str) -> str:
         """Tier 0 for this snapshot, computed once per budget and counter."""
@@ -145,9 +211,3 @@ class IndexSnapshot:
             self._tier0[key] = tier0_text(self.capabilities.values(), budget_tokens,
                                           make_counter(counter_name))
         return self._tier0[key]
-
-
-def make_retriever(ids: tuple[str, ...], capabilities: Mapping[str, Capability],
-                   matrix: Matrix) -> Any:
-    """The retriever a snapshot ranks with."""
-    return DenseRetriever(ids, capabilities, matrix)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
@@ -85,6 +85,34 @@ class RetrievalConfig:
 
 
 DEFAULT_CONFIG = RetrievalConfig()
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """An embedder's relevance model and abstention threshold (see :class:`RetrievalConfig`)."""
+
+    bias: float
+    cosine: float
+    abstain_threshold: float
+
+
+#: Fitted per embedder by ``benchmarks/retrieval.py --calibrate``. An embedder without an entry
+#: keeps the MiniLM relevance model but never abstains (its cosines mean something else).
+CALIBRATIONS: dict[str, Calibration] = {
+    "minilm-l6-int8": Calibration(DEFAULT_CONFIG.relevance_bias,
+                                  DEFAULT_CONFIG.relevance_cosine,
+                                  DEFAULT_CONFIG.abstain_threshold),
+}
+
+
+def calibrated_for(embedder_id: str, config: RetrievalConfig = DEFAULT_CONFIG
+                   ) -> RetrievalConfig:
+    """``config`` with the relevance model and threshold fitted for ``embedder_id``."""
+    fit = CALIBRATIONS.get(embedder_id)
+    if fit is None:
+        return replace(config, abstain_threshold=0.0)
+    return replace(config, relevance_bias=fit.bias, relevance_cosine=fit.cosine,
+                   abstain_threshold=fit.abstain_threshold)
 
 
 @dataclass(frozen=True)
@@ -402,11 +430,12 @@ class RetrievalIndex:
         for scored in {id(s): s for s, _ in sources}.values():
             mine = [i for i, (s, _) in enumerate(sources) if s is scored]
             coverage[mine] = self.lexicon.coverage(scored.term_ids, [order[i] for i in mine])
+        scores = _non_increasing([float(whole.fused[row]) for row in order])
         entries = []
-        for row, (scored, at), cov in zip(order, sources, coverage, strict=True):
+        for row, (scored, at), cov, score in zip(order, sources, coverage, scores, strict=True):
             evidence = (float(scored.cosine[at]), float(cov), float(scored.fused[at]))
-            entries.append(RankedCapability(self.ids[row], float(whole.fused[row]),
-                                            relevance(evidence, config), evidence))
+            entries.append(RankedCapability(self.ids[row], score, relevance(evidence, config),
+                                            evidence))
         return tuple(entries)
 
     def _allowed(self, kind: str | None, category: str | None, tags: Collection[str],
@@ -576,6 +605,16 @@ def _above_threshold(scores: Scores, allowed: BoolArray, k: int) -> IntArray:
     if count + ties.size < k:
         return rows
     return np.concatenate([np.flatnonzero(above), ties])
+
+
+def _non_increasing(scores: list[float]) -> list[float]:
+    """Scores that agree with the merged order: an entry placed above better-scored ones (an
+    exact match, a sub-query's best) takes the best score below it, so a stable re-sort
+    (graph re-ranking) keeps the order unless something changes a score."""
+    out = list(scores)
+    for i in range(len(out) - 2, -1, -1):
+        out[i] = max(out[i], out[i + 1])
+    return out
 
 
 def _merge(ranking: list[int], parts: list[_Scored], k: int, exact: int | None,

@@ -32,11 +32,24 @@ class DiscoveryConfig(BaseModel):
     tier2_budget_tokens: int = Field(2000, ge=0)
     tier1_top_k: int = Field(5, ge=0, le=100)
     tier2_top_k: int = Field(2, ge=0, le=20)
-    tier1_min_relevance: float = Field(0.3, ge=-1.0, le=1.0)
-    use_graph_reranking: bool = True
+    #: On the calibrated relevance scale (0..1); 0.2 trims padding without costing recall
+    #: on the benchmark data (docs/benchmarks.md).
+    tier1_min_relevance: float = Field(0.2, ge=-1.0, le=1.0)
+    #: Off by default: measured on MetaTool, Seal-Tools and the example registry it gains no
+    #: recall and costs NDCG (docs/benchmarks.md). On for registries rich in relationships.
+    use_graph_reranking: bool = False
     graph_boost_factor: float = Field(0.15, ge=0.0, le=1.0)
     collection_name: str = "capability_index"
     token_counter: Literal["auto", "heuristic", "cl100k"] = "heuristic"
+    #: Retrieval: dense and BM25 z-scores mixed with ``dense_weight`` on the dense side (or
+    #: RRF, or one side alone), the exact-name path, query decomposition.
+    fusion: Literal["zscore", "rrf", "dense", "lexical"] = "zscore"
+    dense_weight: float = Field(0.7, ge=0.0, le=1.0)
+    exact_name_match: bool = True
+    decompose_queries: bool = True
+    #: Abstain ("nothing fits") when no match reaches this calibrated relevance; None: the
+    #: value calibrated for the embedder (0 never abstains).
+    abstain_threshold: float | None = Field(None, ge=0.0, le=1.0)
     #: category -> guidance carried with results of that category (seed 003, "Prompt Coupling")
     workflow_hints: dict[str, str] = Field(default_factory=dict)
 

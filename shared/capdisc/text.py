@@ -4,6 +4,10 @@
 dependencies, example queries) and :func:`summary_text` (display name and the description's
 first paragraph) measured best on the benchmark data; a category line and the raw name in
 parentheses cost recall. Never the full schema, the full content or secrets.
+
+A capability's stored vector is :func:`combine` of the two texts' embeddings: cosine with a
+query is then the weighted mean of the two views' cosines, in one row. :func:`vector_space`
+names vectors made this way, so vectors of another embedder or scheme are never mixed in.
 """
 
 from __future__ import annotations
@@ -11,6 +15,9 @@ from __future__ import annotations
 import hashlib
 import re
 
+import numpy as np
+
+from capdisc.embedding import Vector
 from capdisc.lexical import split_identifiers
 from capdisc.models import Capability
 
@@ -33,8 +40,27 @@ def full_text(capability: Capability) -> str:
     return "\n".join(lines)
 
 
-#: What the indexing worker embeds for a capability.
-embedding_text = full_text
+#: How the stored vector is made from the texts' embeddings; part of :func:`vector_space`.
+VECTOR_SCHEME = "fs1"
+#: Weight of the full-text view against the summary view in the stored vector.
+FULL_TEXT_WEIGHT = 0.5
+
+
+def embedding_texts(capability: Capability) -> tuple[str, str]:
+    """What the indexing worker embeds for a capability: the full text and the summary."""
+    return full_text(capability), summary_text(capability)
+
+
+def combine(full: Vector, summary: Vector, full_weight: float = FULL_TEXT_WEIGHT) -> Vector:
+    """The stored vector: ``w * full + (1 - w) * summary`` (both L2-normalized, the sum not)."""
+    mixed: Vector = (full_weight * np.asarray(full, dtype=np.float32)
+                     + (1.0 - full_weight) * np.asarray(summary, dtype=np.float32))
+    return mixed.astype(np.float32)
+
+
+def vector_space(embedder_id: str) -> str:
+    """The id stored vectors are kept under: the embedder and :data:`VECTOR_SCHEME`."""
+    return f"{embedder_id}.{VECTOR_SCHEME}"
 
 
 def summary_text(capability: Capability) -> str:

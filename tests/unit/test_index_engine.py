@@ -1,4 +1,4 @@
-"""The in-process index snapshot and the dense discovery pipeline over it."""
+"""The in-process index snapshot, and the engine's policy over a plain cosine retriever."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from capdisc.embedding import Vector
 from capdisc.engine import Match, Query, discover
-from capdisc.index import IndexSnapshot, SearchFilters
+from capdisc.index import IndexSnapshot, SearchFilters, cosine_retriever
 from capdisc.models import Capability, Kind
 from capdisc.settings import DiscoveryConfig
 from capdisc.tiers import NOTHING_FITS
@@ -36,7 +36,7 @@ ENTRIES = [(CAKE, raw(0, 0, 1)), (SEARCH, raw(1, 0, 0)), (FETCH, raw(0.8, 0.6, 0
 
 @pytest.fixture
 def snapshot() -> IndexSnapshot:
-    return IndexSnapshot.build("acme", 3, DIM, ENTRIES)
+    return IndexSnapshot.build("acme", 3, DIM, ENTRIES, retriever=cosine_retriever)
 
 
 def ranked(results: list[tuple[Capability, float]]) -> list[tuple[str, float]]:

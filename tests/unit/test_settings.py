@@ -23,12 +23,12 @@ def write_settings(tmp_path: Path, text: str) -> Path:
     ("tier2_budget_tokens", 2000),
     ("tier1_top_k", 5),
     ("tier2_top_k", 2),
-    ("tier1_min_relevance", 0.3),
-    ("use_graph_reranking", True),
+    ("tier1_min_relevance", 0.2),  # calibrated relevance, not seed 001 raw cosine 0.3
+    ("use_graph_reranking", False),  # measured: no gain on the benchmark data
     ("graph_boost_factor", 0.15),
     ("collection_name", "capability_index"),
 ])
-def test_discovery_defaults_match_seed_001(field: str, value: Any) -> None:
+def test_discovery_defaults_are_seed_001_or_measured(field: str, value: Any) -> None:
     assert getattr(Settings.load(environ={}).discovery, field) == value
 
 

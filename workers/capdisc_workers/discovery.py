@@ -32,6 +32,7 @@ from capdisc.models import Capability
 from capdisc.protocol import DiscoverRequest, error_reply
 from capdisc.settings import Settings
 from capdisc.store import as_str, read_records, read_snapshot
+from capdisc.text import vector_space
 
 log = structlog.get_logger("capdisc.discovery")
 BLOCK_MS = 1000
@@ -75,6 +76,7 @@ class DiscoveryWorker:
         self.redis = connection
         self.embedder = make_embedder(settings.embedder, settings.hashing_dim)
         self.queries = CachedQueryEmbedder(self.embedder, settings.query_cache_size)
+        self.space = vector_space(self.embedder.id)
         self.indexes = Indexes()
         self.worker_id = f"discovery@{socket.gethostname()}:{os.getpid()}"
         self.stop = threading.Event()
@@ -90,10 +92,11 @@ class DiscoveryWorker:
             self.reload(tenant)
 
     def reload(self, tenant: str) -> IndexSnapshot:
-        snap = read_snapshot(self.redis, tenant, self.embedder.id)
+        snap = read_snapshot(self.redis, tenant, self.space)
         entries = [(Capability.from_dict(r.capability), snap.vectors[cid])
                    for cid, r in snap.records.items() if cid in snap.vectors]
-        index = IndexSnapshot.build(tenant, snap.version, self.embedder.dim, entries)
+        index = IndexSnapshot.build(tenant, snap.version, self.embedder.dim, entries,
+                                    self.embedder.id)
         self.indexes.put(index)
         log.info("index_loaded", tenant=tenant, index_version=index.version,
                  capabilities=len(index))
@@ -137,7 +140,7 @@ class DiscoveryWorker:
         ids = list(dict.fromkeys(c["id"] for c in fresh))
         upserts, deletes = [], []
         for cap_id, (record, vector) in zip(ids, read_records(self.redis, tenant, ids,
-                                                              self.embedder.id), strict=True):
+                                                              self.space), strict=True):
             if record is None or vector is None:
                 deletes.append(cap_id)
             else:
@@ -219,7 +222,8 @@ class DiscoveryWorker:
         try:
             config = self.settings.discovery.merged(request.options)
             vector = self.queries.embed_one(request.query)
-            result = discover(snapshot, _query(request), vector, config)
+            result = discover(snapshot, _query(request), vector, config,
+                              self.queries.embed_many)
         except CapdiscError as exc:
             bound.warning("request_failed", error=str(exc))
             return error_reply(request.request_id, type(exc).__name__, str(exc))

@@ -13,6 +13,7 @@ import socket
 import threading
 from typing import Any
 
+import numpy as np
 import redis
 import structlog
 from celery import signals
@@ -24,7 +25,7 @@ from capdisc.events import RegistryEvent
 from capdisc.models import Capability
 from capdisc.normalize import capability_from_record
 from capdisc.store import Outcome, apply_event, dead_letter, record_ack, vector_bytes
-from capdisc.text import embedding_text, text_hash
+from capdisc.text import combine, embedding_texts, text_hash, vector_space
 from capdisc_workers.celery_app import app, settings
 
 log = structlog.get_logger("capdisc.indexing")
@@ -66,7 +67,8 @@ def apply_event_task(self: Any, payload: str) -> dict[str, Any]:
         dead_letter(client, payload, str(exc))
         _ack(client, event, {"decision": "rejected", "reason": str(exc)})
         return {"decision": "rejected", "reason": str(exc)}
-    outcome = apply_event(client, event, capability, _vector_for, _embedder().id)
+    outcome = apply_event(client, event, capability, _vector_for,
+                          vector_space(_embedder().id))
     bound.info("event_applied", decision=outcome.decision, index_version=outcome.version)
     _ack(client, event, outcome.to_dict())
     return outcome.to_dict()
@@ -84,19 +86,25 @@ def _capability(event: RegistryEvent) -> Capability | None:
 
 
 def _vector_for(capability: Capability) -> bytes:
-    """The capability's vector from the shared cache, embedding it only on a miss."""
+    """The capability's stored vector (:func:`capdisc.text.combine` of its two texts), each
+    text's embedding taken from the shared cache and embedded, in one batch, only on a miss."""
     client, embedder = _redis(), _embedder()
-    text = embedding_text(capability)
-    digest = text_hash(text)
-    cached = client.hget(keys.embedding_cache(embedder.id), digest)
-    if isinstance(cached, bytes):
-        return cached
-    vector = vector_bytes(check_vectors(embedder.embed([text]), 1, embedder.dim, embedder.id)[0])
-    with client.pipeline(transaction=False) as pipe:
-        pipe.hset(keys.embedding_cache(embedder.id), digest, vector)
-        pipe.hincrby(keys.COUNTERS, "embedding_calls", 1)
-        pipe.execute()
-    return vector
+    texts = embedding_texts(capability)
+    digests = [text_hash(text) for text in texts]
+    cached = client.hmget(keys.embedding_cache(embedder.id), digests)
+    missing = [i for i, raw in enumerate(cached) if not isinstance(raw, bytes)]
+    rows = {i: np.frombuffer(raw, dtype=np.float32) for i, raw in enumerate(cached)
+            if isinstance(raw, bytes)}
+    if missing:
+        fresh = check_vectors(embedder.embed([texts[i] for i in missing]), len(missing),
+                              embedder.dim, embedder.id)
+        with client.pipeline(transaction=False) as pipe:
+            for i, vector in zip(missing, fresh, strict=True):
+                rows[i] = vector
+                pipe.hset(keys.embedding_cache(embedder.id), digests[i], vector_bytes(vector))
+            pipe.hincrby(keys.COUNTERS, "embedding_calls", len(missing))
+            pipe.execute()
+    return vector_bytes(combine(rows[0], rows[1]))
 
 
 def _ack(client: redis.Redis, event: RegistryEvent, outcome: dict[str, Any]) -> None:

@@ -1,0 +1,75 @@
+"""The token report (issue 3, item 9): a static dump of every tool against a tiered answer.
+
+The static dump is what an agent pays when every capability's tool definition sits in every
+prompt (OpenAI Chat Completions ``tools``, as JSON). A tiered answer is what capdisc sends per
+turn: the rendered context (Tiers 0, 1 and 2) plus the definitions of the tools it found and the
+``discover_capabilities`` meta-tool. Both sides are counted with the same counter.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from capdisc.engine import Query, discover
+from capdisc.formats import list_discovered_tools, to_openai_chat
+from capdisc.index import IndexSnapshot
+from capdisc.retrieval import QueryEmbed
+from capdisc.settings import DiscoveryConfig
+from capdisc.tokens import TokenCounter, make_counter
+
+
+@dataclass(frozen=True)
+class TurnTokens:
+    """What one turn costs: the rendered context and the bound tool definitions."""
+
+    context: int
+    tools: int
+    within_budget: bool = True
+
+    @property
+    def total(self) -> int:
+        return self.context + self.tools
+
+
+def static_dump_tokens(snapshot: IndexSnapshot, counter: TokenCounter) -> int:
+    """Every capability's tool definition, as one ``tools`` array in the prompt."""
+    caps = [snapshot.capabilities[i] for i in snapshot.ids]
+    return counter(json.dumps(to_openai_chat(caps, include_metatool=False)))
+
+
+def turn_tokens(snapshot: IndexSnapshot, query: str, embed: QueryEmbed,
+                config: DiscoveryConfig, counter: TokenCounter) -> TurnTokens:
+    """One turn through the engine: its context and its tool definitions (with the meta-tool)."""
+    vector = embed([query])[0]
+    result = discover(snapshot, Query(query), vector, config, embed)
+    tools = list_discovered_tools([m.capability for m in result.matches], "openai-chat")
+    used = result.tiers.tokens
+    within = (used["tier0"] <= config.tier0_budget_tokens
+              and used["tier1"] <= config.tier1_budget_tokens
+              and used["tier2"] <= config.tier2_budget_tokens)
+    return TurnTokens(counter(result.context), counter(json.dumps(tools)), within)
+
+
+def token_report(snapshot: IndexSnapshot, queries: Sequence[str], embed: QueryEmbed,
+                 config: DiscoveryConfig) -> dict[str, Any]:
+    """Static dump against the per-turn median and maximum, and the saving of the median."""
+    counter = make_counter(config.token_counter)
+    static = static_dump_tokens(snapshot, counter)
+    turns = [turn_tokens(snapshot, q, embed, config, counter) for q in queries]
+    totals = [t.total for t in turns] or [0]
+    median = statistics.median(totals)
+    return {
+        "capabilities": len(snapshot), "queries": len(turns), "counter": config.token_counter,
+        "static_dump_tokens": static,
+        "turn_tokens": {"median": median, "max": max(totals),
+                        "context_median": statistics.median([t.context for t in turns] or [0]),
+                        "tools_median": statistics.median([t.tools for t in turns] or [0])},
+        "budget_tokens": (config.tier0_budget_tokens + config.tier1_budget_tokens
+                          + config.tier2_budget_tokens),
+        "saving": round(1.0 - median / static, 4) if static else 0.0,
+        "over_budget_turns": sum(not t.within_budget for t in turns),
+    }
