@@ -29,14 +29,15 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _catalog import embed_catalog, embed_texts, load_catalog, seal_queries
+from _catalog import embed_catalog, load_catalog, seal_queries
 from _common import percentile
 from capdisc.client import Client
 from capdisc.embedding import CachedQueryEmbedder, MiniLMEmbedder
-from capdisc.engine import Query, discover
+from capdisc.engine import Query, discover, embed_turn
 from capdisc.events import RegistryEvent
 from capdisc.index import IndexSnapshot
 from capdisc.localredis import start_redis
+from capdisc.probes import PROBES
 from capdisc.settings import DiscoveryConfig
 from capdisc.store import apply_event
 from capdisc.text import vector_space
@@ -81,26 +82,35 @@ def in_process(caps: list, matrix: np.ndarray, queries: list[str], embedder: Min
     started = time.perf_counter()
     snapshot = IndexSnapshot.build(TENANT, 1, embedder.dim,
                                    ((c, matrix[i].tobytes()) for i, c in enumerate(caps)),
-                                   embedder.id)
+                                   embedder.id, probes=embedder.embed(list(PROBES)))
     print(f"snapshot build (BM25, vectors, graph) for {len(caps)}: "
           f"{time.perf_counter() - started:.2f} s")
     config = DiscoveryConfig()
     cached = CachedQueryEmbedder(embedder)
     for query in queries:  # warm the cache: the query and its sub-queries
-        discover(snapshot, Query(query), cached.embed_one(query), config, cached.embed_many)
+        turn(snapshot, cached, query, config)
     samples = []
     for query in queries:
         started = time.perf_counter()
-        discover(snapshot, Query(query), cached.embed_one(query), config, cached.embed_many)
+        turn(snapshot, cached, query, config)
         samples.append(time.perf_counter() - started)
     report("engine in-process, query embedding cached", samples)
     fresh = CachedQueryEmbedder(embedder, 0)
-    samples = []
+    samples, model = [], []
     for query in queries[:100]:
         started = time.perf_counter()
-        discover(snapshot, Query(query), fresh.embed_one(query), config, fresh.embed_many)
+        vector, embed = embed_turn(fresh, query, config)
+        model.append(time.perf_counter() - started)
+        discover(snapshot, Query(query), vector, config, embed)
         samples.append(time.perf_counter() - started)
     report("engine in-process, fresh query embedding", samples)
+    report("  of which the model (one pass, sub-queries pooled)", model)
+
+
+def turn(snapshot: IndexSnapshot, cached: CachedQueryEmbedder, query: str,
+         config: DiscoveryConfig) -> None:
+    vector, embed = embed_turn(cached, query, config)
+    discover(snapshot, Query(query), vector, config, embed)
 
 
 def load_registry(url: str, caps: list, matrix: np.ndarray, embedder_id: str) -> None:
@@ -174,7 +184,7 @@ def through_workers(url: str, queries: list[str], floors: dict[str, float], seco
               f"{floors['list']:.2f} ms)")
         workers.append(spawn_worker(url, log))
         Client.from_url(url, tenant=TENANT, timeout_s=120).discover("warm up the second")
-        throughput(url, queries, seconds)
+        throughput(url, queries, seconds, [w.pid for w in workers])
     finally:
         for worker in workers:
             worker.terminate()
@@ -198,16 +208,41 @@ def _client_process(url: str, queries: list[str], seconds: float, threads: int,
             counts[slot] += 1
             index += threads
 
+    cpu = sum(os.times()[:2])
     pool = [threading.Thread(target=loop, args=(slot,)) for slot in range(threads)]
     for thread in pool:
         thread.start()
     for thread in pool:
         thread.join()
-    out.put((sum(counts), [x for xs in latencies for x in xs]))
+    out.put((sum(counts), [x for xs in latencies for x in xs], sum(os.times()[:2]) - cpu))
 
 
-def throughput(url: str, queries: list[str], seconds: float, processes: int = 2,
-               threads: int = 8) -> None:
+def throughput(url: str, queries: list[str], seconds: float, worker_pids: list[int],
+               processes: int = 2, threads: int = 8) -> None:
+    run_clients(url, queries, min(seconds, 5.0), processes, threads)  # warm both workers' caches
+    before = sum(_cpu_s(pid) for pid in worker_pids)
+    total, latencies, elapsed, client_cpu = run_clients(url, queries, seconds, processes,
+                                                        threads)
+    worker_cpu = sum(_cpu_s(pid) for pid in worker_pids) - before
+    print(f"two discovery workers, cached embeddings: {total / elapsed:.0f} turns/s "
+          f"({processes} client processes x {threads} threads, {elapsed:.1f} s; latency under "
+          f"load median {np.median(latencies) * 1000:.1f} ms, p99 "
+          f"{percentile([x * 1000 for x in latencies], 99):.1f} ms)")
+    print(f"{'':<58} CPU per turn: workers {worker_cpu / total * 1000:.2f} ms, clients "
+          f"{client_cpu / total * 1000:.2f} ms")
+
+
+def _cpu_s(pid: int) -> float:
+    """User plus system CPU seconds of a process (Linux ``/proc``; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_clients(url: str, queries: list[str], seconds: float, processes: int, threads: int
+                ) -> tuple[int, list[float], float, float]:
     out: multiprocessing.Queue = multiprocessing.Queue()  # type: ignore[type-arg]
     started = time.perf_counter()
     procs = [multiprocessing.Process(target=_client_process,
@@ -219,12 +254,8 @@ def throughput(url: str, queries: list[str], seconds: float, processes: int = 2,
     for proc in procs:
         proc.join()
     elapsed = time.perf_counter() - started
-    total = sum(r[0] for r in results)
-    latencies = [x for r in results for x in r[1]]
-    print(f"two discovery workers, cached embeddings: {total / elapsed:.0f} turns/s "
-          f"({processes} client processes x {threads} threads, {elapsed:.1f} s; latency under "
-          f"load median {np.median(latencies) * 1000:.1f} ms, p99 "
-          f"{percentile([x * 1000 for x in latencies], 99):.1f} ms)")
+    return (sum(r[0] for r in results), [x for r in results for x in r[1]], elapsed,
+            sum(r[2] for r in results))
 
 
 if __name__ == "__main__":

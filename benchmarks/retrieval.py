@@ -56,9 +56,11 @@ from capdisc.settings import DiscoveryConfig
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 REGISTRY_QUERIES = ROOT / "benchmarks" / "registry_queries.jsonl"
+NO_TOOL_QUERIES = ROOT / "benchmarks" / "no_tool_queries.jsonl"
 PROVIDERS = ("acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne", "wonka")
 
 ENGINE = DiscoveryConfig()
+EVIDENCE = replace(DEFAULT_CONFIG, collect_evidence=True)
 #: The baselines: the same index with one fusion each, no decomposition, no exact-name path,
 #: no graph, no minimum relevance and no abstention.
 SIMPLE = {"decompose_queries": False, "exact_name_match": False, "use_graph_reranking": False,
@@ -127,19 +129,34 @@ def shared_datasets(embedder: Embedder, cache: Path, calibrate: bool) -> dict[st
             ("Seal-Tools test in+out of domain", seal_index, seal_test, seal_vectors)]
     for title, index, queries, vectors in sets:
         out[title] = compare(title, index, queries, vectors)
-    print("Abstention on \"nothing fits\" queries made by removing each query's relevant tools"
-          " (engine defaults):")
+    no_tool = load_queries(NO_TOOL_QUERIES, meta_catalog)
+    print(f"Abstention (engine defaults): {len(no_tool)} written no-tool queries "
+          "(benchmarks/no_tool_queries.jsonl), and each answerable query asked again with its "
+          "relevant tools removed")
     for title, index, queries, vectors in [
             ("MetaTool tuning (3,000 outside the sample)", meta_index, meta_tune, meta_vectors),
             ("MetaTool sample", meta_index, meta_eval, meta_vectors),
             ("Seal-Tools dev", seal_index, seal_dev, seal_vectors),
             ("Seal-Tools test", seal_index, seal_test, seal_vectors)]:
-        figures = holdout_abstention(index, queries, vectors)
-        out.setdefault("abstention", {})[title] = figures
-        print(f"  {title:<44} abstained {figures['abstain_accuracy']:.3f}, "
-              f"answered {figures['answer_rate']:.3f}")
+        out.setdefault("abstention", {})[title] = abstention(title, index, queries, no_tool,
+                                                             vectors, embedder, cache)
     print()
     return out
+
+
+def abstention(title: str, index: IndexSnapshot, queries: list[LabelledQuery],
+               no_tool: list[LabelledQuery], vectors: QueryVectors, embedder: Embedder,
+               cache: Path) -> dict[str, Any]:
+    """Written no-tool queries abstained and answerable answered; relevant tools removed."""
+    asked = QueryVectors.embed(embedder, (q.query for q in no_tool), cache)
+    both = QueryVectors({**vectors.vectors, **asked.vectors})
+    written = summarize(run_queries(index, [*queries, *no_tool], both))
+    removed = holdout_abstention(index, queries, vectors)
+    print(f"  {title:<44} no-tool abstained {written['abstain_accuracy']:.3f}, answerable "
+          f"answered {written['answer_rate']:.3f}; relevant removed: abstained "
+          f"{removed['abstain_accuracy']:.3f}")
+    return {"written": {k: written[k] for k in ("abstain_accuracy", "answer_rate")},
+            "removed": removed}
 
 
 def print_calibration(meta_index: RetrievalIndex, meta_tune: list[LabelledQuery],
@@ -149,8 +166,9 @@ def print_calibration(meta_index: RetrievalIndex, meta_tune: list[LabelledQuery]
     for index, queries, vectors in ((meta_index, meta_tune, meta_vectors),
                                     (seal_index, seal_dev, seal_vectors)):
         answerable = [q for q in queries if q.relevant]
-        runs.append((run_retrieval(index, answerable, vectors),
-                     run_retrieval(index, answerable, vectors, exclude=lambda q: q.relevant)))
+        runs.append((run_retrieval(index, answerable, vectors, config=EVIDENCE),
+                     run_retrieval(index, answerable, vectors, config=EVIDENCE,
+                                   exclude=lambda q: q.relevant)))
     answered = _concat([a for a, _ in runs])
     removed = _concat([r for _, r in runs])
     fitted = calibrated(DEFAULT_CONFIG, answered, removed)
@@ -198,13 +216,11 @@ def registry(embedder: Embedder, cache: Path) -> dict[str, Any]:
     vectors = QueryVectors.embed(embedder, (q.query for q in queries), cache)
     out = compare("Example registry (benchmarks/registry_queries.jsonl)", index,
                   [q for q in queries if q.relevant], vectors)
-    figures = summarize(run_queries(index, queries, vectors))
-    held = holdout_abstention(index, queries, vectors)
-    print(f"  no-tool queries abstained {figures['abstain_accuracy']:.3f} "
-          f"({sum(not q.relevant for q in queries)} written), answerable answered "
-          f"{figures['answer_rate']:.3f}; with relevant tools removed: abstained "
-          f"{held['abstain_accuracy']:.3f}\n")
-    out["abstention"] = {"written": figures, "removed": held}
+    no_tool = load_queries(NO_TOOL_QUERIES, catalog)
+    out["abstention"] = abstention(f"registry + {sum(not q.relevant for q in queries)} "
+                                   "registry-specific no-tool", index, queries, no_tool,
+                                   vectors, embedder, cache)
+    print()
     return out
 
 

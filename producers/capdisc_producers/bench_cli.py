@@ -131,10 +131,12 @@ def format_tokens(report: dict[str, Any]) -> str:
     return "\n".join([
         f"{report['capabilities']} capabilities, {report['queries']} turns, "
         f"counter {report['counter']}",
-        f"  static dump (every tool schema)  {report['static_dump_tokens']:>9,} tokens",
-        f"  tiered answer per turn, median   {turn['median']:>9,.0f} tokens "
-        f"(context {turn['context_median']:,.0f} + tool schemas {turn['tools_median']:,.0f})",
-        f"  tiered answer per turn, max      {turn['max']:>9,} tokens",
-        f"  saving at the median             {report['saving']:>9.1%}",
-        f"  turns over a tier budget         {report['over_budget_turns']:>9}",
+        f"  static dump (every tool schema)      {report['static_dump_tokens']:>9,} tokens",
+        f"  tiered answer per turn, median       {turn['median']:>9,.0f} tokens "
+        f"(max {turn['max']:,}; tier budgets {report['budget_tokens']:,})",
+        f"  with the found tools' definitions    {turn['with_tools_median']:>9,.0f} tokens "
+        f"(max {turn['with_tools_max']:,})",
+        f"  saving at the median                 {report['saving']:>9.1%} "
+        f"({report['saving_with_tools']:.1%} with tool definitions)",
+        f"  turns over a tier budget             {report['over_budget_turns']:>9}",
     ])

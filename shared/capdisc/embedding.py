@@ -101,21 +101,50 @@ class MiniLMEmbedder:
     def embed(self, texts: Sequence[str]) -> Matrix:
         if not texts:
             return np.zeros((0, MINILM_DIM), dtype=np.float32)
-        session, tokenizer = self._load()
+        _session, tokenizer = self._load()
         encodings = tokenizer.encode_batch(list(texts))
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        hidden = self._run(ids, mask)
+        weights = mask[..., None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        return _normalize(pooled.astype(np.float32))
+
+    def embed_spans(self, text: str, spans: Sequence[tuple[int, int]]) -> Matrix:
+        """``text`` and its character ``spans`` from one pass of the model: row 0 pools every
+        token (as :meth:`embed`), row ``i`` pools the tokens inside span ``i - 1`` ("late
+        chunking": each part keeps the context of the whole). A span with no token inside the
+        model's window is embedded on its own."""
+        _session, tokenizer = self._load()
+        encoding = tokenizer.encode(text)
+        hidden = self._run(np.array([encoding.ids], dtype=np.int64),
+                           np.array([encoding.attention_mask], dtype=np.int64))[0]
+        rows = [hidden.mean(axis=0)]
+        alone: list[int] = []
+        for start, end in spans:
+            inside = [i for i, (a, b) in enumerate(encoding.offsets)
+                      if b > a and a >= start and b <= end]
+            if inside:
+                rows.append(hidden[inside].mean(axis=0))
+            else:
+                alone.append(len(rows))
+                rows.append(np.zeros(MINILM_DIM, dtype=np.float32))
+        out = _normalize(np.vstack(rows).astype(np.float32))
+        if alone:
+            out[alone] = self.embed([text[spans[i - 1][0]:spans[i - 1][1]] for i in alone])
+        return out
+
+    def _run(self, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int64]) -> Matrix:
+        session, _tokenizer = self._load()
         feeds = {"input_ids": ids, "attention_mask": mask}
         if "token_type_ids" in self._input_names:
             feeds["token_type_ids"] = np.zeros_like(ids)
         try:
-            hidden = session.run(None, feeds)[0]
+            hidden: Matrix = session.run(None, feeds)[0]
         except Exception as exc:  # onnxruntime raises its own untyped errors
-            raise EmbeddingError(f"the MiniLM model failed on a batch of {len(texts)}: {exc}"
+            raise EmbeddingError(f"the MiniLM model failed on a batch of {len(ids)}: {exc}"
                                  ) from exc
-        weights = mask[..., None].astype(np.float32)
-        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
-        return _normalize(pooled.astype(np.float32))
+        return hidden
 
     def _load(self) -> tuple[Any, Any]:
         if self._session is None:
@@ -193,6 +222,23 @@ class CachedQueryEmbedder:
         return vector
 
 
+    def embed_with_parts(self, text: str, parts: Sequence[str]) -> tuple[Vector, Matrix]:
+        """``text``'s vector and its ``parts``' vectors (:func:`embed_with_parts`), cached under
+        ``text`` together, so a repeated turn costs no model call."""
+        key = "\x00parts\x00" + text + "\x00" + "\x00".join(parts)
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+        if hit is None:
+            hit = embed_with_parts(self.inner, text, parts)
+            with self._lock:
+                self._cache[key] = hit
+                self._cache[text] = hit[0]
+                while len(self._cache) > self._size:
+                    self._cache.popitem(last=False)
+        return hit[0], hit[1:]
+
     def embed_many(self, texts: Sequence[str]) -> Matrix:
         """One row per text; the cache misses are embedded in one batch."""
         if not texts:
@@ -209,6 +255,24 @@ class CachedQueryEmbedder:
                 while len(self._cache) > self._size:
                     self._cache.popitem(last=False)
         return np.stack([hits[t] for t in texts]).astype(np.float32)
+
+
+def embed_with_parts(embedder: Embedder, text: str, parts: Sequence[str]) -> Matrix:
+    """Row 0 embeds ``text``, row ``i`` its substring ``parts[i - 1]``: in one model pass when
+    the embedder can pool spans (:meth:`MiniLMEmbedder.embed_spans`), else as separate texts."""
+    spans_of = getattr(embedder, "embed_spans", None)
+    found = [(i, text.find(part)) for i, part in enumerate(parts)]
+    found = [(i, start) for i, start in found if start >= 0]
+    if spans_of is None or not found:
+        return embedder.embed([text, *parts])
+    pooled: Matrix = spans_of(text, [(start, start + len(parts[i])) for i, start in found])
+    out = np.zeros((len(parts) + 1, pooled.shape[1]), dtype=np.float32)
+    out[0] = pooled[0]
+    out[[i + 1 for i, _ in found]] = pooled[1:]
+    rest = [i for i in range(len(parts)) if i not in {j for j, _ in found}]
+    if rest:  # a part that is not a substring of the text: embedded on its own
+        out[[i + 1 for i in rest]] = embedder.embed([parts[i] for i in rest])
+    return out
 
 
 def make_embedder(name: str, hashing_dim: int = MINILM_DIM) -> Embedder:

@@ -9,11 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from capdisc.embedding import Vector
+import numpy as np
+
+from capdisc.embedding import CachedQueryEmbedder, Matrix, Vector
 from capdisc.graph import rerank
 from capdisc.index import Hit, IndexSnapshot, SearchFilters
 from capdisc.models import Capability
-from capdisc.retrieval import QueryEmbed
+from capdisc.retrieval import DEFAULT_CONFIG, QueryEmbed, decompose
 from capdisc.settings import DiscoveryConfig
 from capdisc.tiers import TieredContext, tier1_text, tier2_text
 from capdisc.tokens import make_counter
@@ -150,6 +152,26 @@ def assemble(snapshot: IndexSnapshot, ranked: list[Capability], config: Discover
     tokens = {"tier0": counter(tier0), "tier1": counter(tier1), "tier2": counter(tier2)}
     tokens["total"] = sum(tokens.values())
     return TieredContext(tier0, tier1, tier2, tier1_ids, tier2_ids, tokens)
+
+
+def embed_turn(queries: CachedQueryEmbedder, text: str, config: DiscoveryConfig
+               ) -> tuple[Vector, QueryEmbed]:
+    """The query vector of one turn and the embedder :func:`discover` asks for sub-queries: the
+    sub-queries decomposition will find are embedded with the query in one model pass (late
+    chunking, cached), so a chained request costs one model call, not one per request."""
+    parts: list[str] = []
+    if config.decompose_queries and config.fusion == "zscore":
+        parts = decompose(text, DEFAULT_CONFIG.max_subqueries)
+    vector, rows = queries.embed_with_parts(text, parts if len(parts) > 1 else [])
+    known = dict(zip(parts, rows, strict=False))
+
+    def embed(texts: list[str]) -> Matrix:
+        missing = [t for t in texts if t not in known]
+        if missing:
+            known.update(zip(missing, queries.embed_many(missing), strict=True))
+        return np.stack([known[t] for t in texts]).astype(np.float32)
+
+    return vector, embed
 
 
 def render_for_prompt(result: DiscoveryResult) -> str:

@@ -33,6 +33,7 @@ from capdisc.engine import Query, rank
 from capdisc.index import IndexSnapshot, SearchFilters
 from capdisc.models import Capability
 from capdisc.normalize import capability_from_record
+from capdisc.probes import PROBES
 from capdisc.retrieval import (
     DEFAULT_CONFIG,
     RetrievalConfig,
@@ -185,12 +186,14 @@ def build_snapshot(capabilities: Sequence[Capability], embedder: Embedder, *,
                    cache_dir: Path | None = None) -> IndexSnapshot:
     """Index ``capabilities`` the way a discovery worker does: each stored vector is
     :func:`capdisc.text.combine` of the two texts' embeddings (cached on disk), then
-    :meth:`IndexSnapshot.build` with the embedder's calibration."""
+    :meth:`IndexSnapshot.build` with the embedder's calibration and probe vectors."""
     vectors = embed_cached(embedder, [full_text(c) for c in capabilities], cache_dir)
     summaries = embed_cached(embedder, [summary_text(c) for c in capabilities], cache_dir)
     entries = [(cap, combine(full, summary).tobytes())
                for cap, full, summary in zip(capabilities, vectors, summaries, strict=True)]
-    return IndexSnapshot.build("benchmark", 1, embedder.dim, entries, embedder.id)
+    probes = embed_cached(embedder, list(PROBES), cache_dir)
+    return IndexSnapshot.build("benchmark", 1, embedder.dim, entries, embedder.id,
+                               probes=probes)
 
 
 @dataclass(frozen=True)

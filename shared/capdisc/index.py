@@ -96,8 +96,9 @@ class HybridRetriever:
             cached = replace(self._base, fusion=config.fusion, dense_weight=config.dense_weight,
                              exact_name=config.exact_name_match,
                              decompose=config.decompose_queries)
-            if config.abstain_threshold is not None:
-                cached = replace(cached, abstain_threshold=config.abstain_threshold)
+            if config.abstain_threshold is not None:  # exactly this, not adapted
+                cached = replace(cached, abstain_threshold=config.abstain_threshold,
+                                 adaptive_abstain=False)
             if len(self._configs) < 64:  # per-call overrides: keep the cache small
                 self._configs[key] = cached
         return cached
@@ -123,17 +124,20 @@ class CosineRetriever:
                                for i in order if np.isfinite(scores[i])))
 
 
-RetrieverFactory = Callable[[tuple[Capability, ...], Matrix, str], Retriever]
+#: Builds a snapshot's retriever from its capabilities, their stored vectors, the embedder id
+#: and the embedded probe queries (:mod:`capdisc.probes`; None: no per-catalog abstention).
+RetrieverFactory = Callable[[tuple[Capability, ...], Matrix, str, Matrix | None], Retriever]
 
 
-def hybrid_retriever(capabilities: tuple[Capability, ...], matrix: Matrix,
-                     embedder_id: str) -> Retriever:
+def hybrid_retriever(capabilities: tuple[Capability, ...], matrix: Matrix, embedder_id: str,
+                     probes: Matrix | None = None) -> Retriever:
     """The default :data:`RetrieverFactory`."""
-    return HybridRetriever(RetrievalIndex.build(capabilities, matrix), embedder_id)
+    index = RetrievalIndex.build(capabilities, matrix, probe_vectors=probes)
+    return HybridRetriever(index, embedder_id)
 
 
 def cosine_retriever(capabilities: tuple[Capability, ...], matrix: Matrix,
-                     embedder_id: str) -> Retriever:
+                     embedder_id: str, probes: Matrix | None = None) -> Retriever:
     """A :data:`RetrieverFactory` of :class:`CosineRetriever`."""
     return CosineRetriever(capabilities, matrix)
 
@@ -143,7 +147,8 @@ class IndexSnapshot:
     """One tenant's searchable state at one index version.
 
     ``embedder_id`` names the embedder the vectors (and query vectors) come from: it selects
-    the relevance calibration and abstention threshold.
+    the relevance calibration and abstention threshold; ``probes`` are that embedder's vectors
+    of :data:`capdisc.probes.PROBES`, which adapt the threshold to the catalog.
     """
 
     tenant: str
@@ -156,12 +161,14 @@ class IndexSnapshot:
     graph: nx.Graph = field(default_factory=nx.Graph, repr=False)
     embedder_id: str = ""
     factory: RetrieverFactory = field(default=hybrid_retriever, repr=False, compare=False)
+    probes: Matrix | None = field(default=None, repr=False, compare=False)
     _tier0: dict[tuple[int, str], str] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def build(cls, tenant: str, version: int, dim: int,
               entries: Iterable[tuple[Capability, bytes]], embedder_id: str = "",
-              retriever: RetrieverFactory = hybrid_retriever) -> IndexSnapshot:
+              retriever: RetrieverFactory = hybrid_retriever, probes: Matrix | None = None
+              ) -> IndexSnapshot:
         caps: dict[str, Capability] = {}
         rows: dict[str, Vector] = {}
         for capability, vector in entries:
@@ -173,8 +180,8 @@ class IndexSnapshot:
                   else np.zeros((0, dim), dtype=np.float32))
         ids = tuple(caps)
         return cls(tenant, version, dim, ids, caps, matrix,
-                   retriever(tuple(caps.values()), matrix, embedder_id),
-                   build_graph(caps.values()), embedder_id, retriever)
+                   retriever(tuple(caps.values()), matrix, embedder_id, probes),
+                   build_graph(caps.values()), embedder_id, retriever, probes)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -189,7 +196,7 @@ class IndexSnapshot:
         for capability, vector in upserts:
             entries[capability.id] = (capability, vector)
         return IndexSnapshot.build(self.tenant, version, self.dim, entries.values(),
-                                   self.embedder_id, self.factory)
+                                   self.embedder_id, self.factory, self.probes)
 
     def search(self, query: Vector, k: int, kind: str | None = None
                ) -> list[tuple[Capability, float]]:

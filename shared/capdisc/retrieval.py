@@ -81,7 +81,14 @@ class RetrievalConfig:
     relevance_z: float = 0.0
     #: Abstain when no entry's relevance reaches this (0 never abstains); fitted so that 95% of
     #: the tuning splits' answerable queries are answered. Embedder-specific, like the above.
-    abstain_threshold: float = 0.307
+    abstain_threshold: float = 0.287
+    #: Raise the threshold, per catalog, to the relevance of the ``probe_quantile`` of the
+    #: probe queries' best cosines (:mod:`capdisc.probes`), when the index has probe vectors.
+    adaptive_abstain: bool = True
+    probe_quantile: float = 0.6
+    #: Compute every evidence feature (BM25 coverage too) even when the relevance model does
+    #: not use it: for calibration runs.
+    collect_evidence: bool = False
 
 
 DEFAULT_CONFIG = RetrievalConfig()
@@ -292,16 +299,20 @@ class RetrievalIndex:
     moment: Matrix
     #: ``embedding dim x reduced dim`` projection applied to query vectors, or None.
     projection: Matrix | None
+    #: Per probe query (:mod:`capdisc.probes`), its best cosine over the catalog, sorted.
+    probe_cosines: tuple[float, ...] = ()
 
     @classmethod
     def build(cls, capabilities: Sequence[Capability], vectors: Matrix, *,
               summary_vectors: Matrix | None = None, texts: Sequence[str] | None = None,
+              probe_vectors: Matrix | None = None,
               config: RetrievalConfig = DEFAULT_CONFIG) -> RetrievalIndex:
         """Index ``capabilities``; ``vectors`` row ``i`` embeds capability ``i`` (L2-normalized).
 
         ``summary_vectors`` (optional, same shape) embed a short name-and-summary text; the dense
         score is then ``w * cos(full) + (1 - w) * cos(summary)``, folded into one matrix here.
-        ``texts`` overrides the BM25 text (default :func:`lexical_text`).
+        ``texts`` overrides the BM25 text (default :func:`lexical_text`). ``probe_vectors``
+        embed :data:`capdisc.probes.PROBES`, for the per-catalog abstention threshold.
         """
         caps = tuple(capabilities)
         matrix = _dense_matrix(vectors, summary_vectors, len(caps), config.full_text_weight)
@@ -324,6 +335,7 @@ class RetrievalIndex:
             mean_vector=matrix.sum(axis=0, dtype=np.float64).astype(np.float32) / n,
             moment=(matrix.T.astype(np.float64) @ matrix / n).astype(np.float32),
             projection=projection,
+            probe_cosines=_probe_cosines(matrix, probe_vectors, projection),
         )
 
     def __len__(self) -> int:
@@ -354,10 +366,19 @@ class RetrievalIndex:
         exact = self._exact(query, allowed) if config.exact_name else None
         order = _merge(ranking, scored_parts, k, exact, config)
         entries = self._entries(order, whole, scored_parts, config)
-        abstained = exact is None and not any(
-            e.relevance >= config.abstain_threshold for e in entries)
+        threshold = self.abstain_threshold(config)
+        abstained = exact is None and not any(e.relevance >= threshold for e in entries)
         return RetrievalResult(entries, abstained=abstained, subqueries=tuple(parts),
                                exact_match=self.ids[exact] if exact is not None else None)
+
+    def abstain_threshold(self, config: RetrievalConfig) -> float:
+        """The relevance an answer needs: the configured floor, raised to how close this
+        catalog comes to the probe queries (0 never abstains)."""
+        floor = config.abstain_threshold
+        if floor <= 0 or not config.adaptive_abstain or not self.probe_cosines:
+            return floor
+        cosine = _quantile(self.probe_cosines, config.probe_quantile)
+        return max(floor, relevance((cosine, 0.0, 0.0), config))
 
     def _subqueries(self, query: str, embed: QueryEmbed | None,
                     config: RetrievalConfig) -> list[str]:
@@ -427,7 +448,8 @@ class RetrievalIndex:
                     best = (part, at)
             sources.append(best)
         coverage = np.zeros(len(order), dtype=np.float32)
-        for scored in {id(s): s for s, _ in sources}.values():
+        texts = {id(s): s for s, _ in sources}.values() if self._wants_coverage(config) else ()
+        for scored in texts:
             mine = [i for i, (s, _) in enumerate(sources) if s is scored]
             coverage[mine] = self.lexicon.coverage(scored.term_ids, [order[i] for i in mine])
         scores = _non_increasing([float(whole.fused[row]) for row in order])
@@ -437,6 +459,11 @@ class RetrievalIndex:
             entries.append(RankedCapability(self.ids[row], score, relevance(evidence, config),
                                             evidence))
         return tuple(entries)
+
+    @staticmethod
+    def _wants_coverage(config: RetrievalConfig) -> bool:
+        """BM25 term coverage is evidence for calibration; skipped when the model ignores it."""
+        return config.relevance_coverage != 0.0 or config.collect_evidence
 
     def _allowed(self, kind: str | None, category: str | None, tags: Collection[str],
                  only_available: bool, exclude: Collection[str]) -> BoolArray:
@@ -455,6 +482,26 @@ class RetrievalIndex:
             if row is not None:
                 allowed[row] = False
         return allowed
+
+
+def _quantile(ordered: tuple[float, ...], q: float) -> float:
+    """``numpy.quantile`` (linear) of already sorted values, without numpy's overhead."""
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def _probe_cosines(matrix: Matrix, probe_vectors: Matrix | None,
+                   projection: Matrix | None) -> tuple[float, ...]:
+    """Each probe's best cosine over the catalog, in the space queries are scored in, sorted."""
+    if probe_vectors is None or len(probe_vectors) == 0 or len(matrix) == 0:
+        return ()
+    probes = np.asarray(probe_vectors, dtype=np.float32)
+    if projection is not None:
+        probes = probes @ projection
+    best = (probes @ matrix.T).max(axis=1)
+    return tuple(sorted(float(b) for b in best))
 
 
 def _projection(matrix: Matrix, config: RetrievalConfig) -> Matrix | None:

@@ -1,9 +1,10 @@
 """The token report (issue 3, item 9): a static dump of every tool against a tiered answer.
 
 The static dump is what an agent pays when every capability's tool definition sits in every
-prompt (OpenAI Chat Completions ``tools``, as JSON). A tiered answer is what capdisc sends per
-turn: the rendered context (Tiers 0, 1 and 2) plus the definitions of the tools it found and the
-``discover_capabilities`` meta-tool. Both sides are counted with the same counter.
+prompt (OpenAI Chat Completions ``tools``, as JSON). A tiered answer is what capdisc renders per
+turn (Tiers 0, 1 and 2, under their budgets); ``with tools`` adds the definitions of the tools it
+found and of the ``discover_capabilities`` meta-tool, for a runtime that binds them natively
+besides the context. Both sides are counted with the same counter.
 """
 
 from __future__ import annotations
@@ -60,16 +61,21 @@ def token_report(snapshot: IndexSnapshot, queries: Sequence[str], embed: QueryEm
     counter = make_counter(config.token_counter)
     static = static_dump_tokens(snapshot, counter)
     turns = [turn_tokens(snapshot, q, embed, config, counter) for q in queries]
+    contexts = [t.context for t in turns] or [0]
     totals = [t.total for t in turns] or [0]
-    median = statistics.median(totals)
     return {
         "capabilities": len(snapshot), "queries": len(turns), "counter": config.token_counter,
         "static_dump_tokens": static,
-        "turn_tokens": {"median": median, "max": max(totals),
-                        "context_median": statistics.median([t.context for t in turns] or [0]),
-                        "tools_median": statistics.median([t.tools for t in turns] or [0])},
+        "turn_tokens": {"median": statistics.median(contexts), "max": max(contexts),
+                        "with_tools_median": statistics.median(totals),
+                        "with_tools_max": max(totals)},
         "budget_tokens": (config.tier0_budget_tokens + config.tier1_budget_tokens
                           + config.tier2_budget_tokens),
-        "saving": round(1.0 - median / static, 4) if static else 0.0,
+        "saving": _saving(statistics.median(contexts), static),
+        "saving_with_tools": _saving(statistics.median(totals), static),
         "over_budget_turns": sum(not t.within_budget for t in turns),
     }
+
+
+def _saving(tokens: float, static: int) -> float:
+    return round(1.0 - tokens / static, 4) if static else 0.0

@@ -15,6 +15,7 @@ from capdisc.embedding import (
     Matrix,
     MiniLMEmbedder,
     check_vectors,
+    embed_with_parts,
     make_embedder,
 )
 from capdisc.errors import EmbeddingError
@@ -191,3 +192,55 @@ def test_minilm_loads_offline_and_embeds_paraphrases_closer_than_unrelated_text(
     assert vectors.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), [1.0, 1.0, 1.0], rtol=1e-5)
     assert float(vectors[0] @ vectors[1]) > float(vectors[0] @ vectors[2])
+
+
+# -- query and sub-queries in one pass -------------------------------------------------------------
+
+
+def test_embed_with_parts_falls_back_to_separate_texts_without_span_pooling() -> None:
+    embedder = HashingEmbedder(64)
+    text = "Book a flight to Rome. Then rent a car at the airport."
+    parts = ["Book a flight to Rome.", "rent a car at the airport."]
+
+    rows = embed_with_parts(embedder, text, parts)
+
+    np.testing.assert_array_equal(rows, embedder.embed([text, *parts]))
+
+
+def test_cached_parts_cost_one_inner_call_per_turn() -> None:
+    inner = CountingEmbedder()
+    cache = CachedQueryEmbedder(inner)
+    text, parts = "alpha beta. gamma delta.", ["alpha beta.", "gamma delta."]
+
+    first = cache.embed_with_parts(text, parts)
+    second = cache.embed_with_parts(text, parts)
+
+    assert inner.calls == [[text, *parts]]
+    assert np.array_equal(first[0], second[0]) and np.array_equal(first[1], second[1])
+    assert np.array_equal(cache.embed_one(text), first[0])  # the whole query is cached too
+    assert len(inner.calls) == 1
+
+
+@pytest.mark.model
+def test_minilm_span_rows_are_unit_vectors_near_the_part_embedded_alone() -> None:
+    embedder = MiniLMEmbedder()
+    text = "Find the weather forecast for Paris. Then book a table at an Italian restaurant."
+    parts = ["Find the weather forecast for Paris.", "book a table at an Italian restaurant."]
+
+    rows = embed_with_parts(embedder, text, parts)
+    alone = embedder.embed([text, *parts])
+
+    assert rows.shape == (3, MINILM_DIM)
+    np.testing.assert_allclose(np.linalg.norm(rows, axis=1), 1.0, rtol=1e-5)
+    assert float(rows[0] @ alone[0]) > 0.999  # row 0 is the plain embedding of the text
+    assert float(rows[1] @ alone[1]) > float(rows[1] @ alone[2])
+    assert float(rows[2] @ alone[2]) > float(rows[2] @ alone[1])
+
+
+@pytest.mark.model
+def test_minilm_part_missing_from_the_text_is_embedded_alone() -> None:
+    embedder = MiniLMEmbedder()
+
+    rows = embed_with_parts(embedder, "short text", ["short", "not in the text"])
+
+    np.testing.assert_allclose(rows[2], embedder.embed(["not in the text"])[0], atol=1e-5)

@@ -16,6 +16,7 @@ from capdisc.retrieval import (
     DEFAULT_CONFIG,
     RetrievalConfig,
     RetrievalIndex,
+    _quantile,
     decompose,
     fuse,
     lexical_text,
@@ -279,3 +280,44 @@ def test_config_is_a_frozen_value() -> None:
     config = RetrievalConfig()
     with pytest.raises(AttributeError):
         config.dense_weight = 0.1  # type: ignore[misc]
+
+
+# -- per-catalog abstention ------------------------------------------------------------------------
+
+
+def test_probes_raise_the_abstention_threshold_to_how_close_the_catalog_comes() -> None:
+    probes = vectors(["weather forecast temperature rain", "send an email message"])
+    index = RetrievalIndex.build(CATALOG, vectors([lexical_text(c) for c in CATALOG]),
+                                 probe_vectors=probes)
+    floor = replace(HASHING, abstain_threshold=0.01)
+
+    raised = index.abstain_threshold(floor)
+
+    assert len(index.probe_cosines) == 2
+    assert raised > 0.01
+    assert index.abstain_threshold(replace(floor, adaptive_abstain=False)) == 0.01
+
+
+def test_a_zero_threshold_never_abstains_even_with_probes() -> None:
+    index = RetrievalIndex.build(CATALOG, vectors([lexical_text(c) for c in CATALOG]),
+                                 probe_vectors=vectors(["weather forecast"]))
+
+    assert index.abstain_threshold(replace(HASHING, abstain_threshold=0.0)) == 0.0
+
+
+def test_an_index_without_probes_keeps_the_configured_threshold(index: RetrievalIndex) -> None:
+    assert index.probe_cosines == ()
+    assert index.abstain_threshold(HASHING) == HASHING.abstain_threshold
+
+
+@pytest.mark.parametrize(("values", "q", "expected"), [
+    ((1.0,), 0.6, 1.0),
+    ((0.0, 1.0), 0.5, 0.5),
+    ((0.1, 0.2, 0.3, 0.4, 0.5), 0.6, 0.34),
+    ((0.1, 0.2, 0.3), 1.0, 0.3),
+    ((0.1, 0.2, 0.3), 0.0, 0.1),
+])
+def test_quantile_of_sorted_values_matches_numpy(values: tuple[float, ...], q: float,
+                                                 expected: float) -> None:
+    assert _quantile(values, q) == pytest.approx(expected)
+    assert _quantile(values, q) == pytest.approx(float(np.quantile(values, q)))

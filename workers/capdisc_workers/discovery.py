@@ -23,12 +23,13 @@ import structlog
 
 from capdisc import keys, status
 from capdisc.agent import list_discovered_tools
-from capdisc.embedding import CachedQueryEmbedder, make_embedder
-from capdisc.engine import Query, discover
+from capdisc.embedding import CachedQueryEmbedder, Matrix, make_embedder
+from capdisc.engine import Query, discover, embed_turn
 from capdisc.errors import CapdiscError, EventDecodeError
 from capdisc.index import IndexSnapshot, SearchFilters
 from capdisc.logs import configure_logging
 from capdisc.models import Capability
+from capdisc.probes import PROBES
 from capdisc.protocol import DiscoverRequest, error_reply
 from capdisc.settings import Settings
 from capdisc.store import as_str, read_records, read_snapshot
@@ -77,6 +78,7 @@ class DiscoveryWorker:
         self.embedder = make_embedder(settings.embedder, settings.hashing_dim)
         self.queries = CachedQueryEmbedder(self.embedder, settings.query_cache_size)
         self.space = vector_space(self.embedder.id)
+        self.probes: Matrix | None = None
         self.indexes = Indexes()
         self.worker_id = f"discovery@{socket.gethostname()}:{os.getpid()}"
         self.stop = threading.Event()
@@ -85,7 +87,7 @@ class DiscoveryWorker:
     # -- loading and hot reload ----------------------------------------------------------------
 
     def load_all(self) -> None:
-        self.embedder.embed(["warm up"])
+        self.probes = self.embedder.embed(list(PROBES))  # also loads the model
         last = self.redis.xrevrange(keys.CHANGES, count=1)
         self.changes_id = as_str(last[0][0]) if last else "0-0"
         for tenant in sorted(as_str(t) for t in self.redis.smembers(keys.TENANTS)):
@@ -96,7 +98,7 @@ class DiscoveryWorker:
         entries = [(Capability.from_dict(r.capability), snap.vectors[cid])
                    for cid, r in snap.records.items() if cid in snap.vectors]
         index = IndexSnapshot.build(tenant, snap.version, self.embedder.dim, entries,
-                                    self.embedder.id)
+                                    self.embedder.id, probes=self.probes)
         self.indexes.put(index)
         log.info("index_loaded", tenant=tenant, index_version=index.version,
                  capabilities=len(index))
@@ -221,9 +223,8 @@ class DiscoveryWorker:
                                "(capdisc publish PATH --tenant NAME)")
         try:
             config = self.settings.discovery.merged(request.options)
-            vector = self.queries.embed_one(request.query)
-            result = discover(snapshot, _query(request), vector, config,
-                              self.queries.embed_many)
+            vector, embed = embed_turn(self.queries, request.query, config)
+            result = discover(snapshot, _query(request), vector, config, embed)
         except CapdiscError as exc:
             bound.warning("request_failed", error=str(exc))
             return error_reply(request.request_id, type(exc).__name__, str(exc))
