@@ -3,7 +3,8 @@
 1. the engine in-process with cached query embeddings;
 2. the bare Redis request/reply floor (BLPOP/RPUSH between two processes) and capdisc's own
    transport floor (stream + consumer group + reply list) with an echo worker that does nothing;
-3. through Redis and one discovery worker, with a cached and with a fresh query embedding;
+3. through Redis and one discovery worker, with a cached and with a fresh query embedding, for
+   the Seal-Tools queries (most chain several requests) and for one-request agent turns;
 4. the throughput of two discovery workers on this machine, cached embeddings, closed-loop
    clients in two processes.
 
@@ -38,6 +39,7 @@ from capdisc.events import RegistryEvent
 from capdisc.index import IndexSnapshot
 from capdisc.localredis import start_redis
 from capdisc.probes import PROBES
+from capdisc.retrieval import decompose
 from capdisc.settings import DiscoveryConfig
 from capdisc.store import apply_event
 from capdisc.text import vector_space
@@ -49,7 +51,7 @@ TENANT = "bench"
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=10_000)
-    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--queries", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=10.0)
     args = parser.parse_args()
     embedder = MiniLMEmbedder()
@@ -95,6 +97,10 @@ def in_process(caps: list, matrix: np.ndarray, queries: list[str], embedder: Min
         turn(snapshot, cached, query, config)
         samples.append(time.perf_counter() - started)
     report("engine in-process, query embedding cached", samples)
+    chained = [len(decompose(q)) > 1 for q in queries]
+    report("  one-request queries", [s for s, c in zip(samples, chained, strict=True) if not c])
+    report("  queries chaining several requests",
+           [s for s, c in zip(samples, chained, strict=True) if c])
     fresh = CachedQueryEmbedder(embedder, 0)
     samples, model = [], []
     for query in queries[:100]:
@@ -167,20 +173,14 @@ def through_workers(url: str, queries: list[str], floors: dict[str, float], seco
     try:
         client = Client.from_url(url, tenant=TENANT, timeout_s=120)
         client.discover("warm up")
-        fresh = []
-        for query in queries:
-            started = time.perf_counter()
-            client.discover(query)
-            fresh.append(time.perf_counter() - started)
-        cached = []
-        for query in queries:
-            started = time.perf_counter()
-            client.discover(query)
-            cached.append(time.perf_counter() - started)
-        stream_floor = floors["stream"]
+        short = single_request_queries()
+        fresh, fresh_short = timed(client, queries), timed(client, short)
+        cached, cached_short = timed(client, queries), timed(client, short)
         report("one discovery worker, cached query embedding", cached, floors["list"])
+        report("  one-request agent turns (registry queries)", cached_short, floors["list"])
         report("one discovery worker, fresh query embedding", fresh, floors["list"])
-        print(f"{'':<58} (capdisc transport floor {stream_floor:.2f} ms, bare floor "
+        report("  one-request agent turns (registry queries)", fresh_short, floors["list"])
+        print(f"{'':<58} (capdisc transport floor {floors['stream']:.2f} ms, bare floor "
               f"{floors['list']:.2f} ms)")
         workers.append(spawn_worker(url, log))
         Client.from_url(url, tenant=TENANT, timeout_s=120).discover("warm up the second")
@@ -190,6 +190,21 @@ def through_workers(url: str, queries: list[str], floors: dict[str, float], seco
             worker.terminate()
         for worker in workers:
             worker.wait(timeout=10)
+
+
+def timed(client: Client, queries: list[str]) -> list[float]:
+    samples = []
+    for query in queries:
+        started = time.perf_counter()
+        client.discover(query)
+        samples.append(time.perf_counter() - started)
+    return samples
+
+
+def single_request_queries() -> list[str]:
+    """The example registry's labelled queries: one request each, the length of agent turns."""
+    with (HERE / "registry_queries.jsonl").open() as handle:
+        return [json.loads(line)["query"] for line in handle if line.strip()]
 
 
 def _client_process(url: str, queries: list[str], seconds: float, threads: int,

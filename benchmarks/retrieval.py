@@ -7,10 +7,10 @@ Runs, with one embedder and the same capability text on every side:
   queries of ``benchmarks/registry_queries.jsonl`` (12 of them with nothing that fits);
 - the engine against BM25 alone, dense alone, RRF and z-score fusion (the "simple" baselines);
 - abstention: "nothing fits" queries made by removing each query's relevant tools;
-- latency at 10,000 capabilities (Seal-Tools and MetaTool tools plus provider variants).
+- per-query latency in-process (speed at 10,000 capabilities is ``discovery_speed.py``'s).
 
-    .venv/bin/python benchmarks/retrieval.py [--embedder minilm|hashing] [--skip-10k]
-                                             [--calibrate] [--json PATH]
+    .venv/bin/python benchmarks/retrieval.py [--embedder minilm|hashing] [--calibrate]
+                                             [--json PATH]
 
 ``--calibrate`` refits the relevance model and abstention threshold on the tuning splits
 (MetaTool queries outside the evaluation sample, Seal-Tools dev) and prints the values that
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -41,7 +40,6 @@ from capdisc.evaluation import (
     holdout_abstention,
     load_catalog,
     load_queries,
-    percentile,
     run_queries,
     run_retrieval,
     sample_queries,
@@ -49,15 +47,13 @@ from capdisc.evaluation import (
 )
 from capdisc.index import IndexSnapshot
 from capdisc.manifest import scan_directory
-from capdisc.models import Capability
-from capdisc.retrieval import DEFAULT_CONFIG, RetrievalIndex, decompose
+from capdisc.retrieval import DEFAULT_CONFIG, RetrievalIndex
 from capdisc.settings import DiscoveryConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 REGISTRY_QUERIES = ROOT / "benchmarks" / "registry_queries.jsonl"
 NO_TOOL_QUERIES = ROOT / "benchmarks" / "no_tool_queries.jsonl"
-PROVIDERS = ("acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne", "wonka")
 
 ENGINE = DiscoveryConfig()
 EVIDENCE = replace(DEFAULT_CONFIG, collect_evidence=True)
@@ -67,7 +63,7 @@ SIMPLE = {"decompose_queries": False, "exact_name_match": False, "use_graph_rera
           "tier1_min_relevance": 0.0, "abstain_threshold": 0.0}
 VARIANTS: dict[str, DiscoveryConfig] = {
     "engine": ENGINE,
-    "engine, no graph": ENGINE.merged({"use_graph_reranking": False}),
+    "engine + graph": ENGINE.merged({"use_graph_reranking": True}),
     "engine, no abstain": ENGINE.merged({"tier1_min_relevance": 0.0, "abstain_threshold": 0.0}),
     "BM25 alone": ENGINE.merged({"fusion": "lexical", **SIMPLE}),
     "dense alone": ENGINE.merged({"fusion": "dense", **SIMPLE}),
@@ -80,7 +76,6 @@ COLUMNS = ("recall@1", "recall@5", "recall@10", "ndcg@5", "complete@5", "hit@5",
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--embedder", choices=["minilm", "hashing"], default="minilm")
-    parser.add_argument("--skip-10k", action="store_true", help="skip the 10,000-tool latency")
     parser.add_argument("--calibrate", action="store_true",
                         help="refit relevance and abstention on the tuning splits")
     parser.add_argument("--json", type=Path, default=None, help="also write figures here")
@@ -90,8 +85,6 @@ def main() -> None:
     report: dict[str, Any] = {"embedder": embedder.id}
     if DATA.is_dir():
         report.update(shared_datasets(embedder, cache, args.calibrate))
-        if not args.skip_10k:
-            report["latency_10k"] = latency_10k(embedder, cache)
     else:
         print(f"benchmark data not found at {DATA}: the shared/ folder must sit beside the "
               "repository; running the example registry only\n")
@@ -222,49 +215,6 @@ def registry(embedder: Embedder, cache: Path) -> dict[str, Any]:
                                    vectors, embedder, cache)
     print()
     return out
-
-
-# -- latency at 10,000 capabilities ----------------------------------------------------------------
-
-
-def latency_10k(embedder: Embedder, cache: Path, size: int = 10_000) -> dict[str, Any]:
-    """Seal-Tools and MetaTool tools plus provider variants up to ``size``; Seal-Tools queries."""
-    seal = load_catalog(DATA / "seal-tools" / "tools.jsonl")
-    meta = load_catalog(DATA / "metatool" / "tools.jsonl")
-    caps = grown_catalog([*seal.capabilities, *meta.capabilities], size)
-    print(f"Latency at {len(caps)} capabilities (engine in-process, query embeddings cached; "
-          "first run embeds the catalog)")
-    index = build_snapshot(caps, embedder, cache_dir=cache)
-    queries = load_queries(DATA / "seal-tools" / "queries.jsonl", seal)
-    vectors = QueryVectors.embed(embedder, (q.query for q in queries), cache)
-    run_queries(index, queries[:200], vectors)  # warm up
-    run = run_queries(index, queries, vectors)
-    ms = [s * 1000 for s in run.latencies_s]
-    multi = [m for m, q in zip(ms, queries, strict=True) if len(decompose(q.query)) > 1]
-    single = [m for m, q in zip(ms, queries, strict=True) if len(decompose(q.query)) <= 1]
-    out = {"tools": len(caps), "queries": len(queries),
-           "p50": round(statistics.median(ms), 3), "p99": round(percentile(ms, 99), 3),
-           "single_request_p50": round(statistics.median(single), 3),
-           "multi_request_p50": round(statistics.median(multi), 3)}
-    print(f"  all {len(ms)} queries: median {out['p50']:.2f} ms, p99 {out['p99']:.2f} ms; "
-          f"single-request ({len(single)}) median {out['single_request_p50']:.2f} ms, "
-          f"multi-request ({len(multi)}) median {out['multi_request_p50']:.2f} ms\n")
-    return out
-
-
-def grown_catalog(base: list[Capability], size: int) -> list[Capability]:
-    """``base`` plus variants (the same tool from another provider) up to ``size``."""
-    caps = list(base)
-    extra = 0
-    while len(caps) < size:
-        tool = base[extra % len(base)]
-        provider = PROVIDERS[(extra // len(base)) % len(PROVIDERS)]
-        caps.append(replace(tool, id=f"{tool.id}-{provider}",
-                            name=f"{tool.name[:50]}-{provider}",
-                            display_name=f"{tool.display_name} ({provider.title()})",
-                            description=f"{provider.title()} edition. {tool.description}"))
-        extra += 1
-    return caps
 
 
 if __name__ == "__main__":

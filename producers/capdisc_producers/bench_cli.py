@@ -87,11 +87,13 @@ def format_figures(figures: dict[str, Any]) -> str:
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sample")
 @click.option("--embedder", type=click.Choice(["minilm", "hashing"]), default="minilm",
               show_default=True, help="Embedder for the catalog and the queries")
+@click.option("--counter", type=click.Choice(["heuristic", "cl100k"]), default=None,
+              help="Token counter on both sides (default: the token_counter setting)")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object")
 @click.pass_context
 def tokens(ctx: click.Context, tools_path: Path | None, registry_path: Path | None,
            queries_path: Path | None, sample: int, seed: int, embedder: str,
-           as_json: bool) -> None:
+           counter: str | None, as_json: bool) -> None:
     """Tokens of a static dump of every tool against capdisc's tiered answer per turn."""
     if (tools_path is None) == (registry_path is None):
         raise click.UsageError("give exactly one of --tools and --registry")
@@ -101,8 +103,8 @@ def tokens(ctx: click.Context, tools_path: Path | None, registry_path: Path | No
         model = make_embedder(embedder)
         snapshot = build_snapshot(caps, model, cache_dir=default_cache_dir())
         queries = sample_queries(texts, sample, seed)
-        report = token_report(snapshot, queries, CachedQueryEmbedder(model).embed_many,
-                              settings.discovery)
+        config = settings.discovery.merged({"token_counter": counter} if counter else None)
+        report = token_report(snapshot, queries, CachedQueryEmbedder(model), config)
     except (CapdiscError, OSError, ValueError, KeyError) as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(json.dumps(report) if as_json else format_tokens(report))

@@ -199,14 +199,26 @@ class MiniLMEmbedder:
         return model, vocab
 
 
-class CachedQueryEmbedder:
-    """An LRU cache of single-text embeddings in front of an embedder (per-turn queries)."""
+class SharedVectors(Protocol):
+    """Port: a cache of query vectors shared by every discovery worker (Redis in production),
+    so a query one worker embedded costs the others a lookup, not a model call."""
 
-    def __init__(self, inner: Embedder, size: int = 4096) -> None:
+    def get(self, key: str) -> bytes | None: ...
+
+    def put(self, key: str, value: bytes) -> None: ...
+
+
+class CachedQueryEmbedder:
+    """An LRU cache of query embeddings in front of an embedder (per-turn queries), backed by
+    an optional :class:`SharedVectors` cache for the vectors of whole turns."""
+
+    def __init__(self, inner: Embedder, size: int = 4096,
+                 shared: SharedVectors | None = None) -> None:
         self.inner = inner
         self._size = size
         self._cache: OrderedDict[str, Vector] = OrderedDict()
         self._lock = threading.Lock()
+        self._shared = shared
 
     def embed_one(self, text: str) -> Vector:
         with self._lock:
@@ -231,13 +243,26 @@ class CachedQueryEmbedder:
             if hit is not None:
                 self._cache.move_to_end(key)
         if hit is None:
-            hit = embed_with_parts(self.inner, text, parts)
+            hit = self._shared_or_embedded(text, parts)
             with self._lock:
                 self._cache[key] = hit
                 self._cache[text] = hit[0]
                 while len(self._cache) > self._size:
                     self._cache.popitem(last=False)
         return hit[0], hit[1:]
+
+    def _shared_or_embedded(self, text: str, parts: Sequence[str]) -> Matrix:
+        if self._shared is None:
+            return embed_with_parts(self.inner, text, parts)
+        key = hashlib.sha256("\x00".join([self.inner.id, text, *parts]).encode()).hexdigest()
+        raw = self._shared.get(key)
+        rows = len(parts) + 1
+        if raw is not None and len(raw) == rows * self.inner.dim * 4:
+            shared: Matrix = np.frombuffer(raw, dtype=np.float32).reshape(rows, self.inner.dim)
+            return shared
+        matrix = embed_with_parts(self.inner, text, parts)
+        self._shared.put(key, np.ascontiguousarray(matrix, dtype=np.float32).tobytes())
+        return matrix
 
     def embed_many(self, texts: Sequence[str]) -> Matrix:
         """One row per text; the cache misses are embedded in one batch."""

@@ -12,6 +12,8 @@ key                                       type     what it holds
 ``capdisc:t:{t}:version``                 string   monotonic index version (INCR)
 ``capdisc:t:{t}:manifest_errors``         hash     manifest path -> last rejection message
 ``capdisc:emb:{m}``                       hash     sha256 of embedding text -> vector bytes (cache)
+``capdisc:qv:{sha}``                      string   a turn's query and sub-query vectors, shared by
+                                                   discovery workers (expires: query_cache_ttl_s)
 ``capdisc:changes``                       stream   one entry per applied change: tenant, version,
                                                    op, id (discovery workers follow it)
 ``capdisc:deadletters``                   stream   events that could not be applied, with reason
@@ -77,6 +79,12 @@ def manifest_errors(tenant: str) -> str:
 def embedding_cache(embedder_id: str) -> str:
     """Hash: sha256 of an embedding text -> float32 vector bytes (shared by indexing workers)."""
     return f"{PREFIX}:emb:{embedder_id}"
+
+
+def query_vectors(digest: str) -> str:
+    """String: one turn's query and sub-query vectors (float32 rows), shared by discovery
+    workers; ``digest`` hashes the embedder id and the texts. Expires."""
+    return f"{PREFIX}:qv:{digest}"
 
 
 def acks(batch_id: str) -> str:

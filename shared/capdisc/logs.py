@@ -21,6 +21,15 @@ _SHARED: list[Any] = [
 ]
 
 
+#: Libraries that log every index build at DEBUG (and set their own logger's level when
+#: imported, so a level set here would not hold): only their warnings get through.
+_CHATTY = ("bm25s",)
+
+
+def _quiet_chatty_libraries(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.WARNING or record.name.split(".")[0] not in _CHATTY
+
+
 def configure_logging(level: str = "INFO", fmt: str = "json", stream: Any = None) -> None:
     """Route structlog and stdlib logging (Celery's too) through one renderer on ``stream``."""
     renderer: Any = (
@@ -43,6 +52,7 @@ def configure_logging(level: str = "INFO", fmt: str = "json", stream: Any = None
             ],
         )
     )
+    handler.addFilter(_quiet_chatty_libraries)
     root = logging.getLogger()
     root.handlers = [handler]
     root.setLevel(level)

@@ -415,7 +415,7 @@ class RetrievalIndex:
         mark = np.zeros(n, dtype=bool)
         mark[ranking[:c]] = True
         for row in bm25:
-            mark[top_rows(row, allowed, c)] = True
+            mark[_best_matching(row, allowed, c)] = True
         pool = np.flatnonzero(mark & allowed)
         cosine = vectors @ self.matrix[pool].T  # (parts, pool)
         means = vectors @ self.mean_vector
@@ -627,6 +627,15 @@ def top_rows(scores: Scores, allowed: BoolArray, k: int) -> list[int]:
         candidates, values = candidates[keep], values[keep]
     order = np.lexsort((candidates, -values))
     return [int(r) for r in candidates[order]]
+
+
+def _best_matching(scores: Scores, allowed: BoolArray, k: int) -> IntArray:
+    """Rows of the ``k`` best positive scores among the allowed (fewer when fewer match; in no
+    particular order): BM25 scores are zero for most rows, so only the matching ones are sorted."""
+    rows: IntArray = np.flatnonzero((scores > 0) & allowed)
+    if rows.size > k:
+        rows = rows[np.argpartition(-scores[rows], k - 1)[:k]]
+    return rows
 
 
 def _above_threshold(scores: Scores, allowed: BoolArray, k: int) -> IntArray:

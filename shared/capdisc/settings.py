@@ -73,6 +73,8 @@ class Settings(BaseModel):
     embedder: Literal["minilm", "hashing"] = "minilm"
     hashing_dim: int = Field(384, ge=8, le=4096)
     query_cache_size: int = Field(4096, ge=0)
+    #: How long a query's vectors stay in the cache shared by discovery workers (0: no sharing).
+    query_cache_ttl_s: int = Field(86400, ge=0)
     manifest_max_bytes: int = Field(64 * 1024, ge=256)
     event_max_bytes: int = Field(1024 * 1024, ge=1024)
     watch_debounce_ms: int = Field(500, ge=0)

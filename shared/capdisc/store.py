@@ -76,6 +76,9 @@ def apply_event(
                 version = int(pipe.get(keys.version(tenant)) or 0)
                 content_hash = capability.content_hash if capability else None
                 decision = decide(event, stored, int(tomb) if tomb else None, content_hash)
+                if decision == "unchanged" and not pipe.hexists(
+                        keys.vectors(tenant, embedder_id), cap_id):
+                    decision = "upsert"  # stored before this vector space existed: embed it
                 vector = vector_for(capability) if decision == "upsert" and capability else None
                 pipe.multi()
                 version = _write(pipe, event, capability, decision, version, vector, embedder_id)

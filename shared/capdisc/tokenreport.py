@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from capdisc.engine import Query, discover
+from capdisc.embedding import CachedQueryEmbedder
+from capdisc.engine import Query, discover, embed_turn
 from capdisc.formats import list_discovered_tools, to_openai_chat
 from capdisc.index import IndexSnapshot
-from capdisc.retrieval import QueryEmbed
 from capdisc.settings import DiscoveryConfig
 from capdisc.tokens import TokenCounter, make_counter
 
@@ -42,10 +42,10 @@ def static_dump_tokens(snapshot: IndexSnapshot, counter: TokenCounter) -> int:
     return counter(json.dumps(to_openai_chat(caps, include_metatool=False)))
 
 
-def turn_tokens(snapshot: IndexSnapshot, query: str, embed: QueryEmbed,
+def turn_tokens(snapshot: IndexSnapshot, query: str, queries: CachedQueryEmbedder,
                 config: DiscoveryConfig, counter: TokenCounter) -> TurnTokens:
     """One turn through the engine: its context and its tool definitions (with the meta-tool)."""
-    vector = embed([query])[0]
+    vector, embed = embed_turn(queries, query, config)
     result = discover(snapshot, Query(query), vector, config, embed)
     tools = list_discovered_tools([m.capability for m in result.matches], "openai-chat")
     used = result.tiers.tokens
@@ -55,12 +55,12 @@ def turn_tokens(snapshot: IndexSnapshot, query: str, embed: QueryEmbed,
     return TurnTokens(counter(result.context), counter(json.dumps(tools)), within)
 
 
-def token_report(snapshot: IndexSnapshot, queries: Sequence[str], embed: QueryEmbed,
+def token_report(snapshot: IndexSnapshot, queries: Sequence[str], embedder: CachedQueryEmbedder,
                  config: DiscoveryConfig) -> dict[str, Any]:
     """Static dump against the per-turn median and maximum, and the saving of the median."""
     counter = make_counter(config.token_counter)
     static = static_dump_tokens(snapshot, counter)
-    turns = [turn_tokens(snapshot, q, embed, config, counter) for q in queries]
+    turns = [turn_tokens(snapshot, q, embedder, config, counter) for q in queries]
     contexts = [t.context for t in turns] or [0]
     totals = [t.total for t in turns] or [0]
     return {

@@ -244,3 +244,38 @@ def test_minilm_part_missing_from_the_text_is_embedded_alone() -> None:
     rows = embed_with_parts(embedder, "short text", ["short", "not in the text"])
 
     np.testing.assert_allclose(rows[2], embedder.embed(["not in the text"])[0], atol=1e-5)
+
+
+class DictVectors:
+    """In-memory SharedVectors."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, bytes] = {}
+
+    def get(self, key: str) -> bytes | None:
+        return self.values.get(key)
+
+    def put(self, key: str, value: bytes) -> None:
+        self.values[key] = value
+
+
+def test_a_turn_embedded_by_one_worker_costs_another_no_model_call() -> None:
+    shared = DictVectors()
+    first, second = CountingEmbedder(), CountingEmbedder()
+
+    one = CachedQueryEmbedder(first, shared=shared).embed_with_parts("a b. c d.", ["a b.", "c d."])
+    two = CachedQueryEmbedder(second, shared=shared).embed_with_parts("a b. c d.",
+                                                                     ["a b.", "c d."])
+
+    assert len(first.calls) == 1 and second.calls == []
+    assert np.array_equal(one[0], two[0]) and np.array_equal(one[1], two[1])
+
+
+def test_a_shared_value_of_the_wrong_size_is_embedded_again() -> None:
+    shared, inner = DictVectors(), CountingEmbedder()
+    CachedQueryEmbedder(CountingEmbedder(), shared=shared).embed_with_parts("q", [])
+    shared.values = {key: b"\x00" * 3 for key in shared.values}
+
+    vector, _parts = CachedQueryEmbedder(inner, shared=shared).embed_with_parts("q", [])
+
+    assert inner.calls == [["q"]] and vector.shape == (4,)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from capdisc.embedding import HashingEmbedder, Matrix
+from capdisc.embedding import CachedQueryEmbedder, HashingEmbedder
 from capdisc.formats import to_openai_chat
 from capdisc.index import IndexSnapshot
 from capdisc.models import Capability
@@ -43,8 +43,7 @@ def snapshot_of(caps: list[Capability]) -> IndexSnapshot:
     return IndexSnapshot.build("t", 1, EMBEDDER.dim, entries, EMBEDDER.id)
 
 
-def embed(texts: list[str]) -> Matrix:
-    return EMBEDDER.embed(texts)
+QUERIES = CachedQueryEmbedder(EMBEDDER)
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +60,7 @@ def test_the_static_dump_counts_every_tool_definition(sixty: IndexSnapshot) -> N
 
 def test_a_tiered_turn_costs_at_least_ninety_percent_less_at_sixty_tools(
         sixty: IndexSnapshot) -> None:
-    report = token_report(sixty, ["find the weather data", "update an invoice"], embed,
+    report = token_report(sixty, ["find the weather data", "update an invoice"], QUERIES,
                           DiscoveryConfig())
 
     assert report["saving"] >= 0.9
@@ -69,7 +68,7 @@ def test_a_tiered_turn_costs_at_least_ninety_percent_less_at_sixty_tools(
 
 
 def test_the_report_names_its_counter_and_sizes(sixty: IndexSnapshot) -> None:
-    report = token_report(sixty, ["music"], embed, DiscoveryConfig())
+    report = token_report(sixty, ["music"], QUERIES, DiscoveryConfig())
 
     assert (report["capabilities"], report["queries"], report["counter"]) == (60, 1, "heuristic")
 
@@ -82,6 +81,6 @@ def test_no_turn_ever_exceeds_its_tier_budgets(size: int, tier0: int, tier1: int
     config = DiscoveryConfig(tier0_budget_tokens=tier0, tier1_budget_tokens=tier1,
                              tier2_budget_tokens=tier2)
 
-    report = token_report(snapshot_of([tool(i) for i in range(size)]), [query], embed, config)
+    report = token_report(snapshot_of([tool(i) for i in range(size)]), [query], QUERIES, config)
 
     assert report["over_budget_turns"] == 0

@@ -69,6 +69,28 @@ class Indexes:
                 self.changed.wait(remaining)
 
 
+class RedisQueryVectors:
+    """The query-vector cache shared by discovery workers, in Redis (keys expire)."""
+
+    def __init__(self, connection: redis.Redis, ttl_s: int) -> None:
+        self._redis = connection
+        self._ttl_s = ttl_s
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            value = self._redis.get(keys.query_vectors(key))
+        except redis.RedisError as exc:  # the cache is an optimisation: embed instead
+            log.warning("query_cache_unavailable", error=str(exc))
+            return None
+        return value if isinstance(value, bytes) else None
+
+    def put(self, key: str, value: bytes) -> None:
+        try:
+            self._redis.set(keys.query_vectors(key), value, ex=self._ttl_s)
+        except redis.RedisError as exc:
+            log.warning("query_cache_unavailable", error=str(exc))
+
+
 class DiscoveryWorker:
     """One discovery worker process."""
 
@@ -76,7 +98,9 @@ class DiscoveryWorker:
         self.settings = settings
         self.redis = connection
         self.embedder = make_embedder(settings.embedder, settings.hashing_dim)
-        self.queries = CachedQueryEmbedder(self.embedder, settings.query_cache_size)
+        shared = (RedisQueryVectors(connection, settings.query_cache_ttl_s)
+                  if settings.query_cache_ttl_s else None)
+        self.queries = CachedQueryEmbedder(self.embedder, settings.query_cache_size, shared)
         self.space = vector_space(self.embedder.id)
         self.probes: Matrix | None = None
         self.indexes = Indexes()
@@ -102,6 +126,11 @@ class DiscoveryWorker:
         self.indexes.put(index)
         log.info("index_loaded", tenant=tenant, index_version=index.version,
                  capabilities=len(index))
+        if len(entries) < len(snap.records):
+            log.warning("capabilities_without_vectors", tenant=tenant, vector_space=self.space,
+                        missing=len(snap.records) - len(entries),
+                        hint="they were indexed by another embedder or an earlier version; "
+                             "re-publish them to embed them for this one")
         return index
 
     def follow_changes(self) -> None:

@@ -1,0 +1,62 @@
+"""The store keeps vectors per vector space: a capability stored before a space existed is
+embedded for it when its next event arrives, even with unchanged content."""
+
+from __future__ import annotations
+
+import numpy as np
+import redis
+
+from capdisc import keys
+from capdisc.events import RegistryEvent
+from capdisc.models import Capability
+from capdisc.store import apply_event
+from capdisc_workers.discovery import RedisQueryVectors
+
+CAP = Capability(id="tool:clock", kind="tool", name="clock", description="Tells the time.")
+
+
+def upsert(tenant: str, seq: int) -> RegistryEvent:
+    return RegistryEvent(type="upsert", tenant=tenant, capability_id=CAP.id, seq=seq,
+                         capability=CAP.to_dict())
+
+
+def vector_of(value: float) -> bytes:
+    return np.full(4, value, dtype=np.float32).tobytes()
+
+
+def test_an_unchanged_capability_is_embedded_for_a_new_vector_space(
+        connection: redis.Redis, tenant: str) -> None:
+    apply_event(connection, upsert(tenant, 1), CAP, lambda _c: vector_of(1.0), "old-space")
+
+    outcome = apply_event(connection, upsert(tenant, 2), CAP, lambda _c: vector_of(2.0),
+                          "new-space")
+
+    assert outcome.decision == "upsert"
+    assert connection.hget(keys.vectors(tenant, "new-space"), CAP.id) == vector_of(2.0)
+    assert connection.hget(keys.vectors(tenant, "old-space"), CAP.id) == vector_of(1.0)
+
+
+def test_an_unchanged_capability_with_its_vector_costs_no_embedding(
+        connection: redis.Redis, tenant: str) -> None:
+    calls: list[str] = []
+
+    def embed(capability: Capability) -> bytes:
+        calls.append(capability.id)
+        return vector_of(1.0)
+
+    apply_event(connection, upsert(tenant, 1), CAP, embed, "space")
+    outcome = apply_event(connection, upsert(tenant, 2), CAP, embed, "space")
+
+    assert outcome.decision == "unchanged"
+    assert calls == [CAP.id]
+
+
+def test_query_vectors_shared_by_workers_live_in_redis_and_expire(
+        connection: redis.Redis) -> None:
+    shared = RedisQueryVectors(connection, ttl_s=30)
+
+    shared.put("abc", vector_of(3.0))
+
+    assert shared.get("abc") == vector_of(3.0)
+    assert 0 < connection.ttl(keys.query_vectors("abc")) <= 30
+    assert shared.get("missing") is None
