@@ -120,7 +120,8 @@ def _render_answer(answer: Answer) -> str:
     if answer.abstained:
         lines.append("nothing in the registry fits this request")
     for rank, cap in enumerate(answer.capabilities, start=1):
-        lines.append(f"{rank:>2}. [tier {cap['tier']}] {cap['id']:<40} {cap['score']:.3f}")
+        lines.append(f"{rank:>2}. [tier {cap['tier']}] {cap['id']:<40} score {cap['score']:6.3f}"
+                     f"  relevance {cap.get('relevance', 0.0):.2f}")
     tiers = answer.raw.get("tiers", {})
     for name in ("tier0", "tier1", "tier2"):
         if tiers.get(name):
