@@ -184,7 +184,8 @@ def through_workers(url: str, queries: list[str], floors: dict[str, float], seco
               f"{floors['list']:.2f} ms)")
         workers.append(spawn_worker(url, log))
         Client.from_url(url, tenant=TENANT, timeout_s=120).discover("warm up the second")
-        throughput(url, queries, seconds, [w.pid for w in workers])
+        throughput(url, queries, seconds, [w.pid for w in workers], "Seal-Tools queries")
+        throughput(url, short, seconds, [w.pid for w in workers], "one-request agent turns")
     finally:
         for worker in workers:
             worker.terminate()
@@ -233,13 +234,13 @@ def _client_process(url: str, queries: list[str], seconds: float, threads: int,
 
 
 def throughput(url: str, queries: list[str], seconds: float, worker_pids: list[int],
-               processes: int = 2, threads: int = 8) -> None:
+               label: str, processes: int = 2, threads: int = 8) -> None:
     run_clients(url, queries, min(seconds, 5.0), processes, threads)  # warm both workers' caches
     before = sum(_cpu_s(pid) for pid in worker_pids)
     total, latencies, elapsed, client_cpu = run_clients(url, queries, seconds, processes,
                                                         threads)
     worker_cpu = sum(_cpu_s(pid) for pid in worker_pids) - before
-    print(f"two discovery workers, cached embeddings: {total / elapsed:.0f} turns/s "
+    print(f"two discovery workers, cached embeddings, {label}: {total / elapsed:.0f} turns/s "
           f"({processes} client processes x {threads} threads, {elapsed:.1f} s; latency under "
           f"load median {np.median(latencies) * 1000:.1f} ms, p99 "
           f"{percentile([x * 1000 for x in latencies], 99):.1f} ms)")

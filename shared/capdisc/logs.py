@@ -36,7 +36,9 @@ def configure_logging(level: str = "INFO", fmt: str = "json", stream: Any = None
         structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer()
     )
     structlog.configure(
-        processors=[*_SHARED, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        # filter_by_level first: a debug event in a per-turn path costs nothing at INFO.
+        processors=[structlog.stdlib.filter_by_level, *_SHARED,
+                    structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=True,
