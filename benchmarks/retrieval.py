@@ -30,7 +30,6 @@ import numpy as np
 
 from capdisc.embedding import Embedder, make_embedder
 from capdisc.evaluation import (
-    BenchmarkRun,
     Catalog,
     LabelledQuery,
     QueryVectors,
@@ -162,23 +161,17 @@ def print_calibration(meta_index: RetrievalIndex, meta_tune: list[LabelledQuery]
         runs.append((run_retrieval(index, answerable, vectors, config=EVIDENCE),
                      run_retrieval(index, answerable, vectors, config=EVIDENCE,
                                    exclude=lambda q: q.relevant)))
-    answered = _concat([a for a, _ in runs])
-    removed = _concat([r for _, r in runs])
-    fitted = calibrated(DEFAULT_CONFIG, answered, removed)
+    fitted = calibrated(DEFAULT_CONFIG, [a for a, _ in runs], [r for _, r in runs])
     print("Calibration on the tuning splits (put these in RetrievalConfig):")
     print(f"  relevance_bias={fitted.relevance_bias:.3f} "
           f"relevance_cosine={fitted.relevance_cosine:.3f} "
-          f"abstain_threshold={fitted.abstain_threshold}\n")
+          f"abstain_threshold={fitted.abstain_threshold} (the floor; probes raise it per "
+          "catalog)\n")
 
 
 def _retrieval(snapshot: IndexSnapshot) -> RetrievalIndex:
     index: RetrievalIndex = snapshot.retriever.index  # type: ignore[attr-defined]
     return index
-
-
-def _concat(runs: list[BenchmarkRun]) -> BenchmarkRun:
-    return BenchmarkRun([q for r in runs for q in r.queries],
-                        [x for r in runs for x in r.results], [], 0)
 
 
 def compare(title: str, index: IndexSnapshot, queries: list[LabelledQuery],

@@ -79,9 +79,10 @@ class RetrievalConfig:
     relevance_cosine: float = 4.684
     relevance_coverage: float = 0.0
     relevance_z: float = 0.0
-    #: Abstain when no entry's relevance reaches this (0 never abstains); fitted so that 95% of
-    #: the tuning splits' answerable queries are answered. Embedder-specific, like the above.
-    abstain_threshold: float = 0.287
+    #: Abstain when no entry's relevance reaches this floor (0 never abstains): the highest
+    #: that keeps 96.5% of each tuning split's answerable queries answered
+    #: (:func:`capdisc.evaluation.calibrated`). Embedder-specific, like the above.
+    abstain_threshold: float = 0.2838
     #: Raise the threshold, per catalog, to the relevance of the ``probe_quantile`` of the
     #: probe queries' best cosines (:mod:`capdisc.probes`), when the index has probe vectors.
     adaptive_abstain: bool = True

@@ -11,7 +11,11 @@ import pytest
 
 from capdisc.embedding import HashingEmbedder, Matrix
 from capdisc.evaluation import (
+    BenchmarkRun,
+    LabelledQuery,
     abstention_metrics,
+    answer_floor,
+    calibrated,
     capability_from_benchmark_tool,
     embed_cached,
     fit_logistic,
@@ -28,6 +32,7 @@ from capdisc.evaluation import (
     summary_text,
 )
 from capdisc.normalize import capability_from_record
+from capdisc.retrieval import DEFAULT_CONFIG, RankedCapability, RetrievalResult, relevance
 
 FIGURE_KEYS = {"recall@1", "recall@3", "recall@5", "recall@10", "ndcg@5", "complete@5",
                "hit@5", "mrr", "queries", "tools", "latency_ms"}
@@ -209,3 +214,31 @@ def test_fit_logistic_learns_the_direction_of_the_evidence() -> None:
     bias, (weight,) = fit_logistic(features, labels)
     assert weight > 0
     assert bias + weight * 0.45 == pytest.approx(0.0, abs=0.5)
+
+
+# -- calibration -----------------------------------------------------------------------------------
+
+
+def _run(cosines: list[float]) -> BenchmarkRun:
+    results = [RetrievalResult((RankedCapability("tool:x", 1.0, 0.5, (c, 0.0, 0.0)),), False)
+               for c in cosines]
+    queries = [LabelledQuery(f"q{i}", "q", ("tool:x",)) for i in range(len(cosines))]
+    return BenchmarkRun(queries, results, [], 1)
+
+
+def test_the_floor_keeps_the_asked_share_of_every_split_answered() -> None:
+    easy = _run([0.5 + i / 100 for i in range(40)])
+    hard = _run([0.2 + i / 100 for i in range(40)])
+    removed = [_run([0.1 + i / 200 for i in range(40)]), _run([0.15] * 40)]
+
+    fitted = calibrated(DEFAULT_CONFIG, [easy, hard], removed, answer_rate=0.9)
+
+    for split in (easy, hard):
+        answered = [relevance((r.entries[0].evidence[0], 0.0, 0.0), fitted)
+                    >= fitted.abstain_threshold for r in split.results]
+        assert sum(answered) / len(answered) >= 0.9
+    assert fitted.relevance_cosine > 0  # higher cosine, higher relevance
+
+
+def test_answer_floor_of_no_queries_never_abstains() -> None:
+    assert answer_floor(DEFAULT_CONFIG, _run([]), 0.95) == 0.0
