@@ -38,7 +38,10 @@ def metatool_result(answer: Mapping[str, Any]) -> dict[str, Any]:
                 "note": "No registered capability fits this query; try other words, or answer "
                         "without a tool."}
     tiers = answer.get("tiers") or {}
-    return {"capabilities": [{key: cap[key] for key in ("id", "kind", "name", "relevance",
-                                                        "available")} for cap in caps],
-            "details": "\n\n".join(t for t in (tiers.get("tier1"), tiers.get("tier2")) if t),
-            **summary}
+    result = {"capabilities": [{key: cap[key] for key in ("id", "kind", "name", "relevance",
+                                                          "available")} for cap in caps],
+              "details": "\n\n".join(t for t in (tiers.get("tier1"), tiers.get("tier2")) if t),
+              **summary}
+    if answer.get("workflow_hints"):
+        result["workflow_guidance"] = dict(answer["workflow_hints"])
+    return result

@@ -40,6 +40,8 @@ class Answer:
     tool_names: dict[str, str] = field(default_factory=dict)
     worker: str = ""
     took_ms: float = 0.0
+    #: Category -> workflow guidance for the categories found (seed 003).
+    workflow_hints: dict[str, str] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -133,4 +135,5 @@ def _answer(raw: dict[str, Any], request: DiscoverRequest) -> Answer:
                   capabilities=raw["capabilities"], context=raw["context"],
                   abstained=raw.get("abstained", False), tokens=raw.get("tokens", {}),
                   tools=raw.get("tools", []), tool_names=raw.get("tool_names", {}),
-                  worker=raw.get("worker", ""), took_ms=raw.get("took_ms", 0.0), raw=raw)
+                  worker=raw.get("worker", ""), took_ms=raw.get("took_ms", 0.0),
+                  workflow_hints=raw.get("workflow_hints", {}), raw=raw)

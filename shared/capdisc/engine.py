@@ -6,6 +6,7 @@ out. The discovery worker, the meta-tool handler and the benchmarks all run this
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +67,9 @@ class DiscoveryResult:
     tiers: TieredContext
     total_indexed: int
     abstained: bool = False
+    #: Category -> workflow guidance for the categories of the matches (seed 003, "Prompt
+    #: Coupling"), in the order the categories first appear.
+    workflow_hints: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def context(self) -> str:
@@ -77,7 +81,8 @@ class DiscoveryResult:
                 "capabilities": [m.to_dict() for m in self.matches], "context": self.context,
                 "tiers": {"tier0": self.tiers.tier0, "tier1": self.tiers.tier1,
                           "tier2": self.tiers.tier2},
-                "tokens": dict(self.tiers.tokens), "total_indexed": self.total_indexed}
+                "tokens": dict(self.tiers.tokens), "total_indexed": self.total_indexed,
+                "workflow_hints": dict(self.workflow_hints)}
 
 
 @dataclass(frozen=True)
@@ -107,7 +112,18 @@ def discover(snapshot: IndexSnapshot, query: Query, query_vector: Vector,
                     for m in ranking.matches if m.capability.id in shown)
     return DiscoveryResult(query=query.text, tenant=snapshot.tenant,
                            index_version=snapshot.version, matches=matches, tiers=tiers,
-                           total_indexed=len(snapshot), abstained=ranking.abstained)
+                           total_indexed=len(snapshot), abstained=ranking.abstained,
+                           workflow_hints=hints_for(matches, config.workflow_hints))
+
+
+def hints_for(matches: tuple[Match, ...], hints: Mapping[str, str]) -> dict[str, str]:
+    """The workflow guidance of the matches' categories, first-seen order, empty ones left out."""
+    found: dict[str, str] = {}
+    for match in matches:
+        category = match.capability.category
+        if category not in found and hints.get(category, "").strip():
+            found[category] = hints[category].strip()
+    return found
 
 
 def rank(snapshot: IndexSnapshot, query: Query, query_vector: Vector, config: DiscoveryConfig,

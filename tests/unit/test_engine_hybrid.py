@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from capdisc.embedding import HashingEmbedder, Matrix
-from capdisc.engine import Query, discover, rank
+from capdisc.engine import Match, Query, discover, hints_for, rank
 from capdisc.index import HybridRetriever, IndexSnapshot, SearchFilters
 from capdisc.models import Capability
 from capdisc.retrieval import _non_increasing
@@ -157,3 +157,37 @@ def test_the_stored_vector_scores_the_mean_of_both_views() -> None:
     assert float(query @ mixed) == pytest.approx(0.5 * float(query @ full)
                                                  + 0.5 * float(query @ summary), abs=1e-6)
     assert mixed.dtype == np.float32
+
+
+# -- workflow hints (seed 003, "Prompt Coupling") --------------------------------------------------
+
+
+def test_an_answer_carries_the_workflow_hints_of_its_categories(
+        snapshot: IndexSnapshot) -> None:
+    config = CONFIG.merged({"workflow_hints": {
+        "finance": " Confirm the amount before converting. ", "travel": "Check visas.",
+        "language": ""}})
+    text = "convert 100 dollars to euros at the exchange rate"
+
+    result = discover(snapshot, Query(text, 2), embed([text])[0], config, embed)
+
+    assert result.workflow_hints == {"finance": "Confirm the amount before converting."}
+    assert result.to_dict()["workflow_hints"] == {
+        "finance": "Confirm the amount before converting."}
+
+
+@pytest.mark.parametrize(("categories", "hints", "expected"), [
+    ([], {"a": "x"}, {}),
+    (["a", "b", "a"], {"a": "x", "b": "y"}, {"a": "x", "b": "y"}),
+    (["b", "a"], {"a": "x", "b": "y"}, {"b": "y", "a": "x"}),
+    (["a"], {"a": "   "}, {}),
+    (["c"], {"a": "x"}, {}),
+])
+def test_hints_follow_the_order_categories_first_appear(
+        categories: list[str], hints: dict[str, str], expected: dict[str, str]) -> None:
+    matches = tuple(Match(cap(f"tool:t{i}", "d", "T", category), 1.0, 1.0)
+                    for i, category in enumerate(categories))
+
+    found = hints_for(matches, hints)
+
+    assert found == expected and list(found) == list(expected)
