@@ -13,12 +13,15 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from capdisc.errors import EmbeddingError
+
+if TYPE_CHECKING:
+    from capdisc.settings import Settings
 
 Vector = npt.NDArray[np.float32]
 Matrix = npt.NDArray[np.float32]
@@ -298,6 +301,20 @@ def embed_with_parts(embedder: Embedder, text: str, parts: Sequence[str]) -> Mat
     if rest:  # a part that is not a substring of the text: embedded on its own
         out[[i + 1 for i in rest]] = embedder.embed([parts[i] for i in rest])
     return out
+
+
+def embedder_for(settings: Settings) -> Embedder:
+    """The embedder the settings name, the OpenAI provider configured from them included."""
+    if settings.embedder != "openai":
+        return make_embedder(settings.embedder, settings.hashing_dim)
+    from capdisc.openai_embedder import OpenAIEmbedder, OpenAIEmbedderSettings
+
+    return OpenAIEmbedder(OpenAIEmbedderSettings(
+        api_key=settings.openai_api_key, model=settings.openai_model,
+        base_url=settings.openai_base_url, dimensions=settings.openai_dimensions,
+        request_dimensions=settings.openai_request_dimensions,
+        batch_size=settings.openai_batch_size, timeout_s=settings.openai_timeout_s,
+        max_attempts=settings.openai_max_attempts))
 
 
 def make_embedder(name: str, hashing_dim: int = MINILM_DIM) -> Embedder:

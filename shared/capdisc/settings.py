@@ -70,8 +70,17 @@ class Settings(BaseModel):
 
     redis_url: str = "redis://127.0.0.1:6379/0"
     tenant: str = "default"
-    embedder: Literal["minilm", "hashing"] = "minilm"
+    embedder: Literal["minilm", "hashing", "openai"] = "minilm"
     hashing_dim: int = Field(384, ge=8, le=4096)
+    #: The OpenAI provider (``embedder: openai``): any OpenAI-compatible server via the URL.
+    openai_model: str = "text-embedding-3-small"
+    openai_base_url: str | None = None
+    openai_api_key: str = Field("", repr=False)
+    openai_dimensions: int = Field(1536, ge=1, le=8192)
+    openai_request_dimensions: bool = True
+    openai_batch_size: int = Field(512, ge=1, le=2048)
+    openai_timeout_s: float = Field(30.0, gt=0)
+    openai_max_attempts: int = Field(5, ge=1, le=20)
     query_cache_size: int = Field(4096, ge=0)
     #: How long a query's vectors stay in the cache shared by discovery workers (0: no sharing).
     query_cache_ttl_s: int = Field(86400, ge=0)

@@ -23,7 +23,7 @@ import structlog
 
 from capdisc import keys, status
 from capdisc.agent import list_discovered_tools
-from capdisc.embedding import CachedQueryEmbedder, Matrix, make_embedder
+from capdisc.embedding import CachedQueryEmbedder, Matrix, embedder_for
 from capdisc.engine import Query, discover, embed_turn
 from capdisc.errors import CapdiscError, EventDecodeError
 from capdisc.index import IndexSnapshot, SearchFilters
@@ -97,7 +97,7 @@ class DiscoveryWorker:
     def __init__(self, settings: Settings, connection: redis.Redis) -> None:
         self.settings = settings
         self.redis = connection
-        self.embedder = make_embedder(settings.embedder, settings.hashing_dim)
+        self.embedder = embedder_for(settings)
         shared = (RedisQueryVectors(connection, settings.query_cache_ttl_s)
                   if settings.query_cache_ttl_s else None)
         self.queries = CachedQueryEmbedder(self.embedder, settings.query_cache_size, shared)

@@ -19,7 +19,7 @@ import structlog
 from celery import signals
 
 from capdisc import keys, status
-from capdisc.embedding import Embedder, check_vectors, make_embedder
+from capdisc.embedding import Embedder, check_vectors, embedder_for
 from capdisc.errors import EventDecodeError, ManifestError
 from capdisc.events import RegistryEvent
 from capdisc.models import Capability
@@ -43,7 +43,7 @@ def _redis() -> redis.Redis:
 
 def _embedder() -> Embedder:
     if "embedder" not in _state:
-        _state["embedder"] = make_embedder(settings.embedder, settings.hashing_dim)
+        _state["embedder"] = embedder_for(settings)
     embedder: Embedder = _state["embedder"]
     return embedder
 
