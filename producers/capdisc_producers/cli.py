@@ -18,6 +18,7 @@ import click
 import redis
 
 from capdisc.client import Answer, Client
+from capdisc.deadletters import list_dead_letters, replay
 from capdisc.errors import CapdiscError
 from capdisc.logs import configure_logging
 from capdisc.settings import Settings
@@ -205,6 +206,55 @@ def watch(ctx: click.Context, path: Path, redis_url: str | None, tenant: str | N
                         tenant=tenant or settings.tenant,
                         max_bytes=settings.manifest_max_bytes,
                         debounce_ms=settings.watch_debounce_ms)
+
+
+@cli.group()
+def dlq() -> None:
+    """Events the indexing workers could not apply: list them, replay them."""
+
+
+@dlq.command("list")
+@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
+@redis_option
+@json_option
+@click.pass_context
+def dlq_list(ctx: click.Context, limit: int, redis_url: str | None, as_json: bool) -> None:
+    """The oldest dead-lettered events, with the reason each was refused."""
+    connection = _connect(ctx, redis_url)[1]
+    letters = [letter.to_dict() for letter in list_dead_letters(connection, limit)]
+    if as_json:
+        click.echo(json.dumps({"dead_letters": letters}, indent=2))
+        return
+    if not letters:
+        click.echo("no dead letters")
+    for letter in letters:
+        what = letter["capability_id"] or "(undecodable event)"
+        click.echo(f"{letter['id']}  {what}  tenant {letter['tenant']}  attempts "
+                   f"{letter['attempts']}\n    {letter['reason']}")
+
+
+@dlq.command("replay")
+@click.argument("entry_ids", nargs=-1)
+@click.option("--all", "replay_all", is_flag=True, help="Replay every dead letter")
+@redis_option
+@click.pass_context
+def dlq_replay(ctx: click.Context, entry_ids: tuple[str, ...], replay_all: bool,
+               redis_url: str | None) -> None:
+    """Send dead-lettered events (ENTRY_IDS from `capdisc dlq list`, or --all) to the indexing
+    queue again; each leaves the stream once sent. One that fails again comes back with a new
+    id and reason."""
+    if bool(entry_ids) == replay_all:
+        raise click.UsageError("give the entry ids to replay, or --all")
+    settings, connection = _connect(ctx, redis_url)
+    publisher = Publisher(settings.redis_url)
+    try:
+        replayed = replay(connection, publisher.send_raw, None if replay_all else entry_ids)
+    finally:
+        publisher.close()
+    missing = sorted(set(entry_ids) - set(replayed))
+    click.echo(f"replayed {len(replayed)} dead letter(s)")
+    if missing:
+        _fail(f"no dead letter with id {', '.join(missing)} (see capdisc dlq list)")
 
 
 cli.add_command(bench)

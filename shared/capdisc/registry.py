@@ -65,6 +65,11 @@ def decide(
     return "upsert"
 
 
+def retry_delay_s(attempt: int, base_s: float = 2.0, cap_s: float = 60.0) -> float:
+    """Seconds before an event's redelivery after failed ``attempt``: doubling, capped."""
+    return float(min(cap_s, base_s * 2 ** (attempt - 1)))
+
+
 @dataclass
 class SyncPlan:
     """The events that bring the registry in line with one scanned source."""

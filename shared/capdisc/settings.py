@@ -94,6 +94,8 @@ class Settings(BaseModel):
     task_time_limit_s: int = Field(300, ge=1)
     visibility_timeout_s: int = Field(3600, ge=1)
     indexing_max_attempts: int = Field(5, ge=1)
+    #: First wait before redelivering an event whose embedding failed; doubles, capped at 60 s.
+    indexing_retry_base_s: float = Field(2.0, gt=0)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["json", "console"] = "json"
     discovery: DiscoveryConfig = Field(default_factory=DiscoveryConfig)

@@ -9,7 +9,7 @@ import pytest
 from capdisc.errors import ManifestError
 from capdisc.events import EventType, RegistryEvent
 from capdisc.models import Capability, SourceRef
-from capdisc.registry import StoredRecord, decide, plan_sync
+from capdisc.registry import StoredRecord, decide, plan_sync, retry_delay_s
 
 STORED_HASH = "h-stored"
 
@@ -150,3 +150,9 @@ def test_stored_record_location_and_source_come_from_its_source_ref() -> None:
 
 def test_stored_record_without_source_ref_has_empty_location() -> None:
     assert (stored_record(1).location, stored_record(1).source) == ("", "")
+
+
+@pytest.mark.parametrize(("attempt", "expected"), [(1, 2.0), (2, 4.0), (3, 8.0), (6, 60.0),
+                                                   (20, 60.0)])
+def test_indexing_retries_back_off_doubling_to_a_cap(attempt: int, expected: float) -> None:
+    assert retry_delay_s(attempt) == expected

@@ -20,10 +20,11 @@ from celery import signals
 
 from capdisc import keys, status
 from capdisc.embedding import Embedder, check_vectors, embedder_for
-from capdisc.errors import EventDecodeError, ManifestError
+from capdisc.errors import EmbeddingError, EventDecodeError, ManifestError
 from capdisc.events import RegistryEvent
 from capdisc.models import Capability
 from capdisc.normalize import capability_from_record
+from capdisc.registry import retry_delay_s
 from capdisc.store import Outcome, apply_event, dead_letter, record_ack, vector_bytes
 from capdisc.text import combine, embedding_texts, text_hash, vector_space
 from capdisc_workers.celery_app import app, settings
@@ -67,11 +68,35 @@ def apply_event_task(self: Any, payload: str) -> dict[str, Any]:
         dead_letter(client, payload, str(exc))
         _ack(client, event, {"decision": "rejected", "reason": str(exc)})
         return {"decision": "rejected", "reason": str(exc)}
-    outcome = apply_event(client, event, capability, _vector_for,
-                          vector_space(_embedder().id))
+    try:
+        outcome = apply_event(client, event, capability, _vector_for,
+                              vector_space(_embedder().id))
+    except EmbeddingError as exc:
+        return _retry_or_dead_letter(self, client, payload, event, exc)
     bound.info("event_applied", decision=outcome.decision, index_version=outcome.version)
     _ack(client, event, outcome.to_dict())
     return outcome.to_dict()
+
+
+def _retry_or_dead_letter(task: Any, client: redis.Redis, payload: str, event: RegistryEvent,
+                          exc: EmbeddingError) -> dict[str, Any]:
+    """A failed embedding (a rate limit that outlasted the provider's own retries, a broken
+    answer) is retried with backoff up to ``indexing_max_attempts`` deliveries; then the event
+    goes to the dead-letter stream with the reason. Nothing stored is touched either way."""
+    attempt = task.request.retries + 1
+    bound = log.bind(event_id=event.event_id, tenant=event.tenant,
+                     capability_id=event.capability_id, task_id=task.request.id,
+                     attempt=attempt)
+    if attempt < settings.indexing_max_attempts:
+        bound.warning("event_retry", reason=str(exc))
+        raise task.retry(exc=exc, countdown=retry_delay_s(attempt, settings.indexing_retry_base_s),
+                         max_retries=settings.indexing_max_attempts - 1)
+    reason = f"embedding failed after {attempt} attempts: {exc}"
+    bound.error("event_dead_lettered", reason=reason)
+    dead_letter(client, payload, reason, attempt)
+    outcome = {"decision": "dead_lettered", "reason": reason}
+    _ack(client, event, outcome)
+    return outcome
 
 
 def _capability(event: RegistryEvent) -> Capability | None:

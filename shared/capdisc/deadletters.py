@@ -1,0 +1,75 @@
+"""The dead-letter stream: events the indexing workers could not apply, with the reason.
+
+An event lands here when it cannot be decoded, carries an invalid capability, or its embedding
+still fails after ``indexing_max_attempts`` deliveries. ``capdisc dlq list`` shows them;
+``capdisc dlq replay`` sends them to the indexing queue again (after the cause is fixed: a
+provider back up, a worker with a new model) and removes them from the stream.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from capdisc import keys
+from capdisc.store import as_str
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One dead-lettered event, as stored, with what could be read of it."""
+
+    entry_id: str
+    reason: str
+    attempts: int
+    at_ms: int
+    payload: str
+
+    @property
+    def event(self) -> dict[str, Any]:
+        """The event's fields when the payload is JSON, else empty."""
+        try:
+            decoded = json.loads(self.payload)
+        except ValueError:
+            return {}
+        return decoded if isinstance(decoded, dict) else {}
+
+    def to_dict(self) -> dict[str, Any]:
+        event = self.event
+        return {"id": self.entry_id, "reason": self.reason, "attempts": self.attempts,
+                "at_ms": self.at_ms, "event_id": event.get("event_id"),
+                "tenant": event.get("tenant"), "capability_id": event.get("capability_id"),
+                "type": event.get("type")}
+
+
+def list_dead_letters(client: redis.Redis, limit: int = 100) -> list[DeadLetter]:
+    """The oldest ``limit`` dead letters."""
+    entries: Any = client.xrange(keys.DEADLETTERS, count=limit)
+    return [_dead_letter(entry_id, fields) for entry_id, fields in entries]
+
+
+def replay(client: redis.Redis, send: Callable[[str], None],
+           entry_ids: Sequence[str] | None = None) -> list[str]:
+    """Send the given dead letters (all when ``entry_ids`` is None) to the indexing queue again
+    and remove each from the stream once sent; returns the replayed entry ids. Unknown ids are
+    skipped."""
+    wanted = None if entry_ids is None else set(entry_ids)
+    replayed = []
+    for letter in list_dead_letters(client, limit=100_000):
+        if wanted is not None and letter.entry_id not in wanted:
+            continue
+        send(letter.payload)
+        client.xdel(keys.DEADLETTERS, letter.entry_id)
+        replayed.append(letter.entry_id)
+    return replayed
+
+
+def _dead_letter(entry_id: Any, raw: Any) -> DeadLetter:
+    fields = {as_str(k): as_str(v) for k, v in raw.items()}
+    return DeadLetter(entry_id=as_str(entry_id), reason=fields.get("reason", ""),
+                      attempts=int(fields.get("attempts", 1) or 1),
+                      at_ms=int(fields.get("at_ms", 0) or 0), payload=fields.get("payload", ""))

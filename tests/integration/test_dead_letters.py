@@ -1,0 +1,133 @@
+"""Dead letters: listed with their reason, replayed by id, over a real Redis and worker."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import redis
+
+from capdisc import keys
+from capdisc.deadletters import list_dead_letters, replay
+from capdisc_producers.publisher import Publisher
+
+from .conftest import Stack
+from .test_cli import run_cli
+
+
+def dead_letter_of(stack: Stack, connection: redis.Redis, payload: str) -> str:
+    """Send ``payload`` to the indexing worker and wait for its dead letter; its entry id."""
+    last = connection.xrevrange(keys.DEADLETTERS, count=1)
+    start = last[0][0] if last else "0-0"
+    Publisher(stack.url).send_raw(payload)
+    for _ in range(20):
+        entries = connection.xread({keys.DEADLETTERS: start}, block=500)
+        for _stream, items in entries or []:
+            for entry_id, fields in items:
+                if fields[b"payload"].decode() == payload:
+                    return str(entry_id.decode())
+                start = entry_id
+    raise AssertionError(f"no dead letter for {payload}")
+
+
+def undecodable(tenant: str) -> str:
+    return json.dumps({"type": "upsert", "tenant": tenant})  # no capability_id, no seq
+
+
+def test_dead_letters_list_with_reason_tenant_and_attempts(
+        stack: Stack, connection: redis.Redis) -> None:
+    tenant = f"dlq-{uuid.uuid4().hex[:8]}"
+    entry_id = dead_letter_of(stack, connection, undecodable(tenant))
+
+    result = run_cli("dlq", "list", "--json", "--limit", "100000", env=stack.env)
+
+    assert result.returncode == 0, result.stderr
+    mine = [d for d in json.loads(result.stdout)["dead_letters"] if d["id"] == entry_id]
+    assert mine and mine[0]["tenant"] == tenant and mine[0]["attempts"] == 1
+    assert "missing" in mine[0]["reason"]
+
+
+def test_replay_sends_the_event_again_and_removes_the_entry(
+        stack: Stack, connection: redis.Redis) -> None:
+    payload = undecodable(f"dlq-{uuid.uuid4().hex[:8]}")
+    entry_id = dead_letter_of(stack, connection, payload)
+    last = connection.xrevrange(keys.DEADLETTERS, count=1)[0][0]
+
+    result = run_cli("dlq", "replay", entry_id, env=stack.env)
+
+    assert result.returncode == 0, result.stderr
+    assert "replayed 1 dead letter(s)" in result.stdout
+    assert entry_id not in {d.entry_id for d in list_dead_letters(connection, 100_000)}
+    again = connection.xread({keys.DEADLETTERS: last}, block=10_000)  # still poison: back
+    assert any(f[b"payload"].decode() == payload for _s, items in again for _i, f in items)
+
+
+def test_replay_of_an_unknown_id_fails_naming_it(stack: Stack) -> None:
+    result = run_cli("dlq", "replay", "1-999999", env=stack.env)
+
+    assert result.returncode == 2  # capdisc's failure exit code
+    assert "no dead letter with id 1-999999" in result.stderr
+
+
+def test_replay_needs_ids_or_all(stack: Stack) -> None:
+    result = run_cli("dlq", "replay", env=stack.env)
+
+    assert result.returncode == 2
+    assert "give the entry ids to replay, or --all" in result.stderr
+
+
+def test_replay_removes_only_what_it_sent(connection: redis.Redis) -> None:
+    first = connection.xadd(keys.DEADLETTERS, {"payload": "p1", "reason": "r", "attempts": 2,
+                                               "at_ms": 1}).decode()
+    second = connection.xadd(keys.DEADLETTERS, {"payload": "p2", "reason": "r", "attempts": 1,
+                                                "at_ms": 2}).decode()
+    sent: list[str] = []
+
+    replayed = replay(connection, sent.append, [second])
+
+    ids = {d.entry_id for d in list_dead_letters(connection, 100_000)}
+    assert (replayed, sent) == ([second], ["p2"])
+    assert first in ids and second not in ids
+    connection.xdel(keys.DEADLETTERS, first)
+
+
+def test_an_embedding_that_keeps_failing_is_retried_then_dead_lettered(
+        stack: Stack, tenant: str) -> None:
+    from capdisc.events import RegistryEvent
+    from capdisc_producers.publisher import wait_for_acks
+
+    from .conftest import INDEXING_ARGV
+    from .test_openai_embedder import ERROR, Server
+
+    server = Server()
+    server.script = [(500, ERROR, {})] * 50
+    private = stack.url.rsplit("/", 1)[0] + "/9"  # its own broker and registry
+    worker = stack.spawn("indexing-failing", [*INDEXING_ARGV, "-n", f"failing-{tenant}@%h"],
+                         CAPDISC_REDIS_URL=private, CAPDISC_EMBEDDER="openai",
+                         CAPDISC_OPENAI_BASE_URL=server.url, CAPDISC_OPENAI_API_KEY="sk-test",
+                         CAPDISC_OPENAI_DIMENSIONS="8", CAPDISC_OPENAI_MAX_ATTEMPTS="1",
+                         CAPDISC_INDEXING_MAX_ATTEMPTS="2", CAPDISC_INDEXING_RETRY_BASE_S="0.1")
+    connection = redis.Redis.from_url(private)
+    try:
+        event = RegistryEvent(type="upsert", tenant=tenant, capability_id="tool:clock", seq=1,
+                              capability={"kind": "tool", "name": "clock",
+                                          "description": "Tells the time."},
+                              batch_id=f"{tenant}-fail")
+        Publisher(private).send([event])
+
+        outcomes = wait_for_acks(connection, f"{tenant}-fail", 1, 90)
+
+        assert outcomes[0]["decision"] == "dead_lettered"
+        assert "embedding failed after 2 attempts" in outcomes[0]["reason"]
+        assert "answered HTTP 500" in outcomes[0]["reason"]
+        letters = list_dead_letters(connection, 100)
+        assert [(d.attempts, d.to_dict()["capability_id"]) for d in letters] == [
+            (2, "tool:clock")]
+        assert len(server.requests) == 2  # one call per delivery: retries do not multiply
+        assert connection.hget(keys.caps(tenant), "tool:clock") is None
+    finally:
+        worker.terminate()
+        worker.wait(timeout=15)
+        server.close()
+        connection.flushdb()
+        connection.close()
