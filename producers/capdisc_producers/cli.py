@@ -154,8 +154,8 @@ def _render_status(report: dict[str, Any]) -> str:
                for w in report["workers"]]
     lines.append("workers: " + (", ".join(workers) or "none seen"))
     queues = ", ".join(f"{name} {depth}" for name, depth in report["queues"].items())
-    lines.append(f"queues: {queues}; dead letters {report['dead_letters']}; "
-                 f"embedding calls {report['embedding_calls']}")
+    lines.append(f"queues: {queues}; pending events {report['pending_events']}; dead letters "
+                 f"{report['dead_letters']}; embedding calls {report['embedding_calls']}")
     return "\n".join(lines)
 
 

@@ -23,6 +23,7 @@ key                                       type     what it holds
 ``capdisc:discovery:requests``            stream   per-turn discovery requests (consumer group)
 ``capdisc:reply:{request_id}``            list     the reply to one request (expires)
 ``indexing``                              list     the Celery queue of registry events (kombu)
+``unacked``                               hash     kombu's delivered, not yet acknowledged tasks
 ========================================  =======  ===============================================
 """
 
@@ -32,6 +33,8 @@ PREFIX = "capdisc"
 
 #: Celery queue that carries registry events to indexing workers.
 INDEXING_QUEUE = "indexing"
+#: kombu's Redis transport keeps delivered, unacknowledged messages here (its default name).
+KOMBU_UNACKED = "unacked"
 #: Celery task that applies one registry event. Producers send it by this name.
 TASK_APPLY_EVENT = "capdisc.indexing.apply_event"
 

@@ -50,6 +50,9 @@ def collect_status(client: redis.Redis, stale_after_s: float = DEFAULT_STALE_AFT
         "workers": live_workers(client, stale_after_s),
         "queues": _queues(client),
         "dead_letters": int(client.xlen(keys.DEADLETTERS)),
+        # queued for an indexing worker, or delivered and not yet acknowledged
+        "pending_events": int(client.llen(keys.INDEXING_QUEUE))
+                          + int(client.hlen(keys.KOMBU_UNACKED)),
         "embedding_calls": counters.get("embedding_calls", 0),
     }
 

@@ -198,7 +198,17 @@ def test_status_reports_versions_counts_workers_and_queues(
     assert sum(mine["by_kind"].values()) == mine["capabilities"] == len(report.plan.upserts)
     assert {w["kind"] for w in status["workers"]} == {"indexing", "discovery"}
     assert set(status["queues"]) == {"indexing", "discovery_requests"}
+    assert {"embedding_calls", "dead_letters", "pending_events"} <= set(status)
     json.dumps(status)
+
+
+def test_pending_events_count_queued_and_unacknowledged_ones(connection: redis.Redis) -> None:
+    before = collect_status(connection)["pending_events"]
+    connection.hset(keys.KOMBU_UNACKED, "test-delivery-tag", "{}")
+    try:
+        assert collect_status(connection)["pending_events"] == before + 1
+    finally:
+        connection.hdel(keys.KOMBU_UNACKED, "test-delivery-tag")
 
 
 def test_manifest_parsed_by_the_producer_is_what_the_worker_serves(
