@@ -24,6 +24,7 @@ from capdisc.logs import configure_logging
 from capdisc.settings import Settings
 from capdisc.status import collect_status
 from capdisc_producers.bench_cli import bench
+from capdisc_producers.importer import import_jsonl
 from capdisc_producers.publisher import Publisher
 from capdisc_producers.stack import resolve_redis_url, run_up
 from capdisc_producers.sync import sync_directory
@@ -206,6 +207,53 @@ def watch(ctx: click.Context, path: Path, redis_url: str | None, tenant: str | N
                         tenant=tenant or settings.tenant,
                         max_bytes=settings.manifest_max_bytes,
                         debounce_ms=settings.watch_debounce_ms)
+
+
+@cli.group("import")
+def import_group() -> None:
+    """Bring whole catalogs in from elsewhere."""
+
+
+@import_group.command("jsonl")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--source", default=None, help="Name of this source (default: jsonl:PATH); a "
+              "re-import of the same source deletes what the file no longer has")
+@click.option("--wait/--no-wait", default=True, show_default=True,
+              help="Wait until the indexing workers have applied every event")
+@click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True)
+@redis_option
+@tenant_option
+@click.pass_context
+def import_jsonl_cmd(ctx: click.Context, path: Path, source: str | None, wait: bool,
+                     timeout_s: float, redis_url: str | None, tenant: str | None) -> None:
+    """Import a tools.jsonl catalog (one tool a line: id, name, description, parameters,
+    category) as capabilities; only what changed is sent."""
+    settings, connection = _connect(ctx, redis_url)
+    publisher = Publisher(settings.redis_url)
+    with click.progressbar(length=0, label="events", file=sys.stderr) as bar:
+        def progress(stage: str, count: int) -> None:
+            if stage == "sent":
+                bar.length = (bar.length or 0) + count
+            bar.label = "applied" if stage == "applied" else "sent"
+            if stage == ("applied" if wait else "sent"):
+                bar.update(count)
+
+        try:
+            report = import_jsonl(connection, publisher, path,
+                                  tenant=tenant or settings.tenant, source=source,
+                                  wait_s=timeout_s if wait else 0.0, progress=progress)
+        finally:
+            publisher.close()
+    for error in report.plan.errors.values():
+        click.echo(f"rejected: {error}", err=True)
+    click.echo(report.summary())
+    if wait and report.sent:
+        if not report.complete:
+            _fail(f"only {len(report.outcomes)} of {report.sent} events were applied within "
+                  f"{timeout_s:.0f} s; is an indexing worker running? (capdisc status)")
+        click.echo(f"applied; index version {report.index_version}")
+    if report.plan.errors:
+        sys.exit(1)
 
 
 @cli.group()

@@ -58,7 +58,7 @@ def sync_directory(client: redis.Redis, publisher: Publisher, root: Path, *, ten
     plan = plan_sync(scan.capabilities, scan.errors, stored_by_source(client, tenant, str(root)))
     _record_errors(client, tenant, root, plan)
     batch_id = uuid.uuid4().hex
-    events = _events(plan, tenant, str(root), batch_id)
+    events = events_for(plan, tenant, str(root), batch_id)
     sent = publisher.send(events)
     report = SyncReport(root=root, plan=plan, batch_id=batch_id, sent=sent)
     if wait_s > 0 and sent:
@@ -66,8 +66,10 @@ def sync_directory(client: redis.Redis, publisher: Publisher, root: Path, *, ten
     return report
 
 
-def _events(plan: SyncPlan, tenant: str, source: str, batch_id: str) -> list[RegistryEvent]:
-    seq = time.time_ns()
+def events_for(plan: SyncPlan, tenant: str, source: str, batch_id: str,
+               seq: int | None = None) -> list[RegistryEvent]:
+    """The upsert and delete events of ``plan``, all with one sequence (now, by default)."""
+    seq = seq if seq is not None else time.time_ns()
     events = [RegistryEvent(type="upsert", tenant=tenant, capability_id=cap.id, seq=seq,
                             source=source, capability=cap.to_dict(), batch_id=batch_id)
               for cap in plan.upserts]

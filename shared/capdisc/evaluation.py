@@ -30,6 +30,7 @@ import numpy as np
 
 from capdisc.embedding import Embedder, Matrix
 from capdisc.engine import Query, rank
+from capdisc.errors import ManifestError
 from capdisc.index import IndexSnapshot, SearchFilters
 from capdisc.models import Capability
 from capdisc.normalize import capability_from_record
@@ -121,6 +122,31 @@ def load_catalog(path: Path) -> Catalog:
         caps.append(capability)
         ids[str(record.get("id") or record.get("name"))] = capability.id
     return Catalog(tuple(caps), ids)
+
+
+def read_jsonl_catalog(path: Path, source: str
+                       ) -> tuple[dict[Path, Capability], dict[Path, ManifestError]]:
+    """A ``tools.jsonl`` file as capabilities of ``source`` for ``capdisc import jsonl``: each
+    keyed by ``FILE:LINE``, and each line that is not a valid tool as an error naming the line
+    and the field (the other lines still import)."""
+    taken: set[str] = set()
+    found: dict[Path, Capability] = {}
+    errors: dict[Path, ManifestError] = {}
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            where = Path(f"{path}:{number}")
+            try:
+                record = json.loads(line)
+                if not isinstance(record, dict):
+                    raise ManifestError(str(where), None, "must be a JSON object")
+                found[where] = capability_from_benchmark_tool(record, taken, source=source)
+            except ValueError as exc:  # json.JSONDecodeError
+                errors[where] = ManifestError(str(where), None, f"is not JSON: {exc}")
+            except ManifestError as exc:
+                errors[where] = exc
+    return found, errors
 
 
 def load_queries(path: Path, catalog: Catalog) -> list[LabelledQuery]:

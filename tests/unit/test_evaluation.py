@@ -25,6 +25,7 @@ from capdisc.evaluation import (
     ndcg_at,
     percentile,
     ranking_metrics,
+    read_jsonl_catalog,
     recall_at,
     reciprocal_rank,
     run_retrieval_benchmark,
@@ -242,3 +243,17 @@ def test_the_floor_keeps_the_asked_share_of_every_split_answered() -> None:
 
 def test_answer_floor_of_no_queries_never_abstains() -> None:
     assert answer_floor(DEFAULT_CONFIG, _run([]), 0.95) == 0.0
+
+
+def test_a_jsonl_catalog_reads_per_line_with_errors_naming_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "tools.jsonl"
+    path.write_text('{"id": "a", "description": "Does a."}\n\n[1, 2]\n{oops\n'
+                    '{"id": "b", "description": 42}\n')
+
+    found, errors = read_jsonl_catalog(path, "jsonl:test")
+
+    assert [c.id for c in found.values()] == ["tool:a", "tool:b"]  # lenient: 42 -> "42"
+    assert next(iter(found.values())).source_ref.source == "jsonl:test"
+    assert sorted(str(p).rsplit(":", 1)[1] for p in errors) == ["3", "4"]
+    assert str(errors[Path(f"{path}:3")]) == f"{path}:3: must be a JSON object"
+    assert "is not JSON" in str(errors[Path(f"{path}:4")])
