@@ -103,3 +103,20 @@ def _read_until(process: subprocess.Popen[str], marker: str) -> list[str]:
         if marker in line:
             return lines
     raise AssertionError("capdisc up exited before it was ready:\n" + "".join(lines))
+
+
+def test_delete_removes_a_capability_and_reports_unknown_ids(
+    stack: Stack, registry: Path, tenant: str
+) -> None:
+    publish(stack.url, registry, tenant)
+
+    result = run_cli("delete", "tool:stripe-refund", "tool:never-there", "--tenant", tenant,
+                     env=stack.env)
+
+    assert result.returncode == 0, result.stderr
+    assert "tool:stripe-refund: deleted" in result.stdout
+    assert "tool:never-there: not found, nothing to delete" in result.stdout
+    version = int(result.stdout.rsplit("index version ", 1)[1])
+    answer = json.loads(run_cli("discover", "refund a payment", "--json", "--tenant", tenant,
+                                "--min-version", str(version), env=stack.env).stdout)
+    assert "tool:stripe-refund" not in [c["id"] for c in answer["capabilities"]]
