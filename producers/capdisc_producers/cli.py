@@ -28,6 +28,7 @@ from capdisc.settings import Settings
 from capdisc.status import collect_status
 from capdisc_producers.bench_cli import bench
 from capdisc_producers.importer import import_jsonl
+from capdisc_producers.mcp_import import import_mcp
 from capdisc_producers.publisher import Publisher, wait_for_acks
 from capdisc_producers.stack import resolve_redis_url, run_up
 from capdisc_producers.sync import sync_directory
@@ -288,6 +289,46 @@ def import_jsonl_cmd(ctx: click.Context, path: Path, source: str | None, wait: b
         click.echo(f"applied; index version {report.index_version}")
     if report.plan.errors:
         sys.exit(1)
+
+
+@import_group.command("mcp")
+@click.option("--url", default=None, help="Streamable HTTP endpoint, e.g. http://host:8000/mcp")
+@click.option("--command", "command", default=None,
+              help="Command that runs the server over stdio, e.g. 'uvx mcp-server-time'")
+@click.option("--name", "server_name", default=None,
+              help="Prefix of the capability names (default: the server's own name)")
+@click.option("--wait/--no-wait", default=True, show_default=True,
+              help="Wait until the indexing workers have applied every event")
+@click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True)
+@redis_option
+@tenant_option
+@click.pass_context
+def import_mcp_cmd(ctx: click.Context, url: str | None, command: str | None,
+                   server_name: str | None, wait: bool, timeout_s: float,
+                   redis_url: str | None, tenant: str | None) -> None:
+    """Publish a live MCP server's tools as capabilities; a re-run sends only what changed and
+    deletes tools the server no longer has."""
+    settings, connection = _connect(ctx, redis_url)
+    publisher = Publisher(settings.redis_url)
+    try:
+        report, changed = import_mcp(connection, publisher, url=url, command=command,
+                                     tenant=tenant or settings.tenant, server_name=server_name,
+                                     wait_s=timeout_s if wait else 0.0, timeout_s=timeout_s)
+    except CapdiscError as exc:
+        _fail(str(exc))
+    finally:
+        publisher.close()
+    for error in report.plan.errors.values():
+        click.echo(f"rejected: {error}", err=True)
+    for change in changed:
+        click.echo(f"changed: {change.capability_id} (content hash {change.old_hash[:12]} -> "
+                   f"{change.new_hash[:12]})")
+    click.echo(report.summary())
+    if wait and report.sent and not report.complete:
+        _fail(f"only {len(report.outcomes)} of {report.sent} events were applied within "
+              f"{timeout_s:.0f} s; is an indexing worker running? (capdisc status)")
+    if wait and report.sent:
+        click.echo(f"applied; index version {report.index_version}")
 
 
 @cli.group()

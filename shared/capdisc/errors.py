@@ -58,3 +58,8 @@ class StackNotFoundError(CapdiscError):
 
 class RedisUnavailableError(CapdiscError):
     """Redis could not be reached or started."""
+
+
+class MCPImportError(CapdiscError):
+    """An MCP server could not be reached or did not list its tools; check the URL or command
+    (``capdisc import mcp --url URL | --command CMD``)."""

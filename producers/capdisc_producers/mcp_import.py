@@ -1,0 +1,160 @@
+"""``capdisc import mcp``: a live MCP server's tools as capabilities of one source.
+
+Connects with the ``mcp`` 2.x client over streamable HTTP (``--url``) or stdio (``--command``),
+lists every tool (all pages), and turns each into a ``tool`` capability named
+``{server}.{tool}`` (so two servers' ``search`` tools do not collide), its input schema as the
+full schema, its annotations deciding ``has_side_effects``. Then it syncs like a directory:
+unchanged tools send nothing, changed ones are re-indexed (and logged with the old and new
+content hash), tools the server no longer has are deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shlex
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis
+import structlog
+
+from capdisc.errors import ManifestError, MCPImportError
+from capdisc.models import Capability
+from capdisc.normalize import capability_from_record
+from capdisc.registry import plan_sync
+from capdisc.store import stored_by_source
+from capdisc_producers.publisher import Publisher, wait_for_acks
+from capdisc_producers.sync import SyncReport, events_for
+
+log = structlog.get_logger("capdisc.mcp_import")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+MAX_PAGES = 100
+
+
+@dataclass(frozen=True)
+class ServerTools:
+    """What one MCP server offers: its name and its tools as plain dicts."""
+
+    server: str
+    tools: list[dict[str, Any]]
+
+
+def list_server_tools(*, url: str | None = None, command: str | None = None,
+                      timeout_s: float = 30.0) -> ServerTools:
+    """Connect to the server (``url`` for streamable HTTP, ``command`` for stdio) and list all
+    its tools."""
+    if (url is None) == (command is None):
+        raise MCPImportError("give exactly one of --url and --command")
+    try:
+        return asyncio.run(asyncio.wait_for(_list(url, command), timeout_s))
+    except TimeoutError as exc:
+        raise MCPImportError(f"MCP server {url or command} did not list its tools within "
+                             f"{timeout_s:.0f} s") from exc
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise MCPImportError(f"MCP server {url or command} could not be listed: {exc}") from exc
+    except BaseException as exc:  # anyio task groups wrap transport errors in groups
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            raise
+        raise MCPImportError(f"MCP server {url or command} could not be listed: "
+                             f"{_first_cause(exc)}") from exc
+
+
+async def _list(url: str | None, command: str | None) -> ServerTools:
+    from mcp import Client, StdioServerParameters
+
+    target: Any = url
+    if command is not None:
+        argv = shlex.split(command)
+        target = StdioServerParameters(command=argv[0], args=argv[1:])
+    async with Client(target) as client:
+        info = client.server_info
+        tools: list[dict[str, Any]] = []
+        cursor: str | None = None
+        for _ in range(MAX_PAGES):
+            page = await client.list_tools(cursor=cursor)
+            tools += [tool.model_dump(by_alias=False) for tool in page.tools]
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+    return ServerTools(server=info.name if info else "mcp", tools=tools)
+
+
+def capabilities_of(listing: ServerTools, source: str, server_name: str | None = None
+                    ) -> tuple[dict[Path, Capability], dict[Path, ManifestError]]:
+    """The server's tools as capabilities of ``source``; a tool that is not a valid capability
+    is an error naming the tool and the field (the others still import)."""
+    server = _safe(server_name or listing.server, 40)
+    found: dict[Path, Capability] = {}
+    errors: dict[Path, ManifestError] = {}
+    for tool in listing.tools:
+        name = str(tool.get("name") or "")
+        where = Path(f"{source}#{name}")
+        try:
+            found[where] = _capability(tool, server, source)
+        except ManifestError as exc:
+            errors[where] = exc
+    return found, errors
+
+
+def _capability(tool: dict[str, Any], server: str, source: str) -> Capability:
+    name = str(tool.get("name") or "")
+    annotations = tool.get("annotations") or {}
+    read_only = annotations.get("read_only_hint")
+    record = {
+        "kind": "tool", "name": f"{server}.{_safe(name, 64 - len(server) - 1)}",
+        "display_name": str(tool.get("title") or annotations.get("title") or name),
+        "description": str(tool.get("description") or tool.get("title") or name),
+        "category": server, "tags": ["mcp", server],
+        "full_schema": tool.get("input_schema"),
+        "has_side_effects": read_only is not True,
+        "source_ref": {"type": "mcp", "source": source, "location": name},
+    }
+    return capability_from_record(record, f"{source} tool {name!r}")
+
+
+@dataclass(frozen=True)
+class Changed:
+    """A tool whose schema or description changed since the last import."""
+
+    capability_id: str
+    old_hash: str
+    new_hash: str
+
+
+def import_mcp(client: redis.Redis, publisher: Publisher, *, url: str | None = None,
+               command: str | None = None, tenant: str, server_name: str | None = None,
+               wait_s: float = 0.0, timeout_s: float = 30.0
+               ) -> tuple[SyncReport, list[Changed]]:
+    """List the server's tools and publish what changed since the last import of it; also
+    return the tools that changed, with their old and new content hashes."""
+    source = f"mcp:{url}" if url is not None else f"mcp:{command}"
+    listing = list_server_tools(url=url, command=command, timeout_s=timeout_s)
+    found, errors = capabilities_of(listing, source, server_name)
+    stored = stored_by_source(client, tenant, source)
+    plan = plan_sync(found, errors, stored)
+    changed = [Changed(c.id, stored[c.id].content_hash, c.content_hash)
+               for c in plan.upserts if c.id in stored]
+    for change in changed:
+        log.info("mcp_tool_changed", tool=change.capability_id, old_hash=change.old_hash,
+                 new_hash=change.new_hash, source=source, tenant=tenant)
+    batch_id = uuid.uuid4().hex
+    events = events_for(plan, tenant, source, batch_id, seq=time.time_ns())
+    publisher.send(events)
+    report = SyncReport(root=Path(source), plan=plan, batch_id=batch_id, sent=len(events))
+    if wait_s > 0 and events:
+        report.outcomes = wait_for_acks(client, batch_id, len(events), wait_s)
+    return report, changed
+
+
+def _safe(text: str, limit: int) -> str:
+    return (_UNSAFE.sub("_", text).strip("._-") or "mcp")[:max(limit, 1)]
+
+
+def _first_cause(exc: BaseException) -> str:
+    inner: Sequence[BaseException] = getattr(exc, "exceptions", ())
+    return _first_cause(inner[0]) if inner else (str(exc) or type(exc).__name__)

@@ -1,0 +1,122 @@
+"""``capdisc import mcp`` against a real MCP server the test starts (stdio and streamable HTTP)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from capdisc import keys
+from capdisc.client import Client
+
+from .conftest import ROOT, Stack
+from .test_cli import run_cli
+
+SERVER = ROOT / "tests" / "fixtures" / "mcp_weather_server.py"
+
+
+def imported(stack: Stack, tenant: str, *source: str) -> tuple[int, str, str]:
+    result = run_cli("import", "mcp", *source, "--tenant", tenant, env=stack.env)
+    return result.returncode, result.stdout, result.stderr
+
+
+def stored(connection: redis.Redis, tenant: str, cap_id: str) -> dict[str, object] | None:
+    raw = connection.hget(keys.caps(tenant), cap_id)
+    return json.loads(raw)["capability"] if raw else None
+
+
+def test_stdio_server_tools_become_discoverable_capabilities(
+        stack: Stack, tenant: str, connection: redis.Redis) -> None:
+    code, out, err = imported(stack, tenant, "--command", f"{sys.executable} {SERVER}")
+
+    assert code == 0, err
+    assert "3 upserted, 0 deleted, 0 unchanged, 0 rejected" in out
+    forecast = stored(connection, tenant, "tool:weather-station.get_forecast")
+    convert = stored(connection, tenant, "tool:weather-station.convert_units")
+    assert forecast and convert
+    assert forecast["has_side_effects"] is False and convert["has_side_effects"] is True
+    assert forecast["full_schema"]["required"] == ["city"]  # type: ignore[index]
+    version = int(out.rsplit("index version ", 1)[1])
+    answer = Client(connection, tenant=tenant, timeout_s=20).discover(
+        "are there severe weather alerts in Texas", min_version=version)
+    assert answer.ids[0] == "tool:weather-station.get_alerts"
+
+
+def test_rerunning_an_unchanged_server_sends_nothing(stack: Stack, tenant: str) -> None:
+    command = f"{sys.executable} {SERVER}"
+    imported(stack, tenant, "--command", command)
+
+    code, out, _err = imported(stack, tenant, "--command", command)
+
+    assert code == 0 and "0 upserted, 0 deleted, 3 unchanged" in out
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def http_server(tmp_path: Path) -> Iterator[tuple[int, list[subprocess.Popen[bytes]]]]:
+    port = free_port()
+    running: list[subprocess.Popen[bytes]] = []
+    yield port, running
+    for process in running:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def serve_http(port: int, running: list[subprocess.Popen[bytes]], *args: str) -> None:
+    for process in running:
+        process.terminate()
+        process.wait(timeout=10)
+    running[:] = [subprocess.Popen([sys.executable, str(SERVER), *args, "http", str(port)],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # readiness: the port accepts a connection
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            if running[0].poll() is not None:
+                raise AssertionError("the MCP test server exited") from None
+            time.sleep(0.05)
+    raise AssertionError("the MCP test server did not listen within 30 s")
+
+
+def test_http_server_changes_are_reindexed_and_removed_tools_deleted(
+        stack: Stack, tenant: str, connection: redis.Redis,
+        http_server: tuple[int, list[subprocess.Popen[bytes]]]) -> None:
+    port, running = http_server
+    url = f"http://127.0.0.1:{port}/mcp"
+    serve_http(port, running)
+    first = imported(stack, tenant, "--url", url)
+    assert first[0] == 0, first[2]
+    before = stored(connection, tenant, "tool:weather-station.get_forecast")
+
+    serve_http(port, running, "v2")
+    code, out, err = imported(stack, tenant, "--url", url)
+
+    assert code == 0, err
+    assert "2 upserted, 1 deleted, 1 unchanged, 0 rejected" in out
+    assert "changed: tool:weather-station.get_forecast (content hash" in out
+    after = stored(connection, tenant, "tool:weather-station.get_forecast")
+    assert before and after and before["description"] != after["description"]
+    assert stored(connection, tenant, "tool:weather-station.convert_units") is None
+    assert stored(connection, tenant, "tool:weather-station.get_air_quality") is not None
+
+
+def test_an_unreachable_server_is_a_clear_error(stack: Stack, tenant: str) -> None:
+    code, _out, err = imported(stack, tenant, "--url", f"http://127.0.0.1:{free_port()}/mcp",
+                               "--timeout", "10")
+
+    assert code == 2
+    assert "could not be listed" in err or "did not list its tools" in err
