@@ -19,6 +19,8 @@ from capdisc.events import RegistryEvent
 
 #: Longest single blocking read (under redis-py's 5 s socket timeout).
 BLOCK_SLICE_S = 1.0
+#: Events per indexing task by default.
+BATCH = 64
 
 
 class Publisher:
@@ -29,15 +31,17 @@ class Publisher:
         self.app.conf.update(task_serializer="json", accept_content=["json"],
                              broker_connection_retry_on_startup=True)
 
-    def send(self, events: Iterable[RegistryEvent]) -> int:
-        sent = 0
+    def send(self, events: Iterable[RegistryEvent], batch_size: int = BATCH) -> int:
+        """Send ``events`` as tasks of up to ``batch_size`` events each (a worker embeds a
+        task's capabilities in one model call); returns how many events were sent."""
+        payloads = [event.encode() for event in events]
         with self.app.producer_or_acquire() as producer:
-            for event in events:
-                self.app.send_task(keys.TASK_APPLY_EVENT, args=[event.encode()],
+            for start in range(0, len(payloads), batch_size):
+                self.app.send_task(keys.TASK_APPLY_EVENTS,
+                                   args=[payloads[start:start + batch_size]],
                                    queue=keys.INDEXING_QUEUE, producer=producer,
                                    ignore_result=True)
-                sent += 1
-        return sent
+        return len(payloads)
 
     def send_raw(self, payload: str) -> None:
         """Send an already encoded event as it is (dead-letter replay, and tests of the

@@ -37,6 +37,8 @@ INDEXING_QUEUE = "indexing"
 KOMBU_UNACKED = "unacked"
 #: Celery task that applies one registry event. Producers send it by this name.
 TASK_APPLY_EVENT = "capdisc.indexing.apply_event"
+#: Celery task that applies a batch of registry events, embedding them in one model call.
+TASK_APPLY_EVENTS = "capdisc.indexing.apply_events"
 
 #: Stream of per-turn discovery requests, read by discovery workers in one consumer group.
 DISCOVERY_REQUESTS = f"{PREFIX}:discovery:requests"

@@ -65,6 +65,13 @@ def decide(
     return "upsert"
 
 
+def coalesce_window_s(last_build_s: float, cap_s: float = 2.0) -> float:
+    """How long a discovery worker gathers more change records before rebuilding: as long as
+    its last rebuild took (so rebuilding takes at most about half of a burst), at most
+    ``cap_s``."""
+    return max(0.0, min(cap_s, last_build_s))
+
+
 def retry_delay_s(attempt: int, base_s: float = 2.0, cap_s: float = 60.0) -> float:
     """Seconds before an event's redelivery after failed ``attempt``: doubling, capped."""
     return float(min(cap_s, base_s * 2 ** (attempt - 1)))

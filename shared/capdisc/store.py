@@ -88,6 +88,31 @@ def apply_event(
                 continue
 
 
+def needing_vectors(client: Redis, pending: list[tuple[RegistryEvent, Capability | None]],
+                    embedder_id: str) -> list[Capability]:
+    """The capabilities among ``pending`` events that applying them now would embed: one read
+    of every record, tombstone and vector, so a batch embeds in one model call and nothing that
+    is stale, a duplicate or unchanged is embedded. :func:`apply_event` still decides for itself
+    under its lock; this is only a forecast (a race costs at most an extra embedding)."""
+    upserts = [(e, c) for e, c in pending if e.type == "upsert" and c is not None]
+    if not upserts:
+        return []
+    with client.pipeline(transaction=False) as pipe:
+        for event, _capability in upserts:
+            pipe.hget(keys.caps(event.tenant), event.capability_id)
+            pipe.hget(keys.tombstones(event.tenant), event.capability_id)
+            pipe.hexists(keys.vectors(event.tenant, embedder_id), event.capability_id)
+        raw = pipe.execute()
+    needed = []
+    for index, (event, capability) in enumerate(upserts):
+        record, tomb, has_vector = raw[3 * index:3 * index + 3]
+        stored = StoredRecord.from_dict(json.loads(record)) if record else None
+        decision = decide(event, stored, int(tomb) if tomb else None, capability.content_hash)
+        if decision == "upsert" or (decision == "unchanged" and not has_vector):
+            needed.append(capability)
+    return needed
+
+
 def _write(
     pipe: Any,
     event: RegistryEvent,

@@ -9,7 +9,13 @@ import pytest
 from capdisc.errors import ManifestError
 from capdisc.events import EventType, RegistryEvent
 from capdisc.models import Capability, SourceRef
-from capdisc.registry import StoredRecord, decide, plan_sync, retry_delay_s
+from capdisc.registry import (
+    StoredRecord,
+    coalesce_window_s,
+    decide,
+    plan_sync,
+    retry_delay_s,
+)
 
 STORED_HASH = "h-stored"
 
@@ -156,3 +162,10 @@ def test_stored_record_without_source_ref_has_empty_location() -> None:
                                                    (20, 60.0)])
 def test_indexing_retries_back_off_doubling_to_a_cap(attempt: int, expected: float) -> None:
     assert retry_delay_s(attempt) == expected
+
+
+@pytest.mark.parametrize(("last_build_s", "expected"), [(0.0, 0.0), (0.004, 0.004), (0.8, 0.8),
+                                                        (5.0, 2.0), (-1.0, 0.0)])
+def test_the_coalescing_window_follows_the_last_rebuild_up_to_a_cap(
+        last_build_s: float, expected: float) -> None:
+    assert coalesce_window_s(last_build_s) == expected

@@ -25,7 +25,14 @@ from capdisc.events import RegistryEvent
 from capdisc.models import Capability
 from capdisc.normalize import capability_from_record
 from capdisc.registry import retry_delay_s
-from capdisc.store import Outcome, apply_event, dead_letter, record_ack, vector_bytes
+from capdisc.store import (
+    Outcome,
+    apply_event,
+    dead_letter,
+    needing_vectors,
+    record_ack,
+    vector_bytes,
+)
 from capdisc.text import combine, embedding_texts, text_hash, vector_space
 from capdisc_workers.celery_app import app, settings
 
@@ -33,6 +40,8 @@ log = structlog.get_logger("capdisc.indexing")
 WORKER_ID = f"indexing@{socket.gethostname()}:{os.getpid()}"
 
 _state: dict[str, Any] = {}
+#: Texts embedded per model call when a batch of events needs many.
+EMBED_BATCH = 64
 
 
 def _redis() -> redis.Redis:
@@ -52,51 +61,98 @@ def _embedder() -> Embedder:
 @app.task(name=keys.TASK_APPLY_EVENT, bind=True, acks_late=True, ignore_result=True)
 def apply_event_task(self: Any, payload: str) -> dict[str, Any]:
     """Apply one encoded :class:`RegistryEvent`."""
+    return apply_payloads(self, [payload])[0]
+
+
+@app.task(name=keys.TASK_APPLY_EVENTS, bind=True, acks_late=True, ignore_result=True)
+def apply_events_task(self: Any, payloads: list[str]) -> list[dict[str, Any]]:
+    """Apply a batch of encoded events (see :func:`apply_payloads`)."""
+    return apply_payloads(self, payloads)
+
+
+def apply_payloads(task: Any, payloads: list[str]) -> list[dict[str, Any]]:
+    """Apply encoded events in order, embedding every capability that needs it in one model
+    call. A refused event is dead-lettered alone; a failed embedding retries (then
+    dead-letters) the events not yet applied, which is safe because applying is idempotent."""
     client = _redis()
+    outcomes: list[dict[str, Any] | None] = []
+    pending: list[tuple[int, str, RegistryEvent, Capability | None]] = []
+    for payload in payloads:
+        parsed = _parse(task, client, payload)
+        if isinstance(parsed, dict):
+            outcomes.append(parsed)
+        else:
+            pending.append((len(outcomes), payload, *parsed))
+            outcomes.append(None)
+    space = vector_space(_embedder().id)
+    try:
+        vectors = _vectors_for(needing_vectors(client, [(e, c) for _, _, e, c in pending],
+                                               space))
+        for slot, _payload, event, capability in pending:
+            outcomes[slot] = _apply(task, client, event, capability, vectors, space)
+    except EmbeddingError as exc:
+        unfinished = [(p, e) for slot, p, e, _c in pending if outcomes[slot] is None]
+        return [o for o in outcomes if o is not None] + _retry_or_dead_letter(
+            task, client, unfinished, exc)
+    return [o for o in outcomes if o is not None]
+
+
+def _parse(task: Any, client: redis.Redis, payload: str
+           ) -> dict[str, Any] | tuple[RegistryEvent, Capability | None]:
+    """The event and its validated capability, or the outcome of refusing it."""
     try:
         event = RegistryEvent.decode(payload, max_bytes=settings.event_max_bytes)
     except EventDecodeError as exc:
-        log.warning("event_rejected", reason=str(exc), task_id=self.request.id)
+        log.warning("event_rejected", reason=str(exc), task_id=task.request.id)
         dead_letter(client, payload, str(exc))
         return {"decision": "rejected", "reason": str(exc)}
-    bound = log.bind(event_id=event.event_id, tenant=event.tenant,
-                     capability_id=event.capability_id, task_id=self.request.id)
     try:
-        capability = _capability(event)
+        return event, _capability(event)
     except ManifestError as exc:
-        bound.warning("event_rejected", reason=str(exc))
+        log.warning("event_rejected", reason=str(exc), event_id=event.event_id,
+                    tenant=event.tenant, capability_id=event.capability_id)
         dead_letter(client, payload, str(exc))
         _ack(client, event, {"decision": "rejected", "reason": str(exc)})
         return {"decision": "rejected", "reason": str(exc)}
-    try:
-        outcome = apply_event(client, event, capability, _vector_for,
-                              vector_space(_embedder().id))
-    except EmbeddingError as exc:
-        return _retry_or_dead_letter(self, client, payload, event, exc)
-    bound.info("event_applied", decision=outcome.decision, index_version=outcome.version)
+
+
+def _apply(task: Any, client: redis.Redis, event: RegistryEvent, capability: Capability | None,
+           vectors: dict[str, bytes], space: str) -> dict[str, Any]:
+    def vector_for(cap: Capability) -> bytes:
+        return vectors.get(cap.id) or _vectors_for([cap])[cap.id]  # a race: embed it now
+
+    outcome = apply_event(client, event, capability, vector_for, space)
+    log.info("event_applied", event_id=event.event_id, tenant=event.tenant,
+             capability_id=event.capability_id, task_id=task.request.id,
+             decision=outcome.decision, index_version=outcome.version)
     _ack(client, event, outcome.to_dict())
     return outcome.to_dict()
 
 
-def _retry_or_dead_letter(task: Any, client: redis.Redis, payload: str, event: RegistryEvent,
-                          exc: EmbeddingError) -> dict[str, Any]:
+def _retry_or_dead_letter(task: Any, client: redis.Redis,
+                          unfinished: list[tuple[str, RegistryEvent]], exc: EmbeddingError
+                          ) -> list[dict[str, Any]]:
     """A failed embedding (a rate limit that outlasted the provider's own retries, a broken
-    answer) is retried with backoff up to ``indexing_max_attempts`` deliveries; then the event
-    goes to the dead-letter stream with the reason. Nothing stored is touched either way."""
+    answer) is retried with backoff up to ``indexing_max_attempts`` deliveries; then the events
+    not yet applied go to the dead-letter stream with the reason. Nothing stored is touched."""
     attempt = task.request.retries + 1
-    bound = log.bind(event_id=event.event_id, tenant=event.tenant,
-                     capability_id=event.capability_id, task_id=task.request.id,
-                     attempt=attempt)
     if attempt < settings.indexing_max_attempts:
-        bound.warning("event_retry", reason=str(exc))
-        raise task.retry(exc=exc, countdown=retry_delay_s(attempt, settings.indexing_retry_base_s),
+        log.warning("events_retry", reason=str(exc), task_id=task.request.id, attempt=attempt,
+                    events=len(unfinished))
+        raise task.retry(exc=exc, args=[[p for p, _e in unfinished]] if task.name ==
+                         keys.TASK_APPLY_EVENTS else None,
+                         countdown=retry_delay_s(attempt, settings.indexing_retry_base_s),
                          max_retries=settings.indexing_max_attempts - 1)
     reason = f"embedding failed after {attempt} attempts: {exc}"
-    bound.error("event_dead_lettered", reason=reason)
-    dead_letter(client, payload, reason, attempt)
-    outcome = {"decision": "dead_lettered", "reason": reason}
-    _ack(client, event, outcome)
-    return outcome
+    outcomes = []
+    for payload, event in unfinished:
+        log.error("event_dead_lettered", reason=reason, event_id=event.event_id,
+                  tenant=event.tenant, capability_id=event.capability_id)
+        dead_letter(client, payload, reason, attempt)
+        outcome = {"decision": "dead_lettered", "reason": reason}
+        _ack(client, event, outcome)
+        outcomes.append(outcome)
+    return outcomes
 
 
 def _capability(event: RegistryEvent) -> Capability | None:
@@ -110,26 +166,33 @@ def _capability(event: RegistryEvent) -> Capability | None:
     return capability
 
 
-def _vector_for(capability: Capability) -> bytes:
-    """The capability's stored vector (:func:`capdisc.text.combine` of its two texts), each
-    text's embedding taken from the shared cache and embedded, in one batch, only on a miss."""
+def _vectors_for(capabilities: list[Capability]) -> dict[str, bytes]:
+    """Stored vectors (:func:`capdisc.text.combine` of each capability's two texts) by
+    capability id. Each text's embedding comes from the shared cache; the misses of the whole
+    batch are embedded together, in chunks of ``EMBED_BATCH``."""
+    if not capabilities:
+        return {}
     client, embedder = _redis(), _embedder()
-    texts = embedding_texts(capability)
-    digests = [text_hash(text) for text in texts]
+    texts = [embedding_texts(c) for c in capabilities]
+    flat = list(dict.fromkeys(t for pair in texts for t in pair))
+    digests = [text_hash(text) for text in flat]
     cached = client.hmget(keys.embedding_cache(embedder.id), digests)
-    missing = [i for i, raw in enumerate(cached) if not isinstance(raw, bytes)]
-    rows = {i: np.frombuffer(raw, dtype=np.float32) for i, raw in enumerate(cached)
-            if isinstance(raw, bytes)}
-    if missing:
-        fresh = check_vectors(embedder.embed([texts[i] for i in missing]), len(missing),
+    rows = {text: np.frombuffer(raw, dtype=np.float32)
+            for text, raw in zip(flat, cached, strict=True) if isinstance(raw, bytes)}
+    missing = sorted(((text, digest) for text, digest in zip(flat, digests, strict=True)
+                      if text not in rows), key=lambda pair: len(pair[0]))  # less padding
+    for start in range(0, len(missing), EMBED_BATCH):
+        chunk = missing[start:start + EMBED_BATCH]
+        fresh = check_vectors(embedder.embed([text for text, _d in chunk]), len(chunk),
                               embedder.dim, embedder.id)
         with client.pipeline(transaction=False) as pipe:
-            for i, vector in zip(missing, fresh, strict=True):
-                rows[i] = vector
-                pipe.hset(keys.embedding_cache(embedder.id), digests[i], vector_bytes(vector))
-            pipe.hincrby(keys.COUNTERS, "embedding_calls", len(missing))
+            for (text, digest), vector in zip(chunk, fresh, strict=True):
+                rows[text] = vector
+                pipe.hset(keys.embedding_cache(embedder.id), digest, vector_bytes(vector))
+            pipe.hincrby(keys.COUNTERS, "embedding_calls", len(chunk))
             pipe.execute()
-    return vector_bytes(combine(rows[0], rows[1]))
+    return {cap.id: vector_bytes(combine(rows[full], rows[summary]))
+            for cap, (full, summary) in zip(capabilities, texts, strict=True)}
 
 
 def _ack(client: redis.Redis, event: RegistryEvent, outcome: dict[str, Any]) -> None:
