@@ -31,7 +31,7 @@ from capdisc_producers.importer import import_jsonl
 from capdisc_producers.mcp_import import import_mcp
 from capdisc_producers.publisher import Publisher, wait_for_acks
 from capdisc_producers.stack import resolve_redis_url, run_up
-from capdisc_producers.sync import sync_directory
+from capdisc_producers.sync import SyncReport, sync_directory
 from capdisc_producers.watcher import watch_directory
 
 redis_option = click.option("--redis-url", envvar=None, default=None,
@@ -184,16 +184,7 @@ def publish(ctx: click.Context, path: Path, redis_url: str | None, tenant: str |
     report = sync_directory(connection, publisher, path, tenant=tenant or settings.tenant,
                             max_bytes=settings.manifest_max_bytes,
                             wait_s=timeout_s if wait else 0.0)
-    for error in report.plan.errors.values():
-        click.echo(f"rejected: {error}", err=True)
-    click.echo(report.summary())
-    if wait and report.sent:
-        if not report.complete:
-            _fail(f"only {len(report.outcomes)} of {report.sent} events were applied within "
-                  f"{timeout_s:.0f} s; is an indexing worker running? (capdisc status)")
-        click.echo(f"applied; index version {report.index_version}")
-    if report.plan.errors:
-        sys.exit(1)
+    _report_sync(report, wait, timeout_s)
 
 
 @cli.command()
@@ -279,16 +270,7 @@ def import_jsonl_cmd(ctx: click.Context, path: Path, source: str | None, wait: b
                                   wait_s=timeout_s if wait else 0.0, progress=progress)
         finally:
             publisher.close()
-    for error in report.plan.errors.values():
-        click.echo(f"rejected: {error}", err=True)
-    click.echo(report.summary())
-    if wait and report.sent:
-        if not report.complete:
-            _fail(f"only {len(report.outcomes)} of {report.sent} events were applied within "
-                  f"{timeout_s:.0f} s; is an indexing worker running? (capdisc status)")
-        click.echo(f"applied; index version {report.index_version}")
-    if report.plan.errors:
-        sys.exit(1)
+    _report_sync(report, wait, timeout_s)
 
 
 @import_group.command("mcp")
@@ -318,17 +300,10 @@ def import_mcp_cmd(ctx: click.Context, url: str | None, command: str | None,
         _fail(str(exc))
     finally:
         publisher.close()
-    for error in report.plan.errors.values():
-        click.echo(f"rejected: {error}", err=True)
     for change in changed:
         click.echo(f"changed: {change.capability_id} (content hash {change.old_hash[:12]} -> "
                    f"{change.new_hash[:12]})")
-    click.echo(report.summary())
-    if wait and report.sent and not report.complete:
-        _fail(f"only {len(report.outcomes)} of {report.sent} events were applied within "
-              f"{timeout_s:.0f} s; is an indexing worker running? (capdisc status)")
-    if wait and report.sent:
-        click.echo(f"applied; index version {report.index_version}")
+    _report_sync(report, wait, timeout_s)
 
 
 @cli.group()
@@ -381,6 +356,21 @@ def dlq_replay(ctx: click.Context, entry_ids: tuple[str, ...], replay_all: bool,
 
 
 cli.add_command(bench)
+
+
+def _report_sync(report: SyncReport, wait: bool, timeout_s: float) -> None:
+    """Rejections on stderr, the summary, and whether the workers applied everything; exit 1
+    when something was rejected, 2 when the workers did not finish in time."""
+    for error in report.plan.errors.values():
+        click.echo(f"rejected: {error}", err=True)
+    click.echo(report.summary())
+    if wait and report.sent:
+        if not report.complete:
+            _fail(f"only {len(report.outcomes)} of {report.sent} events were applied within "
+                  f"{timeout_s:.0f} s; is an indexing worker running? (capdisc status)")
+        click.echo(f"applied; index version {report.index_version}")
+    if report.plan.errors:
+        sys.exit(1)
 
 
 def _interrupt(*_: object) -> NoReturn:
