@@ -11,8 +11,6 @@ import json
 import os
 import signal
 import sys
-import time
-import uuid
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -22,16 +20,16 @@ import redis
 from capdisc.client import Answer, Client
 from capdisc.deadletters import list_dead_letters, replay
 from capdisc.errors import CapdiscError
-from capdisc.events import RegistryEvent
 from capdisc.logs import configure_logging
+from capdisc.registry import SyncPlan
 from capdisc.settings import Settings
 from capdisc.status import collect_status
 from capdisc_producers.bench_cli import bench
 from capdisc_producers.importer import import_jsonl
 from capdisc_producers.mcp_import import import_mcp
-from capdisc_producers.publisher import Publisher, wait_for_acks
+from capdisc_producers.publisher import Publisher
 from capdisc_producers.stack import resolve_redis_url, run_up
-from capdisc_producers.sync import SyncReport, sync_directory
+from capdisc_producers.sync import SyncReport, publish_plan, sync_directory
 from capdisc_producers.watcher import watch_directory
 
 redis_option = click.option("--redis-url", envvar=None, default=None,
@@ -215,19 +213,16 @@ def delete(ctx: click.Context, capability_ids: tuple[str, ...], redis_url: str |
     """Delete capabilities by id (tool:web-search ...) and wait until the workers applied it.
     A later manifest or import of the same id publishes it again; an older event never does."""
     settings, connection = _connect(ctx, redis_url)
-    tenant = tenant or settings.tenant
-    batch_id = uuid.uuid4().hex
-    events = [RegistryEvent(type="delete", tenant=tenant, capability_id=cap_id,
-                            seq=time.time_ns(), source="cli", batch_id=batch_id)
-              for cap_id in capability_ids]
     publisher = Publisher(settings.redis_url)
     try:
-        publisher.send(events)
+        report = publish_plan(connection, publisher, SyncPlan(deletes=list(capability_ids)),
+                              root=Path("cli"), tenant=tenant or settings.tenant,
+                              source="cli", wait_s=timeout_s)
     finally:
         publisher.close()
-    outcomes = wait_for_acks(connection, batch_id, len(events), timeout_s)
-    if len(outcomes) < len(events):
-        _fail(f"only {len(outcomes)} of {len(events)} deletes were applied within "
+    outcomes = report.outcomes
+    if not report.complete:
+        _fail(f"only {len(outcomes)} of {report.sent} deletes were applied within "
               f"{timeout_s:.0f} s; is an indexing worker running? (capdisc status)")
     for outcome in sorted(outcomes, key=lambda o: str(o.get("capability_id"))):
         verb = "deleted" if outcome.get("decision") == "delete" else "not found, nothing to delete"

@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import re
 import shlex
-import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +26,8 @@ from capdisc.models import Capability
 from capdisc.normalize import capability_from_record
 from capdisc.registry import plan_sync
 from capdisc.store import stored_by_source
-from capdisc_producers.publisher import Publisher, wait_for_acks
-from capdisc_producers.sync import SyncReport, events_for
+from capdisc_producers.publisher import Publisher
+from capdisc_producers.sync import SyncReport, publish_plan
 
 log = structlog.get_logger("capdisc.mcp_import")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -142,12 +140,8 @@ def import_mcp(client: redis.Redis, publisher: Publisher, *, url: str | None = N
     for change in changed:
         log.info("mcp_tool_changed", tool=change.capability_id, old_hash=change.old_hash,
                  new_hash=change.new_hash, source=source, tenant=tenant)
-    batch_id = uuid.uuid4().hex
-    events = events_for(plan, tenant, source, batch_id, seq=time.time_ns())
-    publisher.send(events)
-    report = SyncReport(root=Path(source), plan=plan, batch_id=batch_id, sent=len(events))
-    if wait_s > 0 and events:
-        report.outcomes = wait_for_acks(client, batch_id, len(events), wait_s)
+    report = publish_plan(client, publisher, plan, root=Path(source), tenant=tenant,
+                          source=source, wait_s=wait_s)
     return report, changed
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,19 +58,52 @@ def sync_directory(client: redis.Redis, publisher: Publisher, root: Path, *, ten
     scan = scan_directory(root, max_bytes=max_bytes, cache=cache)
     plan = plan_sync(scan.capabilities, scan.errors, stored_by_source(client, tenant, str(root)))
     _record_errors(client, tenant, root, plan)
+    return publish_plan(client, publisher, plan, root=root, tenant=tenant, source=str(root),
+                        wait_s=wait_s)
+
+
+#: Events sent per broker round trip (and per progress step) by :func:`publish_plan`.
+CHUNK = 500
+
+Progress = Callable[[str, int], None]
+
+
+def publish_plan(client: redis.Redis, publisher: Publisher, plan: SyncPlan, *, root: Path,
+                 tenant: str, source: str, wait_s: float = 0.0,
+                 progress: Progress | None = None) -> SyncReport:
+    """Send the events of ``plan`` (one batch, one sequence) and, with ``wait_s``, wait until
+    the workers applied them. ``progress(stage, n)`` hears of events ``"sent"`` and
+    ``"applied"`` as they go, in chunks of :data:`CHUNK`."""
     batch_id = uuid.uuid4().hex
-    events = events_for(plan, tenant, str(root), batch_id)
-    sent = publisher.send(events)
-    report = SyncReport(root=root, plan=plan, batch_id=batch_id, sent=sent)
-    if wait_s > 0 and sent:
-        report.outcomes = wait_for_acks(client, batch_id, sent, wait_s)
+    events = events_for(plan, tenant, source, batch_id)
+    for start in range(0, len(events), CHUNK):
+        chunk = events[start:start + CHUNK]
+        publisher.send(chunk)
+        if progress:
+            progress("sent", len(chunk))
+    report = SyncReport(root=root, plan=plan, batch_id=batch_id, sent=len(events))
+    if wait_s > 0 and events:
+        report.outcomes = _wait(client, batch_id, len(events), wait_s, progress)
     return report
 
 
-def events_for(plan: SyncPlan, tenant: str, source: str, batch_id: str,
-               seq: int | None = None) -> list[RegistryEvent]:
-    """The upsert and delete events of ``plan``, all with one sequence (now, by default)."""
-    seq = seq if seq is not None else time.time_ns()
+def _wait(client: redis.Redis, batch_id: str, count: int, wait_s: float,
+          progress: Progress | None) -> list[dict[str, Any]]:
+    outcomes: list[dict[str, Any]] = []
+    deadline = time.monotonic() + wait_s
+    while len(outcomes) < count and (remaining := deadline - time.monotonic()) > 0:
+        got = wait_for_acks(client, batch_id, min(CHUNK, count - len(outcomes)),
+                            min(remaining, 5.0))
+        outcomes += got
+        if progress and got:
+            progress("applied", len(got))
+    return outcomes
+
+
+def events_for(plan: SyncPlan, tenant: str, source: str, batch_id: str
+               ) -> list[RegistryEvent]:
+    """The upsert and delete events of ``plan``, all with one sequence: now."""
+    seq = time.time_ns()
     events = [RegistryEvent(type="upsert", tenant=tenant, capability_id=cap.id, seq=seq,
                             source=source, capability=cap.to_dict(), batch_id=batch_id)
               for cap in plan.upserts]

@@ -87,16 +87,18 @@ class Client:
         return _answer(raw, request)
 
     def handle_metatool_call(self, arguments: str | dict[str, Any], *,
-                             tool_format: str | None = None, tenant: str | None = None
-                             ) -> tuple[dict[str, Any], Answer]:
+                             tool_format: str | None = None, tenant: str | None = None,
+                             min_version: int = 0) -> tuple[dict[str, Any], Answer]:
         """Run a model's ``discover_capabilities`` call: the result to hand back to the model,
         and the full answer (whose ``tools`` to bind when ``tool_format`` is given). Bad
         arguments raise :class:`~capdisc.errors.ManifestError` naming the argument; send its
-        message back to the model as the tool's error."""
+        message back to the model as the tool's error. ``min_version`` waits until that index
+        version is served (read your own writes)."""
         call = parse_metatool_arguments(arguments)
         answer = self.discover(call.query, kind=call.kind, limit=call.limit,
                                only_available=bool(call.only_available),
-                               tool_format=tool_format, tenant=tenant)
+                               tool_format=tool_format, tenant=tenant,
+                               min_version=min_version)
         return metatool_result(answer.raw), answer
 
     def status(self) -> dict[str, Any]:

@@ -91,8 +91,6 @@ class Ranking:
 
     matches: tuple[Match, ...]
     abstained: bool
-    subqueries: tuple[str, ...] = ()
-    exact_match: str | None = None
 
     @property
     def ids(self) -> tuple[str, ...]:
@@ -134,7 +132,7 @@ def rank(snapshot: IndexSnapshot, query: Query, query_vector: Vector, config: Di
                                           query.filters, config, embed)
     matches = () if retrieved.abstained else _rank(snapshot, retrieved.hits, config, limit,
                                                    retrieved.exact_match)
-    return Ranking(matches, retrieved.abstained, retrieved.subqueries, retrieved.exact_match)
+    return Ranking(matches, retrieved.abstained)
 
 
 def _rank(snapshot: IndexSnapshot, hits: tuple[Hit, ...], config: DiscoveryConfig,

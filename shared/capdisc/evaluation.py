@@ -334,15 +334,12 @@ def run_queries(snapshot: IndexSnapshot, queries: Sequence[LabelledQuery],
                 ) -> BenchmarkRun:
     """Rank every query with the engine (:func:`capdisc.engine.rank`: retrieval, minimum
     relevance, graph re-ranking, abstention), timed, query embeddings cached."""
-    results, latencies = [], []
-    for query in queries:
-        vector = vectors.vectors[query.query]
-        filters = SearchFilters(exclude_ids=frozenset(exclude(query) if exclude else ()))
-        start = time.perf_counter()
-        result = rank(snapshot, Query(query.query, k, filters), vector, config, k, vectors)
-        latencies.append(time.perf_counter() - start)
-        results.append(result)
-    return BenchmarkRun(list(queries), results, latencies, len(snapshot))
+    def search(query: LabelledQuery, excluded: Sequence[str]) -> Ranked:
+        filters = SearchFilters(exclude_ids=frozenset(excluded))
+        return rank(snapshot, Query(query.query, k, filters), vectors.vectors[query.query],
+                    config, k, vectors)
+
+    return _timed(queries, search, exclude, len(snapshot))
 
 
 def run_retrieval(index: RetrievalIndex, queries: Sequence[LabelledQuery],
@@ -351,16 +348,24 @@ def run_retrieval(index: RetrievalIndex, queries: Sequence[LabelledQuery],
                   ) -> BenchmarkRun:
     """Search every query with the retrieval index alone (for calibration: its results carry
     the evidence the relevance model is fitted on)."""
+    def search(query: LabelledQuery, excluded: Sequence[str]) -> Ranked:
+        return index.search(query.query, vectors.vectors[query.query], k, exclude=excluded,
+                            embed=vectors, config=config)
+
+    return _timed(queries, search, exclude, len(index))
+
+
+def _timed(queries: Sequence[LabelledQuery],
+           search: Callable[[LabelledQuery, Sequence[str]], Ranked], exclude: Exclude | None,
+           tools: int) -> BenchmarkRun:
+    """Run ``search`` on every query (with its excluded ids), timing each call."""
     results, latencies = [], []
     for query in queries:
-        vector = vectors.vectors[query.query]
         excluded = exclude(query) if exclude is not None else ()
         start = time.perf_counter()
-        result = index.search(query.query, vector, k, exclude=excluded, embed=vectors,
-                              config=config)
+        results.append(search(query, excluded))
         latencies.append(time.perf_counter() - start)
-        results.append(result)
-    return BenchmarkRun(list(queries), results, latencies, len(index))
+    return BenchmarkRun(list(queries), results, latencies, tools)
 
 
 def summarize(run: BenchmarkRun) -> dict[str, Any]:

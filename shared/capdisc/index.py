@@ -57,7 +57,7 @@ class Retrieved:
 
     hits: tuple[Hit, ...]
     abstained: bool = False
-    subqueries: tuple[str, ...] = ()
+    #: The capability the query named, kept first whatever its relevance.
     exact_match: str | None = None
 
 
@@ -85,7 +85,7 @@ class HybridRetriever:
                                   exclude=filters.exclude_ids, embed=embed,
                                   config=self.retrieval_config(config))
         hits = tuple(Hit(e.capability_id, e.score, e.relevance) for e in found.entries)
-        return Retrieved(hits, found.abstained, found.subqueries, found.exact_match)
+        return Retrieved(hits, found.abstained, found.exact_match)
 
     def retrieval_config(self, config: DiscoveryConfig) -> RetrievalConfig:
         """The retrieval knobs of a discovery config, over this embedder's calibration."""
@@ -201,15 +201,9 @@ class IndexSnapshot:
     def search(self, query: Vector, k: int, kind: str | None = None
                ) -> list[tuple[Capability, float]]:
         """Plain dense top-``k`` by cosine (optionally of one ``kind``), best first."""
-        if not self.ids or k <= 0:
-            return []
-        scores = self.matrix @ np.asarray(query, dtype=np.float32)
-        if kind is not None:
-            scores = np.where([self.capabilities[i].kind == kind for i in self.ids],
-                              scores, -np.inf)
-        order = np.argsort(-scores, kind="stable")[:k]
-        return [(self.capabilities[self.ids[i]], float(scores[i]))
-                for i in order if np.isfinite(scores[i])]
+        found = CosineRetriever(tuple(self.capabilities.values()), self.matrix).search(
+            "", query, k, SearchFilters(kind=kind), DiscoveryConfig())
+        return [(self.capabilities[h.id], h.score) for h in found.hits]
 
     def tier0(self, budget_tokens: int, counter_name: str) -> str:
         """Tier 0 for this snapshot, computed once per budget and counter."""

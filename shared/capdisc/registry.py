@@ -53,14 +53,17 @@ def decide(
     stored: StoredRecord | None,
     tombstone_seq: int | None,
     content_hash: str | None,
+    has_vector: bool = True,
 ) -> Decision:
-    """What applying ``event`` does, given the stored record and tombstone of its capability."""
+    """What applying ``event`` does, given the stored record and tombstone of its capability;
+    unchanged content without a vector in the current vector space (stored by another
+    embedder or an earlier version) is upserted, so it gets embedded."""
     newest = max(stored.seq if stored else -1, tombstone_seq if tombstone_seq is not None else -1)
     if event.seq <= newest:
         return "stale"
     if event.type == "delete":
         return "delete" if stored is not None else "absent"
-    if stored is not None and stored.content_hash == content_hash:
+    if stored is not None and stored.content_hash == content_hash and has_vector:
         return "unchanged"
     return "upsert"
 

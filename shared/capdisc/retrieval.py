@@ -27,6 +27,7 @@ vectors (within 0.002 recall@5 of exact on both benchmarks, half the memory traf
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -167,15 +168,21 @@ def decompose(query: str, max_parts: int = 8) -> list[str]:
     """The separate requests of a query: sentences, then chained clauses ("and then ...").
 
     Leading discourse markers ("Additionally,", "Finally,") are dropped, and so are fragments of
-    fewer than three words. One part (or none) means the query is a single request.
+    fewer than three words. One part (or none) means the query is a single request. Memoized:
+    a turn splits its query once to embed the parts and once to score them.
     """
+    return list(_decompose(query, max_parts))
+
+
+@functools.lru_cache(maxsize=4096)
+def _decompose(query: str, max_parts: int) -> tuple[str, ...]:
     parts: list[str] = []
     for sentence in _SENTENCE.split(query):
         for clause in _CHAIN.split(sentence.strip()):
             text = _LEAD.sub("", clause.strip()).strip()
             if len(words(text)) >= _MIN_SUBQUERY_WORDS:
                 parts.append(text)
-    return parts[:max_parts]
+    return tuple(parts[:max_parts])
 
 
 # -- capability text for BM25 ----------------------------------------------------------------------

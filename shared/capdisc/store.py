@@ -75,10 +75,9 @@ def apply_event(
                 tomb = pipe.hget(keys.tombstones(tenant), cap_id)
                 version = int(pipe.get(keys.version(tenant)) or 0)
                 content_hash = capability.content_hash if capability else None
-                decision = decide(event, stored, int(tomb) if tomb else None, content_hash)
-                if decision == "unchanged" and not pipe.hexists(
-                        keys.vectors(tenant, embedder_id), cap_id):
-                    decision = "upsert"  # stored before this vector space existed: embed it
+                has_vector = bool(pipe.hexists(keys.vectors(tenant, embedder_id), cap_id))
+                decision = decide(event, stored, int(tomb) if tomb else None, content_hash,
+                                  has_vector)
                 vector = vector_for(capability) if decision == "upsert" and capability else None
                 pipe.multi()
                 version = _write(pipe, event, capability, decision, version, vector, embedder_id)
@@ -107,8 +106,8 @@ def needing_vectors(client: Redis, pending: list[tuple[RegistryEvent, Capability
     for index, (event, capability) in enumerate(upserts):
         record, tomb, has_vector = raw[3 * index:3 * index + 3]
         stored = StoredRecord.from_dict(json.loads(record)) if record else None
-        decision = decide(event, stored, int(tomb) if tomb else None, capability.content_hash)
-        if decision == "upsert" or (decision == "unchanged" and not has_vector):
+        if decide(event, stored, int(tomb) if tomb else None, capability.content_hash,
+                  bool(has_vector)) == "upsert":
             needed.append(capability)
     return needed
 

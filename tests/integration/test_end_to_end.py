@@ -240,10 +240,11 @@ def test_answer_carries_tool_definitions_in_the_requested_format(
 def test_metatool_call_runs_the_same_pipeline_and_returns_a_model_result(
     stack: Stack, client: Client, registry: Path, tenant: str
 ) -> None:
-    publish(stack.url, registry, tenant)
+    report = publish(stack.url, registry, tenant)
 
     payload, answer = client.handle_metatool_call(
-        '{"query": "open a pull request", "kind": "tool", "limit": 3}')
+        '{"query": "open a pull request", "kind": "tool", "limit": 3}',
+        min_version=report.index_version)
 
     assert [c["id"] for c in payload["capabilities"]] == answer.ids
     assert len(answer.ids) <= 3 and all(c["kind"] == "tool" for c in answer.capabilities)

@@ -57,6 +57,19 @@ def test_decide(event_type: EventType, seq: int, stored_seq: int | None, tombsto
     assert decide(event, stored, tombstone, content_hash) == decision
 
 
+@pytest.mark.parametrize(("content_hash", "has_vector", "decision"), [
+    (STORED_HASH, True, "unchanged"),
+    (STORED_HASH, False, "upsert"),  # stored before this vector space existed: embed it
+    ("h-new", False, "upsert"),
+])
+def test_unchanged_content_without_a_vector_is_embedded(content_hash: str, has_vector: bool,
+                                                         decision: str) -> None:
+    event = RegistryEvent(type="upsert", tenant="acme", capability_id="tool:a", seq=8,
+                          capability={"id": "tool:a"})
+
+    assert decide(event, stored_record(7), None, content_hash, has_vector) == decision
+
+
 # -- plan_sync -----------------------------------------------------------------------------------
 
 ROOT = Path("/registry")

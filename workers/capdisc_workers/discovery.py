@@ -148,8 +148,7 @@ class DiscoveryWorker:
                 log.warning("changes_read_failed", error=str(exc))
                 self.stop.wait(0.5)
                 continue
-            entries = [(as_str(eid), _decode(fields))
-                       for _stream, items in batch or [] for eid, fields in items]
+            entries = _change_records(batch)
             if entries:
                 self.apply_changes(entries + self._more_changes(client, entries[-1][0]))
             else:
@@ -164,8 +163,7 @@ class DiscoveryWorker:
         while (remaining := deadline - time.monotonic()) > 0.001 and len(more) < 50_000:
             batch: Any = client.xread({keys.CHANGES: after}, count=1000,
                                       block=max(1, int(remaining * 1000)))
-            items = [(as_str(eid), _decode(fields))
-                     for _stream, entries in batch or [] for eid, fields in entries]
+            items = _change_records(batch)
             if not items:
                 break
             more += items
@@ -332,6 +330,12 @@ class DiscoveryWorker:
             self.stop.set()
             for thread in threads:
                 thread.join(timeout=3)
+
+
+def _change_records(batch: Any) -> list[tuple[str, dict[str, str]]]:
+    """``(entry id, fields)`` of every record in an XREAD reply (None when it timed out)."""
+    return [(as_str(eid), _decode(fields)) for _stream, items in batch or []
+            for eid, fields in items]
 
 
 def _decode(fields: Any) -> dict[str, str]:
