@@ -24,10 +24,12 @@ from capdisc.logs import configure_logging
 from capdisc.registry import SyncPlan
 from capdisc.settings import Settings
 from capdisc.status import collect_status
+from capdisc.store import stored_by_source
 from capdisc_producers.bench_cli import bench
 from capdisc_producers.importer import import_jsonl
 from capdisc_producers.mcp_import import import_mcp
 from capdisc_producers.publisher import Publisher
+from capdisc_producers.reindex import start_full_reindex, wait_for_swap
 from capdisc_producers.stack import resolve_redis_url, run_up
 from capdisc_producers.sync import SyncReport, publish_plan, sync_directory
 from capdisc_producers.watcher import watch_directory
@@ -203,31 +205,106 @@ def watch(ctx: click.Context, path: Path, redis_url: str | None, tenant: str | N
 
 
 @cli.command()
-@click.argument("capability_ids", nargs=-1, required=True)
+@click.argument("capability_ids", nargs=-1)
+@click.option("--source", default=None,
+              help="Delete every capability of this source (a registry directory's absolute "
+                   "path, jsonl:PATH, mcp:NAME; `capdisc status --json` lists them)")
 @redis_option
 @tenant_option
 @click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True)
 @click.pass_context
-def delete(ctx: click.Context, capability_ids: tuple[str, ...], redis_url: str | None,
-           tenant: str | None, timeout_s: float) -> None:
-    """Delete capabilities by id (tool:web-search ...) and wait until the workers applied it.
-    A later manifest or import of the same id publishes it again; an older event never does."""
+def delete(ctx: click.Context, capability_ids: tuple[str, ...], source: str | None,
+           redis_url: str | None, tenant: str | None, timeout_s: float) -> None:
+    """Delete capabilities by id (tool:web-search ...) or a whole --source, and wait until the
+    workers applied it. A later manifest or import of the same id publishes it again; an older
+    event never does."""
     settings, connection = _connect(ctx, redis_url)
+    tenant = tenant or settings.tenant
+    ids = _chosen_ids(connection, tenant, capability_ids, source)
+    report = _publish_ids(settings, connection, SyncPlan(deletes=ids), tenant, timeout_s)
+    for outcome in sorted(report.outcomes, key=lambda o: str(o.get("capability_id"))):
+        verb = "deleted" if outcome.get("decision") == "delete" else "not found, nothing to delete"
+        click.echo(f"{outcome.get('capability_id')}: {verb}")
+    click.echo(f"index version {report.index_version}")
+
+
+@cli.command()
+@click.argument("capability_ids", nargs=-1)
+@click.option("--source", default=None, help="Reindex every capability of this source")
+@click.option("--all", "everything", is_flag=True,
+              help="Rebuild the tenant's whole index beside the live one and swap it in "
+                   "(blue/green: discovery keeps answering from the old index meanwhile); "
+                   "also how a tenant moves to a new embedding model")
+@click.option("--fresh", is_flag=True,
+              help="Embed every text again instead of reusing the shared embedding cache")
+@redis_option
+@tenant_option
+@click.option("--timeout", "timeout_s", type=float, default=3600.0, show_default=True)
+@click.pass_context
+def reindex(ctx: click.Context, capability_ids: tuple[str, ...], source: str | None,
+            everything: bool, fresh: bool, redis_url: str | None, tenant: str | None,
+            timeout_s: float) -> None:
+    """Embed capabilities again: by id, a whole --source, or --all of a tenant (blue/green)."""
+    settings, connection = _connect(ctx, redis_url)
+    tenant = tenant or settings.tenant
+    if everything:
+        if capability_ids or source:
+            _fail("--all reindexes the whole tenant; give no ids and no --source with it")
+        _reindex_all(settings, connection, tenant, fresh, timeout_s)
+        return
+    ids = _chosen_ids(connection, tenant, capability_ids, source)
+    report = _publish_ids(settings, connection, SyncPlan(reindexes=ids), tenant, timeout_s)
+    for outcome in sorted(report.outcomes, key=lambda o: str(o.get("capability_id"))):
+        verb = "reindexed" if outcome.get("decision") == "reindex" else "not found"
+        click.echo(f"{outcome.get('capability_id')}: {verb}")
+    click.echo(f"index version {report.index_version}")
+
+
+def _chosen_ids(connection: redis.Redis, tenant: str, capability_ids: tuple[str, ...],
+                source: str | None) -> list[str]:
+    if bool(capability_ids) == bool(source):
+        _fail("give capability ids or --source (one of the two)")
+    if not source:
+        return list(capability_ids)
+    ids = sorted(stored_by_source(connection, tenant, source))
+    if not ids:
+        _fail(f"tenant {tenant!r} has no capabilities from source {source!r}")
+    return ids
+
+
+def _publish_ids(settings: Settings, connection: redis.Redis, plan: SyncPlan, tenant: str,
+                 timeout_s: float) -> SyncReport:
     publisher = Publisher(settings.redis_url)
     try:
-        report = publish_plan(connection, publisher, SyncPlan(deletes=list(capability_ids)),
-                              root=Path("cli"), tenant=tenant or settings.tenant,
+        report = publish_plan(connection, publisher, plan, root=Path("cli"), tenant=tenant,
                               source="cli", wait_s=timeout_s)
     finally:
         publisher.close()
-    outcomes = report.outcomes
     if not report.complete:
-        _fail(f"only {len(outcomes)} of {report.sent} deletes were applied within "
+        _fail(f"only {len(report.outcomes)} of {report.sent} events were applied within "
               f"{timeout_s:.0f} s; is an indexing worker running? (capdisc status)")
-    for outcome in sorted(outcomes, key=lambda o: str(o.get("capability_id"))):
-        verb = "deleted" if outcome.get("decision") == "delete" else "not found, nothing to delete"
-        click.echo(f"{outcome.get('capability_id')}: {verb}")
-    click.echo(f"index version {max(int(o.get('version', 0)) for o in outcomes)}")
+    return report
+
+
+def _reindex_all(settings: Settings, connection: redis.Redis, tenant: str, fresh: bool,
+                 timeout_s: float) -> None:
+    publisher = Publisher(settings.redis_url)
+    try:
+        job, after = start_full_reindex(connection, publisher, tenant, fresh)
+    finally:
+        publisher.close()
+    click.echo(f"reindex {job} of tenant {tenant!r} started; discovery keeps serving the live "
+               "index until it swaps")
+    with click.progressbar(length=1, label="batches", file=sys.stderr) as bar:
+        def progress(done: int, total: int) -> None:
+            bar.length = max(1, total)
+            bar.update(done - bar.pos)
+
+        version = wait_for_swap(connection, tenant, job, after, timeout_s, progress)
+    if version is None:
+        _fail(f"reindex {job} did not swap in within {timeout_s:.0f} s; it goes on building "
+              "(capdisc status shows it); is an indexing worker running?")
+    click.echo(f"reindex {job} swapped in at index version {version}")
 
 
 @cli.group("import")

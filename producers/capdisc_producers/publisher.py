@@ -49,6 +49,11 @@ class Publisher:
         self.app.send_task(keys.TASK_APPLY_EVENT, args=[payload], queue=keys.INDEXING_QUEUE,
                            ignore_result=True)
 
+    def start_reindex(self, tenant: str, job: str, fresh: bool) -> None:
+        """Ask the indexing workers for a full blue/green reindex of ``tenant``."""
+        self.app.send_task(keys.TASK_START_REINDEX, args=[tenant, job, fresh],
+                           queue=keys.INDEXING_QUEUE, ignore_result=True)
+
     def close(self) -> None:
         self.app.close()
 

@@ -102,7 +102,7 @@ def _wait(client: redis.Redis, batch_id: str, count: int, wait_s: float,
 
 def events_for(plan: SyncPlan, tenant: str, source: str, batch_id: str
                ) -> list[RegistryEvent]:
-    """The upsert and delete events of ``plan``, all with one sequence: now."""
+    """The upsert, delete and reindex events of ``plan``, all with one sequence: now."""
     seq = time.time_ns()
     events = [RegistryEvent(type="upsert", tenant=tenant, capability_id=cap.id, seq=seq,
                             source=source, capability=cap.to_dict(), batch_id=batch_id)
@@ -110,6 +110,9 @@ def events_for(plan: SyncPlan, tenant: str, source: str, batch_id: str
     events += [RegistryEvent(type="delete", tenant=tenant, capability_id=cap_id, seq=seq,
                              source=source, batch_id=batch_id)
                for cap_id in plan.deletes]
+    events += [RegistryEvent(type="reindex", tenant=tenant, capability_id=cap_id, seq=seq,
+                             source=source, batch_id=batch_id)
+               for cap_id in plan.reindexes]
     return events
 
 

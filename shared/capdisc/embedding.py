@@ -317,6 +317,23 @@ def embedder_for(settings: Settings) -> Embedder:
         max_attempts=settings.openai_max_attempts))
 
 
+def embedder_for_id(embedder_id: str, settings: Settings) -> Embedder:
+    """The embedder whose :attr:`Embedder.id` is ``embedder_id`` (a tenant served from vectors
+    of another model than the configured one, after a full reindex onto it)."""
+    if embedder_id == MINILM_ID:
+        return MiniLMEmbedder()
+    kind, _, rest = embedder_id.partition("-")
+    if kind == "hashing" and rest.isdigit():
+        return HashingEmbedder(int(rest))
+    if kind == "openai":
+        model, _, dim = rest.rpartition("-")
+        if model and dim.isdigit():
+            return embedder_for(settings.with_changes(embedder="openai", openai_model=model,
+                                                      openai_dimensions=int(dim)))
+    raise EmbeddingError(f"no embedder has id {embedder_id!r}; configure this worker with the "
+                         "embedder the tenant was last reindexed with (capdisc status shows it)")
+
+
 def make_embedder(name: str, hashing_dim: int = MINILM_DIM) -> Embedder:
     """The embedder a setting names: ``minilm`` or ``hashing``."""
     if name == "hashing":

@@ -17,18 +17,20 @@ from typing import Any, Literal, cast
 from capdisc.errors import EventDecodeError
 
 SCHEMA_VERSION = 1
-EventType = Literal["upsert", "delete"]
-EVENT_TYPES: tuple[EventType, ...] = ("upsert", "delete")
+EventType = Literal["upsert", "delete", "reindex"]
+EVENT_TYPES: tuple[EventType, ...] = ("upsert", "delete", "reindex")
 TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 DEFAULT_MAX_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
 class RegistryEvent:
-    """One change to the registry: upsert or delete one capability of one tenant.
+    """One change to the registry: upsert or delete one capability of one tenant, or reindex
+    it (embed its stored definition again, bypassing the embedding cache).
 
-    ``seq`` orders events of the same capability: an event whose ``seq`` is not newer than what
-    is stored changes nothing. Producers use a wall-clock nanosecond stamp of the observed change.
+    ``seq`` orders upserts and deletes of the same capability: an event whose ``seq`` is not
+    newer than what is stored changes nothing. Producers use a wall-clock nanosecond stamp of the
+    observed change. A reindex carries no content and does not take part in that order.
     """
 
     type: EventType

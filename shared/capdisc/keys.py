@@ -10,6 +10,14 @@ key                                       type     what it holds
 ``capdisc:t:{t}:tombstones``              hash     capability id -> sequence of the delete
 ``capdisc:t:{t}:vectors:{m}``             hash     capability id -> float32 vector bytes
 ``capdisc:t:{t}:version``                 string   monotonic index version (INCR)
+``capdisc:t:{t}:space``                   string   the vector space discovery serves (``{m}`` and
+                                                   text scheme); set by the first write and by a
+                                                   full reindex's swap
+``capdisc:t:{t}:reindex``                 hash     the full reindex being built: job, target
+                                                   space, batches, fresh, started_at_ms
+``capdisc:t:{t}:reindex:{job}:done``      set      batch numbers of that reindex already built
+``capdisc:t:{t}:vectors:{m}~{job}``       hash     the reindex's staging vectors (renamed over
+                                                   the live ones at the swap)
 ``capdisc:t:{t}:manifest_errors``         hash     manifest path -> last rejection message
 ``capdisc:emb:{m}``                       hash     sha256 of embedding text -> vector bytes (cache)
 ``capdisc:qv:{sha}``                      string   a turn's query and sub-query vectors, shared by
@@ -20,6 +28,8 @@ key                                       type     what it holds
 ``capdisc:acks:{batch}``                  list     per-event outcome for a publish batch (expires)
 ``capdisc:counters``                      hash     embedding_calls and other running totals
 ``capdisc:workers``                       hash     worker id -> heartbeat (JSON)
+``capdisc:reconcile:lock``                string   held by the indexing worker reconciling now
+``capdisc:reconcile:last``                string   the last reconciler report (JSON)
 ``capdisc:discovery:requests``            stream   per-turn discovery requests (consumer group)
 ``capdisc:reply:{request_id}``            list     the reply to one request (expires)
 ``indexing``                              list     the Celery queue of registry events (kombu)
@@ -39,6 +49,12 @@ KOMBU_UNACKED = "unacked"
 TASK_APPLY_EVENT = "capdisc.indexing.apply_event"
 #: Celery task that applies a batch of registry events, embedding them in one model call.
 TASK_APPLY_EVENTS = "capdisc.indexing.apply_events"
+#: Celery task that starts a full (blue/green) reindex of one tenant.
+TASK_START_REINDEX = "capdisc.indexing.start_reindex"
+#: Celery task that builds one batch of a full reindex's staging vectors.
+TASK_REINDEX_BATCH = "capdisc.indexing.reindex_batch"
+#: Celery task that compares the registry with the index and repairs drift.
+TASK_RECONCILE = "capdisc.indexing.reconcile"
 
 #: Stream of per-turn discovery requests, read by discovery workers in one consumer group.
 DISCOVERY_REQUESTS = f"{PREFIX}:discovery:requests"
@@ -54,6 +70,10 @@ COUNTERS = f"{PREFIX}:counters"
 WORKERS = f"{PREFIX}:workers"
 #: Set of tenant names.
 TENANTS = f"{PREFIX}:tenants"
+#: Held (SET NX with expiry) by the one indexing worker running the periodic reconciler.
+RECONCILE_LOCK = f"{PREFIX}:reconcile:lock"
+#: The last reconciler report (JSON), shown by ``capdisc status``.
+RECONCILE_LAST = f"{PREFIX}:reconcile:last"
 
 
 def caps(tenant: str) -> str:
@@ -74,6 +94,26 @@ def vectors(tenant: str, embedder_id: str) -> str:
 def version(tenant: str) -> str:
     """String: the tenant's monotonic index version."""
     return f"{PREFIX}:t:{tenant}:version"
+
+
+def space(tenant: str) -> str:
+    """String: the vector space the tenant is served from (:func:`capdisc.text.vector_space`)."""
+    return f"{PREFIX}:t:{tenant}:space"
+
+
+def reindex(tenant: str) -> str:
+    """Hash: the full reindex of ``tenant`` being built (absent when none is)."""
+    return f"{PREFIX}:t:{tenant}:reindex"
+
+
+def reindex_done(tenant: str, job: str) -> str:
+    """Set: the batch numbers of reindex ``job`` already built."""
+    return f"{PREFIX}:t:{tenant}:reindex:{job}:done"
+
+
+def staging_space(space_id: str, job: str) -> str:
+    """The vector space a reindex ``job`` builds into, beside the live ``space_id``."""
+    return f"{space_id}~{job}"
 
 
 def manifest_errors(tenant: str) -> str:

@@ -17,7 +17,7 @@ from capdisc.errors import ManifestError
 from capdisc.events import RegistryEvent
 from capdisc.models import Capability
 
-Decision = Literal["upsert", "delete", "unchanged", "stale", "absent"]
+Decision = Literal["upsert", "delete", "unchanged", "stale", "absent", "reindex", "not_found"]
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,10 @@ def decide(
 ) -> Decision:
     """What applying ``event`` does, given the stored record and tombstone of its capability;
     unchanged content without a vector in the current vector space (stored by another
-    embedder or an earlier version) is upserted, so it gets embedded."""
+    embedder or an earlier version) is upserted, so it gets embedded. A reindex re-embeds what
+    is stored, whatever its sequence; there is nothing to reindex once a capability is gone."""
+    if event.type == "reindex":
+        return "reindex" if stored is not None else "not_found"
     newest = max(stored.seq if stored else -1, tombstone_seq if tombstone_seq is not None else -1)
     if event.seq <= newest:
         return "stale"
@@ -86,6 +89,8 @@ class SyncPlan:
 
     upserts: list[Capability] = field(default_factory=list)
     deletes: list[str] = field(default_factory=list)
+    #: Stored capabilities to embed again (``capdisc reindex ID...``).
+    reindexes: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     errors: dict[Path, ManifestError] = field(default_factory=dict)
 

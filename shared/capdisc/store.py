@@ -47,14 +47,33 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """A consistent read of one tenant: its version, records and vectors, and the id of the last
-    change record at that moment (where following the changes stream resumes)."""
+    """A consistent read of one tenant: its version, records and the vectors of the space it is
+    served from, and the id of the last change record at that moment (where following the
+    changes stream resumes)."""
 
     tenant: str
     version: int
     records: dict[str, StoredRecord]
     vectors: dict[str, bytes]
     changes_id: str
+    space: str = ""
+
+
+@dataclass(frozen=True)
+class Spaces:
+    """Where one writer's vectors go for one tenant: its ``own`` vector space (its embedder's),
+    the ``active`` space discovery serves, and the ``staging`` space of a full reindex that is
+    building ``own`` (so a change made during the build is in the new index too)."""
+
+    own: str
+    active: str
+    staging: str | None = None
+
+    def write_targets(self) -> list[str]:
+        return [self.own] + ([self.staging] if self.staging else [])
+
+    def delete_targets(self) -> list[str]:
+        return list(dict.fromkeys([self.own, self.active, *self.write_targets()]))
 
 
 def apply_event(
@@ -62,33 +81,49 @@ def apply_event(
     event: RegistryEvent,
     capability: Capability | None,
     vector_for: Callable[[Capability], bytes],
-    embedder_id: str,
+    space: str,
 ) -> Outcome:
-    """Apply one decoded event atomically; ``vector_for`` runs only when an embedding is needed."""
+    """Apply one decoded event atomically; ``vector_for`` runs only when an embedding is needed.
+    ``space`` is the writer's vector space; a reindex event re-embeds the stored capability."""
     tenant, cap_id = event.tenant, event.capability_id
-    watched = (keys.caps(tenant), keys.tombstones(tenant), keys.version(tenant))
+    watched = (keys.caps(tenant), keys.tombstones(tenant), keys.version(tenant),
+               keys.space(tenant), keys.reindex(tenant))
     with client.pipeline(transaction=True) as pipe:
         while True:
             try:
                 pipe.watch(*watched)  # type: ignore[no-untyped-call]
                 stored = _read_record(pipe, tenant, cap_id)
+                if event.type == "reindex" and stored is not None:
+                    capability = Capability.from_dict(stored.capability)
                 tomb = pipe.hget(keys.tombstones(tenant), cap_id)
                 version = int(pipe.get(keys.version(tenant)) or 0)
+                spaces = read_spaces(pipe, tenant, space)
                 content_hash = capability.content_hash if capability else None
-                has_vector = bool(pipe.hexists(keys.vectors(tenant, embedder_id), cap_id))
+                has_vector = bool(pipe.hexists(keys.vectors(tenant, space), cap_id))
                 decision = decide(event, stored, int(tomb) if tomb else None, content_hash,
                                   has_vector)
-                vector = vector_for(capability) if decision == "upsert" and capability else None
+                vector = (vector_for(capability) if decision in ("upsert", "reindex")
+                          and capability else None)
                 pipe.multi()
-                version = _write(pipe, event, capability, decision, version, vector, embedder_id)
+                version = _write(pipe, event, capability, decision, version, vector, spaces,
+                                 stored)
                 pipe.execute()
                 return Outcome(event.event_id, cap_id, decision, version)
             except redis.WatchError:
                 continue
 
 
+def read_spaces(client: Any, tenant: str, own: str) -> Spaces:
+    """The :class:`Spaces` of a writer whose vector space is ``own``."""
+    active = client.get(keys.space(tenant))
+    marker = client.hgetall(keys.reindex(tenant))
+    build = {as_str(k): as_str(v) for k, v in marker.items()}
+    staging = (keys.staging_space(own, build["job"]) if build.get("target") == own else None)
+    return Spaces(own, as_str(active) if active else own, staging)
+
+
 def needing_vectors(client: Redis, pending: list[tuple[RegistryEvent, Capability | None]],
-                    embedder_id: str) -> list[Capability]:
+                    space: str) -> list[Capability]:
     """The capabilities among ``pending`` events that applying them now would embed: one read
     of every record, tombstone and vector, so a batch embeds in one model call and nothing that
     is stale, a duplicate or unchanged is embedded. :func:`apply_event` still decides for itself
@@ -100,7 +135,7 @@ def needing_vectors(client: Redis, pending: list[tuple[RegistryEvent, Capability
         for event, _capability in upserts:
             pipe.hget(keys.caps(event.tenant), event.capability_id)
             pipe.hget(keys.tombstones(event.tenant), event.capability_id)
-            pipe.hexists(keys.vectors(event.tenant, embedder_id), event.capability_id)
+            pipe.hexists(keys.vectors(event.tenant, space), event.capability_id)
         raw = pipe.execute()
     needed = []
     for index, (event, capability) in enumerate(upserts):
@@ -119,7 +154,8 @@ def _write(
     decision: Decision,
     version: int,
     vector: bytes | None,
-    embedder_id: str,
+    spaces: Spaces,
+    stored: StoredRecord | None,
 ) -> int:
     tenant, cap_id = event.tenant, event.capability_id
     pipe.sadd(keys.TENANTS, tenant)
@@ -129,20 +165,158 @@ def _write(
         record = StoredRecord(capability.to_dict(), event.seq, capability.content_hash,
                               event.occurred_at_ms)
         pipe.hset(keys.caps(tenant), cap_id, json.dumps(record.to_dict()))
-    if decision not in ("upsert", "delete"):
+    if decision not in ("upsert", "delete", "reindex"):
         return version
     version += 1
-    if decision == "upsert" and capability is not None and vector is not None:
-        record = StoredRecord(capability.to_dict(), event.seq, capability.content_hash,
+    if decision in ("upsert", "reindex") and capability is not None and vector is not None:
+        seq = stored.seq if decision == "reindex" and stored else event.seq
+        record = StoredRecord(capability.to_dict(), seq, capability.content_hash,
                               int(time.time() * 1000))
         pipe.hset(keys.caps(tenant), cap_id, json.dumps(record.to_dict()))
-        pipe.hset(keys.vectors(tenant, embedder_id), cap_id, vector)
+        for space in spaces.write_targets():
+            pipe.hset(keys.vectors(tenant, space), cap_id, vector)
+        pipe.setnx(keys.space(tenant), spaces.own)
         pipe.hdel(keys.tombstones(tenant), cap_id)
     else:
         pipe.hdel(keys.caps(tenant), cap_id)
-        pipe.hdel(keys.vectors(tenant, embedder_id), cap_id)
+        for space in spaces.delete_targets():
+            pipe.hdel(keys.vectors(tenant, space), cap_id)
     pipe.set(keys.version(tenant), version)
-    pipe.xadd(keys.CHANGES, {"tenant": tenant, "version": version, "op": decision, "id": cap_id},
+    op = "upsert" if decision == "reindex" else decision
+    pipe.xadd(keys.CHANGES, {"tenant": tenant, "version": version, "op": op, "id": cap_id},
+              maxlen=CHANGES_MAXLEN, approximate=True)
+    return version
+
+
+# -- full reindex (blue/green) ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReindexJob:
+    """A full reindex of one tenant being built into a staging space beside the live one."""
+
+    tenant: str
+    job: str
+    target: str
+    batches: int
+    fresh: bool
+    started_at_ms: int
+
+    @property
+    def staging(self) -> str:
+        return keys.staging_space(self.target, self.job)
+
+    @classmethod
+    def read(cls, client: Any, tenant: str) -> ReindexJob | None:
+        raw = {as_str(k): as_str(v) for k, v in client.hgetall(keys.reindex(tenant)).items()}
+        if not raw:
+            return None
+        return cls(tenant, raw["job"], raw["target"], int(raw["batches"]),
+                   raw.get("fresh") == "1", int(raw.get("started_at_ms", 0)))
+
+
+def begin_reindex(client: Redis, tenant: str, job: str, target: str, batch_size: int,
+                  fresh: bool) -> list[list[str]]:
+    """Start building ``tenant``'s vectors in ``target`` beside the live index: record the job
+    (superseding one already building) and return its batches of capability ids. A capability
+    written after this is staged by its writer; one written just before, by the swap."""
+    ids = sorted(as_str(k) for k in client.hkeys(keys.caps(tenant)))
+    batches = [ids[i:i + batch_size] for i in range(0, len(ids), batch_size)]
+    previous = ReindexJob.read(client, tenant)
+    with client.pipeline(transaction=True) as pipe:
+        if previous is not None:
+            pipe.delete(keys.vectors(tenant, previous.staging),
+                        keys.reindex_done(tenant, previous.job))
+        pipe.delete(keys.reindex(tenant))
+        pipe.hset(keys.reindex(tenant), mapping={
+            "job": job, "target": target, "batches": len(batches), "fresh": int(fresh),
+            "started_at_ms": int(time.time() * 1000)})
+        pipe.sadd(keys.TENANTS, tenant)
+        pipe.execute()
+    return batches
+
+
+def stage_vectors(client: Redis, tenant: str, job: str, batch: int,
+                  vectors: dict[str, bytes]) -> bool:
+    """Store one built batch of reindex ``job``; True when it was the last one missing. A
+    vector a writer staged meanwhile (newer content) is kept. False, storing nothing, when the
+    job is no longer the one building (superseded or finished)."""
+    current = ReindexJob.read(client, tenant)
+    if current is None or current.job != job:
+        return False
+    with client.pipeline(transaction=False) as pipe:
+        for cap_id, vector in vectors.items():
+            pipe.hsetnx(keys.vectors(tenant, current.staging), cap_id, vector)
+        pipe.sadd(keys.reindex_done(tenant, job), batch)
+        pipe.scard(keys.reindex_done(tenant, job))
+        done = pipe.execute()[-1]
+    return int(done) >= current.batches
+
+
+def finish_reindex(client: Redis, tenant: str, job: str,
+                   embed: Callable[[list[Capability]], dict[str, bytes]]) -> int | None:
+    """Swap reindex ``job`` in: once every stored capability has a staging vector (``embed``
+    makes the missing ones), rename the staging vectors over the target space, serve the
+    target, bump the version and tell discovery workers to reload, in one transaction. Returns
+    the new version, or None when ``job`` is no longer the one building."""
+    watched = (keys.caps(tenant), keys.reindex(tenant), keys.version(tenant), keys.space(tenant))
+    with client.pipeline(transaction=True) as pipe:
+        while True:
+            try:
+                pipe.watch(*watched)  # type: ignore[no-untyped-call]
+                current = ReindexJob.read(pipe, tenant)
+                if current is None or current.job != job:
+                    return None
+                missing = _unstaged(pipe, current)
+                if missing:
+                    pipe.unwatch()
+                    _stage_missing(client, current, missing, embed)
+                    continue
+                version = _swap(pipe, current)
+                pipe.execute()
+                return version
+            except redis.WatchError:
+                continue
+
+
+def _unstaged(pipe: Any, job: ReindexJob) -> list[str]:
+    stored = {as_str(k) for k in pipe.hkeys(keys.caps(job.tenant))}
+    staged = {as_str(k) for k in pipe.hkeys(keys.vectors(job.tenant, job.staging))}
+    return sorted(stored - staged)
+
+
+def _stage_missing(client: Redis, job: ReindexJob, missing: list[str],
+                   embed: Callable[[list[Capability]], dict[str, bytes]]) -> None:
+    raw = client.hmget(keys.caps(job.tenant), missing)
+    capabilities = [Capability.from_dict(StoredRecord.from_dict(json.loads(r)).capability)
+                    for r in raw if r]
+    vectors = embed(capabilities) if capabilities else {}
+    with client.pipeline(transaction=False) as pipe:
+        for cap_id, vector in vectors.items():
+            pipe.hsetnx(keys.vectors(job.tenant, job.staging), cap_id, vector)
+        pipe.execute()
+
+
+def _swap(pipe: Any, job: ReindexJob) -> int:
+    """Read what the swap needs (still watching), then queue it as one transaction."""
+    tenant = job.tenant
+    old = pipe.get(keys.space(tenant))
+    stored = {as_str(k) for k in pipe.hkeys(keys.caps(tenant))}
+    orphans = [k for k in pipe.hkeys(keys.vectors(tenant, job.staging)) if as_str(k) not in stored]
+    version = int(pipe.get(keys.version(tenant)) or 0) + 1
+    pipe.multi()
+    if orphans:
+        pipe.hdel(keys.vectors(tenant, job.staging), *orphans)
+    if stored:
+        pipe.rename(keys.vectors(tenant, job.staging), keys.vectors(tenant, job.target))
+    else:
+        pipe.delete(keys.vectors(tenant, job.target))
+    if old and as_str(old) != job.target:
+        pipe.delete(keys.vectors(tenant, as_str(old)))
+    pipe.set(keys.space(tenant), job.target)
+    pipe.set(keys.version(tenant), version)
+    pipe.delete(keys.reindex(tenant), keys.reindex_done(tenant, job.job))
+    pipe.xadd(keys.CHANGES, {"tenant": tenant, "version": version, "op": "reload", "id": ""},
               maxlen=CHANGES_MAXLEN, approximate=True)
     return version
 
@@ -170,18 +344,28 @@ def dead_letter(client: Redis, payload: str | bytes, reason: str, attempts: int 
 # -- reads -------------------------------------------------------------------------------------
 
 
-def read_snapshot(client: Redis, tenant: str, embedder_id: str) -> Snapshot:
-    """One consistent read of everything a discovery worker needs for ``tenant``."""
+def read_snapshot(client: Redis, tenant: str, default_space: str) -> Snapshot:
+    """One consistent read of everything a discovery worker needs for ``tenant``, from the
+    vector space it is served from (``default_space`` until a writer has set one)."""
     with client.pipeline(transaction=True) as pipe:
-        pipe.get(keys.version(tenant))
-        pipe.hgetall(keys.caps(tenant))
-        pipe.hgetall(keys.vectors(tenant, embedder_id))
-        pipe.xrevrange(keys.CHANGES, count=1)
-        version, caps, vectors, last = pipe.execute()
+        while True:
+            try:
+                pipe.watch(keys.space(tenant))  # type: ignore[no-untyped-call]
+                active = pipe.get(keys.space(tenant))
+                space = as_str(active) if active else default_space
+                pipe.multi()
+                pipe.get(keys.version(tenant))
+                pipe.hgetall(keys.caps(tenant))
+                pipe.hgetall(keys.vectors(tenant, space))
+                pipe.xrevrange(keys.CHANGES, count=1)
+                version, caps, vectors, last = pipe.execute()
+                break
+            except redis.WatchError:
+                continue
     records = {as_str(k): StoredRecord.from_dict(json.loads(v)) for k, v in caps.items()}
     return Snapshot(tenant=tenant, version=int(version or 0), records=records,
                     vectors={as_str(k): v for k, v in vectors.items()},
-                    changes_id=as_str(last[0][0]) if last else "0-0")
+                    changes_id=as_str(last[0][0]) if last else "0-0", space=space)
 
 
 def read_records(client: Redis, tenant: str, ids: list[str], embedder_id: str

@@ -63,6 +63,11 @@ def vector_space(embedder_id: str) -> str:
     return f"{embedder_id}.{VECTOR_SCHEME}"
 
 
+def embedder_id_of(space: str) -> str:
+    """The embedder id of a vector space named by :func:`vector_space`."""
+    return space.removesuffix(f".{VECTOR_SCHEME}")
+
+
 def summary_text(capability: Capability) -> str:
     """The short second view: display name and the description's first paragraph."""
     name = capability.display_name or humanize(capability.name)

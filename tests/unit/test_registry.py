@@ -42,6 +42,9 @@ DECIDE_CASES = [
     pytest.param("delete", 8, 7, None, None, "delete", id="delete-existing"),
     pytest.param("delete", 8, None, None, None, "absent", id="delete-absent"),
     pytest.param("delete", 9, None, 8, None, "absent", id="delete-after-delete"),
+    pytest.param("reindex", 1, 7, None, None, "reindex", id="reindex-ignores-seq"),
+    pytest.param("reindex", 9, None, 8, None, "not_found", id="reindex-of-deleted"),
+    pytest.param("reindex", 9, None, None, None, "not_found", id="reindex-of-unknown"),
 ]
 
 

@@ -23,7 +23,7 @@ import structlog
 
 from capdisc import keys, status
 from capdisc.agent import list_discovered_tools
-from capdisc.embedding import CachedQueryEmbedder, Matrix, embedder_for
+from capdisc.embedding import CachedQueryEmbedder, Matrix, embedder_for, embedder_for_id
 from capdisc.engine import Query, discover, embed_turn
 from capdisc.errors import CapdiscError, EventDecodeError
 from capdisc.index import IndexSnapshot, SearchFilters
@@ -34,7 +34,7 @@ from capdisc.protocol import DiscoverRequest, error_reply
 from capdisc.registry import coalesce_window_s
 from capdisc.settings import Settings
 from capdisc.store import as_str, read_records, read_snapshot
-from capdisc.text import vector_space
+from capdisc.text import embedder_id_of, vector_space
 
 log = structlog.get_logger("capdisc.discovery")
 BLOCK_MS = 1000
@@ -99,11 +99,16 @@ class DiscoveryWorker:
         self.settings = settings
         self.redis = connection
         self.embedder = embedder_for(settings)
-        shared = (RedisQueryVectors(connection, settings.query_cache_ttl_s)
-                  if settings.query_cache_ttl_s else None)
-        self.queries = CachedQueryEmbedder(self.embedder, settings.query_cache_size, shared)
         self.space = vector_space(self.embedder.id)
-        self.probes: Matrix | None = None
+        #: Query embedders (and probe vectors) by embedder id: a full reindex onto another
+        #: model swaps a tenant to vectors this worker's configured embedder did not make.
+        self._queries: dict[str, CachedQueryEmbedder] = {}
+        self._probes: dict[str, Matrix] = {}
+        #: The vector space each tenant is served from (set at every full load).
+        self.spaces: dict[str, str] = {}
+        #: Tenants whose last load failed, with the stored version it failed at.
+        self.failed: dict[str, int] = {}
+        self._lock = threading.Lock()
         self.indexes = Indexes()
         self.worker_id = f"discovery@{socket.gethostname()}:{os.getpid()}"
         self.stop = threading.Event()
@@ -113,29 +118,62 @@ class DiscoveryWorker:
 
     # -- loading and hot reload ----------------------------------------------------------------
 
+    def queries_for(self, embedder_id: str) -> CachedQueryEmbedder:
+        """The cached query embedder of ``embedder_id`` (made on first use)."""
+        with self._lock:
+            return self._queries.get(embedder_id) or self._add_queries(embedder_id)
+
+    def _add_queries(self, embedder_id: str) -> CachedQueryEmbedder:
+        if embedder_id not in self._queries:
+            inner = (self.embedder if embedder_id == self.embedder.id
+                     else embedder_for_id(embedder_id, self.settings))
+            shared = (RedisQueryVectors(self.redis, self.settings.query_cache_ttl_s)
+                      if self.settings.query_cache_ttl_s else None)
+            self._queries[embedder_id] = CachedQueryEmbedder(
+                inner, self.settings.query_cache_size, shared)
+            self._probes[embedder_id] = inner.embed(list(PROBES))  # also loads the model
+        return self._queries[embedder_id]
+
     def load_all(self) -> None:
-        self.probes = self.embedder.embed(list(PROBES))  # also loads the model
+        self.queries_for(self.embedder.id)
         last = self.redis.xrevrange(keys.CHANGES, count=1)
         self.changes_id = as_str(last[0][0]) if last else "0-0"
         for tenant in sorted(as_str(t) for t in self.redis.smembers(keys.TENANTS)):
             self.reload(tenant)
 
-    def reload(self, tenant: str) -> IndexSnapshot:
+    def reload(self, tenant: str) -> IndexSnapshot | None:
+        """Load ``tenant`` whole; on failure keep serving what it served and say why (once per
+        stored version: the catch-up does not retry a version that failed)."""
+        try:
+            return self._load(tenant)
+        except (CapdiscError, ValueError, KeyError) as exc:
+            failed_at = int(self.redis.get(keys.version(tenant)) or 0)
+            self.failed[tenant] = failed_at
+            log.error("index_load_failed", tenant=tenant, index_version=failed_at,
+                      error=str(exc), hint="the tenant keeps its last good index; fix the "
+                      "cause, then publish or reindex to retry")
+            return None
+
+    def _load(self, tenant: str) -> IndexSnapshot:
         snap = read_snapshot(self.redis, tenant, self.space)
+        embedder_id = embedder_id_of(snap.space)
+        queries = self.queries_for(embedder_id)
         entries = [(Capability.from_dict(r.capability), snap.vectors[cid])
                    for cid, r in snap.records.items() if cid in snap.vectors]
         started = time.monotonic()
-        index = IndexSnapshot.build(tenant, snap.version, self.embedder.dim, entries,
-                                    self.embedder.id, probes=self.probes)
+        index = IndexSnapshot.build(tenant, snap.version, queries.inner.dim, entries,
+                                    embedder_id, probes=self._probes[embedder_id])
         self.last_build_s = time.monotonic() - started
+        self.spaces[tenant] = snap.space
         self.indexes.put(index)
         log.info("index_loaded", tenant=tenant, index_version=index.version,
-                 capabilities=len(index))
+                 capabilities=len(index), vector_space=snap.space)
         if len(entries) < len(snap.records):
-            log.warning("capabilities_without_vectors", tenant=tenant, vector_space=self.space,
+            log.warning("capabilities_without_vectors", tenant=tenant, vector_space=snap.space,
                         missing=len(snap.records) - len(entries),
                         hint="they were indexed by another embedder or an earlier version; "
-                             "re-publish them to embed them for this one")
+                             f"run `capdisc reindex --all --tenant {tenant}` to embed them all "
+                             "beside the live index and swap")
         return index
 
     def follow_changes(self) -> None:
@@ -148,11 +186,17 @@ class DiscoveryWorker:
                 log.warning("changes_read_failed", error=str(exc))
                 self.stop.wait(0.5)
                 continue
-            entries = _change_records(batch)
-            if entries:
-                self.apply_changes(entries + self._more_changes(client, entries[-1][0]))
-            else:
-                self._catch_up(client)
+            try:
+                self._follow(client, _change_records(batch))
+            except Exception:  # the follower must outlive any one bad change
+                log.exception("changes_apply_failed")
+                self.stop.wait(0.5)
+
+    def _follow(self, client: redis.Redis, entries: list[tuple[str, dict[str, str]]]) -> None:
+        if entries:
+            self.apply_changes(entries + self._more_changes(client, entries[-1][0]))
+        else:
+            self._catch_up(client)
 
     def _more_changes(self, client: redis.Redis, after: str) -> list[tuple[str, dict[str, str]]]:
         """During a burst, the change records that arrive within :func:`coalesce_window_s`
@@ -190,14 +234,20 @@ class DiscoveryWorker:
                      got=first)
             self.reload(tenant)
             return
+        if any(c.get("op") == "reload" for c in fresh):  # a full reindex swapped in
+            self.reload(tenant)
+            return
         ids = list(dict.fromkeys(c["id"] for c in fresh))
         upserts, deletes = [], []
-        for cap_id, (record, vector) in zip(ids, read_records(self.redis, tenant, ids,
-                                                              self.space), strict=True):
-            if record is None or vector is None:
+        space = self.spaces.get(tenant, self.space)
+        for cap_id, (record, vector) in zip(ids, read_records(self.redis, tenant, ids, space),
+                                            strict=True):
+            if record is None:
                 deletes.append(cap_id)
-            else:
+            elif vector is not None:
                 upserts.append((Capability.from_dict(record.capability), vector))
+            # else: changed by a writer of another vector space (a model change building):
+            # the previous version keeps serving until the reindex swaps in
         version = int(fresh[-1]["version"])
         started = time.monotonic()
         self.indexes.put(current.with_changes(version, upserts, deletes))
@@ -213,7 +263,10 @@ class DiscoveryWorker:
         tenants = sorted(as_str(t) for t in client.smembers(keys.TENANTS))
         stored = client.mget([keys.version(t) for t in tenants]) if tenants else []
         for tenant, raw in zip(tenants, stored, strict=True):
-            if tenant not in served or int(raw or 0) > served[tenant]:
+            version = int(raw or 0)
+            if self.failed.get(tenant) == version:
+                continue
+            if tenant not in served or version > served[tenant]:
                 self.reload(tenant)
 
     # -- serving -----------------------------------------------------------------------------
@@ -276,7 +329,8 @@ class DiscoveryWorker:
                                "(capdisc publish PATH --tenant NAME)")
         try:
             config = self.settings.discovery.merged(request.options)
-            vector, embed = embed_turn(self.queries, request.query, config)
+            queries = self.queries_for(snapshot.embedder_id or self.embedder.id)
+            vector, embed = embed_turn(queries, request.query, config)
             result = discover(snapshot, _query(request), vector, config, embed)
         except CapdiscError as exc:
             bound.warning("request_failed", error=str(exc))

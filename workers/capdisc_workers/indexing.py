@@ -8,6 +8,7 @@ shared embedding cache.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import threading
@@ -24,13 +25,17 @@ from capdisc.errors import EmbeddingError, EventDecodeError, ManifestError
 from capdisc.events import RegistryEvent
 from capdisc.models import Capability
 from capdisc.normalize import capability_from_record
-from capdisc.registry import retry_delay_s
+from capdisc.registry import StoredRecord, retry_delay_s
 from capdisc.store import (
     Outcome,
+    ReindexJob,
     apply_event,
+    begin_reindex,
     dead_letter,
+    finish_reindex,
     needing_vectors,
     record_ack,
+    stage_vectors,
     vector_bytes,
 )
 from capdisc.text import combine, embedding_texts, text_hash, vector_space
@@ -86,8 +91,10 @@ def apply_payloads(task: Any, payloads: list[str]) -> list[dict[str, Any]]:
             outcomes.append(None)
     space = vector_space(_embedder().id)
     try:
-        vectors = _vectors_for(needing_vectors(client, [(e, c) for _, _, e, c in pending],
-                                               space))
+        vectors = {**_vectors_for(needing_vectors(client, [(e, c) for _, _, e, c in pending],
+                                                  space)),
+                   **_vectors_for(_stored(client, [e for _, _, e, _c in pending
+                                                   if e.type == "reindex"]), use_cache=False)}
         for slot, _payload, event, capability in pending:
             outcomes[slot] = _apply(task, client, event, capability, vectors, space)
     except EmbeddingError as exc:
@@ -117,9 +124,12 @@ def _parse(task: Any, client: redis.Redis, payload: str
 
 
 def _apply(task: Any, client: redis.Redis, event: RegistryEvent, capability: Capability | None,
-           vectors: dict[str, bytes], space: str) -> dict[str, Any]:
+           vectors: dict[str, tuple[str, bytes]], space: str) -> dict[str, Any]:
     def vector_for(cap: Capability) -> bytes:
-        return vectors.get(cap.id) or _vectors_for([cap])[cap.id]  # a race: embed it now
+        made = vectors.get(cap.id)
+        if made is not None and made[0] == cap.content_hash:
+            return made[1]
+        return _vectors_for([cap], use_cache=event.type != "reindex")[cap.id][1]  # a race
 
     outcome = apply_event(client, event, capability, vector_for, space)
     log.info("event_applied", event_id=event.event_id, tenant=event.tenant,
@@ -166,17 +176,30 @@ def _capability(event: RegistryEvent) -> Capability | None:
     return capability
 
 
-def _vectors_for(capabilities: list[Capability]) -> dict[str, bytes]:
-    """Stored vectors (:func:`capdisc.text.combine` of each capability's two texts) by
-    capability id. Each text's embedding comes from the shared cache; the misses of the whole
-    batch are embedded together, in chunks of ``EMBED_BATCH``."""
+def _stored(client: redis.Redis, events: list[RegistryEvent]) -> list[Capability]:
+    """The stored capabilities the ``events`` name (those still stored)."""
+    out = []
+    for event in events:
+        raw = client.hget(keys.caps(event.tenant), event.capability_id)
+        if raw:
+            out.append(Capability.from_dict(StoredRecord.from_dict(json.loads(raw)).capability))
+    return out
+
+
+def _vectors_for(capabilities: list[Capability], use_cache: bool = True
+                 ) -> dict[str, tuple[str, bytes]]:
+    """``(content hash, stored vector)`` by capability id: :func:`capdisc.text.combine` of
+    each capability's two texts. Each text's embedding comes from the shared cache (unless
+    ``use_cache`` is off: a reindex that must not trust it); the misses of the whole batch are
+    embedded together, in chunks of ``EMBED_BATCH``, and refresh the cache."""
     if not capabilities:
         return {}
     client, embedder = _redis(), _embedder()
     texts = [embedding_texts(c) for c in capabilities]
     flat = list(dict.fromkeys(t for pair in texts for t in pair))
     digests = [text_hash(text) for text in flat]
-    cached = client.hmget(keys.embedding_cache(embedder.id), digests)
+    cached = (client.hmget(keys.embedding_cache(embedder.id), digests) if use_cache
+              else [None] * len(flat))
     rows = {text: np.frombuffer(raw, dtype=np.float32)
             for text, raw in zip(flat, cached, strict=True) if isinstance(raw, bytes)}
     missing = sorted(((text, digest) for text, digest in zip(flat, digests, strict=True)
@@ -191,7 +214,7 @@ def _vectors_for(capabilities: list[Capability]) -> dict[str, bytes]:
                 pipe.hset(keys.embedding_cache(embedder.id), digest, vector_bytes(vector))
             pipe.hincrby(keys.COUNTERS, "embedding_calls", len(chunk))
             pipe.execute()
-    return {cap.id: vector_bytes(combine(rows[full], rows[summary]))
+    return {cap.id: (cap.content_hash, vector_bytes(combine(rows[full], rows[summary])))
             for cap, (full, summary) in zip(capabilities, texts, strict=True)}
 
 
@@ -201,6 +224,54 @@ def _ack(client: redis.Redis, event: RegistryEvent, outcome: dict[str, Any]) -> 
                                             "capability_id": event.capability_id, **outcome})
 
 
+# -- full reindex (blue/green) ------------------------------------------------------------------
+
+
+@app.task(name=keys.TASK_START_REINDEX, bind=True, acks_late=True, ignore_result=True)
+def start_reindex_task(self: Any, tenant: str, job: str, fresh: bool = False) -> dict[str, Any]:
+    """Build every vector of ``tenant`` again, into a staging space beside the live index, in
+    batches other indexing workers share; the last batch swaps it in (:func:`finish_reindex`)."""
+    target = vector_space(_embedder().id)
+    batches = begin_reindex(_redis(), tenant, job, target, EMBED_BATCH, fresh)
+    log.info("reindex_started", tenant=tenant, job=job, target=target, batches=len(batches),
+             task_id=self.request.id)
+    for number, ids in enumerate(batches):
+        reindex_batch_task.apply_async(args=[tenant, job, number, ids],
+                                       queue=keys.INDEXING_QUEUE)
+    if not batches:
+        _finish(tenant, job, fresh)
+    return {"job": job, "batches": len(batches), "target": target}
+
+
+@app.task(name=keys.TASK_REINDEX_BATCH, bind=True, acks_late=True, ignore_result=True)
+def reindex_batch_task(self: Any, tenant: str, job: str, number: int, ids: list[str]
+                       ) -> dict[str, Any]:
+    """Embed one batch of a full reindex into its staging space."""
+    client = _redis()
+    current = ReindexJob.read(client, tenant)
+    if current is None or current.job != job:
+        return {"job": job, "batch": number, "skipped": "superseded"}
+    if current.target != vector_space(_embedder().id):
+        # a worker with another embedder (a fleet mid-rollout): leave it to one that matches
+        raise self.retry(countdown=retry_delay_s(self.request.retries + 1,
+                                                 settings.indexing_retry_base_s),
+                         max_retries=settings.indexing_max_attempts - 1)
+    capabilities = _stored(client, [RegistryEvent("reindex", tenant, cap_id, 0) for cap_id in ids])
+    vectors = _vectors_for(capabilities, use_cache=not current.fresh)
+    last = stage_vectors(client, tenant, job, number, {k: v for k, (_h, v) in vectors.items()})
+    if last:
+        _finish(tenant, job, current.fresh)
+    return {"job": job, "batch": number, "staged": len(vectors)}
+
+
+def _finish(tenant: str, job: str, fresh: bool) -> None:
+    def embed(capabilities: list[Capability]) -> dict[str, bytes]:
+        return {k: v for k, (_h, v) in _vectors_for(capabilities, use_cache=not fresh).items()}
+
+    version = finish_reindex(_redis(), tenant, job, embed)
+    log.info("reindex_swapped", tenant=tenant, job=job, index_version=version)
+
+
 # -- heartbeat -----------------------------------------------------------------------------------
 
 _stop = threading.Event()
@@ -208,7 +279,8 @@ _stop = threading.Event()
 
 @signals.worker_ready.connect
 def _start_heartbeat(**_: Any) -> None:
-    _embedder()  # load the model before the first event, not during it
+    if settings.embedder != "openai":  # a remote model has nothing to load (and calls cost)
+        _embedder().embed(["warm up"])  # load the model before the first event, not during it
     threading.Thread(target=_beat, name="capdisc-heartbeat", daemon=True).start()
 
 

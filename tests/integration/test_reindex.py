@@ -1,0 +1,228 @@
+"""Full (blue/green) reindex and per-capability reindex through the real workers: discovery
+keeps answering during a swap, changes made during a build are in the swapped index, and a
+tenant moves to a new embedding model without a request failing."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+import redis
+
+from capdisc import keys
+from capdisc.client import Client
+from capdisc.events import RegistryEvent
+from capdisc.models import Capability
+from capdisc.store import (
+    ReindexJob,
+    apply_event,
+    begin_reindex,
+    finish_reindex,
+    stage_vectors,
+)
+from capdisc_producers.publisher import Publisher
+from capdisc_producers.reindex import start_full_reindex, wait_for_swap
+
+from .conftest import DISCOVERY_ARGV, INDEXING_ARGV, Stack, publish
+from .test_cli import run_cli
+
+
+def _cap(name: str, description: str) -> Capability:
+    return Capability(id=f"tool:{name}", kind="tool", name=name, description=description)
+
+
+def _upsert(tenant: str, cap: Capability, seq: int) -> RegistryEvent:
+    return RegistryEvent(type="upsert", tenant=tenant, capability_id=cap.id, seq=seq,
+                         capability=cap.to_dict())
+
+
+def _vec(value: float) -> bytes:
+    return np.full(4, value, dtype=np.float32).tobytes()
+
+
+class Hammer:
+    """Discovery requests in a loop on a thread, counting failures and empty answers."""
+
+    def __init__(self, client: Client, query: str) -> None:
+        self.client, self.query = client, query
+        self.answers = 0
+        self.failures: list[str] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                answer = self.client.discover(self.query)
+            except Exception as exc:  # noqa: BLE001 - every failure is what we count
+                self.failures.append(repr(exc))
+                continue
+            self.answers += 1
+            if not answer.capabilities:
+                self.failures.append(f"empty answer at version {answer.index_version}")
+
+    def __enter__(self) -> Hammer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=30)
+
+
+def test_full_reindex_swaps_in_while_discovery_keeps_answering(
+        stack: Stack, registry: Path, tenant: str, connection: redis.Redis) -> None:
+    report = publish(stack.url, registry, tenant)
+    client = Client(stack.connection(), tenant=tenant, timeout_s=20)
+    client.discover("post a message to slack", min_version=report.index_version)
+    publisher = Publisher(stack.url)
+
+    with Hammer(Client(stack.connection(), tenant=tenant, timeout_s=20),
+                "post a message to slack") as hammer:
+        job, after = start_full_reindex(connection, publisher, tenant, fresh=True)
+        swapped = wait_for_swap(connection, tenant, job, after, timeout_s=60)
+        answer = client.discover("post a message to slack", min_version=swapped or 0)
+    publisher.close()
+
+    assert swapped is not None and swapped > report.index_version
+    assert answer.index_version >= swapped
+    assert answer.capabilities[0]["id"] == "tool:slack-post-message"
+    assert hammer.failures == [] and hammer.answers > 0
+    assert ReindexJob.read(connection, tenant) is None
+
+
+def test_a_change_made_while_a_reindex_builds_is_in_the_swapped_index(
+        connection: redis.Redis, tenant: str) -> None:
+    old, new = _cap("clock", "Tells the time."), _cap("clock", "Tells the time in any zone.")
+    apply_event(connection, _upsert(tenant, old, 1), old, lambda _c: _vec(1.0), "space")
+    batches = begin_reindex(connection, tenant, "job1", "space", 64, fresh=False)
+
+    apply_event(connection, _upsert(tenant, new, 2), new, lambda _c: _vec(2.0), "space")
+    stage_vectors(connection, tenant, "job1", 0, {old.id: _vec(1.5)})  # built from the old
+    version = finish_reindex(connection, tenant, "job1", lambda caps: {})
+
+    assert batches == [[old.id]]
+    assert version is not None
+    assert connection.hget(keys.vectors(tenant, "space"), old.id) == _vec(2.0)
+
+
+def test_a_capability_deleted_while_a_reindex_builds_stays_deleted(
+        connection: redis.Redis, tenant: str) -> None:
+    cap = _cap("clock", "Tells the time.")
+    apply_event(connection, _upsert(tenant, cap, 1), cap, lambda _c: _vec(1.0), "space")
+    begin_reindex(connection, tenant, "job1", "space", 64, fresh=False)
+    delete = RegistryEvent(type="delete", tenant=tenant, capability_id=cap.id, seq=2)
+
+    apply_event(connection, delete, None, lambda _c: _vec(0.0), "space")
+    stage_vectors(connection, tenant, "job1", 0, {cap.id: _vec(1.0)})  # read before the delete
+    finish_reindex(connection, tenant, "job1", lambda caps: {})
+
+    assert not connection.hexists(keys.vectors(tenant, "space"), cap.id)
+    assert not connection.hexists(keys.caps(tenant), cap.id)
+
+
+def test_the_swap_embeds_what_no_batch_staged_and_moves_the_tenant_to_the_new_space(
+        connection: redis.Redis, tenant: str) -> None:
+    cap = _cap("clock", "Tells the time.")
+    apply_event(connection, _upsert(tenant, cap, 1), cap, lambda _c: _vec(1.0), "old")
+    begin_reindex(connection, tenant, "job1", "new", 64, fresh=True)
+
+    version = finish_reindex(connection, tenant, "job1", lambda caps: {c.id: _vec(9.0)
+                                                                        for c in caps})
+
+    assert connection.get(keys.space(tenant)) == b"new"
+    assert connection.hget(keys.vectors(tenant, "new"), cap.id) == _vec(9.0)
+    assert not connection.exists(keys.vectors(tenant, "old"))
+    last = connection.xrevrange(keys.CHANGES, count=1)[0][1]
+    assert (last[b"op"], int(last[b"version"])) == (b"reload", version)
+
+
+def test_a_superseded_reindex_stages_nothing_and_does_not_swap(
+        connection: redis.Redis, tenant: str) -> None:
+    cap = _cap("clock", "Tells the time.")
+    apply_event(connection, _upsert(tenant, cap, 1), cap, lambda _c: _vec(1.0), "space")
+    begin_reindex(connection, tenant, "job1", "space", 64, fresh=False)
+    begin_reindex(connection, tenant, "job2", "space", 64, fresh=False)
+
+    assert stage_vectors(connection, tenant, "job1", 0, {cap.id: _vec(5.0)}) is False
+    assert finish_reindex(connection, tenant, "job1", lambda caps: {}) is None
+    assert ReindexJob.read(connection, tenant).job == "job2"  # type: ignore[union-attr]
+
+
+def test_reindex_of_one_capability_embeds_it_again_and_bumps_the_version(
+        stack: Stack, registry: Path, tenant: str, connection: redis.Redis) -> None:
+    report = publish(stack.url, registry, tenant)
+    calls = int(connection.hget(keys.COUNTERS, "embedding_calls") or 0)
+
+    result = run_cli("reindex", "tool:slack-post-message", "tool:no-such-tool", "--tenant",
+                     tenant, env=stack.env)
+
+    assert result.returncode == 0, result.stderr
+    assert "tool:slack-post-message: reindexed" in result.stdout
+    assert "tool:no-such-tool: not found" in result.stdout
+    assert f"index version {report.index_version + 1}" in result.stdout
+    assert int(connection.hget(keys.COUNTERS, "embedding_calls") or 0) > calls
+
+
+def test_delete_of_a_whole_source_removes_every_capability_it_published(
+        stack: Stack, registry: Path, tenant: str, connection: redis.Redis) -> None:
+    report = publish(stack.url, registry, tenant)
+
+    result = run_cli("delete", "--source", str(registry.resolve()), "--tenant", tenant,
+                     env=stack.env)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count(": deleted") == len(report.plan.upserts)
+    assert connection.hlen(keys.caps(tenant)) == 0
+
+
+@pytest.fixture
+def private_stack(stack: Stack, tmp_path: Path) -> Stack:
+    """Workers of the suite's Redis on a queue of their own would still share tenants' state;
+    a model change needs indexing workers of another embedder, so it gets its own Redis."""
+    from capdisc.localredis import start_redis
+
+    from .conftest import worker_env
+
+    server = start_redis(tmp_path / "redis", durable=False)
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir()
+    private = Stack(server, worker_env(server.url), log_dir, [])
+    yield private  # type: ignore[misc]
+    for process in private.processes:
+        process.terminate()
+        process.wait(timeout=15)
+    server.stop()
+
+
+def test_a_tenant_moves_to_a_new_embedding_model_without_a_failed_request(
+        private_stack: Stack, registry: Path) -> None:
+    url, tenant = private_stack.url, "models"
+    name = f"indexing-{uuid.uuid4().hex[:6]}@%h"
+    old_worker = private_stack.spawn("indexing-384", [*INDEXING_ARGV, "-n", name])
+    private_stack.spawn("discovery", DISCOVERY_ARGV)
+    report = publish(url, registry, tenant, wait_s=90)
+    client = Client(private_stack.connection(), tenant=tenant, timeout_s=30)
+    client.discover("post a message to slack", min_version=report.index_version)
+    old_worker.terminate()
+    old_worker.wait(timeout=15)
+    private_stack.spawn("indexing-256", [*INDEXING_ARGV, "-n", name.replace("-", "-b-", 1)],
+                        CAPDISC_HASHING_DIM="256")
+    connection = private_stack.connection()
+
+    with Hammer(Client(private_stack.connection(), tenant=tenant, timeout_s=30),
+                "post a message to slack") as hammer:
+        job, after = start_full_reindex(connection, Publisher(url), tenant)
+        swapped = wait_for_swap(connection, tenant, job, after, timeout_s=90)
+        answer = client.discover("post a message to slack", min_version=swapped or 0)
+
+    assert swapped is not None
+    assert connection.get(keys.space(tenant)) == b"hashing-256.fs1"
+    assert answer.capabilities[0]["id"] == "tool:slack-post-message"
+    assert hammer.failures == [] and hammer.answers > 0
+    workers = json.loads(run_cli("status", "--json", env=private_stack.env).stdout)["workers"]
+    assert {w["kind"] for w in workers} == {"indexing", "discovery"}
