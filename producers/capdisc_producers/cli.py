@@ -11,12 +11,15 @@ import json
 import os
 import signal
 import sys
+import time
+import uuid
 from pathlib import Path
 from typing import Any, NoReturn
 
 import click
 import redis
 
+from capdisc import keys
 from capdisc.client import Answer, Client
 from capdisc.deadletters import list_dead_letters, replay
 from capdisc.errors import CapdiscError
@@ -153,6 +156,10 @@ def _render_status(report: dict[str, Any]) -> str:
         lines.append(f"tenant {tenant}: index version {info['index_version']}, "
                      f"{info['capabilities']} capabilities ({kinds})")
         lines += [f"  rejected manifest {p}: {e}" for p, e in info["manifest_errors"].items()]
+        if info.get("reindex"):
+            job = info["reindex"]
+            lines.append(f"  reindex {job['job']} building into {job['target']}: "
+                         f"{job['done']}/{job['batches']} batches")
     if not report["tenants"]:
         lines.append("no registry yet: publish one with `capdisc publish PATH`")
     workers = [f"{w['id']}" + (f" (serving {_versions(w)})" if w["kind"] == "discovery" else "")
@@ -161,6 +168,11 @@ def _render_status(report: dict[str, Any]) -> str:
     queues = ", ".join(f"{name} {depth}" for name, depth in report["queues"].items())
     lines.append(f"queues: {queues}; pending events {report['pending_events']}; dead letters "
                  f"{report['dead_letters']}; embedding calls {report['embedding_calls']}")
+    last = report.get("last_reconcile")
+    if last:
+        age_s = max(0, int(time.time() - last["at_ms"] / 1000))
+        lines.append(f"last reconcile {age_s} s ago: {last['missing_vectors']} reindexed, "
+                     f"{last['orphan_vectors']} orphan vectors dropped")
     return "\n".join(lines)
 
 
@@ -258,6 +270,44 @@ def reindex(ctx: click.Context, capability_ids: tuple[str, ...], source: str | N
         verb = "reindexed" if outcome.get("decision") == "reindex" else "not found"
         click.echo(f"{outcome.get('capability_id')}: {verb}")
     click.echo(f"index version {report.index_version}")
+
+
+@cli.command()
+@redis_option
+@json_option
+@click.option("--timeout", "timeout_s", type=float, default=120.0, show_default=True)
+@click.pass_context
+def reconcile(ctx: click.Context, redis_url: str | None, as_json: bool, timeout_s: float) -> None:
+    """Compare the registry with the index now and repair drift (indexing workers also do this
+    every reconcile_interval_s): records without a vector are reindexed, orphan vectors go."""
+    settings, connection = _connect(ctx, redis_url)
+    reply_to = keys.reply(f"reconcile-{uuid.uuid4().hex}")
+    publisher = Publisher(settings.redis_url)
+    try:
+        publisher.reconcile(reply_to)
+    finally:
+        publisher.close()
+    popped = _blpop(connection, reply_to, timeout_s)
+    if popped is None:
+        _fail(f"no indexing worker reconciled within {timeout_s:.0f} s; is one running? "
+              "(capdisc status)")
+    if as_json:
+        click.echo(json.dumps(popped, indent=2))
+        return
+    click.echo(f"reindexing {popped['missing_vectors']} capabilities without a vector, dropped "
+               f"{popped['orphan_vectors']} orphan vectors")
+    for tenant, reason in popped["skipped"].items():
+        click.echo(f"skipped {tenant}: {reason}")
+
+
+def _blpop(connection: redis.Redis, key: str, timeout_s: float) -> dict[str, Any] | None:
+    deadline = time.monotonic() + timeout_s
+    while (remaining := deadline - time.monotonic()) > 0:
+        popped = connection.blpop([key], timeout=min(1.0, remaining))
+        if popped:
+            value: dict[str, Any] = json.loads(popped[1])
+            return value
+    return None
 
 
 def _chosen_ids(connection: redis.Redis, tenant: str, capability_ids: tuple[str, ...],

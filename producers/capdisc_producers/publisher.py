@@ -54,6 +54,11 @@ class Publisher:
         self.app.send_task(keys.TASK_START_REINDEX, args=[tenant, job, fresh],
                            queue=keys.INDEXING_QUEUE, ignore_result=True)
 
+    def reconcile(self, reply_to: str | None = None) -> None:
+        """Ask an indexing worker to compare the registry with the index and repair drift."""
+        self.app.send_task(keys.TASK_RECONCILE, kwargs={"reply_to": reply_to},
+                           queue=keys.INDEXING_QUEUE, ignore_result=True)
+
     def close(self) -> None:
         self.app.close()
 

@@ -120,3 +120,22 @@ def plan_sync(
         if capability_id not in scanned_ids and record.location not in broken:
             plan.deletes.append(capability_id)
     return plan
+
+
+@dataclass(frozen=True)
+class RepairPlan:
+    """Drift between one tenant's stored records and its live vectors."""
+
+    missing_vectors: list[str]
+    orphan_vectors: list[str]
+
+    @property
+    def clean(self) -> bool:
+        return not self.missing_vectors and not self.orphan_vectors
+
+
+def plan_repair(stored_ids: set[str], vector_ids: set[str]) -> RepairPlan:
+    """What the reconciler repairs: records the live index has no vector for (embed them
+    again) and vectors of capabilities no longer stored (drop them)."""
+    return RepairPlan(missing_vectors=sorted(stored_ids - vector_ids),
+                      orphan_vectors=sorted(vector_ids - stored_ids))

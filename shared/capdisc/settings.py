@@ -96,6 +96,9 @@ class Settings(BaseModel):
     indexing_max_attempts: int = Field(5, ge=1)
     #: First wait before redelivering an event whose embedding failed; doubles, capped at 60 s.
     indexing_retry_base_s: float = Field(2.0, gt=0)
+    #: How often one indexing worker of the fleet compares the registry with the index and
+    #: repairs drift (0: never on its own; ``capdisc reconcile`` still runs it).
+    reconcile_interval_s: float = Field(300.0, ge=0)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["json", "console"] = "json"
     discovery: DiscoveryConfig = Field(default_factory=DiscoveryConfig)

@@ -54,7 +54,13 @@ def collect_status(client: redis.Redis, stale_after_s: float = DEFAULT_STALE_AFT
         "pending_events": int(client.llen(keys.INDEXING_QUEUE))
                           + int(client.hlen(keys.KOMBU_UNACKED)),
         "embedding_calls": counters.get("embedding_calls", 0),
+        "drift_repaired": counters.get("drift_repaired", 0),
+        "last_reconcile": _json_or_none(client.get(keys.RECONCILE_LAST)),
     }
+
+
+def _json_or_none(raw: Any) -> Any:
+    return json.loads(raw) if raw else None
 
 
 def _tenant_status(client: redis.Redis, tenant: str) -> dict[str, Any]:
@@ -62,7 +68,14 @@ def _tenant_status(client: redis.Redis, tenant: str) -> dict[str, Any]:
                for v in client.hgetall(keys.caps(tenant)).values()]
     errors = {as_str(k): as_str(v)
               for k, v in client.hgetall(keys.manifest_errors(tenant)).items()}
+    space = client.get(keys.space(tenant))
+    building = {as_str(k): as_str(v) for k, v in client.hgetall(keys.reindex(tenant)).items()}
+    if building:
+        building["done"] = str(client.scard(keys.reindex_done(tenant, building["job"])))
     return {"index_version": int(client.get(keys.version(tenant)) or 0),
+            "vector_space": as_str(space) if space else None,
+            "reindex": building or None,
+            "sources": dict(sorted(Counter(r.source for r in records).items())),
             "capabilities": len(records),
             "by_kind": dict(sorted(Counter(r.capability["kind"] for r in records).items())),
             "manifest_errors": errors}

@@ -21,7 +21,7 @@ from capdisc import keys
 from capdisc.embedding import Matrix
 from capdisc.events import RegistryEvent
 from capdisc.models import Capability
-from capdisc.registry import Decision, StoredRecord, decide
+from capdisc.registry import Decision, RepairPlan, StoredRecord, decide, plan_repair
 
 #: Approximate length the changes stream is trimmed to (discovery workers reload a full snapshot
 #: when they find a gap, so trimming never loses state, only deltas).
@@ -319,6 +319,29 @@ def _swap(pipe: Any, job: ReindexJob) -> int:
     pipe.xadd(keys.CHANGES, {"tenant": tenant, "version": version, "op": "reload", "id": ""},
               maxlen=CHANGES_MAXLEN, approximate=True)
     return version
+
+
+# -- reconciling ---------------------------------------------------------------------------
+
+
+def repair_plan(client: Redis, tenant: str, default_space: str) -> RepairPlan | None:
+    """Compare ``tenant``'s records with its live vectors and drop the orphan vectors, in one
+    optimistic transaction (a write meanwhile leaves it to the next run: None). The plan's
+    ``missing_vectors`` are for the caller to reindex."""
+    with client.pipeline(transaction=True) as pipe:
+        try:
+            pipe.watch(keys.caps(tenant), keys.space(tenant))  # type: ignore[no-untyped-call]
+            active = pipe.get(keys.space(tenant))
+            space = as_str(active) if active else default_space
+            plan = plan_repair({as_str(k) for k in pipe.hkeys(keys.caps(tenant))},
+                               {as_str(k) for k in pipe.hkeys(keys.vectors(tenant, space))})
+            pipe.multi()
+            if plan.orphan_vectors:
+                pipe.hdel(keys.vectors(tenant, space), *plan.orphan_vectors)
+            pipe.execute()
+        except redis.WatchError:
+            return None
+    return plan
 
 
 def _read_record(client: Any, tenant: str, cap_id: str) -> StoredRecord | None:

@@ -101,7 +101,8 @@ def test_text_that_is_not_json_is_a_decode_error(text: str | bytes) -> None:
                  "event schema_version 2 is not supported (this worker reads 1); upgrade the "
                  "worker", id="schema-version-2"),
     pytest.param(fields(type="patch"),
-                 "event field 'type' must be one of upsert, delete, reindex, got 'patch'", id="bad-type"),
+                 "event field 'type' must be one of upsert, delete, reindex, got 'patch'",
+                 id="bad-type"),
     pytest.param(fields(tenant="acme corp"),
                  "event field 'tenant' 'acme corp' is not a valid tenant name (letters, digits, "
                  "'_', '-')", id="tenant-space"),

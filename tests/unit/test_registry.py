@@ -13,6 +13,7 @@ from capdisc.registry import (
     StoredRecord,
     coalesce_window_s,
     decide,
+    plan_repair,
     plan_sync,
     retry_delay_s,
 )
@@ -185,3 +186,21 @@ def test_indexing_retries_back_off_doubling_to_a_cap(attempt: int, expected: flo
 def test_the_coalescing_window_follows_the_last_rebuild_up_to_a_cap(
         last_build_s: float, expected: float) -> None:
     assert coalesce_window_s(last_build_s) == expected
+
+
+# -- plan_repair ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("stored", "vectors", "missing", "orphans"), [
+    ({"a", "b"}, {"a", "b"}, [], []),
+    ({"a", "b"}, {"a"}, ["b"], []),
+    ({"a"}, {"a", "z"}, [], ["z"]),
+    (set(), {"z"}, [], ["z"]),
+    ({"b", "a"}, set(), ["a", "b"], []),
+])
+def test_plan_repair(stored: set[str], vectors: set[str], missing: list[str],
+                     orphans: list[str]) -> None:
+    plan = plan_repair(stored, vectors)
+
+    assert (plan.missing_vectors, plan.orphan_vectors) == (missing, orphans)
+    assert plan.clean == (not missing and not orphans)

@@ -12,6 +12,7 @@ import json
 import os
 import socket
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -30,12 +31,15 @@ from capdisc.store import (
     Outcome,
     ReindexJob,
     apply_event,
+    as_str,
     begin_reindex,
     dead_letter,
     finish_reindex,
     needing_vectors,
     record_ack,
+    repair_plan,
     stage_vectors,
+    tenants,
     vector_bytes,
 )
 from capdisc.text import combine, embedding_texts, text_hash, vector_space
@@ -272,6 +276,78 @@ def _finish(tenant: str, job: str, fresh: bool) -> None:
     log.info("reindex_swapped", tenant=tenant, job=job, index_version=version)
 
 
+# -- reconciling --------------------------------------------------------------------------------
+
+
+@app.task(name=keys.TASK_RECONCILE, bind=True, acks_late=True, ignore_result=True)
+def reconcile_task(self: Any, reply_to: str | None = None) -> dict[str, Any]:
+    """Compare every tenant's records with its live vectors; drop orphan vectors and send
+    reindex events for records without one. The report goes to ``capdisc status`` (and to
+    ``reply_to``, a list ``capdisc reconcile`` waits on)."""
+    client, space = _redis(), vector_space(_embedder().id)
+    report: dict[str, Any] = {"at_ms": int(time.time() * 1000), "worker": WORKER_ID,
+                              "missing_vectors": 0, "orphan_vectors": 0, "repaired": {},
+                              "skipped": {}}
+    for tenant in tenants(client):
+        reason = _reconcile_tenant(client, tenant, space, report)
+        if reason:
+            report["skipped"][tenant] = reason
+    with client.pipeline(transaction=False) as pipe:
+        pipe.set(keys.RECONCILE_LAST, json.dumps(report))
+        pipe.hincrby(keys.COUNTERS, "drift_repaired",
+                     report["missing_vectors"] + report["orphan_vectors"])
+        if reply_to:
+            pipe.rpush(reply_to, json.dumps(report))
+            pipe.expire(reply_to, settings.reply_ttl_s)
+        pipe.execute()
+    log.info("reconciled", task_id=self.request.id, missing_vectors=report["missing_vectors"],
+             orphan_vectors=report["orphan_vectors"], skipped=len(report["skipped"]))
+    return report
+
+
+def _reconcile_tenant(client: redis.Redis, tenant: str, space: str, report: dict[str, Any]
+                      ) -> str | None:
+    """Repair one tenant; the reason it was skipped, if it was."""
+    if ReindexJob.read(client, tenant) is not None:
+        return "a full reindex is building"
+    active = client.get(keys.space(tenant))
+    if active and as_str(active) != space:
+        return (f"served from {as_str(active)}, this worker embeds {space}: run "
+                f"`capdisc reindex --all --tenant {tenant}` to move it")
+    plan = repair_plan(client, tenant, space)
+    if plan is None:
+        return "written to meanwhile; the next run checks it"
+    if plan.missing_vectors:
+        seq = time.time_ns()
+        payloads = [RegistryEvent("reindex", tenant, cap_id, seq, source="reconciler").encode()
+                    for cap_id in plan.missing_vectors]
+        for start in range(0, len(payloads), EMBED_BATCH):
+            apply_events_task.apply_async(args=[payloads[start:start + EMBED_BATCH]],
+                                          queue=keys.INDEXING_QUEUE)
+    if not plan.clean:
+        log.warning("drift_repaired", tenant=tenant, missing_vectors=len(plan.missing_vectors),
+                    orphan_vectors=len(plan.orphan_vectors))
+        report["repaired"][tenant] = {"missing_vectors": plan.missing_vectors[:100],
+                                      "orphan_vectors": plan.orphan_vectors[:100]}
+    report["missing_vectors"] += len(plan.missing_vectors)
+    report["orphan_vectors"] += len(plan.orphan_vectors)
+    return None
+
+
+def _reconcile_loop() -> None:
+    """Every ``reconcile_interval_s``, the one indexing worker that takes the lock queues a
+    reconcile run (so it runs like any task: acknowledged late, redelivered if lost)."""
+    interval_s = settings.reconcile_interval_s
+    client = redis.Redis.from_url(settings.redis_url)
+    while interval_s > 0 and not _stop.is_set():
+        try:
+            if client.set(keys.RECONCILE_LOCK, WORKER_ID, nx=True, ex=max(1, int(interval_s))):
+                reconcile_task.apply_async(queue=keys.INDEXING_QUEUE)
+        except redis.RedisError as exc:
+            log.warning("reconcile_schedule_failed", error=str(exc))
+        _stop.wait(interval_s)
+
+
 # -- heartbeat -----------------------------------------------------------------------------------
 
 _stop = threading.Event()
@@ -282,6 +358,7 @@ def _start_heartbeat(**_: Any) -> None:
     if settings.embedder != "openai":  # a remote model has nothing to load (and calls cost)
         _embedder().embed(["warm up"])  # load the model before the first event, not during it
     threading.Thread(target=_beat, name="capdisc-heartbeat", daemon=True).start()
+    threading.Thread(target=_reconcile_loop, name="capdisc-reconcile", daemon=True).start()
 
 
 @signals.worker_shutting_down.connect

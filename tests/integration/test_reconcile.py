@@ -1,0 +1,56 @@
+"""The reconciler finds drift between the registry and the index and repairs it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import redis
+
+from capdisc import keys
+from capdisc.client import Client
+
+from .conftest import Stack, publish
+from .test_cli import run_cli
+
+SPACE = "hashing-384.fs1"
+
+
+def test_reconcile_reindexes_a_lost_vector_and_drops_an_orphan(
+        stack: Stack, registry: Path, tenant: str, connection: redis.Redis) -> None:
+    report = publish(stack.url, registry, tenant)
+    connection.hdel(keys.vectors(tenant, SPACE), "tool:slack-post-message")
+    connection.hset(keys.vectors(tenant, SPACE), "tool:long-gone",
+                    np.ones(384, dtype=np.float32).tobytes())
+
+    result = run_cli("reconcile", "--json", env=stack.env)
+    answer = Client(connection, tenant=tenant, timeout_s=20).discover(
+        "post a message to slack", min_version=report.index_version + 1)
+
+    assert result.returncode == 0, result.stderr
+    repaired = json.loads(result.stdout)["repaired"][tenant]
+    assert repaired == {"missing_vectors": ["tool:slack-post-message"],
+                        "orphan_vectors": ["tool:long-gone"]}
+    assert connection.hexists(keys.vectors(tenant, SPACE), "tool:slack-post-message")
+    assert not connection.hexists(keys.vectors(tenant, SPACE), "tool:long-gone")
+    assert answer.capabilities[0]["id"] == "tool:slack-post-message"
+
+
+def test_reconcile_of_a_clean_tenant_changes_nothing(
+        stack: Stack, registry: Path, tenant: str, connection: redis.Redis) -> None:
+    report = publish(stack.url, registry, tenant)
+
+    result = run_cli("reconcile", "--json", env=stack.env)
+
+    assert tenant not in json.loads(result.stdout)["repaired"]
+    assert int(connection.get(keys.version(tenant)) or 0) == report.index_version
+
+
+def test_status_shows_the_last_reconcile(stack: Stack) -> None:
+    run_cli("reconcile", env=stack.env)
+
+    status = json.loads(run_cli("status", "--json", env=stack.env).stdout)
+
+    assert status["last_reconcile"]["at_ms"] > 0
+    assert "drift_repaired" in status
