@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Protocol
 
 import networkx as nx
@@ -124,20 +125,25 @@ class CosineRetriever:
                                for i in order if np.isfinite(scores[i])))
 
 
-#: Builds a snapshot's retriever from its capabilities, their stored vectors, the embedder id
-#: and the embedded probe queries (:mod:`capdisc.probes`; None: no per-catalog abstention).
-RetrieverFactory = Callable[[tuple[Capability, ...], Matrix, str, Matrix | None], Retriever]
+#: Builds a snapshot's retriever from its capabilities, their stored vectors, the embedder id,
+#: the embedded probe queries (:mod:`capdisc.probes`; None: no per-catalog abstention) and the
+#: previous snapshot's retriever (None: build from scratch; else reuse what is unchanged).
+RetrieverFactory = Callable[
+    [tuple[Capability, ...], Matrix, str, Matrix | None, Retriever | None], Retriever]
 
 
 def hybrid_retriever(capabilities: tuple[Capability, ...], matrix: Matrix, embedder_id: str,
-                     probes: Matrix | None = None) -> Retriever:
+                     probes: Matrix | None = None, previous: Retriever | None = None
+                     ) -> Retriever:
     """The default :data:`RetrieverFactory`."""
-    index = RetrievalIndex.build(capabilities, matrix, probe_vectors=probes)
+    prior = previous.index if isinstance(previous, HybridRetriever) else None
+    index = RetrievalIndex.build(capabilities, matrix, probe_vectors=probes, previous=prior)
     return HybridRetriever(index, embedder_id)
 
 
 def cosine_retriever(capabilities: tuple[Capability, ...], matrix: Matrix,
-                     embedder_id: str, probes: Matrix | None = None) -> Retriever:
+                     embedder_id: str, probes: Matrix | None = None,
+                     previous: Retriever | None = None) -> Retriever:
     """A :data:`RetrieverFactory` of :class:`CosineRetriever`."""
     return CosineRetriever(capabilities, matrix)
 
@@ -158,17 +164,21 @@ class IndexSnapshot:
     capabilities: Mapping[str, Capability] = field(default_factory=dict)
     matrix: Matrix = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
     retriever: Retriever = field(default=None, repr=False)  # type: ignore[assignment]
-    graph: nx.Graph = field(default_factory=nx.Graph, repr=False)
     embedder_id: str = ""
     factory: RetrieverFactory = field(default=hybrid_retriever, repr=False, compare=False)
     probes: Matrix | None = field(default=None, repr=False, compare=False)
     _tier0: dict[tuple[int, str], str] = field(default_factory=dict, repr=False, compare=False)
 
+    @cached_property
+    def graph(self) -> nx.Graph:
+        """The capability graph (seed 001), built on first use: only graph re-ranking needs it."""
+        return build_graph(self.capabilities.values())
+
     @classmethod
     def build(cls, tenant: str, version: int, dim: int,
               entries: Iterable[tuple[Capability, bytes]], embedder_id: str = "",
-              retriever: RetrieverFactory = hybrid_retriever, probes: Matrix | None = None
-              ) -> IndexSnapshot:
+              retriever: RetrieverFactory = hybrid_retriever, probes: Matrix | None = None,
+              previous: IndexSnapshot | None = None) -> IndexSnapshot:
         caps: dict[str, Capability] = {}
         rows: dict[str, Vector] = {}
         for capability, vector in entries:
@@ -180,8 +190,9 @@ class IndexSnapshot:
                   else np.zeros((0, dim), dtype=np.float32))
         ids = tuple(caps)
         return cls(tenant, version, dim, ids, caps, matrix,
-                   retriever(tuple(caps.values()), matrix, embedder_id, probes),
-                   build_graph(caps.values()), embedder_id, retriever, probes)
+                   retriever(tuple(caps.values()), matrix, embedder_id, probes,
+                             previous.retriever if previous is not None else None),
+                   embedder_id, retriever, probes)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -196,7 +207,7 @@ class IndexSnapshot:
         for capability, vector in upserts:
             entries[capability.id] = (capability, vector)
         return IndexSnapshot.build(self.tenant, version, self.dim, entries.values(),
-                                   self.embedder_id, self.factory, self.probes)
+                                   self.embedder_id, self.factory, self.probes, previous=self)
 
     def search(self, query: Vector, k: int, kind: str | None = None
                ) -> list[tuple[Capability, float]]:

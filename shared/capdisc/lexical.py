@@ -6,19 +6,22 @@ function words and request chatter, and stems with Snowball English when ``PySte
 installed (it measurably helps: see ``docs/benchmarks.md``). Queries and documents go through the
 same :func:`tokenize`.
 
-:class:`LexicalIndex` is immutable. It uses ``bm25s`` to build the eager BM25 score matrix once,
-then scores a query in one vectorized pass over the postings of its terms (``np.bincount``),
-returning a dense score row for the whole catalog so it can be fused with dense scores.
+:class:`LexicalIndex` is immutable. It builds the eager BM25 score matrix once (the scores
+``bm25s`` computes, from per-document term counts it keeps, so an update re-tokenizes only what
+changed), then scores a query in one vectorized pass over the postings of its terms
+(``np.bincount``), returning a dense score row for the whole catalog so it can be fused with dense
+scores.
 """
 
 from __future__ import annotations
 
 import itertools
 import re
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -97,7 +100,12 @@ def index_terms(text: str, *, stem: bool = True) -> list[str]:
 
 @dataclass(frozen=True)
 class LexicalIndex:
-    """BM25 over one document per capability, rows aligned with the caller's order."""
+    """BM25 over one document per capability, rows aligned with the caller's order.
+
+    Scores are BM25's Lucene variant, the same numbers ``bm25s`` computes (a unit test holds
+    the two to each other), built here with numpy from per-document term counts that are kept,
+    so :meth:`build` with ``previous`` re-tokenizes only the documents that changed.
+    """
 
     vocabulary: dict[str, int]
     data: Scores
@@ -108,37 +116,55 @@ class LexicalIndex:
     #: ``idf[t]``: inverse document frequency of term ``t`` (the confidence features use it).
     idf: Scores
     #: The transpose of the postings: document ``d``'s term ids are
-    #: ``doc_terms[doc_indptr[d]:doc_indptr[d + 1]]``.
+    #: ``doc_terms[doc_indptr[d]:doc_indptr[d + 1]]``, with their counts in ``doc_tf``.
     doc_indptr: IntArray
     doc_terms: IntArray
+    doc_tf: Scores = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+    #: Terms per document (BM25's document length).
+    doc_len: Scores = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+    k1: float = 1.5
+    b: float = 0.75
 
     @classmethod
     def build(cls, documents: Sequence[str], *, k1: float = 1.5, b: float = 0.75,
-              stem: bool = True) -> LexicalIndex:
-        """Index ``documents`` (one text per capability) with BM25 (Lucene variant)."""
-        import bm25s
+              stem: bool = True, previous: LexicalIndex | None = None,
+              reuse: Sequence[int | None] | None = None) -> LexicalIndex:
+        """Index ``documents`` (one text per capability) with BM25 (Lucene variant).
 
-        corpus = [index_terms(doc, stem=stem) or [""] for doc in documents]
-        retriever: Any = bm25s.BM25(k1=k1, b=b, method="lucene")
-        if documents:
-            retriever.index(corpus, show_progress=False)
-            scores = retriever.scores
-            vocab: dict[str, int] = {str(k): int(v) for k, v in retriever.vocab_dict.items()}
-            data = np.asarray(scores["data"], dtype=np.float32)
-            indices = np.asarray(scores["indices"], dtype=np.int64)
-            indptr = np.asarray(scores["indptr"], dtype=np.int64)
-        else:
-            vocab, data = {}, np.zeros(0, dtype=np.float32)
-            indices, indptr = np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
-        counts = np.diff(indptr)
-        n = max(len(documents), 1)
-        idf = np.log(1.0 + (n - counts + 0.5) / (counts + 0.5)).astype(np.float32)
-        owners = np.repeat(np.arange(counts.size, dtype=np.int64), counts)
-        by_doc = np.argsort(indices, kind="stable")
-        doc_indptr = np.concatenate(([0], np.cumsum(np.bincount(indices, minlength=len(
-            documents))))).astype(np.int64)
-        return cls(vocab, data, indices, indptr, len(documents), stem, idf, doc_indptr,
-                   owners[by_doc])
+        With ``previous`` and ``reuse``, document ``i`` whose ``reuse[i]`` is a row of
+        ``previous`` takes that row's terms instead of tokenizing ``documents[i]`` again."""
+        vocab: dict[str, int] = dict(previous.vocabulary) if previous is not None else {}
+        parts: list[tuple[IntArray, Scores, float]] = []
+        for row, doc in enumerate(documents):
+            old = reuse[row] if reuse is not None and previous is not None else None
+            parts.append(previous.row_terms(old) if previous is not None and old is not None
+                         else _counted(index_terms(doc, stem=stem) or [""], vocab))
+        return cls._assemble(vocab, parts, stem, k1, b)
+
+    @classmethod
+    def _assemble(cls, vocab: dict[str, int], parts: list[tuple[IntArray, Scores, float]],
+                  stem: bool, k1: float, b: float) -> LexicalIndex:
+        n = len(parts)
+        lengths = np.fromiter((len(t) for t, _c, _l in parts), dtype=np.int64, count=n)
+        doc_indptr = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+        empty_i, empty_f = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        doc_terms = np.concatenate([t for t, _c, _l in parts]) if n else empty_i
+        doc_tf = np.concatenate([c for _t, c, _l in parts]) if n else empty_f
+        doc_len = np.fromiter((dl for _t, _c, dl in parts), dtype=np.float32, count=n)
+        df = np.bincount(doc_terms, minlength=len(vocab))
+        idf = np.log(1.0 + (max(n, 1) - df + 0.5) / (df + 0.5)).astype(np.float32)
+        owners = np.repeat(np.arange(n, dtype=np.int64), lengths)
+        norm = k1 * ((1.0 - b) + b * doc_len / max(float(doc_len.mean()) if n else 1.0, 1e-9))
+        weights = (idf[doc_terms] * doc_tf / (doc_tf + norm[owners])).astype(np.float32)
+        by_term = np.argsort(doc_terms, kind="stable")
+        indptr = np.concatenate(([0], np.cumsum(df))).astype(np.int64)
+        return cls(vocab, weights[by_term], owners[by_term], indptr, n, stem, idf, doc_indptr,
+                   doc_terms, doc_tf, doc_len, k1, b)
+
+    def row_terms(self, row: int) -> tuple[IntArray, Scores, float]:
+        """Document ``row``'s distinct term ids, their counts and its length."""
+        start, end = self.doc_indptr[row], self.doc_indptr[row + 1]
+        return self.doc_terms[start:end], self.doc_tf[start:end], float(self.doc_len[row])
 
     def term_ids(self, query: str) -> IntArray:
         """Vocabulary ids of the distinct terms of ``query`` (unknown terms left out)."""
@@ -200,6 +226,27 @@ class LexicalIndex:
         term_id = self.vocabulary[terms[0]]
         return int(self.indptr[term_id + 1] - self.indptr[term_id])
 
+    def document_frequencies(self, words: Sequence[str]) -> dict[str, int]:
+        """:meth:`document_frequency` of many words at once (one stemmer call)."""
+        distinct = list(dict.fromkeys(words))
+        stemmer = _english_stemmer() if self.stem else None
+        lowered = [w.lower() for w in distinct]
+        stems = stemmer.stemWords(lowered) if stemmer is not None and lowered else lowered
+        out = {}
+        for word, low, term in zip(distinct, lowered, stems, strict=True):
+            term_id = self.vocabulary.get(term) if low not in STOPWORDS else None
+            out[word] = (0 if term_id is None
+                         else int(self.indptr[term_id + 1] - self.indptr[term_id]))
+        return out
+
     def search(self, query: str) -> Scores:
         """BM25 score of every document for ``query``."""
         return self.scores(self.term_ids(query))
+
+
+def _counted(terms: list[str], vocab: dict[str, int]) -> tuple[IntArray, Scores, float]:
+    """Distinct term ids of ``terms`` (new ones added to ``vocab``), counts and length."""
+    counts = Counter(vocab.setdefault(term, len(vocab)) for term in terms)
+    ids = np.fromiter(counts.keys(), dtype=np.int64, count=len(counts))
+    tf = np.fromiter(counts.values(), dtype=np.float32, count=len(counts))
+    return ids, tf, float(len(terms))

@@ -46,6 +46,7 @@ QueryEmbed = Callable[[list[str]], Matrix]
 Fusion = Literal["zscore", "rrf", "dense", "lexical"]
 BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.int64]
+RowArray = npt.NDArray[np.int32]
 
 
 @dataclass(frozen=True)
@@ -229,6 +230,15 @@ def _name_keys(capability: Capability) -> set[NameKey]:
     return keys
 
 
+def _reused_rows(caps: Sequence[Capability], previous: RetrievalIndex) -> list[int | None]:
+    """For each capability, its row in ``previous`` if ``previous`` holds this very object."""
+    out: list[int | None] = []
+    for capability in caps:
+        row = previous.rows.get(capability.id)
+        out.append(row if row is not None and previous.capabilities[row] is capability else None)
+    return out
+
+
 def _build_name_table(capabilities: Sequence[Capability], lexicon: LexicalIndex
                       ) -> dict[NameKey, int]:
     """Name key -> row, keeping only keys that identify one capability and are not ordinary
@@ -237,19 +247,20 @@ def _build_name_table(capabilities: Sequence[Capability], lexicon: LexicalIndex
     for row, capability in enumerate(capabilities):
         for key in _name_keys(capability):
             owners.setdefault(key, set()).add(row)
-    return {key: next(iter(rows)) for key, rows in owners.items()
-            if len(rows) == 1 and _distinctive(key, lexicon)}
+    unique = [key for key, rows in owners.items() if len(rows) == 1 and _distinctive(key)]
+    plain = [key[0] for key in unique if len(key) == 1 and key[0].isalpha()]
+    frequencies = lexicon.document_frequencies(plain)
+    return {key: next(iter(owners[key])) for key in unique
+            if frequencies.get(key[0], 0) <= 1 or len(key) > 1}
 
 
-def _distinctive(key: NameKey, lexicon: LexicalIndex) -> bool:
+def _distinctive(key: NameKey) -> bool:
+    """Whether ``key`` can name a capability at all: several words, or one word of three
+    characters or more that is not a stop word (an ordinary word must also be rare)."""
     if len(key) > 1:
         return True
     word = key[0]
-    if len(word) < 3 or word in STOPWORDS or not any(c.isalpha() for c in word):
-        return False
-    if not word.isalpha():
-        return True  # an identifier: web-search, create_qr_code, tool:x, gpt4
-    return lexicon.document_frequency(word) <= 1
+    return len(word) >= 3 and word not in STOPWORDS and any(c.isalpha() for c in word)
 
 
 def _query_keys(query: str, starts: Collection[str]) -> Iterable[NameKey]:
@@ -296,9 +307,11 @@ class RetrievalIndex:
     names: dict[NameKey, int]
     #: First words of the several-word names, so a query's word runs are looked up only there.
     name_starts: frozenset[str]
-    kinds: dict[str, BoolArray]
-    categories: dict[str, BoolArray]
-    tags: dict[str, BoolArray]
+    #: Rows of each kind, category and tag (row indices, not per-value masks: a catalog of
+    #: 100,000 capabilities with thousands of categories and tags would hold GBs of masks).
+    kinds: dict[str, RowArray]
+    categories: dict[str, RowArray]
+    tags: dict[str, RowArray]
     available: BoolArray
     rows: dict[str, int]
     #: Mean row and second-moment matrix of ``matrix``: the catalog mean and deviation of a
@@ -314,30 +327,39 @@ class RetrievalIndex:
     def build(cls, capabilities: Sequence[Capability], vectors: Matrix, *,
               summary_vectors: Matrix | None = None, texts: Sequence[str] | None = None,
               probe_vectors: Matrix | None = None,
-              config: RetrievalConfig = DEFAULT_CONFIG) -> RetrievalIndex:
+              config: RetrievalConfig = DEFAULT_CONFIG,
+              previous: RetrievalIndex | None = None) -> RetrievalIndex:
         """Index ``capabilities``; ``vectors`` row ``i`` embeds capability ``i`` (L2-normalized).
 
         ``summary_vectors`` (optional, same shape) embed a short name-and-summary text; the dense
         score is then ``w * cos(full) + (1 - w) * cos(summary)``, folded into one matrix here.
         ``texts`` overrides the BM25 text (default :func:`lexical_text`). ``probe_vectors``
         embed :data:`capdisc.probes.PROBES`, for the per-catalog abstention threshold.
+        ``previous``: an index of mostly the same capabilities (a hot-reload delta); the
+        capabilities it holds (the same objects) keep their BM25 terms, and its dimension
+        reduction is kept, so an update costs a fraction of a build.
         """
         caps = tuple(capabilities)
         matrix = _dense_matrix(vectors, summary_vectors, len(caps), config.full_text_weight)
-        projection = _projection(matrix, config)
+        projection = (previous.projection if previous is not None
+                      and previous.projection is not None else _projection(matrix, config))
         if projection is not None:
             matrix = np.ascontiguousarray(matrix @ projection)
-        lexicon = LexicalIndex.build(list(texts) if texts is not None
-                                     else [lexical_text(c) for c in caps])
+        reuse = _reused_rows(caps, previous) if previous is not None and texts is None else None
+        lexicon = LexicalIndex.build(
+            list(texts) if texts is not None else
+            ["" if reuse and reuse[i] is not None else lexical_text(c)
+             for i, c in enumerate(caps)],
+            previous=previous.lexicon if previous is not None and reuse else None, reuse=reuse)
         ids = tuple(c.id for c in caps)
         n = max(len(caps), 1)
         names = _build_name_table(caps, lexicon)
         return cls(
             capabilities=caps, ids=ids, matrix=matrix, lexicon=lexicon, names=names,
             name_starts=frozenset(key[0] for key in names if len(key) > 1),
-            kinds=_masks(caps, lambda c: (c.kind,)),
-            categories=_masks(caps, lambda c: (c.category,)),
-            tags=_masks(caps, lambda c: c.tags),
+            kinds=_rows_by(caps, lambda c: (c.kind,)),
+            categories=_rows_by(caps, lambda c: (c.category,)),
+            tags=_rows_by(caps, lambda c: c.tags),
             available=np.array([c.available for c in caps], dtype=bool),
             rows={cid: i for i, cid in enumerate(ids)},
             mean_vector=matrix.sum(axis=0, dtype=np.float64).astype(np.float32) / n,
@@ -476,13 +498,14 @@ class RetrievalIndex:
     def _allowed(self, kind: str | None, category: str | None, tags: Collection[str],
                  only_available: bool, exclude: Collection[str]) -> BoolArray:
         allowed = np.ones(len(self.ids), dtype=bool)
-        empty = np.zeros(len(self.ids), dtype=bool)
-        if kind is not None:
-            allowed &= self.kinds.get(kind, empty)
-        if category is not None:
-            allowed &= self.categories.get(category, empty)
-        for tag in tags:
-            allowed &= self.tags.get(tag, empty)
+        chosen = ([self.kinds.get(kind)] if kind is not None else []) + (
+            [self.categories.get(category)] if category is not None else []) + [
+            self.tags.get(tag) for tag in tags]
+        for rows in chosen:
+            mask = np.zeros(len(self.ids), dtype=bool)
+            if rows is not None:
+                mask[rows] = True
+            allowed &= mask
         if only_available:
             allowed &= self.available
         for cap_id in exclude:
@@ -538,13 +561,13 @@ def _dense_matrix(vectors: Matrix, summary_vectors: Matrix | None, count: int,
     return np.ascontiguousarray(matrix, dtype=np.float32)
 
 
-def _masks(caps: Sequence[Capability], keys: Callable[[Capability], Iterable[str]]
-           ) -> dict[str, BoolArray]:
-    masks: dict[str, BoolArray] = {}
+def _rows_by(caps: Sequence[Capability], keys: Callable[[Capability], Iterable[str]]
+             ) -> dict[str, RowArray]:
+    rows: dict[str, list[int]] = {}
     for row, capability in enumerate(caps):
-        for key in keys(capability):
-            masks.setdefault(key, np.zeros(len(caps), dtype=bool))[row] = True
-    return masks
+        for key in dict.fromkeys(keys(capability)):
+            rows.setdefault(key, []).append(row)
+    return {key: np.asarray(found, dtype=np.int32) for key, found in rows.items()}
 
 
 # -- pure scoring functions ------------------------------------------------------------------------

@@ -114,3 +114,67 @@ def test_document_frequency(lexicon: LexicalIndex, word: str, count: int) -> Non
 def test_empty_catalog_scores_nothing() -> None:
     index = LexicalIndex.build([])
     assert index.search("weather").shape == (0,)
+
+
+# -- the BM25 builder: bm25s's numbers, and updates that re-tokenize only what changed ---------
+
+CORPUS = DOCS + [
+    "",
+    "weather weather weather alerts",
+    "send a message to a slack channel; post messages, channels and threads",
+    "currency exchange rates for a currency pair",
+]
+
+
+def _score_table(index: LexicalIndex) -> dict[tuple[str, int], float]:
+    terms = {term_id: term for term, term_id in index.vocabulary.items()}
+    table = {}
+    for term_id, term in terms.items():
+        for at in range(int(index.indptr[term_id]), int(index.indptr[term_id + 1])):
+            table[(term, int(index.indices[at]))] = float(index.data[at])
+    return table
+
+
+def _bm25s_table(documents: list[str]) -> dict[tuple[str, int], float]:
+    import bm25s
+
+    retriever = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
+    retriever.index([index_terms(d) or [""] for d in documents], show_progress=False)
+    scores, vocab = retriever.scores, retriever.vocab_dict
+    terms = {int(v): str(k) for k, v in vocab.items()}
+    table = {}
+    for term_id, term in terms.items():
+        for at in range(int(scores["indptr"][term_id]), int(scores["indptr"][term_id + 1])):
+            table[(term, int(scores["indices"][at]))] = float(scores["data"][at])
+    return table
+
+
+def test_bm25_scores_equal_bm25s() -> None:
+    ours, theirs = _score_table(LexicalIndex.build(CORPUS)), _bm25s_table(CORPUS)
+
+    assert ours.keys() == theirs.keys()
+    for key, value in theirs.items():
+        assert ours[key] == pytest.approx(value, rel=1e-5), key
+
+
+def test_an_update_scores_like_a_fresh_build() -> None:
+    before = LexicalIndex.build(CORPUS)
+    changed = [CORPUS[2], "weather radar for storms", CORPUS[5], "a brand new zebra tool"]
+    reuse = [2, None, 5, None]
+
+    updated = LexicalIndex.build(changed, previous=before, reuse=reuse)
+    fresh = LexicalIndex.build(changed)
+
+    for query in ["weather radar", "send email", "zebra", "storms alerts"]:
+        np.testing.assert_allclose(updated.search(query), fresh.search(query), rtol=1e-5)
+    np.testing.assert_allclose(updated.coverage(updated.term_ids("weather storms"), [1, 2]),
+                               fresh.coverage(fresh.term_ids("weather storms"), [1, 2]))
+
+
+def test_an_update_reuses_terms_instead_of_the_text() -> None:
+    before = LexicalIndex.build(CORPUS)
+
+    updated = LexicalIndex.build(["text that is not read"], previous=before, reuse=[0])
+
+    assert int(np.argmax(updated.search("weather forecast"))) == 0
+    assert not updated.search("text read").any()
