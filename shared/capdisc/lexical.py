@@ -1,4 +1,4 @@
-"""Lexical search: BM25 (``bm25s``) over capability text, with a tokenizer made for tool text.
+"""Lexical search: BM25 over capability text, with a tokenizer made for tool text.
 
 Tool text mixes prose with identifiers (``getWeatherForecast``, ``list_pull_requests``,
 ``kubernetes-get-pods``): the tokenizer splits identifiers into words, lowercases, drops English
