@@ -1,7 +1,8 @@
 """Send registry events to the indexing workers, by task name, over the Celery broker.
 
 Producers never import worker code: they know the queue and task names from
-:mod:`capdisc.keys` and send the event's encoded JSON as the task's one argument.
+:mod:`capdisc.keys` and send the event's encoded JSON as the task's one argument. Every task is
+recorded in the outbox (:mod:`capdisc.outbox`) first, so one the broker loses is sent again.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 import redis
 from celery import Celery
 
-from capdisc import keys
+from capdisc import keys, outbox
 from capdisc.events import RegistryEvent
 
 #: Longest single blocking read (under redis-py's 5 s socket timeout).
@@ -30,29 +31,25 @@ class Publisher:
         self.app = Celery("capdisc-producer", broker=broker_url)
         self.app.conf.update(task_serializer="json", accept_content=["json"],
                              broker_connection_retry_on_startup=True)
+        self.redis = redis.Redis.from_url(broker_url)
 
     def send(self, events: Iterable[RegistryEvent], batch_size: int = BATCH) -> int:
         """Send ``events`` as tasks of up to ``batch_size`` events each (a worker embeds a
         task's capabilities in one model call); returns how many events were sent."""
         payloads = [event.encode() for event in events]
-        with self.app.producer_or_acquire() as producer:
-            for start in range(0, len(payloads), batch_size):
-                self.app.send_task(keys.TASK_APPLY_EVENTS,
-                                   args=[payloads[start:start + batch_size]],
-                                   queue=keys.INDEXING_QUEUE, producer=producer,
-                                   ignore_result=True)
+        for start in range(0, len(payloads), batch_size):
+            outbox.send(self.redis, self.app, keys.TASK_APPLY_EVENTS,
+                        [payloads[start:start + batch_size]])
         return len(payloads)
 
     def send_raw(self, payload: str) -> None:
         """Send an already encoded event as it is (dead-letter replay, and tests of the
         workers' handling of malformed input)."""
-        self.app.send_task(keys.TASK_APPLY_EVENT, args=[payload], queue=keys.INDEXING_QUEUE,
-                           ignore_result=True)
+        outbox.send(self.redis, self.app, keys.TASK_APPLY_EVENT, [payload])
 
     def start_reindex(self, tenant: str, job: str, fresh: bool) -> None:
         """Ask the indexing workers for a full blue/green reindex of ``tenant``."""
-        self.app.send_task(keys.TASK_START_REINDEX, args=[tenant, job, fresh],
-                           queue=keys.INDEXING_QUEUE, ignore_result=True)
+        outbox.send(self.redis, self.app, keys.TASK_START_REINDEX, [tenant, job, fresh])
 
     def reconcile(self, reply_to: str | None = None) -> None:
         """Ask an indexing worker to compare the registry with the index and repair drift."""
@@ -61,15 +58,25 @@ class Publisher:
 
     def close(self) -> None:
         self.app.close()
+        self.redis.close()
 
 
-def wait_for_acks(client: redis.Redis, batch_id: str, count: int, timeout_s: float
-                  ) -> list[dict[str, Any]]:
-    """Block until ``count`` events of ``batch_id`` are applied (or the timeout passes)."""
+def wait_for_acks(client: redis.Redis, batch_id: str, count: int, timeout_s: float,
+                  seen: set[str] | None = None) -> list[dict[str, Any]]:
+    """Block until ``count`` more events of ``batch_id`` are applied (or the timeout passes).
+    An event delivered twice (its task redelivered after a worker died) is acknowledged twice:
+    only its first outcome counts, the one written with the change itself. ``seen`` carries
+    the event ids already counted across calls."""
+    seen = seen if seen is not None else set()
     outcomes: list[dict[str, Any]] = []
     deadline = time.monotonic() + timeout_s
     while len(outcomes) < count and (remaining := deadline - time.monotonic()) > 0:
         popped = client.blpop([keys.acks(batch_id)], timeout=min(BLOCK_SLICE_S, remaining))
         if popped:
-            outcomes.append(json.loads(popped[1]))
+            outcome = json.loads(popped[1])
+            event_id = str(outcome.get("event_id", ""))
+            if event_id and event_id in seen:
+                continue
+            seen.add(event_id)
+            outcomes.append(outcome)
     return outcomes

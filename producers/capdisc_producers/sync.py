@@ -90,10 +90,11 @@ def publish_plan(client: redis.Redis, publisher: Publisher, plan: SyncPlan, *, r
 def _wait(client: redis.Redis, batch_id: str, count: int, wait_s: float,
           progress: Progress | None) -> list[dict[str, Any]]:
     outcomes: list[dict[str, Any]] = []
+    seen: set[str] = set()
     deadline = time.monotonic() + wait_s
     while len(outcomes) < count and (remaining := deadline - time.monotonic()) > 0:
         got = wait_for_acks(client, batch_id, min(CHUNK, count - len(outcomes)),
-                            min(remaining, 5.0))
+                            min(remaining, 5.0), seen)
         outcomes += got
         if progress and got:
             progress("applied", len(got))

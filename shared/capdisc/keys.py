@@ -28,6 +28,10 @@ key                                       type     what it holds
 ``capdisc:acks:{batch}``                  list     per-event outcome for a publish batch (expires)
 ``capdisc:counters``                      hash     embedding_calls and other running totals
 ``capdisc:workers``                       hash     worker id -> heartbeat (JSON)
+``capdisc:outbox``                        hash     task id -> indexing task sent and not yet done
+                                                   (JSON: name, args, kwargs, sent_at_ms)
+``capdisc:served``                        stream   each discovery worker's swaps: worker, tenant,
+                                                   version, at_ms (capped)
 ``capdisc:reconcile:lock``                string   held by the indexing worker reconciling now
 ``capdisc:reconcile:last``                string   the last reconciler report (JSON)
 ``capdisc:discovery:requests``            stream   per-turn discovery requests (consumer group)
@@ -70,6 +74,10 @@ COUNTERS = f"{PREFIX}:counters"
 WORKERS = f"{PREFIX}:workers"
 #: Set of tenant names.
 TENANTS = f"{PREFIX}:tenants"
+#: Hash of indexing tasks sent and not yet done (:mod:`capdisc.outbox`).
+OUTBOX = f"{PREFIX}:outbox"
+#: Stream of the index versions each discovery worker swapped in (capped).
+SERVED = f"{PREFIX}:served"
 #: Held (SET NX with expiry) by the one indexing worker running the periodic reconciler.
 RECONCILE_LOCK = f"{PREFIX}:reconcile:lock"
 #: The last reconciler report (JSON), shown by ``capdisc status``.

@@ -98,7 +98,10 @@ class Settings(BaseModel):
     indexing_retry_base_s: float = Field(2.0, gt=0)
     #: How often one indexing worker of the fleet compares the registry with the index and
     #: repairs drift (0: never on its own; ``capdisc reconcile`` still runs it).
-    reconcile_interval_s: float = Field(300.0, ge=0)
+    reconcile_interval_s: float = Field(60.0, ge=0)
+    #: How long a sent indexing task may be neither queued nor delivered before the reconciler
+    #: takes it for lost by the broker and sends it again (:mod:`capdisc.outbox`).
+    outbox_grace_s: float = Field(10.0, ge=0)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["json", "console"] = "json"
     discovery: DiscoveryConfig = Field(default_factory=DiscoveryConfig)

@@ -55,6 +55,9 @@ def collect_status(client: redis.Redis, stale_after_s: float = DEFAULT_STALE_AFT
                           + int(client.hlen(keys.KOMBU_UNACKED)),
         "embedding_calls": counters.get("embedding_calls", 0),
         "drift_repaired": counters.get("drift_repaired", 0),
+        # indexing tasks sent and not yet done; tasks_resent: the ones the broker lost
+        "tasks_in_flight": int(client.hlen(keys.OUTBOX)),
+        "tasks_resent": counters.get("tasks_resent", 0),
         "last_reconcile": _json_or_none(client.get(keys.RECONCILE_LAST)),
     }
 

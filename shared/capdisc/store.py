@@ -84,7 +84,9 @@ def apply_event(
     space: str,
 ) -> Outcome:
     """Apply one decoded event atomically; ``vector_for`` runs only when an embedding is needed.
-    ``space`` is the writer's vector space; a reindex event re-embeds the stored capability."""
+    ``space`` is the writer's vector space; a reindex event re-embeds the stored capability.
+    The outcome of an event of a publish batch is acknowledged in the same transaction, so a
+    worker killed right after the write cannot leave the producer with a wrong outcome."""
     tenant, cap_id = event.tenant, event.capability_id
     watched = (keys.caps(tenant), keys.tombstones(tenant), keys.version(tenant),
                keys.space(tenant), keys.reindex(tenant))
@@ -107,8 +109,11 @@ def apply_event(
                 pipe.multi()
                 version = _write(pipe, event, capability, decision, version, vector, spaces,
                                  stored)
+                outcome = Outcome(event.event_id, cap_id, decision, version)
+                if event.batch_id:
+                    _queue_ack(pipe, event.batch_id, outcome.to_dict())
                 pipe.execute()
-                return Outcome(event.event_id, cap_id, decision, version)
+                return outcome
             except redis.WatchError:
                 continue
 
@@ -352,9 +357,13 @@ def _read_record(client: Any, tenant: str, cap_id: str) -> StoredRecord | None:
 def record_ack(client: Redis, batch_id: str, outcome: dict[str, Any]) -> None:
     """Tell whoever waits on a publish batch that one of its events is done."""
     with client.pipeline(transaction=False) as pipe:
-        pipe.rpush(keys.acks(batch_id), json.dumps(outcome))
-        pipe.expire(keys.acks(batch_id), ACK_TTL_S)
+        _queue_ack(pipe, batch_id, outcome)
         pipe.execute()
+
+
+def _queue_ack(pipe: Any, batch_id: str, outcome: dict[str, Any]) -> None:
+    pipe.rpush(keys.acks(batch_id), json.dumps(outcome))
+    pipe.expire(keys.acks(batch_id), ACK_TTL_S)
 
 
 def dead_letter(client: Redis, payload: str | bytes, reason: str, attempts: int = 1) -> None:

@@ -118,7 +118,8 @@ def test_empty_catalog_scores_nothing() -> None:
 
 # -- the BM25 builder: bm25s's numbers, and updates that re-tokenize only what changed ---------
 
-CORPUS = DOCS + [
+CORPUS = [
+    *DOCS,
     "",
     "weather weather weather alerts",
     "send a message to a slack channel; post messages, channels and threads",

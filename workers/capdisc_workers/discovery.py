@@ -39,6 +39,8 @@ from capdisc.text import embedder_id_of, vector_space
 log = structlog.get_logger("capdisc.discovery")
 BLOCK_MS = 1000
 BATCH = 16
+#: Approximate length the served stream is trimmed to.
+SERVED_MAXLEN = 10_000
 
 
 class Indexes:
@@ -165,7 +167,7 @@ class DiscoveryWorker:
                                     embedder_id, probes=self._probes[embedder_id])
         self.last_build_s = time.monotonic() - started
         self.spaces[tenant] = snap.space
-        self.indexes.put(index)
+        self._swap_in(index)
         log.info("index_loaded", tenant=tenant, index_version=index.version,
                  capabilities=len(index), vector_space=snap.space)
         if len(entries) < len(snap.records):
@@ -175,6 +177,18 @@ class DiscoveryWorker:
                              f"run `capdisc reindex --all --tenant {tenant}` to embed them all "
                              "beside the live index and swap")
         return index
+
+    def _swap_in(self, index: IndexSnapshot) -> None:
+        """Serve ``index`` from now on, and say so on the served stream (what ``capdisc
+        status`` and the change-to-served benchmark read: when each worker serves what)."""
+        self.indexes.put(index)
+        try:
+            self.redis.xadd(keys.SERVED, {"worker": self.worker_id, "tenant": index.tenant,
+                                          "version": index.version,
+                                          "at_ms": f"{time.time() * 1000:.3f}"},
+                            maxlen=SERVED_MAXLEN, approximate=True)
+        except redis.RedisError as exc:
+            log.warning("served_notice_failed", error=str(exc))
 
     def follow_changes(self) -> None:
         client = redis.Redis.from_url(self.settings.redis_url)
@@ -250,7 +264,7 @@ class DiscoveryWorker:
             # the previous version keeps serving until the reindex swaps in
         version = int(fresh[-1]["version"])
         started = time.monotonic()
-        self.indexes.put(current.with_changes(version, upserts, deletes))
+        self._swap_in(current.with_changes(version, upserts, deletes))
         self.last_build_s = time.monotonic() - started
         log.info("index_updated", tenant=tenant, index_version=version, upserts=len(upserts),
                  deletes=len(deletes))

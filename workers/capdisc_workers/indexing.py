@@ -20,7 +20,7 @@ import redis
 import structlog
 from celery import signals
 
-from capdisc import keys, status
+from capdisc import keys, outbox, status
 from capdisc.embedding import Embedder, check_vectors, embedder_for
 from capdisc.errors import EmbeddingError, EventDecodeError, ManifestError
 from capdisc.events import RegistryEvent
@@ -135,11 +135,10 @@ def _apply(task: Any, client: redis.Redis, event: RegistryEvent, capability: Cap
             return made[1]
         return _vectors_for([cap], use_cache=event.type != "reindex")[cap.id][1]  # a race
 
-    outcome = apply_event(client, event, capability, vector_for, space)
+    outcome = apply_event(client, event, capability, vector_for, space)  # acks it too
     log.info("event_applied", event_id=event.event_id, tenant=event.tenant,
              capability_id=event.capability_id, task_id=task.request.id,
              decision=outcome.decision, index_version=outcome.version)
-    _ack(client, event, outcome.to_dict())
     return outcome.to_dict()
 
 
@@ -240,8 +239,7 @@ def start_reindex_task(self: Any, tenant: str, job: str, fresh: bool = False) ->
     log.info("reindex_started", tenant=tenant, job=job, target=target, batches=len(batches),
              task_id=self.request.id)
     for number, ids in enumerate(batches):
-        reindex_batch_task.apply_async(args=[tenant, job, number, ids],
-                                       queue=keys.INDEXING_QUEUE)
+        outbox.send(_redis(), app, keys.TASK_REINDEX_BATCH, [tenant, job, number, ids])
     if not batches:
         _finish(tenant, job, fresh)
     return {"job": job, "batches": len(batches), "target": target}
@@ -287,7 +285,7 @@ def reconcile_task(self: Any, reply_to: str | None = None) -> dict[str, Any]:
     client, space = _redis(), vector_space(_embedder().id)
     report: dict[str, Any] = {"at_ms": int(time.time() * 1000), "worker": WORKER_ID,
                               "missing_vectors": 0, "orphan_vectors": 0, "repaired": {},
-                              "skipped": {}}
+                              "skipped": {}, "resent_tasks": _resend_lost(client)}
     for tenant in tenants(client):
         reason = _reconcile_tenant(client, tenant, space, report)
         if reason:
@@ -296,6 +294,7 @@ def reconcile_task(self: Any, reply_to: str | None = None) -> dict[str, Any]:
         pipe.set(keys.RECONCILE_LAST, json.dumps(report))
         pipe.hincrby(keys.COUNTERS, "drift_repaired",
                      report["missing_vectors"] + report["orphan_vectors"])
+        pipe.hincrby(keys.COUNTERS, "tasks_resent", report["resent_tasks"])
         if reply_to:
             pipe.rpush(reply_to, json.dumps(report))
             pipe.expire(reply_to, settings.reply_ttl_s)
@@ -303,6 +302,17 @@ def reconcile_task(self: Any, reply_to: str | None = None) -> dict[str, Any]:
     log.info("reconciled", task_id=self.request.id, missing_vectors=report["missing_vectors"],
              orphan_vectors=report["orphan_vectors"], skipped=len(report["skipped"]))
     return report
+
+
+def _resend_lost(client: redis.Redis) -> int:
+    """Send again every recorded task the broker lost (:mod:`capdisc.outbox`)."""
+    lost = outbox.lost(client, settings.outbox_grace_s)
+    for pending in lost:
+        log.warning("task_resent", task_id=pending.task_id, task=pending.name,
+                    sent_at_ms=pending.sent_at_ms,
+                    reason="neither queued nor delivered: lost by the broker")
+        outbox.resend(client, app, pending)
+    return len(lost)
 
 
 def _reconcile_tenant(client: redis.Redis, tenant: str, space: str, report: dict[str, Any]
@@ -322,8 +332,7 @@ def _reconcile_tenant(client: redis.Redis, tenant: str, space: str, report: dict
         payloads = [RegistryEvent("reindex", tenant, cap_id, seq, source="reconciler").encode()
                     for cap_id in plan.missing_vectors]
         for start in range(0, len(payloads), EMBED_BATCH):
-            apply_events_task.apply_async(args=[payloads[start:start + EMBED_BATCH]],
-                                          queue=keys.INDEXING_QUEUE)
+            outbox.send(client, app, keys.TASK_APPLY_EVENTS, [payloads[start:start + EMBED_BATCH]])
     if not plan.clean:
         log.warning("drift_repaired", tenant=tenant, missing_vectors=len(plan.missing_vectors),
                     orphan_vectors=len(plan.orphan_vectors))
@@ -359,6 +368,13 @@ def _start_heartbeat(**_: Any) -> None:
         _embedder().embed(["warm up"])  # load the model before the first event, not during it
     threading.Thread(target=_beat, name="capdisc-heartbeat", daemon=True).start()
     threading.Thread(target=_reconcile_loop, name="capdisc-reconcile", daemon=True).start()
+
+
+@signals.task_postrun.connect
+def _forget_done_task(task_id: str | None = None, state: str | None = None, **_: Any) -> None:
+    """A task that will not run again (it did not ask for a retry) leaves the outbox."""
+    if task_id and state != "RETRY":
+        outbox.done(_redis(), task_id)
 
 
 @signals.worker_shutting_down.connect

@@ -1,0 +1,72 @@
+"""No event is lost between the broker and a worker: tasks are recorded in the outbox, a lost
+one is sent again by the reconciler, and a waiting producer counts each event once."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import redis
+
+from capdisc import keys, outbox
+from capdisc.events import RegistryEvent
+from capdisc.models import Capability
+from capdisc_producers.publisher import Publisher, wait_for_acks
+
+from .conftest import Stack
+from .test_cli import run_cli
+
+
+def _upsert(tenant: str, name: str, batch_id: str) -> RegistryEvent:
+    cap = Capability(id=f"tool:{name}", kind="tool", name=name,
+                     description=f"The {name} tool does {name} things.")
+    return RegistryEvent(type="upsert", tenant=tenant, capability_id=cap.id, seq=time.time_ns(),
+                         capability=cap.to_dict(), batch_id=batch_id)
+
+
+def test_a_task_the_broker_lost_is_sent_again_by_the_reconciler(
+        stack: Stack, tenant: str, connection: redis.Redis) -> None:
+    batch_id = uuid.uuid4().hex
+    payload = _upsert(tenant, "lost", batch_id).encode()
+    lost_id = uuid.uuid4().hex  # recorded, never reached the queue (a worker died mid-pop)
+    connection.hset(keys.OUTBOX, lost_id, json.dumps({
+        "name": keys.TASK_APPLY_EVENTS, "args": [[payload]], "kwargs": {},
+        "sent_at_ms": int(time.time() * 1000) - 60_000}))
+
+    report = json.loads(run_cli("reconcile", "--json", env=stack.env).stdout)
+    outcomes = wait_for_acks(connection, batch_id, 1, timeout_s=30)
+
+    assert report["resent_tasks"] >= 1
+    assert [o["decision"] for o in outcomes] == ["upsert"]
+    assert connection.hexists(keys.caps(tenant), "tool:lost")
+
+
+def test_a_done_task_leaves_the_outbox(stack: Stack, tenant: str,
+                                       connection: redis.Redis) -> None:
+    publisher = Publisher(stack.url)
+    first, second = uuid.uuid4().hex, uuid.uuid4().hex
+    first_task = outbox.send(connection, publisher.app, keys.TASK_APPLY_EVENTS,
+                             [[_upsert(tenant, "one", first).encode()]])
+    outbox.send(connection, publisher.app, keys.TASK_APPLY_EVENTS,
+                [[_upsert(tenant, "two", second).encode()]])
+
+    wait_for_acks(connection, second, 1, timeout_s=30)  # one solo worker: the first is done
+    publisher.close()
+
+    assert not connection.hexists(keys.OUTBOX, first_task)
+
+
+def test_a_redelivered_event_is_counted_once_with_its_first_outcome(
+        connection: redis.Redis) -> None:
+    batch_id = uuid.uuid4().hex
+    for decision in ("upsert", "stale"):  # applied, killed before the ack, redelivered
+        connection.rpush(keys.acks(batch_id), json.dumps(
+            {"event_id": "e1", "capability_id": "tool:a", "decision": decision}))
+    connection.rpush(keys.acks(batch_id), json.dumps(
+        {"event_id": "e2", "capability_id": "tool:b", "decision": "delete"}))
+
+    outcomes = wait_for_acks(connection, batch_id, 2, timeout_s=5)
+
+    assert [(o["event_id"], o["decision"]) for o in outcomes] == [("e1", "upsert"),
+                                                                  ("e2", "delete")]
