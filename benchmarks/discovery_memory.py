@@ -1,0 +1,317 @@
+"""Memory of one discovery worker at 10,000 and 100,000 capabilities, and its discover latency.
+
+A private Redis gets the benchmark catalog of each size (the Seal-Tools and MetaTool tools, then
+provider/region variants, see ``_catalog.py``), written record by record with
+:func:`capdisc.store.apply_event` as an indexing worker writes it, with precomputed vectors:
+the embedder's own, or, for ``--embedder minilm`` when ``benchmarks/.cache`` has no MiniLM
+vectors for that catalog, the hashing embedder's stored as MiniLM's (the same 384 float32s a
+capability, so the same memory; relevance is then meaningless, which the output says).
+
+For each size, ONE real discovery worker (``python -m capdisc_workers.discovery``) starts on
+that store; printed: the time from its start to its first heartbeat with the index version
+(loading and building the index), its resident memory then (beside a worker started on an
+empty registry, and MB per 1,000 capabilities), and the latency of ``Client.discover`` through
+it over ``--queries`` Seal-Tools queries: first with fresh query embeddings, then the same
+queries again (cached embeddings), median and p99, client round trip and time in the worker.
+
+    .venv/bin/python benchmarks/discovery_memory.py [--sizes 10000,100000] [--queries 300]
+                                                    [--embedder hashing|minilm] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import redis
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _catalog import CACHE, embed_catalog, load_catalog, seal_queries
+from _common import percentile
+from capdisc.client import Client
+from capdisc.embedding import Embedder, HashingEmbedder, Matrix, embedder_for
+from capdisc.events import RegistryEvent
+from capdisc.localredis import start_redis
+from capdisc.models import Capability
+from capdisc.settings import Settings
+from capdisc.status import live_workers
+from capdisc.store import apply_event, tenant_version
+from capdisc.text import combine, full_text, summary_text, vector_space
+
+TENANT = "bench"
+LOG = Path(tempfile.gettempdir()) / "capdisc-bench-discovery-memory.log"
+READY_TIMEOUT_S = 900.0
+SETTLE_S = 1.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="10000,100000",
+                        help="comma-separated registry sizes, one worker each")
+    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--embedder", choices=["hashing", "minilm"], default="hashing",
+                        help="the worker's CAPDISC_EMBEDDER (query embeddings)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    args = parser.parse_args()
+    sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
+    embedder = embedder_for(Settings.load({**os.environ, "CAPDISC_EMBEDDER": args.embedder}))
+    caps = load_catalog(max(sizes))
+    queries = list(dict.fromkeys(seal_queries()))[: args.queries]
+    print(f"worker embedder {embedder.id}; {len(queries)} Seal-Tools queries; worker log {LOG}")
+    with tempfile.TemporaryDirectory(prefix="capdisc-memory-") as tmp:
+        server = start_redis(Path(tmp) / "redis", durable=False)
+        try:
+            idle = measure_idle(server.url, args.embedder)
+            results = [measure_size(server.url, caps[:size], embedder, args.embedder, queries,
+                                    idle) for size in sizes]
+        finally:
+            server.stop()
+    print_summary(idle, results)
+    if args.json:
+        args.json.write_text(json.dumps({"embedder": embedder.id, "idle": idle,
+                                         "sizes": results}, indent=2) + "\n")
+        print(f"figures written to {args.json}")
+
+
+# -- the worker process ----------------------------------------------------------------------
+
+
+def worker_env(url: str, embedder: str) -> dict[str, str]:
+    return {**os.environ, "CAPDISC_REDIS_URL": url, "CAPDISC_EMBEDDER": embedder,
+            "CAPDISC_LOG_LEVEL": "WARNING"}
+
+
+def spawn_worker(url: str, embedder: str) -> subprocess.Popen[bytes]:
+    with LOG.open("ab") as log:
+        return subprocess.Popen([sys.executable, "-m", "capdisc_workers.discovery"],
+                                env=worker_env(url, embedder), stdout=log,
+                                stderr=subprocess.STDOUT)
+
+
+def wait_ready(client: redis.Redis, worker: subprocess.Popen[bytes], version: int | None,
+               started: float) -> float:
+    """Seconds from ``started`` to the worker's first heartbeat (sent once its indexes are
+    built), serving ``version`` of the tenant when one is given."""
+    deadline = started + READY_TIMEOUT_S
+    while time.perf_counter() < deadline:
+        if worker.poll() is not None:
+            raise SystemExit(f"the discovery worker exited (code {worker.returncode}); see {LOG}")
+        for beat in live_workers(client):
+            if beat.get("pid") == worker.pid and (
+                    version is None or beat.get("versions", {}).get(TENANT) == version):
+                return time.perf_counter() - started
+        time.sleep(0.05)
+    raise SystemExit(f"the discovery worker was not ready in {READY_TIMEOUT_S:.0f} s; see {LOG}")
+
+
+def stop_worker(worker: subprocess.Popen[bytes]) -> None:
+    worker.terminate()
+    try:
+        worker.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        worker.wait()
+
+
+def memory_mb(pid: int) -> dict[str, float | None]:
+    """Resident memory now and at its peak (``VmHWM``), in MB: psutil when installed, else
+    ``/proc/PID/status``."""
+    status = _proc_status(pid)
+    try:
+        import psutil
+        rss: float | None = psutil.Process(pid).memory_info().rss / 2**20
+    except ImportError:
+        rss = status.get("VmRSS")
+    return {"rss_mb": _round(rss), "peak_mb": _round(status.get("VmHWM"))}
+
+
+def _proc_status(pid: int) -> dict[str, float]:
+    """The ``kB`` fields of ``/proc/PID/status`` in MB (empty off Linux)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return {}
+    fields = (line.split(":", 1) for line in lines if line.endswith(" kB"))
+    return {name: int(value.split()[0]) / 1024 for name, value in fields}
+
+
+def _round(value: float | None) -> float | None:
+    return round(value, 1) if value is not None else None
+
+
+# -- the store ---------------------------------------------------------------------------------
+
+
+def catalog_vectors(caps: list[Capability], embedder: Embedder) -> tuple[Matrix, str]:
+    """Stored vectors for ``caps`` in ``embedder``'s space, and where they came from."""
+    if isinstance(embedder, HashingEmbedder):
+        return hashing_vectors(caps, embedder), f"{embedder.id} (the worker's embedder)"
+    if minilm_cached(caps, embedder.id):
+        return embed_catalog(caps, embedder), f"{embedder.id}, from benchmarks/.cache"
+    stand_in = HashingEmbedder(embedder.dim)
+    return hashing_vectors(caps, stand_in), (
+        f"{stand_in.id} stand-ins stored as {embedder.id} (no cached MiniLM vectors for this "
+        f"catalog; same {embedder.dim} dims so the same memory, relevance meaningless)")
+
+
+def minilm_cached(caps: list[Capability], embedder_id: str) -> bool:
+    """Whether ``_catalog.embed_catalog`` has both texts' vectors on disk (same cache names)."""
+    return all(_cache_path([text(c) for c in caps], embedder_id).exists()
+               for text in (full_text, summary_text))
+
+
+def _cache_path(texts: list[str], embedder_id: str) -> Path:
+    digest = hashlib.sha256("\n\x00".join(texts).encode()).hexdigest()[:24]
+    return CACHE / f"{embedder_id}-{digest}.npy"
+
+
+def hashing_vectors(caps: list[Capability], embedder: HashingEmbedder, batch: int = 4096
+                    ) -> Matrix:
+    """:func:`combine` of the full text's and the summary's hashing embeddings (not cached)."""
+    rows = []
+    for start in range(0, len(caps), batch):
+        chunk = caps[start:start + batch]
+        rows.append(combine(embedder.embed([full_text(c) for c in chunk]),
+                            embedder.embed([summary_text(c) for c in chunk])))
+    return np.vstack(rows).astype(np.float32)
+
+
+def load_store(url: str, caps: list[Capability], matrix: Matrix, embedder_id: str) -> float:
+    """Empty the store, then write ``caps`` one event at a time as an indexing worker does."""
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    space = vector_space(embedder_id)
+    started = time.perf_counter()
+    for index, cap in enumerate(caps):
+        event = RegistryEvent(type="upsert", tenant=TENANT, capability_id=cap.id, seq=1,
+                              capability=cap.to_dict())
+        vector = matrix[index].tobytes()
+        apply_event(client, event, cap, lambda _c, v=vector: v, space)
+    return time.perf_counter() - started
+
+
+# -- measurements ------------------------------------------------------------------------------
+
+
+def measure_idle(url: str, embedder: str) -> dict[str, Any]:
+    """A worker on an empty registry: its start-to-ready time and memory."""
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    started = time.perf_counter()
+    worker = spawn_worker(url, embedder)
+    try:
+        ready_s = wait_ready(client, worker, None, started)
+        time.sleep(SETTLE_S)
+        idle = {"ready_s": round(ready_s, 2), **memory_mb(worker.pid)}
+    finally:
+        stop_worker(worker)
+    print(f"idle worker (empty registry): ready in {idle['ready_s']:.2f} s, RSS "
+          f"{idle['rss_mb']} MB (peak {idle['peak_mb']} MB)")
+    return idle
+
+
+def measure_size(url: str, caps: list[Capability], embedder: Embedder, embedder_name: str,
+                 queries: list[str], idle: dict[str, Any]) -> dict[str, Any]:
+    started = time.perf_counter()
+    matrix, source = catalog_vectors(caps, embedder)
+    vectors_s = time.perf_counter() - started
+    store_s = load_store(url, caps, matrix, embedder.id)
+    del matrix
+    print(f"\n{len(caps):,} capabilities; vectors: {source} ({vectors_s:.1f} s); stored in "
+          f"Redis in {store_s:.1f} s")
+    client = redis.Redis.from_url(url)
+    version = tenant_version(client, TENANT)
+    started = time.perf_counter()
+    worker = spawn_worker(url, embedder_name)
+    try:
+        ready_s = wait_ready(client, worker, version, started)
+        time.sleep(SETTLE_S)
+        loaded = memory_mb(worker.pid)
+        latency = measure_latency(url, queries, version)
+        served = memory_mb(worker.pid)
+    finally:
+        stop_worker(worker)
+    result = {"size": len(caps), "vectors": source, "store_s": round(store_s, 1),
+              "ready_s": round(ready_s, 2), "loaded": loaded, "after_queries": served,
+              **latency}
+    result["mb_per_1k"] = per_1k(result, idle)
+    print_size(result, idle)
+    return result
+
+
+def measure_latency(url: str, queries: list[str], version: int) -> dict[str, Any]:
+    """``Client.discover`` over ``queries``: first pass fresh (the store was just emptied, so no
+    query vector is cached in Redis or the worker), second pass the same queries, cached."""
+    with Client.from_url(url, tenant=TENANT, timeout_s=120) as client:
+        answer = client.discover("warm up", min_version=version)
+        assert answer.index_version == version, answer.index_version
+        fresh = timed(client, queries)
+        cached = timed(client, queries)
+    return {"fresh": fresh, "cached": cached}
+
+
+def timed(client: Client, queries: list[str]) -> dict[str, Any]:
+    """Round-trip and in-worker latency (ms), median and p99, of one pass over ``queries``."""
+    round_trip, in_worker = [], []
+    for query in queries:
+        started = time.perf_counter()
+        answer = client.discover(query)
+        round_trip.append((time.perf_counter() - started) * 1000)
+        in_worker.append(answer.took_ms)
+    return {"round_trip_ms": _stats(round_trip), "in_worker_ms": _stats(in_worker)}
+
+
+def _stats(values_ms: list[float]) -> dict[str, float]:
+    return {"median": round(statistics.median(values_ms), 2),
+            "p99": round(percentile(values_ms, 99), 2), "n": len(values_ms)}
+
+
+# -- output ------------------------------------------------------------------------------------
+
+
+def per_1k(result: dict[str, Any], idle: dict[str, Any]) -> float | None:
+    rss, base = result["loaded"]["rss_mb"], idle["rss_mb"]
+    if rss is None or base is None:
+        return None
+    return round((rss - base) / (result["size"] / 1000), 2)
+
+
+def print_size(result: dict[str, Any], idle: dict[str, Any]) -> None:
+    loaded, served = result["loaded"], result["after_queries"]
+    print(f"  worker start to ready (index version served): {result['ready_s']:.2f} s; about "
+          f"{result['ready_s'] - idle['ready_s']:.2f} s more than on an empty registry "
+          "(reading and building the index)")
+    print(f"  RSS ready: {loaded['rss_mb']} MB (peak so far {loaded['peak_mb']} MB); idle "
+          f"{idle['rss_mb']} MB; {result['mb_per_1k']} MB per 1,000 capabilities")
+    print(f"  RSS after the queries: {served['rss_mb']} MB (peak {served['peak_mb']} MB)")
+    for label in ("fresh", "cached"):
+        trip, inside = result[label]["round_trip_ms"], result[label]["in_worker_ms"]
+        print(f"  discover, {label} query embedding: median {trip['median']:.2f} ms, p99 "
+              f"{trip['p99']:.2f} ms (in the worker: median {inside['median']:.2f} ms, p99 "
+              f"{inside['p99']:.2f} ms; n={trip['n']})")
+
+
+def print_summary(idle: dict[str, Any], results: list[dict[str, Any]]) -> None:
+    print(f"\n{'capabilities':>12} {'ready s':>8} {'RSS MB':>8} {'MB/1k':>7} "
+          f"{'fresh med/p99 ms':>18} {'cached med/p99 ms':>18}")
+    print(f"{0:>12} {idle['ready_s']:>8.2f} {idle['rss_mb']:>8}")
+    for r in results:
+        fresh, cached = r["fresh"]["round_trip_ms"], r["cached"]["round_trip_ms"]
+        print(f"{r['size']:>12,} {r['ready_s']:>8.2f} {r['loaded']['rss_mb']:>8} "
+              f"{r['mb_per_1k']!s:>7} {fresh['median']:>8.2f} / {fresh['p99']:<7.2f} "
+              f"{cached['median']:>8.2f} / {cached['p99']:<7.2f}")
+
+
+if __name__ == "__main__":
+    main()
