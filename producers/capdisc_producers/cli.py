@@ -89,21 +89,25 @@ def up(ctx: click.Context, registry: Path) -> None:
 @click.option("--option", "options", multiple=True, metavar="KEY=VALUE",
               help="Override a discovery setting for this call, e.g. tier1_top_k=8")
 @click.option("--min-version", type=int, default=0, help="Wait until this index version")
+@click.option("--session", default=None, help="Agent session: the matches join its working set")
+@click.option("--profile", default=None, help="Agent profile (allowlist, expert tools, budgets)")
 @redis_option
 @tenant_option
 @json_option
 @click.pass_context
 def discover_cmd(ctx: click.Context, query: str, limit: int | None, kind: str | None,
                  category: str | None, tags: tuple[str, ...], only_available: bool,
-                 options: tuple[str, ...], min_version: int, redis_url: str | None,
-                 tenant: str | None, as_json: bool) -> None:
+                 options: tuple[str, ...], min_version: int, session: str | None,
+                 profile: str | None, redis_url: str | None, tenant: str | None,
+                 as_json: bool) -> None:
     """Ask the discovery workers which capabilities QUERY needs (the three tiers)."""
     settings, connection = _connect(ctx, redis_url)
     with Client(connection, tenant=tenant or settings.tenant,
                 timeout_s=settings.discover_timeout_s) as client:
         answer = client.discover(query, limit=limit, kind=kind, category=category,
                                  tags=list(tags), only_available=only_available,
-                                 options=_parse_options(options), min_version=min_version)
+                                 options=_parse_options(options), min_version=min_version,
+                                 session=session, profile=profile)
     click.echo(json.dumps(answer.to_dict(), indent=2) if as_json else _render_answer(answer))
 
 
@@ -131,11 +135,137 @@ def _render_answer(answer: Answer) -> str:
     for rank, cap in enumerate(answer.capabilities, start=1):
         lines.append(f"{rank:>2}. [tier {cap['tier']}] {cap['id']:<40} score {cap['score']:6.3f}"
                      f"  relevance {cap.get('relevance', 0.0):.2f}")
+    lines += _render_session(answer.session)
     tiers = answer.raw.get("tiers", {})
     for name in ("tier0", "tier1", "tier2"):
         if tiers.get(name):
             lines += ["", f"── {name.replace('tier', 'tier ')} " + "─" * 60, tiers[name]]
     return "\n".join(lines)
+
+
+def _render_session(session: dict[str, Any] | None) -> list[str]:
+    if not session:
+        return []
+    lines = ["", f"session {session['id']}: bound {', '.join(session['bound']) or 'nothing'}"]
+    if session.get("evicted"):
+        lines.append(f"  evicted {', '.join(session['evicted'])}")
+    if session.get("redundant_search"):
+        lines.append(f"  redundant search: {session['note']}")
+    for cap in session.get("installable", []):
+        lines.append(f"  installable (not available yet): {cap['id']}")
+    return lines
+
+
+@cli.group()
+def session() -> None:
+    """An agent session's working set: show, record calls, export and import."""
+
+
+@cli.command("mcp")
+@click.option("--http", "http_port", type=int, default=None, metavar="PORT",
+              help="Serve streamable HTTP on this port (default: stdio)")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--profile", default=None, help="Agent profile of every session served")
+@redis_option
+@tenant_option
+@click.pass_context
+def mcp_cmd(ctx: click.Context, http_port: int | None, host: str, profile: str | None,
+            redis_url: str | None, tenant: str | None) -> None:
+    """Serve discover_capabilities as an MCP server (stdio, or streamable HTTP with --http);
+    each MCP session is a capdisc session."""
+    from capdisc_producers.mcp_server import serve
+
+    settings, _connection = _connect(ctx, redis_url)
+    serve(settings, tenant=tenant or settings.tenant, profile=profile, host=host,
+          port=http_port)
+
+
+@session.command("show")
+@click.argument("session_id")
+@redis_option
+@tenant_option
+@json_option
+@click.pass_context
+def session_show(ctx: click.Context, session_id: str, redis_url: str | None,
+                 tenant: str | None, as_json: bool) -> None:
+    """The working set: bound capabilities with their last use, and the always-include ones."""
+    working = _session_client(ctx, redis_url, tenant, lambda c: c.working_set(session_id))
+    if as_json:
+        click.echo(json.dumps(working, indent=2))
+        return
+    click.echo(f"session {working['session']} (profile {working['profile'] or 'none'})")
+    click.echo(f"always include: {', '.join(working['always_include']) or 'nothing'}")
+    for entry in working["bound"]:
+        age_s = max(0, int(time.time() - entry["last_used_ms"] / 1000))
+        click.echo(f"  {entry['id']:<40} last used {age_s} s ago, used {entry['use_count']}x")
+
+
+@session.command("call")
+@click.argument("session_id")
+@click.argument("tool_id")
+@click.option("--args", "arguments", default=None, help="The call's arguments as JSON")
+@redis_option
+@tenant_option
+@json_option
+@click.pass_context
+def session_call(ctx: click.Context, session_id: str, tool_id: str, arguments: str | None,
+                 redis_url: str | None, tenant: str | None, as_json: bool) -> None:
+    """Record that the agent executed TOOL_ID (the loop guard may take it away)."""
+    try:
+        parsed = json.loads(arguments) if arguments else None
+    except ValueError as exc:
+        _fail(f"--args is not valid JSON: {exc}")
+    outcome = _session_client(ctx, redis_url, tenant,
+                              lambda c: c.record_tool_call(session_id, tool_id, parsed))
+    if as_json:
+        click.echo(json.dumps(outcome, indent=2))
+        return
+    if outcome["loop_detected"]:
+        click.echo(f"loop detected; {tool_id} {'evicted' if outcome['evicted'] else 'kept'}: "
+                   f"{outcome['guidance']}")
+    else:
+        click.echo(f"recorded {tool_id}")
+
+
+@session.command("export")
+@click.argument("session_id")
+@redis_option
+@tenant_option
+@click.pass_context
+def session_export(ctx: click.Context, session_id: str, redis_url: str | None,
+                   tenant: str | None) -> None:
+    """Print the working set as JSON (for `capdisc session import`)."""
+    exported = _session_client(ctx, redis_url, tenant, lambda c: c.export_session(session_id))
+    click.echo(json.dumps(exported, indent=2))
+
+
+@session.command("import")
+@click.argument("session_id")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@redis_option
+@tenant_option
+@click.pass_context
+def session_import(ctx: click.Context, session_id: str, path: Path, redis_url: str | None,
+                   tenant: str | None) -> None:
+    """Start SESSION_ID with the working set exported to PATH (a subagent, a compaction)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        _fail(f"{path} is not an exported session: {exc}")
+    working = _session_client(ctx, redis_url, tenant,
+                              lambda c: c.import_session(session_id, data))
+    click.echo(f"session {session_id}: {len(working['bound'])} capabilities bound")
+
+
+def _session_client(ctx: click.Context, redis_url: str | None, tenant: str | None,
+                    action: Any) -> Any:
+    settings, connection = _connect(ctx, redis_url)
+    with Client(connection, tenant=tenant or settings.tenant,
+                timeout_s=settings.discover_timeout_s) as client:
+        try:
+            return action(client)
+        except CapdiscError as exc:
+            _fail(str(exc))
 
 
 @cli.command()

@@ -9,16 +9,22 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 
-from capdisc import keys
+from capdisc import keys, sessions
 from capdisc.agent import metatool_result
-from capdisc.errors import CapdiscError, DiscoveryTimeout, UnknownTenantError
+from capdisc.errors import (
+    CapdiscError,
+    DiscoveryTimeout,
+    SessionNotFoundError,
+    UnknownTenantError,
+)
 from capdisc.metatool import parse_metatool_arguments
-from capdisc.protocol import DiscoverRequest
+from capdisc.protocol import DiscoverRequest, SessionRequest
 from capdisc.status import collect_status
 
 #: Longest single blocking read; keeps every wait under redis-py's socket timeout.
@@ -42,6 +48,9 @@ class Answer:
     took_ms: float = 0.0
     #: Category -> workflow guidance for the categories found (seed 003).
     workflow_hints: dict[str, str] = field(default_factory=dict)
+    #: In a session: ``id``, ``bound`` (the working set), ``added``, ``evicted``,
+    #: ``redundant_search`` and its ``note``, and ``installable`` capabilities when few fit.
+    session: dict[str, Any] | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -56,10 +65,13 @@ class Client:
     """Connects by URL (or takes a Redis connection) and talks to the discovery workers."""
 
     def __init__(self, connection: redis.Redis, *, tenant: str = "default",
-                 timeout_s: float = 5.0) -> None:
+                 timeout_s: float = 5.0, resend_after_s: float = 3.0) -> None:
         self.redis = connection
         self.tenant = tenant
         self.timeout_s = timeout_s
+        #: Unanswered this long, a request is sent again under the same id (a worker died
+        #: holding it); it is answered once and changes a session once.
+        self.resend_after_s = resend_after_s
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> Client:
@@ -69,22 +81,89 @@ class Client:
                  category: str | None = None, tags: list[str] | None = None,
                  only_available: bool = False, min_version: int = 0,
                  options: dict[str, Any] | None = None, tool_format: str | None = None,
-                 tenant: str | None = None, timeout_s: float | None = None) -> Answer:
+                 tenant: str | None = None, timeout_s: float | None = None,
+                 session: str | None = None, profile: str | None = None,
+                 request_id: str | None = None) -> Answer:
         """The capabilities this turn needs, filtered by ``kind``, ``category``, ``tags`` and
         availability. ``options`` overrides discovery settings for this call (for example
-        ``{"tier1_top_k": 8}``); ``min_version`` waits until that index version is served;
-        ``tool_format`` (``openai-chat``, ``openai-responses``, ``anthropic``, ``mcp``) adds the
-        discovered tools' definitions, plus the meta-tool, to the answer."""
+        ``{"tier1_top_k": 8}``); ``min_version`` waits (up to the worker's
+        ``discover_timeout_s``) until that index version is served, ``answer.index_version``
+        says which one answered; ``tool_format`` (``openai-chat``, ``openai-responses``,
+        ``anthropic``, ``mcp``) adds tool definitions, plus the meta-tool, to the answer: this
+        turn's matches, or in a ``session`` its whole working set. In a session the matches
+        join the working set (``answer.session``); ``profile`` names an agent profile."""
         request = DiscoverRequest(query=query, tenant=tenant or self.tenant, limit=limit,
                                   kind=kind, category=category, tags=list(tags or []),
                                   only_available=only_available, min_version=min_version,
-                                  tool_format=tool_format, options=options or {})
-        timeout = timeout_s if timeout_s is not None else self.timeout_s
-        deadline_ms = int((time.time() + timeout) * 1000)
-        self.redis.xadd(keys.DISCOVERY_REQUESTS,
-                        {"payload": request.encode(), "deadline_ms": deadline_ms})
-        raw = self._wait_reply(request.request_id, timeout)
+                                  tool_format=tool_format, options=options or {},
+                                  session=session, profile=profile,
+                                  **({"request_id": request_id} if request_id else {}))
+        raw = self._request({"payload": request.encode()}, request.request_id, timeout_s)
         return _answer(raw, request)
+
+    def record_tool_call(self, session: str, tool_id: str, arguments: Any = None, *,
+                         tenant: str | None = None, request_id: str | None = None
+                         ) -> dict[str, Any]:
+        """Record that the agent executed ``tool_id``: ``loop_detected``, ``evicted`` and
+        ``guidance`` say whether the loop guard took the tool away (the call did run)."""
+        return self._session_op("call", session, tenant, request_id, tool_id=tool_id,
+                                arguments=arguments)
+
+    def working_set(self, session: str, *, tenant: str | None = None) -> dict[str, Any]:
+        """The session's working set: ``bound`` ids with first-seen, last-used and use count,
+        ``always_include``, ``loop_evicted``."""
+        working: dict[str, Any] = self._session_op("show", session, tenant)["working_set"]
+        return working
+
+    def export_session(self, session: str, *, tenant: str | None = None) -> dict[str, Any]:
+        """The working set, to hand to a subagent or carry across a context compaction."""
+        exported: dict[str, Any] = self._session_op("export", session, tenant)["session"]
+        return exported
+
+    def import_session(self, session: str, data: dict[str, Any], *,
+                       tenant: str | None = None) -> dict[str, Any]:
+        """Start (or replace) ``session`` with an exported working set; its working set."""
+        working: dict[str, Any] = self._session_op("import", session, tenant,
+                                                   data=data)["working_set"]
+        return working
+
+    def watch_session(self, session: str, *, tenant: str | None = None, after: str = "0-0",
+                      stop: Callable[[], bool] = lambda: False) -> Iterator[dict[str, str]]:
+        """Every change to the session's working set, in order, as it happens (``bound``,
+        ``refreshed``, ``evicted``, ``restored``, ``loop_detected``, ``redundant_search``,
+        ``imported``), from stream id ``after``; ends when ``stop()`` is true."""
+        return sessions.follow(self.redis, tenant or self.tenant, session, after, stop)
+
+    def _session_op(self, op: str, session: str, tenant: str | None,
+                    request_id: str | None = None, **fields: Any) -> dict[str, Any]:
+        if request_id:
+            fields["request_id"] = request_id
+        request = SessionRequest(op=op, session=session,  # type: ignore[arg-type]
+                                 tenant=tenant or self.tenant, **fields)
+        raw = self._request({"op": "session", "payload": request.encode()}, request.request_id,
+                            None)
+        if "error" in raw:
+            if raw["error"] == "SessionNotFoundError":
+                raise SessionNotFoundError(raw["message"])
+            raise CapdiscError(f"session request failed ({raw['error']}): {raw['message']}")
+        return raw
+
+    def _request(self, fields: dict[str, str], request_id: str, timeout_s: float | None
+                 ) -> dict[str, Any]:
+        """Send a request and wait for its reply, sending it again (same id) whenever
+        ``resend_after_s`` passes unanswered, until the timeout."""
+        timeout = timeout_s if timeout_s is not None else self.timeout_s
+        deadline = time.monotonic() + timeout
+        entry: dict[Any, Any] = {**fields, "deadline_ms": int((time.time() + timeout) * 1000)}
+        while (remaining := deadline - time.monotonic()) > 0:
+            self.redis.xadd(keys.DISCOVERY_REQUESTS, entry)
+            reply = self._wait_reply(request_id, min(remaining, self.resend_after_s))
+            if reply is not None:
+                return reply
+        workers = [w for w in collect_status(self.redis)["workers"] if w["kind"] == "discovery"]
+        raise DiscoveryTimeout(f"no discovery worker answered within {timeout:.1f} s "
+                               f"({len(workers)} discovery worker(s) seen alive); start one "
+                               "with `make up` or `python -m capdisc_workers.discovery`")
 
     def handle_metatool_call(self, arguments: str | dict[str, Any], *,
                              tool_format: str | None = None, tenant: str | None = None,
@@ -114,7 +193,7 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _wait_reply(self, request_id: str, timeout_s: float) -> dict[str, Any]:
+    def _wait_reply(self, request_id: str, timeout_s: float) -> dict[str, Any] | None:
         deadline = time.monotonic() + timeout_s
         while (remaining := deadline - time.monotonic()) > 0:
             popped = self.redis.blpop([keys.reply(request_id)],
@@ -122,10 +201,7 @@ class Client:
             if popped:
                 reply: dict[str, Any] = json.loads(popped[1])
                 return reply
-        workers = [w for w in collect_status(self.redis)["workers"] if w["kind"] == "discovery"]
-        raise DiscoveryTimeout(f"no discovery worker answered within {timeout_s:.1f} s "
-                               f"({len(workers)} discovery worker(s) seen alive); start one "
-                               "with `make up` or `python -m capdisc_workers.discovery`")
+        return None
 
 
 def _answer(raw: dict[str, Any], request: DiscoverRequest) -> Answer:
@@ -138,4 +214,5 @@ def _answer(raw: dict[str, Any], request: DiscoverRequest) -> Answer:
                   abstained=raw.get("abstained", False), tokens=raw.get("tokens", {}),
                   tools=raw.get("tools", []), tool_names=raw.get("tool_names", {}),
                   worker=raw.get("worker", ""), took_ms=raw.get("took_ms", 0.0),
-                  workflow_hints=raw.get("workflow_hints", {}), raw=raw)
+                  workflow_hints=raw.get("workflow_hints", {}), session=raw.get("session"),
+                  raw=raw)

@@ -32,6 +32,8 @@ class Query:
     text: str
     limit: int | None = None
     filters: SearchFilters = field(default_factory=SearchFilters)
+    #: Capabilities ranked first whenever they are relevant (an agent profile's expert tools).
+    prefer: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -131,14 +133,15 @@ def rank(snapshot: IndexSnapshot, query: Query, query_vector: Vector, config: Di
     retrieved = snapshot.retriever.search(query.text, query_vector, limit * CANDIDATE_FACTOR,
                                           query.filters, config, embed)
     matches = () if retrieved.abstained else _rank(snapshot, retrieved.hits, config, limit,
-                                                   retrieved.exact_match)
+                                                   retrieved.exact_match, query.prefer)
     return Ranking(matches, retrieved.abstained)
 
 
 def _rank(snapshot: IndexSnapshot, hits: tuple[Hit, ...], config: DiscoveryConfig,
-          limit: int, exact: str | None) -> tuple[Match, ...]:
+          limit: int, exact: str | None, prefer: frozenset[str] = frozenset()
+          ) -> tuple[Match, ...]:
     """Hits above the minimum relevance, re-ranked on the graph; a capability the query named
-    stays first whatever its relevance."""
+    stays first whatever its relevance, then the preferred (expert) ones."""
     relevant = [h for h in hits if h.relevance >= config.tier1_min_relevance or h.id == exact]
     relevance = {h.id: h.relevance for h in relevant}
     if config.use_graph_reranking and relevant:
@@ -147,8 +150,8 @@ def _rank(snapshot: IndexSnapshot, hits: tuple[Hit, ...], config: DiscoveryConfi
         triples = [(r.id, r.score, r.reason) for r in ordered]
     else:
         triples = [(h.id, h.score, "") for h in relevant]
-    if exact is not None:
-        triples.sort(key=lambda t: t[0] != exact)  # stable: the rest keep their order
+    if exact is not None or prefer:
+        triples.sort(key=lambda t: (t[0] != exact, t[0] not in prefer))  # stable
     caps = snapshot.capabilities
     return tuple(Match(caps[i], score, relevance.get(i, 0.0), reason=reason)
                  for i, score, reason in triples[:limit] if i in caps)

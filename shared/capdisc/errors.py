@@ -63,3 +63,8 @@ class RedisUnavailableError(CapdiscError):
 class MCPImportError(CapdiscError):
     """An MCP server could not be reached or did not list its tools; check the URL or command
     (``capdisc import mcp --url URL | --command CMD``)."""
+
+
+class SessionNotFoundError(CapdiscError):
+    """No such session (never created, or expired). A session starts with a discovery in it or
+    an import; check the session id and the tenant."""

@@ -34,13 +34,19 @@ class SearchFilters:
     only_available: bool = False
     #: Capabilities never to return (already bound, or removed for a "nothing fits" test).
     exclude_ids: frozenset[str] = frozenset()
+    #: Only these may be returned (an agent profile's allowlist); None: any.
+    include_ids: frozenset[str] | None = None
+    #: Only capabilities not available yet (offered as installable).
+    only_installable: bool = False
 
     def admits(self, cap: Capability) -> bool:
         return ((self.kind is None or cap.kind == self.kind)
                 and (self.category is None or cap.category == self.category)
                 and all(tag in cap.tags for tag in self.tags)
                 and (cap.available or not self.only_available)
-                and cap.id not in self.exclude_ids)
+                and not (cap.available and self.only_installable)
+                and cap.id not in self.exclude_ids
+                and (self.include_ids is None or cap.id in self.include_ids))
 
 
 @dataclass(frozen=True)
@@ -83,7 +89,8 @@ class HybridRetriever:
         found = self.index.search(query, query_vector, k, kind=filters.kind,
                                   category=filters.category, tags=filters.tags,
                                   only_available=filters.only_available,
-                                  exclude=filters.exclude_ids, embed=embed,
+                                  exclude=filters.exclude_ids, include=filters.include_ids,
+                                  only_installable=filters.only_installable, embed=embed,
                                   config=self.retrieval_config(config))
         hits = tuple(Hit(e.capability_id, e.score, e.relevance) for e in found.entries)
         return Retrieved(hits, found.abstained, found.exact_match)

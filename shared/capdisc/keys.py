@@ -18,6 +18,12 @@ key                                       type     what it holds
 ``capdisc:t:{t}:reindex:{job}:done``      set      batch numbers of that reindex already built
 ``capdisc:t:{t}:vectors:{m}~{job}``       hash     the reindex's staging vectors (renamed over
                                                    the live ones at the swap)
+``capdisc:t:{t}:source:{h}``             set      ids of the capabilities stored from one source
+                                                   (``{h}``: a hash of the source's name)
+``capdisc:t:{t}:session:{s}``            string   session ``{s}``'s working set and guard memory
+                                                   (JSON; expires max_age_s after creation)
+``capdisc:t:{t}:session:{s}:events``     stream   every change to that working set, in order
+``capdisc:t:{t}:sessions``                zset     live session ids by last activity (bounded)
 ``capdisc:t:{t}:manifest_errors``         hash     manifest path -> last rejection message
 ``capdisc:emb:{m}``                       hash     sha256 of embedding text -> vector bytes (cache)
 ``capdisc:qv:{sha}``                      string   a turn's query and sub-query vectors, shared by
@@ -42,6 +48,8 @@ key                                       type     what it holds
 """
 
 from __future__ import annotations
+
+import hashlib
 
 PREFIX = "capdisc"
 
@@ -122,6 +130,27 @@ def reindex_done(tenant: str, job: str) -> str:
 def staging_space(space_id: str, job: str) -> str:
     """The vector space a reindex ``job`` builds into, beside the live ``space_id``."""
     return f"{space_id}~{job}"
+
+
+def source_ids(tenant: str, source: str) -> str:
+    """Set: ids of the capabilities stored from ``source`` (a directory, jsonl:PATH, ...)."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    return f"{PREFIX}:t:{tenant}:source:{digest}"
+
+
+def session(tenant: str, session_id: str) -> str:
+    """String: one session's state (JSON)."""
+    return f"{PREFIX}:t:{tenant}:session:{session_id}"
+
+
+def session_events(tenant: str, session_id: str) -> str:
+    """Stream: one session's working-set changes."""
+    return f"{PREFIX}:t:{tenant}:session:{session_id}:events"
+
+
+def sessions(tenant: str) -> str:
+    """Sorted set: live session ids, scored by last activity (ms)."""
+    return f"{PREFIX}:t:{tenant}:sessions"
 
 
 def manifest_errors(tenant: str) -> str:

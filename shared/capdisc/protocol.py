@@ -7,9 +7,10 @@ on a per-request list the client blocks on (``capdisc:reply:{request_id}``).
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from capdisc.errors import EventDecodeError
 from capdisc.formats import TOOL_FORMATS
@@ -17,6 +18,7 @@ from capdisc.models import KINDS
 
 MAX_QUERY_CHARS = 4096
 MAX_REQUEST_BYTES = 64 * 1024
+SESSION_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,10 @@ class DiscoverRequest:
     tool_format: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    #: The agent session this turn belongs to: found capabilities join its working set.
+    session: str | None = None
+    #: The agent profile (allowlist, expert tools, budgets) of the session.
+    profile: str | None = None
 
     def encode(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"), ensure_ascii=False)
@@ -70,6 +76,59 @@ def _check(request: DiscoverRequest) -> None:
                                f"{', '.join(TOOL_FORMATS)}, got {request.tool_format!r}")
     if not isinstance(request.options, dict):
         raise EventDecodeError("discovery request field 'options' must be an object")
+    _check_session(request.session, request.profile, "discovery request")
+
+
+def _check_session(session: Any, profile: Any, what: str) -> None:
+    if session is not None and not (isinstance(session, str)
+                                    and SESSION_RE.fullmatch(session)):
+        raise EventDecodeError(f"{what} field 'session' must be 1-128 letters, digits or "
+                               "'._:-' characters")
+    if profile is not None and not isinstance(profile, str):
+        raise EventDecodeError(f"{what} field 'profile' must be a string")
+
+
+SessionOp = Literal["call", "show", "export", "import"]
+SESSION_OPS: tuple[SessionOp, ...] = ("call", "show", "export", "import")
+
+
+@dataclass(frozen=True)
+class SessionRequest:
+    """A request about a session's working set: record an executed tool call, show, export
+    or import it. Served by the discovery workers, which own the session policy."""
+
+    op: SessionOp
+    session: str
+    tenant: str = "default"
+    tool_id: str | None = None
+    arguments: Any = None
+    data: dict[str, Any] | None = None
+    profile: str | None = None
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def encode(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"), ensure_ascii=False)
+
+    @classmethod
+    def decode(cls, data: str | bytes) -> SessionRequest:
+        if len(data) > MAX_REQUEST_BYTES:
+            raise EventDecodeError(f"session request is {len(data)} bytes, the limit is "
+                                   f"{MAX_REQUEST_BYTES}")
+        try:
+            request = cls(**json.loads(data))
+        except (ValueError, TypeError) as exc:
+            raise EventDecodeError(f"session request is malformed: {exc}") from exc
+        if request.op not in SESSION_OPS:
+            raise EventDecodeError(f"session request field 'op' must be one of "
+                                   f"{', '.join(SESSION_OPS)}, got {request.op!r}")
+        if request.session is None:
+            raise EventDecodeError("session request field 'session' is required")
+        _check_session(request.session, request.profile, "session request")
+        if request.op == "call" and not (isinstance(request.tool_id, str) and request.tool_id):
+            raise EventDecodeError("session request field 'tool_id' is required for a call")
+        if request.op == "import" and not isinstance(request.data, dict):
+            raise EventDecodeError("session request field 'data' must be an exported session")
+        return request
 
 
 def error_reply(request_id: str, error: str, message: str) -> dict[str, Any]:

@@ -71,10 +71,13 @@ def decide(
     return "upsert"
 
 
-def coalesce_window_s(last_build_s: float, cap_s: float = 2.0) -> float:
-    """How long a discovery worker gathers more change records before rebuilding: as long as
-    its last rebuild took (so rebuilding takes at most about half of a burst), at most
-    ``cap_s``."""
+def coalesce_window_s(last_build_s: float, idle_s: float = 0.0, cap_s: float = 2.0) -> float:
+    """How long a discovery worker gathers more change records before rebuilding. After
+    ``idle_s`` of no rebuild at least as long as the last one took, none: an isolated edit is
+    served at once. In a burst, as long as the last rebuild took (so rebuilding takes at most
+    about half of it), at most ``cap_s``."""
+    if idle_s >= last_build_s:
+        return 0.0
     return max(0.0, min(cap_s, last_build_s))
 
 

@@ -376,6 +376,7 @@ class RetrievalIndex:
     def search(self, query: str, query_vector: Vector, k: int, *, kind: str | None = None,
                category: str | None = None, tags: Collection[str] = (),
                only_available: bool = False, exclude: Collection[str] = (),
+               include: Collection[str] | None = None, only_installable: bool = False,
                embed: QueryEmbed | None = None,
                config: RetrievalConfig = DEFAULT_CONFIG) -> RetrievalResult:
         """The ``k`` best capabilities for ``query`` among those the filters allow.
@@ -384,6 +385,10 @@ class RetrievalIndex:
         ``config.decompose`` off, the query is not decomposed).
         """
         allowed = self._allowed(kind, category, tags, only_available, exclude)
+        if include is not None:
+            allowed &= self._only(include)
+        if only_installable:
+            allowed &= ~self.available
         if k <= 0 or not allowed.any():
             return RetrievalResult((), abstained=True)
         vector = np.asarray(query_vector, dtype=np.float32).reshape(-1)
@@ -513,6 +518,12 @@ class RetrievalIndex:
             if row is not None:
                 allowed[row] = False
         return allowed
+
+    def _only(self, ids: Collection[str]) -> BoolArray:
+        mask = np.zeros(len(self.ids), dtype=bool)
+        rows = [self.rows[i] for i in ids if i in self.rows]
+        mask[rows] = True
+        return mask
 
 
 def _quantile(ordered: tuple[float, ...], q: float) -> float:

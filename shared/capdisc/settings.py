@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from capdisc.errors import ConfigError, ManifestError
 from capdisc.safeyaml import load_mapping
+from capdisc.session import SessionPolicy
 
 ENV_PREFIX = "CAPDISC_"
 SETTINGS_FILE_ENV = "CAPDISC_SETTINGS_FILE"
@@ -88,6 +89,9 @@ class Settings(BaseModel):
     event_max_bytes: int = Field(1024 * 1024, ge=1024)
     watch_debounce_ms: int = Field(500, ge=0)
     discover_timeout_s: float = Field(5.0, gt=0)
+    #: A request read by a discovery worker and not answered for this long is served by
+    #: another (the first one died or hangs); well above a turn's worst time.
+    claim_idle_ms: int = Field(10_000, ge=100)
     reply_ttl_s: int = Field(60, ge=1)
     heartbeat_interval_s: float = Field(2.0, gt=0)
     worker_stale_after_s: float = Field(10.0, gt=0)
@@ -105,6 +109,9 @@ class Settings(BaseModel):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["json", "console"] = "json"
     discovery: DiscoveryConfig = Field(default_factory=DiscoveryConfig)
+    #: Sessions, loop and redundant-search guards, agent profiles (the settings file's
+    #: ``sessions:`` section).
+    sessions: SessionPolicy = Field(default_factory=SessionPolicy)
 
     @classmethod
     def load(
@@ -120,7 +127,7 @@ class Settings(BaseModel):
                               "discovery options")
         discovery = dict(discovery)
         for name in cls.model_fields:
-            if name != "discovery" and f"{ENV_PREFIX}{name.upper()}" in env:
+            if name not in ("discovery", "sessions") and f"{ENV_PREFIX}{name.upper()}" in env:
                 values[name] = env[f"{ENV_PREFIX}{name.upper()}"]
         for name in DiscoveryConfig.model_fields:
             if f"{ENV_PREFIX}{name.upper()}" in env:

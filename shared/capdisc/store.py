@@ -170,6 +170,7 @@ def _write(
         record = StoredRecord(capability.to_dict(), event.seq, capability.content_hash,
                               event.occurred_at_ms)
         pipe.hset(keys.caps(tenant), cap_id, json.dumps(record.to_dict()))
+        _index_source(pipe, tenant, cap_id, stored, record)
     if decision not in ("upsert", "delete", "reindex"):
         return version
     version += 1
@@ -178,12 +179,14 @@ def _write(
         record = StoredRecord(capability.to_dict(), seq, capability.content_hash,
                               int(time.time() * 1000))
         pipe.hset(keys.caps(tenant), cap_id, json.dumps(record.to_dict()))
+        _index_source(pipe, tenant, cap_id, stored, record)
         for space in spaces.write_targets():
             pipe.hset(keys.vectors(tenant, space), cap_id, vector)
         pipe.setnx(keys.space(tenant), spaces.own)
         pipe.hdel(keys.tombstones(tenant), cap_id)
     else:
         pipe.hdel(keys.caps(tenant), cap_id)
+        _index_source(pipe, tenant, cap_id, stored, None)
         for space in spaces.delete_targets():
             pipe.hdel(keys.vectors(tenant, space), cap_id)
     pipe.set(keys.version(tenant), version)
@@ -349,6 +352,15 @@ def repair_plan(client: Redis, tenant: str, default_space: str) -> RepairPlan | 
     return plan
 
 
+def _index_source(pipe: Any, tenant: str, cap_id: str, old: StoredRecord | None,
+                  new: StoredRecord | None) -> None:
+    """Keep the per-source id sets (:func:`stored_by_source` reads one, not every record)."""
+    if old is not None and (new is None or old.source != new.source):
+        pipe.srem(keys.source_ids(tenant, old.source), cap_id)
+    if new is not None:
+        pipe.sadd(keys.source_ids(tenant, new.source), cap_id)
+
+
 def _read_record(client: Any, tenant: str, cap_id: str) -> StoredRecord | None:
     raw = client.hget(keys.caps(tenant), cap_id)
     return StoredRecord.from_dict(json.loads(raw)) if raw else None
@@ -417,11 +429,13 @@ def read_records(client: Redis, tenant: str, ids: list[str], embedder_id: str
 
 def stored_by_source(client: Redis, tenant: str, source: str) -> dict[str, StoredRecord]:
     """The stored records that came from ``source`` (a registry directory, an MCP server)."""
+    ids = sorted(as_str(i) for i in client.smembers(keys.source_ids(tenant, source)))
     records = {}
-    for key, value in client.hgetall(keys.caps(tenant)).items():
-        record = StoredRecord.from_dict(json.loads(value))
-        if record.source == source:
-            records[as_str(key)] = record
+    for cap_id, value in zip(ids, client.hmget(keys.caps(tenant), ids) if ids else [],
+                             strict=True):
+        record = StoredRecord.from_dict(json.loads(value)) if value else None
+        if record is not None and record.source == source:
+            records[cap_id] = record
     return records
 
 

@@ -181,11 +181,17 @@ def test_indexing_retries_back_off_doubling_to_a_cap(attempt: int, expected: flo
     assert retry_delay_s(attempt) == expected
 
 
-@pytest.mark.parametrize(("last_build_s", "expected"), [(0.0, 0.0), (0.004, 0.004), (0.8, 0.8),
-                                                        (5.0, 2.0), (-1.0, 0.0)])
-def test_the_coalescing_window_follows_the_last_rebuild_up_to_a_cap(
-        last_build_s: float, expected: float) -> None:
-    assert coalesce_window_s(last_build_s) == expected
+@pytest.mark.parametrize(("last_build_s", "idle_s", "expected"), [
+    pytest.param(0.0, 0.0, 0.0, id="instant-builds"),
+    pytest.param(0.004, 0.001, 0.004, id="burst-small"),
+    pytest.param(0.8, 0.1, 0.8, id="burst"),
+    pytest.param(5.0, 0.0, 2.0, id="burst-capped"),
+    pytest.param(0.8, 0.8, 0.0, id="isolated-edit-served-at-once"),
+    pytest.param(0.8, 30.0, 0.0, id="after-idle"),
+])
+def test_the_coalescing_window_follows_the_last_rebuild_in_bursts_only(
+        last_build_s: float, idle_s: float, expected: float) -> None:
+    assert coalesce_window_s(last_build_s, idle_s) == expected
 
 
 # -- plan_repair ---------------------------------------------------------------------------------

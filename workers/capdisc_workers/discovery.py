@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
 import redis
@@ -24,21 +25,25 @@ import structlog
 from capdisc import keys, status
 from capdisc.agent import list_discovered_tools
 from capdisc.embedding import CachedQueryEmbedder, Matrix, embedder_for, embedder_for_id
-from capdisc.engine import Query, discover, embed_turn
+from capdisc.engine import DiscoveryResult, Match, Query, discover, embed_turn, rank
 from capdisc.errors import CapdiscError, EventDecodeError
 from capdisc.index import IndexSnapshot, SearchFilters
 from capdisc.logs import configure_logging
 from capdisc.models import Capability
 from capdisc.probes import PROBES
-from capdisc.protocol import DiscoverRequest, error_reply
+from capdisc.protocol import DiscoverRequest, SessionRequest, error_reply
 from capdisc.registry import coalesce_window_s
-from capdisc.settings import Settings
+from capdisc.session import allowed_ids
+from capdisc.settings import DiscoveryConfig, Settings
 from capdisc.store import as_str, read_records, read_snapshot
 from capdisc.text import embedder_id_of, vector_space
+from capdisc_workers.sessions import SessionService, bound_tools
 
 log = structlog.get_logger("capdisc.discovery")
 BLOCK_MS = 1000
 BATCH = 16
+#: How often a worker looks for requests a dead worker left pending.
+CLAIM_EVERY_S = 0.5
 #: Approximate length the served stream is trimmed to.
 SERVED_MAXLEN = 10_000
 
@@ -112,11 +117,14 @@ class DiscoveryWorker:
         self.failed: dict[str, int] = {}
         self._lock = threading.Lock()
         self.indexes = Indexes()
+        self.sessions = SessionService(connection, settings.sessions)
         self.worker_id = f"discovery@{socket.gethostname()}:{os.getpid()}"
         self.stop = threading.Event()
         self.changes_id = "0-0"
         #: How long the last snapshot rebuild took: the coalescing window of the next burst.
         self.last_build_s = 0.0
+        #: When the last rebuild ended (monotonic): a burst is rebuilds back to back.
+        self.last_build_end = 0.0
 
     # -- loading and hot reload ----------------------------------------------------------------
 
@@ -166,6 +174,7 @@ class DiscoveryWorker:
         index = IndexSnapshot.build(tenant, snap.version, queries.inner.dim, entries,
                                     embedder_id, probes=self._probes[embedder_id])
         self.last_build_s = time.monotonic() - started
+        self.last_build_end = time.monotonic()
         self.spaces[tenant] = snap.space
         self._swap_in(index)
         log.info("index_loaded", tenant=tenant, index_version=index.version,
@@ -216,7 +225,8 @@ class DiscoveryWorker:
         """During a burst, the change records that arrive within :func:`coalesce_window_s`
         of the last rebuild's cost: many events, one rebuild (at most about half the time
         spent rebuilding however fast events come)."""
-        deadline = time.monotonic() + coalesce_window_s(self.last_build_s)
+        idle_s = time.monotonic() - self.last_build_end
+        deadline = time.monotonic() + coalesce_window_s(self.last_build_s, idle_s)
         more: list[tuple[str, dict[str, str]]] = []
         while (remaining := deadline - time.monotonic()) > 0.001 and len(more) < 50_000:
             batch: Any = client.xread({keys.CHANGES: after}, count=1000,
@@ -266,6 +276,7 @@ class DiscoveryWorker:
         started = time.monotonic()
         self._swap_in(current.with_changes(version, upserts, deletes))
         self.last_build_s = time.monotonic() - started
+        self.last_build_end = time.monotonic()
         log.info("index_updated", tenant=tenant, index_version=version, upserts=len(upserts),
                  deletes=len(deletes))
 
@@ -294,12 +305,32 @@ class DiscoveryWorker:
         except redis.ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
+        last_claim = 0.0
         while not self.stop.is_set():
             batch: Any = self.redis.xreadgroup(keys.DISCOVERY_GROUP, self.worker_id,
                                           {keys.DISCOVERY_REQUESTS: ">"}, count=BATCH,
                                           block=BLOCK_MS)
             for _stream, entries in batch or []:
                 self._handle_batch(entries)
+            if time.monotonic() - last_claim >= CLAIM_EVERY_S:
+                last_claim = time.monotonic()
+                self._reclaim()
+
+    def _reclaim(self) -> None:
+        """Answer the requests a dead (or stuck) worker read and never acknowledged: pending
+        longer than ``claim_idle_ms``, they are claimed (XAUTOCLAIM) and served here. A request
+        served twice changes a session once (its request id is remembered)."""
+        try:
+            claimed: Any = self.redis.xautoclaim(
+                keys.DISCOVERY_REQUESTS, keys.DISCOVERY_GROUP, self.worker_id,
+                min_idle_time=self.settings.claim_idle_ms, start_id="0-0", count=BATCH)
+        except redis.RedisError as exc:
+            log.warning("reclaim_failed", error=str(exc))
+            return
+        entries = [e for e in claimed[1] if e and e[1]]  # deleted entries come back empty
+        if entries:
+            log.info("requests_reclaimed", count=len(entries))
+            self._handle_batch(entries)
 
     def _handle_batch(self, entries: list[Any]) -> None:
         """Answer a batch of requests and send every reply, ack and delete in one round trip."""
@@ -325,14 +356,27 @@ class DiscoveryWorker:
         if deadline_ms and time.time() * 1000 > deadline_ms:
             return None
         try:
-            request = DiscoverRequest.decode(fields.get("payload", ""))
+            if fields.get("op") == "session":
+                reply = self.session_op(SessionRequest.decode(fields.get("payload", "")))
+            else:
+                reply = self.answer(DiscoverRequest.decode(fields.get("payload", "")),
+                                    deadline_ms)
         except EventDecodeError as exc:
             log.warning("request_rejected", reason=str(exc))
             request_id = _request_id(fields.get("payload", ""))
             return error_reply(request_id, "bad_request", str(exc)) if request_id else None
-        reply = self.answer(request, deadline_ms)
         reply["took_ms"] = round((time.perf_counter() - started) * 1000, 3)
         return reply
+
+    def session_op(self, request: SessionRequest) -> dict[str, Any]:
+        """Record a call, or show, export or import a session's working set."""
+        try:
+            reply = self.sessions.handle(request)
+        except CapdiscError as exc:
+            log.warning("session_request_failed", request_id=request.request_id,
+                        session=request.session, tenant=request.tenant, error=str(exc))
+            return error_reply(request.request_id, type(exc).__name__, str(exc))
+        return {**reply, "request_id": request.request_id, "worker": self.worker_id}
 
     def answer(self, request: DiscoverRequest, deadline_ms: int | None = None) -> dict[str, Any]:
         bound = log.bind(request_id=request.request_id, tenant=request.tenant)
@@ -342,20 +386,49 @@ class DiscoveryWorker:
                                f"tenant {request.tenant!r} has no registry; publish to it first "
                                "(capdisc publish PATH --tenant NAME)")
         try:
-            config = self.settings.discovery.merged(request.options)
+            profile = self.settings.sessions.profile(request.profile)
+            config = self.settings.discovery.merged({**profile.options, **request.options})
             queries = self.queries_for(snapshot.embedder_id or self.embedder.id)
             vector, embed = embed_turn(queries, request.query, config)
-            result = discover(snapshot, _query(request), vector, config, embed)
+            query = self._query(request)
+            result = discover(snapshot, query, vector, config, embed)
+            session = (self.sessions.after_discovery(
+                request, result, self._installable(snapshot, query, result, vector, config))
+                if request.session else None)
         except CapdiscError as exc:
             bound.warning("request_failed", error=str(exc))
             return error_reply(request.request_id, type(exc).__name__, str(exc))
         reply = result.to_dict()
         reply.update(request_id=request.request_id, worker=self.worker_id)
+        if session is not None:
+            reply["session"] = session
         if request.tool_format:
-            reply.update(list_discovered_tools(result, request.tool_format))  # type: ignore[arg-type]
+            fmt: Any = request.tool_format
+            reply.update(bound_tools(snapshot, session["bound"], fmt) if session is not None
+                         else list_discovered_tools(result, fmt))
         bound.debug("request_served", index_version=result.index_version,
                     matches=len(result.matches))
         return reply
+
+    def _query(self, request: DiscoverRequest) -> Query:
+        """The request's query; in a session or for a profile, limited to the profile's
+        allowlist, its expert tools first, and (in a session) to available capabilities."""
+        filters = SearchFilters(kind=request.kind, category=request.category,
+                                tags=tuple(request.tags),
+                                only_available=request.only_available or bool(request.session),
+                                include_ids=allowed_ids(self.settings.sessions, request.profile))
+        experts = frozenset(self.settings.sessions.profile(request.profile).expert_tools)
+        return Query(request.query, request.limit, filters, prefer=experts)
+
+    def _installable(self, snapshot: IndexSnapshot, query: Query, result: DiscoveryResult,
+                     vector: Any, config: DiscoveryConfig) -> list[Match]:
+        """When few available capabilities fit, the best not yet available ones (seed 002
+        section 10), offered apart from the matches."""
+        if len(result.matches) >= self.settings.sessions.installable_below:
+            return []
+        wanted = replace(query, filters=replace(query.filters, only_available=False,
+                                                only_installable=True))
+        return list(rank(snapshot, wanted, vector, config, 3).matches)
 
     def _snapshot_for(self, request: DiscoverRequest, deadline_ms: int | None
                       ) -> IndexSnapshot | None:
@@ -408,12 +481,6 @@ def _change_records(batch: Any) -> list[tuple[str, dict[str, str]]]:
 
 def _decode(fields: Any) -> dict[str, str]:
     return {as_str(k): as_str(v) for k, v in fields.items()}
-
-
-def _query(request: DiscoverRequest) -> Query:
-    filters = SearchFilters(kind=request.kind, category=request.category,
-                            tags=tuple(request.tags), only_available=request.only_available)
-    return Query(request.query, request.limit, filters)
 
 
 def _request_id(payload: str) -> str | None:

@@ -1,0 +1,129 @@
+"""The discovery worker's session side: a turn in a session binds what it found, a recorded
+call runs the loop guard, and show/export/import serve the working set. Policy is
+:mod:`capdisc.session`, storage :mod:`capdisc.sessions`; a request id already applied to a
+session returns its first outcome and changes nothing (exactly-once effects on an
+at-least-once path).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import redis
+
+from capdisc import formats
+from capdisc import session as policy_fns
+from capdisc import sessions as store
+from capdisc.engine import DiscoveryResult, Match
+from capdisc.errors import SessionNotFoundError
+from capdisc.index import IndexSnapshot
+from capdisc.protocol import DiscoverRequest, SessionRequest
+from capdisc.session import SessionEvent, SessionPolicy, SessionState
+
+Clock = Callable[[], int]
+
+
+def wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class SessionService:
+    """Session operations over one Redis connection and one policy."""
+
+    def __init__(self, connection: redis.Redis, policy: SessionPolicy,
+                 clock: Clock = wall_ms) -> None:
+        self.redis = connection
+        self.policy = policy
+        self.clock = clock
+
+    def after_discovery(self, request: DiscoverRequest, result: DiscoveryResult,
+                        installable: list[Match]) -> dict[str, Any]:
+        """Bind this turn's matches to the session and run the redundant-search guard."""
+        ids = [m.capability.id for m in result.matches]
+        now = self.clock()
+
+        def change(state: SessionState) -> tuple[SessionState, list[SessionEvent],
+                                                 dict[str, Any]]:
+            if request.request_id in state.applied:
+                return state, [], dict(state.applied[request.request_id])
+            state, bound_events = policy_fns.bind(state, ids, now, self.policy)
+            state, note, search_events = policy_fns.check_search(state, ids, now, self.policy)
+            outcome = {"id": state.session_id,
+                       "bound": policy_fns.bound_ids(state, self.policy),
+                       "added": [e.tool for e in bound_events if e.type in ("bound", "restored")],
+                       "evicted": [e.tool for e in bound_events if e.type == "evicted"],
+                       "redundant_search": note is not None, "note": note}
+            state = policy_fns.remember(state, request.request_id, outcome)
+            return state, bound_events + search_events, outcome
+
+        outcome = store.update(self.redis, request.tenant, str(request.session), change,
+                               self.policy, now, profile=request.profile,
+                               request_id=request.request_id)
+        if installable:
+            outcome["installable"] = [_installable(m) for m in installable]
+        return outcome
+
+    def handle(self, request: SessionRequest) -> dict[str, Any]:
+        """The reply to a call, show, export or import request."""
+        if request.op == "call":
+            return self._call(request)
+        if request.op == "import":
+            return self._import(request)
+        state = store.load(self.redis, request.tenant, request.session)
+        if state is None:
+            raise SessionNotFoundError(f"session {request.session!r} of tenant "
+                                       f"{request.tenant!r} does not exist (or expired)")
+        if request.op == "export":
+            return {"session": policy_fns.export(state)}
+        return {"working_set": policy_fns.working_set_view(state, self.policy)}
+
+    def _call(self, request: SessionRequest) -> dict[str, Any]:
+        now = self.clock()
+
+        def change(state: SessionState) -> tuple[SessionState, list[SessionEvent],
+                                                 dict[str, Any]]:
+            if request.request_id in state.applied:
+                return state, [], dict(state.applied[request.request_id])
+            state, outcome, events = policy_fns.record_call(
+                state, str(request.tool_id), request.arguments, now, self.policy)
+            result = outcome.to_dict()
+            return policy_fns.remember(state, request.request_id, result), events, result
+
+        return store.update(self.redis, request.tenant, request.session, change, self.policy,
+                            now, profile=request.profile, request_id=request.request_id)
+
+    def _import(self, request: SessionRequest) -> dict[str, Any]:
+        now = self.clock()
+
+        def change(state: SessionState) -> tuple[SessionState, list[SessionEvent],
+                                                 dict[str, Any]]:
+            if request.request_id in state.applied:
+                return state, [], dict(state.applied[request.request_id])
+            fresh, events = policy_fns.imported(request.data or {}, request.session, now,
+                                                self.policy)
+            fresh = replace(fresh, created_ms=state.created_ms)
+            result = {"working_set": policy_fns.working_set_view(fresh, self.policy)}
+            return policy_fns.remember(fresh, request.request_id, result), events, result
+
+        return store.update(self.redis, request.tenant, request.session, change, self.policy,
+                            now, profile=(request.data or {}).get("profile"),
+                            request_id=request.request_id)
+
+
+def bound_tools(snapshot: IndexSnapshot, bound: list[str], fmt: formats.ToolFormat
+                ) -> dict[str, Any]:
+    """Tool definitions of the whole working set (what the agent should have bound now), in
+    ``fmt``, plus the meta-tool."""
+    caps = [snapshot.capabilities[i] for i in bound if i in snapshot.capabilities]
+    names = formats.NameMap.for_format(fmt, formats.callable_capabilities(caps))
+    return {"tools": formats.list_discovered_tools(caps, fmt),
+            "tool_names": {name: cap_id for cap_id, name in names.items()}}
+
+
+def _installable(match: Match) -> dict[str, Any]:
+    cap = match.capability
+    return {"id": cap.id, "kind": cap.kind, "name": cap.name, "description": cap.description,
+            "relevance": round(match.relevance, 4), "installable": True}
