@@ -33,9 +33,14 @@ lint: install
 	$(VENV)/bin/mypy shared/capdisc workers/capdisc_workers producers/capdisc_producers
 
 bench: install
-	$(PY) benchmarks/change_to_served.py
-	$(PY) benchmarks/discovery_speed.py
 	$(PY) benchmarks/retrieval.py
+	$(PY) benchmarks/discovery_speed.py
+	$(PY) benchmarks/change_to_served.py
+	$(PY) benchmarks/bulk_import.py
+	$(PY) benchmarks/discovery_memory.py
+	$(PY) benchmarks/reliability.py
+	$(PY) benchmarks/session_overhead.py
+	$(PY) benchmarks/session_failover.py
 
 clean:
 	rm -rf $(VENV) .capdisc .pytest_cache .mypy_cache .ruff_cache

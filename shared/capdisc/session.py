@@ -37,8 +37,10 @@ GENERIC_LOOP_GUIDANCE = (
 REDUNDANT_SEARCH_NOTE = (
     "These tools are already bound from a recent search; use them, or search with a more "
     "specific request if you need different ones.")
-#: Request ids remembered per session, so a retried or redelivered request applies once.
-APPLIED_KEPT = 256
+#: Request ids remembered per session, so a retried or redelivered request applies once: an
+#: agent's turns in one session are sequential, and a retry or redelivery comes within
+#: seconds, so the last few dozen cover it while keeping the stored state small.
+APPLIED_KEPT = 32
 
 
 class AgentProfile(BaseModel):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from capdisc.session import (
+    APPLIED_KEPT,
     GENERIC_LOOP_GUIDANCE,
     REDUNDANT_SEARCH_NOTE,
     AgentProfile,
@@ -229,7 +230,8 @@ def test_remembered_request_ids_are_bounded() -> None:
     for number in range(300):
         state = remember(state, f"r{number}", {"n": number})
 
-    assert len(state.applied) == 256 and "r299" in state.applied and "r0" not in state.applied
+    assert len(state.applied) == APPLIED_KEPT
+    assert "r299" in state.applied and "r0" not in state.applied
 
 
 def test_export_then_import_reproduces_the_working_set() -> None:

@@ -1,0 +1,148 @@
+"""Exactly-once session effects while a discovery worker dies (issue 5, item 7).
+
+Starts the embedded stack plus a second discovery worker, publishes the example registry, and
+runs --turns session turns over --sessions sessions (each turn: a discovery in the session,
+then a recorded call of its best match with arguments unique to the turn). Midway one of the
+two discovery workers is killed with SIGKILL. Requests it held are answered anyway: the client
+re-sends an unanswered request under the same id, and the survivor reclaims requests left
+pending (XAUTOCLAIM). Checked afterwards, per session: every turn answered; each recorded call
+counted once (use count equals the calls made); each discovery applied once (the best match's
+bound/refreshed events equal the discoveries made).
+
+    .venv/bin/python benchmarks/session_failover.py [--turns 1000] [--sessions 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import redis
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _common import describe_ms
+from capdisc import keys
+from capdisc.client import Client
+from capdisc.settings import Settings
+from capdisc.status import live_workers
+from capdisc_producers.publisher import Publisher
+from capdisc_producers.stack import REDIS_ENV, Stack, running_stack
+from capdisc_producers.sync import sync_directory
+from session_overhead import QUERIES
+
+ROOT = Path(__file__).resolve().parents[1]
+DISCOVERY_ARGV = [sys.executable, "-m", "capdisc_workers.discovery"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=1000)
+    parser.add_argument("--sessions", type=int, default=20)
+    parser.add_argument("--kill-at", type=int, default=None, help="turn (default: middle)")
+    args = parser.parse_args()
+    env = {k: v for k, v in os.environ.items() if k != REDIS_ENV}
+    env.update(CAPDISC_CLAIM_IDLE_MS="2000", CAPDISC_HEARTBEAT_INTERVAL_S="0.2")
+    settings = Settings.load(env)
+    with tempfile.TemporaryDirectory() as tmp:
+        project = Path(tmp)
+        registry = project / "registry"
+        shutil.copytree(ROOT / "examples" / "registry", registry)
+        with running_stack(project, settings, env) as (stack, url):
+            ok = run(stack, url, settings, env, registry, args)
+    sys.exit(0 if ok else 1)
+
+
+def run(stack: Stack, url: str, settings: Settings, env: dict[str, str], registry: Path,
+        args: argparse.Namespace) -> bool:
+    connection = redis.Redis.from_url(url)
+    stack.spawn("discovery-2", DISCOVERY_ARGV, {**env, REDIS_ENV: url})
+    _await_discovery_workers(connection, 2)
+    publisher = Publisher(url)
+    report = sync_directory(connection, publisher, registry, tenant=settings.tenant,
+                            max_bytes=settings.manifest_max_bytes, wait_s=120)
+    publisher.close()
+    client = Client(connection, tenant=settings.tenant, timeout_s=60, resend_after_s=1.0)
+    for query in QUERIES:
+        client.discover(query, min_version=report.index_version)
+    victim = sorted(w["pid"] for w in live_workers(connection) if w["kind"] == "discovery")[0]
+    kill_at = args.kill_at if args.kill_at is not None else args.turns // 2
+    print(f"embedder {settings.embedder}; {args.turns} turns over {args.sessions} sessions; "
+          f"SIGKILL of discovery worker pid {victim} at turn {kill_at}")
+    made = turns(client, args, kill_at, victim)
+    return verify(client, connection, settings.tenant, made)
+
+
+def turns(client: Client, args: argparse.Namespace, kill_at: int, victim: int
+          ) -> dict[str, Counter[str]]:
+    made: dict[str, Counter[str]] = {}
+    times: list[float] = []
+    workers: Counter[str] = Counter()
+    for turn in range(args.turns):
+        if turn == kill_at:
+            os.kill(victim, signal.SIGKILL)
+        number = turn % args.sessions
+        session = f"failover-{number}"
+        started = time.perf_counter()
+        answer = client.discover(QUERIES[number % len(QUERIES)], session=session,
+                                 request_id=f"d-{turn}")
+        top = answer.ids[0]
+        client.record_tool_call(session, top, {"turn": turn}, request_id=f"c-{turn}")
+        times.append(time.perf_counter() - started)
+        workers[answer.worker] += 1
+        counts = made.setdefault(session, Counter())
+        counts["discoveries"] += 1
+        counts[f"call:{top}"] += 1
+    print(f"turns answered: {len(times)} of {args.turns}; turn time {describe_ms(times)}")
+    print(f"answered by: {dict(workers)}")
+    return made
+
+
+def verify(client: Client, connection: redis.Redis, tenant: str,
+           made: dict[str, Counter[str]]) -> bool:
+    problems = []
+    for session, counts in made.items():
+        working = {b["id"]: b for b in client.working_set(session)["bound"]}
+        for key, expected in counts.items():
+            if key.startswith("call:"):
+                tool = key.removeprefix("call:")
+                got = working.get(tool, {}).get("use_count", 0)
+                if got != expected:
+                    problems.append(f"{session}: {tool} use count {got}, calls made {expected}")
+        top = next(k.removeprefix("call:") for k in counts if k.startswith("call:"))
+        applied = _binding_events(connection, tenant, session, top)
+        if applied != counts["discoveries"]:
+            problems.append(f"{session}: {applied} binding events for {top}, "
+                            f"{counts['discoveries']} discoveries made")
+    verdict = "PASS" if not problems else "FAIL"
+    print(f"calls counted twice or lost, discoveries applied twice or lost: {len(problems)}")
+    for problem in problems[:20]:
+        print(f"  {problem}")
+    print(f"target: no turn unanswered, no call counted twice: {verdict}")
+    return not problems
+
+
+def _binding_events(connection: redis.Redis, tenant: str, session: str, tool: str) -> int:
+    entries = connection.xrange(keys.session_events(tenant, session))
+    return sum(1 for _id, fields in entries
+               if fields[b"tool"].decode() == tool
+               and fields[b"type"].decode() in ("bound", "refreshed", "restored"))
+
+
+def _await_discovery_workers(connection: redis.Redis, count: int) -> None:
+    deadline = time.monotonic() + 120
+    while sum(1 for w in live_workers(connection) if w["kind"] == "discovery") < count:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"fewer than {count} discovery workers started")
+        time.sleep(0.1)
+
+
+if __name__ == "__main__":
+    main()
