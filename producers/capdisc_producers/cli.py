@@ -364,10 +364,7 @@ def delete(ctx: click.Context, capability_ids: tuple[str, ...], source: str | No
     tenant = tenant or settings.tenant
     ids = _chosen_ids(connection, tenant, capability_ids, source)
     report = _publish_ids(settings, connection, SyncPlan(deletes=ids), tenant, timeout_s)
-    for outcome in sorted(report.outcomes, key=lambda o: str(o.get("capability_id"))):
-        verb = "deleted" if outcome.get("decision") == "delete" else "not found, nothing to delete"
-        click.echo(f"{outcome.get('capability_id')}: {verb}")
-    click.echo(f"index version {report.index_version}")
+    _print_outcomes(report, "delete", "deleted", "not found, nothing to delete")
 
 
 @cli.command()
@@ -396,8 +393,13 @@ def reindex(ctx: click.Context, capability_ids: tuple[str, ...], source: str | N
         return
     ids = _chosen_ids(connection, tenant, capability_ids, source)
     report = _publish_ids(settings, connection, SyncPlan(reindexes=ids), tenant, timeout_s)
+    _print_outcomes(report, "reindex", "reindexed", "not found")
+
+
+def _print_outcomes(report: SyncReport, done: str, done_verb: str, other_verb: str) -> None:
+    """One line per capability (``done_verb`` when its decision was ``done``), then the version."""
     for outcome in sorted(report.outcomes, key=lambda o: str(o.get("capability_id"))):
-        verb = "reindexed" if outcome.get("decision") == "reindex" else "not found"
+        verb = done_verb if outcome.get("decision") == done else other_verb
         click.echo(f"{outcome.get('capability_id')}: {verb}")
     click.echo(f"index version {report.index_version}")
 

@@ -10,7 +10,7 @@ import json
 import re
 import uuid
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from capdisc.errors import EventDecodeError
 from capdisc.formats import TOOL_FORMATS
@@ -19,6 +19,7 @@ from capdisc.models import KINDS
 MAX_QUERY_CHARS = 4096
 MAX_REQUEST_BYTES = 64 * 1024
 SESSION_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -46,16 +47,20 @@ class DiscoverRequest:
 
     @classmethod
     def decode(cls, data: str | bytes) -> DiscoverRequest:
-        if len(data) > MAX_REQUEST_BYTES:
-            raise EventDecodeError(f"discovery request is {len(data)} bytes, the limit is "
-                                   f"{MAX_REQUEST_BYTES}")
-        try:
-            raw = json.loads(data)
-            request = cls(**raw)
-        except (ValueError, TypeError) as exc:
-            raise EventDecodeError(f"discovery request is malformed: {exc}") from exc
+        request = _build(cls, data, "discovery request")
         _check(request)
         return request
+
+
+def _build(cls: type[R], data: str | bytes, what: str) -> R:
+    """A request from its JSON object, size-checked; :class:`EventDecodeError` otherwise."""
+    if len(data) > MAX_REQUEST_BYTES:
+        raise EventDecodeError(f"{what} is {len(data)} bytes, the limit is {MAX_REQUEST_BYTES}")
+    try:
+        raw = json.loads(data)
+        return cls(**raw)
+    except (ValueError, TypeError) as exc:
+        raise EventDecodeError(f"{what} is malformed: {exc}") from exc
 
 
 def _check(request: DiscoverRequest) -> None:
@@ -111,13 +116,7 @@ class SessionRequest:
 
     @classmethod
     def decode(cls, data: str | bytes) -> SessionRequest:
-        if len(data) > MAX_REQUEST_BYTES:
-            raise EventDecodeError(f"session request is {len(data)} bytes, the limit is "
-                                   f"{MAX_REQUEST_BYTES}")
-        try:
-            request = cls(**json.loads(data))
-        except (ValueError, TypeError) as exc:
-            raise EventDecodeError(f"session request is malformed: {exc}") from exc
+        request = _build(cls, data, "session request")
         if request.op not in SESSION_OPS:
             raise EventDecodeError(f"session request field 'op' must be one of "
                                    f"{', '.join(SESSION_OPS)}, got {request.op!r}")
