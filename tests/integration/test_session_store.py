@@ -1,0 +1,68 @@
+"""Sessions in Redis: they expire at their maximum age, the live ones are bounded, and a
+concurrent writer never loses an update."""
+
+from __future__ import annotations
+
+import threading
+
+import redis
+
+from capdisc import keys
+from capdisc import session as policy_fns
+from capdisc import sessions as store
+from capdisc.session import SessionPolicy, SessionState
+
+from .conftest import Stack
+
+
+def _bind(tool: str, now_ms: int, policy: SessionPolicy):  # type: ignore[no-untyped-def]
+    def change(state: SessionState):  # type: ignore[no-untyped-def]
+        state, events = policy_fns.bind(state, [tool], now_ms, policy)
+        return state, events, None
+    return change
+
+
+def test_a_session_expires_at_its_maximum_age(connection: redis.Redis, tenant: str) -> None:
+    policy = SessionPolicy(max_age_s=60)
+    now = int(connection.time()[0]) * 1000
+
+    store.update(connection, tenant, "s1", _bind("tool:a", now, policy), policy, now)
+
+    ttl_ms = connection.pttl(keys.session(tenant, "s1"))
+    assert 0 < ttl_ms <= 60_000
+    assert 0 < connection.pttl(keys.session_events(tenant, "s1")) <= 60_000
+
+
+def test_live_sessions_are_bounded_least_recently_active_first(
+        connection: redis.Redis, tenant: str) -> None:
+    policy = SessionPolicy(max_sessions=2)
+    now = int(connection.time()[0]) * 1000
+    for number, session in enumerate(["old", "mid", "new"]):
+        store.update(connection, tenant, session, _bind("tool:a", now + number, policy), policy,
+                     now + number)
+
+    assert store.load(connection, tenant, "old") is None
+    assert store.load(connection, tenant, "mid") is not None
+    assert store.load(connection, tenant, "new") is not None
+    assert connection.zcard(keys.sessions(tenant)) == 2
+
+
+def test_concurrent_writers_never_lose_an_update(stack: Stack, connection: redis.Redis,
+                                                 tenant: str) -> None:
+    policy = SessionPolicy(max_discovered_tools=100)
+    now = int(connection.time()[0]) * 1000
+    tools = [f"tool:t{i}" for i in range(40)]
+
+    def writer(mine: list[str]) -> None:
+        client = stack.connection()
+        for tool in mine:
+            store.update(client, tenant, "shared", _bind(tool, now, policy), policy, now)
+
+    threads = [threading.Thread(target=writer, args=(tools[i::4],)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    state = store.load(connection, tenant, "shared")
+    assert state is not None and sorted(state.bound) == sorted(tools)
