@@ -79,6 +79,7 @@ def _tenant_status(client: redis.Redis, tenant: str) -> dict[str, Any]:
             "vector_space": as_str(space) if space else None,
             "reindex": building or None,
             "sources": dict(sorted(Counter(r.source for r in records).items())),
+            "live_sessions": int(client.zcard(keys.sessions(tenant))),
             "capabilities": len(records),
             "by_kind": dict(sorted(Counter(r.capability["kind"] for r in records).items())),
             "manifest_errors": errors}
