@@ -167,18 +167,25 @@ class Client:
 
     def handle_metatool_call(self, arguments: str | dict[str, Any], *,
                              tool_format: str | None = None, tenant: str | None = None,
-                             min_version: int = 0) -> tuple[dict[str, Any], Answer]:
+                             min_version: int = 0, session: str | None = None,
+                             profile: str | None = None) -> tuple[dict[str, Any], Answer]:
         """Run a model's ``discover_capabilities`` call: the result to hand back to the model,
-        and the full answer (whose ``tools`` to bind when ``tool_format`` is given). Bad
-        arguments raise :class:`~capdisc.errors.ManifestError` naming the argument; send its
-        message back to the model as the tool's error. ``min_version`` waits until that index
-        version is served (read your own writes)."""
+        and the full answer (whose ``tools`` to bind when ``tool_format`` is given: in a
+        ``session``, its whole working set). Bad arguments raise
+        :class:`~capdisc.errors.ManifestError` naming the argument; send its message back to the
+        model as the tool's error. ``min_version`` waits until that index version is served
+        (read your own writes). In a session the result carries the redundant-search note."""
         call = parse_metatool_arguments(arguments)
         answer = self.discover(call.query, kind=call.kind, limit=call.limit,
                                only_available=bool(call.only_available),
                                tool_format=tool_format, tenant=tenant,
-                               min_version=min_version)
-        return metatool_result(answer.raw), answer
+                               min_version=min_version, session=session, profile=profile)
+        result = metatool_result(answer.raw)
+        if answer.session and answer.session.get("note"):
+            result["note"] = answer.session["note"]
+        if answer.session and answer.session.get("installable"):
+            result["installable"] = answer.session["installable"]
+        return result, answer
 
     def status(self) -> dict[str, Any]:
         """Index versions, capability counts, workers seen and queue depths."""
