@@ -29,7 +29,7 @@ integration: install
 	$(PY) -m pytest tests/integration
 
 lint: install
-	$(VENV)/bin/ruff check shared workers producers tests benchmarks
+	$(VENV)/bin/ruff check shared workers producers tests benchmarks examples
 	$(VENV)/bin/mypy shared/capdisc workers/capdisc_workers producers/capdisc_producers
 
 bench: install
