@@ -20,8 +20,9 @@ key                                       type     what it holds
                                                    the live ones at the swap)
 ``capdisc:t:{t}:source:{h}``             set      ids of the capabilities stored from one source
                                                    (``{h}``: a hash of the source's name)
-``capdisc:t:{t}:session:{s}``            string   session ``{s}``'s working set and guard memory
-                                                   (JSON; expires max_age_s after creation)
+``capdisc:t:{t}:session:{s}``            hash     session ``{s}``: ``state`` (working set and
+                                                   guard memory, JSON) and ``rev`` (its revision);
+                                                   expires max_age_s after creation
 ``capdisc:t:{t}:session:{s}:events``     stream   every change to that working set, in order
 ``capdisc:t:{t}:sessions``                zset     live session ids by last activity (bounded)
 ``capdisc:t:{t}:manifest_errors``         hash     manifest path -> last rejection message
@@ -139,7 +140,7 @@ def source_ids(tenant: str, source: str) -> str:
 
 
 def session(tenant: str, session_id: str) -> str:
-    """String: one session's state (JSON)."""
+    """Hash: one session's ``state`` (JSON) and ``rev`` (revision, for compare-and-set)."""
     return f"{PREFIX}:t:{tenant}:session:{session_id}"
 
 

@@ -1,6 +1,7 @@
-"""Sessions in Redis: each session's state (one JSON value), its event stream, and the bounded
-registry of live sessions. The policy is :mod:`capdisc.session`; this module only reads and
-writes, one optimistic transaction per change, so any discovery worker can serve any turn.
+"""Sessions in Redis: each session's state (a hash: its JSON and a revision), its event stream,
+and the bounded registry of live sessions. The policy is :mod:`capdisc.session`; this module only
+reads and writes, one compare-and-set per change (a Lua script), so any discovery worker can
+serve any turn and concurrent writers never lose an update.
 
 A session expires ``max_age_s`` after it was created; when more than ``max_sessions`` are live,
 the least recently active go first.
@@ -27,8 +28,28 @@ Change = Callable[[SessionState], tuple[SessionState, list[SessionEvent], T]]
 
 
 def load(client: redis.Redis, tenant: str, session_id: str) -> SessionState | None:
-    raw = client.get(keys.session(tenant, session_id))
+    raw = client.hget(keys.session(tenant, session_id), "state")
     return SessionState.from_dict(json.loads(raw)) if raw else None
+
+
+#: Compare-and-set of one session: the state is written (with its events, expiry and place
+#: among live sessions) only if its revision is still the one read; 0 tells the caller to retry.
+#: One round trip instead of WATCH/MULTI's three.
+_CAS = """
+if (redis.call('HGET', KEYS[1], 'rev') or '') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'rev', ARGV[2], 'state', ARGV[3])
+redis.call('PEXPIREAT', KEYS[1], ARGV[4])
+local count = tonumber(ARGV[7])
+for i = 0, count - 1 do
+  local at = 8 + i * 5
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*', 'type', ARGV[at],
+             'at_ms', ARGV[at + 1], 'tool', ARGV[at + 2], 'reason', ARGV[at + 3],
+             'request_id', ARGV[at + 4])
+end
+if count > 0 then redis.call('PEXPIREAT', KEYS[2], ARGV[4]) end
+redis.call('ZADD', KEYS[3], ARGV[6], ARGV[8 + count * 5])
+return 1
+"""
 
 
 def update(client: redis.Redis, tenant: str, session_id: str, change: Change[T],
@@ -37,40 +58,35 @@ def update(client: redis.Redis, tenant: str, session_id: str, change: Change[T],
     """Apply ``change`` to the session atomically (retrying on a concurrent write): the state,
     its events on the session stream and its place among live sessions, together."""
     key = keys.session(tenant, session_id)
-    with client.pipeline(transaction=True) as pipe:
-        while True:
-            try:
-                pipe.watch(key)  # type: ignore[no-untyped-call]
-                raw = pipe.get(key)
-                if raw is None and not create:
-                    raise SessionNotFoundError(f"session {session_id!r} of tenant {tenant!r} "
-                                               "does not exist (or expired)")
-                state = (SessionState.from_dict(json.loads(raw)) if raw
-                         else new_session(session_id, profile, now_ms))
-                state, events, result = change(state)
-                pipe.multi()
-                _write(pipe, tenant, state, events, policy, now_ms, request_id)
-                pipe.execute()
-                break
-            except redis.WatchError:
-                continue
+    cas = client.register_script(_CAS)
+    while True:
+        rev, raw = client.hmget(key, ["rev", "state"])
+        if raw is None and not create:
+            raise SessionNotFoundError(f"session {session_id!r} of tenant {tenant!r} "
+                                       "does not exist (or expired)")
+        state = (SessionState.from_dict(json.loads(raw)) if raw
+                 else new_session(session_id, profile, now_ms))
+        state, events, result = change(state)
+        expected = rev.decode() if isinstance(rev, bytes) else ""
+        written = cas(keys=[key, keys.session_events(tenant, session_id), keys.sessions(tenant)],
+                      args=_cas_args(state, events, expected, policy, now_ms, request_id))
+        if written:
+            break
     if raw is None:
         _bound_live_sessions(client, tenant, policy, now_ms)
     return result
 
 
-def _write(pipe: Any, tenant: str, state: SessionState, events: list[SessionEvent],
-           policy: SessionPolicy, now_ms: int, request_id: str) -> None:
+def _cas_args(state: SessionState, events: list[SessionEvent], expected: str,
+              policy: SessionPolicy, now_ms: int, request_id: str) -> list[Any]:
+    revision = str(int(expected or 0) + 1)
     expires_ms = state.created_ms + int(policy.max_age_s * 1000)
-    key = keys.session(tenant, state.session_id)
-    stream = keys.session_events(tenant, state.session_id)
-    pipe.set(key, json.dumps(state.to_dict(), separators=(",", ":")), pxat=expires_ms)
+    args: list[Any] = [expected, revision, json.dumps(state.to_dict(), separators=(",", ":")),
+                       expires_ms, EVENTS_MAXLEN, now_ms, len(events)]
     for event in events:
-        pipe.xadd(stream, {**event.to_fields(), "request_id": request_id},
-                  maxlen=EVENTS_MAXLEN, approximate=True)
-    if events:
-        pipe.pexpireat(stream, expires_ms)
-    pipe.zadd(keys.sessions(tenant), {state.session_id: now_ms})
+        fields = event.to_fields()
+        args += [fields["type"], fields["at_ms"], fields["tool"], fields["reason"], request_id]
+    return [*args, state.session_id]
 
 
 def _bound_live_sessions(client: redis.Redis, tenant: str, policy: SessionPolicy,
