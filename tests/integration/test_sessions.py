@@ -112,6 +112,7 @@ def test_a_repeated_search_gets_the_redundant_search_note(
     assert first.session is not None and not first.session["redundant_search"]
     assert again.session is not None and again.session["redundant_search"]
     assert again.session["note"] == REDUNDANT_SEARCH_NOTE
+    assert again.raw["redundant_search"] and again.raw["note"] == REDUNDANT_SEARCH_NOTE
     assert again.ids == first.ids  # the search still answers
 
 

@@ -402,6 +402,9 @@ class DiscoveryWorker:
         reply.update(request_id=request.request_id, worker=self.worker_id)
         if session is not None:
             reply["session"] = session
+            reply["redundant_search"] = session["redundant_search"]
+            if session["note"]:
+                reply["note"] = session["note"]
         if request.tool_format:
             fmt: Any = request.tool_format
             reply.update(bound_tools(snapshot, session["bound"], fmt) if session is not None
