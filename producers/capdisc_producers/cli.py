@@ -24,6 +24,7 @@ from capdisc.client import Answer, Client
 from capdisc.deadletters import list_dead_letters, replay
 from capdisc.errors import CapdiscError
 from capdisc.logs import configure_logging
+from capdisc.models import Visibility
 from capdisc.registry import SyncPlan
 from capdisc.settings import Settings
 from capdisc.status import collect_status
@@ -42,6 +43,26 @@ redis_option = click.option("--redis-url", envvar=None, default=None,
                                  ".capdisc/stack.json)")
 tenant_option = click.option("--tenant", default=None, help="Tenant (default: settings tenant)")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object")
+
+
+def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    ctx.meta[f"capdisc.{param.name}"] = value
+    return value
+
+
+def caller_options(command: Any) -> Any:
+    """``--roles`` and ``--user``: who asks, within the tenant (kept in ``ctx.meta``)."""
+    command = click.option("--roles", default="", expose_value=False, callback=_remember,
+                           help="Comma-separated roles of the caller (only capabilities "
+                                "visible to them are shown)")(command)
+    return click.option("--user", default=None, expose_value=False, callback=_remember,
+                        help="The caller's user id")(command)
+
+
+def _caller(ctx: click.Context) -> dict[str, Any]:
+    roles = str(ctx.meta.get("capdisc.roles") or "")
+    return {"roles": [r.strip() for r in roles.split(",") if r.strip()],
+            "user": ctx.meta.get("capdisc.user") or None}
 
 
 def _settings(ctx: click.Context) -> Settings:
@@ -91,6 +112,7 @@ def up(ctx: click.Context, registry: Path) -> None:
 @click.option("--min-version", type=int, default=0, help="Wait until this index version")
 @click.option("--session", default=None, help="Agent session: the matches join its working set")
 @click.option("--profile", default=None, help="Agent profile (allowlist, expert tools, budgets)")
+@caller_options
 @redis_option
 @tenant_option
 @json_option
@@ -103,7 +125,7 @@ def discover_cmd(ctx: click.Context, query: str, limit: int | None, kind: str | 
     """Ask the discovery workers which capabilities QUERY needs (the three tiers)."""
     settings, connection = _connect(ctx, redis_url)
     with Client(connection, tenant=tenant or settings.tenant,
-                timeout_s=settings.discover_timeout_s) as client:
+                timeout_s=settings.discover_timeout_s, **_caller(ctx)) as client:
         answer = client.discover(query, limit=limit, kind=kind, category=category,
                                  tags=list(tags), only_available=only_available,
                                  options=_parse_options(options), min_version=min_version,
@@ -182,6 +204,7 @@ def mcp_cmd(ctx: click.Context, http_port: int | None, host: str, profile: str |
 
 @session.command("show")
 @click.argument("session_id")
+@caller_options
 @redis_option
 @tenant_option
 @json_option
@@ -204,6 +227,7 @@ def session_show(ctx: click.Context, session_id: str, redis_url: str | None,
 @click.argument("session_id")
 @click.argument("tool_id")
 @click.option("--args", "arguments", default=None, help="The call's arguments as JSON")
+@caller_options
 @redis_option
 @tenant_option
 @json_option
@@ -229,6 +253,7 @@ def session_call(ctx: click.Context, session_id: str, tool_id: str, arguments: s
 
 @session.command("export")
 @click.argument("session_id")
+@caller_options
 @redis_option
 @tenant_option
 @click.pass_context
@@ -242,6 +267,7 @@ def session_export(ctx: click.Context, session_id: str, redis_url: str | None,
 @session.command("import")
 @click.argument("session_id")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@caller_options
 @redis_option
 @tenant_option
 @click.pass_context
@@ -261,7 +287,7 @@ def _session_client(ctx: click.Context, redis_url: str | None, tenant: str | Non
                     action: Any) -> Any:
     settings, connection = _connect(ctx, redis_url)
     with Client(connection, tenant=tenant or settings.tenant,
-                timeout_s=settings.discover_timeout_s) as client:
+                timeout_s=settings.discover_timeout_s, **_caller(ctx)) as client:
         try:
             return action(client)
         except CapdiscError as exc:
@@ -314,18 +340,24 @@ def _versions(worker: dict[str, Any]) -> str:
 @click.argument("path", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @redis_option
 @tenant_option
+@caller_options
 @click.option("--wait/--no-wait", default=True, show_default=True,
               help="Wait until the indexing workers have applied every event")
 @click.option("--timeout", "timeout_s", type=float, default=120.0, show_default=True)
 @click.pass_context
 def publish(ctx: click.Context, path: Path, redis_url: str | None, tenant: str | None,
             wait: bool, timeout_s: float) -> None:
-    """Publish the CAPABILITY.yaml manifests under PATH (upserts, deletes, rejections)."""
+    """Publish the CAPABILITY.yaml manifests under PATH (upserts, deletes, rejections).
+    With --roles/--user, capabilities whose manifest declares no visibility are shared with
+    those roles and that user only (else with the whole tenant)."""
     settings, connection = _connect(ctx, redis_url)
     publisher = Publisher(settings.redis_url)
+    caller = _caller(ctx)
+    visibility = (Visibility(tuple(caller["roles"]), (caller["user"],) if caller["user"] else ())
+                  if caller["roles"] or caller["user"] else None)
     report = sync_directory(connection, publisher, path, tenant=tenant or settings.tenant,
                             max_bytes=settings.manifest_max_bytes,
-                            wait_s=timeout_s if wait else 0.0)
+                            wait_s=timeout_s if wait else 0.0, visibility=visibility)
     _report_sync(report, wait, timeout_s)
 
 

@@ -20,6 +20,7 @@ import redis
 from capdisc import keys
 from capdisc.events import RegistryEvent
 from capdisc.manifest import ScanCache, scan_directory
+from capdisc.models import Visibility
 from capdisc.registry import SyncPlan, plan_sync
 from capdisc.store import as_str, stored_by_source
 from capdisc_producers.publisher import Publisher, wait_for_acks
@@ -50,13 +51,17 @@ class SyncReport:
 
 
 def sync_directory(client: redis.Redis, publisher: Publisher, root: Path, *, tenant: str,
-                   max_bytes: int, wait_s: float = 0.0, cache: ScanCache | None = None
-                   ) -> SyncReport:
+                   max_bytes: int, wait_s: float = 0.0, cache: ScanCache | None = None,
+                   visibility: Visibility | None = None) -> SyncReport:
     """Scan ``root`` and publish what changed; with ``wait_s`` wait for the workers to apply it.
-    A ``cache`` kept across calls skips re-parsing unchanged manifests."""
+    A ``cache`` kept across calls skips re-parsing unchanged manifests. ``visibility`` applies
+    to the capabilities whose manifest declares none (open to the tenant otherwise)."""
     root = root.resolve()
     scan = scan_directory(root, max_bytes=max_bytes, cache=cache)
-    plan = plan_sync(scan.capabilities, scan.errors, stored_by_source(client, tenant, str(root)))
+    scanned = ({path: cap.with_changes(visibility=visibility) if cap.visibility.open else cap
+                for path, cap in scan.capabilities.items()} if visibility is not None
+               else scan.capabilities)
+    plan = plan_sync(scanned, scan.errors, stored_by_source(client, tenant, str(root)))
     _record_errors(client, tenant, root, plan)
     return publish_plan(client, publisher, plan, root=root, tenant=tenant, source=str(root),
                         wait_s=wait_s)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import redis
@@ -62,12 +62,17 @@ class Answer:
 
 
 class Client:
-    """Connects by URL (or takes a Redis connection) and talks to the discovery workers."""
+    """Connects by URL (or takes a Redis connection) and talks to the discovery workers, as a
+    caller with ``roles`` and ``user`` in its tenant (anonymous: what the tenant shares)."""
 
     def __init__(self, connection: redis.Redis, *, tenant: str = "default",
-                 timeout_s: float = 5.0, resend_after_s: float = 3.0) -> None:
+                 timeout_s: float = 5.0, resend_after_s: float = 3.0,
+                 roles: list[str] | None = None, user: str | None = None) -> None:
         self.redis = connection
         self.tenant = tenant
+        #: Who asks, within the tenant: only capabilities visible to them come back.
+        self.roles = list(roles or [])
+        self.user = user
         self.timeout_s = timeout_s
         #: Unanswered this long, a request is sent again under the same id (a worker died
         #: holding it); it is answered once and changes a session once.
@@ -96,8 +101,10 @@ class Client:
                                   kind=kind, category=category, tags=list(tags or []),
                                   only_available=only_available, min_version=min_version,
                                   tool_format=tool_format, options=options or {},
-                                  session=session, profile=profile,
-                                  **({"request_id": request_id} if request_id else {}))
+                                  session=session, profile=profile, roles=self.roles,
+                                  user=self.user)
+        if request_id:
+            request = replace(request, request_id=request_id)
         raw = self._request({"payload": request.encode()}, request.request_id, timeout_s)
         return _answer(raw, request)
 
@@ -139,7 +146,8 @@ class Client:
         if request_id:
             fields["request_id"] = request_id
         request = SessionRequest(op=op, session=session,  # type: ignore[arg-type]
-                                 tenant=tenant or self.tenant, **fields)
+                                 tenant=tenant or self.tenant, roles=self.roles,
+                                 user=self.user, **fields)
         raw = self._request({"op": "session", "payload": request.encode()}, request.request_id,
                             None)
         if "error" in raw:

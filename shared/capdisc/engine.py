@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from capdisc.access import ANONYMOUS, Caller
 from capdisc.embedding import CachedQueryEmbedder, Matrix, Vector
 from capdisc.graph import rerank
 from capdisc.index import Hit, IndexSnapshot, SearchFilters
@@ -105,7 +106,8 @@ def discover(snapshot: IndexSnapshot, query: Query, query_vector: Vector,
     chains several requests (without it the query is not decomposed)."""
     limit = query.limit if query.limit is not None else config.tier1_top_k
     ranking = rank(snapshot, query, query_vector, config, limit, embed)
-    tiers = assemble(snapshot, [m.capability for m in ranking.matches], config)
+    tiers = assemble(snapshot, [m.capability for m in ranking.matches], config,
+                     query.filters.caller)
     tier2, shown = set(tiers.tier2_ids), set(tiers.tier1_ids)
     matches = tuple(Match(m.capability, m.score, m.relevance,
                           2 if m.capability.id in tier2 else 1, m.reason)
@@ -157,11 +159,12 @@ def _rank(snapshot: IndexSnapshot, hits: tuple[Hit, ...], config: DiscoveryConfi
                  for i, score, reason in triples[:limit] if i in caps)
 
 
-def assemble(snapshot: IndexSnapshot, ranked: list[Capability], config: DiscoveryConfig
-             ) -> TieredContext:
-    """Tier 0 from the snapshot's cache, Tiers 1 and 2 for the ranked capabilities."""
+def assemble(snapshot: IndexSnapshot, ranked: list[Capability], config: DiscoveryConfig,
+             caller: Caller = ANONYMOUS) -> TieredContext:
+    """Tier 0 (of what ``caller`` may see) from the snapshot's cache, Tiers 1 and 2 for the
+    ranked capabilities."""
     counter = make_counter(config.token_counter)
-    tier0 = snapshot.tier0(config.tier0_budget_tokens, config.token_counter)
+    tier0 = snapshot.tier0(config.tier0_budget_tokens, config.token_counter, caller)
     tier1, tier1_ids = tier1_text(ranked, config.workflow_hints, config.tier1_budget_tokens,
                                   counter)
     shown = [c for c in ranked if c.id in set(tier1_ids)][: config.tier2_top_k]

@@ -15,6 +15,7 @@ from typing import Protocol
 import networkx as nx
 import numpy as np
 
+from capdisc.access import ANONYMOUS, Caller, visible, visible_to
 from capdisc.embedding import Matrix, Vector
 from capdisc.graph import build_graph
 from capdisc.models import Capability
@@ -22,6 +23,9 @@ from capdisc.retrieval import QueryEmbed, RetrievalConfig, RetrievalIndex, calib
 from capdisc.settings import DiscoveryConfig
 from capdisc.tiers import tier0_text
 from capdisc.tokens import make_counter
+
+#: Tier 0 texts kept per snapshot (one per budget, counter and caller of restricted catalogs).
+TIER0_CACHE = 256
 
 
 @dataclass(frozen=True)
@@ -38,9 +42,12 @@ class SearchFilters:
     include_ids: frozenset[str] | None = None
     #: Only capabilities not available yet (offered as installable).
     only_installable: bool = False
+    #: Who asks: only capabilities visible to them are ranked (:mod:`capdisc.access`).
+    caller: Caller = field(default_factory=Caller)
 
     def admits(self, cap: Capability) -> bool:
-        return ((self.kind is None or cap.kind == self.kind)
+        return (visible(cap.visibility, self.caller)
+                and (self.kind is None or cap.kind == self.kind)
                 and (self.category is None or cap.category == self.category)
                 and all(tag in cap.tags for tag in self.tags)
                 and (cap.available or not self.only_available)
@@ -90,7 +97,8 @@ class HybridRetriever:
                                   category=filters.category, tags=filters.tags,
                                   only_available=filters.only_available,
                                   exclude=filters.exclude_ids, include=filters.include_ids,
-                                  only_installable=filters.only_installable, embed=embed,
+                                  only_installable=filters.only_installable,
+                                  caller=filters.caller, embed=embed,
                                   config=self.retrieval_config(config))
         hits = tuple(Hit(e.capability_id, e.score, e.relevance) for e in found.entries)
         return Retrieved(hits, found.abstained, found.exact_match)
@@ -174,7 +182,8 @@ class IndexSnapshot:
     embedder_id: str = ""
     factory: RetrieverFactory = field(default=hybrid_retriever, repr=False, compare=False)
     probes: Matrix | None = field(default=None, repr=False, compare=False)
-    _tier0: dict[tuple[int, str], str] = field(default_factory=dict, repr=False, compare=False)
+    _tier0: dict[tuple[int, str, Caller], str] = field(default_factory=dict, repr=False,
+                                                       compare=False)
 
     @cached_property
     def graph(self) -> nx.Graph:
@@ -223,10 +232,20 @@ class IndexSnapshot:
             "", query, k, SearchFilters(kind=kind), DiscoveryConfig())
         return [(self.capabilities[h.id], h.score) for h in found.hits]
 
-    def tier0(self, budget_tokens: int, counter_name: str) -> str:
-        """Tier 0 for this snapshot, computed once per budget and counter."""
-        key = (budget_tokens, counter_name)
+    def tier0(self, budget_tokens: int, counter_name: str, caller: Caller = ANONYMOUS) -> str:
+        """Tier 0 for this snapshot, of the capabilities ``caller`` may see, computed once per
+        budget, counter and (when some capabilities are restricted) caller."""
+        if self.all_open:
+            caller = ANONYMOUS
+        key = (budget_tokens, counter_name, caller)
         if key not in self._tier0:
-            self._tier0[key] = tier0_text(self.capabilities.values(), budget_tokens,
-                                          make_counter(counter_name))
+            if len(self._tier0) >= TIER0_CACHE:
+                self._tier0.clear()
+            self._tier0[key] = tier0_text(visible_to(self.capabilities.values(), caller),
+                                          budget_tokens, make_counter(counter_name))
         return self._tier0[key]
+
+    @cached_property
+    def all_open(self) -> bool:
+        """Whether every capability is visible to the whole tenant."""
+        return all(c.visibility.open for c in self.capabilities.values())

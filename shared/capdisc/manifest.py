@@ -40,7 +40,8 @@ _ALIASES = {
 MANIFEST_FIELDS = frozenset({
     "id", "kind", "name", "display_name", "description", "category", "tags",
     "required_secrets", "required_tools", "available", "has_side_effects", "relationships",
-    "example_queries", "version", "full_schema", "skill_content", "examples", *_ALIASES,
+    "example_queries", "version", "full_schema", "skill_content", "examples", "visibility",
+    *_ALIASES,
 })
 
 

@@ -59,6 +59,27 @@ class Relationship:
 
 
 @dataclass(frozen=True)
+class Visibility:
+    """Who in the tenant (the organisation) sees a capability (seed 002 section 9): every member
+    when no roles and no users are named, else holders of any of ``roles`` and the ``users``."""
+
+    roles: tuple[str, ...] = ()
+    users: tuple[str, ...] = ()
+
+    @property
+    def open(self) -> bool:
+        return not self.roles and not self.users
+
+    def to_dict(self) -> JSONDict:
+        return {"roles": list(self.roles), "users": list(self.users)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Visibility:
+        data = data or {}
+        return cls(tuple(data.get("roles") or ()), tuple(data.get("users") or ()))
+
+
+@dataclass(frozen=True)
 class Capability:
     """One capability, normalized from any source (seed 001, "Source Normalization")."""
 
@@ -79,6 +100,7 @@ class Capability:
     relationships: tuple[Relationship, ...] = ()
     example_queries: tuple[str, ...] = ()
     version: str = ""
+    visibility: Visibility = field(default_factory=Visibility)
 
     @property
     def parameter_names(self) -> tuple[str, ...]:
@@ -92,6 +114,12 @@ class Capability:
         return hashlib.sha256(canonical_json(self.to_dict()).encode()).hexdigest()
 
     def to_dict(self) -> JSONDict:
+        data = self._fields_dict()
+        if not self.visibility.open:  # open stays out: hashes of open capabilities unchanged
+            data["visibility"] = self.visibility.to_dict()
+        return data
+
+    def _fields_dict(self) -> JSONDict:
         return {
             "id": self.id,
             "kind": self.kind,
@@ -125,6 +153,7 @@ class Capability:
             for r in values.get("relationships") or ()
         )
         values["source_ref"] = SourceRef.from_dict(values.get("source_ref") or {"type": "tool"})
+        values["visibility"] = Visibility.from_dict(values.get("visibility"))
         return cls(**values)
 
     def with_changes(self, **changes: Any) -> Capability:

@@ -22,6 +22,7 @@ from capdisc.models import (
     Relationship,
     RelationType,
     SourceRef,
+    Visibility,
     display_name_from,
 )
 from capdisc.safeyaml import load_mapping
@@ -155,6 +156,25 @@ def _check_tags(source: str, key: str, value: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(t.lower() for t in tags))
 
 
+def _check_visibility(source: str, key: str, value: Any) -> Visibility:
+    """``{roles: [...], users: [...]}``: who in the tenant sees the capability (both empty or
+    absent: everyone in it)."""
+    if isinstance(value, Visibility):
+        return value
+    if not isinstance(value, Mapping):
+        raise ManifestError(source, key, "must be a mapping with 'roles' and/or 'users' lists")
+    unknown = sorted(set(value) - {"roles", "users"})
+    if unknown:
+        raise ManifestError(source, f"{key}.{unknown[0]}", "unknown field (known: roles, users)")
+    roles = _string_list(source, f"{key}.roles", value.get("roles") or [], _check_name)
+    users = _string_list(source, f"{key}.users", value.get("users") or [], _principal)
+    return Visibility(roles, users)
+
+
+def _principal(source: str, key: str, value: Any) -> str:
+    return _text(source, key, value, max_chars=MAX_SHORT_TEXT_CHARS, allow_empty=False)
+
+
 def _check_secrets(source: str, key: str, value: Any) -> tuple[str, ...]:
     def secret(src: str, where: str, entry: Any) -> str:
         return _identifier(src, where, entry, SECRET_RE, "secret name (like OPENAI_API_KEY)")
@@ -274,6 +294,7 @@ _CHECKS: dict[str, Callable[[str, str, Any], Any]] = {
     "relationships": _check_relationships,
     "example_queries": _queries,
     "version": _short,
+    "visibility": _check_visibility,
 }
 
 

@@ -41,6 +41,9 @@ class DiscoverRequest:
     session: str | None = None
     #: The agent profile (allowlist, expert tools, budgets) of the session.
     profile: str | None = None
+    #: Who asks, within the tenant: only capabilities visible to them come back.
+    roles: list[str] = field(default_factory=list)
+    user: str | None = None
 
     def encode(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"), ensure_ascii=False)
@@ -82,6 +85,14 @@ def _check(request: DiscoverRequest) -> None:
     if not isinstance(request.options, dict):
         raise EventDecodeError("discovery request field 'options' must be an object")
     _check_session(request.session, request.profile, "discovery request")
+    _check_caller(request.roles, request.user, "discovery request")
+
+
+def _check_caller(roles: Any, user: Any, what: str) -> None:
+    if not isinstance(roles, list) or not all(isinstance(r, str) and r for r in roles):
+        raise EventDecodeError(f"{what} field 'roles' must be a list of role names")
+    if user is not None and not (isinstance(user, str) and user):
+        raise EventDecodeError(f"{what} field 'user' must be a non-empty string")
 
 
 def _check_session(session: Any, profile: Any, what: str) -> None:
@@ -109,6 +120,8 @@ class SessionRequest:
     arguments: Any = None
     data: dict[str, Any] | None = None
     profile: str | None = None
+    roles: list[str] = field(default_factory=list)
+    user: str | None = None
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     def encode(self) -> str:
@@ -123,6 +136,7 @@ class SessionRequest:
         if request.session is None:
             raise EventDecodeError("session request field 'session' is required")
         _check_session(request.session, request.profile, "session request")
+        _check_caller(request.roles, request.user, "session request")
         if request.op == "call" and not (isinstance(request.tool_id, str) and request.tool_id):
             raise EventDecodeError("session request field 'tool_id' is required for a call")
         if request.op == "import" and not isinstance(request.data, dict):

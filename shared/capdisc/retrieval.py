@@ -37,6 +37,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from capdisc.access import ANONYMOUS, Caller
 from capdisc.embedding import Matrix, Vector
 from capdisc.lexical import STOPWORDS, LexicalIndex, Scores, split_identifiers, words
 from capdisc.models import Capability
@@ -313,6 +314,10 @@ class RetrievalIndex:
     categories: dict[str, RowArray]
     tags: dict[str, RowArray]
     available: BoolArray
+    #: Visibility (:mod:`capdisc.access`): rows open to the whole tenant, rows per role, per user.
+    open_rows: BoolArray
+    role_rows: dict[str, RowArray]
+    user_rows: dict[str, RowArray]
     rows: dict[str, int]
     #: Mean row and second-moment matrix of ``matrix``: the catalog mean and deviation of a
     #: query's cosines, without scoring every row.
@@ -361,6 +366,9 @@ class RetrievalIndex:
             categories=_rows_by(caps, lambda c: (c.category,)),
             tags=_rows_by(caps, lambda c: c.tags),
             available=np.array([c.available for c in caps], dtype=bool),
+            open_rows=np.array([c.visibility.open for c in caps], dtype=bool),
+            role_rows=_rows_by(caps, lambda c: c.visibility.roles),
+            user_rows=_rows_by(caps, lambda c: c.visibility.users),
             rows={cid: i for i, cid in enumerate(ids)},
             mean_vector=matrix.sum(axis=0, dtype=np.float64).astype(np.float32) / n,
             moment=(matrix.T.astype(np.float64) @ matrix / n).astype(np.float32),
@@ -371,13 +379,17 @@ class RetrievalIndex:
     def __len__(self) -> int:
         return len(self.ids)
 
+    @property
+    def all_open(self) -> bool:
+        return bool(self.open_rows.all())
+
     # -- searching ------------------------------------------------------------------------------
 
     def search(self, query: str, query_vector: Vector, k: int, *, kind: str | None = None,
                category: str | None = None, tags: Collection[str] = (),
                only_available: bool = False, exclude: Collection[str] = (),
                include: Collection[str] | None = None, only_installable: bool = False,
-               embed: QueryEmbed | None = None,
+               caller: Caller = ANONYMOUS, embed: QueryEmbed | None = None,
                config: RetrievalConfig = DEFAULT_CONFIG) -> RetrievalResult:
         """The ``k`` best capabilities for ``query`` among those the filters allow.
 
@@ -389,6 +401,8 @@ class RetrievalIndex:
             allowed &= self._only(include)
         if only_installable:
             allowed &= ~self.available
+        if not self.all_open:
+            allowed &= self._visible(caller)
         if k <= 0 or not allowed.any():
             return RetrievalResult((), abstained=True)
         vector = np.asarray(query_vector, dtype=np.float32).reshape(-1)
@@ -518,6 +532,18 @@ class RetrievalIndex:
             if row is not None:
                 allowed[row] = False
         return allowed
+
+    def _visible(self, caller: Caller) -> BoolArray:
+        """Rows ``caller`` may see (:func:`capdisc.access.visible`, as a mask)."""
+        mask = self.open_rows.copy()
+        for role in caller.roles:
+            rows = self.role_rows.get(role)
+            if rows is not None:
+                mask[rows] = True
+        rows = self.user_rows.get(caller.user) if caller.user is not None else None
+        if rows is not None:
+            mask[rows] = True
+        return mask
 
     def _only(self, ids: Collection[str]) -> BoolArray:
         mask = np.zeros(len(self.ids), dtype=bool)

@@ -355,6 +355,12 @@ def imported(data: Mapping[str, Any], session_id: str, now_ms: int, policy: Sess
     return state, [SessionEvent("imported", now_ms, "", f"{len(state.bound)} tools"), *events]
 
 
+def without(state: SessionState, ids: Iterable[str]) -> SessionState:
+    """``state`` with ``ids`` left out of the working set (what a caller may not see)."""
+    gone = set(ids)
+    return replace(state, bound={k: v for k, v in state.bound.items() if k not in gone})
+
+
 def export(state: SessionState) -> dict[str, Any]:
     """What :func:`imported` needs: the working set, without guard memory or request ids."""
     data = state.to_dict()

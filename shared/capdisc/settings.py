@@ -106,6 +106,15 @@ class Settings(BaseModel):
     #: How long a sent indexing task may be neither queued nor delivered before the reconciler
     #: takes it for lost by the broker and sends it again (:mod:`capdisc.outbox`).
     outbox_grace_s: float = Field(10.0, ge=0)
+    #: Weaviate (:mod:`capdisc.weaviate_store`): REST URL (None: not configured), gRPC port
+    #: (same host as the URL), API key, collection, and per-call timeouts.
+    weaviate_url: str | None = None
+    weaviate_grpc_port: int = Field(50051, ge=1, le=65535)
+    weaviate_api_key: str = Field("", repr=False)
+    weaviate_collection: str = Field("Capability", pattern=r"^[A-Z][_0-9A-Za-z]*$")
+    weaviate_timeout_init_s: float = Field(5.0, gt=0)
+    weaviate_timeout_query_s: float = Field(10.0, gt=0)
+    weaviate_timeout_insert_s: float = Field(60.0, gt=0)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["json", "console"] = "json"
     discovery: DiscoveryConfig = Field(default_factory=DiscoveryConfig)

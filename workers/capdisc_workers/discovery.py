@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -23,6 +24,7 @@ import redis
 import structlog
 
 from capdisc import keys, status
+from capdisc.access import Caller, visible
 from capdisc.agent import list_discovered_tools
 from capdisc.embedding import CachedQueryEmbedder, Matrix, embedder_for, embedder_for_id
 from capdisc.engine import DiscoveryResult, Match, Query, discover, embed_turn, rank
@@ -371,7 +373,9 @@ class DiscoveryWorker:
     def session_op(self, request: SessionRequest) -> dict[str, Any]:
         """Record a call, or show, export or import a session's working set."""
         try:
-            reply = self.sessions.handle(request)
+            reply = self.sessions.handle(request, self._can_see(request.tenant,
+                                                                Caller.of(request.roles,
+                                                                          request.user)))
         except CapdiscError as exc:
             log.warning("session_request_failed", request_id=request.request_id,
                         session=request.session, tenant=request.tenant, error=str(exc))
@@ -407,11 +411,22 @@ class DiscoveryWorker:
                 reply["note"] = session["note"]
         if request.tool_format:
             fmt: Any = request.tool_format
-            reply.update(bound_tools(snapshot, session["bound"], fmt) if session is not None
-                         else list_discovered_tools(result, fmt))
+            reply.update(bound_tools(snapshot, session["bound"], fmt, query.filters.caller)
+                         if session is not None else list_discovered_tools(result, fmt))
         bound.debug("request_served", index_version=result.index_version,
                     matches=len(result.matches))
         return reply
+
+    def _can_see(self, tenant: str, caller: Caller) -> Callable[[str], bool]:
+        """Whether ``caller`` may see a capability id of ``tenant`` (unknown ids: no)."""
+        snapshot = self.indexes.get(tenant)
+        caps = snapshot.capabilities if snapshot is not None else {}
+
+        def can_see(cap_id: str) -> bool:
+            cap = caps.get(cap_id)
+            return cap is not None and visible(cap.visibility, caller)
+
+        return can_see
 
     def _query(self, request: DiscoverRequest) -> Query:
         """The request's query; in a session or for a profile, limited to the profile's
@@ -419,7 +434,8 @@ class DiscoveryWorker:
         filters = SearchFilters(kind=request.kind, category=request.category,
                                 tags=tuple(request.tags),
                                 only_available=request.only_available or bool(request.session),
-                                include_ids=allowed_ids(self.settings.sessions, request.profile))
+                                include_ids=allowed_ids(self.settings.sessions, request.profile),
+                                caller=Caller.of(request.roles, request.user))
         experts = frozenset(self.settings.sessions.profile(request.profile).expert_tools)
         return Query(request.query, request.limit, filters, prefer=experts)
 

@@ -17,6 +17,7 @@ import redis
 from capdisc import formats
 from capdisc import session as policy_fns
 from capdisc import sessions as store
+from capdisc.access import Caller, visible
 from capdisc.engine import DiscoveryResult, Match
 from capdisc.errors import SessionNotFoundError
 from capdisc.index import IndexSnapshot
@@ -66,19 +67,21 @@ class SessionService:
             outcome["installable"] = [_installable(m) for m in installable]
         return outcome
 
-    def handle(self, request: SessionRequest) -> dict[str, Any]:
-        """The reply to a call, show, export or import request."""
+    def handle(self, request: SessionRequest, can_see: Callable[[str], bool]) -> dict[str, Any]:
+        """The reply to a call, show, export or import request; working sets shown list only
+        what the caller ``can_see``."""
         if request.op == "call":
             return self._call(request)
         if request.op == "import":
-            return self._import(request)
+            return _seen(self._import(request), can_see)
         state = store.load(self.redis, request.tenant, request.session)
         if state is None:
             raise SessionNotFoundError(f"session {request.session!r} of tenant "
                                        f"{request.tenant!r} does not exist (or expired)")
         if request.op == "export":
-            return {"session": policy_fns.export(state)}
-        return {"working_set": policy_fns.working_set_view(state, self.policy)}
+            hidden = [i for i in state.bound if not can_see(i)]
+            return {"session": policy_fns.export(policy_fns.without(state, hidden))}
+        return _seen({"working_set": policy_fns.working_set_view(state, self.policy)}, can_see)
 
     def _call(self, request: SessionRequest) -> dict[str, Any]:
         now = self.clock()
@@ -113,14 +116,22 @@ class SessionService:
                             request_id=request.request_id)
 
 
-def bound_tools(snapshot: IndexSnapshot, bound: list[str], fmt: formats.ToolFormat
-                ) -> dict[str, Any]:
-    """Tool definitions of the whole working set (what the agent should have bound now), in
-    ``fmt``, plus the meta-tool."""
-    caps = [snapshot.capabilities[i] for i in bound if i in snapshot.capabilities]
+def bound_tools(snapshot: IndexSnapshot, bound: list[str], fmt: formats.ToolFormat,
+                caller: Caller) -> dict[str, Any]:
+    """Tool definitions of the whole working set (what the agent should have bound now) that
+    ``caller`` may see, in ``fmt``, plus the meta-tool."""
+    caps = [snapshot.capabilities[i] for i in bound if i in snapshot.capabilities
+            and visible(snapshot.capabilities[i].visibility, caller)]
     names = formats.NameMap.for_format(fmt, formats.callable_capabilities(caps))
     return {"tools": formats.list_discovered_tools(caps, fmt),
             "tool_names": {name: cap_id for cap_id, name in names.items()}}
+
+
+def _seen(reply: dict[str, Any], can_see: Callable[[str], bool]) -> dict[str, Any]:
+    view = dict(reply["working_set"])
+    view["bound"] = [b for b in view["bound"] if can_see(b["id"])]
+    view["always_include"] = [i for i in view["always_include"] if can_see(i)]
+    return {"working_set": view}
 
 
 def _installable(match: Match) -> dict[str, Any]:

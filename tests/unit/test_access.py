@@ -1,0 +1,110 @@
+"""Access control: one visibility rule, and no answer, list or binding that ever shows a caller a
+capability it cannot see (a property over generated registries, callers and queries)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from capdisc.access import ANONYMOUS, Caller, visible
+from capdisc.agent import list_discovered_tools
+from capdisc.embedding import HashingEmbedder
+from capdisc.engine import Query, discover, rank
+from capdisc.errors import ManifestError
+from capdisc.index import IndexSnapshot, SearchFilters
+from capdisc.models import Capability, Visibility
+from capdisc.normalize import capability_from_record
+from capdisc.session import SessionPolicy, bind, new_session
+from capdisc.settings import DiscoveryConfig
+from capdisc.tiers import tier0_text
+from capdisc.tokens import make_counter
+from capdisc_workers.sessions import bound_tools
+
+ROLES = ["admin", "sales", "eng", "support"]
+USERS = ["alice", "bob", "carol"]
+WORDS = ["invoice", "refund", "deploy", "ticket", "weather", "email", "report", "database",
+         "calendar", "payment", "search", "slack"]
+CATEGORIES = ["finance", "ops", "support", "comms"]
+EMBEDDER = HashingEmbedder(64)
+CONFIG = DiscoveryConfig(tier1_min_relevance=-1.0, abstain_threshold=0.0, tier1_top_k=8)
+
+
+@pytest.mark.parametrize(("roles", "users", "caller", "seen"), [
+    pytest.param((), (), ANONYMOUS, True, id="open-to-the-tenant"),
+    pytest.param(("sales",), (), ANONYMOUS, False, id="anonymous-sees-only-open"),
+    pytest.param(("sales",), (), Caller.of(["sales", "eng"]), True, id="any-role"),
+    pytest.param(("sales",), (), Caller.of(["eng"]), False, id="other-role"),
+    pytest.param((), ("alice",), Caller.of([], "alice"), True, id="named-user"),
+    pytest.param((), ("alice",), Caller.of(["admin"], "bob"), False, id="other-user"),
+    pytest.param(("admin",), ("alice",), Caller.of([], "alice"), True, id="user-or-role"),
+])
+def test_visibility_rule(roles: tuple[str, ...], users: tuple[str, ...], caller: Caller,
+                         seen: bool) -> None:
+    assert visible(Visibility(roles, users), caller) is seen
+
+
+def test_a_manifest_declares_visibility_and_bad_entries_name_the_field() -> None:
+    cap = capability_from_record({"kind": "tool", "name": "x", "description": "d",
+                                  "visibility": {"roles": ["sales"], "users": ["alice"]}}, "m")
+    assert cap.visibility == Visibility(("sales",), ("alice",))
+    assert Capability.from_dict(cap.to_dict()).visibility == cap.visibility
+    with pytest.raises(ManifestError, match=r"visibility\.groups"):
+        capability_from_record({"kind": "tool", "name": "x", "description": "d",
+                                "visibility": {"groups": ["a"]}}, "m")
+
+
+def test_open_capabilities_keep_their_content_hash() -> None:
+    cap = Capability(id="tool:x", kind="tool", name="x", description="d")
+    assert "visibility" not in cap.to_dict()
+
+
+capabilities = st.lists(st.tuples(
+    st.sampled_from(WORDS), st.sampled_from(WORDS), st.sampled_from(CATEGORIES),
+    st.lists(st.sampled_from(ROLES), max_size=2, unique=True),
+    st.lists(st.sampled_from(USERS), max_size=2, unique=True), st.booleans(),
+), min_size=1, max_size=12)
+callers = st.builds(Caller.of, st.lists(st.sampled_from(ROLES), max_size=2, unique=True),
+                    st.one_of(st.none(), st.sampled_from(USERS)))
+queries = st.lists(st.sampled_from(WORDS), min_size=1, max_size=4).map(" ".join)
+
+
+def _registry(rows: list[tuple[str, str, str, list[str], list[str], bool]]) -> IndexSnapshot:
+    caps = [Capability(id=f"tool:{a}-{b}-{i}", kind="tool", name=f"{a}-{b}-{i}",
+                       description=f"{a} {b} tool number {i}", category=category,
+                       available=available, visibility=Visibility(tuple(roles), tuple(users)))
+            for i, (a, b, category, roles, users, available) in enumerate(rows)]
+    vectors = EMBEDDER.embed([c.description for c in caps])
+    return IndexSnapshot.build("t", 1, EMBEDDER.dim, [(c, v.tobytes())
+                                                      for c, v in zip(caps, vectors, strict=True)],
+                               EMBEDDER.id)
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(capabilities, callers, queries)
+def test_no_answer_list_or_binding_shows_an_invisible_capability(
+        rows: list[tuple[str, str, str, list[str], list[str], bool]], caller: Caller,
+        query: str) -> None:
+    snapshot = _registry(rows)
+    seen = {c.id for c in snapshot.capabilities.values() if visible(c.visibility, caller)}
+    vector = EMBEDDER.embed([query])[0]
+    request = Query(query, 8, SearchFilters(caller=caller))
+
+    result = discover(snapshot, request, vector, CONFIG)
+    installable = rank(snapshot, replace(request, filters=replace(
+        request.filters, only_installable=True)), vector, CONFIG, 8)
+    tools = list_discovered_tools(result, "openai-chat")
+    state, _events = bind(new_session("s", None, 0), [m.capability.id for m in result.matches],
+                          0, SessionPolicy(max_discovered_tools=50))
+    everything = bound_tools(snapshot, list(snapshot.capabilities), "mcp", caller)
+
+    assert {m.capability.id for m in result.matches} <= seen
+    assert {m.capability.id for m in installable.matches} <= seen
+    assert set(tools["tool_names"].values()) <= seen
+    assert set(state.bound) <= seen
+    assert set(everything["tool_names"].values()) <= seen
+    visible_caps = [c for c in snapshot.capabilities.values() if c.id in seen]
+    assert result.tiers.tier0 == tier0_text(visible_caps, CONFIG.tier0_budget_tokens,
+                                            make_counter(CONFIG.token_counter))
