@@ -188,6 +188,7 @@ def session() -> None:
               help="Serve streamable HTTP on this port (default: stdio)")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--profile", default=None, help="Agent profile of every session served")
+@caller_options
 @redis_option
 @tenant_option
 @click.pass_context
@@ -199,7 +200,7 @@ def mcp_cmd(ctx: click.Context, http_port: int | None, host: str, profile: str |
 
     settings, _connection = _connect(ctx, redis_url)
     serve(settings, tenant=tenant or settings.tenant, profile=profile, host=host,
-          port=http_port)
+          port=http_port, **_caller(ctx))
 
 
 @session.command("show")

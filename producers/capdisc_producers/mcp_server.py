@@ -90,11 +90,12 @@ Handler = Callable[[Mapping[str, Any], str | None], Awaitable[dict[str, Any]]]
 
 
 def serve(settings: Settings, *, tenant: str, profile: str | None, host: str,
-          port: int | None) -> None:
+          port: int | None, roles: list[str] | None = None, user: str | None = None) -> None:
     """Serve until stdin closes (stdio, ``port`` None) or the process is interrupted (streamable
-    HTTP on ``host:port``, at ``/mcp``)."""
+    HTTP on ``host:port``, at ``/mcp``), as a caller with ``roles`` and ``user`` in ``tenant``
+    (only what they may see is discovered)."""
     client = Client.from_url(settings.redis_url, tenant=tenant,
-                             timeout_s=settings.discover_timeout_s)
+                             timeout_s=settings.discover_timeout_s, roles=roles, user=user)
     try:
         with contextlib.suppress(KeyboardInterrupt):
             if port is None:
