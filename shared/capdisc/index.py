@@ -246,6 +246,11 @@ class IndexSnapshot:
         return self._tier0[key]
 
     @cached_property
+    def has_installable(self) -> bool:
+        """Whether any capability is not available yet (so offering installables can help)."""
+        return not all(c.available for c in self.capabilities.values())
+
+    @cached_property
     def all_open(self) -> bool:
         """Whether every capability is visible to the whole tenant."""
         return all(c.visibility.open for c in self.capabilities.values())

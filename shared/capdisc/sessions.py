@@ -10,13 +10,14 @@ the least recently active go first.
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import redis
 
 from capdisc import keys
-from capdisc.errors import SessionNotFoundError
 from capdisc.session import SessionEvent, SessionPolicy, SessionState, new_session
 
 #: Events kept per session stream (approximate).
@@ -33,10 +34,11 @@ def load(client: redis.Redis, tenant: str, session_id: str) -> SessionState | No
 
 
 #: Compare-and-set of one session: the state is written (with its events, expiry and place
-#: among live sessions) only if its revision is still the one read; 0 tells the caller to retry.
-#: One round trip instead of WATCH/MULTI's three.
+#: among live sessions) only if its revision is still the one the writer started from; else
+#: the current revision and state come back, for the writer to apply its change to.
 _CAS = """
-if (redis.call('HGET', KEYS[1], 'rev') or '') ~= ARGV[1] then return 0 end
+local rev = redis.call('HGET', KEYS[1], 'rev') or ''
+if rev ~= ARGV[1] then return {0, rev, redis.call('HGET', KEYS[1], 'state') or ''} end
 redis.call('HSET', KEYS[1], 'rev', ARGV[2], 'state', ARGV[3])
 redis.call('PEXPIREAT', KEYS[1], ARGV[4])
 local count = tonumber(ARGV[7])
@@ -48,31 +50,58 @@ for i = 0, count - 1 do
 end
 if count > 0 then redis.call('PEXPIREAT', KEYS[2], ARGV[4]) end
 redis.call('ZADD', KEYS[3], ARGV[6], ARGV[8 + count * 5])
-return 1
+return {1}
 """
+
+
+class StateCache:
+    """The states this process last wrote, with their revisions (bounded, least recently used
+    first out): a turn of a session this process served last costs one round trip."""
+
+    def __init__(self, size: int = 10_000) -> None:
+        self._size = size
+        self._states: OrderedDict[tuple[str, str], tuple[str, SessionState]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str]) -> tuple[str, SessionState | None]:
+        with self._lock:
+            hit = self._states.get(key)
+            if hit is None:
+                return "", None
+            self._states.move_to_end(key)
+            return hit
+
+    def put(self, key: tuple[str, str], revision: str, state: SessionState) -> None:
+        with self._lock:
+            self._states[key] = (revision, state)
+            self._states.move_to_end(key)
+            while len(self._states) > self._size:
+                self._states.popitem(last=False)
 
 
 def update(client: redis.Redis, tenant: str, session_id: str, change: Change[T],
            policy: SessionPolicy, now_ms: int, *, profile: str | None = None,
-           create: bool = True, request_id: str = "") -> T:
-    """Apply ``change`` to the session atomically (retrying on a concurrent write): the state,
-    its events on the session stream and its place among live sessions, together."""
+           request_id: str = "", cache: StateCache | None = None) -> T:
+    """Apply ``change`` to the session atomically: the state, its events on the session stream
+    and its place among live sessions, together. Optimistic: the change is applied to the state
+    this process last wrote (or a new session) and written if nobody wrote since; otherwise the
+    script returns the current state and the change is applied again to that."""
     key = keys.session(tenant, session_id)
     cas = client.register_script(_CAS)
+    cache = cache if cache is not None else StateCache(1)
+    revision, known = cache.get((tenant, session_id))
     while True:
-        rev, raw = client.hmget(key, ["rev", "state"])
-        if raw is None and not create:
-            raise SessionNotFoundError(f"session {session_id!r} of tenant {tenant!r} "
-                                       "does not exist (or expired)")
-        state = (SessionState.from_dict(json.loads(raw)) if raw
-                 else new_session(session_id, profile, now_ms))
+        state = known if known is not None else new_session(session_id, profile, now_ms)
         state, events, result = change(state)
-        expected = rev.decode() if isinstance(rev, bytes) else ""
-        written = cas(keys=[key, keys.session_events(tenant, session_id), keys.sessions(tenant)],
-                      args=_cas_args(state, events, expected, policy, now_ms, request_id))
-        if written:
+        args = _cas_args(state, events, revision, policy, now_ms, request_id)
+        reply = cas(keys=[key, keys.session_events(tenant, session_id), keys.sessions(tenant)],
+                    args=args)
+        if int(reply[0]) == 1:
+            cache.put((tenant, session_id), str(args[1]), state)
             break
-    if raw is None:
+        revision = _str(reply[1])
+        known = SessionState.from_dict(json.loads(reply[2])) if reply[2] else None
+    if not revision:
         _bound_live_sessions(client, tenant, policy, now_ms)
     return result
 

@@ -443,7 +443,8 @@ class DiscoveryWorker:
                      vector: Any, config: DiscoveryConfig) -> list[Match]:
         """When few available capabilities fit, the best not yet available ones (seed 002
         section 10), offered apart from the matches."""
-        if len(result.matches) >= self.settings.sessions.installable_below:
+        if (len(result.matches) >= self.settings.sessions.installable_below
+                or not snapshot.has_installable):
             return []
         wanted = replace(query, filters=replace(query.filters, only_available=False,
                                                 only_installable=True))

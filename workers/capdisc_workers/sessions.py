@@ -39,6 +39,7 @@ class SessionService:
         self.redis = connection
         self.policy = policy
         self.clock = clock
+        self.states = store.StateCache()
 
     def after_discovery(self, request: DiscoverRequest, result: DiscoveryResult,
                         installable: list[Match]) -> dict[str, Any]:
@@ -62,7 +63,7 @@ class SessionService:
 
         outcome = store.update(self.redis, request.tenant, str(request.session), change,
                                self.policy, now, profile=request.profile,
-                               request_id=request.request_id)
+                               request_id=request.request_id, cache=self.states)
         if installable:
             outcome["installable"] = [_installable(m) for m in installable]
         return outcome
@@ -96,7 +97,8 @@ class SessionService:
             return policy_fns.remember(state, request.request_id, result), events, result
 
         return store.update(self.redis, request.tenant, request.session, change, self.policy,
-                            now, profile=request.profile, request_id=request.request_id)
+                            now, profile=request.profile, request_id=request.request_id,
+                            cache=self.states)
 
     def _import(self, request: SessionRequest) -> dict[str, Any]:
         now = self.clock()
@@ -113,7 +115,7 @@ class SessionService:
 
         return store.update(self.redis, request.tenant, request.session, change, self.policy,
                             now, profile=(request.data or {}).get("profile"),
-                            request_id=request.request_id)
+                            request_id=request.request_id, cache=self.states)
 
 
 def bound_tools(snapshot: IndexSnapshot, bound: list[str], fmt: formats.ToolFormat,
