@@ -93,13 +93,14 @@ def turns(client: Client, args: argparse.Namespace, kill_at: int, victim: int
         started = time.perf_counter()
         answer = client.discover(QUERIES[number % len(QUERIES)], session=session,
                                  request_id=f"d-{turn}")
-        top = answer.ids[0]
-        client.record_tool_call(session, top, {"turn": turn}, request_id=f"c-{turn}")
-        times.append(time.perf_counter() - started)
-        workers[answer.worker] += 1
         counts = made.setdefault(session, Counter())
         counts["discoveries"] += 1
-        counts[f"call:{top}"] += 1
+        if answer.ids:  # a query that found nothing (abstained) has nothing to call
+            client.record_tool_call(session, answer.ids[0], {"turn": turn},
+                                    request_id=f"c-{turn}")
+            counts[f"call:{answer.ids[0]}"] += 1
+        times.append(time.perf_counter() - started)
+        workers[answer.worker] += 1
     print(f"turns answered: {len(times)} of {args.turns}; turn time {describe_ms(times)}")
     print(f"answered by: {dict(workers)}")
     return made
@@ -116,7 +117,9 @@ def verify(client: Client, connection: redis.Redis, tenant: str,
                 got = working.get(tool, {}).get("use_count", 0)
                 if got != expected:
                     problems.append(f"{session}: {tool} use count {got}, calls made {expected}")
-        top = next(k.removeprefix("call:") for k in counts if k.startswith("call:"))
+        top = next((k.removeprefix("call:") for k in counts if k.startswith("call:")), None)
+        if top is None:
+            continue
         applied = _binding_events(connection, tenant, session, top)
         if applied != counts["discoveries"]:
             problems.append(f"{session}: {applied} binding events for {top}, "
