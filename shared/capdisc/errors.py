@@ -74,7 +74,7 @@ class VectorStoreError(CapdiscError):
     """The vector store (Weaviate, or the in-process store) refused or failed an operation.
 
     The message names the store, the operation and what to do: check ``CAPDISC_WEAVIATE_URL`` and
-    ``CAPDISC_WEAVIATE_GRPC_PORT`` when the server cannot be reached, raise
+    ``CAPDISC_WEAVIATE_GRPC_HOST``/``_PORT`` when the server cannot be reached, raise
     ``CAPDISC_WEAVIATE_TIMEOUT_*_S`` when a call timed out, recreate the collection when its
     definition does not match. Writes that fail this way are safe to retry: ids are deterministic.
     """

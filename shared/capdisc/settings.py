@@ -106,9 +106,10 @@ class Settings(BaseModel):
     #: How long a sent indexing task may be neither queued nor delivered before the reconciler
     #: takes it for lost by the broker and sends it again (:mod:`capdisc.outbox`).
     outbox_grace_s: float = Field(10.0, ge=0)
-    #: Weaviate (:mod:`capdisc.weaviate_store`): REST URL (None: not configured), gRPC port
-    #: (same host as the URL), API key, collection, and per-call timeouts.
+    #: Weaviate (:mod:`capdisc.weaviate_store`): REST URL (None: not configured), gRPC host
+    #: (None: the URL's host) and port, API key, collection, and per-call timeouts.
     weaviate_url: str | None = None
+    weaviate_grpc_host: str | None = None
     weaviate_grpc_port: int = Field(50051, ge=1, le=65535)
     weaviate_api_key: str = Field("", repr=False)
     weaviate_collection: str = Field("Capability", pattern=r"^[A-Z][_0-9A-Za-z]*$")

@@ -24,9 +24,9 @@ import math
 import re
 import threading
 from collections import Counter
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -38,12 +38,18 @@ from capdisc.lexical import STOPWORDS
 from capdisc.models import Capability
 from capdisc.retrieval import lexical_text
 
+if TYPE_CHECKING:
+    from capdisc.index import SearchFilters
+
 ArrayLike = Sequence[float] | npt.NDArray[np.floating]
 
 
 def is_visible(vis_open: bool, vis_roles: Collection[str], vis_users: Collection[str],
                roles: Collection[str], user: str | None) -> bool:
-    """The one visibility rule: open to the whole tenant, or a shared role, or the named user."""
+    """:func:`capdisc.access.visible` on a stored object's fields: open to the whole tenant, or
+    a role in common, or the named user. With ``vis_open = visibility.open`` (what
+    :meth:`StoredObject.from_capability` stores) the two agree on every input (tested); the
+    stores' filters (in-process and Weaviate's) are this expression."""
     return (vis_open or any(role in vis_roles for role in roles)
             or (user is not None and user in vis_users))
 
@@ -89,14 +95,17 @@ class StoredObject:
 
     @classmethod
     def from_capability(cls, capability: Capability, vector: ArrayLike, *,
-                        vis_open: bool = True, vis_roles: Iterable[str] = (),
-                        vis_users: Iterable[str] = (), text: str | None = None) -> StoredObject:
-        """A capability's object: its filter fields, and the text BM25 matches in-process
-        (:func:`capdisc.retrieval.lexical_text`) unless ``text`` is given."""
+                        text: str | None = None) -> StoredObject:
+        """A capability's object: its filter fields, its visibility
+        (:attr:`capdisc.models.Capability.visibility`: open when it names no roles and no users),
+        and the text BM25 matches in-process (:func:`capdisc.retrieval.lexical_text`) unless
+        ``text`` is given."""
+        visibility = capability.visibility
         return cls(capability.id, np.asarray(vector, dtype=np.float32),
                    lexical_text(capability) if text is None else text,
                    capability.kind, capability.category, tuple(capability.tags),
-                   capability.available, vis_open, tuple(vis_roles), tuple(vis_users))
+                   capability.available, visibility.open, tuple(visibility.roles),
+                   tuple(visibility.users))
 
     def visible_to(self, roles: Collection[str], user: str | None) -> bool:
         return is_visible(self.vis_open, self.vis_roles, self.vis_users, roles, user)
@@ -129,6 +138,16 @@ class StoreFilters:
             object.__setattr__(self, "include_ids", frozenset(self.include_ids))
         if self.user == "":
             object.__setattr__(self, "user", None)
+
+    @classmethod
+    def from_search(cls, filters: SearchFilters) -> StoreFilters:
+        """The store form of the engine's :class:`capdisc.index.SearchFilters` (its caller's
+        roles and user included)."""
+        return cls(kind=filters.kind, category=filters.category, tags=tuple(filters.tags),
+                   only_available=filters.only_available,
+                   only_installable=filters.only_installable, include_ids=filters.include_ids,
+                   exclude_ids=filters.exclude_ids, roles=tuple(sorted(filters.caller.roles)),
+                   user=filters.caller.user)
 
     @property
     def admits_nothing(self) -> bool:
