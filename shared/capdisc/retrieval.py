@@ -240,19 +240,26 @@ def _reused_rows(caps: Sequence[Capability], previous: RetrievalIndex) -> list[i
     return out
 
 
-def _build_name_table(capabilities: Sequence[Capability], lexicon: LexicalIndex
+def _row_name_keys(capability: Capability) -> frozenset[NameKey]:
+    """The keys that could name ``capability`` in the table (:func:`_distinctive` ones)."""
+    return frozenset(key for key in _name_keys(capability) if _distinctive(key))
+
+
+def _build_name_table(row_keys: Sequence[frozenset[NameKey]], lexicon: LexicalIndex
                       ) -> dict[NameKey, int]:
     """Name key -> row, keeping only keys that identify one capability and are not ordinary
     words of the catalog (a one-word key must appear in at most one capability's text)."""
-    owners: dict[NameKey, set[int]] = {}
-    for row, capability in enumerate(capabilities):
-        for key in _name_keys(capability):
-            owners.setdefault(key, set()).add(row)
-    unique = [key for key, rows in owners.items() if len(rows) == 1 and _distinctive(key)]
-    plain = [key[0] for key in unique if len(key) == 1 and key[0].isalpha()]
+    owner: dict[NameKey, int] = {}
+    shared: set[NameKey] = set()
+    for row, keys in enumerate(row_keys):
+        for key in keys:
+            if owner.setdefault(key, row) != row:
+                shared.add(key)
+    plain = [key[0] for key in owner if len(key) == 1 and key[0].isalpha()
+             and key not in shared]
     frequencies = lexicon.document_frequencies(plain)
-    return {key: next(iter(owners[key])) for key in unique
-            if frequencies.get(key[0], 0) <= 1 or len(key) > 1}
+    return {key: row for key, row in owner.items()
+            if key not in shared and (len(key) > 1 or frequencies.get(key[0], 0) <= 1)}
 
 
 def _distinctive(key: NameKey) -> bool:
@@ -318,6 +325,8 @@ class RetrievalIndex:
     open_rows: BoolArray
     role_rows: dict[str, RowArray]
     user_rows: dict[str, RowArray]
+    #: Per row, the keys that could name its capability (kept for the next delta).
+    row_keys: tuple[frozenset[NameKey], ...]
     rows: dict[str, int]
     #: Mean row and second-moment matrix of ``matrix``: the catalog mean and deviation of a
     #: query's cosines, without scoring every row.
@@ -358,17 +367,18 @@ class RetrievalIndex:
             previous=previous.lexicon if previous is not None and reuse else None, reuse=reuse)
         ids = tuple(c.id for c in caps)
         n = max(len(caps), 1)
-        names = _build_name_table(caps, lexicon)
+        row_keys = tuple(previous.row_keys[r] if previous is not None and reuse
+                         and (r := reuse[i]) is not None else _row_name_keys(c)
+                         for i, c in enumerate(caps))
+        names = _build_name_table(row_keys, lexicon)
+        kinds, categories, tags, roles, users = _facets(caps)
         return cls(
             capabilities=caps, ids=ids, matrix=matrix, lexicon=lexicon, names=names,
             name_starts=frozenset(key[0] for key in names if len(key) > 1),
-            kinds=_rows_by(caps, lambda c: (c.kind,)),
-            categories=_rows_by(caps, lambda c: (c.category,)),
-            tags=_rows_by(caps, lambda c: c.tags),
+            kinds=kinds, categories=categories, tags=tags,
             available=np.array([c.available for c in caps], dtype=bool),
             open_rows=np.array([c.visibility.open for c in caps], dtype=bool),
-            role_rows=_rows_by(caps, lambda c: c.visibility.roles),
-            user_rows=_rows_by(caps, lambda c: c.visibility.users),
+            role_rows=roles, user_rows=users, row_keys=row_keys,
             rows={cid: i for i, cid in enumerate(ids)},
             mean_vector=matrix.sum(axis=0, dtype=np.float64).astype(np.float32) / n,
             moment=(matrix.T.astype(np.float64) @ matrix / n).astype(np.float32),
@@ -598,13 +608,21 @@ def _dense_matrix(vectors: Matrix, summary_vectors: Matrix | None, count: int,
     return np.ascontiguousarray(matrix, dtype=np.float32)
 
 
-def _rows_by(caps: Sequence[Capability], keys: Callable[[Capability], Iterable[str]]
-             ) -> dict[str, RowArray]:
-    rows: dict[str, list[int]] = {}
-    for row, capability in enumerate(caps):
-        for key in dict.fromkeys(keys(capability)):
-            rows.setdefault(key, []).append(row)
-    return {key: np.asarray(found, dtype=np.int32) for key, found in rows.items()}
+def _facets(caps: Sequence[Capability]) -> tuple[dict[str, RowArray], ...]:
+    """Rows by kind, category, tag, visibility role and visibility user, in one pass."""
+    found: tuple[dict[str, list[int]], ...] = ({}, {}, {}, {}, {})
+    kinds, categories, tags, roles, users = found
+    for row, cap in enumerate(caps):
+        kinds.setdefault(cap.kind, []).append(row)
+        categories.setdefault(cap.category, []).append(row)
+        for tag in cap.tags:
+            tags.setdefault(tag, []).append(row)
+        for role in cap.visibility.roles:
+            roles.setdefault(role, []).append(row)
+        for user in cap.visibility.users:
+            users.setdefault(user, []).append(row)
+    return tuple({key: np.asarray(rows, dtype=np.int32) for key, rows in f.items()}
+                 for f in found)
 
 
 # -- pure scoring functions ------------------------------------------------------------------------
