@@ -37,10 +37,6 @@ GENERIC_LOOP_GUIDANCE = (
 REDUNDANT_SEARCH_NOTE = (
     "These tools are already bound from a recent search; use them, or search with a more "
     "specific request if you need different ones.")
-#: Request ids remembered per session, so a retried or redelivered request applies once: an
-#: agent's turns in one session are sequential, and a retry or redelivery comes within
-#: seconds, so the last few dozen cover it while keeping the stored state small.
-APPLIED_KEPT = 32
 
 
 class AgentProfile(BaseModel):
@@ -79,8 +75,12 @@ class SessionPolicy(BaseModel):
     redundant_overlap: float = Field(0.8, gt=0, le=1)
     redundant_window_s: float = Field(300.0, gt=0)
     redundant_history: int = Field(5, ge=1)
-    #: Offer installable (not yet available) capabilities when fewer results than this fit.
-    installable_below: int = Field(2, ge=0)
+    #: Offer installable (not yet available) capabilities when fewer results than this fit
+    #: (1: when no available capability fits; it costs a second search).
+    installable_below: int = Field(1, ge=0)
+    #: How long a request's outcome is kept, so a retried or redelivered request (a client
+    #: re-sending, a worker reclaiming a dead one's) changes the session once.
+    request_memory_s: float = Field(600.0, gt=0)
     profiles: dict[str, AgentProfile] = Field(default_factory=dict)
 
     def profile(self, name: str | None) -> AgentProfile:
@@ -131,8 +131,6 @@ class SessionState:
     searches: tuple[tuple[int, tuple[str, ...]], ...] = ()
     #: Tools the loop guard evicted, until a discovery finds them again.
     loop_evicted: frozenset[str] = frozenset()
-    #: Request id -> the outcome it had (exactly-once effects for retried requests).
-    applied: Mapping[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"session_id": self.session_id, "profile": self.profile,
@@ -141,7 +139,7 @@ class SessionState:
                           for k, b in self.bound.items()},
                 "calls": [list(c) for c in self.calls],
                 "searches": [[at, list(ids)] for at, ids in self.searches],
-                "loop_evicted": sorted(self.loop_evicted), "applied": dict(self.applied)}
+                "loop_evicted": sorted(self.loop_evicted)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SessionState:
@@ -151,8 +149,7 @@ class SessionState:
                           for k, v in data.get("bound", {}).items()},
                    calls=tuple((str(t), str(h), int(at)) for t, h, at in data.get("calls", [])),
                    searches=tuple((int(at), tuple(ids)) for at, ids in data.get("searches", [])),
-                   loop_evicted=frozenset(data.get("loop_evicted", [])),
-                   applied=dict(data.get("applied", {})))
+                   loop_evicted=frozenset(data.get("loop_evicted", [])))
 
 
 def new_session(session_id: str, profile: str | None, now_ms: int) -> SessionState:
@@ -333,21 +330,13 @@ def check_search(state: SessionState, ids: Sequence[str], now_ms: int, policy: S
                                                        ",".join(ids))]
 
 
-# -- exactly-once ----------------------------------------------------------------------------------
-
-
-def remember(state: SessionState, request_id: str, outcome: dict[str, Any]) -> SessionState:
-    """Keep ``request_id``'s outcome, so a retry or redelivery of it applies nothing twice."""
-    applied = {**state.applied, request_id: outcome}
-    if len(applied) > APPLIED_KEPT:
-        applied = dict(list(applied.items())[-APPLIED_KEPT:])
-    return replace(state, applied=applied)
+# -- export and import -----------------------------------------------------------------------------
 
 
 def imported(data: Mapping[str, Any], session_id: str, now_ms: int, policy: SessionPolicy
              ) -> tuple[SessionState, list[SessionEvent]]:
     """A session made from an export: the same working set under ``session_id`` (guard memory
-    and request ids are not carried: the importing agent starts its own)."""
+    is not carried: the importing agent starts its own)."""
     source = SessionState.from_dict({**data, "session_id": session_id})
     state = new_session(session_id, source.profile, now_ms)
     state = replace(state, bound=dict(source.bound), loop_evicted=source.loop_evicted)
@@ -362,7 +351,7 @@ def without(state: SessionState, ids: Iterable[str]) -> SessionState:
 
 
 def export(state: SessionState) -> dict[str, Any]:
-    """What :func:`imported` needs: the working set, without guard memory or request ids."""
+    """What :func:`imported` needs: the working set, without guard memory."""
     data = state.to_dict()
     return {k: data[k] for k in ("session_id", "profile", "created_ms", "bound", "loop_evicted")}
 

@@ -35,8 +35,13 @@ def load(client: redis.Redis, tenant: str, session_id: str) -> SessionState | No
 
 #: Compare-and-set of one session: the state is written (with its events, expiry and place
 #: among live sessions) only if its revision is still the one the writer started from; else
-#: the current revision and state come back, for the writer to apply its change to.
+#: the current revision and state come back, for the writer to apply its change to. A request
+#: id already applied returns the outcome it had (kept request_memory_s): exactly-once effects.
 _CAS = """
+if KEYS[4] ~= '' then
+  local done = redis.call('GET', KEYS[4])
+  if done then return {2, done} end
+end
 local rev = redis.call('HGET', KEYS[1], 'rev') or ''
 if rev ~= ARGV[1] then return {0, rev, redis.call('HGET', KEYS[1], 'state') or ''} end
 redis.call('HSET', KEYS[1], 'rev', ARGV[2], 'state', ARGV[3])
@@ -49,7 +54,9 @@ for i = 0, count - 1 do
              'request_id', ARGV[at + 4])
 end
 if count > 0 then redis.call('PEXPIREAT', KEYS[2], ARGV[4]) end
-redis.call('ZADD', KEYS[3], ARGV[6], ARGV[8 + count * 5])
+local last = 8 + count * 5
+redis.call('ZADD', KEYS[3], ARGV[6], ARGV[last])
+if KEYS[4] ~= '' then redis.call('SET', KEYS[4], ARGV[last + 1], 'PX', ARGV[last + 2]) end
 return {1}
 """
 
@@ -90,12 +97,17 @@ def update(client: redis.Redis, tenant: str, session_id: str, change: Change[T],
     cas = client.register_script(_CAS)
     cache = cache if cache is not None else StateCache(1)
     revision, known = cache.get((tenant, session_id))
+    request_key = keys.session_request(tenant, session_id, request_id) if request_id else ""
     while True:
         state = known if known is not None else new_session(session_id, profile, now_ms)
         state, events, result = change(state)
         args = _cas_args(state, events, revision, policy, now_ms, request_id)
-        reply = cas(keys=[key, keys.session_events(tenant, session_id), keys.sessions(tenant)],
-                    args=args)
+        reply = cas(keys=[key, keys.session_events(tenant, session_id), keys.sessions(tenant),
+                          request_key],
+                    args=[*args, json.dumps(result), int(policy.request_memory_s * 1000)])
+        if int(reply[0]) == 2:  # applied before: its first outcome, nothing changed
+            done: T = json.loads(reply[1])
+            return done
         if int(reply[0]) == 1:
             cache.put((tenant, session_id), str(args[1]), state)
             break

@@ -208,3 +208,18 @@ def test_session_cli_show_call_export_import(
     assert SLACK not in [b["id"] for b in working["bound"]]
     assert {"bound", "always_include"} <= set(working)
     assert imported.returncode == 0, imported.stderr
+
+
+def test_a_request_applied_again_after_many_others_still_changes_nothing(
+        stack: Stack, registry: Path, tenant: str, client: Client) -> None:
+    report = publish(stack.url, registry, tenant)
+    session = _session()
+    client.discover("post a message to slack", session=session, limit=1,
+                    min_version=report.index_version)
+    client.record_tool_call(session, SLACK, {"n": 0}, request_id="late")
+    for number in range(1, 41):  # a reclaimed request can come back after dozens of turns
+        client.record_tool_call(session, SLACK, {"n": number})
+
+    client.record_tool_call(session, SLACK, {"n": 0}, request_id="late")
+
+    assert client.working_set(session)["bound"][0]["use_count"] == 41

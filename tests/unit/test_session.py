@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from capdisc.session import (
-    APPLIED_KEPT,
     GENERIC_LOOP_GUIDANCE,
     REDUNDANT_SEARCH_NOTE,
     AgentProfile,
@@ -23,7 +22,6 @@ from capdisc.session import (
     imported,
     new_session,
     record_call,
-    remember,
 )
 
 S = 1000  # ms
@@ -225,15 +223,6 @@ def test_profile_allowlist_and_experts_first() -> None:
     assert experts_first(["x", "inv", "pay"], rules, "billing") == ["pay", "x", "inv"]
 
 
-def test_remembered_request_ids_are_bounded() -> None:
-    state = fresh()
-    for number in range(300):
-        state = remember(state, f"r{number}", {"n": number})
-
-    assert len(state.applied) == APPLIED_KEPT
-    assert "r299" in state.applied and "r0" not in state.applied
-
-
 def test_export_then_import_reproduces_the_working_set() -> None:
     rules = policy()
     state, _ = bind(fresh(), ["a", "b"], 0, rules)
@@ -250,6 +239,5 @@ def test_state_round_trips_through_json_shape() -> None:
     state, _ = bind(fresh(), ["a"], 0, rules)
     state, _o, _ = record_call(state, "a", {"q": 1}, S, rules)
     state, _n, _ = check_search(state, ["a"], 2 * S, rules)
-    state = remember(state, "r1", {"ok": True})
 
     assert SessionState.from_dict(state.to_dict()) == state

@@ -2,7 +2,7 @@
 call runs the loop guard, and show/export/import serve the working set. Policy is
 :mod:`capdisc.session`, storage :mod:`capdisc.sessions`; a request id already applied to a
 session returns its first outcome and changes nothing (exactly-once effects on an
-at-least-once path).
+at-least-once path: the storage's compare-and-set keeps each request's outcome).
 """
 
 from __future__ import annotations
@@ -49,8 +49,6 @@ class SessionService:
 
         def change(state: SessionState) -> tuple[SessionState, list[SessionEvent],
                                                  dict[str, Any]]:
-            if request.request_id in state.applied:
-                return state, [], dict(state.applied[request.request_id])
             state, bound_events = policy_fns.bind(state, ids, now, self.policy)
             state, note, search_events = policy_fns.check_search(state, ids, now, self.policy)
             outcome = {"id": state.session_id,
@@ -58,7 +56,6 @@ class SessionService:
                        "added": [e.tool for e in bound_events if e.type in ("bound", "restored")],
                        "evicted": [e.tool for e in bound_events if e.type == "evicted"],
                        "redundant_search": note is not None, "note": note}
-            state = policy_fns.remember(state, request.request_id, outcome)
             return state, bound_events + search_events, outcome
 
         outcome = store.update(self.redis, request.tenant, str(request.session), change,
@@ -89,12 +86,9 @@ class SessionService:
 
         def change(state: SessionState) -> tuple[SessionState, list[SessionEvent],
                                                  dict[str, Any]]:
-            if request.request_id in state.applied:
-                return state, [], dict(state.applied[request.request_id])
             state, outcome, events = policy_fns.record_call(
                 state, str(request.tool_id), request.arguments, now, self.policy)
-            result = outcome.to_dict()
-            return policy_fns.remember(state, request.request_id, result), events, result
+            return state, events, outcome.to_dict()
 
         return store.update(self.redis, request.tenant, request.session, change, self.policy,
                             now, profile=request.profile, request_id=request.request_id,
@@ -105,13 +99,11 @@ class SessionService:
 
         def change(state: SessionState) -> tuple[SessionState, list[SessionEvent],
                                                  dict[str, Any]]:
-            if request.request_id in state.applied:
-                return state, [], dict(state.applied[request.request_id])
             fresh, events = policy_fns.imported(request.data or {}, request.session, now,
                                                 self.policy)
             fresh = replace(fresh, created_ms=state.created_ms)
-            result = {"working_set": policy_fns.working_set_view(fresh, self.policy)}
-            return policy_fns.remember(fresh, request.request_id, result), events, result
+            return fresh, events, {"working_set": policy_fns.working_set_view(fresh,
+                                                                             self.policy)}
 
         return store.update(self.redis, request.tenant, request.session, change, self.policy,
                             now, profile=(request.data or {}).get("profile"),
