@@ -135,7 +135,7 @@ def verify(client: Client, connection: redis.Redis, tenant: str,
 def _binding_events(connection: redis.Redis, tenant: str, session: str, tool: str) -> int:
     entries = connection.xrange(keys.session_events(tenant, session))
     return sum(1 for _id, fields in entries
-               if fields[b"tool"].decode() == tool
+               if tool in fields[b"tool"].decode().split(",")
                and fields[b"type"].decode() in ("bound", "refreshed", "restored"))
 
 

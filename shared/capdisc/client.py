@@ -138,7 +138,8 @@ class Client:
                       stop: Callable[[], bool] = lambda: False) -> Iterator[dict[str, str]]:
         """Every change to the session's working set, in order, as it happens (``bound``,
         ``refreshed``, ``evicted``, ``restored``, ``loop_detected``, ``redundant_search``,
-        ``imported``), from stream id ``after``; ends when ``stop()`` is true."""
+        ``imported``; a ``refreshed`` event's ``tool`` lists the tools a discovery found again,
+        comma-separated), from stream id ``after``; ends when ``stop()`` is true."""
         return sessions.follow(self.redis, tenant or self.tenant, session, after, stop)
 
     def _session_op(self, op: str, session: str, tenant: str | None,

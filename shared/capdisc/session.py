@@ -55,6 +55,10 @@ class AgentProfile(BaseModel):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+#: The profile of a request that names none (or one not configured): no restriction.
+NO_PROFILE = AgentProfile()
+
+
 class SessionPolicy(BaseModel):
     """The knobs of sessions, loop and redundant-search guards, and agent profiles."""
 
@@ -84,7 +88,7 @@ class SessionPolicy(BaseModel):
     profiles: dict[str, AgentProfile] = Field(default_factory=dict)
 
     def profile(self, name: str | None) -> AgentProfile:
-        return self.profiles.get(name or "", AgentProfile())
+        return self.profiles.get(name or "", NO_PROFILE)
 
     def cap_for(self, profile: str | None) -> int:
         return self.profile(profile).max_discovered_tools or self.max_discovered_tools
@@ -105,7 +109,8 @@ class Bound:
 @dataclass(frozen=True)
 class SessionEvent:
     """One change to a working set (``bound``, ``refreshed``, ``evicted``, ``restored``,
-    ``loop_detected``, ``redundant_search``, ``imported``)."""
+    ``loop_detected``, ``redundant_search``, ``imported``). ``tool`` names the capability; a
+    ``refreshed`` event lists all the tools one discovery found again, comma-separated."""
 
     type: str
     at_ms: int
@@ -167,17 +172,20 @@ def bind(state: SessionState, ids: Sequence[str], now_ms: int, policy: SessionPo
     bound = dict(state.bound)
     events: list[SessionEvent] = []
     restored = {i for i in ids if i in state.loop_evicted}
+    refreshed = []
     for cap_id in dict.fromkeys(ids):
         if cap_id in always:
             continue
         if cap_id in bound:
             bound[cap_id] = replace(bound[cap_id], last_used_ms=now_ms)
-            events.append(SessionEvent("refreshed", now_ms, cap_id))
+            refreshed.append(cap_id)
         else:
             bound[cap_id] = Bound(now_ms, now_ms)
             kind = "restored" if cap_id in restored else "bound"
             events.append(SessionEvent(kind, now_ms, cap_id, "found again by a discovery"
                                        if kind == "restored" else ""))
+    if refreshed:  # one event for all the tools found again (their order: the ranking's)
+        events.insert(0, SessionEvent("refreshed", now_ms, ",".join(refreshed)))
     calls = tuple(c for c in state.calls if c[0] not in restored)
     state = replace(state, bound=bound, calls=calls, loop_evicted=state.loop_evicted - restored)
     rank = {cap_id: position for position, cap_id in enumerate(ids)}
