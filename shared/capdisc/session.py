@@ -51,6 +51,8 @@ class AgentProfile(BaseModel):
     expert_tools: list[str] = Field(default_factory=list)
     always_include: list[str] = Field(default_factory=list)
     max_discovered_tools: int | None = Field(None, ge=1)
+    #: Offer installable capabilities when fewer results than this fit (None: the platform's).
+    installable_below: int | None = Field(None, ge=0)
     #: Discovery options for this profile's turns (budgets, top-k, ...), under per-call ones.
     options: dict[str, Any] = Field(default_factory=dict)
 
@@ -79,9 +81,10 @@ class SessionPolicy(BaseModel):
     redundant_overlap: float = Field(0.8, gt=0, le=1)
     redundant_window_s: float = Field(300.0, gt=0)
     redundant_history: int = Field(5, ge=1)
-    #: Offer installable (not yet available) capabilities when fewer results than this fit
-    #: (1: when no available capability fits; it costs a second search).
-    installable_below: int = Field(1, ge=0)
+    #: Offer installable (not yet available) capabilities, apart from the matches, when fewer
+    #: results than this fit (seed 002 section 10, a marketplace). Off by default: each such
+    #: turn costs a second search; 1 offers them when nothing available fits.
+    installable_below: int = Field(0, ge=0)
     #: How long a request's outcome is kept, so a retried or redelivered request (a client
     #: re-sending, a worker reclaiming a dead one's) changes the session once.
     request_memory_s: float = Field(600.0, gt=0)
@@ -89,6 +92,10 @@ class SessionPolicy(BaseModel):
 
     def profile(self, name: str | None) -> AgentProfile:
         return self.profiles.get(name or "", NO_PROFILE)
+
+    def installable_for(self, profile: str | None) -> int:
+        below = self.profile(profile).installable_below
+        return self.installable_below if below is None else below
 
     def cap_for(self, profile: str | None) -> int:
         return self.profile(profile).max_discovered_tools or self.max_discovered_tools

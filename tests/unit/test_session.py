@@ -241,3 +241,15 @@ def test_state_round_trips_through_json_shape() -> None:
     state, _n, _ = check_search(state, ["a"], 2 * S, rules)
 
     assert SessionState.from_dict(state.to_dict()) == state
+
+
+@pytest.mark.parametrize(("platform", "profile_value", "expected"), [
+    (0, None, 0), (1, None, 1), (0, 2, 2), (3, 0, 0),
+])
+def test_installable_offers_follow_the_profile_then_the_platform(
+        platform: int, profile_value: int | None, expected: int) -> None:
+    rules = policy(installable_below=platform,
+                   profiles={"p": AgentProfile(installable_below=profile_value)})
+
+    assert rules.installable_for("p") == expected
+    assert rules.installable_for(None) == platform

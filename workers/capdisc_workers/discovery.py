@@ -397,7 +397,8 @@ class DiscoveryWorker:
             query = self._query(request)
             result = discover(snapshot, query, vector, config, embed)
             session = (self.sessions.after_discovery(
-                request, result, self._installable(snapshot, query, result, vector, config))
+                request, result, self._installable(snapshot, query, result, vector, config,
+                                                   request.profile))
                 if request.session else None)
         except CapdiscError as exc:
             bound.warning("request_failed", error=str(exc))
@@ -440,11 +441,11 @@ class DiscoveryWorker:
         return Query(request.query, request.limit, filters, prefer=experts)
 
     def _installable(self, snapshot: IndexSnapshot, query: Query, result: DiscoveryResult,
-                     vector: Any, config: DiscoveryConfig) -> list[Match]:
+                     vector: Any, config: DiscoveryConfig, profile: str | None) -> list[Match]:
         """When few available capabilities fit, the best not yet available ones (seed 002
-        section 10), offered apart from the matches."""
-        if (len(result.matches) >= self.settings.sessions.installable_below
-                or not snapshot.has_installable):
+        section 10), offered apart from the matches (when the platform or profile asks)."""
+        below = self.settings.sessions.installable_for(profile)
+        if len(result.matches) >= below or not snapshot.has_installable:
             return []
         wanted = replace(query, filters=replace(query.filters, only_available=False,
                                                 only_installable=True))
