@@ -1,8 +1,9 @@
 """Exactly-once session effects while a discovery worker dies (issue 5, item 7).
 
 Starts the embedded stack plus a second discovery worker, publishes the example registry, and
-runs --turns session turns over --sessions sessions (each turn: a discovery in the session,
-then a recorded call of its best match with arguments unique to the turn). Midway one of the
+runs --turns session turns over --sessions sessions from --clients client threads (each turn:
+a discovery in the session, then a recorded call of its best match with arguments unique to the
+turn; each thread has its own sessions, so turns of a session stay in order). Midway one of the
 two discovery workers is killed with SIGKILL. Requests it held are answered anyway: the client
 re-sends an unanswered request under the same id, and the survivor reclaims requests left
 pending (XAUTOCLAIM). Checked afterwards, per session: every turn answered; each recorded call
@@ -20,6 +21,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -47,6 +49,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=1000)
     parser.add_argument("--sessions", type=int, default=20)
     parser.add_argument("--kill-at", type=int, default=None, help="turn (default: middle)")
+    parser.add_argument("--clients", type=int, default=4, help="client threads")
     args = parser.parse_args()
     env = {k: v for k, v in os.environ.items() if k != REDIS_ENV}
     env.update(CAPDISC_CLAIM_IDLE_MS="2000", CAPDISC_HEARTBEAT_INTERVAL_S="0.2")
@@ -82,28 +85,55 @@ def run(stack: Stack, url: str, settings: Settings, env: dict[str, str], registr
 
 def turns(client: Client, args: argparse.Namespace, kill_at: int, victim: int
           ) -> dict[str, Counter[str]]:
+    """The turns, from --clients threads (each its own sessions), so that requests are in
+    flight in the victim when it is killed."""
     made: dict[str, Counter[str]] = {}
     times: list[float] = []
     workers: Counter[str] = Counter()
-    for turn in range(args.turns):
-        if turn == kill_at:
-            os.kill(victim, signal.SIGKILL)
-        number = turn % args.sessions
-        session = f"failover-{number}"
-        started = time.perf_counter()
-        answer = client.discover(QUERIES[number % len(QUERIES)], session=session,
-                                 request_id=f"d-{turn}")
-        counts = made.setdefault(session, Counter())
-        counts["discoveries"] += 1
-        if answer.ids:  # a query that found nothing (abstained) has nothing to call
-            client.record_tool_call(session, answer.ids[0], {"turn": turn},
-                                    request_id=f"c-{turn}")
-            counts[f"call:{answer.ids[0]}"] += 1
-        times.append(time.perf_counter() - started)
-        workers[answer.worker] += 1
+    lock = threading.Lock()
+    next_turn = iter(range(args.turns))
+
+    def client_loop(number: int) -> None:
+        own = Client(redis.Redis(connection_pool=client.redis.connection_pool),
+                     tenant=client.tenant, timeout_s=60, resend_after_s=1.0)
+        while True:
+            with lock:
+                turn = next(next_turn, None)
+                if turn == kill_at:
+                    os.kill(victim, signal.SIGKILL)
+            if turn is None:
+                return
+            _turn(own, turn, args.sessions, args.clients, number, made, times, workers, lock)
+
+    threads = [threading.Thread(target=client_loop, args=(n,)) for n in range(args.clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
     print(f"turns answered: {len(times)} of {args.turns}; turn time {describe_ms(times)}")
     print(f"answered by: {dict(workers)}")
     return made
+
+
+def _turn(client: Client, turn: int, sessions: int, clients: int, number: int,
+          made: dict[str, Counter[str]], times: list[float], workers: Counter[str],
+          lock: threading.Lock) -> None:
+    """One turn of a session of client thread ``number``: discover, then call the best."""
+    index = (turn % max(1, sessions // clients)) * clients + number
+    session = f"failover-{index}"
+    started = time.perf_counter()
+    answer = client.discover(QUERIES[index % len(QUERIES)], session=session,
+                             request_id=f"d-{turn}")
+    called = answer.ids[0] if answer.ids else None  # nothing found: nothing to call
+    if called:
+        client.record_tool_call(session, called, {"turn": turn}, request_id=f"c-{turn}")
+    with lock:
+        counts = made.setdefault(session, Counter())
+        counts["discoveries"] += 1
+        if called:
+            counts[f"call:{called}"] += 1
+        times.append(time.perf_counter() - started)
+        workers[answer.worker] += 1
 
 
 def verify(client: Client, connection: redis.Redis, tenant: str,
