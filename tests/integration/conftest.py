@@ -60,6 +60,8 @@ def worker_env(url: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAPDISC_")}
     env.update(CAPDISC_REDIS_URL=url, CAPDISC_EMBEDDER="hashing", CAPDISC_LOG_LEVEL="INFO",
                CAPDISC_HEARTBEAT_INTERVAL_S="0.5",
+               # tests run `capdisc reconcile` when they want one: a periodic run would race them
+               CAPDISC_RECONCILE_INTERVAL_S="0",
                CAPDISC_SETTINGS_FILE=str(ROOT / "tests" / "fixtures" / "stack_settings.yaml"))
     return env
 

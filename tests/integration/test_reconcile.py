@@ -54,3 +54,43 @@ def test_status_shows_the_last_reconcile(stack: Stack) -> None:
 
     assert status["last_reconcile"]["at_ms"] > 0
     assert "drift_repaired" in status
+
+
+def test_the_periodic_reconciler_repairs_drift_on_its_own(
+        stack: Stack, registry: Path, tmp_path: Path) -> None:
+    from capdisc.localredis import start_redis
+
+    from .conftest import DISCOVERY_ARGV, INDEXING_ARGV, worker_env
+
+    server = start_redis(tmp_path / "redis", durable=False)
+    (tmp_path / "logs").mkdir()
+    private = Stack(server, worker_env(server.url), tmp_path / "logs", [])
+    try:
+        private.spawn("indexing", [*INDEXING_ARGV, "-n", "indexing-periodic@%h"],
+                      CAPDISC_RECONCILE_INTERVAL_S="1")
+        private.spawn("discovery", DISCOVERY_ARGV)
+        report = publish(server.url, registry, "periodic", wait_s=90)
+        connection = private.connection()
+        last = connection.xrevrange(keys.CHANGES, count=1)[0][0]
+        connection.hdel(keys.vectors("periodic", SPACE), "tool:slack-post-message")
+
+        repaired = _await_change(connection, last, "tool:slack-post-message", timeout_s=60)
+
+        assert repaired and report.index_version > 0
+        assert connection.hexists(keys.vectors("periodic", SPACE), "tool:slack-post-message")
+    finally:
+        for process in private.processes:
+            process.terminate()
+            process.wait(timeout=15)
+        server.stop()
+
+
+def _await_change(connection: redis.Redis, after: bytes, cap_id: str, timeout_s: float) -> bool:
+    """Block until a change record for ``cap_id`` is appended after ``after``."""
+    for _ in range(int(timeout_s)):
+        for _stream, entries in connection.xread({keys.CHANGES: after}, block=1000) or []:
+            for entry_id, fields in entries:
+                after = entry_id
+                if fields[b"id"].decode() == cap_id:
+                    return True
+    return False
