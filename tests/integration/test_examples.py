@@ -10,13 +10,10 @@ the discovered tool in the provider's own format.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -27,27 +24,16 @@ from capdisc.session import GENERIC_LOOP_GUIDANCE
 
 from .conftest import Stack, publish
 
-ROOT = Path(__file__).resolve().parents[2]
 SLACK = "tool:slack-post-message"
 SLACK_NAME = "slack-post-message"
 VARIANTS = ["openai-chat", "openai-responses", "anthropic"]
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    """Import a file that is not in a package (the examples, the fixture server)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
-scripted = _load("scripted_model", ROOT / "tests" / "fixtures" / "scripted_model.py")
-agent_openai = _load("agent_openai", ROOT / "examples" / "agent_openai.py")
-agent_anthropic = _load("agent_anthropic", ROOT / "examples" / "agent_anthropic.py")
+import agent_anthropic  # noqa: E402  (examples/ and tests/fixtures/ are on the path)
+import agent_openai  # noqa: E402
+import scripted_model as scripted  # noqa: E402
 
 
 @pytest.fixture

@@ -15,13 +15,9 @@ Each test gets tenants of its own, so tests never see each other's objects.
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -42,28 +38,18 @@ from capdisc.vectorstore import (
     relative_score_fusion,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
 DIM = 8
 LIVE_URL = os.environ.get("CAPDISC_WEAVIATE_URL")
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _weaviate_wire() -> Iterator[VectorStore]:
     pytest.importorskip("weaviate", reason="needs weaviate-client: pip install "
                                            "'capdisc[weaviate]'")
-    from capdisc.weaviate_store import WeaviateStoreSettings, WeaviateVectorStore
+    import fake_weaviate as fake  # tests/fixtures/ is on the path
 
-    fake = _load("fake_weaviate", ROOT / "tests" / "fixtures" / "fake_weaviate.py")
+    from capdisc.weaviate_store import WeaviateStoreSettings, WeaviateVectorStore
     server = fake.FakeWeaviate().start()
     store = WeaviateVectorStore(WeaviateStoreSettings(
         url=server.url, grpc_port=server.grpc_port, timeout_init_s=5, timeout_query_s=5,

@@ -9,16 +9,12 @@ batch failures, timeouts and unreachable servers. Loopback only, no real Weaviat
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import socket
 import struct
-import sys
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -31,22 +27,12 @@ from capdisc.weaviate_store import WeaviateStoreSettings, WeaviateVectorStore, o
 
 pytest.importorskip("weaviate", reason="the Weaviate adapter needs weaviate-client "
                                         "(pip install 'capdisc[weaviate]')")
-ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
-fake_weaviate = _load("fake_weaviate", ROOT / "tests" / "fixtures" / "fake_weaviate.py")
-from weaviate.proto.v1 import base_pb2, base_search_pb2  # noqa: E402  (after the fake)
+import fake_weaviate
+from weaviate.proto.v1 import base_pb2, base_search_pb2
 
 Fake = Any  # fake_weaviate.FakeWeaviate
 
