@@ -106,6 +106,9 @@ class Settings(BaseModel):
     #: How long a sent indexing task may be neither queued nor delivered before the reconciler
     #: takes it for lost by the broker and sends it again (:mod:`capdisc.outbox`).
     outbox_grace_s: float = Field(10.0, ge=0)
+    #: A full reindex still building after this long is abandoned by the reconciler (its
+    #: staging vectors dropped, the live index untouched); run it again.
+    reindex_timeout_s: float = Field(6 * 3600.0, gt=0)
     #: Weaviate (:mod:`capdisc.weaviate_store`): REST URL (None: not configured), gRPC host
     #: (None: the URL's host) and port, API key, collection, and per-call timeouts.
     weaviate_url: str | None = None

@@ -244,6 +244,15 @@ def begin_reindex(client: Redis, tenant: str, job: str, target: str, batch_size:
     return batches
 
 
+def abandon_reindex(client: Redis, job: ReindexJob) -> None:
+    """Drop a reindex that will not finish (its staging vectors and marker); the live index is
+    untouched."""
+    with client.pipeline(transaction=True) as pipe:
+        pipe.delete(keys.vectors(job.tenant, job.staging), keys.reindex_done(job.tenant, job.job))
+        pipe.delete(keys.reindex(job.tenant))
+        pipe.execute()
+
+
 def stage_vectors(client: Redis, tenant: str, job: str, batch: int,
                   vectors: dict[str, bytes]) -> bool:
     """Store one built batch of reindex ``job``; True when it was the last one missing. A

@@ -10,6 +10,7 @@ import redis
 
 from capdisc import keys
 from capdisc.client import Client
+from capdisc.store import ReindexJob, begin_reindex
 
 from .conftest import Stack, publish
 from .test_cli import run_cli
@@ -94,3 +95,17 @@ def _await_change(connection: redis.Redis, after: bytes, cap_id: str, timeout_s:
                 if fields[b"id"].decode() == cap_id:
                     return True
     return False
+
+
+def test_a_reindex_that_never_finishes_is_abandoned_and_the_live_index_kept(
+        stack: Stack, registry: Path, tenant: str, connection: redis.Redis) -> None:
+    publish(stack.url, registry, tenant)
+    begin_reindex(connection, tenant, "stuck", SPACE, 64, fresh=False)
+    connection.hset(keys.reindex(tenant), "started_at_ms", 1)  # long ago
+    live = connection.hlen(keys.vectors(tenant, SPACE))
+
+    report = json.loads(run_cli("reconcile", "--json", env=stack.env).stdout)
+
+    assert "stuck" in report["abandoned_reindexes"]
+    assert ReindexJob.read(connection, tenant) is None
+    assert connection.hlen(keys.vectors(tenant, SPACE)) == live

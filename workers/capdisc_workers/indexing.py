@@ -30,6 +30,7 @@ from capdisc.registry import StoredRecord, retry_delay_s
 from capdisc.store import (
     Outcome,
     ReindexJob,
+    abandon_reindex,
     apply_event,
     as_str,
     begin_reindex,
@@ -318,8 +319,16 @@ def _resend_lost(client: redis.Redis) -> int:
 def _reconcile_tenant(client: redis.Redis, tenant: str, space: str, report: dict[str, Any]
                       ) -> str | None:
     """Repair one tenant; the reason it was skipped, if it was."""
-    if ReindexJob.read(client, tenant) is not None:
-        return "a full reindex is building"
+    job = ReindexJob.read(client, tenant)
+    if job is not None:
+        age_s = time.time() - job.started_at_ms / 1000
+        if age_s <= settings.reindex_timeout_s:
+            return "a full reindex is building"
+        abandon_reindex(client, job)
+        log.warning("reindex_abandoned", tenant=tenant, job=job.job, age_s=round(age_s),
+                    hint=f"it did not finish in reindex_timeout_s; run `capdisc reindex --all "
+                         f"--tenant {tenant}` again")
+        report.setdefault("abandoned_reindexes", []).append(job.job)
     active = client.get(keys.space(tenant))
     if active and as_str(active) != space:
         return (f"served from {as_str(active)}, this worker embeds {space}: run "
