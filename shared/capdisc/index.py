@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import networkx as nx
 import numpy as np
@@ -23,6 +23,9 @@ from capdisc.retrieval import QueryEmbed, RetrievalConfig, RetrievalIndex, calib
 from capdisc.settings import DiscoveryConfig
 from capdisc.tiers import tier0_text
 from capdisc.tokens import make_counter
+
+if TYPE_CHECKING:
+    from capdisc.vectorstore import VectorStore
 
 #: Tier 0 texts kept per snapshot (one per budget, counter and caller of restricted catalogs).
 TIER0_CACHE = 256
@@ -118,6 +121,34 @@ class HybridRetriever:
             if len(self._configs) < 64:  # per-call overrides: keep the cache small
                 self._configs[key] = cached
         return cached
+
+
+class StoreRetriever:
+    """A retriever over an external vector store (Weaviate): one hybrid query per turn that
+    carries the query vector, the dense weight as alpha and every filter, visibility included.
+    Scores are the store's fused ones (0..1, relative to the query's best), so relevance is that
+    score and the store never abstains."""
+
+    def __init__(self, store: VectorStore, tenant: str) -> None:
+        self.store = store
+        self.tenant = tenant
+
+    def search(self, query: str, query_vector: Vector, k: int, filters: SearchFilters,
+               config: DiscoveryConfig, embed: QueryEmbed | None = None) -> Retrieved:
+        from capdisc.vectorstore import StoreFilters
+
+        hits = self.store.search(self.tenant, query, query_vector, k, alpha=config.dense_weight,
+                                 filters=StoreFilters.from_search(filters))
+        return Retrieved(tuple(Hit(h.id, h.score, h.score) for h in hits))
+
+
+def store_retriever(store: VectorStore, tenant: str) -> RetrieverFactory:
+    """A :data:`RetrieverFactory` whose retrievers search ``store`` for ``tenant``."""
+    def factory(capabilities: tuple[Capability, ...], matrix: Matrix, embedder_id: str,
+                probes: Matrix | None = None, previous: Retriever | None = None) -> Retriever:
+        return StoreRetriever(store, tenant)
+
+    return factory
 
 
 class CosineRetriever:

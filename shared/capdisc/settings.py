@@ -109,6 +109,10 @@ class Settings(BaseModel):
     #: A full reindex still building after this long is abandoned by the reconciler (its
     #: staging vectors dropped, the live index untouched); run it again.
     reindex_timeout_s: float = Field(6 * 3600.0, gt=0)
+    #: Where discovery searches: the in-process index built from Redis ("redis"), or Weaviate
+    #: ("weaviate": indexing workers also write every change there, discovery workers search it
+    #: per turn; Redis stays the source of truth).
+    vector_store: Literal["redis", "weaviate"] = "redis"
     #: Weaviate (:mod:`capdisc.weaviate_store`): REST URL (None: not configured), gRPC host
     #: (None: the URL's host) and port, API key, collection, and per-call timeouts.
     weaviate_url: str | None = None

@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from capdisc.embedding import Matrix, Vector
-from capdisc.errors import UnknownTenantError, VectorStoreError
+from capdisc.errors import ConfigError, UnknownTenantError, VectorStoreError
 from capdisc.events import TENANT_RE
 from capdisc.lexical import STOPWORDS
 from capdisc.models import Capability
@@ -40,6 +40,7 @@ from capdisc.retrieval import lexical_text
 
 if TYPE_CHECKING:
     from capdisc.index import SearchFilters
+    from capdisc.settings import Settings
 
 ArrayLike = Sequence[float] | npt.NDArray[np.floating]
 
@@ -398,3 +399,15 @@ def _bm25(terms: list[str], ids: tuple[str, ...], counts: list[Counter[str]],
         if score > 0:
             scores[ids[row]] = score
     return scores
+
+
+def store_for(settings: Settings) -> VectorStore | None:
+    """The external vector store the settings name (None: discovery searches in-process)."""
+    if settings.vector_store != "weaviate":
+        return None
+    from capdisc.weaviate_store import WeaviateStoreSettings, WeaviateVectorStore
+
+    if not settings.weaviate_url:
+        raise ConfigError("vector_store is 'weaviate' but CAPDISC_WEAVIATE_URL is not set; set "
+                          "it to the Weaviate REST URL (and CAPDISC_WEAVIATE_GRPC_PORT)")
+    return WeaviateVectorStore(WeaviateStoreSettings.from_settings(settings))

@@ -29,7 +29,7 @@ from capdisc.agent import list_discovered_tools
 from capdisc.embedding import CachedQueryEmbedder, Matrix, embedder_for, embedder_for_id
 from capdisc.engine import DiscoveryResult, Match, Query, discover, embed_turn, rank
 from capdisc.errors import CapdiscError, EventDecodeError
-from capdisc.index import IndexSnapshot, SearchFilters
+from capdisc.index import IndexSnapshot, SearchFilters, hybrid_retriever, store_retriever
 from capdisc.logs import configure_logging
 from capdisc.models import Capability
 from capdisc.probes import PROBES
@@ -39,6 +39,7 @@ from capdisc.session import allowed_ids
 from capdisc.settings import DiscoveryConfig, Settings
 from capdisc.store import as_str, read_records, read_snapshot
 from capdisc.text import embedder_id_of, vector_space
+from capdisc.vectorstore import store_for
 from capdisc_workers.sessions import SessionService, bound_tools
 
 log = structlog.get_logger("capdisc.discovery")
@@ -120,6 +121,8 @@ class DiscoveryWorker:
         self._lock = threading.Lock()
         self.indexes = Indexes()
         self.sessions = SessionService(connection, settings.sessions)
+        #: An external vector store searched per turn (``vector_store: weaviate``), or None.
+        self.store = store_for(settings)
         self.worker_id = f"discovery@{socket.gethostname()}:{os.getpid()}"
         self.stop = threading.Event()
         self.changes_id = "0-0"
@@ -173,8 +176,10 @@ class DiscoveryWorker:
         entries = [(Capability.from_dict(r.capability), snap.vectors[cid])
                    for cid, r in snap.records.items() if cid in snap.vectors]
         started = time.monotonic()
+        factory = (store_retriever(self.store, tenant) if self.store is not None
+                   else hybrid_retriever)
         index = IndexSnapshot.build(tenant, snap.version, queries.inner.dim, entries,
-                                    embedder_id, probes=self._probes[embedder_id])
+                                    embedder_id, factory, probes=self._probes[embedder_id])
         self.last_build_s = time.monotonic() - started
         self.last_build_end = time.monotonic()
         self.spaces[tenant] = snap.space

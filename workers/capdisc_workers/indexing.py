@@ -22,7 +22,7 @@ from celery import signals
 
 from capdisc import keys, outbox, status
 from capdisc.embedding import Embedder, check_vectors, embedder_for
-from capdisc.errors import EmbeddingError, EventDecodeError, ManifestError
+from capdisc.errors import CapdiscError, EmbeddingError, EventDecodeError, ManifestError
 from capdisc.events import RegistryEvent
 from capdisc.models import Capability
 from capdisc.normalize import capability_from_record
@@ -44,6 +44,7 @@ from capdisc.store import (
     vector_bytes,
 )
 from capdisc.text import combine, embedding_texts, text_hash, vector_space
+from capdisc.vectorstore import StoredObject, VectorStore, store_for
 from capdisc_workers.celery_app import app, settings
 
 log = structlog.get_logger("capdisc.indexing")
@@ -102,6 +103,8 @@ def apply_payloads(task: Any, payloads: list[str]) -> list[dict[str, Any]]:
                                                    if e.type == "reindex"]), use_cache=False)}
         for slot, _payload, event, capability in pending:
             outcomes[slot] = _apply(task, client, event, capability, vectors, space)
+        _mirror(client, [(e, o) for (_s, _p, e, _c), o in zip(pending, outcomes, strict=False)
+                         if o is not None and e.type in ("upsert", "delete", "reindex")], space)
     except EmbeddingError as exc:
         unfinished = [(p, e) for slot, p, e, _c in pending if outcomes[slot] is None]
         return [o for o in outcomes if o is not None] + _retry_or_dead_letter(
@@ -141,6 +144,61 @@ def _apply(task: Any, client: redis.Redis, event: RegistryEvent, capability: Cap
              capability_id=event.capability_id, task_id=task.request.id,
              decision=outcome.decision, index_version=outcome.version)
     return outcome.to_dict()
+
+
+def _mirror(client: redis.Redis, applied: list[tuple[RegistryEvent, dict[str, Any]]],
+            space: str) -> None:
+    """With an external vector store (``vector_store: weaviate``), write what these events
+    changed there too: the stored record and vector of each upsert, each delete. Redis stays
+    the source of truth; a write the store refuses is logged and counted
+    (``store_write_failures``), and the next publish or reindex of it writes it again."""
+    store = _store()
+    if store is None:
+        return
+    by_tenant: dict[str, tuple[list[str], list[str]]] = {}
+    for event, outcome in applied:
+        upserts, deletes = by_tenant.setdefault(event.tenant, ([], []))
+        if outcome.get("decision") in ("upsert", "reindex"):
+            upserts.append(event.capability_id)
+        elif outcome.get("decision") == "delete":
+            deletes.append(event.capability_id)
+    for tenant, (upserts, deletes) in by_tenant.items():
+        try:
+            failed = _mirror_tenant(client, store, tenant, upserts, deletes, space)
+        except CapdiscError as exc:
+            failed = len(upserts) + len(deletes)
+            log.error("store_write_failed", tenant=tenant, error=str(exc))
+        if failed:
+            client.hincrby(keys.COUNTERS, "store_write_failures", failed)
+
+
+def _mirror_tenant(client: redis.Redis, store: VectorStore, tenant: str, upserts: list[str],
+                   deletes: list[str], space: str) -> int:
+    """Write one tenant's changes to the store; how many it refused."""
+    store.ensure_tenant(tenant)
+    objects = []
+    if upserts:
+        records = client.hmget(keys.caps(tenant), upserts)
+        rows = client.hmget(keys.vectors(tenant, space), upserts)
+        for raw, vector in zip(records, rows, strict=True):
+            if raw and isinstance(vector, bytes):
+                cap = Capability.from_dict(StoredRecord.from_dict(json.loads(raw)).capability)
+                objects.append(StoredObject.from_capability(
+                    cap, np.frombuffer(vector, dtype=np.float32)))
+    report = store.upsert(tenant, objects) if objects else None
+    if deletes:
+        store.delete(tenant, deletes)
+    for failure in report.failed if report is not None else ():
+        log.error("store_write_failed", tenant=tenant, capability_id=failure.id,
+                  reason=failure.reason)
+    return len(report.failed) if report is not None else 0
+
+
+def _store() -> VectorStore | None:
+    if "store" not in _state:
+        _state["store"] = store_for(settings)
+    store: VectorStore | None = _state["store"]
+    return store
 
 
 def _retry_or_dead_letter(task: Any, client: redis.Redis,
@@ -273,6 +331,26 @@ def _finish(tenant: str, job: str, fresh: bool) -> None:
 
     version = finish_reindex(_redis(), tenant, job, embed)
     log.info("reindex_swapped", tenant=tenant, job=job, index_version=version)
+    if version is not None:
+        _resync_store(_redis(), tenant, vector_space(_embedder().id))
+
+
+def _resync_store(client: redis.Redis, tenant: str, space: str) -> int:
+    """Write every stored capability of ``tenant`` to the external store again and delete the
+    tombstoned ones there (after a reindex swap, or when the reconciler finds the store's count
+    off); how many writes it refused."""
+    store = _store()
+    if store is None:
+        return 0
+    ids = sorted(as_str(i) for i in client.hkeys(keys.caps(tenant)))
+    gone = sorted(as_str(i) for i in client.hkeys(keys.tombstones(tenant)))
+    failed = 0
+    for start in range(0, max(len(ids), len(gone)), 256):
+        failed += _mirror_tenant(client, store, tenant, ids[start:start + 256],
+                                 gone[start:start + 256], space)
+    log.info("store_resynced", tenant=tenant, written=len(ids), deleted=len(gone),
+             refused=failed)
+    return failed
 
 
 # -- reconciling --------------------------------------------------------------------------------
@@ -336,6 +414,7 @@ def _reconcile_tenant(client: redis.Redis, tenant: str, space: str, report: dict
     plan = repair_plan(client, tenant, space)
     if plan is None:
         return "written to meanwhile; the next run checks it"
+    _reconcile_store(client, tenant, space, report)
     if plan.missing_vectors:
         seq = time.time_ns()
         payloads = [RegistryEvent("reindex", tenant, cap_id, seq, source="reconciler").encode()
@@ -350,6 +429,24 @@ def _reconcile_tenant(client: redis.Redis, tenant: str, space: str, report: dict
     report["missing_vectors"] += len(plan.missing_vectors)
     report["orphan_vectors"] += len(plan.orphan_vectors)
     return None
+
+
+def _reconcile_store(client: redis.Redis, tenant: str, space: str,
+                     report: dict[str, Any]) -> None:
+    """With an external store: when it holds another number of objects than Redis has
+    records, write them all again and delete the tombstoned ones (writes are idempotent)."""
+    store = _store()
+    if store is None:
+        return
+    try:
+        store.ensure_tenant(tenant)
+        held, stored = store.count(tenant), int(client.hlen(keys.caps(tenant)))
+        if held != stored:
+            log.warning("store_drift", tenant=tenant, store=held, registry=stored)
+            _resync_store(client, tenant, space)
+            report.setdefault("store_resynced", []).append(tenant)
+    except CapdiscError as exc:
+        log.error("store_reconcile_failed", tenant=tenant, error=str(exc))
 
 
 def _reconcile_loop() -> None:

@@ -1,0 +1,106 @@
+"""Discovery on Weaviate (issue 6, item 2), end to end on the wire: real indexing and discovery
+workers with ``vector_store: weaviate`` against a fake Weaviate (REST and gRPC) this test runs on
+loopback. Indexing writes every change there; discovery searches it per turn; answers keep their
+shape. (The fake's scores follow capdisc's reference store, not Weaviate's arithmetic.)"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from capdisc.client import Client
+from capdisc.localredis import start_redis
+from capdisc.registry import SyncPlan
+from capdisc_producers.publisher import Publisher
+from capdisc_producers.sync import publish_plan
+
+from .conftest import DISCOVERY_ARGV, INDEXING_ARGV, Stack, publish, worker_env
+
+fake_weaviate = pytest.importorskip("fake_weaviate")
+TENANT = "wv"
+SLACK = "tool:slack-post-message"
+
+
+@pytest.fixture
+def weaviate_stack(tmp_path: Path) -> Iterator[tuple[Stack, object]]:
+    fake = fake_weaviate.FakeWeaviate().start()
+    server = start_redis(tmp_path / "redis", durable=False)
+    (tmp_path / "logs").mkdir()
+    env = {**worker_env(server.url), "CAPDISC_VECTOR_STORE": "weaviate",
+           "CAPDISC_WEAVIATE_URL": fake.url, "CAPDISC_WEAVIATE_GRPC_PORT": str(fake.grpc_port)}
+    stack = Stack(server, env, tmp_path / "logs", [])
+    try:
+        stack.spawn("indexing", [*INDEXING_ARGV, "-n", "indexing-wv@%h"])
+        stack.spawn("discovery", DISCOVERY_ARGV)
+        yield stack, fake
+    finally:
+        for process in stack.processes:
+            process.terminate()
+            process.wait(timeout=15)
+        server.stop()
+        fake.stop()
+
+
+def _objects(fake: object) -> int:
+    state = fake.state  # type: ignore[attr-defined]
+    return sum(len(rows) for (_c, tenant), rows in state.objects.items() if tenant == TENANT)
+
+
+def test_discovery_searches_weaviate_and_indexing_writes_every_change(
+        weaviate_stack: tuple[Stack, object], registry: Path) -> None:
+    stack, fake = weaviate_stack
+    report = publish(stack.url, registry, TENANT, wait_s=90)
+    client = Client(stack.connection(), tenant=TENANT, timeout_s=30)
+    searches = len(fake.requests("Search"))  # type: ignore[attr-defined]
+
+    answer = client.discover("post a message to slack", min_version=report.index_version)
+
+    assert answer.ids[0] == SLACK
+    assert {"tiers", "capabilities", "index_version"} <= set(answer.raw)
+    assert len(fake.requests("Search")) > searches  # type: ignore[attr-defined]
+    assert _objects(fake) == len(report.plan.upserts)
+
+    publisher = Publisher(stack.url)
+    deleted = publish_plan(stack.connection(), publisher, SyncPlan(deletes=[SLACK]),
+                           root=Path("cli"), tenant=TENANT, source="cli", wait_s=30)
+    publisher.close()
+    after = client.discover("post a message to slack", min_version=deleted.index_version)
+
+    assert _objects(fake) == len(report.plan.upserts) - 1
+    assert SLACK not in after.ids
+
+
+def test_visibility_is_applied_inside_the_weaviate_query(
+        weaviate_stack: tuple[Stack, object], registry: Path) -> None:
+    stack, _fake = weaviate_stack
+    path = next(registry.glob("*/stripe-refund/CAPABILITY.yaml"))
+    path.write_text(path.read_text() + "visibility:\n  roles: [finance]\n")
+    report = publish(stack.url, registry, TENANT, wait_s=90)
+
+    anonymous = Client(stack.connection(), tenant=TENANT, timeout_s=30).discover(
+        "refund a stripe payment", min_version=report.index_version)
+    finance = Client(stack.connection(), tenant=TENANT, timeout_s=30, roles=["finance"]).discover(
+        "refund a stripe payment", min_version=report.index_version)
+
+    assert "tool:stripe-refund" not in anonymous.ids
+    assert finance.ids[0] == "tool:stripe-refund"
+
+
+def test_the_reconciler_writes_back_what_the_store_lost(
+        weaviate_stack: tuple[Stack, object], registry: Path) -> None:
+    import json
+
+    from .test_cli import run_cli
+
+    stack, fake = weaviate_stack
+    report = publish(stack.url, registry, TENANT, wait_s=90)
+    state = fake.state  # type: ignore[attr-defined]
+    rows = next(r for (_c, tenant), r in state.objects.items() if tenant == TENANT)
+    rows.pop(next(iter(rows)))  # the store lost one object
+
+    result = json.loads(run_cli("reconcile", "--json", env=stack.env).stdout)
+
+    assert TENANT in result["store_resynced"]
+    assert _objects(fake) == len(report.plan.upserts)
