@@ -3,6 +3,9 @@ capability it cannot see (a property over generated registries, callers and quer
 
 from __future__ import annotations
 
+import os
+import uuid
+from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
@@ -14,13 +17,14 @@ from capdisc.agent import list_discovered_tools
 from capdisc.embedding import HashingEmbedder
 from capdisc.engine import Query, discover, rank
 from capdisc.errors import ManifestError
-from capdisc.index import IndexSnapshot, SearchFilters
+from capdisc.index import IndexSnapshot, SearchFilters, store_retriever
 from capdisc.models import Capability, Visibility
 from capdisc.normalize import capability_from_record
 from capdisc.session import SessionPolicy, bind, new_session
 from capdisc.settings import DiscoveryConfig
 from capdisc.tiers import tier0_text
 from capdisc.tokens import make_counter
+from capdisc.vectorstore import InMemoryVectorStore, StoredObject, VectorStore
 from capdisc_workers.sessions import bound_tools
 
 ROLES = ["admin", "sales", "eng", "support"]
@@ -108,3 +112,80 @@ def test_no_answer_list_or_binding_shows_an_invisible_capability(
     visible_caps = [c for c in snapshot.capabilities.values() if c.id in seen]
     assert result.tiers.tier0 == tier0_text(visible_caps, CONFIG.tier0_budget_tokens,
                                             make_counter(CONFIG.token_counter))
+
+
+# -- the same property through an external vector store (visibility inside its query) --------
+
+LIVE_WEAVIATE = os.environ.get("CAPDISC_WEAVIATE_URL")
+
+
+def _memory_store() -> Iterator[VectorStore]:
+    yield InMemoryVectorStore()
+
+
+def _wire_store() -> Iterator[VectorStore]:
+    import fake_weaviate  # tests/fixtures/ is on the path
+
+    from capdisc.weaviate_store import WeaviateStoreSettings, WeaviateVectorStore
+
+    server = fake_weaviate.FakeWeaviate().start()
+    store = WeaviateVectorStore(WeaviateStoreSettings(
+        url=server.url, grpc_port=server.grpc_port, timeout_init_s=5, timeout_query_s=5,
+        timeout_insert_s=5, retry_delay_s=0))
+    try:
+        yield store
+    finally:
+        store.close()
+        server.stop()
+
+
+def _live_store() -> Iterator[VectorStore]:
+    from capdisc.settings import Settings
+    from capdisc.weaviate_store import WeaviateStoreSettings, WeaviateVectorStore
+
+    base = WeaviateStoreSettings.from_settings(Settings.load())
+    store = WeaviateVectorStore(replace(base, collection=f"CapdiscLeaks{uuid.uuid4().hex[:8]}"))
+    try:
+        yield store
+    finally:
+        store._process_client().collections.delete(store.settings.collection)
+        store.close()
+
+
+@pytest.fixture(scope="module", params=[
+    "memory", "weaviate-wire",
+    pytest.param("weaviate-live", marks=pytest.mark.skipif(
+        not LIVE_WEAVIATE, reason="no Weaviate server: set CAPDISC_WEAVIATE_URL (and "
+                                  "CAPDISC_WEAVIATE_GRPC_PORT) to run the leak property on it")),
+])
+def store(request: pytest.FixtureRequest) -> Iterator[VectorStore]:
+    yield from {"memory": _memory_store, "weaviate-wire": _wire_store,
+                "weaviate-live": _live_store}[request.param]()
+
+
+@settings(max_examples=1000, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(capabilities, callers, queries)
+def test_no_answer_through_a_vector_store_shows_an_invisible_capability(
+        store: VectorStore, rows: list[tuple[str, str, str, list[str], list[str], bool]],
+        caller: Caller, query: str) -> None:
+    local = _registry(rows)
+    tenant = f"t{uuid.uuid4().hex[:12]}"
+    store.ensure_tenant(tenant)
+    vectors = EMBEDDER.embed([c.description for c in local.capabilities.values()])
+    store.upsert(tenant, [StoredObject.from_capability(c, v)
+                          for c, v in zip(local.capabilities.values(), vectors, strict=True)])
+    snapshot = IndexSnapshot.build("t", 1, EMBEDDER.dim, [
+        (c, v.tobytes()) for c, v in zip(local.capabilities.values(), vectors, strict=True)],
+        EMBEDDER.id, store_retriever(store, tenant))
+    seen = {c.id for c in snapshot.capabilities.values() if visible(c.visibility, caller)}
+    vector = EMBEDDER.embed([query])[0]
+    request = Query(query, 8, SearchFilters(caller=caller))
+
+    result = discover(snapshot, request, vector, CONFIG)
+    installable = rank(snapshot, replace(request, filters=replace(
+        request.filters, only_installable=True)), vector, CONFIG, 8)
+
+    assert {m.capability.id for m in result.matches} <= seen
+    assert {m.capability.id for m in installable.matches} <= seen
+    assert set(list_discovered_tools(result, "anthropic")["tool_names"].values()) <= seen
