@@ -3,7 +3,6 @@ capability it cannot see (a property over generated registries, callers and quer
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -11,6 +10,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from stores import STORE_PARAMS, open_store  # tests/fixtures/ is on the path
 
 from capdisc.access import ANONYMOUS, Caller, visible
 from capdisc.agent import list_discovered_tools
@@ -24,7 +24,7 @@ from capdisc.session import SessionPolicy, bind, new_session
 from capdisc.settings import DiscoveryConfig
 from capdisc.tiers import tier0_text
 from capdisc.tokens import make_counter
-from capdisc.vectorstore import InMemoryVectorStore, StoredObject, VectorStore
+from capdisc.vectorstore import StoredObject, VectorStore
 from capdisc_workers.sessions import bound_tools
 
 ROLES = ["admin", "sales", "eng", "support"]
@@ -116,51 +116,9 @@ def test_no_answer_list_or_binding_shows_an_invisible_capability(
 
 # -- the same property through an external vector store (visibility inside its query) --------
 
-LIVE_WEAVIATE = os.environ.get("CAPDISC_WEAVIATE_URL")
-
-
-def _memory_store() -> Iterator[VectorStore]:
-    yield InMemoryVectorStore()
-
-
-def _wire_store() -> Iterator[VectorStore]:
-    import fake_weaviate  # tests/fixtures/ is on the path
-
-    from capdisc.weaviate_store import WeaviateStoreSettings, WeaviateVectorStore
-
-    server = fake_weaviate.FakeWeaviate().start()
-    store = WeaviateVectorStore(WeaviateStoreSettings(
-        url=server.url, grpc_port=server.grpc_port, timeout_init_s=5, timeout_query_s=5,
-        timeout_insert_s=5, retry_delay_s=0))
-    try:
-        yield store
-    finally:
-        store.close()
-        server.stop()
-
-
-def _live_store() -> Iterator[VectorStore]:
-    from capdisc.settings import Settings
-    from capdisc.weaviate_store import WeaviateStoreSettings, WeaviateVectorStore
-
-    base = WeaviateStoreSettings.from_settings(Settings.load())
-    store = WeaviateVectorStore(replace(base, collection=f"CapdiscLeaks{uuid.uuid4().hex[:8]}"))
-    try:
-        yield store
-    finally:
-        store._process_client().collections.delete(store.settings.collection)
-        store.close()
-
-
-@pytest.fixture(scope="module", params=[
-    "memory", "weaviate-wire",
-    pytest.param("weaviate-live", marks=pytest.mark.skipif(
-        not LIVE_WEAVIATE, reason="no Weaviate server: set CAPDISC_WEAVIATE_URL (and "
-                                  "CAPDISC_WEAVIATE_GRPC_PORT) to run the leak property on it")),
-])
+@pytest.fixture(scope="module", params=STORE_PARAMS)
 def store(request: pytest.FixtureRequest) -> Iterator[VectorStore]:
-    yield from {"memory": _memory_store, "weaviate-wire": _wire_store,
-                "weaviate-live": _live_store}[request.param]()
+    yield from open_store(request.param)
 
 
 @settings(max_examples=1000, deadline=None,

@@ -15,21 +15,19 @@ Each test gets tenants of its own, so tests never see each other's objects.
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import pytest
+from stores import STORE_PARAMS, open_store  # tests/fixtures/ is on the path
 
 from capdisc.access import Caller, visible
 from capdisc.errors import UnknownTenantError, VectorStoreError
 from capdisc.index import SearchFilters
 from capdisc.models import Capability, Visibility
-from capdisc.settings import Settings
 from capdisc.vectorstore import (
-    InMemoryVectorStore,
     StoredObject,
     StoreFilters,
     StoreHit,
@@ -39,60 +37,9 @@ from capdisc.vectorstore import (
 )
 
 DIM = 8
-LIVE_URL = os.environ.get("CAPDISC_WEAVIATE_URL")
-
-
-
-
-def _weaviate_wire() -> Iterator[VectorStore]:
-    pytest.importorskip("weaviate", reason="needs weaviate-client: pip install "
-                                           "'capdisc[weaviate]'")
-    import fake_weaviate as fake  # tests/fixtures/ is on the path
-
-    from capdisc.weaviate_store import WeaviateStoreSettings, WeaviateVectorStore
-    server = fake.FakeWeaviate().start()
-    store = WeaviateVectorStore(WeaviateStoreSettings(
-        url=server.url, grpc_port=server.grpc_port, timeout_init_s=5, timeout_query_s=5,
-        timeout_insert_s=5, retry_delay_s=0))
-    try:
-        yield store
-    finally:
-        store.close()
-        server.stop()
-
-
-def _weaviate_live() -> Iterator[VectorStore]:
-    from capdisc.weaviate_store import WeaviateStoreSettings, WeaviateVectorStore
-
-    base = WeaviateStoreSettings.from_settings(Settings.load())
-    collection = f"CapdiscContract{uuid.uuid4().hex[:10]}"
-    store = WeaviateVectorStore(WeaviateStoreSettings(
-        url=base.url, grpc_port=base.grpc_port, api_key=base.api_key, collection=collection,
-        timeout_init_s=base.timeout_init_s, timeout_query_s=base.timeout_query_s,
-        timeout_insert_s=base.timeout_insert_s))
-    try:
-        yield store
-    finally:
-        client = store._process_client()
-        client.collections.delete(collection)
-        store.close()
-
-
-STORES: dict[str, Callable[[], Iterator[VectorStore]]] = {
-    "memory": lambda: iter([InMemoryVectorStore()]),
-    "weaviate-wire": _weaviate_wire,
-    "weaviate-live": _weaviate_live,
-}
-
-
-@pytest.fixture(scope="module", params=[
-    "memory", "weaviate-wire",
-    pytest.param("weaviate-live", marks=pytest.mark.skipif(
-        not LIVE_URL, reason="no Weaviate server: set CAPDISC_WEAVIATE_URL (and "
-                             "CAPDISC_WEAVIATE_GRPC_PORT) to run the contract on a live one")),
-])
+@pytest.fixture(scope="module", params=STORE_PARAMS)
 def store(request: pytest.FixtureRequest) -> Iterator[VectorStore]:
-    yield from STORES[request.param]()
+    yield from open_store(request.param)
 
 
 def new_tenant(store: VectorStore) -> str:
