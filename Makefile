@@ -39,6 +39,7 @@ bench: install
 	$(PY) benchmarks/bulk_import.py
 	$(PY) benchmarks/discovery_memory.py
 	$(PY) benchmarks/reliability.py
+	$(PY) benchmarks/reindex_availability.py
 	$(PY) benchmarks/session_overhead.py
 	$(PY) benchmarks/session_failover.py
 
