@@ -20,7 +20,7 @@ import click
 import redis
 
 from capdisc import keys
-from capdisc.client import Answer, Client
+from capdisc.client import Answer, Client, wait_for_reply
 from capdisc.deadletters import list_dead_letters, replay
 from capdisc.errors import CapdiscError
 from capdisc.logs import configure_logging
@@ -446,13 +446,13 @@ def reconcile(ctx: click.Context, redis_url: str | None, as_json: bool, timeout_
     """Compare the registry with the index now and repair drift (indexing workers also do this
     every reconcile_interval_s): records without a vector are reindexed, orphan vectors go."""
     settings, connection = _connect(ctx, redis_url)
-    reply_to = keys.reply(f"reconcile-{uuid.uuid4().hex}")
+    reply_id = f"reconcile-{uuid.uuid4().hex}"
     publisher = Publisher(settings.redis_url)
     try:
-        publisher.reconcile(reply_to)
+        publisher.reconcile(keys.reply(reply_id))
     finally:
         publisher.close()
-    popped = _blpop(connection, reply_to, timeout_s)
+    popped = wait_for_reply(connection, reply_id, timeout_s)
     if popped is None:
         _fail(f"no indexing worker reconciled within {timeout_s:.0f} s; is one running? "
               "(capdisc status)")
@@ -463,16 +463,6 @@ def reconcile(ctx: click.Context, redis_url: str | None, as_json: bool, timeout_
                f"{popped['orphan_vectors']} orphan vectors")
     for tenant, reason in popped["skipped"].items():
         click.echo(f"skipped {tenant}: {reason}")
-
-
-def _blpop(connection: redis.Redis, key: str, timeout_s: float) -> dict[str, Any] | None:
-    deadline = time.monotonic() + timeout_s
-    while (remaining := deadline - time.monotonic()) > 0:
-        popped = connection.blpop([key], timeout=min(1.0, remaining))
-        if popped:
-            value: dict[str, Any] = json.loads(popped[1])
-            return value
-    return None
 
 
 def _chosen_ids(connection: redis.Redis, tenant: str, capability_ids: tuple[str, ...],

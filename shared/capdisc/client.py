@@ -166,7 +166,7 @@ class Client:
         entry: dict[Any, Any] = {**fields, "deadline_ms": int((time.time() + timeout) * 1000)}
         while (remaining := deadline - time.monotonic()) > 0:
             self.redis.xadd(keys.DISCOVERY_REQUESTS, entry)
-            reply = self._wait_reply(request_id, min(remaining, self.resend_after_s))
+            reply = wait_for_reply(self.redis, request_id, min(remaining, self.resend_after_s))
             if reply is not None:
                 return reply
         workers = [w for w in collect_status(self.redis)["workers"] if w["kind"] == "discovery"]
@@ -209,15 +209,19 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _wait_reply(self, request_id: str, timeout_s: float) -> dict[str, Any] | None:
-        deadline = time.monotonic() + timeout_s
-        while (remaining := deadline - time.monotonic()) > 0:
-            popped = self.redis.blpop([keys.reply(request_id)],
-                                      timeout=max(0.01, min(BLOCK_SLICE_S, remaining)))
-            if popped:
-                reply: dict[str, Any] = json.loads(popped[1])
-                return reply
-        return None
+
+def wait_for_reply(connection: redis.Redis, request_id: str, timeout_s: float
+                   ) -> dict[str, Any] | None:
+    """The reply pushed on ``capdisc:reply:{request_id}`` (a discovery request, a reconcile
+    run), waiting in slices under redis-py's socket timeout; None if none came in time."""
+    deadline = time.monotonic() + timeout_s
+    while (remaining := deadline - time.monotonic()) > 0:
+        popped = connection.blpop([keys.reply(request_id)],
+                                  timeout=max(0.01, min(BLOCK_SLICE_S, remaining)))
+        if popped:
+            reply: dict[str, Any] = json.loads(popped[1])
+            return reply
+    return None
 
 
 def _answer(raw: dict[str, Any], request: DiscoverRequest) -> Answer:

@@ -43,6 +43,23 @@ def weaviate_stack(tmp_path: Path) -> Iterator[tuple[Stack, object]]:
         fake.stop()
 
 
+def _drained(stack: Stack) -> None:
+    """Return once the indexing worker finished every task sent so far: a task writes the store
+    after its events are acknowledged, and the one solo worker runs tasks in order, so the
+    acknowledgement of a task sent now comes after them."""
+    import uuid
+
+    from capdisc.events import RegistryEvent
+    from capdisc_producers.publisher import wait_for_acks
+
+    batch = uuid.uuid4().hex
+    publisher = Publisher(stack.url)
+    publisher.send([RegistryEvent(type="delete", tenant=TENANT, capability_id="tool:none",
+                                  seq=1, batch_id=batch)])
+    publisher.close()
+    assert wait_for_acks(stack.connection(), batch, 1, 60)
+
+
 def _objects(fake: object) -> int:
     state = fake.state  # type: ignore[attr-defined]
     return sum(len(rows) for (_c, tenant), rows in state.objects.items() if tenant == TENANT)
@@ -60,6 +77,7 @@ def test_discovery_searches_weaviate_and_indexing_writes_every_change(
     assert answer.ids[0] == SLACK
     assert {"tiers", "capabilities", "index_version"} <= set(answer.raw)
     assert len(fake.requests("Search")) > searches  # type: ignore[attr-defined]
+    _drained(stack)
     assert _objects(fake) == len(report.plan.upserts)
 
     publisher = Publisher(stack.url)
@@ -67,6 +85,7 @@ def test_discovery_searches_weaviate_and_indexing_writes_every_change(
                            root=Path("cli"), tenant=TENANT, source="cli", wait_s=30)
     publisher.close()
     after = client.discover("post a message to slack", min_version=deleted.index_version)
+    _drained(stack)
 
     assert _objects(fake) == len(report.plan.upserts) - 1
     assert SLACK not in after.ids
@@ -104,3 +123,25 @@ def test_the_reconciler_writes_back_what_the_store_lost(
 
     assert TENANT in result["store_resynced"]
     assert _objects(fake) == len(report.plan.upserts)
+
+
+def test_a_refused_event_in_a_batch_does_not_shift_what_reaches_the_store(
+        weaviate_stack: tuple[Stack, object]) -> None:
+    from capdisc import keys
+    from capdisc.events import RegistryEvent
+    from capdisc_producers.publisher import wait_for_acks
+
+    stack, fake = weaviate_stack
+    events = [RegistryEvent(type="upsert", tenant=TENANT, capability_id=f"tool:{name}", seq=1,
+                            capability={"kind": "tool", "name": name,
+                                        "description": f"The {name} tool."}, batch_id="b1")
+              for name in ("alpha", "beta")]
+    publisher = Publisher(stack.url)
+    publisher.app.send_task(keys.TASK_APPLY_EVENTS, queue=keys.INDEXING_QUEUE,
+                            args=[['{"not": "an event"}', *(e.encode() for e in events)]])
+    outcomes = wait_for_acks(stack.connection(), "b1", 2, 60)
+    publisher.close()
+    _drained(stack)
+
+    assert sorted(o["decision"] for o in outcomes) == ["upsert", "upsert"]
+    assert _objects(fake) == 2

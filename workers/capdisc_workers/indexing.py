@@ -103,8 +103,7 @@ def apply_payloads(task: Any, payloads: list[str]) -> list[dict[str, Any]]:
                                                    if e.type == "reindex"]), use_cache=False)}
         for slot, _payload, event, capability in pending:
             outcomes[slot] = _apply(task, client, event, capability, vectors, space)
-        _mirror(client, [(e, o) for (_s, _p, e, _c), o in zip(pending, outcomes, strict=False)
-                         if o is not None and e.type in ("upsert", "delete", "reindex")], space)
+        _mirror(client, [(event, outcomes[slot]) for slot, _p, event, _c in pending], space)
     except EmbeddingError as exc:
         unfinished = [(p, e) for slot, p, e, _c in pending if outcomes[slot] is None]
         return [o for o in outcomes if o is not None] + _retry_or_dead_letter(
@@ -146,7 +145,7 @@ def _apply(task: Any, client: redis.Redis, event: RegistryEvent, capability: Cap
     return outcome.to_dict()
 
 
-def _mirror(client: redis.Redis, applied: list[tuple[RegistryEvent, dict[str, Any]]],
+def _mirror(client: redis.Redis, applied: list[tuple[RegistryEvent, dict[str, Any] | None]],
             space: str) -> None:
     """With an external vector store (``vector_store: weaviate``), write what these events
     changed there too: the stored record and vector of each upsert, each delete. Redis stays
@@ -158,9 +157,10 @@ def _mirror(client: redis.Redis, applied: list[tuple[RegistryEvent, dict[str, An
     by_tenant: dict[str, tuple[list[str], list[str]]] = {}
     for event, outcome in applied:
         upserts, deletes = by_tenant.setdefault(event.tenant, ([], []))
-        if outcome.get("decision") in ("upsert", "reindex"):
+        decision = (outcome or {}).get("decision")
+        if decision in ("upsert", "reindex"):
             upserts.append(event.capability_id)
-        elif outcome.get("decision") == "delete":
+        elif decision == "delete":
             deletes.append(event.capability_id)
     for tenant, (upserts, deletes) in by_tenant.items():
         try:
