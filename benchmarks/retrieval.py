@@ -59,14 +59,11 @@ EVIDENCE = replace(DEFAULT_CONFIG, collect_evidence=True)
 #: The baselines: the same index with one fusion each, no decomposition, no exact-name path,
 #: no graph, no minimum relevance and no abstention.
 SIMPLE = {"decompose_queries": False, "exact_name_match": False, "use_graph_reranking": False,
-          "tier1_min_relevance": 0.0, "abstain_threshold": 0.0, "feedback_rows": 0,
-          "length_prior": 0.0}
+          "tier1_min_relevance": 0.0, "abstain_threshold": 0.0}
 VARIANTS: dict[str, DiscoveryConfig] = {
     "engine": ENGINE,
     "engine + graph": ENGINE.merged({"use_graph_reranking": True}),
     "engine, no abstain": ENGINE.merged({"tier1_min_relevance": 0.0, "abstain_threshold": 0.0}),
-    "engine, no length prior": ENGINE.merged({"length_prior": 0.0}),
-    "engine + feedback": ENGINE.merged({"feedback_rows": 3}),
     "BM25 alone": ENGINE.merged({"fusion": "lexical", **SIMPLE}),
     "dense alone": ENGINE.merged({"fusion": "dense", **SIMPLE}),
     "RRF (k=60)": ENGINE.merged({"fusion": "rrf", **SIMPLE}),

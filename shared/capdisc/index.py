@@ -109,16 +109,12 @@ class HybridRetriever:
     def retrieval_config(self, config: DiscoveryConfig) -> RetrievalConfig:
         """The retrieval knobs of a discovery config, over this embedder's calibration."""
         key = (config.fusion, config.dense_weight, config.exact_name_match,
-               config.decompose_queries, config.abstain_threshold, config.feedback_rows,
-               config.feedback_weight, config.length_prior)
+               config.decompose_queries, config.abstain_threshold)
         cached = self._configs.get(key)
         if cached is None:
             cached = replace(self._base, fusion=config.fusion, dense_weight=config.dense_weight,
                              exact_name=config.exact_name_match,
-                             decompose=config.decompose_queries,
-                             feedback_rows=config.feedback_rows,
-                             feedback_weight=config.feedback_weight,
-                             length_prior=config.length_prior)
+                             decompose=config.decompose_queries)
             if config.abstain_threshold is not None:  # exactly this, not adapted
                 cached = replace(cached, abstain_threshold=config.abstain_threshold,
                                  adaptive_abstain=False)

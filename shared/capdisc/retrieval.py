@@ -31,7 +31,7 @@ import functools
 import math
 import re
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
@@ -65,16 +65,6 @@ class RetrievalConfig:
     max_subqueries: int = 8
     #: A sub-query reserves a slot for its best capability when that one's fused z reaches this.
     subquery_min_z: float = 6.0
-    #: Dense pseudo-relevance feedback for single-request queries: the query vector moves
-    #: ``feedback_weight`` of the way towards the mean of its ``feedback_rows`` best fused
-    #: matches, and the dense side is scored again (0 rows turns it off). Not for chained
-    #: queries: one feedback centroid pulls every request towards the first one's tools.
-    feedback_rows: int = 0
-    feedback_weight: float = 0.5
-    #: Added to the fused score (z units) per unit of minus the log of a capability's text
-    #: length, centred on the catalog: both dense and BM25 scores favour long texts that touch
-    #: many topics over a short one that names exactly the need. Fitted on the tuning splits.
-    length_prior: float = 0.3
     #: Rows a sub-query is scored on: this many best of the whole query plus as many BM25 best
     #: of the sub-query.
     candidates: int = 64
@@ -346,9 +336,6 @@ class RetrievalIndex:
     projection: Matrix | None
     #: Per probe query (:mod:`capdisc.probes`), its best cosine over the catalog, sorted.
     probe_cosines: tuple[float, ...] = ()
-    #: Per row, minus the log of its BM25 document length, centred on the catalog mean: the
-    #: fused score adds ``length_prior`` times this (:class:`RetrievalConfig`).
-    brevity: Scores = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
 
     @classmethod
     def build(cls, capabilities: Sequence[Capability], vectors: Matrix, *,
@@ -397,7 +384,6 @@ class RetrievalIndex:
             moment=(matrix.T.astype(np.float64) @ matrix / n).astype(np.float32),
             projection=projection,
             probe_cosines=_probe_cosines(matrix, probe_vectors, projection),
-            brevity=_brevity(lexicon),
         )
 
     def __len__(self) -> int:
@@ -430,9 +416,8 @@ class RetrievalIndex:
         if k <= 0 or not allowed.any():
             return RetrievalResult((), abstained=True)
         vector = np.asarray(query_vector, dtype=np.float32).reshape(-1)
+        whole = self._score_whole(query, vector, config)
         parts = self._subqueries(query, embed, config)
-        feedback = config.feedback_rows > 0 and len(decompose(query, config.max_subqueries)) <= 1
-        whole = self._score_whole(query, vector, config, allowed if feedback else None)
         ranking = top_rows(whole.fused, allowed,
                            max(k + len(parts) + 1, config.candidates if parts else 0))
         scored_parts = (self._score_parts(parts, embed, whole, ranking, allowed, config)
@@ -461,12 +446,7 @@ class RetrievalIndex:
         parts = decompose(query, config.max_subqueries)
         return parts if len(parts) > 1 else []
 
-    def _score_whole(self, query: str, vector: Vector, config: RetrievalConfig,
-                     feedback: BoolArray | None = None) -> _Scored:
-        """The whole query's scores on every row. With ``feedback`` (the allowed rows), the
-        dense side is scored a second time from the query vector moved towards its best
-        allowed matches (Rocchio feedback); the cosine kept as evidence stays the original
-        query's, so relevance and abstention do not change."""
+    def _score_whole(self, query: str, vector: Vector, config: RetrievalConfig) -> _Scored:
         if self.projection is not None:
             vector = vector @ self.projection
         cosine: Scores = self.matrix @ vector
@@ -474,22 +454,10 @@ class RetrievalIndex:
         bm25 = self.lexicon.scores(term_ids)
         if config.fusion != "zscore":
             return _Scored(None, cosine, fuse(cosine, bm25, config), term_ids)
-        fused = self._fused(vector, cosine, bm25, config)
-        best = top_rows(fused, feedback, config.feedback_rows) if feedback is not None else []
-        if best:
-            moved = vector + np.float32(config.feedback_weight) * self.matrix[best].mean(axis=0)
-            fused = self._fused(moved, self.matrix @ moved, bm25, config)
-        return _Scored(None, cosine, fused, term_ids)
-
-    def _fused(self, vector: Vector, cosine: Scores, bm25: Scores, config: RetrievalConfig
-               ) -> Scores:
-        """:func:`_mix` of the z-scores, the dense moments taken from the matrix moments."""
         mean = float(vector @ self.mean_vector)
         deviation = math.sqrt(max(float(vector @ self.moment @ vector) - mean * mean, 1e-12))
         fused = _mix_moments(cosine, mean, deviation, bm25, config)
-        if config.length_prior:
-            fused += np.float32(config.length_prior) * self.brevity
-        return fused
+        return _Scored(None, cosine, fused, term_ids)
 
     def _score_parts(self, parts: list[str], embed: QueryEmbed, whole: _Scored,
                      ranking: list[int], allowed: BoolArray, config: RetrievalConfig
@@ -517,8 +485,6 @@ class RetrievalIndex:
         lex_sd = np.where(lex_var > 1e-18, np.sqrt(np.clip(lex_var, 1e-18, None)), np.inf)
         lexical_z = (bm25[:, pool] - lex_mean[:, None]) / lex_sd[:, None]
         fused = _mix(dense_z.astype(np.float32), lexical_z.astype(np.float32), config)
-        if config.length_prior:
-            fused += np.float32(config.length_prior) * self.brevity[pool]
         return [_Scored(pool, cosine[i], fused[i], term_ids[i]) for i in range(len(parts))]
 
     def _exact(self, query: str, allowed: BoolArray) -> int | None:
@@ -614,15 +580,6 @@ def _probe_cosines(matrix: Matrix, probe_vectors: Matrix | None,
         probes = probes @ projection
     best = (probes @ matrix.T).max(axis=1)
     return tuple(sorted(float(b) for b in best))
-
-
-def _brevity(lexicon: LexicalIndex) -> Scores:
-    """Minus each document's log length (BM25 terms), centred on the catalog mean."""
-    if lexicon.num_docs == 0:
-        return np.zeros(0, dtype=np.float32)
-    logs = np.log(np.maximum(lexicon.doc_len, 1.0)).astype(np.float32)
-    centred: Scores = (logs.mean() - logs).astype(np.float32)
-    return centred
 
 
 def _projection(matrix: Matrix, config: RetrievalConfig) -> Matrix | None:

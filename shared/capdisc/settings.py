@@ -48,14 +48,6 @@ class DiscoveryConfig(BaseModel):
     dense_weight: float = Field(0.7, ge=0.0, le=1.0)
     exact_name_match: bool = True
     decompose_queries: bool = True
-    #: Dense pseudo-relevance feedback for single-request queries: the query vector moves
-    #: towards the mean of its ``feedback_rows`` best matches, ``feedback_weight`` of it, and
-    #: is scored again (0 rows: off). Measured in docs/benchmarks.md.
-    feedback_rows: int = Field(0, ge=0, le=20)
-    feedback_weight: float = Field(0.5, ge=0.0, le=2.0)
-    #: Fused-score bonus per unit of minus the log of a capability's text length (centred on
-    #: the catalog): a short text that names the need against long ones that touch it.
-    length_prior: float = Field(0.3, ge=0.0, le=2.0)
     #: Abstain ("nothing fits") when no match reaches this calibrated relevance; None: the
     #: value calibrated for the embedder (0 never abstains).
     abstain_threshold: float | None = Field(None, ge=0.0, le=1.0)
