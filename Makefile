@@ -34,6 +34,8 @@ lint: install
 
 bench: install
 	$(PY) benchmarks/retrieval.py
+	$(PY) benchmarks/metatool_labels.py
+	$(PY) benchmarks/model_latency.py
 	$(PY) benchmarks/discovery_speed.py
 	$(PY) benchmarks/change_to_served.py
 	$(PY) benchmarks/bulk_import.py
