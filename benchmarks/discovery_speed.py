@@ -4,7 +4,9 @@
 2. the bare Redis request/reply floor (BLPOP/RPUSH between two processes) and capdisc's own
    transport floor (stream + consumer group + reply list) with an echo worker that does nothing;
 3. through Redis and one discovery worker, with a cached and with a fresh query embedding, for
-   the Seal-Tools queries (most chain several requests) and for one-request agent turns;
+   the Seal-Tools queries (most chain several requests) and for one-request agent turns: back
+   to back, and then, from a new worker with empty caches, each turn 200 ms after the last
+   (an agent's turns reach an idle worker);
 4. the throughput of two discovery workers on this machine, cached embeddings, closed-loop
    clients in two processes.
 
@@ -32,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from _catalog import embed_catalog, load_catalog, seal_queries
 from _common import percentile
+from capdisc import keys
 from capdisc.client import Client
 from capdisc.embedding import CachedQueryEmbedder, MiniLMEmbedder
 from capdisc.engine import Query, discover, embed_turn
@@ -46,6 +49,10 @@ from capdisc.text import vector_space
 
 HERE = Path(__file__).resolve().parent
 TENANT = "bench"
+#: Think time between an agent's turns in the idle-worker measurement, and how many of the
+#: Seal-Tools queries it asks.
+IDLE_S = 0.2
+IDLE_TURNS = 200
 
 
 def main() -> None:
@@ -180,6 +187,14 @@ def through_workers(url: str, queries: list[str], floors: dict[str, float], seco
         report("  one-request agent turns (registry queries)", cached_short, floors["list"])
         report("one discovery worker, fresh query embedding", fresh, floors["list"])
         report("  one-request agent turns (registry queries)", fresh_short, floors["list"])
+        workers[0] = restarted(url, workers[0], log)
+        idle_fresh = timed(client, queries[:IDLE_TURNS], IDLE_S)
+        idle_short = timed(client, short, IDLE_S)
+        idle_cached = timed(client, short, IDLE_S)
+        label = f"turns {IDLE_S * 1000:.0f} ms apart"
+        report(f"one worker, {label}, fresh, Seal-Tools queries", idle_fresh, floors["list"])
+        report("  one-request agent turns, fresh", idle_short, floors["list"])
+        report("  one-request agent turns, cached", idle_cached, floors["list"])
         print(f"{'':<58} (capdisc transport floor {floors['stream']:.2f} ms, bare floor "
               f"{floors['list']:.2f} ms)")
         workers.append(spawn_worker(url, log))
@@ -193,9 +208,24 @@ def through_workers(url: str, queries: list[str], floors: dict[str, float], seco
             worker.wait(timeout=10)
 
 
-def timed(client: Client, queries: list[str]) -> list[float]:
+def restarted(url: str, worker: subprocess.Popen[bytes], log: Path) -> subprocess.Popen[bytes]:
+    """A new worker in place of ``worker``, with the shared query-vector cache emptied: every
+    query is fresh again. Returns once it answers."""
+    worker.terminate()
+    worker.wait(timeout=10)
+    connection = redis.Redis.from_url(url)
+    for key in connection.scan_iter(match=keys.query_vectors("*"), count=1000):
+        connection.delete(key)
+    replacement = spawn_worker(url, log)
+    Client.from_url(url, tenant=TENANT, timeout_s=120).discover("warm up again")
+    return replacement
+
+
+def timed(client: Client, queries: list[str], idle_s: float = 0.0) -> list[float]:
     samples = []
     for query in queries:
+        if idle_s:
+            time.sleep(idle_s)  # the agent's think time between turns, not a wait for an event
         started = time.perf_counter()
         client.discover(query)
         samples.append(time.perf_counter() - started)

@@ -4,7 +4,10 @@ The model's time grows with the tokens of the query, so a fresh turn's floor dep
 is asked: the one-request agent turns of ``benchmarks/registry_queries.jsonl`` against the
 Seal-Tools queries, most of which chain several requests. Prints the token counts of both query
 sets, then the model's median and p99 for one query of N tokens with 1 and 2 threads (the
-discovery worker runs 2), measured in this run.
+discovery worker runs 2), measured in this run; then a query of 14 tokens (a one-request turn's
+median) back to back and after 200 ms of idle, with onnxruntime's threads allowed to spin
+between operators and not (``MiniLMEmbedder(spin=...)``): agent turns arrive after an idle
+worker, not back to back.
 
     .venv/bin/python benchmarks/model_latency.py [--repeat 100]
 """
@@ -39,7 +42,7 @@ def describe(label: str, counts: list[int]) -> None:
           f"{percentile(counts, 90):5.0f}, max {max(counts):4d} (n={len(counts)})")
 
 
-def timed(model: MiniLMEmbedder, tokens: int, repeat: int) -> list[float]:
+def timed(model: MiniLMEmbedder, tokens: int, repeat: int, idle_s: float = 0.0) -> list[float]:
     ids = np.full((1, tokens), 2000, dtype=np.int64)
     ids[0, 0], ids[0, -1] = 101, 102  # [CLS] ... [SEP]
     mask = np.ones_like(ids)
@@ -47,6 +50,8 @@ def timed(model: MiniLMEmbedder, tokens: int, repeat: int) -> list[float]:
         model._run(ids, mask)
     samples = []
     for _ in range(repeat):
+        if idle_s:
+            time.sleep(idle_s)  # an idle worker between turns, not a wait for an event
         started = time.perf_counter()
         model._run(ids, mask)
         samples.append((time.perf_counter() - started) * 1000)
@@ -70,6 +75,15 @@ def main() -> None:
             samples = timed(model, tokens, args.repeat)
             cells.append(f"{float(np.median(samples)):.2f} / {percentile(samples, 99):.2f}")
         print(f"{tokens:>6} " + "".join(f"{c:>34}" for c in cells))
+    print()
+    for spin in (False, True):
+        model = MiniLMEmbedder(threads=2, spin=spin)
+        cells = []
+        for idle_s in (0.0, 0.2):
+            samples = timed(model, 14, min(args.repeat, 50) if idle_s else args.repeat, idle_s)
+            cells.append(f"{'after 200 ms idle' if idle_s else 'back to back'}: median "
+                         f"{float(np.median(samples)):.2f} / p99 {percentile(samples, 99):.2f} ms")
+        print(f"14 tokens, 2 threads, spinning {'allowed' if spin else 'off'}: " + ", ".join(cells))
 
 
 if __name__ == "__main__":
