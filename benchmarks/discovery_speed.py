@@ -187,25 +187,34 @@ def through_workers(url: str, queries: list[str], floors: dict[str, float], seco
         report("  one-request agent turns (registry queries)", cached_short, floors["list"])
         report("one discovery worker, fresh query embedding", fresh, floors["list"])
         report("  one-request agent turns (registry queries)", fresh_short, floors["list"])
-        workers[0] = restarted(url, workers[0], log)
-        idle_fresh = timed(client, queries[:IDLE_TURNS], IDLE_S)
-        idle_short = timed(client, short, IDLE_S)
-        idle_cached = timed(client, short, IDLE_S)
-        label = f"turns {IDLE_S * 1000:.0f} ms apart"
-        report(f"one worker, {label}, fresh, Seal-Tools queries", idle_fresh, floors["list"])
-        report("  one-request agent turns, fresh", idle_short, floors["list"])
-        report("  one-request agent turns, cached", idle_cached, floors["list"])
         print(f"{'':<58} (capdisc transport floor {floors['stream']:.2f} ms, bare floor "
               f"{floors['list']:.2f} ms)")
         workers.append(spawn_worker(url, log))
         Client.from_url(url, tenant=TENANT, timeout_s=120).discover("warm up the second")
         throughput(url, queries, seconds, [w.pid for w in workers], "Seal-Tools queries")
         throughput(url, short, seconds, [w.pid for w in workers], "one-request agent turns")
+        second = workers.pop()
+        second.terminate()
+        second.wait(timeout=10)
+        workers[0] = restarted(url, workers[0], log)
+        idle_turns(client, queries, short, floors)
     finally:
         for worker in workers:
             worker.terminate()
         for worker in workers:
             worker.wait(timeout=10)
+
+
+def idle_turns(client: Client, queries: list[str], short: list[str], floors: dict[str, float]
+               ) -> None:
+    """Turns that reach an idle worker, as an agent's do (one worker, empty caches)."""
+    fresh = timed(client, queries[:IDLE_TURNS], IDLE_S)
+    fresh_short = timed(client, short, IDLE_S)
+    cached_short = timed(client, short, IDLE_S)
+    label = f"one worker, turns {IDLE_S * 1000:.0f} ms apart"
+    report(f"{label}, fresh, Seal-Tools queries", fresh, floors["list"])
+    report("  one-request agent turns, fresh", fresh_short, floors["list"])
+    report("  one-request agent turns, cached", cached_short, floors["list"])
 
 
 def restarted(url: str, worker: subprocess.Popen[bytes], log: Path) -> subprocess.Popen[bytes]:

