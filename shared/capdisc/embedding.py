@@ -87,8 +87,8 @@ class MiniLMEmbedder:
 
     ``spin``: let onnxruntime's threads spin instead of sleeping, during a pass and for a while
     after it. Off by default: measured here (``benchmarks/model_latency.py``), a 14-token query
-    that reaches an idle worker took 6.3 ms with spinning against 10.1 ms without, but each
-    such pass then cost 65 ms of CPU against 10 ms (its threads spin on after it), which other
+    that reaches an idle worker took 5.6 ms with spinning against 8.8 ms without, but each
+    such pass then cost 63 ms of CPU against 9 ms (its threads spin on after it), which other
     workers and the index search on the same cores need. For a worker with cores of its own.
     """
 
