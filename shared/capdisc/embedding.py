@@ -329,7 +329,7 @@ def embed_with_parts(embedder: Embedder, text: str, parts: Sequence[str]) -> Mat
 def embedder_for(settings: Settings) -> Embedder:
     """The embedder the settings name, the OpenAI provider configured from them included."""
     if settings.embedder != "openai":
-        return make_embedder(settings.embedder, settings.hashing_dim)
+        return make_embedder(settings.embedder, settings.hashing_dim, spin=settings.model_spin)
     from capdisc.openai_embedder import OpenAIEmbedder, OpenAIEmbedderSettings
 
     return OpenAIEmbedder(OpenAIEmbedderSettings(
@@ -344,7 +344,7 @@ def embedder_for_id(embedder_id: str, settings: Settings) -> Embedder:
     """The embedder whose :attr:`Embedder.id` is ``embedder_id`` (a tenant served from vectors
     of another model than the configured one, after a full reindex onto it)."""
     if embedder_id == MINILM_ID:
-        return MiniLMEmbedder()
+        return MiniLMEmbedder(spin=settings.model_spin)
     kind, _, rest = embedder_id.partition("-")
     if kind == "hashing" and rest.isdigit():
         return HashingEmbedder(int(rest))
@@ -357,12 +357,13 @@ def embedder_for_id(embedder_id: str, settings: Settings) -> Embedder:
                          "embedder the tenant was last reindexed with (capdisc status shows it)")
 
 
-def make_embedder(name: str, hashing_dim: int = MINILM_DIM) -> Embedder:
-    """The embedder a setting names: ``minilm`` or ``hashing``."""
+def make_embedder(name: str, hashing_dim: int = MINILM_DIM, *, spin: bool = False) -> Embedder:
+    """The embedder a setting names: ``minilm`` (``spin``: :class:`MiniLMEmbedder`'s) or
+    ``hashing``."""
     if name == "hashing":
         return HashingEmbedder(hashing_dim)
     if name == "minilm":
-        return MiniLMEmbedder()
+        return MiniLMEmbedder(spin=spin)
     raise EmbeddingError(f"unknown embedder {name!r}; use 'minilm' or 'hashing'")
 
 

@@ -16,9 +16,11 @@ from capdisc.embedding import (
     MiniLMEmbedder,
     check_vectors,
     embed_with_parts,
+    embedder_for,
     make_embedder,
 )
 from capdisc.errors import EmbeddingError
+from capdisc.settings import Settings
 
 
 class CountingEmbedder:
@@ -279,3 +281,15 @@ def test_a_shared_value_of_the_wrong_size_is_embedded_again() -> None:
     vector, _parts = CachedQueryEmbedder(inner, shared=shared).embed_with_parts("q", [])
 
     assert inner.calls == [["q"]] and vector.shape == (4,)
+
+
+@pytest.mark.model
+@pytest.mark.parametrize(("spin", "entry"), [(False, "0"), (True, "1")])
+def test_the_model_spin_setting_reaches_the_onnxruntime_session(spin: bool, entry: str) -> None:
+    embedder = embedder_for(Settings(embedder="minilm", model_spin=spin))
+    assert isinstance(embedder, MiniLMEmbedder)
+
+    session, _tokenizer = embedder._load()
+
+    options = session.get_session_options()
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == entry
