@@ -113,14 +113,21 @@ def capability_from_benchmark_tool(record: Mapping[str, Any], taken: set[str] | 
 
 
 def load_catalog(path: Path) -> Catalog:
-    """Read a ``tools.jsonl`` catalog."""
+    """Read a ``tools.jsonl`` catalog. Query labels may name a tool by its ``id`` or, when no
+    other tool has that name or id, by its ``name``."""
     taken: set[str] = set()
     caps: list[Capability] = []
     ids: dict[str, str] = {}
+    names: dict[str, list[str]] = {}
     for record in _read_jsonl(path):
         capability = capability_from_benchmark_tool(record, taken, source=path.parent.name)
         caps.append(capability)
         ids[str(record.get("id") or record.get("name"))] = capability.id
+        if record.get("name"):
+            names.setdefault(str(record["name"]), []).append(capability.id)
+    for name, owners in names.items():
+        if len(owners) == 1 and name not in ids:
+            ids[name] = owners[0]
     return Catalog(tuple(caps), ids)
 
 

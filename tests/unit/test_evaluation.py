@@ -257,3 +257,21 @@ def test_a_jsonl_catalog_reads_per_line_with_errors_naming_the_line(tmp_path: Pa
     assert sorted(str(p).rsplit(":", 1)[1] for p in errors) == ["3", "4"]
     assert str(errors[Path(f"{path}:3")]) == f"{path}:3: must be a JSON object"
     assert "is not JSON" in str(errors[Path(f"{path}:4")])
+
+
+def test_labels_may_name_a_tool_by_its_unique_name(tmp_path: Path) -> None:
+    tools = _write(tmp_path / "tools.jsonl", [
+        {"id": "srv1/search", "name": "web_search", "description": "Search the web"},
+        {"id": "srv2/search", "name": "search", "description": "Search files"},
+        {"id": "srv3/search", "name": "search", "description": "Search mail"},
+    ])
+    queries = _write(tmp_path / "queries.jsonl", [
+        {"id": "q1", "query": "find pages about otters", "relevant": ["web_search"]},
+        {"id": "q2", "query": "find my notes", "relevant": ["search"]},  # two tools: unknown
+        {"id": "q3", "query": "look in my files", "relevant": ["srv2/search"]},
+    ])
+    catalog = load_catalog(tools)
+
+    found = {q.id: q.relevant for q in load_queries(queries, catalog)}
+
+    assert found == {"q1": ("tool:srv1/search",), "q3": ("tool:srv2/search",)}
