@@ -21,31 +21,31 @@ decomposition or abstention, so the figures match the "z-score fusion" row of ``
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from capdisc.embedding import Embedder, make_embedder
+from capdisc.embedding import Embedder, Matrix, make_embedder
 from capdisc.evaluation import (
     LabelledQuery,
     default_cache_dir,
     embed_cached,
     load_catalog,
     load_queries,
+    ndcg_at,
+    recall_at,
     sample_queries,
 )
 from capdisc.lexical import LexicalIndex
 from capdisc.models import Capability
-from capdisc.retrieval import DEFAULT_CONFIG, lexical_text
+from capdisc.retrieval import DEFAULT_CONFIG, fuse, lexical_text
 from capdisc.text import combine, full_text, summary_text
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 PREFIX = "tool: "
-Matrix = np.ndarray
-#: (queries' vectors, fused scores) -> fused scores
+#: One way of scoring every query of a setting: a (queries x capabilities) score matrix.
 Variant = Callable[["Setting"], np.ndarray]
 
 
@@ -69,13 +69,10 @@ class Setting:
         return embed_cached(self.embedder, [prefix + q.query for q in self.queries], self.cache)
 
     def fused(self, vectors: Matrix) -> np.ndarray:
-        w = DEFAULT_CONFIG.dense_weight
-        return w * _z(vectors @ self.matrix.T) + (1.0 - w) * _z(self.bm25)
-
-
-def _z(scores: np.ndarray) -> np.ndarray:
-    return (scores - scores.mean(axis=1, keepdims=True)) / (scores.std(axis=1, keepdims=True)
-                                                            + 1e-9)
+        """The engine's fusion (:func:`capdisc.retrieval.fuse`) of each query's scores."""
+        cosines = (vectors @ self.matrix.T).astype(np.float32)
+        return np.stack([fuse(c, b, DEFAULT_CONFIG)
+                         for c, b in zip(cosines, self.bm25, strict=True)])
 
 
 def engine(s: Setting) -> np.ndarray:
@@ -104,15 +101,9 @@ VARIANTS: dict[str, Variant] = {"engine fusion": engine, "+ length prior": lengt
 def scores_by_group(s: Setting, fused: np.ndarray, groups: dict[str, np.ndarray]
                     ) -> dict[str, tuple[float, float]]:
     top = np.argsort(-fused, axis=1)[:, :5]
-    recall, ndcg = [], []
-    for row, query in zip(top, s.queries, strict=True):
-        found = [str(s.ids[r]) for r in row]
-        relevant = set(query.relevant)
-        recall.append(len(set(found) & relevant) / len(relevant))
-        dcg = sum(1 / math.log2(i + 2) for i, cid in enumerate(found) if cid in relevant)
-        ideal = sum(1 / math.log2(i + 2) for i in range(min(len(relevant), 5)))
-        ndcg.append(dcg / ideal)
-    r, n = np.array(recall), np.array(ndcg)
+    found = [[str(s.ids[r]) for r in row] for row in top]
+    r = np.array([recall_at(f, q.relevant, 5) for f, q in zip(found, s.queries, strict=True)])
+    n = np.array([ndcg_at(f, q.relevant) for f, q in zip(found, s.queries, strict=True)])
     return {name: (float(r[mask].mean()), float(n[mask].mean())) for name, mask in groups.items()}
 
 
