@@ -52,6 +52,17 @@ def _serve(script: Any) -> Any:
     return scripted.ScriptedModel(script)
 
 
+def run_scripted(variant: str, script: Any, capdisc: Client, min_version: int
+                 ) -> tuple[Any, Any, list[str]]:
+    """:func:`run_example` against a scripted model server that serves ``script``: the run,
+    the (closed) server with the requests it saw, and the example's log lines."""
+    server, lines = _serve(script), []
+    try:
+        return run_example(variant, server, capdisc, min_version, lines), server, lines
+    finally:
+        server.close()
+
+
 def run_example(variant: str, server: Any, capdisc: Client, min_version: int,
                 lines: list[str]) -> Any:
     """Run one example's ``run_agent`` against the scripted server, in a fresh session."""
@@ -89,11 +100,7 @@ def bound_in_request(variant: str, request: dict[str, Any]) -> set[str]:
 def test_the_example_discovers_binds_and_calls_the_tool(
         variant: str, published: int, capdisc: Client) -> None:
     script = scripted.Script()
-    server, lines = _serve(script), []
-    try:
-        run = run_example(variant, server, capdisc, published, lines)
-    finally:
-        server.close()
+    run, server, _lines = run_scripted(variant, script, capdisc, published)
 
     assert run.final_text == script.final_text
     assert run.searches == [script.query]
@@ -116,11 +123,7 @@ def test_the_example_discovers_binds_and_calls_the_tool(
 def test_a_tool_called_in_a_loop_is_evicted_with_guidance(
         variant: str, published: int, capdisc: Client) -> None:
     script = scripted.Script(repeats=4, final_text="I stopped posting the same message.")
-    server, lines = _serve(script), []
-    try:
-        run = run_example(variant, server, capdisc, published, lines)
-    finally:
-        server.close()
+    run, server, lines = run_scripted(variant, script, capdisc, published)
 
     assert run.final_text == script.final_text
     assert [c.loop_detected for c in run.calls] == [False, False, False, True]
@@ -146,11 +149,7 @@ def test_an_evicted_tool_is_refused_until_discovered_again(
     """A model that keeps calling an evicted tool (a Responses or Anthropic conversation still
     shows it) gets the guidance back and nothing runs."""
     script = scripted.Script(repeats=5, final_text="Giving up on that tool.")
-    server, lines = _serve(script), []
-    try:
-        run = run_example("anthropic", server, capdisc, published, lines)
-    finally:
-        server.close()
+    run, server, _lines = run_scripted("anthropic", script, capdisc, published)
 
     assert len(run.calls) == 4  # the fifth call was refused, not executed
     assert run.refused == [SLACK_NAME]
