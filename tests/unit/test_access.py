@@ -15,8 +15,9 @@ from stores import STORE_PARAMS, open_store  # tests/fixtures/ is on the path
 from capdisc.access import ANONYMOUS, Caller, visible
 from capdisc.agent import list_discovered_tools
 from capdisc.embedding import HashingEmbedder
-from capdisc.engine import Query, discover, rank
+from capdisc.engine import DiscoveryResult, Query, discover, rank
 from capdisc.errors import ManifestError
+from capdisc.formats import ToolFormat
 from capdisc.index import IndexSnapshot, SearchFilters, store_retriever
 from capdisc.models import Capability, Visibility
 from capdisc.normalize import capability_from_record
@@ -86,6 +87,24 @@ def _registry(rows: list[tuple[str, str, str, list[str], list[str], bool]]) -> I
                                EMBEDDER.id)
 
 
+def _assert_answers_show_only(seen: set[str], snapshot: IndexSnapshot, caller: Caller,
+                              query: str, tool_format: ToolFormat) -> DiscoveryResult:
+    """Discovery's matches, its installable offers and its tool definitions (in
+    ``tool_format``) name only capabilities in ``seen``; returns the discovery result."""
+    vector = EMBEDDER.embed([query])[0]
+    request = Query(query, 8, SearchFilters(caller=caller))
+
+    result = discover(snapshot, request, vector, CONFIG)
+    installable = rank(snapshot, replace(request, filters=replace(
+        request.filters, only_installable=True)), vector, CONFIG, 8)
+    tools = list_discovered_tools(result, tool_format)
+
+    assert {m.capability.id for m in result.matches} <= seen
+    assert {m.capability.id for m in installable.matches} <= seen
+    assert set(tools["tool_names"].values()) <= seen
+    return result
+
+
 @settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(capabilities, callers, queries)
 def test_no_answer_list_or_binding_shows_an_invisible_capability(
@@ -93,20 +112,12 @@ def test_no_answer_list_or_binding_shows_an_invisible_capability(
         query: str) -> None:
     snapshot = _registry(rows)
     seen = {c.id for c in snapshot.capabilities.values() if visible(c.visibility, caller)}
-    vector = EMBEDDER.embed([query])[0]
-    request = Query(query, 8, SearchFilters(caller=caller))
 
-    result = discover(snapshot, request, vector, CONFIG)
-    installable = rank(snapshot, replace(request, filters=replace(
-        request.filters, only_installable=True)), vector, CONFIG, 8)
-    tools = list_discovered_tools(result, "openai-chat")
+    result = _assert_answers_show_only(seen, snapshot, caller, query, "openai-chat")
     state, _events = bind(new_session("s", None, 0), [m.capability.id for m in result.matches],
                           0, SessionPolicy(max_discovered_tools=50))
     everything = bound_tools(snapshot, list(snapshot.capabilities), "mcp", caller)
 
-    assert {m.capability.id for m in result.matches} <= seen
-    assert {m.capability.id for m in installable.matches} <= seen
-    assert set(tools["tool_names"].values()) <= seen
     assert set(state.bound) <= seen
     assert set(everything["tool_names"].values()) <= seen
     visible_caps = [c for c in snapshot.capabilities.values() if c.id in seen]
@@ -137,13 +148,5 @@ def test_no_answer_through_a_vector_store_shows_an_invisible_capability(
         (c, v.tobytes()) for c, v in zip(local.capabilities.values(), vectors, strict=True)],
         EMBEDDER.id, store_retriever(store, tenant))
     seen = {c.id for c in snapshot.capabilities.values() if visible(c.visibility, caller)}
-    vector = EMBEDDER.embed([query])[0]
-    request = Query(query, 8, SearchFilters(caller=caller))
 
-    result = discover(snapshot, request, vector, CONFIG)
-    installable = rank(snapshot, replace(request, filters=replace(
-        request.filters, only_installable=True)), vector, CONFIG, 8)
-
-    assert {m.capability.id for m in result.matches} <= seen
-    assert {m.capability.id for m in installable.matches} <= seen
-    assert set(list_discovered_tools(result, "anthropic")["tool_names"].values()) <= seen
+    _assert_answers_show_only(seen, snapshot, caller, query, "anthropic")
