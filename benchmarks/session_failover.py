@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -30,17 +28,16 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _common import describe_ms
+from _common import describe_ms, example_registry_stack
 from capdisc import keys
 from capdisc.client import Client
 from capdisc.settings import Settings
 from capdisc.status import live_workers
 from capdisc_producers.publisher import Publisher
-from capdisc_producers.stack import REDIS_ENV, Stack, running_stack
+from capdisc_producers.stack import REDIS_ENV, Stack
 from capdisc_producers.sync import sync_directory
 from session_overhead import QUERIES
 
-ROOT = Path(__file__).resolve().parents[1]
 DISCOVERY_ARGV = [sys.executable, "-m", "capdisc_workers.discovery"]
 
 
@@ -54,12 +51,8 @@ def main() -> None:
     env = {k: v for k, v in os.environ.items() if k != REDIS_ENV}
     env.update(CAPDISC_CLAIM_IDLE_MS="2000", CAPDISC_HEARTBEAT_INTERVAL_S="0.2")
     settings = Settings.load(env)
-    with tempfile.TemporaryDirectory() as tmp:
-        project = Path(tmp)
-        registry = project / "registry"
-        shutil.copytree(ROOT / "examples" / "registry", registry)
-        with running_stack(project, settings, env) as (stack, url):
-            ok = run(stack, url, settings, env, registry, args)
+    with example_registry_stack(settings, env) as (stack, url, registry):
+        ok = run(stack, url, settings, env, registry, args)
     sys.exit(0 if ok else 1)
 
 

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -27,14 +25,13 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _common import percentile
+from _common import example_registry_stack, percentile
 from capdisc.client import Answer, Client
 from capdisc.settings import Settings
 from capdisc_producers.publisher import Publisher
-from capdisc_producers.stack import REDIS_ENV, running_stack
+from capdisc_producers.stack import REDIS_ENV
 from capdisc_producers.sync import sync_directory
 
-ROOT = Path(__file__).resolve().parents[1]
 QUERIES = ["post a message to slack", "search my gmail for invoices", "open a pull request",
            "convert 100 usd to eur", "send an sms to a customer", "create a jira issue",
            "look up a salesforce account", "summarize a pdf", "translate this text to german",
@@ -50,24 +47,20 @@ def main() -> None:
     args = parser.parse_args()
     env = {k: v for k, v in os.environ.items() if k != REDIS_ENV}
     settings = Settings.load(env)
-    with tempfile.TemporaryDirectory() as tmp:
-        project = Path(tmp)
-        registry = project / "registry"
-        shutil.copytree(ROOT / "examples" / "registry", registry)
-        with running_stack(project, settings, env) as (stack, url):
-            connection = redis.Redis.from_url(url)
-            stack.wait_for_workers(connection, {"indexing", "discovery"}, 120)
-            publisher = Publisher(url)
-            report = sync_directory(connection, publisher, registry, tenant=settings.tenant,
-                                    max_bytes=settings.manifest_max_bytes, wait_s=120)
-            publisher.close()
-            client = Client(connection, tenant=settings.tenant, timeout_s=30)
-            for query in QUERIES:  # warm: model loaded, query vectors cached
-                client.discover(query, min_version=report.index_version)
-            print(f"embedder {settings.embedder}; {len(QUERIES)} queries over "
-                  f"{report.index_version} index versions of the example registry; "
-                  f"{args.turns} turns")
-            measure(client, args.turns)
+    with example_registry_stack(settings, env) as (stack, url, registry):
+        connection = redis.Redis.from_url(url)
+        stack.wait_for_workers(connection, {"indexing", "discovery"}, 120)
+        publisher = Publisher(url)
+        report = sync_directory(connection, publisher, registry, tenant=settings.tenant,
+                                max_bytes=settings.manifest_max_bytes, wait_s=120)
+        publisher.close()
+        client = Client(connection, tenant=settings.tenant, timeout_s=30)
+        for query in QUERIES:  # warm: model loaded, query vectors cached
+            client.discover(query, min_version=report.index_version)
+        print(f"embedder {settings.embedder}; {len(QUERIES)} queries over "
+              f"{report.index_version} index versions of the example registry; "
+              f"{args.turns} turns")
+        measure(client, args.turns)
 
 
 def measure(client: Client, turns: int) -> None:
