@@ -33,7 +33,9 @@ key                                       type     what it holds
                                                    discovery workers (expires: query_cache_ttl_s)
 ``capdisc:changes``                       stream   one entry per applied change: tenant, version,
                                                    op, id (discovery workers follow it)
-``capdisc:deadletters``                   stream   events that could not be applied, with reason
+``capdisc:deadletters``                   stream   events that could not be applied, with reason;
+                                                   also discovery requests refused or quarantined
+                                                   (``source``: the requests stream)
 ``capdisc:acks:{batch}``                  list     per-event outcome for a publish batch (expires)
 ``capdisc:counters``                      hash     embedding_calls and other running totals
 ``capdisc:workers``                       hash     worker id -> heartbeat (JSON)
@@ -45,6 +47,9 @@ key                                       type     what it holds
 ``capdisc:reconcile:last``                string   the last reconciler report (JSON)
 ``capdisc:discovery:requests``            stream   per-turn discovery requests (consumer group)
 ``capdisc:reply:{request_id}``            list     the reply to one request (expires)
+``capdisc:epoch``                         string   a random id set (NX) by the first discovery
+                                                   worker to find it missing: when it changes or
+                                                   vanishes, Redis lost its data (workers reload)
 ``indexing``                              list     the Celery queue of registry events (kombu)
 ``unacked``                               hash     kombu's delivered, not yet acknowledged tasks
 ========================================  =======  ===============================================
@@ -93,6 +98,9 @@ SERVED = f"{PREFIX}:served"
 RECONCILE_LOCK = f"{PREFIX}:reconcile:lock"
 #: The last reconciler report (JSON), shown by ``capdisc status``.
 RECONCILE_LAST = f"{PREFIX}:reconcile:last"
+#: String: this Redis's data generation, a random id set once (SET NX); a discovery worker that
+#: sees it change or vanish knows Redis lost its data and reloads what is published again.
+EPOCH = f"{PREFIX}:epoch"
 
 
 def caps(tenant: str) -> str:
