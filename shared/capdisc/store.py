@@ -387,11 +387,16 @@ def _queue_ack(pipe: Any, batch_id: str, outcome: dict[str, Any]) -> None:
     pipe.expire(keys.acks(batch_id), ACK_TTL_S)
 
 
-def dead_letter(client: Redis, payload: str | bytes, reason: str, attempts: int = 1) -> None:
-    """Keep an event that could not be applied, with the reason, for ``capdisc dlq``."""
+def dead_letter(client: Redis, payload: str | bytes, reason: str, attempts: int = 1,
+                **context: str) -> None:
+    """Keep an event that could not be applied, with the reason, for ``capdisc dlq``.
+    ``context`` adds fields: a discovery request's ``source`` (the requests stream, see
+    :mod:`capdisc.deadletters`), ``entry_id`` and ``request_id``. ``client`` may be a pipeline."""
     text = payload.decode(errors="replace") if isinstance(payload, bytes) else payload
-    client.xadd(keys.DEADLETTERS, {"payload": text[:1_048_576], "reason": reason,
-                                   "attempts": attempts, "at_ms": int(time.time() * 1000)})
+    fields: dict[Any, Any] = {"payload": text[:1_048_576], "reason": reason,
+                              "attempts": attempts, "at_ms": int(time.time() * 1000)}
+    fields.update(context)
+    client.xadd(keys.DEADLETTERS, fields)
 
 
 # -- reads -------------------------------------------------------------------------------------
