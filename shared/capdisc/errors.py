@@ -37,6 +37,24 @@ class EventDecodeError(CapdiscError):
     applied."""
 
 
+class BadRequestError(EventDecodeError):
+    """A discovery request stream entry is malformed: bytes that are not UTF-8, a missing or
+    wrong-typed field, a value out of range, an unknown op. The message names the field.
+    ``request_id`` is the id read from the entry when it has a usable one: the sender then gets
+    an error reply; without one, the entry is dead-lettered."""
+
+    def __init__(self, message: str, request_id: str | None = None) -> None:
+        super().__init__(message)
+        self.request_id = request_id
+
+
+class RequestEncodeError(CapdiscError):
+    """A request could not be sent: an argument carries text that cannot be encoded as UTF-8
+    (a lone surrogate such as ``"\\udc80"``, or bytes that were not UTF-8 decoded with
+    ``surrogateescape``), or a value JSON cannot carry. The message names the argument; pass
+    valid Unicode text."""
+
+
 class EmbeddingError(CapdiscError):
     """The embedding model could not be loaded or returned an unusable answer."""
 
