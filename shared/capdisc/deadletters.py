@@ -4,6 +4,12 @@ An event lands here when it cannot be decoded, carries an invalid capability, or
 still fails after ``indexing_max_attempts`` deliveries. ``capdisc dlq list`` shows them;
 ``capdisc dlq replay`` sends them to the indexing queue again (after the cause is fixed: a
 provider back up, a worker with a new model) and removes them from the stream.
+
+Discovery workers put here the request stream entries they cannot answer: unreadable ones (no
+usable request id to reply to) and quarantined ones (delivered again and again, never
+answered). Their ``source`` is the requests stream. They are kept for inspection and are never
+replayed: they are not registry events, their clients stopped waiting long ago, and a
+quarantined one would only take a worker down again.
 """
 
 from __future__ import annotations
@@ -28,6 +34,14 @@ class DeadLetter:
     attempts: int
     at_ms: int
     payload: str
+    #: Where it came from: the indexing queue, or the discovery requests stream.
+    source: str = keys.INDEXING_QUEUE
+    #: A discovery request's id, when it had a usable one.
+    request_id: str | None = None
+
+    @property
+    def is_discovery_request(self) -> bool:
+        return self.source == keys.DISCOVERY_REQUESTS
 
     @property
     def event(self) -> dict[str, Any]:
@@ -40,10 +54,12 @@ class DeadLetter:
 
     def to_dict(self) -> dict[str, Any]:
         event = self.event
+        if self.is_discovery_request:
+            event = {}
         return {"id": self.entry_id, "reason": self.reason, "attempts": self.attempts,
-                "at_ms": self.at_ms, "event_id": event.get("event_id"),
-                "tenant": event.get("tenant"), "capability_id": event.get("capability_id"),
-                "type": event.get("type")}
+                "at_ms": self.at_ms, "source": self.source, "request_id": self.request_id,
+                "event_id": event.get("event_id"), "tenant": event.get("tenant"),
+                "capability_id": event.get("capability_id"), "type": event.get("type")}
 
 
 def list_dead_letters(client: redis.Redis, limit: int = 100) -> list[DeadLetter]:
@@ -55,12 +71,12 @@ def list_dead_letters(client: redis.Redis, limit: int = 100) -> list[DeadLetter]
 def replay(client: redis.Redis, send: Callable[[str], None],
            entry_ids: Sequence[str] | None = None) -> list[str]:
     """Send the given dead letters (all when ``entry_ids`` is None) to the indexing queue again
-    and remove each from the stream once sent; returns the replayed entry ids. Unknown ids are
-    skipped."""
+    and remove each from the stream once sent; returns the replayed entry ids. Unknown ids and
+    discovery requests (never replayed) are skipped."""
     wanted = None if entry_ids is None else set(entry_ids)
     replayed = []
     for letter in list_dead_letters(client, limit=100_000):
-        if wanted is not None and letter.entry_id not in wanted:
+        if (wanted is not None and letter.entry_id not in wanted) or letter.is_discovery_request:
             continue
         send(letter.payload)
         client.xdel(keys.DEADLETTERS, letter.entry_id)
@@ -72,4 +88,6 @@ def _dead_letter(entry_id: Any, raw: Any) -> DeadLetter:
     fields = {as_str(k): as_str(v) for k, v in raw.items()}
     return DeadLetter(entry_id=as_str(entry_id), reason=fields.get("reason", ""),
                       attempts=int(fields.get("attempts", 1) or 1),
-                      at_ms=int(fields.get("at_ms", 0) or 0), payload=fields.get("payload", ""))
+                      at_ms=int(fields.get("at_ms", 0) or 0), payload=fields.get("payload", ""),
+                      source=fields.get("source", keys.INDEXING_QUEUE),
+                      request_id=fields.get("request_id") or None)

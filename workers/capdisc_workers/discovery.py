@@ -5,16 +5,25 @@ fraction of a Celery round trip).
 Threads: the main thread serves requests; a follower applies change records as deltas (reloading
 a full snapshot when it sees a gap) and swaps in new immutable snapshots; a heartbeat thread
 reports the versions served. Run: ``python -m capdisc_workers.discovery``.
+
+No request ends a worker: every entry is checked at the edge (:func:`capdisc.protocol.
+decode_entry`) and settled one way or another (:mod:`capdisc_workers.intake`); an unexpected
+error answering one becomes an ``internal`` error reply. Redis going away ends nothing either:
+each loop retries with backoff (:mod:`capdisc_workers.outage`), the consumer group is created
+again if Redis lost it, and when Redis lost its data (the :data:`capdisc.keys.EPOCH` marker
+changed or vanished) the worker keeps serving its snapshots until the registry is published
+again, then reloads each tenant whole.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import signal
 import socket
 import threading
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import replace
@@ -28,23 +37,39 @@ from capdisc.access import Caller, visible
 from capdisc.agent import list_discovered_tools
 from capdisc.embedding import CachedQueryEmbedder, Matrix, embedder_for, embedder_for_id
 from capdisc.engine import DiscoveryResult, Match, Query, discover, embed_turn, rank
-from capdisc.errors import CapdiscError, EventDecodeError
+from capdisc.errors import BadRequestError, CapdiscError
+from capdisc.events import TENANT_RE
 from capdisc.index import IndexSnapshot, SearchFilters, hybrid_retriever, store_retriever
 from capdisc.logs import configure_logging
 from capdisc.models import Capability
 from capdisc.probes import PROBES
-from capdisc.protocol import DiscoverRequest, SessionRequest, error_reply
+from capdisc.protocol import (
+    DiscoverRequest,
+    Entry,
+    SessionRequest,
+    decode_entry,
+    error_reply,
+    peek_request_id,
+)
 from capdisc.registry import coalesce_window_s
 from capdisc.session import allowed_ids
 from capdisc.settings import DiscoveryConfig, Settings
 from capdisc.store import as_str, read_records, read_snapshot
 from capdisc.text import embedder_id_of, vector_space
 from capdisc.vectorstore import store_for
+from capdisc_workers.intake import (
+    Outcome,
+    RawEntry,
+    RequestStream,
+    answer_safely,
+    quarantined,
+    rejected,
+)
+from capdisc_workers.outage import RETRYABLE, Backoff, RedisHealth
 from capdisc_workers.sessions import SessionService, bound_tools
 
 log = structlog.get_logger("capdisc.discovery")
 BLOCK_MS = 1000
-BATCH = 16
 #: How often a worker looks for requests a dead worker left pending.
 CLAIM_EVERY_S = 0.5
 #: Approximate length the served stream is trimmed to.
@@ -126,6 +151,18 @@ class DiscoveryWorker:
         self.worker_id = f"discovery@{socket.gethostname()}:{os.getpid()}"
         self.stop = threading.Event()
         self.changes_id = "0-0"
+        #: Whether each loop reaches Redis (one log line when it goes, one when it is back).
+        self.health = RedisHealth(log)
+        self.requests = RequestStream(connection, self.worker_id, settings.claim_idle_ms,
+                                      settings.reply_ttl_s)
+        #: Outcomes read and answered whose settling an outage interrupted: settled first.
+        self._unsettled: list[Outcome] = []
+        self._last_claim = 0.0
+        #: The Redis data generation (:data:`keys.EPOCH`) the snapshots were loaded from.
+        self.epoch: str | None = None
+        #: Tenants served from an earlier generation (Redis lost its data since): reloaded
+        #: whole once published again, served from the old snapshot until then.
+        self.stale: set[str] = set()
         #: How long the last snapshot rebuild took: the coalescing window of the next burst.
         self.last_build_s = 0.0
         #: When the last rebuild ended (monotonic): a burst is rebuilds back to back.
@@ -151,6 +188,7 @@ class DiscoveryWorker:
 
     def load_all(self) -> None:
         self.queries_for(self.embedder.id)
+        self.epoch = current_epoch(self.redis)
         last = self.redis.xrevrange(keys.CHANGES, count=1)
         self.changes_id = as_str(last[0][0]) if last else "0-0"
         for tenant in sorted(as_str(t) for t in self.redis.smembers(keys.TENANTS)):
@@ -184,6 +222,7 @@ class DiscoveryWorker:
         self.last_build_end = time.monotonic()
         self.spaces[tenant] = snap.space
         self._swap_in(index)
+        self.stale.discard(tenant)
         log.info("index_loaded", tenant=tenant, index_version=index.version,
                  capabilities=len(index), vector_space=snap.space)
         if len(entries) < len(snap.records):
@@ -208,33 +247,52 @@ class DiscoveryWorker:
 
     def follow_changes(self) -> None:
         client = redis.Redis.from_url(self.settings.redis_url)
+        backoff = Backoff()
         while not self.stop.is_set():
             try:
+                self._check_epoch(client)
                 batch: Any = client.xread({keys.CHANGES: self.changes_id}, count=1000,
                                           block=BLOCK_MS)
-            except redis.RedisError as exc:
-                log.warning("changes_read_failed", error=str(exc))
-                self.stop.wait(0.5)
-                continue
-            try:
                 self._follow(client, _change_records(batch))
+                self.health.ok("changes")
+                backoff.reset()
+            except RETRYABLE as exc:
+                self.health.failed("changes", exc)
+                self.stop.wait(backoff.next())
             except Exception:  # the follower must outlive any one bad change
                 log.exception("changes_apply_failed")
                 self.stop.wait(0.5)
 
-    def _follow(self, client: redis.Redis, entries: list[tuple[str, dict[str, str]]]) -> None:
+    def _check_epoch(self, client: redis.Redis) -> None:
+        """Notice that Redis lost its data (its epoch marker changed or vanished): from then
+        on, follow the new changes stream from its start and reload each tenant whole once it
+        is published again, serving the old snapshot until then."""
+        epoch = current_epoch(client)
+        if epoch == self.epoch:
+            return
+        log.warning("redis_data_lost", previous_epoch=self.epoch, epoch=epoch,
+                    serving=self.indexes.versions(),
+                    hint="serving the last snapshots until the registry is published again")
+        self.epoch = epoch
+        self.changes_id = "0-0"
+        self.stale = set(self.indexes.versions())
+        self.failed.clear()
+
+    def _follow(self, client: redis.Redis, entries: list[tuple[str, dict[str, str] | None]]
+                ) -> None:
         if entries:
             self.apply_changes(entries + self._more_changes(client, entries[-1][0]))
         else:
             self._catch_up(client)
 
-    def _more_changes(self, client: redis.Redis, after: str) -> list[tuple[str, dict[str, str]]]:
+    def _more_changes(self, client: redis.Redis, after: str
+                      ) -> list[tuple[str, dict[str, str] | None]]:
         """During a burst, the change records that arrive within :func:`coalesce_window_s`
         of the last rebuild's cost: many events, one rebuild (at most about half the time
         spent rebuilding however fast events come)."""
         idle_s = time.monotonic() - self.last_build_end
         deadline = time.monotonic() + coalesce_window_s(self.last_build_s, idle_s)
-        more: list[tuple[str, dict[str, str]]] = []
+        more: list[tuple[str, dict[str, str] | None]] = []
         while (remaining := deadline - time.monotonic()) > 0.001 and len(more) < 50_000:
             batch: Any = client.xread({keys.CHANGES: after}, count=1000,
                                       block=max(1, int(remaining * 1000)))
@@ -245,16 +303,22 @@ class DiscoveryWorker:
             after = items[-1][0]
         return more
 
-    def apply_changes(self, entries: list[tuple[str, dict[str, str]]]) -> None:
-        """Apply change records as deltas, one new snapshot per tenant per batch."""
+    def apply_changes(self, entries: list[tuple[str, dict[str, str] | None]]) -> None:
+        """Apply change records as deltas, one new snapshot per tenant per batch (an unreadable
+        record is skipped: the catch-up reloads a tenant whose version it missed)."""
         by_tenant: dict[str, list[dict[str, str]]] = defaultdict(list)
         for entry_id, fields in entries:
-            by_tenant[fields["tenant"]].append(fields)
+            if fields is not None:
+                by_tenant[fields["tenant"]].append(fields)
             self.changes_id = entry_id
         for tenant, changes in by_tenant.items():
             self._apply_tenant(tenant, changes)
 
     def _apply_tenant(self, tenant: str, changes: list[dict[str, str]]) -> None:
+        if tenant in self.stale:  # published again after Redis lost its data
+            log.info("index_reload_after_data_loss", tenant=tenant)
+            self.reload(tenant)
+            return
         current = self.indexes.get(tenant)
         fresh = [c for c in changes if current is None or int(c["version"]) > current.version]
         if not fresh:
@@ -289,89 +353,101 @@ class DiscoveryWorker:
 
     def _catch_up(self, client: redis.Redis) -> None:
         """Level-triggered safety net, run when the changes stream is idle: a tenant whose
-        stored version is ahead of ours (a change record trimmed away or missed) or that we do
-        not serve yet is reloaded whole."""
+        stored version is ahead of ours (a change record trimmed away or missed) or behind it
+        (its data was reset), that we do not serve yet, or that was published again after
+        Redis lost its data is reloaded whole (:func:`needs_reload`)."""
         served = self.indexes.versions()
         tenants = sorted(as_str(t) for t in client.smembers(keys.TENANTS))
         stored = client.mget([keys.version(t) for t in tenants]) if tenants else []
         for tenant, raw in zip(tenants, stored, strict=True):
-            version = int(raw or 0)
-            if self.failed.get(tenant) == version:
-                continue
-            if tenant not in served or version > served[tenant]:
+            if needs_reload(served.get(tenant), _version(raw), stale=tenant in self.stale,
+                            failed_at=self.failed.get(tenant)):
                 self.reload(tenant)
 
     # -- serving -----------------------------------------------------------------------------
 
     def serve(self) -> None:
-        try:
-            # From the start of the stream: a request sent before the first worker ever started
-            # is still answered (expired ones are skipped by their deadline).
-            self.redis.xgroup_create(keys.DISCOVERY_REQUESTS, keys.DISCOVERY_GROUP, id="0",
-                                     mkstream=True)
-        except redis.ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
-        last_claim = 0.0
+        """Answer requests until stopped; Redis going away only pauses it (retried with
+        backoff, said once in the log)."""
+        backoff = Backoff()
         while not self.stop.is_set():
-            batch: Any = self.redis.xreadgroup(keys.DISCOVERY_GROUP, self.worker_id,
-                                          {keys.DISCOVERY_REQUESTS: ">"}, count=BATCH,
-                                          block=BLOCK_MS)
-            for _stream, entries in batch or []:
-                self._handle_batch(entries)
-            if time.monotonic() - last_claim >= CLAIM_EVERY_S:
-                last_claim = time.monotonic()
-                self._reclaim()
+            try:
+                self._serve_once()
+                self.health.ok("requests")
+                backoff.reset()
+            except RETRYABLE as exc:
+                self.health.failed("requests", exc)
+                self.stop.wait(backoff.next())
+            except Exception:  # a bug here must not end the worker either
+                log.exception("serve_failed")
+                self.stop.wait(backoff.next())
+
+    def _serve_once(self) -> None:
+        if self._unsettled:
+            self._settle(self._unsettled)
+        self._handle_batch(self.requests.read(BLOCK_MS))
+        if time.monotonic() - self._last_claim >= CLAIM_EVERY_S:
+            self._last_claim = time.monotonic()
+            self._reclaim()
 
     def _reclaim(self) -> None:
         """Answer the requests a dead (or stuck) worker read and never acknowledged: pending
-        longer than ``claim_idle_ms``, they are claimed (XAUTOCLAIM) and served here. A request
+        longer than ``claim_idle_ms``, they are claimed and served here; one already delivered
+        :data:`~capdisc_workers.intake.MAX_DELIVERIES` times is quarantined instead. A request
         served twice changes a session once (its request id is remembered)."""
+        to_quarantine, to_serve = self.requests.reclaim()
+        if to_quarantine:
+            log.warning("requests_quarantined", entries=[as_str(e[0]) for e, _n in to_quarantine])
+            self._settle([quarantined(as_str(entry_id), fields, times)
+                          for (entry_id, fields), times in to_quarantine])
+        if to_serve:
+            log.info("requests_reclaimed", count=len(to_serve))
+            self._handle_batch(to_serve)
+
+    def _handle_batch(self, entries: list[RawEntry]) -> None:
+        """Answer a batch of requests and settle them (replies, dead letters, acks, deletes)
+        in one transaction. Redis going away midway leaves the unanswered ones pending (they
+        are reclaimed) and the answered ones to settle once it is back."""
+        outcomes: list[Outcome] = []
         try:
-            claimed: Any = self.redis.xautoclaim(
-                keys.DISCOVERY_REQUESTS, keys.DISCOVERY_GROUP, self.worker_id,
-                min_idle_time=self.settings.claim_idle_ms, start_id="0-0", count=BATCH)
-        except redis.RedisError as exc:
-            log.warning("reclaim_failed", error=str(exc))
-            return
-        entries = [e for e in claimed[1] if e and e[1]]  # deleted entries come back empty
-        if entries:
-            log.info("requests_reclaimed", count=len(entries))
-            self._handle_batch(entries)
+            for entry_id, fields in entries:
+                outcomes.append(self._outcome(as_str(entry_id), fields))
+        finally:
+            self._settle(outcomes)
 
-    def _handle_batch(self, entries: list[Any]) -> None:
-        """Answer a batch of requests and send every reply, ack and delete in one round trip."""
-        replies = []
-        for _entry_id, fields in entries:
-            reply = self._handle(_decode(fields))
-            if reply is not None:
-                replies.append(reply)
-        ids = [entry_id for entry_id, _fields in entries]
-        with self.redis.pipeline(transaction=False) as pipe:
-            for reply in replies:
-                key = keys.reply(reply["request_id"])
-                pipe.rpush(key, json.dumps(reply))
-                pipe.expire(key, self.settings.reply_ttl_s)
-            pipe.xack(keys.DISCOVERY_REQUESTS, keys.DISCOVERY_GROUP, *ids)
-            pipe.xdel(keys.DISCOVERY_REQUESTS, *ids)
-            pipe.execute()
+    def _settle(self, outcomes: list[Outcome]) -> None:
+        try:
+            self.requests.settle(outcomes)
+        except RETRYABLE:
+            self._unsettled = outcomes
+            raise
+        self._unsettled = []
 
-    def _handle(self, fields: dict[str, str]) -> dict[str, Any] | None:
-        """The reply to one request; None when nobody is left to read it."""
+    def _outcome(self, entry_id: str, fields: Any) -> Outcome:
+        """How one entry read from the stream ends."""
+        try:
+            entry = decode_entry(fields)
+        except BadRequestError as exc:
+            log.warning("request_rejected", entry_id=entry_id, request_id=exc.request_id,
+                        reason=str(exc))
+            return rejected(entry_id, fields, exc.request_id, str(exc))
+        except Exception as exc:  # a bug in the checks must not take the worker down
+            log.exception("request_decode_failed", entry_id=entry_id)
+            return rejected(entry_id, fields, peek_request_id(fields),
+                            f"the discovery worker failed reading it ({type(exc).__name__}); "
+                            "the error is logged there")
+        if entry.expired(time.time() * 1000):
+            return Outcome(entry_id)  # nobody waits for it any more
+        request_id = entry.request.request_id
+        return Outcome(entry_id, request_id,
+                       answer_safely(request_id, lambda: self._handle(entry), self.worker_id))
+
+    def _handle(self, entry: Entry) -> dict[str, Any]:
+        """The reply to one checked request."""
         started = time.perf_counter()
-        deadline_ms = int(fields.get("deadline_ms", 0)) or None
-        if deadline_ms and time.time() * 1000 > deadline_ms:
-            return None
-        try:
-            if fields.get("op") == "session":
-                reply = self.session_op(SessionRequest.decode(fields.get("payload", "")))
-            else:
-                reply = self.answer(DiscoverRequest.decode(fields.get("payload", "")),
-                                    deadline_ms)
-        except EventDecodeError as exc:
-            log.warning("request_rejected", reason=str(exc))
-            request_id = _request_id(fields.get("payload", ""))
-            return error_reply(request_id, "bad_request", str(exc)) if request_id else None
+        request = entry.request
+        reply = (self.session_op(request) if isinstance(request, SessionRequest)
+                 else self.answer(request, entry.deadline_ms))
         reply["took_ms"] = round((time.perf_counter() - started) * 1000, 3)
         return reply
 
@@ -478,10 +554,14 @@ class DiscoveryWorker:
                     "embedder": self.embedder.id, "versions": self.indexes.versions()}
             try:
                 status.heartbeat(client, self.worker_id, info)
+                self.health.ok("heartbeat")
+            except RETRYABLE as exc:
+                self.health.failed("heartbeat", exc)
             except redis.RedisError as exc:
                 log.warning("heartbeat_failed", error=str(exc))
             self.stop.wait(self.settings.heartbeat_interval_s)
-        status.forget_worker(client, self.worker_id)
+        with contextlib.suppress(redis.RedisError):
+            status.forget_worker(client, self.worker_id)
 
     def run(self) -> None:
         self.load_all()
@@ -499,23 +579,58 @@ class DiscoveryWorker:
                 thread.join(timeout=3)
 
 
-def _change_records(batch: Any) -> list[tuple[str, dict[str, str]]]:
-    """``(entry id, fields)`` of every record in an XREAD reply (None when it timed out)."""
-    return [(as_str(eid), _decode(fields)) for _stream, items in batch or []
+def needs_reload(served: int | None, stored: int, *, stale: bool, failed_at: int | None
+                 ) -> bool:
+    """Whether the catch-up reloads a tenant whose stored version is ``stored`` and of which
+    this worker serves version ``served`` (None: none yet). ``stale``: served from before Redis
+    lost its data (reloaded once published again). A version whose load failed is not retried."""
+    if failed_at == stored:
+        return False
+    if stale:
+        return stored > 0
+    if served is None:
+        return True
+    return stored > served or 0 < stored < served
+
+
+def current_epoch(client: redis.Redis) -> str:
+    """This Redis's data generation (:data:`keys.EPOCH`), set here when missing."""
+    epoch = client.get(keys.EPOCH)
+    if epoch is None:
+        client.set(keys.EPOCH, uuid.uuid4().hex, nx=True)  # the first worker to look wins
+        epoch = client.get(keys.EPOCH)
+    return as_str(epoch)
+
+
+def _change_records(batch: Any) -> list[tuple[str, dict[str, str] | None]]:
+    """``(entry id, fields)`` of every record in an XREAD reply (None when it timed out);
+    the fields are None for a record that cannot be read."""
+    return [(as_str(eid), _change_record(as_str(eid), fields)) for _stream, items in batch or []
             for eid, fields in items]
 
 
-def _decode(fields: Any) -> dict[str, str]:
-    return {as_str(k): as_str(v) for k, v in fields.items()}
-
-
-def _request_id(payload: str) -> str | None:
-    """The request id of a request that failed to decode, if it can be read at all."""
+def _change_record(entry_id: str, raw: Any) -> dict[str, str] | None:
+    """A change record's fields, checked: ``tenant`` a tenant name, ``version`` a number,
+    ``op`` and ``id`` text; None (and a warning) otherwise."""
     try:
-        value = json.loads(payload).get("request_id")
-    except (ValueError, AttributeError):
-        return None
-    return value if isinstance(value, str) and len(value) <= 64 else None
+        fields = {k.decode(): v.decode() for k, v in raw.items()}
+    except (AttributeError, UnicodeDecodeError):
+        fields = {}
+    tenant, version = fields.get("tenant", ""), fields.get("version", "")
+    if (TENANT_RE.fullmatch(tenant) and version.isdigit() and len(version) <= 16
+            and "op" in fields and "id" in fields):
+        return fields
+    log.warning("change_record_skipped", entry_id=entry_id, fields=repr(raw)[:200],
+                hint="not a change record the indexing workers write; skipped")
+    return None
+
+
+def _version(raw: Any) -> int:
+    """A stored version (0 when missing or unreadable)."""
+    try:
+        return int(raw or 0)
+    except ValueError:
+        return 0
 
 
 def _contiguous(changes: list[dict[str, str]]) -> bool:
