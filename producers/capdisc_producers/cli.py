@@ -25,6 +25,7 @@ from capdisc.deadletters import list_dead_letters, replay
 from capdisc.errors import CapdiscError
 from capdisc.logs import configure_logging
 from capdisc.models import Visibility
+from capdisc.protocol import unencodable
 from capdisc.registry import SyncPlan
 from capdisc.settings import Settings
 from capdisc.status import collect_status
@@ -43,6 +44,36 @@ redis_option = click.option("--redis-url", envvar=None, default=None,
                                  ".capdisc/stack.json)")
 tenant_option = click.option("--tenant", default=None, help="Tenant (default: settings tenant)")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object")
+
+
+class CheckedCommand(click.Command):
+    """A command whose text arguments must be valid UTF-8: bytes that were not (Python keeps
+    them as lone surrogates) are a usage error naming the argument (exit 2), not a traceback
+    later. File paths may be any bytes and are not checked."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        for param in self.get_params(ctx):
+            _check_text(ctx, param)
+        return super().invoke(ctx)
+
+
+class CheckedGroup(click.Group):
+    """A group whose commands, and subgroups, are checked like :class:`CheckedCommand`."""
+
+    command_class = CheckedCommand
+    group_class = type
+
+
+def _check_text(ctx: click.Context, param: click.Parameter) -> None:
+    if isinstance(param.type, click.Path) or not param.name:
+        return
+    value = (ctx.params.get(param.name) if param.expose_value
+             else ctx.meta.get(f"capdisc.{param.name}"))
+    for item in value if isinstance(value, tuple | list) else (value,):
+        problem = unencodable(item) if isinstance(item, str) else None
+        if problem:
+            raise click.BadParameter(f"must be UTF-8 text; found {problem}", ctx=ctx,
+                                     param=param)
 
 
 def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
@@ -76,7 +107,7 @@ def _connect(ctx: click.Context, redis_url: str | None) -> tuple[Settings, redis
     return settings, redis.Redis.from_url(url, socket_connect_timeout=2.0)
 
 
-@click.group()
+@click.group(cls=CheckedGroup)
 @click.option("--settings", "settings_file", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="YAML settings file (default: CAPDISC_SETTINGS_FILE)")
 @click.pass_context
@@ -585,7 +616,8 @@ def import_mcp_cmd(ctx: click.Context, url: str | None, command: str | None,
 
 @cli.group()
 def dlq() -> None:
-    """Events the indexing workers could not apply: list them, replay them."""
+    """Events the indexing workers could not apply, and discovery requests the discovery workers
+    refused or quarantined: list them, replay the events."""
 
 
 @dlq.command("list")
@@ -603,9 +635,14 @@ def dlq_list(ctx: click.Context, limit: int, redis_url: str | None, as_json: boo
     if not letters:
         click.echo("no dead letters")
     for letter in letters:
-        what = letter["capability_id"] or "(undecodable event)"
-        click.echo(f"{letter['id']}  {what}  tenant {letter['tenant']}  attempts "
+        click.echo(f"{letter['id']}  {_letter_subject(letter)}  attempts "
                    f"{letter['attempts']}\n    {letter['reason']}")
+
+
+def _letter_subject(letter: dict[str, Any]) -> str:
+    if letter["source"] == keys.DISCOVERY_REQUESTS:
+        return f"discovery request {letter['request_id'] or '(no readable request id)'}"
+    return f"{letter['capability_id'] or '(undecodable event)'}  tenant {letter['tenant']}"
 
 
 @dlq.command("replay")
@@ -617,10 +654,19 @@ def dlq_replay(ctx: click.Context, entry_ids: tuple[str, ...], replay_all: bool,
                redis_url: str | None) -> None:
     """Send dead-lettered events (ENTRY_IDS from `capdisc dlq list`, or --all) to the indexing
     queue again; each leaves the stream once sent. One that fails again comes back with a new
-    id and reason."""
+    id and reason. Dead-lettered discovery requests are never replayed (not registry events;
+    their clients stopped waiting): naming one is refused, --all leaves them."""
     if bool(entry_ids) == replay_all:
         raise click.UsageError("give the entry ids to replay, or --all")
     settings, connection = _connect(ctx, redis_url)
+    requests = {d.entry_id for d in list_dead_letters(connection, 100_000)
+                if d.is_discovery_request}
+    refused = sorted(requests & set(entry_ids))
+    if refused:
+        _fail(f"dead letter {', '.join(refused)} is a discovery request (from "
+              f"{keys.DISCOVERY_REQUESTS}), not a registry event: it cannot be replayed to the "
+              "indexing queue, and its client stopped waiting long ago; it stays listed for "
+              "inspection")
     publisher = Publisher(settings.redis_url)
     try:
         replayed = replay(connection, publisher.send_raw, None if replay_all else entry_ids)
@@ -628,6 +674,8 @@ def dlq_replay(ctx: click.Context, entry_ids: tuple[str, ...], replay_all: bool,
         publisher.close()
     missing = sorted(set(entry_ids) - set(replayed))
     click.echo(f"replayed {len(replayed)} dead letter(s)")
+    if replay_all and requests:
+        click.echo(f"left {len(requests)} discovery request(s): they cannot be replayed")
     if missing:
         _fail(f"no dead letter with id {', '.join(missing)} (see capdisc dlq list)")
 
