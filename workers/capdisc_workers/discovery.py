@@ -265,8 +265,8 @@ class DiscoveryWorker:
 
     def _check_epoch(self, client: redis.Redis) -> None:
         """Notice that Redis lost its data (its epoch marker changed or vanished): from then
-        on, follow the new changes stream from its start and reload each tenant whole once it
-        is published again, serving the old snapshot until then."""
+        on, follow the new changes stream from its start, and reload each tenant whole once it
+        is published again and its changes are quiet, serving the old snapshot until then."""
         epoch = current_epoch(client)
         if epoch == self.epoch:
             return
@@ -315,10 +315,8 @@ class DiscoveryWorker:
             self._apply_tenant(tenant, changes)
 
     def _apply_tenant(self, tenant: str, changes: list[dict[str, str]]) -> None:
-        if tenant in self.stale:  # published again after Redis lost its data
-            log.info("index_reload_after_data_loss", tenant=tenant)
-            self.reload(tenant)
-            return
+        if tenant in self.stale:  # being published again after Redis lost its data: the
+            return                # catch-up reloads it whole once the changes are quiet
         current = self.indexes.get(tenant)
         fresh = [c for c in changes if current is None or int(c["version"]) > current.version]
         if not fresh:
@@ -360,8 +358,12 @@ class DiscoveryWorker:
         tenants = sorted(as_str(t) for t in client.smembers(keys.TENANTS))
         stored = client.mget([keys.version(t) for t in tenants]) if tenants else []
         for tenant, raw in zip(tenants, stored, strict=True):
-            if needs_reload(served.get(tenant), _version(raw), stale=tenant in self.stale,
+            stale = tenant in self.stale
+            if needs_reload(served.get(tenant), _version(raw), stale=stale,
                             failed_at=self.failed.get(tenant)):
+                if stale:
+                    log.info("index_reload_after_data_loss", tenant=tenant,
+                             index_version=_version(raw))
                 self.reload(tenant)
 
     # -- serving -----------------------------------------------------------------------------
@@ -564,7 +566,7 @@ class DiscoveryWorker:
             status.forget_worker(client, self.worker_id)
 
     def run(self) -> None:
-        self.load_all()
+        self._load_when_reachable()
         threads = [threading.Thread(target=self.follow_changes, name="changes", daemon=True),
                    threading.Thread(target=self.heartbeat_loop, name="heartbeat", daemon=True)]
         for thread in threads:
@@ -577,6 +579,19 @@ class DiscoveryWorker:
             self.stop.set()
             for thread in threads:
                 thread.join(timeout=3)
+
+
+    def _load_when_reachable(self) -> None:
+        """:meth:`load_all`, waiting (with backoff) for a Redis that is not up yet."""
+        backoff = Backoff()
+        while not self.stop.is_set():
+            try:
+                self.load_all()
+                self.health.ok("start")
+                return
+            except RETRYABLE as exc:
+                self.health.failed("start", exc)
+                self.stop.wait(backoff.next())
 
 
 def needs_reload(served: int | None, stored: int, *, stale: bool, failed_at: int | None
