@@ -1,0 +1,185 @@
+"""Redis going away does not end a discovery worker (or ``capdisc mcp``): with its data kept or
+lost, the same worker process answers again soon after Redis is back, says so once in its log,
+and after a data loss serves its last snapshot until the registry is published again, then
+reloads it whole (its versions start again at 1). Each test runs its own Redis and workers, so
+the suite's shared stack is never disturbed."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp import Client as MCPClient
+from mcp import StdioServerParameters
+from mcp_types import CallToolResult
+
+from capdisc.client import Answer, Client
+from capdisc.metatool import METATOOL_NAME
+
+from .conftest import ROOT, publish
+from .private import PrivateStack, copy_registry, publish_and_serve, wait_for
+
+TENANT = "restart"
+PULL_REQUEST = "tool:github-create-pull-request"
+#: Answers must resume within this long after Redis is back (the backoff is capped at 1 s).
+RESUME_S = 2.0
+
+
+def ask(stack: PrivateStack, query: str = "open a pull request", timeout_s: float = 10
+        ) -> Answer:
+    with Client(stack.connection(), tenant=TENANT, timeout_s=timeout_s) as client:
+        return client.discover(query)
+
+
+def started(tmp_path: Path) -> tuple[PrivateStack, Answer]:
+    """Redis (durable), an indexing and a discovery worker, the example registry served."""
+    stack = PrivateStack(tmp_path, durable=True)
+    try:
+        stack.spawn_indexing()
+        stack.spawn_discovery()
+        publish_and_serve(stack, copy_registry(tmp_path / "registry"), TENANT)
+        return stack, ask(stack)
+    except BaseException:
+        stack.close()
+        raise
+
+
+def restart(stack: PrivateStack, *, lose_data: bool, outage_s: float = 0.0) -> float:
+    """Stop Redis, wait until the discovery worker noticed, keep it away ``outage_s`` more,
+    start it again (wiped, with ``lose_data``); when it was back (monotonic)."""
+    stack.stop_process("indexing")  # not under test here; publishing again starts a new one
+    stack.stop_redis()
+    wait_for(lambda: stack.events("discovery", "redis_unavailable"), 10,
+             "the discovery worker noticing Redis is gone")
+    time.sleep(outage_s)  # the outage itself: long enough for the backoff to reach its cap
+    stack.start_redis(lose_data=lose_data)
+    return time.monotonic()
+
+
+def answer_after(stack: PrivateStack, back_at: float) -> tuple[Answer, float]:
+    """The first answer once Redis is back, and how long after it came back it arrived."""
+    deadline = back_at + 15
+    while True:
+        try:
+            answer = ask(stack, timeout_s=1.0)
+            return answer, time.monotonic() - back_at
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+
+
+def test_a_redis_restart_with_its_data_kept_leaves_the_worker_serving(tmp_path: Path) -> None:
+    stack, before = started(tmp_path)
+    with stack:
+        worker = stack.processes["discovery"]
+        back_at = restart(stack, lose_data=False, outage_s=3.0)
+
+        answer, resumed_after_s = answer_after(stack, back_at)
+
+        assert worker.poll() is None and stack.processes["discovery"].pid == worker.pid
+        assert answer.ids == before.ids and answer.ids[0] == PULL_REQUEST
+        assert answer.index_version == before.index_version
+        assert resumed_after_s <= RESUME_S, f"answers resumed {resumed_after_s:.2f} s after"
+        wait_for(lambda: stack.events("discovery", "redis_reconnected"), 10, "reconnected log")
+        assert len(stack.events("discovery", "redis_unavailable")) == 1
+        reconnected = stack.events("discovery", "redis_reconnected")
+        assert len(reconnected) == 1 and reconnected[0]["outage_s"] > 0
+        assert not stack.events("discovery", "redis_data_lost")
+
+
+def test_a_redis_restart_that_lost_its_data_serves_the_last_snapshot_then_the_new_registry(
+        tmp_path: Path) -> None:
+    stack, before = started(tmp_path)
+    with stack:
+        worker = stack.processes["discovery"]
+        back_at = restart(stack, lose_data=True)
+
+        answer, resumed_after_s = answer_after(stack, back_at)  # the consumer group is gone too
+
+        assert answer.ids == before.ids and answer.index_version == before.index_version
+        assert resumed_after_s <= RESUME_S, f"answers resumed {resumed_after_s:.2f} s after"
+        wait_for(lambda: stack.events("discovery", "redis_data_lost"), 10, "data loss noticed")
+
+        # published again: a smaller registry, so its versions stay below the ones served
+        smaller = copy_registry(tmp_path / "smaller", lambda d: d.name.startswith("github"))
+        fresh = smaller / "dev" / "zz-brand-new"
+        fresh.mkdir(parents=True)
+        (fresh / "CAPABILITY.yaml").write_text(
+            "name: zz-brand-new\nkind: tool\ndescription: Polishes brass doorknobs "
+            "until they gleam.\n")
+        stack.spawn_indexing("indexing-2")
+        version = publish(stack.url, smaller, TENANT, wait_s=90).index_version
+        assert 0 < version < before.index_version
+
+        reloaded = wait_for(lambda: _served(ask(stack, "polish the brass doorknobs"), version),
+                            15, "the registry published again being served")
+        assert reloaded.ids[0] == "tool:zz-brand-new"
+        assert PULL_REQUEST in ask(stack).ids
+        assert "tool:slack-post-message" not in ask(stack, "post a message to slack").ids
+        assert worker.poll() is None and stack.processes["discovery"].pid == worker.pid
+        assert len(stack.events("discovery", "redis_data_lost")) == 1
+        assert len(stack.events("discovery", "redis_unavailable")) == 1
+
+
+def test_capdisc_mcp_gives_a_tool_error_while_redis_is_away_and_answers_after(
+        tmp_path: Path) -> None:
+    stack, _before = started(tmp_path)
+    results: dict[str, CallToolResult] = {}
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "capdisc_producers.cli", "mcp", "--tenant", TENANT], env=stack.env,
+        cwd=str(ROOT))
+
+    async def body() -> None:
+        async with MCPClient(server) as mcp:
+            results["before"] = await mcp.call_tool(METATOOL_NAME, {"query": "open a PR"})
+            stack.stop_process("indexing")
+            stack.stop_redis()
+            results["away"] = await mcp.call_tool(METATOOL_NAME, {"query": "open a PR"})
+            stack.start_redis(lose_data=False)
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:
+                results["after"] = await mcp.call_tool(METATOOL_NAME, {"query": "open a PR"})
+                if not results["after"].is_error:
+                    break
+
+    with stack:
+        anyio.run(body)
+
+        assert not results["before"].is_error
+        away = results["away"]
+        assert away.is_error and "cannot reach its Redis" in _text(away)
+        assert not results["after"].is_error, _text(results["after"])
+        assert _structured(results["after"])["capabilities"][0]["id"] == PULL_REQUEST
+        assert stack.processes["discovery"].poll() is None
+
+
+def _served(answer: Answer, version: int) -> Answer | None:
+    return answer if answer.index_version == version else None
+
+
+def _text(result: CallToolResult) -> str:
+    block = result.content[0]
+    return block.text if block.type == "text" else ""
+
+
+def _structured(result: CallToolResult) -> dict[str, Any]:
+    assert isinstance(result.structured_content, dict)
+    return result.structured_content
+
+
+def test_a_worker_started_before_redis_waits_for_it(tmp_path: Path) -> None:
+    with PrivateStack(tmp_path, durable=True) as stack:
+        stack.stop_redis()
+        worker = stack.spawn_discovery()
+        wait_for(lambda: stack.events("discovery", "redis_unavailable"), 30,
+                 "the worker noticing Redis is not there")
+        stack.start_redis(lose_data=False)
+        stack.spawn_indexing()
+
+        publish_and_serve(stack, copy_registry(tmp_path / "registry"), TENANT)
+
+        assert ask(stack).ids[0] == PULL_REQUEST and worker.poll() is None
