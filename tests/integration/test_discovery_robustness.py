@@ -17,10 +17,12 @@ import redis
 
 from capdisc import keys
 from capdisc.client import Client, wait_for_reply
+from capdisc.deadletters import list_dead_letters
 from capdisc.errors import RequestEncodeError
+from capdisc.store import dead_letter
 
 from .conftest import DISCOVERY_ARGV, Stack
-from .private import dead_letters_by_entry, wait_for
+from .private import PrivateStack, dead_letters_by_entry, wait_for
 from .test_cli import CLI, run_cli
 
 
@@ -208,3 +210,19 @@ def dead_consumer(connection: redis.Redis) -> Iterator[str]:
     name = f"crashed-{uuid.uuid4().hex[:8]}"
     yield name
     connection.xgroup_delconsumer(keys.DISCOVERY_REQUESTS, keys.DISCOVERY_GROUP, name)
+
+
+def test_dlq_replay_all_replays_events_and_leaves_discovery_requests(tmp_path: Path) -> None:
+    with PrivateStack(tmp_path, durable=False) as private:
+        connection = private.connection()
+        dead_letter(connection, '{"type": "upsert"}', "event field 'tenant' is missing")
+        dead_letter(connection, '{"payload": "\\\\xff"}', "discovery request refused: ...",
+                    source=keys.DISCOVERY_REQUESTS, entry_id="1-0")
+
+        result = run_cli("dlq", "replay", "--all", "--redis-url", private.url, env=private.env)
+
+        assert result.returncode == 0, result.stderr
+        assert "replayed 1 dead letter(s)" in result.stdout
+        assert "left 1 discovery request(s): they cannot be replayed" in result.stdout
+        assert [d.source for d in list_dead_letters(connection)] == [keys.DISCOVERY_REQUESTS]
+        assert connection.llen(keys.INDEXING_QUEUE) == 1
