@@ -418,9 +418,11 @@ class DiscoveryWorker:
             self._settle(outcomes)
 
     def _settle(self, outcomes: list[Outcome]) -> None:
+        """Settle ``outcomes``; when Redis fails it, they are kept and settled first next time
+        (replies are never dropped; a reply pushed twice is harmless, read once)."""
         try:
             self.requests.settle(outcomes)
-        except RETRYABLE:
+        except redis.RedisError:
             self._unsettled = outcomes
             raise
         self._unsettled = []
