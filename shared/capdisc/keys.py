@@ -50,6 +50,10 @@ key                                       type     what it holds
 ``capdisc:epoch``                         string   a random id set (NX) by the first discovery
                                                    worker to find it missing: when it changes or
                                                    vanishes, Redis lost its data (workers reload)
+``capdisc:supervised``                    hash     child name (indexing, discovery, redis) ->
+                                                   what ``capdisc up`` knows of it (JSON: pid,
+                                                   restarts, last_exit, last_restart_ms,
+                                                   updated_ms); rewritten every few seconds
 ``indexing``                              list     the Celery queue of registry events (kombu)
 ``unacked``                               hash     kombu's delivered, not yet acknowledged tasks
 ========================================  =======  ===============================================
@@ -101,6 +105,9 @@ RECONCILE_LAST = f"{PREFIX}:reconcile:last"
 #: String: this Redis's data generation, a random id set once (SET NX); a discovery worker that
 #: sees it change or vanish knows Redis lost its data and reloads what is published again.
 EPOCH = f"{PREFIX}:epoch"
+#: Hash: child name -> JSON state of a process ``capdisc up`` supervises (pid, restarts, last
+#: exit); ``capdisc status`` shows it.
+SUPERVISED = f"{PREFIX}:supervised"
 
 
 def caps(tenant: str) -> str:
