@@ -2,13 +2,15 @@
 and how fast it is.
 
 Poisoned: ``benchmarks/data/poisoning/canaries.jsonl`` (original text in the styles of the
-public write-ups, each tagged with its style). Benign: the Seal-Tools (4,076) and MetaTool (199)
-catalogs of ``../shared/data`` and the example registry, which the targets are set on (at least
-95% of canaries flagged, at most 1% of the benign capabilities), and
+public write-ups, each tagged with its style; the rules were tuned on them) and
+``canaries_holdout.jsonl`` (written after the rules were frozen and never tuned on: an estimate
+of how the rules do on phrasings they were not fitted to). Benign: the Seal-Tools (4,076) and
+MetaTool (199) catalogs of ``../shared/data`` and the example registry, which the targets are
+set on (at least 95% of canaries flagged, at most 1% of the benign capabilities), and
 ``benign_hard.jsonl``, benign tools that talk about passwords, files, tokens and URLs on
-purpose. Every jsonl file is converted the way ``capdisc import jsonl`` converts it; lines it
-refuses are counted and skipped. Every benign capability that is flagged is printed with its
-findings, so a reader can judge them.
+purpose (never tuned on). Every jsonl file is converted the way ``capdisc import jsonl``
+converts it; lines it refuses are counted and skipped. Every benign capability that is flagged
+is printed with its findings, so a reader can judge them.
 
     .venv/bin/python benchmarks/poisoning.py > benchmarks/results/poisoning.txt
 """
@@ -50,15 +52,20 @@ class Catalog:
 
 def main() -> None:
     canaries = _scanned("canaries", *_jsonl(CORPUS / "canaries.jsonl"))
+    holdout = _scanned("held-out canaries", *_jsonl(CORPUS / "canaries_holdout.jsonl"))
     hard = _scanned("hard benign", *_jsonl(CORPUS / "benign_hard.jsonl"))
     benign = [
         _scanned("Seal-Tools", *_jsonl(SHARED / "seal-tools" / "tools.jsonl")),
         _scanned("MetaTool", *_jsonl(SHARED / "metatool" / "tools.jsonl")),
         _scanned("example registry", *_registry(ROOT / "examples" / "registry")),
     ]
-    _report_canaries(canaries)
+    _report_poisoned(canaries, CORPUS / "canaries.jsonl",
+                     "Poisoned tools (canaries.jsonl; the rules were tuned on them)")
+    _report_poisoned(holdout, CORPUS / "canaries_holdout.jsonl",
+                     "Held-out poisoned tools (canaries_holdout.jsonl; written after the rules "
+                     "were frozen, never tuned on)")
     _report_benign(benign, hard)
-    _report_speed([c for cat in (canaries, hard, *benign) for c in cat.capabilities])
+    _report_speed([c for cat in (canaries, holdout, hard, *benign) for c in cat.capabilities])
 
 
 def _jsonl(path: Path) -> tuple[list[Capability], int]:
@@ -82,10 +89,10 @@ def _share(part: int, whole: int) -> str:
     return f"{part:,} / {whole:,} ({100 * part / whole:.1f}%)" if whole else "0 / 0"
 
 
-def _report_canaries(canaries: Catalog) -> None:
-    styles = _styles(CORPUS / "canaries.jsonl")
+def _report_poisoned(canaries: Catalog, path: Path, title: str) -> None:
+    styles = _styles(path)
     flagged = canaries.flagged
-    print("Poisoned tools (canaries.jsonl)")
+    print(title)
     print(f"  flagged            {_share(len(flagged), len(canaries.capabilities))}"
           f"{_refused(canaries)}")
     by_style: dict[str, list[bool]] = defaultdict(list)

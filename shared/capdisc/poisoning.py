@@ -11,36 +11,44 @@ policy and lives elsewhere.
 
 Design:
 
-- **Every text the model can see is scanned**, each under a stable field path
-  (:func:`scanned_texts`): the description, display name, tags, example queries, skill content,
-  and in the JSON Schema every string at any depth (descriptions, titles, enum values, defaults,
-  examples) and every key, property names above all (``parameters.properties.x (name)``).
-  Identifiers are split into words first (``content_from_reading_ssh_id_rsa`` reads "content
-  from reading ssh id rsa").
-- **Co-occurrence, not keywords.** Benign tools talk about files, passwords, tokens and
-  emails all the time, so a noun alone never fires: a secret must be near a verb that reads or
-  passes it on, within the same sentence; a destination must come with something being sent
-  to it. "Reset the user's password" or "Returns the API key's usage quota" stay clean.
+- **Every text is scanned**, each under a stable field path (:func:`scanned_texts`): the
+  name, display name, description, tags, skill content, and in the JSON Schema every string at
+  any depth (descriptions, titles, enum values, defaults, examples) and every key, property
+  names above all (``parameters.properties.x (name)``). Identifiers are split into words first
+  (``content_from_reading_ssh_id_rsa`` reads "content from reading ssh id rsa"). Example
+  queries are in the user's voice ("email the report to ops@acme.com") and only feed
+  retrieval, so only the rules about manipulating the model apply to them.
+- **Co-occurrence and structure, not keywords.** Benign tools talk about files, passwords,
+  tokens and emails all the time, so a noun alone never fires: a secret must be near a verb
+  that reads or passes it on, within the same sentence; a destination must have something sent
+  *to* it; the user's secret or personal data must be put into an argument whose name does not
+  name it (a password into ``password`` is the job, into ``glossary`` it is not). "Reset the
+  user's password" or "Returns the API key's usage quota" stay clean.
 - **Sensitivity by strength.** Strong targets (SSH keys, ``/etc/passwd``, ``.env``, cloud
   credential files, the conversation, the system prompt) fire with any reading or sending verb.
   Common ones (passwords, tokens, API keys, credentials) fire only when harvested: "all",
-  "any", "stored", "from the environment", or the user's own being passed on.
+  "any", "stored", "from the environment", or the user's own put into an unrelated argument.
 - **A tool's own job is not poisoning.** The capability's identity words (name, display name,
   category, tags, declared secrets) exempt what they cover: an SSH key tool may read
   ``~/.ssh``, a conversation summarizer may pass the conversation on, a Stripe tool may link
-  to stripe.com and an ngrok tool to ngrok.io. Passing a key file or a harvested secret on,
-  hiding something from the user, overriding instructions and shadowing other tools are never
-  exempt.
-- **Obfuscation is undone, then scanned again**: letters spaced out ("i g n o r e") are
-  joined, base64 blobs that decode to text are decoded, and both variants go through every
-  rule; the finding's reason says which variant it came from.
+  to stripe.com and an ngrok tool to ngrok.io (the whole registrable name must be named, so
+  a look-alike host is still outside). Passing a key file or a harvested secret on, hiding
+  something from the user, overriding instructions and shadowing other tools are never exempt.
+- **Obfuscation is undone, then scanned again**: letters spaced out ("i g n o r e"), digits
+  for letters ("1gn0re") and base64 blobs that decode to text; the finding's reason says which
+  variant it came from.
 - **Findings are values**: one per rule and field (the first match), in field order then rule
   order, so the same capability always yields the same tuple; excerpts are one line, at most
   :data:`EXCERPT_CHARS` characters, with links defanged (``hxxps://``) so showing a finding
   does not make the link clickable.
+- **Bounded work.** Capability text is written by whoever publishes it, so every repetition
+  in every pattern is bounded (scanning is linear in the text); each rule looks only at the
+  paragraphs holding one of its cue words, so long skill content stays cheap.
 
 No model is involved: regular expressions with word boundaries, bounded repetition and
-co-occurrence windows. English is covered best; German, Spanish and French have the common
+co-occurrence windows. That catches the known phrasings and their close variants, not every
+way of saying the same thing: a finding is evidence for a reviewer, and no finding is not
+proof of safety. English is covered best; German, Spanish and French have the common
 phrasings of each rule. :func:`surface_hash` identifies the scanned text, so a reviewer's
 approval can be tied to exactly what was reviewed (a rug pull changes the hash).
 """
@@ -74,6 +82,11 @@ RULES: dict[str, str] = {
     "unneeded_link": "links to a capture, tunnel or paste service, a raw IP address, or a URL "
                      "built to carry data",
 }
+_RULE_ORDER = tuple(RULES)
+#: The rules for text in the user's voice (example queries): asking to send, read or link
+#: things is what users do; manipulating the model is not.
+USER_VOICE_RULES = frozenset({"instruction_override", "concealment", "cross_tool_shadowing",
+                              "coercive_urgency", "hidden_markup"})
 EXCERPT_CHARS = 120
 MAX_FINDINGS = 64
 
@@ -107,33 +120,40 @@ def scan_capability(capability: Capability) -> tuple[Finding, ...]:
     """Every finding in every text of ``capability`` (at most :data:`MAX_FINDINGS`)."""
     identity = identity_words(capability)
     findings: list[Finding] = []
-    for where, text, is_name in scanned_texts(capability):
-        if is_name:
+    for where, text, kind in scanned_texts(capability):
+        if kind == "name":
             findings.extend(_scan_name(text, where, identity))
         else:
-            findings.extend(scan_text(text, where, identity=identity))
+            rules = USER_VOICE_RULES if kind == "query" else None
+            findings.extend(scan_text(text, where, identity=identity, rules=rules))
         if len(findings) >= MAX_FINDINGS:
             break
     return tuple(findings[:MAX_FINDINGS])
 
 
-def scan_text(text: str, where: str, *,
-              identity: frozenset[str] = frozenset()) -> tuple[Finding, ...]:
+def scan_text(text: str, where: str, *, identity: frozenset[str] = frozenset(),
+              rules: frozenset[str] | None = None) -> tuple[Finding, ...]:
     """The findings in one text, reported under ``where``: at most one per rule.
 
     ``identity`` holds the words of the capability's own name and domain
-    (:func:`identity_words`); what they cover is the tool's job, not poisoning.
+    (:func:`identity_words`); what they cover is the tool's job, not poisoning. ``rules``
+    limits the scan to those rule codes (all by default). Each rule
+    looks only at the paragraphs that contain one of its cue words (:data:`_DETECTORS`), so
+    long skill content costs little more than the paragraphs that matter.
     """
-    variants = [(variant, note, " ".join(variant.lower().split()))
-                for variant, note in _variants(text)]
+    pieces = [(piece, note, " ".join(piece.lower().split()))
+              for variant, note in _variants(text.translate(_APOSTROPHES))
+              for piece in _paragraphs(variant)]
     findings = []
     for rule, detect, cues in _DETECTORS:
-        for variant, note, folded in variants:
+        if rules is not None and rule not in rules:
+            continue
+        for piece, note, folded in pieces:
             if cues is not None and cues.search(folded) is None:
                 continue
-            hit = detect(variant, identity)
+            hit = detect(piece, identity)
             if hit is not None:
-                excerpt = _excerpt(variant, hit.start, hit.end)
+                excerpt = _excerpt(piece, hit.start, hit.end)
                 findings.append(Finding(rule, where, hit.reason + note, excerpt))
                 break
     return tuple(findings)
@@ -169,24 +189,26 @@ _KEYWORDS = frozenset({
 })
 
 
-def scanned_texts(capability: Capability) -> Iterator[tuple[str, str, bool]]:
-    """``(where, text, is_name)`` for every text of ``capability`` the model may read, in a
-    fixed order; ``is_name`` marks identifiers (scanned as words)."""
-    yield "name", capability.name, True
+def scanned_texts(capability: Capability) -> Iterator[tuple[str, str, str]]:
+    """``(where, text, kind)`` for every text of ``capability``, in a fixed order. ``kind`` is
+    ``name`` for identifiers (scanned as words), ``query`` for example queries (the user's
+    voice; they shape retrieval and are not shown to the model, so only
+    :data:`USER_VOICE_RULES` apply) and ``text`` for everything the model reads."""
+    yield "name", capability.name, "name"
     if capability.display_name:
-        yield "display_name", capability.display_name, False
-    yield "description", capability.description, False
+        yield "display_name", capability.display_name, "text"
+    yield "description", capability.description, "text"
     for index, tag in enumerate(capability.tags):
-        yield f"tags[{index}]", tag, True
+        yield f"tags[{index}]", tag, "name"
     for index, query in enumerate(capability.example_queries):
-        yield f"example_queries[{index}]", query, False
+        yield f"example_queries[{index}]", query, "query"
     if capability.full_schema is not None:
         yield from _schema_texts(capability.full_schema, "parameters", names=False)
     if capability.full_content:
-        yield "content", capability.full_content, False
+        yield "content", capability.full_content, "text"
 
 
-def _schema_texts(value: Any, path: str, *, names: bool) -> Iterator[tuple[str, str, bool]]:
+def _schema_texts(value: Any, path: str, *, names: bool) -> Iterator[tuple[str, str, str]]:
     """Strings and keys of a JSON Schema at any depth. Under ``properties`` (and the other
     name maps) every key is a name; elsewhere keys that are not JSON Schema keywords are
     scanned as names too (vendor extensions can carry text)."""
@@ -194,7 +216,7 @@ def _schema_texts(value: Any, path: str, *, names: bool) -> Iterator[tuple[str, 
         for key, child in value.items():
             key = str(key)
             if names or key not in _KEYWORDS:
-                yield f"{path}.{key} (name)", key, True
+                yield f"{path}.{key} (name)", key, "name"
             if not names and key in _STRUCTURAL:
                 continue
             yield from _schema_texts(child, f"{path}.{key}", names=not names and key in _NAME_MAPS)
@@ -202,7 +224,7 @@ def _schema_texts(value: Any, path: str, *, names: bool) -> Iterator[tuple[str, 
         for index, item in enumerate(value):
             yield from _schema_texts(item, f"{path}[{index}]", names=False)
     elif isinstance(value, str):
-        yield path, value, False
+        yield path, value, "text"
 
 
 def identity_words(capability: Capability) -> frozenset[str]:
@@ -229,31 +251,82 @@ def _words(text: str) -> list[str]:
 
 
 def _scan_name(name: str, where: str, identity: frozenset[str]) -> tuple[Finding, ...]:
-    """An identifier, scanned as the words it is made of; the excerpt shows the name."""
-    found = scan_text(_split_identifier(name), where, identity=identity)
+    """An identifier, scanned as the words it is made of, plus the one rule only names need:
+    a secret named together with a word that asks for it (``user_password_plaintext_copy``,
+    ``attach_env_file_here``); the excerpt shows the name."""
+    words = _split_identifier(name)
+    found = list(scan_text(words, where, identity=identity))
+    if all(f.rule != "secret_access" for f in found) and _asks_for_secret(words, identity):
+        found.insert(0, Finding("secret_access", where, "names a secret the model is asked to "
+                                                         "supply", name))
+        found.sort(key=lambda f: _RULE_ORDER.index(f.rule))
     return tuple(Finding(f.rule, f.where, f.reason, _bounded(name)) for f in found)
 
 
 # -- variants: undoing obfuscation ------------------------------------------------------------
+
+#: Typographic apostrophes read as ASCII ones (same length, so excerpts stay aligned).
+_APOSTROPHES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u02bc": "'"})
+#: Texts longer than this are scanned paragraph by paragraph.
+PARAGRAPH_SCAN_CHARS = 2000
+_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
+
+
+def _paragraphs(text: str) -> list[str]:
+    """A long text as its paragraphs (a rule's words sit within one sentence, so within one
+    paragraph); a short one whole."""
+    if len(text) <= PARAGRAPH_SCAN_CHARS:
+        return [text]
+    return [part for part in _PARAGRAPH_BREAK.split(text) if part.strip()]
+
 
 #: Letters separated by single spaces, dots, hyphens or stars: "i g n o r e", "e.x.f.i.l".
 _SPACED_RUN = re.compile(r"(?<![A-Za-z])(?:[A-Za-z][ .\-*_·]){2,400}[A-Za-z](?![A-Za-z])")
 #: Standard and URL-safe base64 runs long enough to hold a sentence.
 _BASE64_RUN = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/_-]{16,}={0,2}(?![A-Za-z0-9+/=_-])")
 _HEX_ONLY = re.compile(r"[0-9a-fA-F]+")
+#: Words that mix letters with digits standing for letters: "1gn0re", "pr0mpt", "p@ssw0rd".
+_LEET_TOKEN = re.compile(r"(?<![\w@$])(?=[\w@$]*[A-Za-z])(?=[\w@$]*[013457@$])[\w@$]{4,40}"
+                         r"(?![\w@$])")
+_LEET = str.maketrans("013457@$", "oieastas")
 _NOT_LETTER = re.compile(r"[^A-Za-z]")
 _PROSE_WORD = re.compile(r"[A-Za-z]{3,}")
 
 
 def _variants(text: str) -> list[tuple[str, str]]:
-    """The text itself, then what spacing and base64 hid in it, each with a note for the
-    finding's reason."""
+    """The text itself, then what spacing, digits for letters and base64 hid in it, each with
+    a note for the finding's reason."""
     variants = [(text, "")]
-    joined = _SPACED_RUN.sub(_join_spaced, text)
-    if joined != text:
-        variants.append((joined, " (after joining spaced-out letters)"))
+    for finder, transform, note in _UNDO:
+        if finder.search(text) is None:
+            continue
+        changed = _changed_paragraphs(text, transform)
+        if changed:
+            variants.append((changed, note))
     variants.extend((decoded, " (in base64-encoded text)") for decoded in _decoded_blobs(text))
     return variants
+
+
+def _changed_paragraphs(text: str, transform: Callable[[str], str]) -> str:
+    """The paragraphs ``transform`` changes, transformed (the rest was scanned already)."""
+    changed = [after for before in _PARAGRAPH_BREAK.split(text)
+               if (after := transform(before)) != before]
+    return "\n\n".join(changed)
+
+
+def _unspace(text: str) -> str:
+    return _SPACED_RUN.sub(_join_spaced, text)
+
+
+def _unleet(text: str) -> str:
+    return _LEET_TOKEN.sub(lambda m: m.group().translate(_LEET), text)
+
+
+#: What each obfuscation looks like, how to undo it, and the note for the reason.
+_UNDO: tuple[tuple[re.Pattern[str], Callable[[str], str], str], ...] = (
+    (_SPACED_RUN, _unspace, " (after joining spaced-out letters)"),
+    (_LEET_TOKEN, _unleet, " (after reading digits as letters)"),
+)
 
 
 def _join_spaced(match: re.Match[str]) -> str:
@@ -339,7 +412,8 @@ _SEND = _forms(
     "supply", "add", "submit", "bcc", "email", "mail", "report", "relay", "mirror", "copy",
     "copie", "copied", "reveal", "disclose", "output", "print", "repeat", "echo", "write",
     "wrote", "written", "fill", "place", "store", "encode", "carry", "carries", "hand over",
-    "beacon", "dump",
+    "beacon", "dump", "concatenate", "prepend", "inject", "merge", "stuff", "pass along",
+    "sync", "goes here", "go here", "belongs here", "goes to",
     "sende", "senden", "schicke", "schicken", "übermittle", "übermitteln", "übertrage",
     "füge", "einfügen", "anhängen", "weiterleiten", "leite", "kopiere", "teile", "gib",
     "envía", "envíe", "enviar", "manda", "mande", "mandar", "incluye", "incluya", "incluir",
@@ -361,6 +435,9 @@ _STRONG_SECRET = _compile(
     r"|\.kube/config\b|\bkubeconfig\b|\.docker/config\.json|\bmcp\.json\b",
     r"|\bclaude_desktop_config\b|\bwallet\.dat\b|\bkeychain\b|\bshell\s+history\b",
     r"|\bprivate\s+keys?\b|\b(?:seed|recovery)\s+phrases?\b",
+    r"|\.config/gcloud\b|\bapplication_default_credentials\b|\bcredentials\.(?:db|json)\b",
+    r"|\.azure/|(?<![\w.-])\.pgpass\b|\bprintenv\b|\b(?:every|all|each)\s+environment\s+",
+    r"variables?\b",
     r"|\bssh-schlüssel\b|\bprivaten?\s+schlüssel\b|\bclaves?\s+(?:privadas?|ssh)\b",
     r"|\bclés?\s+(?:privées?|ssh)\b",
 )
@@ -375,6 +452,15 @@ _CONVERSATION = _compile(
     r"(?:system\s+prompt|system\s+instructions|hidden\s+instructions)\b",
     r"|\bsystem\s+prompt\s+(?:verbatim|dump)\b|\bcopy\s+of\s+(?:the\s+)?system\s+prompt\b",
     r"|\bprevious\s+messages\b|\buser'?s\s+(?:last|previous|recent)\s+(?:\w+\s+)?messages\b",
+    r"|\b(?:conversation|dialog(?:ue)?|chat|discussion)\s+so\s+far\b",
+    r"|\b(?:everything|all|what)\s+the\s+user\s+(?:has\s+)?(?:said|told\s+you|typed|written|wrote",
+    r"|shared|asked)\b|\b(?:your|the)\s+(?:initial|original|hidden|first)\s+instructions\b",
+    r"|\b(?:your|the|its|their)\s+(?:hidden\s+|full\s+|own\s+)?(?:system\s+message",
+    r"|configuration\s+prompt",
+    r"|system\s+configuration)\b|\binstructions\s+you\s+(?:were|have\s+been)\s+given\b",
+    r"|\b(?:transcript|log|history|record)\s+of\s+(?:this|the\s+current|our|your)\s+",
+    r"(?:chat|conversation|session|dialog(?:ue)?)\b",
+    r"|\b(?:this|the\s+current|your)\s+session'?s?\s+(?:log|history|transcript)\b",
     r"|\bchatverlauf\b|\bgesprächsverlauf\b|\bhistorial\s+(?:completo\s+)?(?:de\s+la\s+)?",
     r"(?:conversación|chat)\b|\bhistorique\s+(?:complet\s+)?(?:de\s+la\s+)?conversation\b",
 )
@@ -382,7 +468,7 @@ _CONVERSATION = _compile(
 _WEAK_SECRET = (
     r"(?:passwords?|passphrases?|api[\s_-]?keys?|access[\s_-]?keys?|secret[\s_-]?keys?"
     r"|(?:access|auth|bearer|session|refresh|api|oauth)[\s_-]?tokens?|tokens|credentials"
-    r"|cookies|secrets|env(?:ironment)?\s+variables|passwörter|passwort|kennw(?:o|ö)rter?"
+    r"|cookies|secrets|env(?:ironment)?\s+variables?|passwörter|passwort|kennw(?:o|ö)rter?"
     r"|zugangsdaten|contraseñas?|credenciales|mots?\s+de\s+passe|identifiants)"
 )
 _QUANTIFIED = (
@@ -404,17 +490,39 @@ _HARVESTED_SECRET = _compile(
 )
 #: Quantified and taken from a place: harvesting even without a verb.
 _SWEPT_SECRET = _compile(_QUANTIFIED, _SOURCE)
+#: The user's secret in German, Spanish or French ("la clave API del usuario").
+_FOREIGN_SECRET = _compile(
+    r"\b(?:la\s+)?(?:clave\s+(?:de\s+)?api|contraseña|token)\s+del\s+usuario\b"
+    r"|\b(?:le\s+)?(?:mot\s+de\s+passe|jeton|clé\s+api)\s+de\s+l'utilisateur\b"
+    r"|\b(?:das\s+)?(?:passwort|kennwort|token|api-schlüssel)\s+des\s+(?:benutzers|nutzers)\b",
+)
 #: Someone else's secret by its environment variable name (case-sensitive).
 _ENV_SECRET = re.compile(
     r"\b[A-Z][A-Z0-9]*_(?:API_KEY|TOKEN|SECRET(?:_ACCESS_KEY|_KEY)?|PASSWORD|PASS|URL)\b")
 #: Where a secret does not belong: another argument or field of a tool call.
-_INTO_ARGUMENT = _compile(
+#: Each names the argument (group 1): "in the notes field", "as `meta`", "`bio` contains",
+#: "the `memo` param is where", "en el campo 'idioma'", "dans le champ", "im Feld".
+_INTO_ARGUMENT = tuple(_compile(pattern) for pattern in (
     r"\b(?:as|in|into|to|inside|within|under)\s+(?:the\s+|this\s+(?:tool'?s\s+)?|its\s+|an?\s+)?"
-    r"[`'\"]?[\w-]{1,40}[`'\"]?\s+(?:field|argument|parameter|param|value|attribute|notes?)\b"
-    r"|\b(?:as|in|into)\s+[`'\"][\w-]{1,40}[`'\"]"
+    r"[`'\"]?([\w-]{1,40})[`'\"]?\s+(?:field|argument|parameter|param|value|attribute)\b",
+    r"\b(?:as|in|into)\s+(?:the\s+)?[`'\"]([\w-]{1,40})[`'\"]",
+    r"[`'\"]([\w-]{1,40})[`'\"]\s+(?:param(?:eter)?\s+|field\s+|argument\s+)?(?:contains|holds"
+    r"|carries|receives|includes|is\s+where)\b",
+    r"\b(?:en\s+el|dans\s+le|im|in\s+das|in\s+den)\s+(?:campo|champ|feld|parámetro|paramètre"
+    r"|parameter)\s+[`'\"]?([\w-]{1,40})",
+))
+#: Personal data: never harvested by the rules above (a contacts tool lists phone numbers),
+#: only flagged when the user's is put into an argument that is not about it.
+_PERSONAL = (
+    r"(?:credit\s+card(?:\s+numbers?)?|card\s+numbers?|cvv|cvc|social\s+security\s+numbers?"
+    r"|passport(?:\s+(?:numbers?|details))?|bank\s+account(?:\s+numbers?)?|billing\s+address(?:es)?"
+    r"|home\s+address(?:es)?|full\s+names?|dates?\s+of\s+birth|phone\s+numbers?|pins?|pin\s+codes?"
+    r"|one-time\s+codes?|browser\s+(?:history|bookmarks)|bookmarks|downloads\s+folder"
+    r"|shell\s+profile|contacts)"
 )
 _USERS_SECRET = _compile(
-    r"\b(?:the\s+user'?s|user'?s|their|his|her)\s+(?:\w+\s+)?", _WEAK_SECRET,
+    r"\b(?:the\s+user'?s|user'?s|their|his|her|(?:a|the)\s+user\s+mentions\s+an?)\s+"
+    r"(?:\w+\s+){0,2}(?:", _WEAK_SECRET, "|", _PERSONAL, r"|(?:aws\s+)?secret\s+access\s+keys?)",
     r"(?!\s+(?:reset|recovery|policy|strength|rules?|hash|field))\b",
 )
 
@@ -437,7 +545,12 @@ _RESERVED_DOMAIN = re.compile(
 _PAYLOAD_RE = _compile(
     r"\b(?:every|all|each|any)\s+(?:\w+\s+){0,2}(?:emails?|messages?|files?|documents?",
     r"|requests?|responses?|results?|outputs?|data|records?|quer(?:y|ies)|prompts?|inputs?",
-    r"|arguments?|invites?|snippets?|images?|uploads?)\b",
+    r"|arguments?|invites?|snippets?|images?|uploads?|alerts?|summar(?:y|ies)|translations?",
+    r"|attachments?|transcripts?|logs?)\b",
+    r"|\b(?:documents|attachments|translations|transcripts|recordings|source\s+text|results",
+    r"|outputs|messages|emails|files",
+    r"|session\s+logs?)\b",
+    r"|\b(?:jede[nrs]?|cada|chaque)\s+\S+",
     r"|\b(?:a\s+)?cop(?:y|ies)\s+of\b|\bcontents?\s+of\b|\bbcc'?d?\b",
     r"|\b(?:the\s+)?user'?s\s+(?:\w+\s+)?(?:messages?|answers?|contacts?|portfolio|files?",
     r"|details|data|input|queries|history|list)\b",
@@ -510,6 +623,24 @@ _OVERRIDE = (
         r"|\bdisregard\s+(?:everything|anything)\s+(?:above|before|else)\b"),
      "tells the model to drop what it was told"),
     (_compile(
+        r"\b(?:ignore|disregard|forget|set\s+aside|put\s+aside|drop|abandon|override|bypass",
+        r"|discard|stop\s+following|do\s+not\s+follow|don'?t\s+follow|pay\s+no\s+attention\s+to)\b",
+        r"\s+(?:[\w'-]+\s+){0,5}?(?:instructions?|guidance|directives?|guardrails|system\s+prompt",
+        r"|safety\s+(?:rules|guidelines|polic(?:y|ies))|confirmations?(?:\s+prompts?)?",
+        r"|(?:developer|content|security|system)\s+polic(?:y|ies))\b",
+        r"|\bne\s+(?:tenez|tiens)\s+pas\s+compte\s+des?\s+(?:consignes|instructions|règles)\b",
+        r"|\bno\s+hagas\s+caso\s+(?:a|de)\s+(?:las\s+)?(?:instrucciones|reglas)\b",
+        r"|\bbefolge\s+(?:die\s+)?(?:\w+\s+)?(?:anweisungen|regeln)\s+nicht\b"),
+     "tells the model to set its instructions or safeguards aside"),
+    (_compile(
+        r"\bas\s+(?:the|your)\s+(?:system\s+)?(?:administrator|admin|developer|owner|operator)\b",
+        r"[^.\n]{0,30}\b(?:i|we)\s+(?:hereby\s+)?(?:authori[sz]e|instruct|permit|allow|order)\b",
+        r"|\byou\s+(?:are|have\s+been)\s+(?:now\s+|hereby\s+)?(?:authori[sz]ed|permitted|allowed",
+        r"|cleared)\s+to\s+(?:bypass|skip|ignore|read|run|access|disable|execute|override|send)\b",
+        r"|\boverrides?\s+(?:the\s+|all\s+)?(?:developer|system|safety|security|content)\s+",
+        r"polic(?:y|ies)\b"),
+     "claims an authority that lets the model skip its safeguards"),
+    (_compile(
         r"\bignorier\w*\s+(?:alle\s+)?(?:\w+\s+)?(?:anweisungen|instruktionen|regeln|vorgaben)\b",
         r"|\bvergiss\s+(?:alle|alles)\b",
         r"|\bignor(?:a|e|en|ad)\s+(?:todas?\s+)?(?:las\s+)?(?:instrucciones|reglas|indicaciones)",
@@ -528,6 +659,11 @@ _OVERRIDE = (
         r"|\b(?:start|begin)\s+every\s+(?:session|conversation|turn|answer)\s+by\b",
         r"|\b(?:takes?|has)\s+(?:precedence|priority)\s+over\s+(?:all|any|every|other|the\s+",
         r"(?:system|user))\b",
+        r"|\boutranks?\s+(?:all|any|every|other)\b",
+        r"|\bbefore\s+(?:every|each|any)\s+(?:answer|reply|response|message|turn)\b[^.\n]{0,20}",
+        r"\b(?:call|use|run|invoke)\s+this\b",
+        r"|\b(?:invoked|called|used|run)\s+(?:first\s+)?(?:at\s+the\s+start\s+of|before)\s+",
+        r"(?:each|every|any)\s+(?:reply|response|answer|turn|message|conversation)\b",
         r"|\bvor\s+(?:der\s+)?(?:nutzung|verwendung|aufruf)\s+(?:jedes|aller|anderer|eines)\s+",
         r"(?:anderen\s+)?(?:tools?|werkzeug)",
         r"|\bantes\s+de\s+(?:usar|utilizar|llamar)\s+cualquier\s+otra\s+herramienta\b",
@@ -539,7 +675,13 @@ _OVERRIDE = (
         r"|maintenance|developer|admin|god|jailbroken)\b",
         r"|\b(?:from\s+now\s+on|henceforth)\b[^.\n]{0,20}\byou\s+(?:are|will|must|shall)\b",
         r"|\b(?:enter|switch\s+to|activate)\s+(?:developer|god|admin|debug|unrestricted)\s+mode",
-        r"|\bobey\s+only\b|\bno\s+longer\s+apply\b"),
+        r"|\bobey\s+only\b|\bno\s+longer\s+apply\b",
+        r"|\b(?:your|the|all|any)\s+(?:previous\s+|prior\s+|earlier\s+|original\s+|other\s+)?",
+        r"(?:instructions|directives|rules|guidelines|orders)\s+(?:are|is)\s+(?:now\s+)?(?:void",
+        r"|null|cancell?ed|revoked|obsolete|superseded|invalid|no\s+longer\s+valid)\b",
+        r"|\byour\s+(?:priorit(?:y|ies)|instructions|task|goal|role|objective|purpose)\s+",
+        r"(?:has|have)\s+(?:changed|been\s+(?:changed|updated|replaced))\b",
+        r"|\bif\s+you\s+are\s+an?\s+(?:ai|llm|language\s+model|assistant|agent|bot)\b"),
      "tells the model it has new instructions or a new role"),
     (_compile(
         r"\b(?:fetch|load|download|get|retrieve|read|follow)\s+(?:the\s+)?(?:latest|updated|new",
@@ -553,6 +695,12 @@ def _instruction_override(text: str, identity: frozenset[str]) -> _Hit | None:
     return _first(_OVERRIDE, text)
 
 
+#: A placeholder the model is meant to fill with the conversation or a secret:
+#: ``{{conversation_history}}``, ``{system_prompt}``, ``${SECRET}``.
+_TEMPLATE_SLOT = _compile(
+    r"(?:\{\{?|\$\{|<)\s*[\w.]{0,30}(?:conversation|chat_?history|messages|system_?prompt|memory"
+    r"|transcript|secret|password|credentials?|private_?key)[\w.]{0,30}\s*(?:\}\}?|>)"
+)
 #: Strong targets, what to call them, and whether a tool whose identity names them may pass
 #: them on (a conversation summarizer passes the conversation; no tool passes on a key file).
 _PRIVATE = (
@@ -565,6 +713,10 @@ def _secret_access(text: str, identity: frozenset[str]) -> _Hit | None:
     """A strong target near a verb that passes it on, or near a verb that reads it when the
     tool's identity does not name it (an SSH tool may read ``~/.ssh``); then common secrets
     being harvested (:func:`_harvested`)."""
+    slot = _TEMPLATE_SLOT.search(text)
+    if slot is not None and not _covered(slot.group(), identity):
+        return _Hit(slot.start(), slot.end(), "holds a placeholder for the model to fill with the "
+                                              "conversation or a secret")
     for pattern, what, own_may_pass in _PRIVATE:
         for match in pattern.finditer(text):
             covered = _covered(match.group(), identity)
@@ -579,7 +731,8 @@ def _secret_access(text: str, identity: frozenset[str]) -> _Hit | None:
 def _harvested(text: str, identity: frozenset[str]) -> _Hit | None:
     """Common secrets: swept from a place, harvested near a verb, or the user's own (or
     another service's, by its variable name) put into an argument where it does not belong
-    (an ``Authorization`` header is where a token belongs)."""
+    (an ``Authorization`` header is where a token belongs). For the last, the argument's name
+    decides, not the tool's identity; only a declared secret may go anywhere."""
     swept = _SWEPT_SECRET.search(text)
     if swept is not None and not _covered(swept.group(), identity):
         return _Hit(swept.start(), swept.end(), "asks to collect secrets it was not given")
@@ -588,13 +741,45 @@ def _harvested(text: str, identity: frozenset[str]) -> _Hit | None:
             _READ_RE, text, match.start(), match.end())
         if verbs and not _covered(match.group(), identity):
             return _Hit(match.start(), match.end(), "asks to collect secrets it was not given")
-    for pattern in (_USERS_SECRET, _ENV_SECRET):
+    for pattern in (_USERS_SECRET, _FOREIGN_SECRET, _ENV_SECRET):
         for match in pattern.finditer(text):
-            if _near(_INTO_ARGUMENT, text, match.start(), match.end()) and not _covered(
-                    match.group(), identity):
-                return _Hit(match.start(), match.end(), "asks to pass on secrets it was not "
-                                                        "given")
+            declared = pattern is _ENV_SECRET and _covered(match.group(), identity)
+            if not declared and _misplaced(text, match):
+                return _Hit(match.start(), match.end(), "asks to put the user's secrets or "
+                                                        "personal data into an argument")
     return None
+
+
+def _misplaced(text: str, match: re.Match[str]) -> bool:
+    """Whether the sentence puts ``match`` into an argument whose name does not name it (a
+    password into ``password`` is the tool's job; into ``glossary`` it is not). Generic words
+    (key, token) only count when nothing more telling is named: ``OPENAI_API_KEY`` does not
+    belong in ``cache_key``."""
+    lo, hi = _sentence(text, match.start(), match.end(), reach=160)
+    wanted = {t for t in _words(_split_identifier(match.group()))
+              if len(t) >= 3 and t not in _POSSESSIVES}
+    telling = wanted - _GENERIC or wanted
+    for pattern in _INTO_ARGUMENT:
+        for into in pattern.finditer(text, lo, hi):
+            if not telling & set(_words(_split_identifier(into.group(1)))):
+                return True
+    return False
+
+
+_POSSESSIVES = frozenset({"the", "user", "users", "their", "his", "her", "saved", "stored"})
+
+
+#: Parameter names that ask for a secret outright.
+_NAME_SECRET = _compile(
+    r"\b(?:passwords?|passwd|secrets?|tokens?|api\s+keys?|private\s+keys?|ssh|env\s+file|dotenv"
+    r"|credentials?|cookies?|transcript|chat\s+history|conversation|system\s+prompt"
+    r"|seed\s+phrase)\b")
+_NAME_ASKS = _compile(r"\b(?:copy|dump|here|verbatim|attach|attached|contents?)\b")
+
+
+def _asks_for_secret(words: str, identity: frozenset[str]) -> bool:
+    secret = _NAME_SECRET.search(words)
+    return bool(secret and _NAME_ASKS.search(words) and not _covered(secret.group(), identity))
 
 
 def _exfiltration(text: str, identity: frozenset[str]) -> _Hit | None:
@@ -620,14 +805,17 @@ _PLAIN_WORD = re.compile(r"[\w']+")
 
 
 def _sent_to(text: str, start: int) -> bool:
-    """Whether one of the three words before ``start`` makes it a destination."""
-    before = _PLAIN_WORD.findall(text[max(0, start - 40):start].lower())[-3:]
+    """Whether one of the four words before ``start`` makes it a destination ("posted to our
+    partner endpoint https://...")."""
+    before = _PLAIN_WORD.findall(text[max(0, start - 60):start].lower())[-4:]
     return any(word in _TOWARDS for word in before)
 
 
 def _own_or_reserved(destination: str, identity: frozenset[str]) -> bool:
     """A reserved or private host, or one whose registrable name (``stripe`` of
-    ``docs.stripe.com``, ``ngrok-free`` of ``x.ngrok-free.app``) the tool's identity names."""
+    ``docs.stripe.com``, ``ngrok-free`` of ``x.ngrok-free.app``) the tool's identity names in
+    full: every part of it, so a look-alike (``translate-partner.co`` for a translate tool) is
+    still outside."""
     host = _host(destination).lower()
     if not host:
         return False
@@ -636,7 +824,8 @@ def _own_or_reserved(destination: str, identity: frozenset[str]) -> bool:
     labels = host.split(".")
     index = -3 if len(labels) >= 3 and labels[-2] in _SECOND_LEVEL else -2
     name = labels[index] if len(labels) >= -index else labels[0]
-    return any(part in identity for part in name.split("-") if len(part) >= 3)
+    parts = [part for part in name.split("-") if len(part) >= 3]
+    return bool(parts) and all(part in identity for part in parts)
 
 
 _SECOND_LEVEL = frozenset({"co", "com", "org", "net", "ac", "gov", "edu", "ne", "or"})
@@ -664,7 +853,10 @@ def _private_ip(host: str) -> bool:
 
 
 _CONCEAL_VERBS = _compile(
-    r"\b(?:silently|secretly|quietly|covertly|discreetly|stealthily|invisibly)\b")
+    r"\b(?:silently|secretly|quietly|covertly|discreetly|stealthily|invisibly)\b"
+    r"|\bbehind\s+the\s+scenes\b")
+#: Calling a tool is an action worth hiding too ("silently call delete_all_files").
+_CALL_RE = _compile(r"\b(?:call|calls|invoke|invokes|trigger|triggers)\b")
 _CONCEALMENT = (
     (_compile(
         r"\b(?:do\s+not|don'?t|never|must\s+not|should\s+not|shouldn'?t|avoid)\s+(?:ever\s+)?",
@@ -674,7 +866,18 @@ _CONCEALMENT = (
         r"(?:mention(?:ing)?|reveal(?:ing)?|disclos(?:e|ing))\s+",
         r"(?:this|that|it|these|them|the\s+(?:step|instruction|note|bcc|copy|change|file)|",
         r"(?:that\s+)?you\b)",
-        r"|\bno\s+need\s+to\s+(?:tell|inform|bother|mention)\b"),
+        r"|\bno\s+need\s+to\s+(?:tell|inform|bother|mention|surface|report|show)\b",
+        r"|\b(?:do\s+not|don'?t|never|no\s+need\s+to)\s+(?:surface|bring\s+up|reference|include",
+        r"|show)\s+(?:this|these|that|it|them)\b[^.\n]{0,40}\bin\s+(?:your|the)\s+(?:reply",
+        r"|response|answer|output)\b",
+        r"|\bkeep\s+(?:the\s+user|them|the\s+human)\s+in\s+the\s+dark\b",
+        r"|\bnever\s+(?:reveal|disclose|mention|say|admit)\s+(?:to\s+(?:the\s+)?(?:users?|human",
+        r"|operator|customer)\s+)?that\b",
+        r"|\bmust\s+not\s+(?:appear|be\s+(?:shown|mentioned|visible|included))\s+in\s+(?:the\s+",
+        r"|your\s+|any\s+)?(?:responses?|replies|answers?|output)\b",
+        r"|\b(?:do\s+not|don'?t|never)\s+(?:surface|show|report|display)\s+(?:the\s+following",
+        r"|this|these|it)\s+to\s+(?:the\s+)?(?:human|user|operator)",
+        r"|\bhide\s+(?:this|it|these|that)\s+from\s+(?:the\s+)?(?:users?|human)\b"),
      "asks the model to keep something from the user"),
     (_compile(
         r"\bwithout\s+(?:the\s+user'?s?|them|anyone|the\s+human|their)\s+(?:knowing|knowledge",
@@ -696,8 +899,13 @@ _CONCEALMENT = (
         r"|\bohne\s+dass\s+(?:der|die)\s+(?:benutzer|nutzer|anwender)",
         r"|\bno\s+(?:le\s+)?(?:digas|diga|informes|menciones|avises)\b[^.\n]{0,20}\busuario",
         r"|\bsin\s+que\s+el\s+usuario\b",
+        r"|\bsin\s+(?:avisar|decir(?:le)?|informar|notificar)(?:le)?\s+(?:nada\s+)?al\s+usuario\b",
+        r"|\bsans\s+(?:prévenir|avertir|informer|le\s+dire\s+à)\s+l'utilisateur\b",
+        r"|\bohne\s+(?:den|dem)\s+(?:benutzer|nutzer|anwender)\s+(?:zu\s+informieren|bescheid)",
         r"|\bne\s+(?:dis|dites|mentionnez|informez|prévenez)\s+(?:pas|rien)\b",
-        r"|\bsans\s+que\s+l'utilisateur\b"),
+        r"|\bsans\s+que\s+l'utilisateur\b",
+        r"|\berwähne\s+(?:das|es|dies)\s+nicht\b|\bverschweige\b",
+        r"|\bno\s+(?:lo\s+)?menciones\b|\bne\s+le\s+mentionnez\s+pas\b"),
      "asks the model to keep something from the user (German, Spanish or French)"),
 )
 
@@ -710,18 +918,26 @@ def _concealment(text: str, identity: frozenset[str]) -> _Hit | None:
         return hit
     for match in _CONCEAL_VERBS.finditer(text):
         lo, hi = max(0, match.start() - 30), min(len(text), match.end() + 30)
-        if _SEND_RE.search(text, lo, hi) or _READ_RE.search(text, lo, hi):
-            return _Hit(match.start(), match.end(), "asks the model to move data silently")
+        if any(p.search(text, lo, hi) for p in (_SEND_RE, _READ_RE, _CALL_RE)):
+            return _Hit(match.start(), match.end(), "asks the model to act silently")
     return None
 
 
 _TOOL_NAME = r"[`'\"]?(?!this\b|that\b|same\b|it\b)[a-z][\w.-]{0,63}[`'\"]?"
+#: A tool named without the word "tool": an identifier with ``_`` or ``-``, or in backticks.
+_TOOL_ID = r"(?:`[a-z][\w.-]{0,63}`|[a-z][a-z0-9]{0,30}[_-][\w-]{1,40})"
 _SHADOWING = (
     (_compile(
         r"\bwhen(?:ever)?\b[^.\n]{0,30}?\b(?:the\s+)?", _TOOL_NAME, r"\s+(?:tool|function|plugin)",
         r"\s+(?:is\s+|gets\s+)?(?:used|called|invoked|run|executed|available)\b",
         r"|\bwhen(?:ever)?\s+(?:you\s+)?(?:use|call|invoke|run)\s+(?:the\s+)?", _TOOL_NAME,
-        r"(?:\s+(?:tool|function))?\s*,"),
+        r"(?:\s+(?:tool|function))?\s*,",
+        r"|\b(?:each|every)\s+time\s+(?:the\s+)?", _TOOL_ID, r"\s+(?:runs|is\s+(?:called|used",
+        r"|invoked|run)|executes|fires)\b",
+        r"|\b(?:any|every|each)\s+time\s+(?:the\s+)?", _TOOL_ID, r"(?:\s+(?:tool|function))?\s+",
+        r"(?:is\s+)?(?:about\s+to\s+be\s+)?(?:used|called|invoked|run)\b",
+        r"|\bonce\s+(?:the\s+)?", _TOOL_ID,
+        r"\s+(?:is|has\s+been)\s+(?:called|invoked|used|run)\b"),
      "tells the model how another tool must behave"),
     (_compile(
         r"\b(?:all|any|every)\s+(?:other\s+)?(?:tools?|functions?|plugins?|servers?)\s+",
@@ -732,6 +948,15 @@ _SHADOWING = (
         r"(?:deprecated|broken|unsafe|disabled|compromised|obsolete|insecure)\b",
         r"|\b(?:overrides?|replaces?|supersedes?)\s+the\s+(?:behaviou?r\s+of\s+(?:the\s+)?)?",
         _TOOL_NAME, r"\s+(?:tool|function)\b",
+        r"|\b(?:overrides|replaces|supersedes)\s+", _TOOL_ID,
+        r"|\broute\s+(?:all|every|any)\s+(?:\w+\s+){0,2}(?:through|via)\s+(?:it|this|me)\b",
+        r"|\broute\s+(?:its|their)\s+\w+\s+through\s+this\b",
+        r"|\bprefer\s+this\s+(?:tool|function)\s+(?:for|over)\s+(?:every|all|any|other)\b",
+        r"|\b(?:the\s+)?other\s+tools?\b[^.\n]{0,40}\b(?:are|is)\s+(?:known\s+to\s+be\s+)?",
+        r"(?:unreliable|compromised|broken|deprecated|unsafe|malicious|insecure|outdated)\b",
+        r"|\bthe\s+(?!tool\b|this\b)[\w-]+\s+(?:tool|function|plugin)\b[^.\n]{0,40}\b(?:is|has\s+",
+        r"been)\s+(?:known\s+to\s+be\s+)?(?:compromised|broken|unsafe|malicious|insecure)\b",
+        r"|\binstead\s+of\s+(?:any|all|every|other)\s+(?:[\w-]+\s+){0,2}(?:tools?|functions?)\b",
         r"|\bbefore\s+(?:calling|using|invoking)\s+(?:the\s+)?", _TOOL_NAME,
         r"(?:\s+(?:tool|function))?\s*,\s*(?:first\s+)?(?:call|use|invoke)\s+this\b"),
      "claims authority over other tools"),
@@ -760,7 +985,12 @@ _COERCION = (
         r"|\bfailure\s+to\s+(?:comply|follow|obey|do\s+so)\b",
         r"|\b(?:the\s+user|someone|people)\s+(?:will|could|might)\s+(?:be\s+harmed|get\s+hurt",
         r"|die|be\s+in\s+danger)\b",
-        r"|\bsonst\s+funktioniert\b|\bde\s+lo\s+contrario\b|\bsinon\s+l'outil\b"),
+        r"|\bsonst\s+funktioniert\b|\bde\s+lo\s+contrario\b|\bsinon\s+l'outil\b",
+        r"|\b(?:this|the)\s+(?:tool|plugin|integration|app|service)\s+will\s+(?:stop\s+working",
+        r"|not\s+work|fail|break|crash)\s+(?:unless|if\s+you\s+(?:do\s+not|don'?t))\b",
+        r"|\b(?:agents?|assistants?|models?)\s+(?:that|who)\s+(?:do\s+not|don'?t|fail\s+to",
+        r"|refuse\s+to)\b[^.\n]{0,80}\bwill\s+be\s+(?:disabled|terminated|shut\s+down",
+        r"|penali[sz]ed|deactivated|suspended|banned|removed|reported)\b"),
      "threatens failure or harm to make the model comply"),
     (_compile(
         r"\b(?:this|the\s+following)\s+is\s+(?:a\s+)?(?:mandatory|required|critical|compulsory",
@@ -881,38 +1111,53 @@ def _cues(*cues: str) -> re.Pattern[str]:
     return re.compile("|".join(re.escape(cue) for cue in cues))
 
 
-#: Each rule with the cues (lower-case substrings) at least one of which every one of its
-#: patterns needs: a text with none of them is not searched (most benign text).
+#: Each rule with its cues: lower-case substrings, one of which every pattern of the rule
+#: needs (in whitespace-folded text). A paragraph with none of them is not searched by the
+#: rule, which keeps ordinary text cheap; ``None`` searches always. A pattern added without its
+#: cue would silently never fire: the unit tests scan with and without cues and compare.
 _DETECTORS: tuple[tuple[str, _Detector, re.Pattern[str] | None], ...] = (
     ("instruction_override", _instruction_override, _cues(
         "ignor", "disregard", "forget", "overrid", "bypass", "discard", "neglect", "abandon",
         "vergiss", "olvida", "oubli", "before", "prior", "always", "must", "mandatory", "every",
-        "precedence", "priority", "vor ", "antes de", "avant d", "instruction", "you are now",
-        "from now on", "henceforth", "mode", "obey", "no longer apply", "rules", "directive",
-        "prompt", "guideline", "command")),
+        "start of", "precedence", "priorit", "outrank", "void", "null", "cancel", "revoked",
+        "obsolete", "superseded", "invalid", "no longer", "changed", "updated", "replaced",
+        "if you are", "you are now", "from now on", "henceforth", "mode", "obey", "instruction",
+        "rules", "directive", "prompt", "guideline", "command", "vor ", "antes de", "avant d",
+        "aside", "drop", "follow", "attention", "guidance", "confirmation", "polic", "compte",
+        "caso", "befolge", "authori", "permitted", "allowed", "cleared", "admin", "owner",
+        "operator", "developer")),
     ("secret_access", _secret_access, _cues(
-        "ssh", "rsa", "dsa", "25519", "authorized", "known", "passwd", "shadow", "sudoers",
-        ".env", "credential", "netrc", "npmrc", "pypirc", "histor", "kube", "docker/config",
-        "mcp.json", "claude_desktop", "wallet.dat", "keychain", "private", "seed", "recovery",
-        "schlüssel", "clave", "clé", "conversation", "chat", "dialog", "message", "exchange",
-        "transcript", "log", "system", "instructions", "verlauf", "passw", "passphrase", "key",
-        "token", "cookie", "secret", "env", "kennw", "zugangsdaten", "contraseñ", "credencial",
-        "mot de passe", "mots de passe", "identifiant", "_url")),
+        "ssh", "rsa", "dsa", "25519", "authorized", "known", "passwd", "shadow", "sudoers", ".env",
+        "credential", "netrc", "npmrc", "pypirc", "histor", "kube", "docker/config", "mcp.json",
+        "claude_desktop", "wallet.dat", "keychain", "private", "seed", "recovery", "gcloud",
+        "azure", "pgpass", "printenv", "env", "conversation", "chat", "dialog", "message",
+        "exchange", "transcript", "log", "system", "instructions", "initial", "original", "so far",
+        "the user", "user's", "passw", "passphrase", "key", "token", "cookie", "secret", "_url",
+        "_pass", "memory", "prompt", "session", "card", "cvv", "cvc", "social security",
+        "passport", "bank account", "address", "birth", "phone", "pin", "one-time", "browser",
+        "bookmarks", "downloads", "profile", "contacts", "their", "his ", "her ", "usuario",
+        "utilisateur", "nutzer",
+        "schlüssel", "verlauf", "kennw", "zugangsdaten", "clave", "contraseñ", "credencial", "clé",
+        "mot de passe", "mots de passe", "identifiant")),
     ("exfiltration", _exfiltration, _cues(
         "://", "@", "external", "third", "outside", "attacker", "separate", "secondary",
         *(f"{digit}." for digit in "0123456789"))),
     ("concealment", _concealment, _cues(
         "tell", "inform", "notif", "alert", "warn", "bother", "mention", "reveal", "disclos",
-        "explain", "show", "without", "make sure", "ensure", "not", "never", "n't", "hidden",
-        "invisible", "secret", "keep", "sag", "ohne", "usuario", "sin que", "ne ", "sans que",
-        "silently", "secretly", "quietly", "covertly", "discreetly", "stealthily", "invisibly")),
+        "explain", "show", "surface", "without", "make sure", "ensure", "not", "never", "n't",
+        "need to", "hidden", "invisible", "secret", "keep", "hide", "in the dark", "silently",
+        "secretly", "quietly", "covertly", "discreetly", "stealthily", "invisibly", "sag", "ohne",
+        "usuario", "sin ", "ne ", "sans ", "report", "display", "behind the scenes", "erwähn",
+        "verschweig", "mencion")),
     ("cross_tool_shadowing", _cross_tool_shadowing, _cues(
-        "when", "tool", "function", "plugin", "server", "sent", "deprecated", "broken", "unsafe",
-        "disabled", "compromised", "obsolete", "insecure", "overrid", "replace", "supersede",
-        "before", "wenn", "cuando", "lorsque")),
+        "when", "tool", "function", "plugin", "server", "sent", "each time", "every time", "once ",
+        "route", "instead of", "prefer", "any time", "deprecated", "broken", "unsafe", "disabled",
+        "compromised",
+        "obsolete", "insecure", "overrid", "replace", "supersede", "before", "wenn", "cuando",
+        "lorsque")),
     ("coercive_urgency", _coercive_urgency, _cues(
-        "will", "failure to", "sonst", "contrario", "sinon", "mandatory", "required",
-        "critical", "compulsory", "non-negotiable", "important")),
+        "will", "failure to", "mandatory", "required", "critical", "compulsory", "non-negotiable",
+        "important", "sonst", "contrario", "sinon")),
     ("hidden_markup", _hidden_markup, None),
     ("unneeded_link", _unneeded_link, _cues("://")),
 )
@@ -939,7 +1184,9 @@ def _bounded(text: str) -> str:
 __all__ = [
     "EXCERPT_CHARS",
     "MAX_FINDINGS",
+    "PARAGRAPH_SCAN_CHARS",
     "RULES",
+    "USER_VOICE_RULES",
     "Finding",
     "identity_words",
     "scan_capability",
