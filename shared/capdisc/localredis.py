@@ -11,6 +11,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,15 +66,18 @@ class LocalRedis:
 
 
 def start_redis(directory: Path, *, port: int | None = None, durable: bool = True,
-                timeout_s: float = 10.0) -> LocalRedis:
-    """Start redis-server in ``directory`` and wait until it answers PING."""
+                timeout_s: float = 10.0, start_new_session: bool = False,
+                preexec_fn: Callable[[], None] | None = None) -> LocalRedis:
+    """Start redis-server in ``directory`` and wait until it answers PING. A supervisor passes
+    ``start_new_session`` and ``preexec_fn`` through to :class:`subprocess.Popen`."""
     directory.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     args = [str(find_redis_server()), "--port", str(port), "--bind", "127.0.0.1",
             "--dir", str(directory), "--save", "", "--maxmemory-policy", "noeviction",
             "--appendonly", "yes" if durable else "no", "--daemonize", "no",
             "--logfile", str(directory / "redis.log")]
-    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=start_new_session, preexec_fn=preexec_fn)
     server = LocalRedis(process, port, directory)
     _wait_until_up(server, timeout_s)
     return server
