@@ -34,6 +34,23 @@ def live_workers(client: redis.Redis, stale_after_s: float = DEFAULT_STALE_AFTER
                   key=lambda w: (w["kind"], w["id"]))
 
 
+def record_supervised(client: redis.Redis, children: dict[str, dict[str, Any]]) -> None:
+    """Record what ``capdisc up`` knows of the processes it supervises (by child name)."""
+    now_ms = int(time.time() * 1000)
+    client.hset(keys.SUPERVISED, mapping={name: json.dumps({**child, "updated_ms": now_ms})
+                                          for name, child in children.items()})
+
+
+def supervised(client: redis.Redis, stale_after_s: float = DEFAULT_STALE_AFTER_S
+               ) -> dict[str, dict[str, Any]]:
+    """The children of a running ``capdisc up`` (pid, restarts, last exit), by name; empty when
+    no ``up`` recorded them within ``stale_after_s``."""
+    now_ms = time.time() * 1000
+    children = {as_str(k): json.loads(v) for k, v in client.hgetall(keys.SUPERVISED).items()}
+    return {name: child for name, child in sorted(children.items())
+            if now_ms - child.get("updated_ms", 0) <= stale_after_s * 1000}
+
+
 def collect_status(client: redis.Redis, stale_after_s: float = DEFAULT_STALE_AFTER_S
                    ) -> dict[str, Any]:
     tenants = {}
@@ -48,6 +65,8 @@ def collect_status(client: redis.Redis, stale_after_s: float = DEFAULT_STALE_AFT
         "by_kind": default["by_kind"] if default else {},
         "tenants": tenants,
         "workers": live_workers(client, stale_after_s),
+        # the processes `capdisc up` supervises: pid, restarts, last exit reason
+        "supervised": supervised(client, stale_after_s),
         "queues": _queues(client),
         "dead_letters": int(client.xlen(keys.DEADLETTERS)),
         # queued for an indexing worker, or delivered and not yet acknowledged
