@@ -6,6 +6,12 @@ sent. ``watchfiles`` groups a burst of file events (an editor's temp file and re
 batch. It checks for new events every ``debounce_ms / 2`` and yields a batch at the first check
 that found none, so a sync starts between half of ``debounce_ms`` and ``debounce_ms`` after the
 last event of a burst (a burst that never pauses is cut after ``4 * debounce_ms``).
+
+Redis going away (restarted, unreachable) does not end the watch: a sync that cannot reach it
+is logged once and tried again with a bounded backoff (0.5 s doubling to 10 s) until it goes
+through. Once a second without changes, the watcher asks Redis for its run id; when Redis was
+unreachable or has restarted since the last sync, the directory is synced again, which sends
+whatever the registry lost (a sync compares the directory with what Redis holds).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import kombu.exceptions
 import redis
 import structlog
 import watchfiles
@@ -24,30 +31,98 @@ from capdisc_producers.sync import SyncReport, sync_directory
 
 log = structlog.get_logger("capdisc.watcher")
 
+#: What a sync raises while Redis (the registry and the Celery broker) cannot be reached.
+UNREACHABLE: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError,
+                                            kombu.exceptions.OperationalError)
+#: First retry delay of a sync that could not reach Redis, and its cap.
+RETRY_FIRST_S = 0.5
+RETRY_CAP_S = 10.0
+
 
 def watch_directory(client: redis.Redis, publisher: Publisher, root: Path, *, tenant: str,
                     max_bytes: int, debounce_ms: int, stop: threading.Event | None = None,
                     on_sync: Callable[[SyncReport], None] | None = None) -> None:
     """Sync ``root`` now and after every change until ``stop`` is set."""
-    root = root.resolve()
-    cache = ScanCache()
-    _sync(client, publisher, root, tenant, max_bytes, cache, on_sync)
-    for changes in watchfiles.watch(root, step=max(1, debounce_ms // 2),
+    stop = stop or threading.Event()
+    syncer = _Syncer(client, publisher, root.resolve(), tenant, max_bytes, on_sync, stop)
+    syncer.sync_until_done()
+    for changes in watchfiles.watch(syncer.root, step=max(1, debounce_ms // 2),
                                     debounce=max(50, 4 * debounce_ms), stop_event=stop,
                                     raise_interrupt=False, rust_timeout=1000,
-                                    yield_on_timeout=False):
-        log.info("registry_changed", root=str(root), files=len(changes))
-        _sync(client, publisher, root, tenant, max_bytes, cache, on_sync)
+                                    yield_on_timeout=True):
+        if changes:
+            log.info("registry_changed", root=str(syncer.root), files=len(changes))
+            syncer.sync_until_done()
+        elif syncer.redis_restarted():
+            syncer.sync_until_done()
 
 
-def _sync(client: redis.Redis, publisher: Publisher, root: Path, tenant: str, max_bytes: int,
-          cache: ScanCache, on_sync: Callable[[SyncReport], None] | None) -> None:
-    report = sync_directory(client, publisher, root, tenant=tenant, max_bytes=max_bytes,
-                            cache=cache)
-    for path, error in report.plan.errors.items():
-        log.warning("manifest_rejected", path=str(path), error=str(error), tenant=tenant)
-    log.info("registry_synced", root=str(root), tenant=tenant, sent=report.sent,
-             upserts=len(report.plan.upserts), deletes=len(report.plan.deletes),
-             rejected=len(report.plan.errors))
-    if on_sync is not None:
-        on_sync(report)
+class _Syncer:
+    """Syncs one directory, through Redis outages: see the module's docstring."""
+
+    def __init__(self, client: redis.Redis, publisher: Publisher, root: Path, tenant: str,
+                 max_bytes: int, on_sync: Callable[[SyncReport], None] | None,
+                 stop: threading.Event) -> None:
+        self.client = client
+        self.publisher = publisher
+        self.root = root
+        self.tenant = tenant
+        self.max_bytes = max_bytes
+        self.on_sync = on_sync
+        self.stop = stop
+        self.cache = ScanCache()
+        self.log = log.bind(root=str(root), tenant=tenant)
+        self.unreachable = False
+        self.run_id: str | None = None
+
+    def sync_until_done(self) -> None:
+        """Sync; while Redis cannot be reached, try again with backoff (until ``stop``)."""
+        delay = RETRY_FIRST_S
+        while not self.stop.is_set():
+            try:
+                self.run_id = self._run_id()
+                self._sync()
+            except UNREACHABLE as exc:
+                self._lost(exc)
+                self.stop.wait(delay)
+                delay = min(RETRY_CAP_S, delay * 2)
+                continue
+            if self.unreachable:
+                self.unreachable = False
+                self.log.warning("redis_back", resynced=True)
+            return
+
+    def redis_restarted(self) -> bool:
+        """Whether Redis restarted (or came back) since the last sync: it needs another."""
+        try:
+            run_id = self._run_id()
+        except UNREACHABLE as exc:
+            self._lost(exc)
+            return False
+        return self.unreachable or (run_id is not None and run_id != self.run_id)
+
+    def _lost(self, exc: Exception) -> None:
+        if not self.unreachable:
+            self.unreachable = True
+            self.log.warning("redis_unavailable", error=str(exc),
+                             hint=f"retrying with backoff up to {RETRY_CAP_S:g} s, then "
+                                  "syncing the directory again")
+
+    def _run_id(self) -> str | None:
+        """Redis's run id (new at every start); ``None`` where INFO is not allowed."""
+        try:
+            info = self.client.info("server")
+        except redis.ResponseError:
+            self.client.ping()
+            return None
+        return str(info.get("run_id")) if info.get("run_id") else None
+
+    def _sync(self) -> None:
+        report = sync_directory(self.client, self.publisher, self.root, tenant=self.tenant,
+                                max_bytes=self.max_bytes, cache=self.cache)
+        for path, error in report.plan.errors.items():
+            self.log.warning("manifest_rejected", path=str(path), error=str(error))
+        self.log.info("registry_synced", sent=report.sent, upserts=len(report.plan.upserts),
+                      deletes=len(report.plan.deletes), rejected=len(report.plan.errors))
+        if self.on_sync is not None:
+            self.on_sync(report)
