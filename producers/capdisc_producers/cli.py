@@ -124,10 +124,9 @@ def cli(ctx: click.Context, settings_file: Path | None) -> None:
               default=Path("examples/registry"), show_default=True)
 @click.pass_context
 def up(ctx: click.Context, registry: Path) -> None:
-    """Run the embedded stack: Redis, workers, and a watcher on REGISTRY."""
-    signal.signal(signal.SIGTERM, _interrupt)
-    with contextlib.suppress(KeyboardInterrupt):
-        run_up(Path.cwd(), registry, _settings(ctx), os.environ, click.echo)
+    """Run the embedded stack: Redis, workers, and a watcher on REGISTRY. Workers and Redis
+    that exit are restarted. SIGINT (Ctrl-C), SIGTERM or SIGHUP stop everything (exit 0)."""
+    run_up(Path.cwd(), registry, _settings(ctx), os.environ, click.echo)
     click.echo("capdisc stopped.")
 
 
@@ -353,6 +352,9 @@ def _render_status(report: dict[str, Any]) -> str:
     workers = [f"{w['id']}" + (f" (serving {_versions(w)})" if w["kind"] == "discovery" else "")
                for w in report["workers"]]
     lines.append("workers: " + (", ".join(workers) or "none seen"))
+    if report.get("supervised"):
+        lines.append("capdisc up children: " + ", ".join(
+            _child(name, child) for name, child in report["supervised"].items()))
     queues = ", ".join(f"{name} {depth}" for name, depth in report["queues"].items())
     lines.append(f"queues: {queues}; pending events {report['pending_events']}; dead letters "
                  f"{report['dead_letters']}; embedding calls {report['embedding_calls']}")
@@ -362,6 +364,18 @@ def _render_status(report: dict[str, Any]) -> str:
         lines.append(f"last reconcile {age_s} s ago: {last['missing_vectors']} reindexed, "
                      f"{last['orphan_vectors']} orphan vectors dropped")
     return "\n".join(lines)
+
+
+def _child(name: str, child: dict[str, Any]) -> str:
+    """``discovery pid 12 (1 restart, last 40 s ago; last exit: killed by SIGKILL)``."""
+    state = f"pid {child['pid']}" if child.get("alive") else "down, restarting"
+    restarts = int(child.get("restarts", 0))
+    if not restarts and not child.get("last_exit"):
+        return f"{name} {state} (no restarts)"
+    counted = f"{restarts} restart{'s' if restarts != 1 else ''}"
+    when = child.get("last_restart_ms")
+    ago = f", last {max(0, int(time.time() - when / 1000))} s ago" if when else ""
+    return f"{name} {state} ({counted}{ago}; last exit: {child.get('last_exit')})"
 
 
 def _versions(worker: dict[str, Any]) -> str:

@@ -1,9 +1,21 @@
 """The embedded default stack (``capdisc up``): Redis, one indexing worker, one discovery worker
 and the watcher, on one machine with nothing installed but Python.
 
-The stack writes ``.capdisc/stack.json`` so that commands run from the project directory find it
-with no flags. ``CAPDISC_REDIS_URL`` overrides both (it points ``up`` at an existing Redis and
-the other commands at any stack). Ctrl-C stops every child and leaves nothing running.
+The stack writes ``.capdisc/stack.json`` (the Redis URL, the pid of ``up`` and of each child) so
+that commands run from the project directory find it with no flags. ``CAPDISC_REDIS_URL``
+overrides both (it points ``up`` at an existing Redis and the other commands at any stack).
+
+``up`` supervises its children (:mod:`capdisc_producers.supervisor`): one that exits is reaped,
+reported with the tail of its log, and restarted with backoff; its own redis-server comes back
+on the same port and directory (AOF: the data is kept). ``capdisc status`` shows each child's
+restarts. The watcher runs in a thread and rides out Redis restarts.
+
+Stopping: SIGINT (Ctrl-C), SIGTERM, and SIGHUP unless it was ignored (``nohup``) stop ``up``
+however it was started: its handlers are set explicitly, so a SIGINT that a non-interactive
+shell ignored for its background jobs still works. It stops the watcher, then the workers, then
+Redis (SIGTERM, SIGKILL after 15 s; a second signal kills at once), removes ``stack.json`` and
+exits 0: a stop that was asked for is a success. A failure exits 2 with the reason. If ``up``
+itself is killed, the kernel stops the children (the supervisor module says how).
 """
 
 from __future__ import annotations
@@ -12,24 +24,28 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import redis
+import structlog
 
-from capdisc.client import Client
+from capdisc import keys
+from capdisc.client import Answer, Client
 from capdisc.errors import CapdiscError, StackNotFoundError
 from capdisc.localredis import LocalRedis, start_redis
 from capdisc.settings import Settings
-from capdisc.status import live_workers
-from capdisc.store import tenant_version
+from capdisc.status import forget_worker, live_workers, record_supervised
+from capdisc.store import as_str, tenant_version
 from capdisc_producers.publisher import Publisher
+from capdisc_producers.supervisor import Child, Supervisor, child_options, exit_reason, log_tail
 from capdisc_producers.sync import SyncReport, sync_directory
 from capdisc_producers.watcher import watch_directory
 
@@ -65,14 +81,83 @@ def resolve_redis_url(explicit: str | None, environ: Mapping[str, str], cwd: Pat
                              f"{STACK_FILE}); start one with `make up`, or set {REDIS_ENV}")
 
 
+#: How often the supervision loop looks at the children and the stop request.
+TICK_S = 0.2
+#: How often the children's state is written for ``capdisc status`` (also after each change).
+RECORD_EVERY_S = 2.0
+#: How long the watcher thread has to finish once asked to stop.
+WATCHER_JOIN_S = 5.0
+#: Children stopped first, then :data:`REDIS_CHILD` (the workers need Redis to stop cleanly).
+WORKER_CHILDREN = ("indexing", "discovery")
+REDIS_CHILD = "redis"
+
+log = structlog.get_logger("capdisc.stack")
+
+
+class StopRequested(BaseException):
+    """A stop signal arrived while ``up`` was starting; unwinds the start. A BaseException,
+    like KeyboardInterrupt: a stop that was asked for is not an error, and no ``except
+    Exception`` on the way may swallow it."""
+
+
+class StopSignals:
+    """SIGINT and SIGTERM (and SIGHUP unless ignored) ask ``up`` to stop, whatever handlers the
+    parent left: they are set explicitly with :func:`signal.signal`. While starting, the first
+    signal raises :class:`StopRequested`; once serving, it only records the request, which the
+    supervision loop polls (setting an Event or logging from a handler could deadlock on a lock
+    the interrupted code holds). A second signal asks for the children to be killed at once."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.count = 0
+        self.serving = False
+        self._previous: dict[int, Any] = {}
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def forced(self) -> bool:
+        return self.count > 1
+
+    def install(self) -> None:
+        wanted = [signal.SIGINT, signal.SIGTERM]
+        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+            wanted.append(signal.SIGHUP)
+        for signum in wanted:
+            self._previous[signum] = signal.signal(signum, self._handle)
+
+    def restore(self) -> None:
+        for signum, handler in self._previous.items():
+            if handler is not None:  # None: a handler not set from Python, left as it is
+                signal.signal(signum, handler)
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        self.count += 1
+        if self.signum is not None:
+            return
+        self.signum = signum  # nothing else here: logging from a handler could deadlock
+        if not self.serving:
+            raise StopRequested(signum)
+
+
 @dataclass
 class Stack:
-    """The processes ``capdisc up`` runs, and how to stop them."""
+    """The processes ``capdisc up`` runs, supervised, and how to stop them."""
 
     project: Path
     settings: Settings
+    say: Callable[[str], None]
     redis_server: LocalRedis | None = None
-    children: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    redis_url: str = ""
+    supervisor: Supervisor = field(init=False)
+    _record_client: redis.Redis | None = None
+    _recorded_at: float = 0.0
+    _dirty: bool = True
+
+    def __post_init__(self) -> None:
+        self.supervisor = Supervisor(self.say, on_exit=self._child_exited,
+                                     on_change=self._child_changed)
 
     @property
     def state_dir(self) -> Path:
@@ -81,99 +166,216 @@ class Stack:
     def start(self, environ: Mapping[str, str]) -> str:
         """Start Redis (unless one is given) and the two workers; return the Redis URL."""
         (self.state_dir / "logs").mkdir(parents=True, exist_ok=True)
-        url = environ.get(REDIS_ENV) or self._start_redis()
-        env = {**environ, REDIS_ENV: url}
-        self._write_stack_file(url)
+        if environ.get(REDIS_ENV):
+            self.redis_url = environ[REDIS_ENV]
+        else:
+            self.supervisor.add(REDIS_CHILD, self._launch_redis,
+                                self.state_dir / "redis" / "redis.log")
+            assert self.redis_server is not None
+            self.redis_url = self.redis_server.url
+        self._record_client = redis.Redis.from_url(self.redis_url, socket_connect_timeout=1.0,
+                                                   socket_timeout=2.0)
+        env = {**environ, REDIS_ENV: self.redis_url}
         self.spawn("indexing", [sys.executable, "-m", "celery", "-A",
                                 "capdisc_workers.celery_app", "worker", "-Q", "indexing", "-P",
                                 "solo", "--without-gossip", "--without-mingle",
                                 "--without-heartbeat", "-n", f"indexing-{os.getpid()}@%h",
                                 "--loglevel", self.settings.log_level], env)
         self.spawn("discovery", [sys.executable, "-m", "capdisc_workers.discovery"], env)
-        return url
+        self._write_stack_file()
+        return self.redis_url
 
-    def _start_redis(self) -> str:
-        self.redis_server = start_redis(self.state_dir / "redis")
-        return self.redis_server.url
-
-    def _write_stack_file(self, url: str) -> None:
-        data = {"redis_url": url, "pid": os.getpid(), "started_at": time.time()}
-        (self.state_dir / STACK_FILE).write_text(json.dumps(data, indent=2) + "\n")
+    def _launch_redis(self) -> subprocess.Popen[bytes]:
+        """Start redis-server, again on the same port and directory after the first time."""
+        port = self.redis_server.port if self.redis_server is not None else None
+        self.redis_server = start_redis(self.state_dir / "redis", port=port,
+                                        **child_options(signal.SIGTERM))
+        return self.redis_server.process
 
     def spawn(self, name: str, argv: list[str], env: Mapping[str, str]) -> None:
-        log = (self.state_dir / "logs" / f"{name}.log").open("ab")
-        self.children.append(subprocess.Popen(argv, env=dict(env), stdout=log, stderr=log,
-                                              cwd=self.project))
+        """Start a worker, supervised; it logs to ``.capdisc/logs/NAME.log``."""
+        log_path = self.state_dir / "logs" / f"{name}.log"
+
+        def start() -> subprocess.Popen[bytes]:
+            with log_path.open("ab") as out:
+                return subprocess.Popen(argv, env=dict(env), stdin=subprocess.DEVNULL,
+                                        stdout=out, stderr=out, cwd=self.project,
+                                        **child_options(signal.SIGKILL))
+
+        self.supervisor.add(name, start, log_path)
+
+    def _write_stack_file(self) -> None:
+        data = {"redis_url": self.redis_url, "pid": os.getpid(), "started_at": time.time(),
+                "children": self.supervisor.pids()}
+        path = self.state_dir / STACK_FILE
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(data, indent=2) + "\n")
+        os.replace(temporary, path)
 
     def wait_for_workers(self, client: redis.Redis, kinds: set[str], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            for child in self.children:
-                if child.poll() is not None:
-                    raise CapdiscError(f"a worker exited at start (code {child.returncode}); "
-                                       f"see {self.state_dir / 'logs'}")
+            exited = self.supervisor.exited()
+            if exited is not None:
+                raise CapdiscError(f"{exited.name} exited at start ({_exit_of(exited)}); fix "
+                                   f"what its log says and start "
+                                   f"again. Last lines of {exited.log_path}:\n"
+                                   f"{log_tail(exited.log_path)}")
             if kinds <= {w["kind"] for w in live_workers(client)}:
                 return
             time.sleep(0.1)
         raise CapdiscError(f"workers did not report ready within {timeout_s:.0f} s; see "
                            f"{self.state_dir / 'logs'}")
 
-    def stop(self) -> None:
-        for child in self.children:
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
-        for child in self.children:
-            try:
-                child.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
-        if self.redis_server is not None:
-            self.redis_server.stop()
+    def supervise(self, signals: StopSignals, watcher: _Watcher) -> None:
+        """Until a stop is asked for: restart children that exit, record their state."""
+        while not signals.requested:
+            self.supervisor.tick()
+            self._record()
+            if not watcher.is_alive():
+                raise CapdiscError(f"the registry watcher stopped ({watcher.error}); capdisc "
+                                   "up stops with it: fix the cause and start it again")
+            time.sleep(TICK_S)
+
+    def _child_exited(self, child: Child, pid: int) -> None:
+        """A dead worker's heartbeat goes at once (``capdisc status`` lists the live ones)."""
+        if child.name in WORKER_CHILDREN and self._record_client is not None:
+            _forget_heartbeats(self._record_client, pid)
+
+    def _child_changed(self) -> None:
+        self._dirty = True
+        self._write_stack_file()
+
+    def _record(self) -> None:
+        due = time.monotonic() - self._recorded_at >= RECORD_EVERY_S
+        if self._record_client is None or not (self._dirty or due):
+            return
+        children = {name: child.describe() for name, child in
+                    self.supervisor.children.items()}
+        try:
+            record_supervised(self._record_client, {
+                name: {**info, "supervisor_pid": os.getpid()} for name, info in children.items()})
+        except redis.RedisError as exc:
+            log.debug("supervised_record_failed", error=str(exc))
+            return
+        self._dirty, self._recorded_at = False, time.monotonic()
+
+    def stop(self, force: Callable[[], bool] = lambda: False) -> None:
+        """Stop the workers, then Redis; leave no child running and no stack file."""
+        self.supervisor.stop(WORKER_CHILDREN, force=force)
+        if self._record_client is not None:
+            with contextlib.suppress(redis.RedisError):
+                self._record_client.delete(keys.SUPERVISED)
+            self._record_client.close()
+        self.supervisor.stop([REDIS_CHILD], force=force)
         with contextlib.suppress(FileNotFoundError):
             (self.state_dir / STACK_FILE).unlink()
 
 
-@contextlib.contextmanager
-def running_stack(project: Path, settings: Settings, environ: Mapping[str, str]
-                  ) -> Iterator[tuple[Stack, str]]:
-    stack = Stack(project=project, settings=settings)
+def _exit_of(child: Child) -> str:
+    process = child.process
+    return exit_reason(process.returncode) if process and process.returncode is not None else ""
+
+
+def _forget_heartbeats(client: redis.Redis, pid: int) -> None:
+    host = socket.gethostname()
     try:
-        url = stack.start(environ)
-        yield stack, url
-    finally:
-        stack.stop()
+        for worker_id, raw in client.hgetall(keys.WORKERS).items():
+            entry = json.loads(raw)
+            if entry.get("pid") == pid and entry.get("host") == host:
+                forget_worker(client, as_str(worker_id))
+    except (redis.RedisError, ValueError) as exc:
+        log.debug("heartbeat_forget_failed", pid=pid, error=str(exc))
+
+
+class _Watcher(threading.Thread):
+    """The registry watcher, in a thread of its own (children are started from the main
+    thread only: see :mod:`capdisc_producers.supervisor`)."""
+
+    def __init__(self, url: str, registry: Path, settings: Settings,
+                 say: Callable[[str], None]) -> None:
+        super().__init__(name="capdisc-watcher", daemon=True)
+        self.url = url
+        self.registry = registry
+        self.settings = settings
+        self.say = say
+        self.stop_event = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        client = redis.Redis.from_url(self.url)
+        publisher = Publisher(self.url)
+        try:
+            watch_directory(client, publisher, self.registry, tenant=self.settings.tenant,
+                            max_bytes=self.settings.manifest_max_bytes,
+                            debounce_ms=self.settings.watch_debounce_ms, stop=self.stop_event,
+                            on_sync=lambda r: _report_sync(r, self.say))
+        except Exception as exc:
+            self.error = exc
+            log.exception("watcher_failed", registry=str(self.registry))
+        finally:
+            publisher.close()
+            client.close()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(WATCHER_JOIN_S)
 
 
 def run_up(project: Path, registry: Path, settings: Settings, environ: Mapping[str, str],
            say: Callable[[str], None]) -> None:
-    """Start everything, index ``registry``, print the ready line, then watch until Ctrl-C."""
+    """Start everything, index ``registry``, print the ready line, then watch and supervise
+    until SIGINT, SIGTERM or SIGHUP; stop everything in order."""
+    signals = StopSignals()
+    signals.install()
+    stack = Stack(project=project, settings=settings, say=say)
+    try:
+        _run(stack, registry, settings, environ, signals)
+    except StopRequested:
+        pass
+    finally:
+        signals.serving = True  # from here a signal only hurries the stop
+        if signals.signum is not None:
+            log.info("stop_requested", signal=signal.Signals(signals.signum).name)
+        say("stopping capdisc...")
+        stack.stop(force=signals.forced)
+        signals.restore()
+
+
+def _run(stack: Stack, registry: Path, settings: Settings, environ: Mapping[str, str],
+         signals: StopSignals) -> None:
     started = time.monotonic()
-    with running_stack(project, settings, environ) as (stack, url):
-        settings = settings.with_changes(redis_url=url)
-        client = redis.Redis.from_url(url)
-        say(f"redis at {url}; starting workers (logs in {stack.state_dir / 'logs'})")
+    url = stack.start(environ)
+    settings = settings.with_changes(redis_url=url)
+    stack.say(f"redis at {url}; starting workers (logs in {stack.state_dir / 'logs'})")
+    answer = _index_and_check(stack, registry, settings)
+    stack.say(f"capdisc is ready in {time.monotonic() - started:.1f} s: "
+              f"{answer.raw['total_indexed']} capabilities at index version "
+              f"{answer.index_version}, watching {registry}. Try: {_cli_name()} discover "
+              "\"post a message to the team's slack channel\"  (Ctrl-C stops everything)")
+    signals.serving = True
+    watcher = _Watcher(url, registry, settings, stack.say)
+    watcher.start()
+    try:
+        stack.supervise(signals, watcher)
+    finally:
+        watcher.stop()
+
+
+def _index_and_check(stack: Stack, registry: Path, settings: Settings) -> Answer:
+    """Wait for the workers, publish ``registry``, and discover once from its version."""
+    client = redis.Redis.from_url(settings.redis_url)
+    publisher = Publisher(settings.redis_url)
+    try:
         stack.wait_for_workers(client, {"indexing", "discovery"}, WORKER_START_TIMEOUT_S)
-        publisher = Publisher(url)
         report = sync_directory(client, publisher, registry, tenant=settings.tenant,
                                 max_bytes=settings.manifest_max_bytes, wait_s=120.0)
-        _report_errors(report, say)
+        _report_errors(report, stack.say)
         version = report.index_version or tenant_version(client, settings.tenant)
         with Client(client, tenant=settings.tenant, timeout_s=30.0) as discovery:
-            answer = discovery.discover("ready check", min_version=version)
-        say(f"capdisc is ready in {time.monotonic() - started:.1f} s: "
-            f"{answer.raw['total_indexed']} capabilities at index version "
-            f"{answer.index_version}, watching {registry}. Try: {_cli_name()} discover "
-            "\"post a message to the team's slack channel\"  (Ctrl-C stops everything)")
-        stop = threading.Event()
-        try:
-            watch_directory(client, publisher, registry, tenant=settings.tenant,
-                            max_bytes=settings.manifest_max_bytes,
-                            debounce_ms=settings.watch_debounce_ms, stop=stop,
-                            on_sync=lambda r: _report_sync(r, say))
-        finally:
-            stop.set()
-            say("stopping capdisc...")
+            return discovery.discover("ready check", min_version=version)
+    finally:
+        publisher.close()
 
 
 def _report_sync(report: SyncReport, say: Callable[[str], None]) -> None:
