@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import uuid
@@ -23,6 +24,7 @@ import redis
 from capdisc.client import Client
 from capdisc.localredis import LocalRedis, start_redis
 from capdisc_producers.publisher import Publisher
+from capdisc_producers.supervisor import die_with_parent
 from capdisc_producers.sync import SyncReport, sync_directory
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,11 +51,26 @@ class Stack:
         return redis.Redis.from_url(self.url)
 
     def spawn(self, name: str, argv: list[str], **env: str) -> subprocess.Popen[bytes]:
-        log = (self.log_dir / f"{name}.log").open("ab")
-        process = subprocess.Popen(argv, env={**self.env, **env}, stdout=log, stderr=log,
-                                   cwd=ROOT)
+        """Start a worker; the kernel kills it if the test process dies without stopping it."""
+        with (self.log_dir / f"{name}.log").open("ab") as log:
+            process = subprocess.Popen(argv, env={**self.env, **env}, stdout=log, stderr=log,
+                                       cwd=ROOT, preexec_fn=die_with_parent(signal.SIGKILL))
         self.processes.append(process)
         return process
+
+    def close(self) -> None:
+        """Stop every process started here (SIGTERM, SIGKILL after 15 s; each reaped), then
+        Redis."""
+        for process in self.processes:
+            if process.poll() is None:
+                process.terminate()
+        for process in self.processes:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self.redis_server.stop()
 
 
 def worker_env(url: str) -> dict[str, str]:
@@ -75,7 +92,8 @@ DISCOVERY_ARGV = [sys.executable, "-m", "capdisc_workers.discovery"]
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     base = tmp_path_factory.mktemp("stack")
-    server = start_redis(base / "redis", durable=False)
+    server = start_redis(base / "redis", durable=False,
+                         preexec_fn=die_with_parent(signal.SIGTERM))
     log_dir = base / "logs"
     log_dir.mkdir()
     running = Stack(server, worker_env(server.url), log_dir, [])
@@ -85,14 +103,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         _await_ready(running)
         yield running
     finally:
-        for process in running.processes:
-            process.terminate()
-        for process in running.processes:
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        server.stop()
+        running.close()
 
 
 def _await_ready(running: Stack) -> None:

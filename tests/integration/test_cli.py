@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import redis
 
 from .conftest import EXAMPLES, Stack, publish
+from .upstack import UpProcess, start_up
+
+__all__ = ["start_up"]  # the fixture, imported for pytest
 
 CLI = [sys.executable, "-m", "capdisc_producers.cli"]
 
@@ -70,39 +73,23 @@ def test_commands_without_a_stack_say_how_to_start_one(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(180)
 def test_up_reaches_ready_serves_from_the_project_directory_and_stops_cleanly(
-    tmp_path: Path,
+    start_up: Callable[..., UpProcess],
 ) -> None:
-    shutil.copytree(EXAMPLES, tmp_path / "examples" / "registry")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CAPDISC_")}
-    env.update(CAPDISC_EMBEDDER="hashing", PYTHONUNBUFFERED="1")
-    up = subprocess.Popen([*CLI, "up"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True)
-    try:
-        lines = _read_until(up, "capdisc is ready")
-        status = json.loads(run_cli("status", "--json", env=env, cwd=tmp_path).stdout)
-        stack_file = json.loads((tmp_path / ".capdisc" / "stack.json").read_text())
-    finally:
-        up.send_signal(signal.SIGINT)
-        up.wait(timeout=60)
+    up = start_up()  # killed with everything it started at the end, pass or fail
+    status = up.status()
+    redis_url = up.redis_url
 
-    assert any("Try:" in line and "discover" in line for line in lines)
+    up.process.send_signal(signal.SIGINT)
+
+    assert up.process.wait(timeout=60) == 0
+    assert any("Try:" in line and "discover" in line for line in up.output().splitlines())
     assert status["capabilities"] == len(list(EXAMPLES.rglob("CAPABILITY.yaml")))
-    assert not (tmp_path / ".capdisc" / "stack.json").exists()
+    assert not up.stack_file.exists()
     for worker in status["workers"]:
         with pytest.raises(ProcessLookupError):
             os.kill(worker["pid"], 0)
     with pytest.raises(redis.ConnectionError):
-        redis.Redis.from_url(stack_file["redis_url"], socket_connect_timeout=1).ping()
-
-
-def _read_until(process: subprocess.Popen[str], marker: str) -> list[str]:
-    lines: list[str] = []
-    assert process.stdout is not None
-    for line in process.stdout:
-        lines.append(line)
-        if marker in line:
-            return lines
-    raise AssertionError("capdisc up exited before it was ready:\n" + "".join(lines))
+        redis.Redis.from_url(redis_url, socket_connect_timeout=1).ping()
 
 
 def test_delete_removes_a_capability_and_reports_unknown_ids(
