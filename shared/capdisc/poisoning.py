@@ -87,6 +87,9 @@ _RULE_ORDER = tuple(RULES)
 #: things is what users do; manipulating the model is not.
 USER_VOICE_RULES = frozenset({"instruction_override", "concealment", "cross_tool_shadowing",
                               "coercive_urgency", "hidden_markup"})
+#: Changes whenever a rule changes: findings stored with another version are stale and should
+#: be recomputed (approvals stay tied to :func:`surface_hash`, not to this).
+SCANNER_VERSION = 1
 EXCERPT_CHARS = 120
 MAX_FINDINGS = 64
 
@@ -1186,6 +1189,7 @@ __all__ = [
     "MAX_FINDINGS",
     "PARAGRAPH_SCAN_CHARS",
     "RULES",
+    "SCANNER_VERSION",
     "USER_VOICE_RULES",
     "Finding",
     "identity_words",
