@@ -56,7 +56,8 @@ WORKER_START_TIMEOUT_S = 120.0
 
 
 def find_stack(start: Path) -> dict[str, Any] | None:
-    """The stack file of a running stack in ``start`` or a parent directory."""
+    """The stack file of a running stack in ``start`` or a parent directory. A file left by an
+    ``up`` that was killed (its pid is gone) is not a running stack."""
     for directory in (start, *start.parents):
         path = directory / STATE_DIR / STACK_FILE
         if path.is_file():
@@ -64,8 +65,21 @@ def find_stack(start: Path) -> dict[str, Any] | None:
                 data: dict[str, Any] = json.loads(path.read_text())
             except (OSError, ValueError):
                 return None
-            return data
+            return data if _alive(data.get("pid")) else None
     return None
+
+
+def _alive(pid: Any) -> bool:
+    """Whether process ``pid`` runs on this machine (True when the file names none)."""
+    if not isinstance(pid, int):
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def resolve_redis_url(explicit: str | None, environ: Mapping[str, str], cwd: Path) -> str:
