@@ -73,6 +73,17 @@ class Stack:
         self.redis_server.stop()
 
 
+def stop_process(process: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
+    """SIGTERM ``process``, SIGKILL it if it is still running after ``timeout_s``; reaped."""
+    if process.poll() is None:
+        process.terminate()
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def worker_env(url: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAPDISC_")}
     env.update(CAPDISC_REDIS_URL=url, CAPDISC_EMBEDDER="hashing", CAPDISC_LOG_LEVEL="INFO",

@@ -16,7 +16,7 @@ import redis
 from capdisc import keys
 from capdisc.client import Client
 
-from .conftest import ROOT, Stack
+from .conftest import ROOT, Stack, stop_process
 from .test_cli import run_cli
 
 SERVER = ROOT / "tests" / "fixtures" / "mcp_weather_server.py"
@@ -70,14 +70,12 @@ def http_server(tmp_path: Path) -> Iterator[tuple[int, list[subprocess.Popen[byt
     running: list[subprocess.Popen[bytes]] = []
     yield port, running
     for process in running:
-        process.terminate()
-        process.wait(timeout=10)
+        stop_process(process)
 
 
 def serve_http(port: int, running: list[subprocess.Popen[bytes]], *args: str) -> None:
     for process in running:
-        process.terminate()
-        process.wait(timeout=10)
+        stop_process(process)
     running[:] = [subprocess.Popen([sys.executable, str(SERVER), *args, "http", str(port)],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
     deadline = time.monotonic() + 30

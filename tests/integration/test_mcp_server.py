@@ -22,7 +22,7 @@ from capdisc.client import Client
 from capdisc.formats import to_mcp
 from capdisc.metatool import METATOOL_DESCRIPTION, METATOOL_NAME, metatool_definition
 
-from .conftest import ROOT, Stack, publish
+from .conftest import ROOT, Stack, publish, stop_process
 from .test_import_mcp import free_port
 
 SLACK = "tool:slack-post-message"
@@ -147,8 +147,7 @@ def http_server(stack: Stack, tmp_path: Path) -> Iterator[Callable[[str], str]]:
 
     yield start
     for process in running:
-        process.terminate()
-        process.wait(timeout=10)
+        stop_process(process)
 
 
 def test_http_each_mcp_session_is_its_own_capdisc_session(

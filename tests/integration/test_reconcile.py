@@ -80,10 +80,7 @@ def test_the_periodic_reconciler_repairs_drift_on_its_own(
         assert repaired and report.index_version > 0
         assert connection.hexists(keys.vectors("periodic", SPACE), "tool:slack-post-message")
     finally:
-        for process in private.processes:
-            process.terminate()
-            process.wait(timeout=15)
-        server.stop()
+        private.close()
 
 
 def _await_change(connection: redis.Redis, after: bytes, cap_id: str, timeout_s: float) -> bool:

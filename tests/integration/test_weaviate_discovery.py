@@ -36,10 +36,7 @@ def weaviate_stack(tmp_path: Path) -> Iterator[tuple[Stack, object]]:
         stack.spawn("discovery", DISCOVERY_ARGV)
         yield stack, fake
     finally:
-        for process in stack.processes:
-            process.terminate()
-            process.wait(timeout=15)
-        server.stop()
+        stack.close()
         fake.stop()
 
 
