@@ -96,3 +96,26 @@ class VectorStoreError(CapdiscError):
     ``CAPDISC_WEAVIATE_TIMEOUT_*_S`` when a call timed out, recreate the collection when its
     definition does not match. Writes that fail this way are safe to retry: ids are deterministic.
     """
+
+
+class AuthError(CapdiscError):
+    """Who asks could not be proven: the identity token is missing, malformed, forged (a bad
+    signature or a key id the keyring does not have), expired or not yet valid. ``reason`` says
+    which (``missing``, ``malformed``, ``forged``, ``expired``, ``not_yet_valid``,
+    ``wrong_audience``, ``claims``); ``code`` is the error code of a refused request's reply.
+    Issue a token with ``capdisc token issue --tenant T`` and pass it with ``--token`` or
+    ``CAPDISC_TOKEN`` (``Client(..., token=...)``)."""
+
+    code = "unauthorized"
+
+    def __init__(self, message: str, reason: str = "malformed") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class ForbiddenError(AuthError):
+    """A proven identity asked for what its token does not allow: another tenant (``wrong
+    tenant``), a grant it lacks (``write`` for a publish, ``session`` for a session), roles or a
+    user it does not carry. Ask the operator for a token that allows it."""
+
+    code = "forbidden"

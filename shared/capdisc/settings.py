@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -70,7 +71,16 @@ class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     redis_url: str = "redis://127.0.0.1:6379/0"
+    #: A file holding the Redis password (``capdisc up`` writes one, 0600): read at load and
+    #: put into ``redis_url``, so the password is in no environment and no command line.
+    redis_password_file: Path | None = None
     tenant: str = "default"
+    #: Whether workers and ``capdisc mcp`` require signed identity tokens (:mod:`capdisc.auth`)
+    #: and take tenant, roles and user from them. Off: the identity a request claims is used
+    #: (development only; workers warn at start). Unset: off, except under ``capdisc up``.
+    auth: bool | None = None
+    #: The keyring (JSON, key id -> key) tokens are verified with; read again when it changes.
+    auth_keys_file: Path | None = None
     embedder: Literal["minilm", "hashing", "openai"] = "minilm"
     hashing_dim: int = Field(384, ge=8, le=4096)
     #: Let the MiniLM model's threads spin instead of sleeping: a fresh turn that reaches an
@@ -155,12 +165,46 @@ class Settings(BaseModel):
                 discovery[name] = env[f"{ENV_PREFIX}{name.upper()}"]
         values["discovery"] = discovery
         try:
-            return cls.model_validate(values)
+            settings = cls.model_validate(values)
         except ValidationError as exc:
             raise ConfigError(_describe(exc, "setting")) from exc
+        return settings.with_password_file()
 
     def with_changes(self, **changes: Any) -> Settings:
         return Settings.model_validate({**self.model_dump(), **changes})
+
+    def with_password_file(self) -> Settings:
+        """The settings with ``redis_password_file``'s password in ``redis_url`` (a URL that
+        names a password already keeps its own)."""
+        if self.redis_password_file is None or urlsplit(self.redis_url).password:
+            return self
+        try:
+            password = self.redis_password_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(f"redis_password_file {self.redis_password_file} cannot be read "
+                              f"({exc.strerror}) (env CAPDISC_REDIS_PASSWORD_FILE)") from exc
+        return self.with_changes(redis_url=with_password(self.redis_url, password))
+
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            yield name, (mask_url(value) if name == "redis_url" else value)
+
+
+def with_password(url: str, password: str) -> str:
+    """``url`` with ``password`` (and the user it names, if any) in it."""
+    parts = urlsplit(url)
+    user = quote(parts.username or "", safe="")
+    where = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit(parts._replace(netloc=f"{user}:{quote(password, safe='')}@{where}"))
+
+
+def mask_url(url: str) -> str:
+    """``url`` with its password, if any, replaced by ``***``: what may be printed or stored."""
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    netloc = f"{parts.username or ''}:***@{parts.netloc.rsplit('@', 1)[1]}"
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _read_file(path: Path) -> dict[str, Any]:

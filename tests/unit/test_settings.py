@@ -213,3 +213,18 @@ def test_merged_with_an_invalid_override_is_a_config_error(
         DiscoveryConfig().merged(overrides)
 
     assert str(info.value) == message
+
+
+def test_redis_password_file_goes_into_the_url_and_repr_masks_it(tmp_path: Path) -> None:
+    secret = tmp_path / "redis.password"
+    secret.write_text("hunter2-very-secret\n")
+
+    settings = Settings.load(environ={"CAPDISC_REDIS_URL": "redis://127.0.0.1:7000/0",
+                                      "CAPDISC_REDIS_PASSWORD_FILE": str(secret),
+                                      "CAPDISC_AUTH": "on"})
+
+    assert settings.redis_url == "redis://:hunter2-very-secret@127.0.0.1:7000/0"
+    assert settings.auth is True
+    assert "hunter2" not in repr(settings) and "redis://:***@127.0.0.1:7000/0" in repr(settings)
+    with pytest.raises(ConfigError, match="redis_password_file"):
+        Settings.load(environ={"CAPDISC_REDIS_PASSWORD_FILE": str(tmp_path / "absent")})
