@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import redis
@@ -27,7 +27,10 @@ BATCH = 64
 class Publisher:
     """Sends :class:`RegistryEvent` objects to the ``indexing`` queue."""
 
-    def __init__(self, broker_url: str) -> None:
+    def __init__(self, broker_url: str, token: str | Callable[[], str] | None = None) -> None:
+        #: The identity token stamped on every event sent (or what makes one per send):
+        #: with auth on, indexing workers apply only events whose token grants ``write``.
+        self.token = token
         self.app = Celery("capdisc-producer", broker=broker_url)
         self.app.conf.update(task_serializer="json", accept_content=["json"],
                              broker_connection_retry_on_startup=True)
@@ -36,7 +39,8 @@ class Publisher:
     def send(self, events: Iterable[RegistryEvent], batch_size: int = BATCH) -> int:
         """Send ``events`` as tasks of up to ``batch_size`` events each (a worker embeds a
         task's capabilities in one model call); returns how many events were sent."""
-        payloads = [event.encode() for event in events]
+        token = self.token() if callable(self.token) else self.token
+        payloads = [(event.copy(token=token) if token else event).encode() for event in events]
         for start in range(0, len(payloads), batch_size):
             outbox.send(self.redis, self.app, keys.TASK_APPLY_EVENTS,
                         [payloads[start:start + batch_size]])

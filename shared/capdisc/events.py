@@ -43,9 +43,15 @@ class RegistryEvent:
     event_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     occurred_at_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     schema_version: int = SCHEMA_VERSION
+    #: The producer's identity token (:mod:`capdisc.auth`): with auth on, an indexing worker
+    #: applies the event only if it proves the ``write`` grant for the event's tenant.
+    token: str | None = field(default=None, repr=False)
 
     def encode(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"), ensure_ascii=False)
+        fields = asdict(self)
+        if fields["token"] is None:
+            del fields["token"]  # reads as before tokens existed
+        return json.dumps(fields, separators=(",", ":"), ensure_ascii=False)
 
     def copy(self, **changes: Any) -> RegistryEvent:
         return replace(self, **changes)
@@ -77,6 +83,7 @@ _FIELDS: dict[str, tuple[type | tuple[type, ...], bool]] = {
     "event_id": (str, True),
     "occurred_at_ms": (int, True),
     "schema_version": (int, True),
+    "token": ((str, type(None)), False),
 }
 
 
