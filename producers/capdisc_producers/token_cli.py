@@ -1,0 +1,90 @@
+"""``capdisc token``: the keyring identity tokens are signed with, and the tokens themselves.
+
+The keyring is ``--keys PATH``, else ``CAPDISC_AUTH_KEYS_FILE``, else the stack's
+``.capdisc/secrets/auth_keys.json`` (found from the current directory up, running or not).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from capdisc import auth
+from capdisc.errors import ConfigError
+from capdisc.settings import Settings
+from capdisc_producers.credentials import StackSecrets, find_keys_file
+
+keys_option = click.option(
+    "--keys", "keys_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    help="Keyring file (default: CAPDISC_AUTH_KEYS_FILE, then .capdisc/secrets/auth_keys.json)")
+
+
+@click.group()
+def token() -> None:
+    """Identity tokens: keys to sign them, and tokens for callers (workers with auth on serve
+    each request as the holder of its token)."""
+
+
+@token.command("issue")
+@click.option("--tenant", required=True,
+              help="The tenant it may ask about ('*': every tenant, with --grants admin)")
+@click.option("--roles", default="", help="Comma-separated roles of the holder")
+@click.option("--user", default=None, help="The holder's user id")
+@click.option("--grants", default=",".join(auth.DEFAULT_GRANTS), show_default=True,
+              help=f"Comma-separated, some of {', '.join(auth.GRANTS)} (discover: ask; "
+                   "session: sessions; write: publish, delete, import, reindex, dlq; admin: "
+                   "everything, any roles)")
+@click.option("--ttl", default="24h", show_default=True, help="Lifetime: 90s, 15m, 24h, 30d")
+@keys_option
+@click.pass_context
+def token_issue(ctx: click.Context, tenant: str, roles: str, user: str | None, grants: str,
+                ttl: str, keys_file: Path | None) -> None:
+    """Print a token signed with the keyring's newest key (keep it like a password)."""
+    keyring = auth.load_keyring(_keys_path(ctx, keys_file, create=False))
+    click.echo(auth.issue(keyring, tenant=tenant, roles=auth.roles_from(roles), user=user,
+                          grants=auth.grants_from(grants), ttl_s=auth.parse_duration(ttl),
+                          now=time.time()))
+
+
+@token.command("keygen")
+@keys_option
+@click.pass_context
+def token_keygen(ctx: click.Context, keys_file: Path | None) -> None:
+    """Add a new key (a new key id) to the keyring, creating it (0600) if needed: it signs the
+    tokens issued from now on, and every older key still verifies. Running workers read the
+    file again when it changes."""
+    path = _keys_path(ctx, keys_file, create=True)
+    keyring = auth.load_keyring(path) if path.exists() else auth.Keyring([])
+    key = auth.new_key(time.time())
+    auth.save_keyring(path, keyring.with_key(key))
+    click.echo(f"added key {key.kid} to {path}; tokens issued from now on are signed with it")
+
+
+@token.command("retire")
+@click.argument("kid")
+@keys_option
+@click.pass_context
+def token_retire(ctx: click.Context, kid: str, keys_file: Path | None) -> None:
+    """Remove key KID: every token it signed stops verifying (retire a key once its tokens have
+    expired, or at once if it leaked)."""
+    path = _keys_path(ctx, keys_file, create=False)
+    keyring = auth.load_keyring(path).without(kid)
+    if not keyring.kids:
+        raise ConfigError(f"{kid} is the last key of {path}; add another first "
+                          "(capdisc token keygen)")
+    auth.save_keyring(path, keyring)
+    click.echo(f"retired key {kid}; {path} keeps {', '.join(keyring.kids)}")
+
+
+def _keys_path(ctx: click.Context, explicit: Path | None, *, create: bool) -> Path:
+    settings: Settings = ctx.obj["settings"]
+    found = explicit or settings.auth_keys_file or find_keys_file(Path.cwd())
+    if found is not None:
+        return found
+    if create:
+        return StackSecrets.under(Path.cwd() / ".capdisc").keys_file
+    raise ConfigError("no keyring found: give --keys PATH, set CAPDISC_AUTH_KEYS_FILE, or run "
+                      "this in a project where `capdisc up` ran (or `capdisc token keygen` "
+                      "makes one)")
