@@ -20,7 +20,7 @@ import click
 import redis
 
 from capdisc import keys
-from capdisc.client import Answer, Client, wait_for_reply
+from capdisc.client import Answer, Client, tenant_of, wait_for_reply
 from capdisc.deadletters import list_dead_letters, replay
 from capdisc.errors import CapdiscError
 from capdisc.logs import configure_logging
@@ -35,13 +35,25 @@ from capdisc_producers.importer import import_jsonl
 from capdisc_producers.mcp_import import import_mcp
 from capdisc_producers.publisher import Publisher
 from capdisc_producers.reindex import start_full_reindex, wait_for_swap
-from capdisc_producers.stack import resolve_redis_url, run_up
+from capdisc_producers.stack import TOKEN_ENV, Access, resolve_access, run_up
 from capdisc_producers.sync import SyncReport, publish_plan, sync_directory
+from capdisc_producers.token_cli import token
 from capdisc_producers.watcher import watch_directory
 
-redis_option = click.option("--redis-url", envvar=None, default=None,
-                            help="Redis of the stack (default: CAPDISC_REDIS_URL, then "
-                                 ".capdisc/stack.json)")
+
+def redis_option(command: Any) -> Any:
+    """``--redis-url`` and ``--token``: where the stack is and who asks (the token is kept in
+    ``ctx.meta``, never printed)."""
+    command = click.option("--token", envvar=TOKEN_ENV, default=None, expose_value=False,
+                           callback=_remember, show_envvar=True,
+                           help="Identity token (`capdisc token issue`; default: the running "
+                                "stack's admin token). Prefer the variable: a command line "
+                                "is visible to other users")(command)
+    return click.option("--redis-url", envvar=None, default=None,
+                        help="Redis of the stack (default: CAPDISC_REDIS_URL, then "
+                             ".capdisc/stack.json)")(command)
+
+
 tenant_option = click.option("--tenant", default=None, help="Tenant (default: settings tenant)")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object")
 
@@ -102,9 +114,27 @@ def _settings(ctx: click.Context) -> Settings:
 
 
 def _connect(ctx: click.Context, redis_url: str | None) -> tuple[Settings, redis.Redis]:
-    url = resolve_redis_url(redis_url, os.environ, Path.cwd())
-    settings = _settings(ctx).with_changes(redis_url=url)
-    return settings, redis.Redis.from_url(url, socket_connect_timeout=2.0)
+    access = resolve_access(redis_url, ctx.meta.get("capdisc.token"), os.environ, Path.cwd(),
+                            _settings(ctx))
+    ctx.meta["capdisc.access"] = access
+    settings = _settings(ctx).with_changes(redis_url=access.redis_url)
+    return settings, redis.Redis.from_url(access.redis_url, socket_connect_timeout=2.0)
+
+
+def _access(ctx: click.Context) -> Access:
+    access: Access = ctx.meta["capdisc.access"]
+    return access
+
+
+def _tenant(ctx: click.Context, tenant: str | None) -> str:
+    """``--tenant``, else the token's tenant, else the settings' (after :func:`_connect`)."""
+    return tenant or tenant_of(_access(ctx).token) or _settings(ctx).tenant
+
+
+def _client(ctx: click.Context, connection: redis.Redis, tenant: str | None) -> Client:
+    """A client as the command's caller: its token, and its --roles and --user."""
+    return Client(connection, tenant=_tenant(ctx, tenant), token=_access(ctx).token,
+                  timeout_s=_settings(ctx).discover_timeout_s, **_caller(ctx))
 
 
 @click.group(cls=CheckedGroup)
@@ -153,9 +183,8 @@ def discover_cmd(ctx: click.Context, query: str, limit: int | None, kind: str | 
                  profile: str | None, redis_url: str | None, tenant: str | None,
                  as_json: bool) -> None:
     """Ask the discovery workers which capabilities QUERY needs (the three tiers)."""
-    settings, connection = _connect(ctx, redis_url)
-    with Client(connection, tenant=tenant or settings.tenant,
-                timeout_s=settings.discover_timeout_s, **_caller(ctx)) as client:
+    connection = _connect(ctx, redis_url)[1]
+    with _client(ctx, connection, tenant) as client:
         answer = client.discover(query, limit=limit, kind=kind, category=category,
                                  tags=list(tags), only_available=only_available,
                                  options=_parse_options(options), min_version=min_version,
@@ -316,9 +345,8 @@ def session_import(ctx: click.Context, session_id: str, path: Path, redis_url: s
 
 def _session_client(ctx: click.Context, redis_url: str | None, tenant: str | None,
                     action: Any) -> Any:
-    settings, connection = _connect(ctx, redis_url)
-    with Client(connection, tenant=tenant or settings.tenant,
-                timeout_s=settings.discover_timeout_s, **_caller(ctx)) as client:
+    connection = _connect(ctx, redis_url)[1]
+    with _client(ctx, connection, tenant) as client:
         try:
             return action(client)
         except CapdiscError as exc:
@@ -401,7 +429,7 @@ def publish(ctx: click.Context, path: Path, redis_url: str | None, tenant: str |
     caller = _caller(ctx)
     visibility = (Visibility(tuple(caller["roles"]), (caller["user"],) if caller["user"] else ())
                   if caller["roles"] or caller["user"] else None)
-    report = sync_directory(connection, publisher, path, tenant=tenant or settings.tenant,
+    report = sync_directory(connection, publisher, path, tenant=_tenant(ctx, tenant),
                             max_bytes=settings.manifest_max_bytes,
                             wait_s=timeout_s if wait else 0.0, visibility=visibility)
     _report_sync(report, wait, timeout_s)
@@ -419,7 +447,7 @@ def watch(ctx: click.Context, path: Path, redis_url: str | None, tenant: str | N
     signal.signal(signal.SIGTERM, _interrupt)
     with contextlib.suppress(KeyboardInterrupt):
         watch_directory(connection, Publisher(settings.redis_url), path,
-                        tenant=tenant or settings.tenant,
+                        tenant=_tenant(ctx, tenant),
                         max_bytes=settings.manifest_max_bytes,
                         debounce_ms=settings.watch_debounce_ms)
 
@@ -439,7 +467,7 @@ def delete(ctx: click.Context, capability_ids: tuple[str, ...], source: str | No
     workers applied it. A later manifest or import of the same id publishes it again; an older
     event never does."""
     settings, connection = _connect(ctx, redis_url)
-    tenant = tenant or settings.tenant
+    tenant = _tenant(ctx, tenant)
     ids = _chosen_ids(connection, tenant, capability_ids, source)
     report = _publish_ids(settings, connection, SyncPlan(deletes=ids), tenant, timeout_s)
     _print_outcomes(report, "delete", "deleted", "not found, nothing to delete")
@@ -463,7 +491,7 @@ def reindex(ctx: click.Context, capability_ids: tuple[str, ...], source: str | N
             timeout_s: float) -> None:
     """Embed capabilities again: by id, a whole --source, or --all of a tenant (blue/green)."""
     settings, connection = _connect(ctx, redis_url)
-    tenant = tenant or settings.tenant
+    tenant = _tenant(ctx, tenant)
     if everything:
         if capability_ids or source:
             _fail("--all reindexes the whole tenant; give no ids and no --source with it")
@@ -588,7 +616,7 @@ def import_jsonl_cmd(ctx: click.Context, path: Path, source: str | None, wait: b
 
         try:
             report = import_jsonl(connection, publisher, path,
-                                  tenant=tenant or settings.tenant, source=source,
+                                  tenant=_tenant(ctx, tenant), source=source,
                                   wait_s=timeout_s if wait else 0.0, progress=progress)
         finally:
             publisher.close()
@@ -616,7 +644,7 @@ def import_mcp_cmd(ctx: click.Context, url: str | None, command: str | None,
     publisher = Publisher(settings.redis_url)
     try:
         report, changed = import_mcp(connection, publisher, url=url, command=command,
-                                     tenant=tenant or settings.tenant, server_name=server_name,
+                                     tenant=_tenant(ctx, tenant), server_name=server_name,
                                      wait_s=timeout_s if wait else 0.0, timeout_s=timeout_s)
     except CapdiscError as exc:
         _fail(str(exc))
@@ -695,6 +723,7 @@ def dlq_replay(ctx: click.Context, entry_ids: tuple[str, ...], replay_all: bool,
 
 
 cli.add_command(bench)
+cli.add_command(token)
 
 
 def _report_sync(report: SyncReport, wait: bool, timeout_s: float) -> None:

@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis
 import structlog
@@ -41,9 +42,10 @@ from capdisc import keys
 from capdisc.client import Answer, Client
 from capdisc.errors import CapdiscError, StackNotFoundError
 from capdisc.localredis import LocalRedis, start_redis
-from capdisc.settings import Settings
+from capdisc.settings import Settings, with_password
 from capdisc.status import forget_worker, live_workers, record_supervised
 from capdisc.store import as_str, tenant_version
+from capdisc_producers.credentials import read_secret
 from capdisc_producers.publisher import Publisher
 from capdisc_producers.supervisor import Child, Supervisor, child_options, exit_reason, log_tail
 from capdisc_producers.sync import SyncReport, sync_directory
@@ -52,6 +54,7 @@ from capdisc_producers.watcher import watch_directory
 STATE_DIR = ".capdisc"
 STACK_FILE = "stack.json"
 REDIS_ENV = "CAPDISC_REDIS_URL"
+TOKEN_ENV = "CAPDISC_TOKEN"
 WORKER_START_TIMEOUT_S = 120.0
 
 
@@ -83,16 +86,61 @@ def _alive(pid: Any) -> bool:
 
 
 def resolve_redis_url(explicit: str | None, environ: Mapping[str, str], cwd: Path) -> str:
-    """``--redis-url``, else ``CAPDISC_REDIS_URL``, else the running stack's, else an error."""
-    if explicit:
-        return explicit
-    if environ.get(REDIS_ENV):
-        return environ[REDIS_ENV]
+    """``--redis-url``, else ``CAPDISC_REDIS_URL``, else the running stack's (with the password
+    from its password file), else an error."""
+    return resolve_access(explicit, None, environ, cwd).redis_url
+
+
+def resolve_token(explicit: str | None, environ: Mapping[str, str], cwd: Path) -> str | None:
+    """``--token``, else ``CAPDISC_TOKEN``, else the running stack's admin token when its Redis
+    is the one used (see :func:`resolve_access`)."""
+    return resolve_access(None, explicit, environ, cwd).token
+
+
+@dataclass(frozen=True)
+class Access:
+    """How a command reaches the stack, and the token it presents."""
+
+    redis_url: str
+    token: str | None
+    #: The keyring to verify tokens with, when this process has one (``capdisc mcp``).
+    keys_file: Path | None = None
+    #: Whether the stack requires tokens, as far as this process knows (None: not known).
+    auth: bool | None = None
+
+
+def resolve_access(explicit_url: str | None, explicit_token: str | None,
+                   environ: Mapping[str, str], cwd: Path,
+                   settings: Settings | None = None) -> Access:
+    """The Redis URL (``--redis-url``, ``CAPDISC_REDIS_URL``, else the running stack's) and
+    the token (``--token``, ``CAPDISC_TOKEN``, else the stack's admin token, only when the
+    stack's Redis is the one used: a token never goes to a Redis it was not made for)."""
+    settings = settings or Settings()
+    token = explicit_token or environ.get(TOKEN_ENV) or None
+    url = explicit_url or environ.get(REDIS_ENV)
+    if url:
+        password = read_secret(settings.redis_password_file)
+        if password and not urlsplit(url).password:
+            url = with_password(url, password)
+        return Access(url, token, settings.auth_keys_file, settings.auth)
     stack = find_stack(cwd)
-    if stack and stack.get("redis_url"):
-        return str(stack["redis_url"])
-    raise StackNotFoundError(f"no running capdisc stack found from {cwd} (no {STATE_DIR}/"
-                             f"{STACK_FILE}); start one with `make up`, or set {REDIS_ENV}")
+    if not stack or not stack.get("redis_url"):
+        raise StackNotFoundError(f"no running capdisc stack found from {cwd} (no {STATE_DIR}/"
+                                 f"{STACK_FILE}); start one with `make up`, or set "
+                                 f"{REDIS_ENV}")
+    url = str(stack["redis_url"])
+    password = read_secret(_named_file(stack, "redis_password_file"))
+    if password:
+        url = with_password(url, password)
+    keys_file = settings.auth_keys_file or _named_file(stack, "auth_keys_file")
+    auth_on = settings.auth if settings.auth is not None else stack.get("auth")
+    return Access(url, token or read_secret(_named_file(stack, "token_file")), keys_file,
+                  auth_on if isinstance(auth_on, bool) else None)
+
+
+def _named_file(stack: Mapping[str, Any], name: str) -> Path | None:
+    value = stack.get(name)
+    return Path(value) if isinstance(value, str) and value else None
 
 
 #: How often the supervision loop looks at the children and the stop request.

@@ -17,9 +17,12 @@ import redis
 
 from capdisc import keys, sessions
 from capdisc.agent import metatool_result
+from capdisc.auth import ALL_TENANTS, peek
 from capdisc.errors import (
+    AuthError,
     CapdiscError,
     DiscoveryTimeout,
+    ForbiddenError,
     SessionNotFoundError,
     UnknownTenantError,
 )
@@ -63,13 +66,20 @@ class Answer:
 
 class Client:
     """Connects by URL (or takes a Redis connection) and talks to the discovery workers, as a
-    caller with ``roles`` and ``user`` in its tenant (anonymous: what the tenant shares)."""
+    caller with ``roles`` and ``user`` in its tenant (anonymous: what the tenant shares).
 
-    def __init__(self, connection: redis.Redis, *, tenant: str = "default",
+    Where the workers require identity tokens (``auth: on``), pass ``token`` (``capdisc token
+    issue`` makes one): the workers serve each request as the token's holder, and a missing,
+    forged, expired or wrong-tenant token raises :class:`~capdisc.errors.AuthError` (or its
+    :class:`~capdisc.errors.ForbiddenError`). ``tenant`` defaults to the token's tenant."""
+
+    def __init__(self, connection: redis.Redis, *, tenant: str | None = None,
                  timeout_s: float = 5.0, resend_after_s: float = 3.0,
-                 roles: list[str] | None = None, user: str | None = None) -> None:
+                 roles: list[str] | None = None, user: str | None = None,
+                 token: str | None = None) -> None:
         self.redis = connection
-        self.tenant = tenant
+        self.token = token or None
+        self.tenant = tenant or tenant_of(self.token) or "default"
         #: Who asks, within the tenant: only capabilities visible to them come back.
         self.roles = list(roles or [])
         self.user = user
@@ -102,7 +112,7 @@ class Client:
                                   only_available=only_available, min_version=min_version,
                                   tool_format=tool_format, options=options or {},
                                   session=session, profile=profile, roles=self.roles,
-                                  user=self.user)
+                                  user=self.user, token=self.token)
         if request_id:
             request = replace(request, request_id=request_id)
         raw = self._request({"payload": request.encode()}, request.request_id, timeout_s)
@@ -148,12 +158,13 @@ class Client:
             fields["request_id"] = request_id
         request = SessionRequest(op=op, session=session,  # type: ignore[arg-type]
                                  tenant=tenant or self.tenant, roles=self.roles,
-                                 user=self.user, **fields)
+                                 user=self.user, token=self.token, **fields)
         raw = self._request({"op": "session", "payload": request.encode()}, request.request_id,
                             None)
         if "error" in raw:
             if raw["error"] == "SessionNotFoundError":
                 raise SessionNotFoundError(raw["message"])
+            _raise_refusal(raw)
             raise CapdiscError(f"session request failed ({raw['error']}): {raw['message']}")
         return raw
 
@@ -228,6 +239,7 @@ def _answer(raw: dict[str, Any], request: DiscoverRequest) -> Answer:
     if "error" in raw:
         if raw["error"] == "unknown_tenant":
             raise UnknownTenantError(raw["message"])
+        _raise_refusal(raw)
         raise CapdiscError(f"discovery failed ({raw['error']}): {raw['message']}")
     return Answer(query=request.query, tenant=raw["tenant"], index_version=raw["index_version"],
                   capabilities=raw["capabilities"], context=raw["context"],
@@ -236,3 +248,24 @@ def _answer(raw: dict[str, Any], request: DiscoverRequest) -> Answer:
                   worker=raw.get("worker", ""), took_ms=raw.get("took_ms", 0.0),
                   workflow_hints=raw.get("workflow_hints", {}), session=raw.get("session"),
                   raw=raw)
+
+
+def _raise_refusal(raw: dict[str, Any]) -> None:
+    """The workers refused who asks: :class:`AuthError` (no valid token) or
+    :class:`ForbiddenError` (a valid one that does not allow this), with their message."""
+    if raw["error"] == ForbiddenError.code:
+        raise ForbiddenError(raw["message"], "forbidden")
+    if raw["error"] == AuthError.code:
+        raise AuthError(raw["message"], "unauthorized")
+
+
+def tenant_of(token: str | None) -> str | None:
+    """The tenant a token names (unverified: a default only; the workers verify), None for a
+    token for every tenant or one that cannot be read."""
+    if not token:
+        return None
+    try:
+        tenant = peek(token).get("tenant")
+    except AuthError:
+        return None
+    return tenant if isinstance(tenant, str) and tenant != ALL_TENANTS else None

@@ -31,6 +31,8 @@ MAX_QUERY_CHARS = 4096
 MAX_REQUEST_BYTES = 64 * 1024
 #: Deepest nesting of any value in a request (options, a call's arguments, a session document).
 MAX_DEPTH = 32
+#: Longest identity token a request may carry.
+MAX_TOKEN_CHARS = 8192
 #: Largest integer a request may carry (the largest JSON numbers represent exactly).
 MAX_INT = 2**53 - 1
 MAX_LIMIT = 10_000
@@ -45,6 +47,8 @@ ENTRY_OPS = ("discover", "session")
 #: Largest entry read (all field names and values): the payload and a little more.
 MAX_ENTRY_BYTES = MAX_REQUEST_BYTES + 1024
 _DEADLINE_RE = re.compile(r"^[0-9]{1,16}$")
+#: A ``"token": "..."`` pair in JSON text (for :func:`redact_tokens`).
+_TOKEN_VALUE = re.compile(r'("token"\s*:\s*)"(?:[^"\\]|\\.)*"')
 
 
 @dataclass(frozen=True)
@@ -69,11 +73,14 @@ class DiscoverRequest:
     #: Who asks, within the tenant: only capabilities visible to them come back.
     roles: list[str] = field(default_factory=list)
     user: str | None = None
+    #: The signed identity token (:mod:`capdisc.auth`); with auth on, who asks is the one it
+    #: proves. Never logged, never kept.
+    token: str | None = field(default=None, repr=False)
 
     def encode(self) -> str:
         """The request as JSON; :class:`RequestEncodeError` naming the field when a value
         cannot be sent (text that is not valid Unicode, a value JSON cannot carry)."""
-        return _encode(asdict(self), "discovery request")
+        return _encode(_without_no_token(asdict(self)), "discovery request")
 
     @classmethod
     def decode(cls, data: str | bytes) -> DiscoverRequest:
@@ -102,10 +109,11 @@ class SessionRequest:
     roles: list[str] = field(default_factory=list)
     user: str | None = None
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    token: str | None = field(default=None, repr=False)
 
     def encode(self) -> str:
         """The request as JSON (see :meth:`DiscoverRequest.encode`)."""
-        return _encode(asdict(self), "session request")
+        return _encode(_without_no_token(asdict(self)), "session request")
 
     @classmethod
     def decode(cls, data: str | bytes) -> SessionRequest:
@@ -364,6 +372,15 @@ def _strings(*, blank: bool) -> Check:
     return check
 
 
+def _token(value: Any) -> str | None:
+    """A token is checked for type and size only (its value is never quoted back)."""
+    if not isinstance(value, str):
+        return f"must be a string (a signed token), got {_kind(value)}"
+    if len(value) > MAX_TOKEN_CHARS:
+        return f"is {len(value)} characters, the limit is {MAX_TOKEN_CHARS}"
+    return None
+
+
 def _json_object(value: Any) -> str | None:
     return None if isinstance(value, dict) else f"must be an object, got {_kind(value)}"
 
@@ -390,12 +407,14 @@ DISCOVER_FIELDS: dict[str, Check] = {
     "min_version": _integer(0, MAX_INT), "tool_format": _optional(_choice(TOOL_FORMATS)),
     "options": _json_object, "request_id": _REQUEST_ID, "session": _optional(_SESSION),
     "profile": _NAME, "roles": _strings(blank=False), "user": _NAME,
+    "token": _optional(_token),
 }
 DISCOVER_REQUIRED = ("query", "request_id")
 SESSION_FIELDS: dict[str, Check] = {
     "op": _choice(SESSION_OPS), "session": _SESSION, "tenant": _TENANT, "tool_id": _NAME,
     "arguments": _anything, "data": _optional(_json_object), "profile": _NAME,
     "roles": _strings(blank=False), "user": _NAME, "request_id": _REQUEST_ID,
+    "token": _optional(_token),
 }
 SESSION_REQUIRED = ("op", "session", "request_id")
 
@@ -445,6 +464,20 @@ DOCUMENT_FIELDS: dict[str, Check] = {
 
 
 # -- encoding (the client's side) ----------------------------------------------------------------
+
+
+def _without_no_token(fields: dict[str, Any]) -> dict[str, Any]:
+    """Fields to send: without ``token`` when there is none (a worker that predates tokens
+    still reads such a request)."""
+    if fields.get("token") is None:
+        fields.pop("token", None)
+    return fields
+
+
+def redact_tokens(text: str) -> str:
+    """``text`` (a request's payload JSON, as kept for inspection) with every token value
+    replaced: what may be stored or shown."""
+    return _TOKEN_VALUE.sub(r'\1"[redacted]"', text)
 
 
 def _encode(fields: dict[str, Any], what: str) -> str:

@@ -32,13 +32,14 @@ from typing import Any
 import redis
 import structlog
 
-from capdisc import keys, status
+from capdisc import auth, keys, status
 from capdisc.access import Caller, visible
 from capdisc.agent import list_discovered_tools
 from capdisc.embedding import CachedQueryEmbedder, Matrix, embedder_for, embedder_for_id
 from capdisc.engine import DiscoveryResult, Match, Query, discover, embed_turn, rank
-from capdisc.errors import BadRequestError, CapdiscError
+from capdisc.errors import AuthError, BadRequestError, CapdiscError
 from capdisc.events import TENANT_RE
+from capdisc.gate import Gate
 from capdisc.index import IndexSnapshot, SearchFilters, hybrid_retriever, store_retriever
 from capdisc.logs import configure_logging
 from capdisc.models import Capability
@@ -146,6 +147,8 @@ class DiscoveryWorker:
         self._lock = threading.Lock()
         self.indexes = Indexes()
         self.sessions = SessionService(connection, settings.sessions)
+        #: Who asks: with auth on, who the request's token proves (:mod:`capdisc.gate`).
+        self.gate = Gate.from_settings(settings)
         #: An external vector store searched per turn (``vector_store: weaviate``), or None.
         self.store = store_for(settings)
         self.worker_id = f"discovery@{socket.gethostname()}:{os.getpid()}"
@@ -447,13 +450,24 @@ class DiscoveryWorker:
                        answer_safely(request_id, lambda: self._handle(entry), self.worker_id))
 
     def _handle(self, entry: Entry) -> dict[str, Any]:
-        """The reply to one checked request."""
+        """The reply to one checked request, served as who its token proves (with auth on)."""
         started = time.perf_counter()
-        request = entry.request
+        try:
+            request = self.gate.admit(entry.request)
+        except AuthError as exc:
+            return self._refused(entry.request, exc)
         reply = (self.session_op(request) if isinstance(request, SessionRequest)
                  else self.answer(request, entry.deadline_ms))
         reply["took_ms"] = round((time.perf_counter() - started) * 1000, 3)
         return reply
+
+    def _refused(self, request: DiscoverRequest | SessionRequest, exc: AuthError
+                 ) -> dict[str, Any]:
+        """The reply to a request whose token proves nothing or does not allow it: the error,
+        no data. The log names the token's key id and subject, never the token."""
+        log.warning("request_refused", request_id=request.request_id, tenant=request.tenant,
+                    error=exc.code, reason=exc.reason, **auth.label(request.token))
+        return error_reply(request.request_id, exc.code, str(exc))
 
     def session_op(self, request: SessionRequest) -> dict[str, Any]:
         """Record a call, or show, export or import a session's working set."""
@@ -568,6 +582,10 @@ class DiscoveryWorker:
             status.forget_worker(client, self.worker_id)
 
     def run(self) -> None:
+        if not self.gate.enabled:
+            log.warning("auth_off", hint="requests are served as the tenant, roles and user "
+                        "they claim: anyone who can reach Redis can ask as anyone; set "
+                        "CAPDISC_AUTH=on and CAPDISC_AUTH_KEYS_FILE outside development")
         self._load_when_reachable()
         threads = [threading.Thread(target=self.follow_changes, name="changes", daemon=True),
                    threading.Thread(target=self.heartbeat_loop, name="heartbeat", daemon=True)]

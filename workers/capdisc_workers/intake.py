@@ -25,7 +25,7 @@ import redis
 import structlog
 
 from capdisc import keys
-from capdisc.protocol import error_reply, peek_request_id
+from capdisc.protocol import error_reply, peek_request_id, redact_tokens
 from capdisc.store import as_str, dead_letter
 from capdisc_workers.outage import RETRYABLE
 
@@ -110,13 +110,14 @@ def quarantined(entry_id: str, fields: Mapping[Any, Any], times_delivered: int) 
 
 
 def entry_text(fields: Mapping[Any, Any]) -> str:
-    """A readable, bounded rendering of an entry's fields (bytes that are not UTF-8 escaped)."""
+    """A readable, bounded rendering of an entry's fields (bytes that are not UTF-8 escaped,
+    identity tokens redacted)."""
     def text(value: Any) -> str:
         raw = value if isinstance(value, bytes) else str(value).encode("utf-8", "surrogatepass")
         return raw.decode("utf-8", "backslashreplace")
 
-    rendered = json.dumps({text(k): text(v)[:DEAD_LETTER_CHARS] for k, v in fields.items()},
-                          ensure_ascii=False)
+    rendered = json.dumps({text(k): redact_tokens(text(v))[:DEAD_LETTER_CHARS]
+                           for k, v in fields.items()}, ensure_ascii=False)
     return rendered[:DEAD_LETTER_CHARS]
 
 
