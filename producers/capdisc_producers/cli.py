@@ -23,6 +23,7 @@ from capdisc import keys
 from capdisc.client import Answer, Client, tenant_of, wait_for_reply
 from capdisc.deadletters import list_dead_letters, replay
 from capdisc.errors import CapdiscError
+from capdisc.gate import Gate
 from capdisc.logs import configure_logging
 from capdisc.models import Visibility
 from capdisc.protocol import unencodable
@@ -254,12 +255,19 @@ def session() -> None:
 def mcp_cmd(ctx: click.Context, http_port: int | None, host: str, profile: str | None,
             redis_url: str | None, tenant: str | None) -> None:
     """Serve discover_capabilities as an MCP server (stdio, or streamable HTTP with --http);
-    each MCP session is a capdisc session."""
-    from capdisc_producers.mcp_server import serve
+    each MCP session is a capdisc session. With auth on, stdio asks as the holder of --token
+    (verified at start), and HTTP requires `Authorization: Bearer TOKEN` on every request and
+    asks as its holder."""
+    from capdisc_producers.mcp_server import ServerAuth, serve
 
     settings, _connection = _connect(ctx, redis_url)
-    serve(settings, tenant=tenant or settings.tenant, profile=profile, host=host,
-          port=http_port, **_caller(ctx))
+    access = _access(ctx)
+    required = access.auth if access.auth is not None else access.keys_file is not None
+    gate = (Gate.from_settings(settings.with_changes(auth=True, auth_keys_file=access.keys_file))
+            if access.keys_file is not None and required else Gate(None))
+    serve(settings, tenant=_tenant(ctx, tenant), profile=profile, host=host, port=http_port,
+          access=ServerAuth(access.token, gate, required), tenant_given=tenant is not None,
+          **_caller(ctx))
 
 
 @session.command("show")

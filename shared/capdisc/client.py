@@ -92,6 +92,13 @@ class Client:
     def from_url(cls, url: str, **kwargs: Any) -> Client:
         return cls(redis.Redis.from_url(url, socket_connect_timeout=2.0), **kwargs)
 
+    def as_holder(self, token: str, tenant: str | None = None) -> Client:
+        """A client on this one's connection asking as the holder of ``token`` (in ``tenant``,
+        else the token's): one caller of a server that serves many (``capdisc mcp --http``).
+        Closing it closes the shared connection: close this one instead."""
+        return Client(self.redis, tenant=tenant, token=token, timeout_s=self.timeout_s,
+                      resend_after_s=self.resend_after_s)
+
     def discover(self, query: str, *, limit: int | None = None, kind: str | None = None,
                  category: str | None = None, tags: list[str] | None = None,
                  only_available: bool = False, min_version: int = 0,

@@ -7,26 +7,40 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
+import subprocess
+import sys
 import time
-from collections.abc import Iterator
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 import redis
 import yaml
+from mcp import Client as MCPClient
+from mcp import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 from capdisc import auth, keys
 from capdisc.access import Caller, visible
 from capdisc.client import Client
 from capdisc.errors import AuthError, ForbiddenError
+from capdisc.metatool import METATOOL_NAME
 from capdisc.models import Visibility
 from capdisc_producers.publisher import Publisher
 from capdisc_producers.sync import SyncReport, sync_directory
 
-from .conftest import EXAMPLES, MAX_BYTES
+from .conftest import EXAMPLES, MAX_BYTES, ROOT, stop_process
 from .private import PrivateStack
 from .test_cli import run_cli
+from .test_import_mcp import free_port
+
+SERVE = [sys.executable, "-m", "capdisc_producers.cli", "mcp"]
 
 TENANT = "acme"
 REFUND = "tool:stripe-refund"
@@ -270,3 +284,160 @@ def test_cli_token_issue_makes_tokens_the_workers_accept(auth_stack: AuthStack) 
 
     assert identity.roles == ("finance",) and identity.expires_at - identity.issued_at == 300
     assert answer.ids[0] == REFUND
+
+
+# -- capdisc mcp over stdio --------------------------------------------------------------------
+
+
+def mcp_env(stack: AuthStack, token: str | None, *, keyring: bool = True) -> dict[str, str]:
+    env = {k: v for k, v in stack.env.items() if keyring or not k.startswith("CAPDISC_AUTH")}
+    return {**env, **({"CAPDISC_TOKEN": token} if token else {})}
+
+
+@pytest.mark.parametrize("case", ["missing", "forged", "expired", "wrong-tenant"])
+def test_mcp_stdio_refuses_a_bad_token_at_start(auth_stack: AuthStack, case: str) -> None:
+    presented, _error, says = bad_tokens(auth_stack)[case]
+
+    result = subprocess.run([*SERVE, "--tenant", TENANT], env=mcp_env(auth_stack, presented),
+                            cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                            timeout=60)
+
+    assert result.returncode == 2 and result.stdout == ""
+    assert says in result.stderr
+    assert not presented or presented not in result.stderr
+
+
+def test_mcp_stdio_asks_as_the_token_holder_and_the_workers_check_it(
+        auth_stack: AuthStack) -> None:
+    forged, _error, _says = bad_tokens(auth_stack)["forged"]
+    found: dict[str, Any] = {}
+
+    async def ask(name: str, token: str, keyring: bool = True) -> None:
+        server = StdioServerParameters(command=SERVE[0], args=[*SERVE[1:], "--tenant", TENANT],
+                                       env=mcp_env(auth_stack, token, keyring=keyring),
+                                       cwd=str(ROOT))
+        async with MCPClient(server) as mcp:
+            found[name] = await mcp.call_tool(METATOOL_NAME, {"query": "refund a payment"})
+
+    async def body() -> None:
+        await ask("finance", auth_stack.token(roles=["finance"]))
+        await ask("plain", auth_stack.token())
+        # without the keyring the server cannot check at start: the workers refuse each call
+        await ask("forged", forged, keyring=False)
+
+    anyio.run(body)
+    assert found["finance"].structured_content["capabilities"][0]["id"] == REFUND
+    assert REFUND not in [c["id"] for c in found["plain"].structured_content["capabilities"]]
+    refused = found["forged"]
+    assert refused.is_error and "does not verify" in refused.content[0].text
+    assert not refused.structured_content
+
+
+# -- capdisc mcp over streamable HTTP ----------------------------------------------------------
+
+
+@pytest.fixture
+def mcp_http(auth_stack: AuthStack, tmp_path: Path) -> Iterator[Callable[..., str]]:
+    """Starts ``capdisc mcp --http PORT`` on the auth stack; returns its endpoint URL."""
+    running: list[subprocess.Popen[bytes]] = []
+
+    def start(*args: str) -> str:
+        port = free_port()
+        log = tmp_path / "mcp-http.log"
+        with log.open("ab") as out:
+            running.append(subprocess.Popen([*SERVE, "--http", str(port), *args],
+                                            env=auth_stack.env, cwd=ROOT, stdout=out,
+                                            stderr=out))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                return f"http://127.0.0.1:{port}/mcp"
+            except OSError:
+                if running[-1].poll() is not None:
+                    raise AssertionError(f"capdisc mcp exited: {log.read_text()}") from None
+                time.sleep(0.05)
+        raise AssertionError("capdisc mcp did not listen within 30 s")
+
+    try:
+        yield start
+    finally:
+        for process in running:
+            stop_process(process)
+
+
+def post_initialize(url: str, token: str | None) -> tuple[int, dict[str, str], str]:
+    """A raw initialize POST: its status, headers and body."""
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"}}}).encode()
+    headers = {"Content-Type": "application/json",
+               "Accept": "application/json, text/event-stream"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, dict(response.headers), response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read().decode()
+
+
+def with_bearer(url: str, token: str) -> tuple[MCPClient, Any]:
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    return MCPClient(streamable_http_client(url, http_client=http)), http
+
+
+@pytest.mark.parametrize("case", ["missing", "forged", "unknown-key", "expired"])
+def test_mcp_http_refuses_a_request_without_a_valid_bearer_token(
+        auth_stack: AuthStack, mcp_http: Callable[..., str], case: str) -> None:
+    presented, _error, _says = bad_tokens(auth_stack)[case]
+    url = mcp_http()
+
+    status, headers, body = post_initialize(url, presented)
+
+    assert status == 401
+    challenge = {k.lower(): v for k, v in headers.items()}["www-authenticate"]
+    assert challenge.startswith("Bearer ") and 'error="invalid_token"' in challenge
+    assert "result" not in body and "capdisc" not in body
+
+
+def test_mcp_http_needs_the_discover_grant_and_refuses_another_tenant(
+        auth_stack: AuthStack, mcp_http: Callable[..., str]) -> None:
+    url = mcp_http("--tenant", TENANT)
+    writer_status, writer_headers, _body = post_initialize(url, auth_stack.token(grants=["write"]))
+    outcome: dict[str, Any] = {}
+
+    async def body() -> None:
+        client, http = with_bearer(url, auth_stack.token("other"))
+        async with http, client as mcp:
+            outcome["other"] = await mcp.call_tool(METATOOL_NAME, {"query": "refund"})
+
+    anyio.run(body)
+    assert writer_status == 403
+    assert "insufficient_scope" in {k.lower(): v for k, v in writer_headers.items()}[
+        "www-authenticate"]
+    refused = outcome["other"]
+    assert refused.is_error and "wrong tenant" in refused.content[0].text
+    assert not refused.structured_content
+
+
+def test_mcp_http_each_request_asks_as_the_holder_of_its_bearer_token(
+        auth_stack: AuthStack, mcp_http: Callable[..., str]) -> None:
+    url = mcp_http()
+    answers: dict[str, dict[str, Any]] = {}
+
+    async def body() -> None:
+        finance, finance_http = with_bearer(url, auth_stack.token(roles=["finance"]))
+        plain, plain_http = with_bearer(url, auth_stack.token())
+        async with finance_http, plain_http, finance as one, plain as other:
+            for name, mcp in (("finance", one), ("plain", other)):
+                result = await mcp.call_tool(METATOOL_NAME, {"query": "refund a payment"})
+                assert not result.is_error, result.content
+                answers[name] = result.structured_content or {}
+
+    anyio.run(body)
+    assert answers["finance"]["capabilities"][0]["id"] == REFUND
+    assert REFUND in answers["finance"]["session"]["bound"]
+    assert REFUND not in [c["id"] for c in answers["plain"]["capabilities"]]
+    assert REFUND not in answers["plain"]["session"]["bound"]
