@@ -184,12 +184,13 @@ def main(argv: list[str] | None = None) -> int:
     api_key = os.environ.get("ANTHROPIC_API_KEY")
     if not api_key:
         parser.error("set ANTHROPIC_API_KEY")
-    from capdisc_producers.stack import resolve_redis_url
+    from capdisc_producers.stack import resolve_access
 
     api = MessagesAPI(api_key, args.base_url, beta=args.beta)
     try:
-        url = resolve_redis_url(args.redis_url, os.environ, Path.cwd())
-        with Client.from_url(url, tenant=args.tenant) as capdisc:
+        access = resolve_access(args.redis_url, None, os.environ, Path.cwd())  # + CAPDISC_TOKEN
+        with Client.from_url(access.redis_url, tenant=args.tenant,
+                             token=access.token) as capdisc:
             run = run_agent(args.task, capdisc=capdisc, api=api, model=args.model,
                             session=args.session, max_turns=args.max_turns,
                             max_tokens=args.max_tokens)

@@ -172,14 +172,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.model:
         parser.error("--model is required (or set OPENAI_MODEL)")
-    from capdisc_producers.stack import resolve_redis_url
+    from capdisc_producers.stack import resolve_access
 
     # A local server often needs no key, but the SDK insists on one.
     api_key = os.environ.get("OPENAI_API_KEY") or ("unused" if args.base_url else None)
     model_client = OpenAI(base_url=args.base_url, api_key=api_key)
     try:
-        url = resolve_redis_url(args.redis_url, os.environ, Path.cwd())
-        with Client.from_url(url, tenant=args.tenant) as capdisc:
+        access = resolve_access(args.redis_url, None, os.environ, Path.cwd())  # + CAPDISC_TOKEN
+        with Client.from_url(access.redis_url, tenant=args.tenant,
+                             token=access.token) as capdisc:
             run = run_agent(args.task, capdisc=capdisc, model_client=model_client,
                             model=args.model, api=args.api, session=args.session,
                             max_turns=args.max_turns)

@@ -33,19 +33,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import redis
 import structlog
 
-from capdisc import keys
+from capdisc import auth, keys
 from capdisc.client import Answer, Client
 from capdisc.errors import CapdiscError, StackNotFoundError
 from capdisc.localredis import LocalRedis, start_redis
-from capdisc.settings import Settings, with_password
+from capdisc.settings import Settings, mask_url, with_password
 from capdisc.status import forget_worker, live_workers, record_supervised
 from capdisc.store import as_str, tenant_version
-from capdisc_producers.credentials import read_secret
+from capdisc_producers.credentials import StackSecrets, read_secret
 from capdisc_producers.publisher import Publisher
 from capdisc_producers.supervisor import Child, Supervisor, child_options, exit_reason, log_tail
 from capdisc_producers.sync import SyncReport, sync_directory
@@ -55,6 +55,11 @@ STATE_DIR = ".capdisc"
 STACK_FILE = "stack.json"
 REDIS_ENV = "CAPDISC_REDIS_URL"
 TOKEN_ENV = "CAPDISC_TOKEN"
+AUTH_ENV = "CAPDISC_AUTH"
+KEYS_ENV = "CAPDISC_AUTH_KEYS_FILE"
+PASSWORD_FILE_ENV = "CAPDISC_REDIS_PASSWORD_FILE"
+#: Lifetime of the tokens ``up`` issues itself for each of its own requests and publishes.
+SERVICE_TOKEN_TTL_S = 3600
 WORKER_START_TIMEOUT_S = 120.0
 
 
@@ -138,6 +143,16 @@ def resolve_access(explicit_url: str | None, explicit_token: str | None,
                   auth_on if isinstance(auth_on, bool) else None)
 
 
+def without_password(url: str) -> str:
+    """``url`` without the password it may carry (the user, if any, is kept)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    where = parts.netloc.rsplit("@", 1)[1]
+    netloc = f"{parts.username}@{where}" if parts.username else where
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 def _named_file(stack: Mapping[str, Any], name: str) -> Path | None:
     value = stack.get(name)
     return Path(value) if isinstance(value, str) and value else None
@@ -212,6 +227,9 @@ class Stack:
     say: Callable[[str], None]
     redis_server: LocalRedis | None = None
     redis_url: str = ""
+    #: The keyring tokens are signed with (None: auth off).
+    keys: auth.KeyringFile | None = None
+    _password: str | None = field(default=None, repr=False)
     supervisor: Supervisor = field(init=False)
     _record_client: redis.Redis | None = None
     _recorded_at: float = 0.0
@@ -225,19 +243,22 @@ class Stack:
     def state_dir(self) -> Path:
         return self.project / STATE_DIR
 
+    @property
+    def secrets(self) -> StackSecrets:
+        return StackSecrets.under(self.state_dir)
+
+    @property
+    def auth(self) -> bool:
+        """Tokens are required unless the settings turn auth off (``CAPDISC_AUTH=off``)."""
+        return self.settings.auth is not False
+
     def start(self, environ: Mapping[str, str]) -> str:
-        """Start Redis (unless one is given) and the two workers; return the Redis URL."""
+        """Start Redis (unless one is given) and the two workers; return the Redis URL (with
+        its password: keep it in memory)."""
         (self.state_dir / "logs").mkdir(parents=True, exist_ok=True)
-        if environ.get(REDIS_ENV):
-            self.redis_url = environ[REDIS_ENV]
-        else:
-            self.supervisor.add(REDIS_CHILD, self._launch_redis,
-                                self.state_dir / "redis" / "redis.log")
-            assert self.redis_server is not None
-            self.redis_url = self.redis_server.url
+        env = {**environ, **self._start_auth(), **self._start_redis(environ)}
         self._record_client = redis.Redis.from_url(self.redis_url, socket_connect_timeout=1.0,
                                                    socket_timeout=2.0)
-        env = {**environ, REDIS_ENV: self.redis_url}
         self.spawn("indexing", [sys.executable, "-m", "celery", "-A",
                                 "capdisc_workers.celery_app", "worker", "-Q", "indexing", "-P",
                                 "solo", "--without-gossip", "--without-mingle",
@@ -247,12 +268,56 @@ class Stack:
         self._write_stack_file()
         return self.redis_url
 
+    def _start_auth(self) -> dict[str, str]:
+        """With auth on: the keyring (``auth_keys_file``, else the stack's own, made at the first
+        start) and a fresh admin token for the CLI; the workers' environment."""
+        if not self.auth:
+            return {AUTH_ENV: "off"}
+        path = self.settings.auth_keys_file or self.secrets.keys_file
+        keyring = (auth.load_keyring(path) if self.settings.auth_keys_file
+                   else self.secrets.ensure_keyring(time.time()))
+        self.keys = auth.KeyringFile(path)
+        self.secrets.write_admin_token(keyring, time.time())
+        return {AUTH_ENV: "on", KEYS_ENV: str(path.resolve())}
+
+    def _start_redis(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """Its own redis-server with a password (kept in the password file), unless
+        ``CAPDISC_REDIS_URL`` names one; the workers' environment."""
+        if environ.get(REDIS_ENV):
+            self.redis_url = environ[REDIS_ENV]
+            self._keep_password(self.redis_url)
+            return {}
+        self._password = self.secrets.ensure_password()
+        self.supervisor.add(REDIS_CHILD, self._launch_redis,
+                            self.state_dir / "redis" / "redis.log")
+        assert self.redis_server is not None
+        self.redis_url = self.redis_server.client_url
+        return {REDIS_ENV: self.redis_server.url,
+                PASSWORD_FILE_ENV: str(self.secrets.password_file.resolve())}
+
     def _launch_redis(self) -> subprocess.Popen[bytes]:
         """Start redis-server, again on the same port and directory after the first time."""
         port = self.redis_server.port if self.redis_server is not None else None
         self.redis_server = start_redis(self.state_dir / "redis", port=port,
+                                        password=self._password,
                                         **child_options(signal.SIGTERM))
         return self.redis_server.process
+
+    def _keep_password(self, url: str) -> None:
+        """A given URL's password goes to the password file, so ``stack.json`` need not hold
+        it (and commands in the project find it there)."""
+        password = urlsplit(url).password
+        if password:
+            self._password = unquote(password)
+            auth.write_private(self.secrets.password_file, self._password + "\n")
+
+    def service_token(self) -> str | None:
+        """A short-lived admin token for ``up``'s own requests and the watcher's events (None
+        with auth off), signed with the keyring as it is now."""
+        if self.keys is None:
+            return None
+        return auth.issue(self.keys.current(), tenant=auth.ALL_TENANTS, user="capdisc-up",
+                          grants=["admin"], ttl_s=SERVICE_TOKEN_TTL_S, now=time.time())
 
     def spawn(self, name: str, argv: list[str], env: Mapping[str, str]) -> None:
         """Start a worker, supervised; it logs to ``.capdisc/logs/NAME.log``."""
@@ -267,8 +332,16 @@ class Stack:
         self.supervisor.add(name, start, log_path)
 
     def _write_stack_file(self) -> None:
-        data = {"redis_url": self.redis_url, "pid": os.getpid(), "started_at": time.time(),
-                "children": self.supervisor.pids()}
+        """``stack.json``: where Redis is (no password: the file beside it holds that), whether
+        auth is on, where the keyring and the CLI's admin token are, the pids."""
+        data: dict[str, Any] = {
+            "redis_url": without_password(self.redis_url), "pid": os.getpid(),
+            "started_at": time.time(), "children": self.supervisor.pids(), "auth": self.auth}
+        if self._password:
+            data["redis_password_file"] = str(self.secrets.password_file.resolve())
+        if self.keys is not None:
+            data.update(auth_keys_file=str(self.keys.path.resolve()),
+                        token_file=str(self.secrets.token_file.resolve()))
         path = self.state_dir / STACK_FILE
         temporary = path.with_suffix(".tmp")
         temporary.write_text(json.dumps(data, indent=2) + "\n")
@@ -355,8 +428,9 @@ class _Watcher(threading.Thread):
     thread only: see :mod:`capdisc_producers.supervisor`)."""
 
     def __init__(self, url: str, registry: Path, settings: Settings,
-                 say: Callable[[str], None]) -> None:
+                 say: Callable[[str], None], token: Callable[[], str | None]) -> None:
         super().__init__(name="capdisc-watcher", daemon=True)
+        self.token = token
         self.url = url
         self.registry = registry
         self.settings = settings
@@ -366,7 +440,7 @@ class _Watcher(threading.Thread):
 
     def run(self) -> None:
         client = redis.Redis.from_url(self.url)
-        publisher = Publisher(self.url)
+        publisher = Publisher(self.url, token=lambda: self.token() or "")
         try:
             watch_directory(client, publisher, self.registry, tenant=self.settings.tenant,
                             max_bytes=self.settings.manifest_max_bytes,
@@ -409,14 +483,16 @@ def _run(stack: Stack, registry: Path, settings: Settings, environ: Mapping[str,
     started = time.monotonic()
     url = stack.start(environ)
     settings = settings.with_changes(redis_url=url)
-    stack.say(f"redis at {url}; starting workers (logs in {stack.state_dir / 'logs'})")
+    stack.say(f"redis at {mask_url(url)}; starting workers (logs in {stack.state_dir / 'logs'})"
+              + ("" if stack.auth else "; auth is OFF (CAPDISC_AUTH=off): requests are served "
+                 "as whoever they claim to be"))
     answer = _index_and_check(stack, registry, settings)
     stack.say(f"capdisc is ready in {time.monotonic() - started:.1f} s: "
               f"{answer.raw['total_indexed']} capabilities at index version "
               f"{answer.index_version}, watching {registry}. Try: {_cli_name()} discover "
               "\"post a message to the team's slack channel\"  (Ctrl-C stops everything)")
     signals.serving = True
-    watcher = _Watcher(url, registry, settings, stack.say)
+    watcher = _Watcher(url, registry, settings, stack.say, stack.service_token)
     watcher.start()
     try:
         stack.supervise(signals, watcher)
@@ -427,14 +503,15 @@ def _run(stack: Stack, registry: Path, settings: Settings, environ: Mapping[str,
 def _index_and_check(stack: Stack, registry: Path, settings: Settings) -> Answer:
     """Wait for the workers, publish ``registry``, and discover once from its version."""
     client = redis.Redis.from_url(settings.redis_url)
-    publisher = Publisher(settings.redis_url)
+    publisher = Publisher(settings.redis_url, token=stack.service_token())
     try:
         stack.wait_for_workers(client, {"indexing", "discovery"}, WORKER_START_TIMEOUT_S)
         report = sync_directory(client, publisher, registry, tenant=settings.tenant,
                                 max_bytes=settings.manifest_max_bytes, wait_s=120.0)
         _report_errors(report, stack.say)
         version = report.index_version or tenant_version(client, settings.tenant)
-        with Client(client, tenant=settings.tenant, timeout_s=30.0) as discovery:
+        with Client(client, tenant=settings.tenant, timeout_s=30.0,
+                    token=stack.service_token()) as discovery:
             return discovery.discover("ready check", min_version=version)
     finally:
         publisher.close()

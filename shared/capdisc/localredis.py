@@ -7,13 +7,15 @@ its own and keeps its files in a directory of its own, so it never collides with
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
 import redis
 
@@ -50,10 +52,20 @@ class LocalRedis:
     process: subprocess.Popen[bytes]
     port: int
     directory: Path
+    #: The password it requires (None: none).
+    password: str | None = field(default=None, repr=False)
 
     @property
     def url(self) -> str:
+        """Its URL without the password: what may be printed or stored."""
         return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def client_url(self) -> str:
+        """Its URL with the password, to connect with (keep it in memory only)."""
+        if self.password is None:
+            return self.url
+        return f"redis://:{quote(self.password, safe='')}@127.0.0.1:{self.port}/0"
 
     def stop(self, timeout_s: float = 10.0) -> None:
         if self.process.poll() is None:
@@ -67,24 +79,40 @@ class LocalRedis:
 
 def start_redis(directory: Path, *, port: int | None = None, durable: bool = True,
                 timeout_s: float = 10.0, start_new_session: bool = False,
-                preexec_fn: Callable[[], None] | None = None) -> LocalRedis:
+                preexec_fn: Callable[[], None] | None = None,
+                password: str | None = None) -> LocalRedis:
     """Start redis-server in ``directory`` and wait until it answers PING. A supervisor passes
-    ``start_new_session`` and ``preexec_fn`` through to :class:`subprocess.Popen`."""
+    ``start_new_session`` and ``preexec_fn`` through to :class:`subprocess.Popen`. With
+    ``password`` it refuses every client that does not give it; the password goes in a config
+    file readable by its owner only (``auth.conf``), never on the command line."""
     directory.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
-    args = [str(find_redis_server()), "--port", str(port), "--bind", "127.0.0.1",
+    config = [str(_auth_config(directory, password))] if password else []
+    args = [str(find_redis_server()), *config, "--port", str(port), "--bind", "127.0.0.1",
             "--dir", str(directory), "--save", "", "--maxmemory-policy", "noeviction",
             "--appendonly", "yes" if durable else "no", "--daemonize", "no",
             "--logfile", str(directory / "redis.log")]
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                start_new_session=start_new_session, preexec_fn=preexec_fn)
-    server = LocalRedis(process, port, directory)
+    server = LocalRedis(process, port, directory, password)
     _wait_until_up(server, timeout_s)
     return server
 
 
+def _auth_config(directory: Path, password: str) -> Path:
+    """A config file (0600) that sets the password: ``requirepass`` (quoted for Redis)."""
+    path = directory / "auth.conf"
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(descriptor, 0o600)
+    escaped = password.replace("\\", "\\\\").replace('"', '\\"')
+    with os.fdopen(descriptor, "w", encoding="utf-8") as out:
+        out.write(f'requirepass "{escaped}"\n')
+    return path
+
+
 def _wait_until_up(server: LocalRedis, timeout_s: float) -> None:
-    client = redis.Redis(port=server.port, socket_connect_timeout=0.5)
+    client = redis.Redis(port=server.port, password=server.password,
+                         socket_connect_timeout=0.5)
     deadline = time.monotonic() + timeout_s
     try:
         while time.monotonic() < deadline:

@@ -35,7 +35,7 @@ SLACK = Path("examples/registry/communication/slack-post-message/CAPABILITY.yaml
 
 def answered_by_another_worker(up: UpProcess, old_worker: str) -> Answer | None:
     """A discovery answer from a worker other than ``old_worker``, or None (not yet)."""
-    with Client(up.connection(), tenant="default", timeout_s=2) as client:
+    with Client(up.connection(), tenant="default", timeout_s=2, token=up.token) as client:
         try:
             answer = client.discover("post a message to the team's slack channel")
         except (DiscoveryTimeout, redis.ConnectionError):
@@ -69,7 +69,7 @@ def edit_and_await_served(up: UpProcess) -> int:
     wait_for(lambda: int(connection.get(keys.version("default")) or 0) > before, 60,
              "the watcher publishing the edit and the indexing worker applying it")
     version = int(connection.get(keys.version("default")) or 0)
-    with Client(connection, tenant="default", timeout_s=30) as client:
+    with Client(connection, tenant="default", timeout_s=30, token=up.token) as client:
         return client.discover("post to slack", min_version=version).index_version
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import redis
 
+from capdisc.settings import with_password
 from capdisc_producers.supervisor import die_with_parent
 
 from .conftest import EXAMPLES
@@ -54,10 +55,11 @@ def _ignore_sigint() -> None:
 class UpProcess:
     """One ``capdisc up`` and every child pid it was seen to have."""
 
-    def __init__(self, project: Path, *, ignore_sigint: bool = False) -> None:
+    def __init__(self, project: Path, *, ignore_sigint: bool = False,
+                 env: dict[str, str] | None = None) -> None:
         self.project = project
         self.output_path = project / "up.out"
-        self.env = up_env()
+        self.env = {**up_env(), **(env or {})}
         self.seen: set[int] = set()
         with self.output_path.open("ab") as out:
             # as from a script's background job: SIGINT ignored; dies with the test process
@@ -97,7 +99,18 @@ class UpProcess:
 
     @property
     def redis_url(self) -> str:
-        return str(json.loads(self.stack_file.read_text())["redis_url"])
+        """The stack's Redis URL, with the password from the file ``stack.json`` names."""
+        stack = json.loads(self.stack_file.read_text())
+        password_file = stack.get("redis_password_file")
+        if not password_file:
+            return str(stack["redis_url"])
+        return with_password(str(stack["redis_url"]), Path(password_file).read_text().strip())
+
+    @property
+    def token(self) -> str | None:
+        """The admin token ``up`` wrote for the CLI (None with auth off)."""
+        path = self.project / ".capdisc" / "secrets" / "admin.token"
+        return path.read_text().strip() if path.exists() else None
 
     def connection(self) -> redis.Redis:
         return redis.Redis.from_url(self.redis_url, socket_connect_timeout=1.0,
@@ -154,11 +167,11 @@ def start_up(tmp_path: Path) -> Iterator[Callable[..., UpProcess]]:
     waits for its ready line; everything started is killed at the end, pass or fail."""
     started: list[UpProcess] = []
 
-    def start(*, ignore_sigint: bool = False) -> UpProcess:
+    def start(*, ignore_sigint: bool = False, env: dict[str, str] | None = None) -> UpProcess:
         registry = tmp_path / "examples" / "registry"
         if not registry.exists():
             shutil.copytree(EXAMPLES, registry)
-        up = UpProcess(tmp_path, ignore_sigint=ignore_sigint)
+        up = UpProcess(tmp_path, ignore_sigint=ignore_sigint, env=env)
         started.append(up)
         up.wait_for_output(READY)
         up.children()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from capdisc.errors import StackNotFoundError
-from capdisc_producers.stack import find_stack, resolve_redis_url
+from capdisc_producers.stack import find_stack, resolve_access, resolve_redis_url, without_password
 
 
 def write_stack_file(project: Path, pid: int) -> None:
@@ -40,3 +40,28 @@ def test_a_stack_file_left_by_a_killed_up_is_not_a_running_stack(tmp_path: Path)
     assert find_stack(tmp_path) is None
     with pytest.raises(StackNotFoundError):
         resolve_redis_url(None, {}, tmp_path)
+
+
+def test_the_stack_files_password_and_admin_token_go_only_to_the_stacks_redis(
+        tmp_path: Path) -> None:
+    secrets = tmp_path / ".capdisc" / "secrets"
+    secrets.mkdir(parents=True)
+    (secrets / "redis.password").write_text("pw-123\n")
+    (secrets / "admin.token").write_text("a.b.c\n")
+    (tmp_path / ".capdisc" / "stack.json").write_text(json.dumps({
+        "redis_url": "redis://127.0.0.1:7/0", "pid": os.getpid(), "auth": True,
+        "redis_password_file": str(secrets / "redis.password"),
+        "token_file": str(secrets / "admin.token"),
+        "auth_keys_file": str(secrets / "auth_keys.json")}))
+
+    here = resolve_access(None, None, {}, tmp_path)
+    elsewhere = resolve_access(None, None, {"CAPDISC_REDIS_URL": "redis://other:6379/0"},
+                               tmp_path)
+    explicit = resolve_access(None, "x.y.z", {}, tmp_path)
+
+    assert (here.redis_url, here.token, here.auth) == ("redis://:pw-123@127.0.0.1:7/0", "a.b.c",
+                                                      True)
+    assert here.keys_file == secrets / "auth_keys.json"
+    assert (elsewhere.redis_url, elsewhere.token) == ("redis://other:6379/0", None)
+    assert explicit.token == "x.y.z"
+    assert without_password("redis://user:pw@host:1/0") == "redis://user@host:1/0"
