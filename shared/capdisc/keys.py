@@ -56,6 +56,9 @@ key                                       type     what it holds
                                                    updated_ms); rewritten every few seconds
 ``indexing``                              list     the Celery queue of registry events (kombu)
 ``unacked``                               hash     kombu's delivered, not yet acknowledged tasks
+``unacked_index``                         zset     kombu's delivery tag -> delivery time (s)
+``capdisc:sweep:lock``                    string   held by the indexing worker sweeping orphaned
+                                                   deliveries and lost tasks now
 ========================================  =======  ===============================================
 """
 
@@ -69,6 +72,10 @@ PREFIX = "capdisc"
 INDEXING_QUEUE = "indexing"
 #: kombu's Redis transport keeps delivered, unacknowledged messages here (its default name).
 KOMBU_UNACKED = "unacked"
+#: kombu's index of :data:`KOMBU_UNACKED`: delivery tag scored by delivery time (seconds).
+KOMBU_UNACKED_INDEX = "unacked_index"
+#: Held (SET NX with expiry) by the indexing worker sweeping orphaned deliveries now.
+SWEEP_LOCK = f"{PREFIX}:sweep:lock"
 #: Celery task that applies one registry event. Producers send it by this name.
 TASK_APPLY_EVENT = "capdisc.indexing.apply_event"
 #: Celery task that applies a batch of registry events, embedding them in one model call.

@@ -95,3 +95,76 @@ def _pending(key: Any, value: Any) -> Pending:
     data = json.loads(value)
     task_id = key.decode() if isinstance(key, bytes) else str(key)
     return Pending(task_id, data["name"], data["args"], data["kwargs"], int(data["sent_at_ms"]))
+
+
+# -- deliveries whose worker is gone ------------------------------------------------------------
+#
+# A task delivered to a worker sits in kombu's ``unacked`` hash (and ``unacked_index``, scored by
+# the delivery time) until the worker acknowledges it. kombu gives it back to the queue only once
+# the visibility timeout (an hour by default) has passed. A worker that was SIGKILLed, or that
+# lost its connection while it held the task (a Redis restart: the acknowledgement then goes
+# nowhere), never acknowledges it, so the task would wait that hour. Instead, every live indexing
+# worker lists in its heartbeat the tasks it holds; a delivery older than a grace period that no
+# live worker holds is an orphan, and the sweep puts its message back at the head of the queue.
+# Applying events is idempotent and ordered by sequence, so a task that runs twice changes nothing
+# the second time.
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One delivered, unacknowledged task as kombu records it."""
+
+    tag: str
+    task_id: str
+    delivered_at_ms: int
+
+
+def orphans(deliveries: Sequence[Delivery], held: set[str], now_ms: int, grace_s: float
+            ) -> list[Delivery]:
+    """Deliveries older than ``grace_s`` whose task no live worker holds (``held``)."""
+    return [d for d in deliveries
+            if now_ms - d.delivered_at_ms >= grace_s * 1000 and d.task_id not in held]
+
+
+def deliveries(client: redis.Redis) -> list[Delivery]:
+    """Every delivered, unacknowledged task (kombu's ``unacked`` hash and its index)."""
+    entries = client.hgetall(keys.KOMBU_UNACKED)
+    if not entries:
+        return []
+    tags = [_text(tag) for tag in entries]
+    scores = client.zmscore(keys.KOMBU_UNACKED_INDEX, tags)
+    return [Delivery(tag, _task_id(_message(raw)), int((score or 0) * 1000))
+            for tag, raw, score in zip(tags, entries.values(), scores, strict=True)]
+
+
+def restore(client: redis.Redis, delivery: Delivery) -> bool:
+    """Put an orphaned delivery's message back at the head of its queue, once (a worker that
+    acknowledges it meanwhile wins); whether it was restored."""
+    with client.pipeline(transaction=True) as pipe:
+        try:
+            pipe.watch(keys.KOMBU_UNACKED)  # type: ignore[no-untyped-call]
+            raw = pipe.hget(keys.KOMBU_UNACKED, delivery.tag)
+            if raw is None:
+                return False
+            payload, _exchange, routing_key = json.loads(raw)
+            payload.setdefault("headers", {})["redelivered"] = True
+            payload.get("properties", {}).get("delivery_info", {})["redelivered"] = True
+            pipe.multi()
+            pipe.hdel(keys.KOMBU_UNACKED, delivery.tag)
+            pipe.zrem(keys.KOMBU_UNACKED_INDEX, delivery.tag)
+            pipe.rpush(routing_key or keys.INDEXING_QUEUE, json.dumps(payload))
+            pipe.execute()
+        except redis.WatchError:  # acknowledged (or restored by another sweep) meanwhile
+            return False
+    return True
+
+
+def _message(raw: Any) -> Any:
+    try:
+        return json.loads(raw)[0]
+    except (ValueError, TypeError, IndexError, KeyError):
+        return None
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -120,6 +120,11 @@ class Settings(BaseModel):
     #: How long a sent indexing task may be neither queued nor delivered before the reconciler
     #: takes it for lost by the broker and sends it again (:mod:`capdisc.outbox`).
     outbox_grace_s: float = Field(10.0, ge=0)
+    #: How often one live indexing worker gives the queue back the tasks held by workers that
+    #: are gone (delivered longer than ``outbox_grace_s`` ago, held by no live worker) and
+    #: re-sends the tasks the broker lost: a dead worker's tasks run again within seconds, not
+    #: after the visibility timeout (0: only the reconciler re-sends lost tasks).
+    sweep_interval_s: float = Field(5.0, ge=0)
     #: A full reindex still building after this long is abandoned by the reconciler (its
     #: staging vectors dropped, the live index untouched); run it again.
     reindex_timeout_s: float = Field(6 * 3600.0, gt=0)

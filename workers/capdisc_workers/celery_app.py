@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import structlog
 from celery import Celery, signals
 
 from capdisc import keys
+from capdisc.gate import Gate
 from capdisc.logs import configure_logging
 from capdisc.settings import Settings
 
@@ -36,6 +38,8 @@ def create_app(settings: Settings) -> Celery:
         worker_hijack_root_logger=False,
         worker_send_task_events=False,
         broker_connection_retry_on_startup=True,
+        # Redis going away (a restart) never ends the worker: reconnect for as long as it takes
+        broker_connection_max_retries=None,
         broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
     )
     celery.conf.capdisc_settings = settings
@@ -44,8 +48,16 @@ def create_app(settings: Settings) -> Celery:
 
 settings = Settings.load()
 app = create_app(settings)
+#: Who may write: with auth on, an event is applied only if its token grants ``write`` on its
+#: tenant (a missing or broken keyring stops the worker here, at start).
+gate = Gate.from_settings(settings)
 
 
 @signals.setup_logging.connect
 def _setup_logging(**_: Any) -> None:
     configure_logging(settings.log_level, settings.log_format)
+    if not gate.enabled:
+        structlog.get_logger("capdisc.indexing").warning(
+            "auth_off", hint="events are applied whoever sent them: anyone who can reach Redis "
+            "can write the registry; set CAPDISC_AUTH=on and CAPDISC_AUTH_KEYS_FILE outside "
+            "development")

@@ -22,7 +22,13 @@ from celery import signals
 
 from capdisc import keys, outbox, status
 from capdisc.embedding import Embedder, check_vectors, embedder_for
-from capdisc.errors import CapdiscError, EmbeddingError, EventDecodeError, ManifestError
+from capdisc.errors import (
+    AuthError,
+    CapdiscError,
+    EmbeddingError,
+    EventDecodeError,
+    ManifestError,
+)
 from capdisc.events import RegistryEvent
 from capdisc.models import Capability
 from capdisc.normalize import capability_from_record
@@ -45,7 +51,7 @@ from capdisc.store import (
 )
 from capdisc.text import combine, embedding_texts, text_hash, vector_space
 from capdisc.vectorstore import StoredObject, VectorStore, store_for
-from capdisc_workers.celery_app import app, settings
+from capdisc_workers.celery_app import app, gate, settings
 
 log = structlog.get_logger("capdisc.indexing")
 WORKER_ID = f"indexing@{socket.gethostname()}:{os.getpid()}"
@@ -121,8 +127,9 @@ def _parse(task: Any, client: redis.Redis, payload: str
         dead_letter(client, payload, str(exc))
         return {"decision": "rejected", "reason": str(exc)}
     try:
+        gate.admit_event(event)  # with auth on, its token must grant write on its tenant
         return event, _capability(event)
-    except ManifestError as exc:
+    except (ManifestError, AuthError) as exc:
         log.warning("event_rejected", reason=str(exc), event_id=event.event_id,
                     tenant=event.tenant, capability_id=event.capability_id)
         dead_letter(client, payload, str(exc))
@@ -463,6 +470,39 @@ def _reconcile_loop() -> None:
         _stop.wait(interval_s)
 
 
+def _sweep_loop() -> None:
+    """Every ``sweep_interval_s`` (at once at start), the one indexing worker that takes the lock
+    gives back the tasks of workers that are gone and re-sends the tasks the broker lost."""
+    interval_s = settings.sweep_interval_s
+    client = redis.Redis.from_url(settings.redis_url)
+    while interval_s > 0 and not _stop.is_set():
+        try:
+            if client.set(keys.SWEEP_LOCK, WORKER_ID, nx=True, px=max(100, int(interval_s * 900))):
+                sweep(client)
+        except redis.RedisError as exc:
+            log.warning("sweep_failed", error=str(exc))
+        _stop.wait(interval_s)
+
+
+def sweep(client: redis.Redis) -> tuple[int, int]:
+    """Put back in the queue every delivery no live worker holds, then re-send the recorded
+    tasks that are neither queued nor delivered; how many of each."""
+    live = status.live_workers(client, settings.worker_stale_after_s)
+    held = {t for w in live if w.get("kind") == "indexing" for t in w.get("tasks", [])}
+    restored = 0
+    for delivery in outbox.orphans(outbox.deliveries(client), held, int(time.time() * 1000),
+                                   settings.outbox_grace_s):
+        if outbox.restore(client, delivery):
+            restored += 1
+            log.warning("task_restored", task_id=delivery.task_id,
+                        delivered_at_ms=delivery.delivered_at_ms,
+                        reason="delivered to a worker that is gone or lost its connection")
+    resent = _resend_lost(client)
+    if restored or resent:
+        client.hincrby(keys.COUNTERS, "tasks_resent", restored + resent)
+    return restored, resent
+
+
 # -- heartbeat -----------------------------------------------------------------------------------
 
 _stop = threading.Event()
@@ -474,6 +514,7 @@ def _start_heartbeat(**_: Any) -> None:
         _embedder().embed(["warm up"])  # load the model before the first event, not during it
     threading.Thread(target=_beat, name="capdisc-heartbeat", daemon=True).start()
     threading.Thread(target=_reconcile_loop, name="capdisc-reconcile", daemon=True).start()
+    threading.Thread(target=_sweep_loop, name="capdisc-sweep", daemon=True).start()
 
 
 @signals.task_postrun.connect
@@ -496,10 +537,21 @@ def _beat() -> None:
             "embedder": _embedder().id}
     while not _stop.is_set():
         try:
-            status.heartbeat(client, WORKER_ID, info)
+            status.heartbeat(client, WORKER_ID, {**info, "tasks": sorted(_held_tasks())})
         except redis.RedisError as exc:
             log.warning("heartbeat_failed", error=str(exc))
         _stop.wait(settings.heartbeat_interval_s)
+
+
+def _held_tasks() -> set[str]:
+    """Ids of the tasks this worker holds: received (also those waiting for a retry's
+    countdown), running, or done and not yet acknowledged."""
+    from celery.worker import state
+
+    held = set(state.requests)
+    for pool in (state.reserved_requests, state.active_requests, state.scheduled_requests):
+        held.update(request.id for request in list(pool))
+    return held
 
 
 __all__ = ["Outcome", "apply_event_task"]
