@@ -19,11 +19,11 @@ from typing import Any, NoReturn
 import click
 import redis
 
-from capdisc import keys
+from capdisc import auth, keys
 from capdisc.client import Answer, Client, tenant_of, wait_for_reply
-from capdisc.deadletters import list_dead_letters, replay
-from capdisc.errors import CapdiscError
-from capdisc.gate import Gate
+from capdisc.deadletters import list_dead_letters, replay, with_token
+from capdisc.errors import AuthError, CapdiscError
+from capdisc.gate import Gate, require
 from capdisc.logs import configure_logging
 from capdisc.models import Visibility
 from capdisc.protocol import unencodable
@@ -34,6 +34,7 @@ from capdisc.store import stored_by_source
 from capdisc_producers.bench_cli import bench
 from capdisc_producers.importer import import_jsonl
 from capdisc_producers.mcp_import import import_mcp
+from capdisc_producers.outages import through_outages
 from capdisc_producers.publisher import Publisher
 from capdisc_producers.reindex import start_full_reindex, wait_for_swap
 from capdisc_producers.stack import TOKEN_ENV, Access, resolve_access, run_up
@@ -351,6 +352,33 @@ def session_import(ctx: click.Context, session_id: str, path: Path, redis_url: s
     click.echo(f"session {session_id}: {len(working['bound'])} capabilities bound")
 
 
+def _publisher(url: str, tenant: str | None) -> Publisher:
+    """A publisher that stamps the command's token on every event, once the token is seen to
+    allow writing ``tenant`` (any tenant when None; the indexing workers verify, this only
+    refuses early, before anything is sent)."""
+    token = _access(click.get_current_context()).token
+    _check_write(_access(click.get_current_context()), tenant)
+    return Publisher(url, token=token)
+
+
+def _check_write(access: Access, tenant: str | None) -> None:
+    """Fail unless the token may write ``tenant`` (checked with the keyring when at hand, else
+    from its claims); without a token, fail when the stack is known to require one."""
+    if access.token is None:
+        if access.auth:
+            _fail("this command writes the registry, and this capdisc requires a token with the "
+                  "write grant: pass --token or set CAPDISC_TOKEN (capdisc token issue --tenant "
+                  "T --grants write)")
+        return
+    try:
+        identity = (auth.verify(access.token, auth.load_keyring(access.keys_file), time.time())
+                    if access.keys_file is not None and access.keys_file.is_file()
+                    else auth.unverified(access.token, time.time()))
+        require(identity, tenant or identity.tenant, "write")
+    except AuthError as exc:
+        _fail(str(exc))
+
+
 def _session_client(ctx: click.Context, redis_url: str | None, tenant: str | None,
                     action: Any) -> Any:
     connection = _connect(ctx, redis_url)[1]
@@ -433,13 +461,14 @@ def publish(ctx: click.Context, path: Path, redis_url: str | None, tenant: str |
     With --roles/--user, capabilities whose manifest declares no visibility are shared with
     those roles and that user only (else with the whole tenant)."""
     settings, connection = _connect(ctx, redis_url)
-    publisher = Publisher(settings.redis_url)
+    publisher = _publisher(settings.redis_url, _tenant(ctx, tenant))
     caller = _caller(ctx)
     visibility = (Visibility(tuple(caller["roles"]), (caller["user"],) if caller["user"] else ())
                   if caller["roles"] or caller["user"] else None)
-    report = sync_directory(connection, publisher, path, tenant=_tenant(ctx, tenant),
-                            max_bytes=settings.manifest_max_bytes,
-                            wait_s=timeout_s if wait else 0.0, visibility=visibility)
+    report = through_outages(lambda: sync_directory(
+        connection, publisher, path, tenant=_tenant(ctx, tenant),
+        max_bytes=settings.manifest_max_bytes, wait_s=timeout_s if wait else 0.0,
+        visibility=visibility), connection, _say)
     _report_sync(report, wait, timeout_s)
 
 
@@ -454,7 +483,8 @@ def watch(ctx: click.Context, path: Path, redis_url: str | None, tenant: str | N
     configure_logging(settings.log_level, settings.log_format)
     signal.signal(signal.SIGTERM, _interrupt)
     with contextlib.suppress(KeyboardInterrupt):
-        watch_directory(connection, Publisher(settings.redis_url), path,
+        watch_directory(connection, _publisher(settings.redis_url, _tenant(ctx, tenant)),
+                        path,
                         tenant=_tenant(ctx, tenant),
                         max_bytes=settings.manifest_max_bytes,
                         debounce_ms=settings.watch_debounce_ms)
@@ -528,7 +558,7 @@ def reconcile(ctx: click.Context, redis_url: str | None, as_json: bool, timeout_
     every reconcile_interval_s): records without a vector are reindexed, orphan vectors go."""
     settings, connection = _connect(ctx, redis_url)
     reply_id = f"reconcile-{uuid.uuid4().hex}"
-    publisher = Publisher(settings.redis_url)
+    publisher = _publisher(settings.redis_url, None)
     try:
         publisher.reconcile(keys.reply(reply_id))
     finally:
@@ -560,7 +590,7 @@ def _chosen_ids(connection: redis.Redis, tenant: str, capability_ids: tuple[str,
 
 def _publish_ids(settings: Settings, connection: redis.Redis, plan: SyncPlan, tenant: str,
                  timeout_s: float) -> SyncReport:
-    publisher = Publisher(settings.redis_url)
+    publisher = _publisher(settings.redis_url, tenant)
     try:
         report = publish_plan(connection, publisher, plan, root=Path("cli"), tenant=tenant,
                               source="cli", wait_s=timeout_s)
@@ -574,7 +604,7 @@ def _publish_ids(settings: Settings, connection: redis.Redis, plan: SyncPlan, te
 
 def _reindex_all(settings: Settings, connection: redis.Redis, tenant: str, fresh: bool,
                  timeout_s: float) -> None:
-    publisher = Publisher(settings.redis_url)
+    publisher = _publisher(settings.redis_url, tenant)
     try:
         job, after = start_full_reindex(connection, publisher, tenant, fresh)
     finally:
@@ -613,7 +643,7 @@ def import_jsonl_cmd(ctx: click.Context, path: Path, source: str | None, wait: b
     """Import a tools.jsonl catalog (one tool a line: id, name, description, parameters,
     category) as capabilities; only what changed is sent."""
     settings, connection = _connect(ctx, redis_url)
-    publisher = Publisher(settings.redis_url)
+    publisher = _publisher(settings.redis_url, _tenant(ctx, tenant))
     with click.progressbar(length=0, label="events", file=sys.stderr) as bar:
         def progress(stage: str, count: int) -> None:
             if stage == "sent":
@@ -623,9 +653,9 @@ def import_jsonl_cmd(ctx: click.Context, path: Path, source: str | None, wait: b
                 bar.update(count)
 
         try:
-            report = import_jsonl(connection, publisher, path,
-                                  tenant=_tenant(ctx, tenant), source=source,
-                                  wait_s=timeout_s if wait else 0.0, progress=progress)
+            report = through_outages(lambda: import_jsonl(
+                connection, publisher, path, tenant=_tenant(ctx, tenant), source=source,
+                wait_s=timeout_s if wait else 0.0, progress=progress), connection, _say)
         finally:
             publisher.close()
     _report_sync(report, wait, timeout_s)
@@ -649,7 +679,7 @@ def import_mcp_cmd(ctx: click.Context, url: str | None, command: str | None,
     """Publish a live MCP server's tools as capabilities; a re-run sends only what changed and
     deletes tools the server no longer has."""
     settings, connection = _connect(ctx, redis_url)
-    publisher = Publisher(settings.redis_url)
+    publisher = _publisher(settings.redis_url, _tenant(ctx, tenant))
     try:
         report, changed = import_mcp(connection, publisher, url=url, command=command,
                                      tenant=_tenant(ctx, tenant), server_name=server_name,
@@ -717,9 +747,10 @@ def dlq_replay(ctx: click.Context, entry_ids: tuple[str, ...], replay_all: bool,
               f"{keys.DISCOVERY_REQUESTS}), not a registry event: it cannot be replayed to the "
               "indexing queue, and its client stopped waiting long ago; it stays listed for "
               "inspection")
-    publisher = Publisher(settings.redis_url)
+    publisher = _publisher(settings.redis_url, None)
     try:
-        replayed = replay(connection, publisher.send_raw, None if replay_all else entry_ids)
+        replayed = replay(connection, lambda payload: publisher.send_raw(
+            with_token(payload, _access(ctx).token)), None if replay_all else entry_ids)
     finally:
         publisher.close()
     missing = sorted(set(entry_ids) - set(replayed))
@@ -745,8 +776,16 @@ def _report_sync(report: SyncReport, wait: bool, timeout_s: float) -> None:
             _fail(f"only {len(report.outcomes)} of {report.sent} events were applied within "
                   f"{timeout_s:.0f} s; is an indexing worker running? (capdisc status)")
         click.echo(f"applied; index version {report.index_version}")
-    if report.plan.errors:
+    refused = [o for o in report.outcomes if o.get("decision") == "rejected"]
+    for outcome in refused:
+        click.echo(f"refused by the indexing workers: {outcome.get('capability_id')}: "
+                   f"{outcome.get('reason')}", err=True)
+    if report.plan.errors or refused:
         sys.exit(1)
+
+
+def _say(message: str) -> None:
+    click.echo(message, err=True)
 
 
 def _interrupt(*_: object) -> NoReturn:

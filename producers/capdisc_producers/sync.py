@@ -35,6 +35,8 @@ class SyncReport:
     batch_id: str
     sent: int
     outcomes: list[dict[str, Any]] = field(default_factory=list)
+    #: Redis outages this sync waited out (it ran again after each, sending what was missing).
+    outages: int = 0
 
     @property
     def index_version(self) -> int:
@@ -46,8 +48,10 @@ class SyncReport:
 
     def summary(self) -> str:
         plan = self.plan
+        resumed = (f" (resumed after {self.outages} Redis outage{'s' if self.outages > 1 else ''}"
+                   "; counts are of the last attempt)" if self.outages else "")
         return (f"{self.root}: {len(plan.upserts)} upserted, {len(plan.deletes)} deleted, "
-                f"{len(plan.unchanged)} unchanged, {len(plan.errors)} rejected")
+                f"{len(plan.unchanged)} unchanged, {len(plan.errors)} rejected{resumed}")
 
 
 def sync_directory(client: redis.Redis, publisher: Publisher, root: Path, *, tenant: str,

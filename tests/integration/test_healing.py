@@ -1,0 +1,115 @@
+"""Indexing heals in seconds with every setting at its default: the tasks a killed indexing
+worker held run again on another, and an import rides out a Redis restart and reports what was
+applied. Each test runs on a Redis and workers of its own (the workers' environment is the
+default one: no test speedups on the healing path)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from capdisc import keys
+from capdisc.store import tenant_version
+
+from .private import PrivateStack
+
+TENANT = "heal"
+TOOLS = 1500
+#: The target: converged this long after the fault, at most.
+CONVERGE_S = 60.0
+
+
+def default_env(url: str) -> dict[str, str]:
+    """The workers' environment with every capdisc setting at its default but the embedder."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAPDISC_")}
+    env.update(CAPDISC_REDIS_URL=url, CAPDISC_EMBEDDER="hashing", CAPDISC_AUTH="off")
+    return env
+
+
+@pytest.fixture
+def private(tmp_path: Path) -> Iterator[PrivateStack]:
+    stack = PrivateStack(tmp_path, durable=True)
+    stack.env = default_env(stack.url)
+    try:
+        yield stack
+    finally:
+        stack.close()
+
+
+def write_catalog(path: Path, count: int) -> Path:
+    with path.open("w") as out:
+        for i in range(count):
+            out.write(json.dumps({"id": f"heal-{i:05d}", "name": f"heal_tool_{i:05d}",
+                                  "description": f"Healing probe {i}: answers probe {i}.",
+                                  "parameters": {"type": "object", "properties": {
+                                      "q": {"type": "string"}}}}) + "\n")
+    return path
+
+
+def start_import(private: PrivateStack, catalog: Path) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "capdisc_producers.cli", "import", "jsonl", str(catalog),
+            "--tenant", TENANT, "--timeout", "120"]
+    return private.spawn("import", argv)
+
+
+def await_condition(check: object, limit_s: float, what: str) -> float:
+    """Poll ``check()`` until true; seconds it took. Fails the test after ``limit_s``."""
+    started = time.monotonic()
+    while time.monotonic() - started < limit_s:
+        try:
+            if check():  # type: ignore[operator]
+                return time.monotonic() - started
+        except redis.ConnectionError:
+            pass
+        time.sleep(0.05)
+    pytest.fail(f"{what} did not happen within {limit_s:.0f} s")
+
+
+def stored(connection: redis.Redis) -> int:
+    return int(connection.hlen(keys.caps(TENANT)))
+
+
+def test_the_tasks_of_a_killed_indexing_worker_run_again_within_a_minute(
+        private: PrivateStack, tmp_path: Path) -> None:
+    connection = private.connection()
+    first = private.spawn_indexing("indexing-1")
+    importer = start_import(private, write_catalog(tmp_path / "tools.jsonl", TOOLS))
+    await_condition(lambda: tenant_version(connection, TENANT) > 100
+                    and connection.hlen(keys.KOMBU_UNACKED) > 0, 60, "a task in flight")
+
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    killed = time.monotonic()
+    private.spawn_indexing("indexing-2")
+
+    took = await_condition(lambda: stored(connection) == TOOLS, CONVERGE_S, "convergence")
+    assert importer.wait(timeout=120) == 0
+    assert time.monotonic() - killed >= took
+    assert connection.hlen(keys.KOMBU_UNACKED) == 0
+
+
+def test_an_import_rides_out_a_redis_restart_and_reports_everything_applied(
+        private: PrivateStack, tmp_path: Path) -> None:
+    private.spawn_indexing()
+    importer = start_import(private, write_catalog(tmp_path / "tools.jsonl", TOOLS))
+    connection = private.connection()
+    await_condition(lambda: tenant_version(connection, TENANT) > 100, 60, "an import under way")
+
+    private.stop_redis()
+    time.sleep(2.0)  # the outage itself: how long Redis stays away
+    private.start_redis(lose_data=False)
+
+    await_condition(lambda: stored(private.connection()) == TOOLS, CONVERGE_S, "convergence")
+    assert importer.wait(timeout=120) == 0
+    output = (private.log_dir / "import.log").read_text()
+    assert "redis unavailable" in output and "resumed after 1 Redis outage" in output
+    assert "applied; index version" in output
