@@ -1,18 +1,20 @@
-"""Reliability of indexing under SIGKILL, duplicates and reordering (issue 4).
+"""Reliability under faults, with every setting at its default: indexing-worker kills under
+duplicates and reordering, then Redis restarts (data kept, data lost) and discovery-worker kills
+under a steady load of discover requests.
 
-Starts its own Redis, one Celery indexing worker (the stack's command line, the hashing embedder
-unless --embedder says otherwise) and one discovery worker. Makes --events registry events over
---ids capabilities from a fixed seed: several versions of each (increasing seq) and deletes (some
-capabilities end deleted, some are deleted before they ever existed); then 10% duplicates (the
-same encoded event sent twice) and reordering (up to 10% of the events moved past a newer event
-of the same capability, and 5% late upserts sent after the delete that supersedes them, which
-must not resurrect anything). The events are published in chunks of tasks while a killer
-SIGKILLs the indexing worker at a random point (by acks, from the seed) of each 1/(kills+1) of
-them (--kill-when mid-task: at the first moment after it that a task is in flight;
-between-tasks: that none is, the hand-off from one task to the next), and starts a fresh one
-once the visibility timeout has passed: kombu restores a dead worker's unacknowledged
-task when a worker starts and finds it older than that, and otherwise only on its periodic sweep
-(every 100 s by default), so the run sets the timeout short (CAPDISC_VISIBILITY_TIMEOUT_S).
+Part one starts its own Redis, one Celery indexing worker (the stack's command line, the hashing
+embedder unless --embedder says otherwise) and one discovery worker. Makes --events registry
+events over --ids capabilities from a fixed seed: several versions of each (increasing seq) and
+deletes (some capabilities end deleted, some are deleted before they ever existed); then 10%
+duplicates (the same encoded event sent twice) and reordering (up to 10% of the events moved past
+a newer event of the same capability, and 5% late upserts sent after the delete that supersedes
+them, which must not resurrect anything). The events are published in chunks of tasks while a
+killer SIGKILLs the indexing worker at a random point (by acks, from the seed) of each
+1/(kills+1) of them (--kill-when mid-task: at the first moment after it that a task is in
+flight; between-tasks: that none is, the hand-off from one task to the next), and starts a fresh
+one after --restart-after-s, as a supervisor would. The dead worker's tasks come back through
+the indexing workers' sweep (a delivery no live worker holds goes back to the queue), not the
+visibility timeout, which stays at its default of an hour.
 
 When every event is acknowledged and nothing is queued or unacknowledged, the stored registry is
 compared with the one the events define (the highest seq wins per capability; a delete leaves a
@@ -22,8 +24,17 @@ a record, events whose effect was applied twice, dead letters, and the version a
 discovery worker serves. Counted: kills, tasks in flight at a kill, redelivered events.
 Target: zero lost and zero resurrected capabilities under the run.
 
+Part two (:mod:`_faults`; skip it with --no-faults): a registry directory kept published by the
+watcher, two discovery workers under a steady load of discover requests, and in turn: each
+discovery worker SIGKILLed, Redis restarted mid-sync with its data and without it, the indexing
+worker SIGKILLed mid-sync. Printed per fault: lost, resurrected, extra, time to converge; for the
+load: failed answers (while Redis was up and a discovery worker alive, and while Redis was down),
+how soon answers resumed after Redis was back, and the longest gap without answers. Targets: 0
+lost, 0 resurrected, converged <= 60 s after the fault, no failed answer while a discovery worker
+is alive, answers resume <= 2 s after Redis is back.
+
     .venv/bin/python benchmarks/reliability.py [--events 1000] [--kills 5] [--embedder hashing]
-        [--kill-when any|mid-task|between-tasks] [--visibility-timeout-s 10] [--seed 0]
+        [--kill-when any|mid-task|between-tasks] [--seed 0] [--no-faults] [--fault-tools 300]
 """
 
 from __future__ import annotations
@@ -48,6 +59,8 @@ from typing import Any
 import numpy as np
 import redis
 
+from _faults import run_faults
+from _load import Load
 from capdisc import keys
 from capdisc.client import Client
 from capdisc.embedding import Embedder, make_embedder
@@ -82,6 +95,8 @@ def main() -> None:
     print(workload.describe(), flush=True)
     result = run(args, base, workload)
     failures = report(args, workload, result)
+    if not args.no_faults:
+        failures += faults_under_load(args, base / "faults")
     if failures or args.keep:
         print(f"logs and Redis files kept in {base}")
     else:
@@ -97,7 +112,8 @@ def parse_args() -> argparse.Namespace:
                         "the distinct events)")
     parser.add_argument("--kills", type=int, default=5)
     parser.add_argument("--embedder", choices=("hashing", "minilm"), default="hashing")
-    parser.add_argument("--visibility-timeout-s", type=int, default=10)
+    parser.add_argument("--visibility-timeout-s", type=int, default=None,
+                        help="override the setting (default: its default, one hour)")
     parser.add_argument("--kill-when", choices=("any", "mid-task", "between-tasks"),
                         default="any", help="at a kill point: kill at once, or wait for a "
                         "task to be in flight, or for none to be")
@@ -106,9 +122,17 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--backlog", type=int, default=300, help="most events sent ahead of "
                         "the acknowledged ones")
     parser.add_argument("--no-discovery", action="store_true", help="run no discovery worker")
-    parser.add_argument("--reconcile-s", type=float, default=5.0,
-                        help="reconciler interval (it re-sends tasks the broker lost)")
-    parser.add_argument("--outbox-grace-s", type=float, default=2.0)
+    parser.add_argument("--reconcile-s", type=float, default=None,
+                        help="override the reconciler interval (default: the setting's)")
+    parser.add_argument("--outbox-grace-s", type=float, default=None,
+                        help="override the setting (default: the setting's)")
+    parser.add_argument("--restart-after-s", type=float, default=1.0,
+                        help="how long a killed indexing worker stays down (a supervisor's "
+                        "restart delay)")
+    parser.add_argument("--fault-tools", type=int, default=300,
+                        help="tools of the registry the fault scenarios keep published")
+    parser.add_argument("--no-faults", action="store_true",
+                        help="skip the Redis restarts and discovery-worker kills under load")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout-s", type=float, default=600.0)
     parser.add_argument("--keep", action="store_true", help="keep the logs and Redis files")
@@ -312,10 +336,11 @@ def start_redis_for(args: argparse.Namespace, base: Path) -> Processes:
     server = start_redis(base / "redis", durable=False)
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAPDISC_")}
     env.update(CAPDISC_REDIS_URL=server.url, CAPDISC_EMBEDDER=args.embedder,
-               CAPDISC_VISIBILITY_TIMEOUT_S=str(args.visibility_timeout_s),
-               CAPDISC_RECONCILE_INTERVAL_S=str(args.reconcile_s),
-               CAPDISC_OUTBOX_GRACE_S=str(args.outbox_grace_s),
-               CAPDISC_HEARTBEAT_INTERVAL_S="0.5", CAPDISC_LOG_LEVEL="INFO")
+               CAPDISC_LOG_LEVEL="INFO")
+    overrides = {"CAPDISC_VISIBILITY_TIMEOUT_S": args.visibility_timeout_s,
+                 "CAPDISC_RECONCILE_INTERVAL_S": args.reconcile_s,
+                 "CAPDISC_OUTBOX_GRACE_S": args.outbox_grace_s}
+    env.update({name: str(value) for name, value in overrides.items() if value is not None})
     return Processes(base, env, server)
 
 
@@ -374,7 +399,7 @@ def run(args: argparse.Namespace, base: Path, workload: Workload) -> RunResult:
         client = redis.Redis.from_url(procs.url)
         ack_key = keys.acks(workload.sends[0].batch_id or "")
         killer = Killer(client, procs, ack_key, kill_points(args, len(workload.sends)),
-                        args.kill_when, args.visibility_timeout_s + 1.0)
+                        args.kill_when, args.restart_after_s)
         thread = threading.Thread(target=killer.run, daemon=True)
         started = time.monotonic()
         thread.start()
@@ -531,6 +556,42 @@ def served(client: redis.Redis, version: int) -> tuple[int, int]:
     return answer.index_version, int(answer.raw.get("total_indexed", -1))
 
 
+# -- faults under load -----------------------------------------------------------------------------
+
+#: Targets of the fault scenarios.
+CONVERGE_TARGET_S = 60.0
+RESUME_TARGET_S = 2.0
+
+
+def faults_under_load(args: argparse.Namespace, base: Path) -> list[str]:
+    """Run the fault scenarios of :mod:`_faults`, print their figures; the failures."""
+    print(f"\nfaults under load: {args.fault_tools} tools kept published by the watcher, two "
+          "discovery workers, every setting at its default but the hashing embedder, a "
+          f"discover request every {Load.interval_s * 1000:.0f} ms")
+    results, load = run_faults(base, args.fault_tools)
+    failures = []
+    for result in results:
+        if result.drift.lost or result.drift.resurrected or result.drift.extra:
+            failures.append(f"{result.name}: lost, resurrected or extra capabilities")
+        if result.converged_s is None or result.converged_s > CONVERGE_TARGET_S:
+            failures.append(f"{result.name}: not converged within {CONVERGE_TARGET_S:.0f} s")
+        if result.resumed_s is not None and result.resumed_s > RESUME_TARGET_S:
+            failures.append(f"{result.name}: answers resumed after {result.resumed_s:.2f} s")
+    print(f"load: {load['turns']} discover requests, {load['answered']} answered, "
+          f"{load['wrong_answers']} answered wrongly; failed while Redis was up and a discovery "
+          f"worker alive: {load['failed_counting']}; failed while Redis was down: "
+          f"{load['failed_during_outage']}; longest gap between answers "
+          f"{load['longest_gap_s']:.2f} s ({load['longest_gap_outside_outages_s']:.2f} s outside "
+          "Redis outages)")
+    if load["failed_counting"] or load["wrong_answers"]:
+        failures.append("failed or wrong answers while a discovery worker was alive")
+    verdict_ = "FAIL (" + "; ".join(failures) + ")" if failures else "PASS"
+    print(f"target: 0 lost, 0 resurrected, converged <= {CONVERGE_TARGET_S:.0f} s after each "
+          "fault, no failed answer while a discovery worker is alive, answers resume <= "
+          f"{RESUME_TARGET_S:.0f} s after Redis is back: {verdict_}")
+    return failures
+
+
 # -- the verdict ----------------------------------------------------------------------------------
 
 
@@ -626,11 +687,14 @@ def print_run(args: argparse.Namespace, workload: Workload, result: RunResult,
               effects: dict[str, Any]) -> None:
     in_flight = sum(1 for k in result.kills if k.in_flight)
     decisions = ", ".join(f"{d} {n}" for d, n in sorted(effects["decisions"].items()))
-    print(f"run: embedder {args.embedder}, visibility timeout {args.visibility_timeout_s} s, "
+    timeout = (f"{args.visibility_timeout_s} s" if args.visibility_timeout_s is not None
+               else "default (1 h)")
+    print(f"run: embedder {args.embedder}, visibility timeout {timeout}, "
           f"{args.batch_size} events per task; {len(result.kills)} kills (of {args.kills}) "
           f"with a task unacknowledged at {in_flight} of them, {result.restarts} restarts; "
           f"{'applied' if result.complete else 'NOT all applied'} in {result.elapsed_s:.1f} s; "
-          f"tasks the broker lost, re-sent by the reconciler (outbox): {result.resent}")
+          "tasks given back by the sweep (their worker was gone) or re-sent from the outbox: "
+          f"{result.resent}")
     lost = " and nowhere in the broker" if effects["unacked_sends"] and not result.pending else ""
     print(f"acks: {len(result.outcomes)} for {len(workload.sends)} events sent "
           f"({effects['redelivered']} redelivered; {effects['unacked_sends']} sends never "
