@@ -356,9 +356,9 @@ def _publisher(url: str, tenant: str | None) -> Publisher:
     """A publisher that stamps the command's token on every event, once the token is seen to
     allow writing ``tenant`` (any tenant when None; the indexing workers verify, this only
     refuses early, before anything is sent)."""
-    token = _access(click.get_current_context()).token
-    _check_write(_access(click.get_current_context()), tenant)
-    return Publisher(url, token=token)
+    access = _access(click.get_current_context())
+    _check_write(access, tenant)
+    return Publisher(url, token=access.token)
 
 
 def _check_write(access: Access, tenant: str | None) -> None:

@@ -408,6 +408,19 @@ def peek(token: str) -> dict[str, Any]:
     return {**claims, "kid": kid}
 
 
+def unverified(token: str, now: float, leeway_s: float = DEFAULT_LEEWAY_S) -> Identity:
+    """The identity a token claims, its claims and times checked but NOT its signature: for a
+    client to refuse early what the workers would refuse (they verify), never to allow."""
+    claims = peek(token)
+    missing = [c for c in REQUIRED_CLAIMS if claims.get(c) is None]
+    if missing:
+        raise AuthError(f"the identity token lacks the '{missing[0]}' claim; " + _ISSUE_HINT,
+                        "claims")
+    identity = _identity(claims, str(claims["kid"]))
+    _check_times(claims, now, leeway_s)
+    return identity
+
+
 def label(token: str | None) -> dict[str, str]:
     """What logs may say about a token: its key id and subject (unverified), never the token."""
     try:

@@ -84,6 +84,22 @@ def replay(client: redis.Redis, send: Callable[[str], None],
     return replayed
 
 
+def with_token(payload: str, token: str | None) -> str:
+    """A dead-lettered event's payload as it is replayed: carrying the replayer's identity
+    token (dead letters keep none), or none. A payload that is not a JSON object is left as it
+    is (the indexing worker dead-letters it again, with the reason)."""
+    try:
+        event = json.loads(payload)
+    except ValueError:
+        return payload
+    if not isinstance(event, dict) or (not token and "token" not in event):
+        return payload  # byte for byte
+    event.pop("token", None)
+    if token:
+        event["token"] = token
+    return json.dumps(event, separators=(",", ":"), ensure_ascii=False)
+
+
 def _dead_letter(entry_id: Any, raw: Any) -> DeadLetter:
     fields = {as_str(k): as_str(v) for k, v in raw.items()}
     return DeadLetter(entry_id=as_str(entry_id), reason=fields.get("reason", ""),

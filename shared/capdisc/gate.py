@@ -29,6 +29,7 @@ from typing import TypeVar
 
 from capdisc import auth
 from capdisc.errors import ConfigError, ForbiddenError
+from capdisc.events import RegistryEvent
 from capdisc.protocol import DiscoverRequest, SessionRequest
 from capdisc.settings import Settings
 
@@ -83,6 +84,15 @@ class Gate:
         require(identity, request.tenant, grant_for(request))
         roles, user = served_as(identity, request.roles, request.user)
         return replace(request, roles=list(roles), user=user, token=None)
+
+    def admit_event(self, event: RegistryEvent) -> None:
+        """An indexing worker's check before it applies ``event``: with auth on, its token must
+        prove the ``write`` grant for its tenant (:class:`AuthError` or
+        :class:`ForbiddenError`: the worker refuses the event with that reason). A reindex
+        without a token passes: it changes no content (the stored definition is embedded
+        again), and the reconciler sends such events itself."""
+        if self.keys is not None and not (event.type == "reindex" and event.token is None):
+            self.writer(event.tenant, event.token)
 
     def writer(self, tenant: str, token: str | None) -> auth.Identity | None:
         """The identity allowed to write ``tenant`` (None with auth off); :class:`AuthError`

@@ -21,6 +21,7 @@ from capdisc import keys
 from capdisc.embedding import Matrix
 from capdisc.events import RegistryEvent
 from capdisc.models import Capability
+from capdisc.protocol import redact_tokens
 from capdisc.registry import Decision, RepairPlan, StoredRecord, decide, plan_repair
 
 #: Approximate length the changes stream is trimmed to (discovery workers reload a full snapshot
@@ -391,8 +392,10 @@ def dead_letter(client: Redis, payload: str | bytes, reason: str, attempts: int 
                 **context: str) -> None:
     """Keep an event that could not be applied, with the reason, for ``capdisc dlq``.
     ``context`` adds fields: a discovery request's ``source`` (the requests stream, see
-    :mod:`capdisc.deadletters`), ``entry_id`` and ``request_id``. ``client`` may be a pipeline."""
+    :mod:`capdisc.deadletters`), ``entry_id`` and ``request_id``. ``client`` may be a pipeline.
+    An identity token in the payload is not kept (a replay carries the replayer's)."""
     text = payload.decode(errors="replace") if isinstance(payload, bytes) else payload
+    text = redact_tokens(text)
     fields: dict[Any, Any] = {"payload": text[:1_048_576], "reason": reason,
                               "attempts": attempts, "at_ms": int(time.time() * 1000)}
     fields.update(context)

@@ -441,3 +441,71 @@ def test_mcp_http_each_request_asks_as_the_holder_of_its_bearer_token(
     assert REFUND in answers["finance"]["session"]["bound"]
     assert REFUND not in [c["id"] for c in answers["plain"]["capabilities"]]
     assert REFUND not in answers["plain"]["session"]["bound"]
+
+
+# -- writes -----------------------------------------------------------------------------------
+
+
+def one_capability(target: Path, name: str) -> Path:
+    (target / name).mkdir(parents=True)
+    (target / name / "CAPABILITY.yaml").write_text(
+        f"name: {name}\nkind: tool\ndescription: Written by a test of who may write.\n")
+    return target
+
+
+def stored(stack: AuthStack, tenant: str, cap_id: str) -> bool:
+    return bool(redis.Redis.from_url(stack.url).hexists(keys.caps(tenant), cap_id))
+
+
+@pytest.mark.parametrize("case", ["missing", "forged", "expired", "wrong-tenant",
+                                  "discover-only"])
+def test_indexing_workers_apply_only_events_whose_token_grants_write(
+        auth_stack: AuthStack, tmp_path: Path, case: str) -> None:
+    cases = {**{k: v[0] for k, v in bad_tokens(auth_stack).items()},
+             "discover-only": auth_stack.token(grants=["discover", "session"])}
+    name = f"sneaky-{case}"
+    connection = redis.Redis.from_url(auth_stack.url)
+    letters_before = connection.xlen(keys.DEADLETTERS)
+
+    report = publish_as(auth_stack.url, one_capability(tmp_path / "r", name), TENANT,
+                        cases[case])
+
+    assert report.complete
+    assert [o["decision"] for o in report.outcomes] == ["rejected"]
+    assert any(word in report.outcomes[0]["reason"]
+               for word in ("token", "wrong tenant", "'write' grant"))
+    assert not stored(auth_stack, TENANT, f"tool:{name}")
+    letter = connection.xrange(keys.DEADLETTERS)[letters_before:][-1][1]
+    assert name.encode() in letter[b"payload"]
+    assert not cases[case] or cases[case].encode() not in letter[b"payload"]
+
+
+def test_cli_writes_are_checked_before_sending_and_replayed_with_the_replayers_token(
+        auth_stack: AuthStack, tmp_path: Path) -> None:
+    registry = one_capability(tmp_path / "r", "written-by-cli")
+    reader = {**auth_stack.env, "CAPDISC_TOKEN": auth_stack.token()}
+    writer = {**auth_stack.env, "CAPDISC_TOKEN": auth_stack.token(grants=["write"])}
+    no_keyring = {k: v for k, v in auth_stack.env.items() if not k.startswith("CAPDISC_AUTH")}
+    impostor = auth.Keyring.from_mapping({auth_stack.keyring.kids[-1]: "x" * 48})
+    forged = auth_stack.token(keyring=impostor, grants=["write"])
+
+    early = run_cli("publish", str(registry), "--tenant", TENANT, env=reader)
+    late = run_cli("publish", str(registry), "--tenant", TENANT,
+                   env={**no_keyring, "CAPDISC_TOKEN": forged})
+    missing = run_cli("delete", "tool:stripe-refund", "--tenant", TENANT, env=auth_stack.env)
+    applied = run_cli("publish", str(registry), "--tenant", TENANT, env=writer)
+
+    assert early.returncode == 2 and "lacks the 'write' grant" in early.stderr
+    assert late.returncode == 1 and "refused by the indexing workers" in late.stderr
+    assert "does not verify" in late.stderr
+    assert missing.returncode == 2 and "write grant" in missing.stderr
+    assert stored(auth_stack, TENANT, REFUND)
+    assert applied.returncode == 0, applied.stderr
+    assert stored(auth_stack, TENANT, "tool:written-by-cli")
+
+    connection = redis.Redis.from_url(auth_stack.url)
+    refused = next(i.decode() for i, f in reversed(connection.xrange(keys.DEADLETTERS))
+                   if b"written-by-cli" in f[b"payload"])
+    replayed = run_cli("dlq", "replay", refused, env=writer)
+    assert replayed.returncode == 0, replayed.stderr
+    assert refused.encode() not in [i for i, _f in connection.xrange(keys.DEADLETTERS)]
