@@ -365,13 +365,14 @@ def _resync_store(client: redis.Redis, tenant: str, space: str) -> int:
 
 @app.task(name=keys.TASK_RECONCILE, bind=True, acks_late=True, ignore_result=True)
 def reconcile_task(self: Any, reply_to: str | None = None) -> dict[str, Any]:
-    """Compare every tenant's records with its live vectors; drop orphan vectors and send
-    reindex events for records without one. The report goes to ``capdisc status`` (and to
-    ``reply_to``, a list ``capdisc reconcile`` waits on)."""
+    """Give back the tasks of workers that are gone and re-send those the broker lost
+    (:func:`sweep`), then compare every tenant's records with its live vectors; drop orphan
+    vectors and send reindex events for records without one. The report goes to ``capdisc
+    status`` (and to ``reply_to``, a list ``capdisc reconcile`` waits on)."""
     client, space = _redis(), vector_space(_embedder().id)
     report: dict[str, Any] = {"at_ms": int(time.time() * 1000), "worker": WORKER_ID,
                               "missing_vectors": 0, "orphan_vectors": 0, "repaired": {},
-                              "skipped": {}, "resent_tasks": _resend_lost(client)}
+                              "skipped": {}, "resent_tasks": sum(sweep(client))}
     for tenant in tenants(client):
         reason = _reconcile_tenant(client, tenant, space, report)
         if reason:
@@ -380,7 +381,6 @@ def reconcile_task(self: Any, reply_to: str | None = None) -> dict[str, Any]:
         pipe.set(keys.RECONCILE_LAST, json.dumps(report))
         pipe.hincrby(keys.COUNTERS, "drift_repaired",
                      report["missing_vectors"] + report["orphan_vectors"])
-        pipe.hincrby(keys.COUNTERS, "tasks_resent", report["resent_tasks"])
         if reply_to:
             pipe.rpush(reply_to, json.dumps(report))
             pipe.expire(reply_to, settings.reply_ttl_s)
