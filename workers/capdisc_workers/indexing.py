@@ -13,8 +13,10 @@ import os
 import socket
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
+import kombu.exceptions
 import numpy as np
 import redis
 import structlog
@@ -52,11 +54,16 @@ from capdisc.store import (
 from capdisc.text import combine, embedding_texts, text_hash, vector_space
 from capdisc.vectorstore import StoredObject, VectorStore, store_for
 from capdisc_workers.celery_app import app, gate, settings
+from capdisc_workers.outage import RETRYABLE, Backoff, RedisHealth
 
 log = structlog.get_logger("capdisc.indexing")
 WORKER_ID = f"indexing@{socket.gethostname()}:{os.getpid()}"
 
 _state: dict[str, Any] = {}
+#: Whether this worker's loops (tasks, heartbeat, sweep, reconcile schedule) reach Redis: an
+#: outage is logged once (``redis_unavailable``) and its end once (``redis_reconnected``).
+_health = RedisHealth(log)
+_T = TypeVar("_T")
 #: Texts embedded per model call when a batch of events needs many.
 EMBED_BATCH = 64
 
@@ -78,13 +85,32 @@ def _embedder() -> Embedder:
 @app.task(name=keys.TASK_APPLY_EVENT, bind=True, acks_late=True, ignore_result=True)
 def apply_event_task(self: Any, payload: str) -> dict[str, Any]:
     """Apply one encoded :class:`RegistryEvent`."""
-    return apply_payloads(self, [payload])[0]
+    return _through_outage(lambda: apply_payloads(self, [payload])[0])
 
 
 @app.task(name=keys.TASK_APPLY_EVENTS, bind=True, acks_late=True, ignore_result=True)
 def apply_events_task(self: Any, payloads: list[str]) -> list[dict[str, Any]]:
     """Apply a batch of encoded events (see :func:`apply_payloads`)."""
-    return apply_payloads(self, payloads)
+    return _through_outage(lambda: apply_payloads(self, payloads))
+
+
+def _through_outage(run: Callable[[], _T]) -> _T:
+    """``run()``, again from the start while Redis cannot be reached (applying is idempotent:
+    what was applied before the outage is stale the second time). It waits at most
+    ``task_time_limit_s``, and not past a shutdown; then the Redis error stands, the task stays
+    in the outbox (:func:`_forget_done_task`) and the sweep gives it to a worker later."""
+    deadline = time.monotonic() + settings.task_time_limit_s
+    backoff = Backoff(cap_s=2.0)
+    while True:
+        try:
+            result = run()
+        except RETRYABLE as exc:
+            _health.failed("task", exc)
+            if time.monotonic() >= deadline or _stop.wait(backoff.next()):
+                raise
+            continue
+        _health.ok("task")
+        return result
 
 
 def apply_payloads(task: Any, payloads: list[str]) -> list[dict[str, Any]]:
@@ -461,13 +487,32 @@ def _reconcile_loop() -> None:
     reconcile run (so it runs like any task: acknowledged late, redelivered if lost)."""
     interval_s = settings.reconcile_interval_s
     client = redis.Redis.from_url(settings.redis_url)
+
+    def schedule() -> None:
+        if client.set(keys.RECONCILE_LOCK, WORKER_ID, nx=True, ex=max(1, int(interval_s))):
+            reconcile_task.apply_async(queue=keys.INDEXING_QUEUE)
+
     while interval_s > 0 and not _stop.is_set():
-        try:
-            if client.set(keys.RECONCILE_LOCK, WORKER_ID, nx=True, ex=max(1, int(interval_s))):
-                reconcile_task.apply_async(queue=keys.INDEXING_QUEUE)
-        except redis.RedisError as exc:
-            log.warning("reconcile_schedule_failed", error=str(exc))
-        _stop.wait(interval_s)
+        _stop.wait(_periodic("reconcile", schedule, interval_s))
+
+
+def _periodic(loop: str, step: Callable[[], None], interval_s: float,
+              backoff: Backoff | None = None) -> float:
+    """One run of a worker thread's ``step``; how long to wait before the next. While Redis is
+    away the thread retries sooner (with ``backoff``, up to its interval) and the outage is
+    logged once for the whole worker, not at every attempt."""
+    try:
+        step()
+    except RETRYABLE as exc:
+        _health.failed(loop, exc)
+        return min(interval_s, backoff.next()) if backoff else interval_s
+    except (redis.RedisError, kombu.exceptions.OperationalError) as exc:
+        log.warning(f"{loop}_failed", error=str(exc))
+        return interval_s
+    _health.ok(loop)
+    if backoff:
+        backoff.reset()
+    return interval_s
 
 
 def _sweep_loop() -> None:
@@ -475,13 +520,14 @@ def _sweep_loop() -> None:
     gives back the tasks of workers that are gone and re-sends the tasks the broker lost."""
     interval_s = settings.sweep_interval_s
     client = redis.Redis.from_url(settings.redis_url)
+
+    def step() -> None:
+        if client.set(keys.SWEEP_LOCK, WORKER_ID, nx=True, px=max(100, int(interval_s * 900))):
+            sweep(client)
+
+    backoff = Backoff(first_s=0.5, cap_s=interval_s)  # sweep soon once Redis is back
     while interval_s > 0 and not _stop.is_set():
-        try:
-            if client.set(keys.SWEEP_LOCK, WORKER_ID, nx=True, px=max(100, int(interval_s * 900))):
-                sweep(client)
-        except redis.RedisError as exc:
-            log.warning("sweep_failed", error=str(exc))
-        _stop.wait(interval_s)
+        _stop.wait(_periodic("sweep", step, interval_s, backoff))
 
 
 def sweep(client: redis.Redis) -> tuple[int, int]:
@@ -518,10 +564,20 @@ def _start_heartbeat(**_: Any) -> None:
 
 
 @signals.task_postrun.connect
-def _forget_done_task(task_id: str | None = None, state: str | None = None, **_: Any) -> None:
-    """A task that will not run again (it did not ask for a retry) leaves the outbox."""
-    if task_id and state != "RETRY":
+def _forget_done_task(task_id: str | None = None, state: str | None = None,
+                      retval: Any = None, **_: Any) -> None:
+    """A task that will not run again (it did not ask for a retry) leaves the outbox; one that
+    failed because Redis was away stays, so the sweep sends it again."""
+    if not task_id or state == "RETRY":
+        return
+    if state == "FAILURE" and isinstance(retval, RETRYABLE):
+        log.warning("task_kept", task_id=task_id, reason=f"Redis was away: {retval}",
+                    hint="the sweep sends it again once Redis is back")
+        return
+    try:
         outbox.done(_redis(), task_id)
+    except RETRYABLE as exc:  # kept: the sweep finds it done or sends it again (idempotent)
+        _health.failed("task", exc)
 
 
 @signals.worker_shutting_down.connect
@@ -535,23 +591,23 @@ def _beat() -> None:
     client = redis.Redis.from_url(settings.redis_url)
     info = {"kind": "indexing", "pid": os.getpid(), "host": socket.gethostname(),
             "embedder": _embedder().id}
+    backoff = Backoff(cap_s=settings.heartbeat_interval_s)
+
+    def beat() -> None:
+        status.heartbeat(client, WORKER_ID, {**info, "tasks": sorted(_held_tasks())})
+
     while not _stop.is_set():
-        try:
-            status.heartbeat(client, WORKER_ID, {**info, "tasks": sorted(_held_tasks())})
-        except redis.RedisError as exc:
-            log.warning("heartbeat_failed", error=str(exc))
-        _stop.wait(settings.heartbeat_interval_s)
+        _stop.wait(_periodic("heartbeat", beat, settings.heartbeat_interval_s, backoff))
 
 
 def _held_tasks() -> set[str]:
-    """Ids of the tasks this worker holds: received (also those waiting for a retry's
-    countdown), running, or done and not yet acknowledged."""
+    """Ids of the tasks this worker holds: received, waiting for a retry's countdown (Celery
+    keeps all of them in ``state.requests``), or running. Copied in one step (a dict's keys are
+    copied without running Python code, so the consumer thread cannot change it meanwhile);
+    Celery drops the received ones when its connection is lost, so they are held no longer."""
     from celery.worker import state
 
-    held = set(state.requests)
-    for pool in (state.reserved_requests, state.active_requests, state.scheduled_requests):
-        held.update(request.id for request in list(pool))
-    return held
+    return {str(task_id) for task_id in list(state.requests)}
 
 
 __all__ = ["Outcome", "apply_event_task"]

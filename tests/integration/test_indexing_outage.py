@@ -1,0 +1,86 @@
+"""An indexing worker rides out a Redis restart on its own: the task it was running when Redis
+went away runs again once Redis is back (applying is idempotent), the deliveries whose
+acknowledgement went nowhere are given back by the sweep, and the registry converges to the
+source with no producer waiting (nothing re-sent by an importer), every setting at its default.
+The worker stays the same process and says once that Redis went and once that it came back."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from capdisc import keys
+from capdisc.store import tenant_version
+from capdisc_producers.importer import import_jsonl
+from capdisc_producers.publisher import Publisher
+
+from .private import PrivateStack, wait_for
+
+TENANT = "outage"
+TOOLS = 3000
+#: The target: the registry equals the source this long after Redis is back, at most.
+CONVERGE_S = 60.0
+
+
+@pytest.fixture
+def private(tmp_path: Path) -> Iterator[PrivateStack]:
+    """A durable Redis of the test's own and workers with every capdisc setting at its default
+    but the (deterministic) embedder."""
+    stack = PrivateStack(tmp_path, durable=True)
+    stack.env = {k: v for k, v in os.environ.items() if not k.startswith("CAPDISC_")}
+    stack.env.update(CAPDISC_REDIS_URL=stack.url, CAPDISC_EMBEDDER="hashing", CAPDISC_AUTH="off")
+    try:
+        yield stack
+    finally:
+        stack.close()
+
+
+def catalog(path: Path) -> Path:
+    with path.open("w") as out:
+        for i in range(TOOLS):
+            out.write(json.dumps({"id": f"out-{i:05d}", "name": f"outage_tool_{i:05d}",
+                                  "description": f"Outage probe {i}: answers probe {i}.",
+                                  "parameters": {"type": "object", "properties": {
+                                      "q": {"type": "string"}}}}) + "\n")
+    return path
+
+
+def stored(stack: PrivateStack) -> int:
+    try:
+        return int(stack.connection().hlen(keys.caps(TENANT)))
+    except redis.ConnectionError:
+        return -1
+
+
+def test_an_indexing_worker_finishes_the_queue_across_a_redis_restart_with_no_producer_waiting(
+        private: PrivateStack, tmp_path: Path) -> None:
+    worker = private.spawn_indexing()
+    publisher = Publisher(private.url)
+    try:  # sent and not waited for: only the worker and its sweep can finish the work
+        report = import_jsonl(private.connection(), publisher, catalog(tmp_path / "tools.jsonl"),
+                              tenant=TENANT, wait_s=0)
+    finally:
+        publisher.close()
+    assert report.sent == TOOLS
+    connection = private.connection()
+    wait_for(lambda: tenant_version(connection, TENANT) > 300, 60, "indexing under way")
+
+    private.stop_redis()
+    wait_for(lambda: private.events("indexing", "redis_unavailable"), 20,
+             "the worker noticing Redis is gone")
+    private.start_redis(lose_data=False)
+
+    wait_for(lambda: stored(private) == TOOLS, CONVERGE_S, "the registry equal to the source")
+    wait_for(lambda: private.events("indexing", "redis_reconnected"), 20, "reconnected log")
+    after = private.connection()
+    wait_for(lambda: after.hlen(keys.OUTBOX) == 0 and after.hlen(keys.KOMBU_UNACKED) == 0
+             and after.llen(keys.INDEXING_QUEUE) == 0, 30, "nothing left in flight")
+    assert worker.poll() is None and private.processes["indexing"].pid == worker.pid
+    assert len(private.events("indexing", "redis_unavailable")) == 1
+    assert len(private.events("indexing", "redis_reconnected")) == 1
+    assert not private.events("indexing", "heartbeat_failed")
