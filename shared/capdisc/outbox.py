@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -119,11 +119,32 @@ class Delivery:
     delivered_at_ms: int
 
 
-def orphans(deliveries: Sequence[Delivery], held: set[str], now_ms: int, grace_s: float
-            ) -> list[Delivery]:
-    """Deliveries older than ``grace_s`` whose task no live worker holds (``held``)."""
-    return [d for d in deliveries
-            if now_ms - d.delivered_at_ms >= grace_s * 1000 and d.task_id not in held]
+@dataclass(frozen=True)
+class Holder:
+    """What an indexing worker's last heartbeat said: when, and which tasks it holds (``None``:
+    a worker that does not say, which may hold any)."""
+
+    worker_id: str
+    seen_ms: int
+    tasks: frozenset[str] | None
+
+
+def holders(heartbeats: Iterable[Mapping[str, Any]]) -> list[Holder]:
+    """The indexing workers among heartbeats (``capdisc:workers`` entries), live or not."""
+    return [Holder(str(h.get("id", "")), int(h.get("last_seen_ms", 0)),
+                   frozenset(str(t) for t in h["tasks"]) if "tasks" in h else None)
+            for h in heartbeats if h.get("kind") == "indexing"]
+
+
+def orphans(deliveries: Sequence[Delivery], workers: Sequence[Holder], now_ms: int,
+            grace_s: float, stale_after_s: float) -> list[Delivery]:
+    """Deliveries older than ``grace_s`` that no live worker holds (a worker is live when its
+    heartbeat is at most ``stale_after_s`` old), and that every live worker has reported on
+    since (a heartbeat after the delivery): a task just received may not be listed yet."""
+    live = [w for w in workers if now_ms - w.seen_ms <= stale_after_s * 1000]
+    return [d for d in deliveries if now_ms - d.delivered_at_ms >= grace_s * 1000
+            and not any(w.tasks is None or d.task_id in w.tasks for w in live)
+            and all(w.seen_ms > d.delivered_at_ms for w in live)]
 
 
 def deliveries(client: redis.Redis) -> list[Delivery]:

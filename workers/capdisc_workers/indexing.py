@@ -533,11 +533,10 @@ def _sweep_loop() -> None:
 def sweep(client: redis.Redis) -> tuple[int, int]:
     """Put back in the queue every delivery no live worker holds, then re-send the recorded
     tasks that are neither queued nor delivered; how many of each."""
-    live = status.live_workers(client, settings.worker_stale_after_s)
-    held = {t for w in live if w.get("kind") == "indexing" for t in w.get("tasks", [])}
+    workers = outbox.holders(json.loads(v) for v in client.hvals(keys.WORKERS))
     restored = 0
-    for delivery in outbox.orphans(outbox.deliveries(client), held, int(time.time() * 1000),
-                                   settings.outbox_grace_s):
+    for delivery in outbox.orphans(outbox.deliveries(client), workers, int(time.time() * 1000),
+                                   settings.outbox_grace_s, settings.worker_stale_after_s):
         if outbox.restore(client, delivery):
             restored += 1
             log.warning("task_restored", task_id=delivery.task_id,
