@@ -33,7 +33,7 @@ from capdisc.status import collect_status
 from capdisc.store import stored_by_source
 from capdisc_producers.bench_cli import bench
 from capdisc_producers.importer import import_jsonl
-from capdisc_producers.mcp_import import import_mcp
+from capdisc_producers.mcp_import import Changed, import_mcp
 from capdisc_producers.outages import through_outages
 from capdisc_producers.publisher import Publisher
 from capdisc_producers.reindex import start_full_reindex, wait_for_swap
@@ -680,10 +680,16 @@ def import_mcp_cmd(ctx: click.Context, url: str | None, command: str | None,
     deletes tools the server no longer has."""
     settings, connection = _connect(ctx, redis_url)
     publisher = _publisher(settings.redis_url, _tenant(ctx, tenant))
+    changed: list[Changed] = []
+
+    def attempt() -> SyncReport:  # run again (listing the server again) after a Redis outage
+        report, changed[:] = import_mcp(connection, publisher, url=url, command=command,
+                                        tenant=_tenant(ctx, tenant), server_name=server_name,
+                                        wait_s=timeout_s if wait else 0.0, timeout_s=timeout_s)
+        return report
+
     try:
-        report, changed = import_mcp(connection, publisher, url=url, command=command,
-                                     tenant=_tenant(ctx, tenant), server_name=server_name,
-                                     wait_s=timeout_s if wait else 0.0, timeout_s=timeout_s)
+        report = through_outages(attempt, connection, _say)
     except CapdiscError as exc:
         _fail(str(exc))
     finally:
