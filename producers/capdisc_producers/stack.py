@@ -29,7 +29,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -534,3 +534,21 @@ def _cli_name() -> str:
         return str(argv0.resolve().relative_to(Path.cwd()))
     except ValueError:
         return "capdisc"
+
+
+@contextlib.contextmanager
+def running_stack(project: Path, settings: Settings, environ: Mapping[str, str]
+                  ) -> Iterator[tuple[Stack, str]]:
+    """The embedded stack without the watcher and the ready check, for benchmarks and scripts
+    that drive it themselves: ``(stack, redis url)``, the URL with the password of the stack's
+    own Redis (keep it in memory). Auth is off unless ``settings`` turn it on explicitly: such a
+    script asks as whoever it claims to be. Everything is stopped when the block ends."""
+    if settings.auth is None:
+        settings = settings.with_changes(auth=False)
+    stack = Stack(project=project, settings=settings, say=lambda _message: None)
+    try:
+        url = stack.start(environ)
+        yield stack, url
+    finally:
+        stack.stop()
+
