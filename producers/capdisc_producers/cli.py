@@ -782,6 +782,8 @@ def _report_sync(report: SyncReport, wait: bool, timeout_s: float) -> None:
             _fail(f"only {len(report.outcomes)} of {report.sent} events were applied within "
                   f"{timeout_s:.0f} s; is an indexing worker running? (capdisc status)")
         click.echo(f"applied; index version {report.index_version}")
+    elif wait and report.outages:
+        click.echo("applied; the registry already held the whole source when the sync resumed")
     refused = [o for o in report.outcomes if o.get("decision") == "rejected"]
     for outcome in refused:
         click.echo(f"refused by the indexing workers: {outcome.get('capability_id')}: "

