@@ -6,14 +6,16 @@ fail."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 
 from capdisc import keys
@@ -154,3 +156,34 @@ def dead_letters_by_entry(connection: redis.Redis) -> dict[str, dict[str, str]]:
         if decoded.get("source") == keys.DISCOVERY_REQUESTS:
             letters[decoded["entry_id"]] = decoded
     return letters
+
+
+def default_env(url: str) -> dict[str, str]:
+    """Workers' environment with every capdisc setting at its default but the deterministic
+    embedder (and auth, which the tests of faults leave out): no test speedups."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAPDISC_")}
+    env.update(CAPDISC_REDIS_URL=url, CAPDISC_EMBEDDER="hashing", CAPDISC_AUTH="off")
+    return env
+
+
+@pytest.fixture
+def private_on_defaults(tmp_path: Path) -> Iterator[PrivateStack]:
+    """A durable Redis of the test's own, whose workers run on the default settings."""
+    stack = PrivateStack(tmp_path, durable=True)
+    stack.env = default_env(stack.url)
+    try:
+        yield stack
+    finally:
+        stack.close()
+
+
+def write_catalog(path: Path, count: int, prefix: str) -> Path:
+    """A tools.jsonl of ``count`` generated tools, ids ``{prefix}-00000`` on."""
+    with path.open("w") as out:
+        for i in range(count):
+            out.write(json.dumps({"id": f"{prefix}-{i:05d}", "name": f"{prefix}_tool_{i:05d}",
+                                  "description": f"Probe {i} of {prefix}: answers probe {i}.",
+                                  "parameters": {"type": "object", "properties": {
+                                      "q": {"type": "string"}}}}) + "\n")
+    return path
+

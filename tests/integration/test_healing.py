@@ -5,13 +5,10 @@ default one: no test speedups on the healing path)."""
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,39 +17,14 @@ import redis
 from capdisc import keys
 from capdisc.store import tenant_version
 
-from .private import PrivateStack
+from .private import PrivateStack, private_on_defaults, write_catalog
+
+private = private_on_defaults
 
 TENANT = "heal"
 TOOLS = 1500
 #: The target: converged this long after the fault, at most.
 CONVERGE_S = 60.0
-
-
-def default_env(url: str) -> dict[str, str]:
-    """The workers' environment with every capdisc setting at its default but the embedder."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CAPDISC_")}
-    env.update(CAPDISC_REDIS_URL=url, CAPDISC_EMBEDDER="hashing", CAPDISC_AUTH="off")
-    return env
-
-
-@pytest.fixture
-def private(tmp_path: Path) -> Iterator[PrivateStack]:
-    stack = PrivateStack(tmp_path, durable=True)
-    stack.env = default_env(stack.url)
-    try:
-        yield stack
-    finally:
-        stack.close()
-
-
-def write_catalog(path: Path, count: int) -> Path:
-    with path.open("w") as out:
-        for i in range(count):
-            out.write(json.dumps({"id": f"heal-{i:05d}", "name": f"heal_tool_{i:05d}",
-                                  "description": f"Healing probe {i}: answers probe {i}.",
-                                  "parameters": {"type": "object", "properties": {
-                                      "q": {"type": "string"}}}}) + "\n")
-    return path
 
 
 def start_import(private: PrivateStack, catalog: Path) -> subprocess.Popen[bytes]:
@@ -82,7 +54,7 @@ def test_the_tasks_of_a_killed_indexing_worker_run_again_within_a_minute(
         private: PrivateStack, tmp_path: Path) -> None:
     connection = private.connection()
     first = private.spawn_indexing("indexing-1")
-    importer = start_import(private, write_catalog(tmp_path / "tools.jsonl", TOOLS))
+    importer = start_import(private, write_catalog(tmp_path / "tools.jsonl", TOOLS, "heal"))
     await_condition(lambda: tenant_version(connection, TENANT) > 100
                     and connection.hlen(keys.KOMBU_UNACKED) > 0, 60, "a task in flight")
 
@@ -100,7 +72,7 @@ def test_the_tasks_of_a_killed_indexing_worker_run_again_within_a_minute(
 def test_an_import_rides_out_a_redis_restart_and_reports_everything_applied(
         private: PrivateStack, tmp_path: Path) -> None:
     private.spawn_indexing()
-    importer = start_import(private, write_catalog(tmp_path / "tools.jsonl", TOOLS))
+    importer = start_import(private, write_catalog(tmp_path / "tools.jsonl", TOOLS, "heal"))
     connection = private.connection()
     await_condition(lambda: tenant_version(connection, TENANT) > 100, 60, "an import under way")
 

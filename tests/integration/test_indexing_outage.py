@@ -6,12 +6,8 @@ The worker stays the same process and says once that Redis went and once that it
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import redis
 
 from capdisc import keys
@@ -19,35 +15,14 @@ from capdisc.store import tenant_version
 from capdisc_producers.importer import import_jsonl
 from capdisc_producers.publisher import Publisher
 
-from .private import PrivateStack, wait_for
+from .private import PrivateStack, private_on_defaults, wait_for, write_catalog
+
+private = private_on_defaults
 
 TENANT = "outage"
 TOOLS = 3000
 #: The target: the registry equals the source this long after Redis is back, at most.
 CONVERGE_S = 60.0
-
-
-@pytest.fixture
-def private(tmp_path: Path) -> Iterator[PrivateStack]:
-    """A durable Redis of the test's own and workers with every capdisc setting at its default
-    but the (deterministic) embedder."""
-    stack = PrivateStack(tmp_path, durable=True)
-    stack.env = {k: v for k, v in os.environ.items() if not k.startswith("CAPDISC_")}
-    stack.env.update(CAPDISC_REDIS_URL=stack.url, CAPDISC_EMBEDDER="hashing", CAPDISC_AUTH="off")
-    try:
-        yield stack
-    finally:
-        stack.close()
-
-
-def catalog(path: Path) -> Path:
-    with path.open("w") as out:
-        for i in range(TOOLS):
-            out.write(json.dumps({"id": f"out-{i:05d}", "name": f"outage_tool_{i:05d}",
-                                  "description": f"Outage probe {i}: answers probe {i}.",
-                                  "parameters": {"type": "object", "properties": {
-                                      "q": {"type": "string"}}}}) + "\n")
-    return path
 
 
 def stored(stack: PrivateStack) -> int:
@@ -62,8 +37,8 @@ def test_an_indexing_worker_finishes_the_queue_across_a_redis_restart_with_no_pr
     worker = private.spawn_indexing()
     publisher = Publisher(private.url)
     try:  # sent and not waited for: only the worker and its sweep can finish the work
-        report = import_jsonl(private.connection(), publisher, catalog(tmp_path / "tools.jsonl"),
-                              tenant=TENANT, wait_s=0)
+        source = write_catalog(tmp_path / "tools.jsonl", TOOLS, "out")
+        report = import_jsonl(private.connection(), publisher, source, tenant=TENANT, wait_s=0)
     finally:
         publisher.close()
     assert report.sent == TOOLS

@@ -6,33 +6,20 @@ commands are certainly waiting when Redis goes."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from capdisc import keys
 
 from .conftest import EXAMPLES, ROOT
-from .private import PrivateStack, wait_for
+from .private import PrivateStack, private_on_defaults, wait_for
+
+private = private_on_defaults
 
 TENANT = "producers"
 SERVER = ROOT / "tests" / "fixtures" / "mcp_weather_server.py"
-
-
-@pytest.fixture
-def private(tmp_path: Path) -> Iterator[PrivateStack]:
-    stack = PrivateStack(tmp_path, durable=True)
-    stack.env = {k: v for k, v in os.environ.items() if not k.startswith("CAPDISC_")}
-    stack.env.update(CAPDISC_REDIS_URL=stack.url, CAPDISC_EMBEDDER="hashing", CAPDISC_AUTH="off")
-    try:
-        yield stack
-    finally:
-        stack.close()
 
 
 def cli(private: PrivateStack, *args: str) -> subprocess.Popen[bytes]:
