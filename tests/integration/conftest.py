@@ -13,10 +13,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -82,6 +84,18 @@ def stop_process(process: subprocess.Popen[bytes], timeout_s: float = 10.0) -> N
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def wait_for(condition: Callable[[], Any], timeout_s: float, what: str,
+             every_s: float = 0.05) -> Any:
+    """Poll ``condition`` until it returns something truthy (returned), or fail saying ``what``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = condition()
+        if result:
+            return result
+        time.sleep(every_s)
+    raise AssertionError(f"{what} did not happen within {timeout_s} s")
 
 
 def worker_env(url: str) -> dict[str, str]:

@@ -22,7 +22,16 @@ from capdisc import keys
 from capdisc.localredis import LocalRedis, free_port, start_redis
 from capdisc.status import live_workers
 
-from .conftest import DISCOVERY_ARGV, EXAMPLES, INDEXING_ARGV, ROOT, publish, worker_env
+from .conftest import (
+    DISCOVERY_ARGV,
+    EXAMPLES,
+    INDEXING_ARGV,
+    ROOT,
+    publish,
+    stop_process,
+    worker_env,
+)
+from .conftest import wait_for as wait_for  # re-exported: the tests of private stacks use it
 
 
 class PrivateStack:
@@ -61,7 +70,7 @@ class PrivateStack:
 
     def stop_process(self, name: str) -> None:
         process = self.processes.pop(name)
-        _stop(process)
+        stop_process(process, 15.0)
 
     def stop_redis(self) -> None:
         self.server.stop()
@@ -88,7 +97,7 @@ class PrivateStack:
         for process in self.processes.values():
             process.terminate()
         for process in self.processes.values():
-            _stop(process)
+            stop_process(process, 15.0)
         self.server.stop()
 
     def __enter__(self) -> PrivateStack:
@@ -96,15 +105,6 @@ class PrivateStack:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 def copy_registry(target: Path, keep: Callable[[Path], bool] = lambda _p: True) -> Path:
@@ -134,18 +134,6 @@ def publish_and_serve(stack: PrivateStack, registry: Path, tenant: str,
         connection.close()
     raise AssertionError(f"{discovery_workers} discovery worker(s) did not serve {tenant} "
                          f"within {timeout_s} s; see {stack.log_dir}")
-
-
-def wait_for(condition: Callable[[], Any], timeout_s: float, what: str,
-             every_s: float = 0.05) -> Any:
-    """Poll ``condition`` until it returns something truthy (returned), or fail saying ``what``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(every_s)
-    raise AssertionError(f"{what} did not happen within {timeout_s} s")
 
 
 def dead_letters_by_entry(connection: redis.Redis) -> dict[str, dict[str, str]]:

@@ -24,6 +24,7 @@ from capdisc.settings import with_password
 from capdisc_producers.supervisor import die_with_parent
 
 from .conftest import EXAMPLES
+from .conftest import wait_for as wait_for  # re-exported for the tests of up
 
 CLI = [sys.executable, "-m", "capdisc_producers.cli"]
 READY = "capdisc is ready"
@@ -147,18 +148,6 @@ def _is_our_child(pid: int) -> bool:
     except OSError:
         return False
     return any(marker in cmdline for marker in CHILD_MARKERS)
-
-
-def wait_for(condition: Callable[[], Any], timeout_s: float, what: str,
-             every_s: float = 0.1) -> Any:
-    """Poll ``condition`` until it returns something truthy (returned), or fail saying ``what``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(every_s)
-    raise AssertionError(f"{what} did not happen within {timeout_s} s")
 
 
 @pytest.fixture
