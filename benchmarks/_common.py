@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import statistics
+import subprocess
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -40,3 +41,17 @@ def example_registry_stack(settings: Settings, env: Mapping[str, str]
         shutil.copytree(ROOT / "examples" / "registry", registry)
         with running_stack(project, settings, env) as (stack, url):
             yield stack, url, registry
+
+
+def stop_processes(processes: Sequence[subprocess.Popen[bytes] | None]) -> None:
+    """SIGTERM every running process, then wait for each (SIGKILL after 15 s)."""
+    running = [p for p in processes if p is not None]
+    for process in running:
+        if process.poll() is None:
+            process.terminate()
+    for process in running:
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

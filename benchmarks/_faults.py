@@ -38,6 +38,7 @@ from typing import Any
 
 import redis
 
+from _common import stop_processes
 from _load import Load
 from capdisc import keys
 from capdisc.localredis import LocalRedis, free_port, start_redis
@@ -159,15 +160,7 @@ class FaultStack:
         return {p.pid for n, p in self.workers.items() if n.startswith("discovery")}
 
     def stop(self) -> None:
-        for process in self.workers.values():
-            if process.poll() is None:
-                process.terminate()
-        for process in self.workers.values():
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_processes(list(self.workers.values()))
         if self.redis_server is not None:
             self.redis_server.stop()
 

@@ -59,6 +59,7 @@ from typing import Any
 import numpy as np
 import redis
 
+from _common import stop_processes
 from _faults import run_faults
 from _load import Load
 from capdisc import keys
@@ -316,16 +317,7 @@ class Processes:
         self.indexing.wait()
 
     def stop(self) -> None:
-        running = [p for p in [self.indexing, *self.others] if p is not None]
-        for process in running:
-            if process.poll() is None:
-                process.terminate()
-        for process in running:
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_processes([self.indexing, *self.others])
         if self.redis_server is not None:
             self.redis_server.stop()
 
