@@ -57,6 +57,10 @@ def redis_option(command: Any) -> Any:
 
 
 tenant_option = click.option("--tenant", default=None, help="Tenant (default: settings tenant)")
+take_over_option = click.option(
+    "--take-over", is_flag=True,
+    help="Move capabilities whose id another source owns to this one (else they are rejected, "
+         "naming their owner)")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object")
 
 
@@ -451,15 +455,17 @@ def _versions(worker: dict[str, Any]) -> str:
 @redis_option
 @tenant_option
 @caller_options
+@take_over_option
 @click.option("--wait/--no-wait", default=True, show_default=True,
               help="Wait until the indexing workers have applied every event")
 @click.option("--timeout", "timeout_s", type=float, default=120.0, show_default=True)
 @click.pass_context
 def publish(ctx: click.Context, path: Path, redis_url: str | None, tenant: str | None,
-            wait: bool, timeout_s: float) -> None:
+            take_over: bool, wait: bool, timeout_s: float) -> None:
     """Publish the CAPABILITY.yaml manifests under PATH (upserts, deletes, rejections).
     With --roles/--user, capabilities whose manifest declares no visibility are shared with
-    those roles and that user only (else with the whole tenant)."""
+    those roles and that user only (else with the whole tenant). An id another source
+    published first is rejected, naming that source, unless --take-over."""
     settings, connection = _connect(ctx, redis_url)
     publisher = _publisher(settings.redis_url, _tenant(ctx, tenant))
     caller = _caller(ctx)
@@ -468,7 +474,7 @@ def publish(ctx: click.Context, path: Path, redis_url: str | None, tenant: str |
     report = through_outages(lambda: sync_directory(
         connection, publisher, path, tenant=_tenant(ctx, tenant),
         max_bytes=settings.manifest_max_bytes, wait_s=timeout_s if wait else 0.0,
-        visibility=visibility), connection, _say)
+        visibility=visibility, take_over=take_over), connection, _say)
     _report_sync(report, wait, timeout_s)
 
 
@@ -476,8 +482,10 @@ def publish(ctx: click.Context, path: Path, redis_url: str | None, tenant: str |
 @click.argument("path", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @redis_option
 @tenant_option
+@take_over_option
 @click.pass_context
-def watch(ctx: click.Context, path: Path, redis_url: str | None, tenant: str | None) -> None:
+def watch(ctx: click.Context, path: Path, redis_url: str | None, tenant: str | None,
+          take_over: bool) -> None:
     """Publish PATH, then re-publish what changes on every edit (debounced)."""
     settings, connection = _connect(ctx, redis_url)
     configure_logging(settings.log_level, settings.log_format)
@@ -487,7 +495,7 @@ def watch(ctx: click.Context, path: Path, redis_url: str | None, tenant: str | N
                         path,
                         tenant=_tenant(ctx, tenant),
                         max_bytes=settings.manifest_max_bytes,
-                        debounce_ms=settings.watch_debounce_ms)
+                        debounce_ms=settings.watch_debounce_ms, take_over=take_over)
 
 
 @cli.command()
@@ -502,12 +510,14 @@ def watch(ctx: click.Context, path: Path, redis_url: str | None, tenant: str | N
 def delete(ctx: click.Context, capability_ids: tuple[str, ...], source: str | None,
            redis_url: str | None, tenant: str | None, timeout_s: float) -> None:
     """Delete capabilities by id (tool:web-search ...) or a whole --source, and wait until the
-    workers applied it. A later manifest or import of the same id publishes it again; an older
-    event never does."""
+    workers applied it. Ids named here are deleted whichever source owns them (the output names
+    it); --source deletes only what that source still owns. A later manifest or import of the
+    same id publishes it again; an older event never does."""
     settings, connection = _connect(ctx, redis_url)
     tenant = _tenant(ctx, tenant)
     ids = _chosen_ids(connection, tenant, capability_ids, source)
-    report = _publish_ids(settings, connection, SyncPlan(deletes=ids), tenant, timeout_s)
+    plan = SyncPlan(deletes=ids, taken_over=[] if source else ids)
+    report = _publish_ids(settings, connection, plan, tenant, timeout_s, source or "cli")
     _print_outcomes(report, "delete", "deleted", "not found, nothing to delete")
 
 
@@ -541,11 +551,18 @@ def reindex(ctx: click.Context, capability_ids: tuple[str, ...], source: str | N
 
 
 def _print_outcomes(report: SyncReport, done: str, done_verb: str, other_verb: str) -> None:
-    """One line per capability (``done_verb`` when its decision was ``done``), then the version."""
+    """One line per capability (``done_verb`` when its decision was ``done``, with what the
+    workers said of its owner), then the version; exit 1 if the workers refused any."""
+    refused = False
     for outcome in sorted(report.outcomes, key=lambda o: str(o.get("capability_id"))):
-        verb = done_verb if outcome.get("decision") == done else other_verb
-        click.echo(f"{outcome.get('capability_id')}: {verb}")
+        decision, reason = outcome.get("decision"), outcome.get("reason")
+        verb = done_verb if decision == done else other_verb
+        if decision in REFUSED:
+            refused, verb = True, "refused"
+        click.echo(f"{outcome.get('capability_id')}: {verb}" + (f" ({reason})" if reason else ""))
     click.echo(f"index version {report.index_version}")
+    if refused:
+        sys.exit(1)
 
 
 @cli.command()
@@ -589,11 +606,11 @@ def _chosen_ids(connection: redis.Redis, tenant: str, capability_ids: tuple[str,
 
 
 def _publish_ids(settings: Settings, connection: redis.Redis, plan: SyncPlan, tenant: str,
-                 timeout_s: float) -> SyncReport:
+                 timeout_s: float, source: str = "cli") -> SyncReport:
     publisher = _publisher(settings.redis_url, tenant)
     try:
         report = publish_plan(connection, publisher, plan, root=Path("cli"), tenant=tenant,
-                              source="cli", wait_s=timeout_s)
+                              source=source, wait_s=timeout_s)
     finally:
         publisher.close()
     if not report.complete:
@@ -637,9 +654,11 @@ def import_group() -> None:
 @click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True)
 @redis_option
 @tenant_option
+@take_over_option
 @click.pass_context
 def import_jsonl_cmd(ctx: click.Context, path: Path, source: str | None, wait: bool,
-                     timeout_s: float, redis_url: str | None, tenant: str | None) -> None:
+                     timeout_s: float, redis_url: str | None, tenant: str | None,
+                     take_over: bool) -> None:
     """Import a tools.jsonl catalog (one tool a line: id, name, description, parameters,
     category) as capabilities; only what changed is sent."""
     settings, connection = _connect(ctx, redis_url)
@@ -655,7 +674,8 @@ def import_jsonl_cmd(ctx: click.Context, path: Path, source: str | None, wait: b
         try:
             report = through_outages(lambda: import_jsonl(
                 connection, publisher, path, tenant=_tenant(ctx, tenant), source=source,
-                wait_s=timeout_s if wait else 0.0, progress=progress), connection, _say)
+                wait_s=timeout_s if wait else 0.0, progress=progress, take_over=take_over),
+                connection, _say)
         finally:
             publisher.close()
     _report_sync(report, wait, timeout_s)
@@ -672,10 +692,11 @@ def import_jsonl_cmd(ctx: click.Context, path: Path, source: str | None, wait: b
 @click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True)
 @redis_option
 @tenant_option
+@take_over_option
 @click.pass_context
 def import_mcp_cmd(ctx: click.Context, url: str | None, command: str | None,
                    server_name: str | None, wait: bool, timeout_s: float,
-                   redis_url: str | None, tenant: str | None) -> None:
+                   redis_url: str | None, tenant: str | None, take_over: bool) -> None:
     """Publish a live MCP server's tools as capabilities; a re-run sends only what changed and
     deletes tools the server no longer has."""
     settings, connection = _connect(ctx, redis_url)
@@ -685,7 +706,8 @@ def import_mcp_cmd(ctx: click.Context, url: str | None, command: str | None,
     def attempt() -> SyncReport:  # run again (listing the server again) after a Redis outage
         report, changed[:] = import_mcp(connection, publisher, url=url, command=command,
                                         tenant=_tenant(ctx, tenant), server_name=server_name,
-                                        wait_s=timeout_s if wait else 0.0, timeout_s=timeout_s)
+                                        wait_s=timeout_s if wait else 0.0, timeout_s=timeout_s,
+                                        take_over=take_over)
         return report
 
     try:
@@ -771,6 +793,10 @@ cli.add_command(bench)
 cli.add_command(token)
 
 
+#: Outcome decisions of events the indexing workers refused: invalid, or another source's.
+REFUSED = ("rejected", "refused_owned")
+
+
 def _report_sync(report: SyncReport, wait: bool, timeout_s: float) -> None:
     """Rejections on stderr, the summary, and whether the workers applied everything; exit 1
     when something was rejected, 2 when the workers did not finish in time."""
@@ -784,7 +810,7 @@ def _report_sync(report: SyncReport, wait: bool, timeout_s: float) -> None:
         click.echo(f"applied; index version {report.index_version}")
     elif wait and report.outages:
         click.echo("applied; the registry already held the whole source when the sync resumed")
-    refused = [o for o in report.outcomes if o.get("decision") == "rejected"]
+    refused = [o for o in report.outcomes if o.get("decision") in REFUSED]
     for outcome in refused:
         click.echo(f"refused by the indexing workers: {outcome.get('capability_id')}: "
                    f"{outcome.get('reason')}", err=True)

@@ -18,18 +18,21 @@ from capdisc.evaluation import read_jsonl_catalog
 from capdisc.registry import plan_sync
 from capdisc.store import stored_by_source
 from capdisc_producers.publisher import Publisher
-from capdisc_producers.sync import Progress, SyncReport, publish_plan
+from capdisc_producers.sync import Progress, SyncReport, held_elsewhere, publish_plan
 
 
 def import_jsonl(client: redis.Redis, publisher: Publisher, path: Path, *, tenant: str,
                  source: str | None = None, wait_s: float = 0.0,
-                 progress: Progress | None = None) -> SyncReport:
+                 progress: Progress | None = None, take_over: bool = False) -> SyncReport:
     """Publish what changed in the catalog at ``path``; with ``wait_s`` wait until applied
-    (``progress`` as in :func:`capdisc_producers.sync.publish_plan`)."""
+    (``progress`` as in :func:`capdisc_producers.sync.publish_plan`). A tool whose id another
+    source owns is rejected, naming the owner, unless ``take_over``."""
     path = path.resolve()
     source = source or f"jsonl:{path}"
     found, errors = read_jsonl_catalog(path, source)
-    plan = plan_sync(found, errors, stored_by_source(client, tenant, source))
+    stored = stored_by_source(client, tenant, source)
+    plan = plan_sync(found, errors, stored, held_elsewhere(client, tenant, source, found, stored),
+                     take_over)
     if errors:
         plan = replace(plan, deletes=[])
     return publish_plan(client, publisher, plan, root=path, tenant=tenant, source=source,

@@ -27,7 +27,7 @@ from capdisc.normalize import capability_from_record
 from capdisc.registry import plan_sync
 from capdisc.store import stored_by_source
 from capdisc_producers.publisher import Publisher
-from capdisc_producers.sync import SyncReport, publish_plan
+from capdisc_producers.sync import SyncReport, held_elsewhere, publish_plan
 
 log = structlog.get_logger("capdisc.mcp_import")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -126,15 +126,17 @@ class Changed:
 
 def import_mcp(client: redis.Redis, publisher: Publisher, *, url: str | None = None,
                command: str | None = None, tenant: str, server_name: str | None = None,
-               wait_s: float = 0.0, timeout_s: float = 30.0
+               wait_s: float = 0.0, timeout_s: float = 30.0, take_over: bool = False
                ) -> tuple[SyncReport, list[Changed]]:
     """List the server's tools and publish what changed since the last import of it; also
-    return the tools that changed, with their old and new content hashes."""
+    return the tools that changed, with their old and new content hashes. A tool whose id
+    another source owns is rejected, naming the owner, unless ``take_over``."""
     source = f"mcp:{url}" if url is not None else f"mcp:{command}"
     listing = list_server_tools(url=url, command=command, timeout_s=timeout_s)
     found, errors = capabilities_of(listing, source, server_name)
     stored = stored_by_source(client, tenant, source)
-    plan = plan_sync(found, errors, stored)
+    plan = plan_sync(found, errors, stored, held_elsewhere(client, tenant, source, found, stored),
+                     take_over)
     changed = [Changed(c.id, stored[c.id].content_hash, c.content_hash)
                for c in plan.upserts if c.id in stored]
     for change in changed:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,9 +20,9 @@ import redis
 from capdisc import keys
 from capdisc.events import RegistryEvent
 from capdisc.manifest import ScanCache, scan_directory
-from capdisc.models import Visibility
-from capdisc.registry import SyncPlan, plan_sync
-from capdisc.store import as_str, stored_by_source
+from capdisc.models import Capability, Visibility
+from capdisc.registry import StoredRecord, SyncPlan, plan_sync
+from capdisc.store import as_str, owners, stored_by_source
 from capdisc_producers.publisher import Publisher, wait_for_acks
 
 
@@ -50,25 +50,42 @@ class SyncReport:
         plan = self.plan
         resumed = (f" (resumed after {self.outages} Redis outage{'s' if self.outages > 1 else ''}"
                    "; counts are of the last attempt)" if self.outages else "")
-        return (f"{self.root}: {len(plan.upserts)} upserted, {len(plan.deletes)} deleted, "
+        moved = sum(cap.id in plan.taken_over for cap in plan.upserts)
+        taken = f" ({moved} taken over from other sources)" if moved else ""
+        return (f"{self.root}: {len(plan.upserts)} upserted{taken}, {len(plan.deletes)} deleted, "
                 f"{len(plan.unchanged)} unchanged, {len(plan.errors)} rejected{resumed}")
 
 
 def sync_directory(client: redis.Redis, publisher: Publisher, root: Path, *, tenant: str,
                    max_bytes: int, wait_s: float = 0.0, cache: ScanCache | None = None,
-                   visibility: Visibility | None = None) -> SyncReport:
+                   visibility: Visibility | None = None, take_over: bool = False) -> SyncReport:
     """Scan ``root`` and publish what changed; with ``wait_s`` wait for the workers to apply it.
     A ``cache`` kept across calls skips re-parsing unchanged manifests. ``visibility`` applies
-    to the capabilities whose manifest declares none (open to the tenant otherwise)."""
+    to the capabilities whose manifest declares none (open to the tenant otherwise). A
+    capability whose id another source owns is rejected, naming the owner, unless
+    ``take_over`` (then it moves to this directory)."""
     root = root.resolve()
-    scan = scan_directory(root, max_bytes=max_bytes, cache=cache)
+    stored = stored_by_source(client, tenant, str(root))
+    scan = scan_directory(root, max_bytes=max_bytes, cache=cache,
+                          held={cap_id: Path(r.location) for cap_id, r in stored.items()})
     scanned = ({path: cap.with_changes(visibility=visibility) if cap.visibility.open else cap
                 for path, cap in scan.capabilities.items()} if visibility is not None
                else scan.capabilities)
-    plan = plan_sync(scanned, scan.errors, stored_by_source(client, tenant, str(root)))
+    plan = plan_sync(scanned, scan.errors, stored,
+                     held_elsewhere(client, tenant, str(root), scanned, stored), take_over)
     _record_errors(client, tenant, root, plan)
     return publish_plan(client, publisher, plan, root=root, tenant=tenant, source=str(root),
                         wait_s=wait_s)
+
+
+def held_elsewhere(client: redis.Redis, tenant: str, source: str,
+                   scanned: Mapping[Path, Capability], stored: Mapping[str, StoredRecord]
+                   ) -> dict[str, str]:
+    """The other sources that hold ids ``source`` scanned (id -> owner): what
+    :func:`capdisc.registry.plan_sync` rejects, or takes over."""
+    new_ids = {cap.id for cap in scanned.values()} - set(stored)
+    return {cap_id: owner for cap_id, owner in owners(client, tenant, new_ids).items()
+            if owner and owner != source}
 
 
 #: Events sent per broker round trip (and per progress step) by :func:`publish_plan`.
@@ -112,13 +129,16 @@ def _wait(client: redis.Redis, batch_id: str, count: int, wait_s: float,
 
 def events_for(plan: SyncPlan, tenant: str, source: str, batch_id: str
                ) -> list[RegistryEvent]:
-    """The upsert, delete and reindex events of ``plan``, all with one sequence: now."""
+    """The upsert, delete and reindex events of ``plan``, all with one sequence: now. Those of
+    ``plan.taken_over`` say ``take_over``."""
     seq = time.time_ns()
+    taken = set(plan.taken_over)
     events = [RegistryEvent(type="upsert", tenant=tenant, capability_id=cap.id, seq=seq,
-                            source=source, capability=cap.to_dict(), batch_id=batch_id)
+                            source=source, capability=cap.to_dict(), batch_id=batch_id,
+                            take_over=cap.id in taken)
               for cap in plan.upserts]
     events += [RegistryEvent(type="delete", tenant=tenant, capability_id=cap_id, seq=seq,
-                             source=source, batch_id=batch_id)
+                             source=source, batch_id=batch_id, take_over=cap_id in taken)
                for cap_id in plan.deletes]
     events += [RegistryEvent(type="reindex", tenant=tenant, capability_id=cap_id, seq=seq,
                              source=source, batch_id=batch_id)

@@ -41,10 +41,13 @@ RETRY_CAP_S = 10.0
 
 def watch_directory(client: redis.Redis, publisher: Publisher, root: Path, *, tenant: str,
                     max_bytes: int, debounce_ms: int, stop: threading.Event | None = None,
-                    on_sync: Callable[[SyncReport], None] | None = None) -> None:
-    """Sync ``root`` now and after every change until ``stop`` is set."""
+                    on_sync: Callable[[SyncReport], None] | None = None,
+                    take_over: bool = False) -> None:
+    """Sync ``root`` now and after every change until ``stop`` is set (``take_over``: see
+    :func:`~capdisc_producers.sync.sync_directory`)."""
     stop = stop or threading.Event()
     syncer = _Syncer(client, publisher, root.resolve(), tenant, max_bytes, on_sync, stop)
+    syncer.take_over = take_over
     syncer.sync_until_done()
     for changes in watchfiles.watch(syncer.root, step=max(1, debounce_ms // 2),
                                     debounce=max(50, 4 * debounce_ms), stop_event=stop,
@@ -74,6 +77,7 @@ class _Syncer:
         self.log = log.bind(root=str(root), tenant=tenant)
         self.unreachable = False
         self.run_id: str | None = None
+        self.take_over = False
 
     def sync_until_done(self) -> None:
         """Sync; while Redis cannot be reached, try again with backoff (until ``stop``)."""
@@ -119,7 +123,8 @@ class _Syncer:
 
     def _sync(self) -> None:
         report = sync_directory(self.client, self.publisher, self.root, tenant=self.tenant,
-                                max_bytes=self.max_bytes, cache=self.cache)
+                                max_bytes=self.max_bytes, cache=self.cache,
+                                take_over=self.take_over)
         for path, error in report.plan.errors.items():
             self.log.warning("manifest_rejected", path=str(path), error=str(error))
         self.log.info("registry_synced", sent=report.sent, upserts=len(report.plan.upserts),

@@ -46,11 +46,17 @@ class RegistryEvent:
     #: The producer's identity token (:mod:`capdisc.auth`): with auth on, an indexing worker
     #: applies the event only if it proves the ``write`` grant for the event's tenant.
     token: str | None = field(default=None, repr=False)
+    #: The producer knows another source holds the capability and moves it to ``source``
+    #: (``--take-over``); without it an indexing worker refuses to change or delete a
+    #: capability of another source (:func:`capdisc.registry.decide`).
+    take_over: bool = False
 
     def encode(self) -> str:
         fields = asdict(self)
         if fields["token"] is None:
             del fields["token"]  # reads as before tokens existed
+        if not fields["take_over"]:
+            del fields["take_over"]  # reads as before ownership existed
         return json.dumps(fields, separators=(",", ":"), ensure_ascii=False)
 
     def copy(self, **changes: Any) -> RegistryEvent:
@@ -84,6 +90,7 @@ _FIELDS: dict[str, tuple[type | tuple[type, ...], bool]] = {
     "occurred_at_ms": (int, True),
     "schema_version": (int, True),
     "token": ((str, type(None)), False),
+    "take_over": (bool, False),
 }
 
 

@@ -9,6 +9,7 @@ fields have exact types. Every rejection is a :class:`ManifestError` naming the 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,27 +91,64 @@ def _stamp(path: Path) -> tuple[int, int, int] | None:
 
 
 def scan_directory(root: Path, *, max_bytes: int = DEFAULT_MAX_BYTES,
-                   cache: ScanCache | None = None) -> ScanResult:
-    """Parse every ``CAPABILITY.yaml`` under ``root`` (recursively, in path order)."""
+                   cache: ScanCache | None = None,
+                   held: Mapping[str, Path] | None = None) -> ScanResult:
+    """Parse every ``CAPABILITY.yaml`` under ``root`` (recursively, in path order).
+
+    Two manifests defining one id: the one the registry ``held`` it from (id -> the manifest its
+    stored version came from) keeps it, else the first in path order; the other is an error
+    naming both files. While the held manifest fails to parse, every other one defining its id
+    is an error too, so the stored (last good) version stays until that file is fixed.
+    """
     root = root.resolve()
     result = ScanResult(root=root)
-    owners: dict[str, Path] = {}
     cache = cache or ScanCache()
+    parsed: list[tuple[Path, Capability]] = []
     for path in sorted(root.rglob(MANIFEST_NAME)):
         if any(part.startswith(".") for part in path.relative_to(root).parts):
             continue
         try:
-            capability = cache.load(path, root, max_bytes)
+            parsed.append((path, cache.load(path, root, max_bytes)))
         except ManifestError as exc:
             result.errors[path] = exc
-            continue
-        if capability.id in owners:
-            result.errors[path] = ManifestError(
-                str(path), "id", f"{capability.id!r} is already defined by {owners[capability.id]}")
-            continue
-        owners[capability.id] = path
-        result.capabilities[path] = capability
+    keepers = _keepers(parsed, held or {}, result.errors)
+    for path, capability in parsed:
+        keeper = keepers[capability.id]
+        if keeper == path:
+            result.capabilities[path] = capability
+        else:
+            result.errors[path] = _duplicate(path, capability.id, keeper, result.errors)
+    result.errors = dict(sorted(result.errors.items()))
     return result
+
+
+def _keepers(parsed: list[tuple[Path, Capability]], held: Mapping[str, Path],
+             broken: Mapping[Path, ManifestError]) -> dict[str, Path]:
+    """For each id parsed, the manifest that keeps it: the held one if it defines the id, the
+    held one still if it fails to parse (no other may replace its stored version), else the
+    first in path order."""
+    defined: dict[str, list[Path]] = {}
+    for path, capability in parsed:
+        defined.setdefault(capability.id, []).append(path)
+    keepers: dict[str, Path] = {}
+    for cap_id, paths in defined.items():
+        holder = held.get(cap_id)
+        if holder is not None and (holder in paths or holder in broken):
+            keepers[cap_id] = holder
+        else:
+            keepers[cap_id] = paths[0]
+    return keepers
+
+
+def _duplicate(path: Path, capability_id: str, keeper: Path,
+               broken: Mapping[Path, ManifestError]) -> ManifestError:
+    if keeper in broken:
+        problem = (f"{capability_id!r} is already defined by {keeper}, which fails to parse: "
+                   "its last good version stays until that file is fixed; remove this duplicate "
+                   "or give it another name")
+    else:
+        problem = f"{capability_id!r} is already defined by {keeper}"
+    return ManifestError(str(path), "id", problem)
 
 
 def load_manifest(

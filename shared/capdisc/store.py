@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,14 @@ from capdisc.embedding import Matrix
 from capdisc.events import RegistryEvent
 from capdisc.models import Capability
 from capdisc.protocol import redact_tokens
-from capdisc.registry import Decision, RepairPlan, StoredRecord, decide, plan_repair
+from capdisc.registry import (
+    Decision,
+    RepairPlan,
+    StoredRecord,
+    decide,
+    ownership_note,
+    plan_repair,
+)
 
 #: Approximate length the changes stream is trimmed to (discovery workers reload a full snapshot
 #: when they find a gap, so trimming never loses state, only deltas).
@@ -40,10 +47,16 @@ class Outcome:
     capability_id: str
     decision: Decision
     version: int
+    #: Why a ``refused_owned`` event was refused (its owner, what to do), or whom a take-over
+    #: took the capability from (:func:`capdisc.registry.ownership_note`).
+    reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"event_id": self.event_id, "capability_id": self.capability_id,
-                "decision": self.decision, "version": self.version}
+        fields: dict[str, Any] = {"event_id": self.event_id, "capability_id": self.capability_id,
+                                  "decision": self.decision, "version": self.version}
+        if self.reason:
+            fields["reason"] = self.reason
+        return fields
 
 
 @dataclass(frozen=True)
@@ -110,7 +123,8 @@ def apply_event(
                 pipe.multi()
                 version = _write(pipe, event, capability, decision, version, vector, spaces,
                                  stored)
-                outcome = Outcome(event.event_id, cap_id, decision, version)
+                outcome = Outcome(event.event_id, cap_id, decision, version,
+                                  ownership_note(event, decision, stored))
                 if event.batch_id:
                     _queue_ack(pipe, event.batch_id, outcome.to_dict())
                 pipe.execute()
@@ -454,6 +468,19 @@ def stored_by_source(client: Redis, tenant: str, source: str) -> dict[str, Store
         if record is not None and record.source == source:
             records[cap_id] = record
     return records
+
+
+def owners(client: Redis, tenant: str, ids: Iterable[str], chunk: int = 1000) -> dict[str, str]:
+    """The source each stored one of ``ids`` belongs to (its record's ``source_ref.source``,
+    empty for a record stored without one); ids not stored are left out."""
+    wanted = sorted(set(ids))
+    found: dict[str, str] = {}
+    for start in range(0, len(wanted), chunk):
+        part = wanted[start:start + chunk]
+        for cap_id, raw in zip(part, client.hmget(keys.caps(tenant), part), strict=True):
+            if raw:
+                found[cap_id] = StoredRecord.from_dict(json.loads(raw)).source
+    return found
 
 
 def tenants(client: Redis) -> list[str]:

@@ -78,8 +78,9 @@ def test_discovery_searches_weaviate_and_indexing_writes_every_change(
     assert _objects(fake) == len(report.plan.upserts)
 
     publisher = Publisher(stack.url)
-    deleted = publish_plan(stack.connection(), publisher, SyncPlan(deletes=[SLACK]),
-                           root=Path("cli"), tenant=TENANT, source="cli", wait_s=30)
+    deleted = publish_plan(stack.connection(), publisher,  # as `capdisc delete ID` sends it
+                           SyncPlan(deletes=[SLACK], taken_over=[SLACK]), root=Path("cli"),
+                           tenant=TENANT, source="cli", wait_s=30)
     publisher.close()
     after = client.discover("post a message to slack", min_version=deleted.index_version)
     _drained(stack)

@@ -109,6 +109,8 @@ def test_text_that_is_not_json_is_a_decode_error(text: str | bytes) -> None:
     pytest.param(fields(tenant="-acme"),
                  "event field 'tenant' '-acme' is not a valid tenant name (letters, digits, "
                  "'_', '-')", id="tenant-leading-dash"),
+    pytest.param(fields(take_over="yes"), "event field 'take_over' has the wrong type (str)",
+                 id="take-over-string"),
     pytest.param(fields(capability=None),
                  "event field 'capability' is required for an upsert", id="upsert-null-capability"),
     pytest.param(fields(capability={}),
@@ -135,3 +137,12 @@ def test_event_size_is_counted_in_utf8_bytes() -> None:
 
     with pytest.raises(EventDecodeError, match=r"^event is \d+ bytes"):
         RegistryEvent.decode(text, max_bytes=len(text))
+
+
+def test_take_over_is_encoded_only_when_set_and_round_trips() -> None:
+    taking = DELETE.copy(take_over=True)
+
+    assert "take_over" not in json.loads(DELETE.encode())
+    assert json.loads(taking.encode())["take_over"] is True
+    assert RegistryEvent.decode(taking.encode()) == taking
+    assert RegistryEvent.decode(DELETE.encode()).take_over is False

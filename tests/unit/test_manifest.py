@@ -329,6 +329,51 @@ def test_duplicate_id_is_an_error_on_the_second_file_and_the_first_is_kept(tmp_p
         f"{second}: field 'id': 'tool:web-search' is already defined by {first}")
 
 
+WEB = "tool:web-search"
+BROKEN = "name: web-search\nkind: tool\ndescription: [unclosed\n"
+
+# files (directory -> "v1"/"v2" description, or BROKEN); held (the file the registry holds
+# tool:web-search from, or None); expected: the file that keeps the id (or None), and for each
+# rejected duplicate, the file its error names and whether it says the keeper fails to parse
+DUPLICATE_CASES = [
+    pytest.param({"a": "v1", "b": "v2"}, None, "a", {"b": ("a", False)}, id="first-in-path-order"),
+    pytest.param({"a": "v1", "b": "v2"}, "a", "a", {"b": ("a", False)}, id="held-and-first"),
+    pytest.param({"a": "v1", "b": "v2"}, "b", "b", {"a": ("b", False)},
+                 id="held-wins-over-an-earlier-path"),
+    pytest.param({"a": BROKEN, "b": "v2"}, "a", None, {"b": ("a", True)},
+                 id="held-broken-duplicate-still-rejected"),
+    pytest.param({"a": BROKEN, "b": "v2", "c": "v3"}, "a", None,
+                 {"b": ("a", True), "c": ("a", True)}, id="held-broken-every-duplicate-rejected"),
+    pytest.param({"b": "v2"}, "a", "b", {}, id="held-file-gone-the-other-takes-it"),
+    pytest.param({"a": BROKEN, "b": "v2"}, None, "b", {}, id="broken-never-held-other-takes-it"),
+    pytest.param({"a": "v1"}, None, "a", {}, id="single"),
+]
+
+
+@pytest.mark.parametrize(("files", "held", "keeper", "rejected"), DUPLICATE_CASES)
+def test_a_duplicate_id_never_replaces_the_version_the_registry_holds(
+        tmp_path: Path, files: dict[str, str], held: str | None, keeper: str | None,
+        rejected: dict[str, tuple[str, bool]]) -> None:
+    def path(name: str) -> Path:
+        return tmp_path / name / MANIFEST_NAME
+
+    for name, text in files.items():
+        write_capability(tmp_path / name, text if text == BROKEN else
+                         MINIMAL.replace("Searches the public web.", f"Searches, {text}."))
+
+    result = scan_directory(tmp_path, held={WEB: path(held)} if held else None)
+
+    assert {p: c.id for p, c in result.capabilities.items()} == (
+        {path(keeper): WEB} if keeper else {})
+    duplicates = {p: e for p, e in result.errors.items() if e.field == "id"}
+    assert set(duplicates) == {path(name) for name in rejected}
+    for name, (named, broken) in rejected.items():
+        message = str(duplicates[path(name)])
+        assert f"{WEB!r} is already defined by {path(named)}" in message
+        assert ("fails to parse" in message) == broken
+    assert list(result.errors) == sorted(result.errors)
+
+
 @pytest.mark.parametrize("hidden", [".git", ".cache/nested"])
 def test_hidden_directories_are_skipped(tmp_path: Path, hidden: str) -> None:
     visible = write_capability(tmp_path / "web-search", MINIMAL)

@@ -10,9 +10,12 @@ from capdisc.errors import ManifestError
 from capdisc.events import EventType, RegistryEvent
 from capdisc.models import Capability, SourceRef
 from capdisc.registry import (
+    Decision,
     StoredRecord,
+    claimed_source,
     coalesce_window_s,
     decide,
+    ownership_note,
     plan_repair,
     plan_sync,
     retry_delay_s,
@@ -74,6 +77,90 @@ def test_unchanged_content_without_a_vector_is_embedded(content_hash: str, has_v
     assert decide(event, stored_record(7), None, content_hash, has_vector) == decision
 
 
+# -- ownership -----------------------------------------------------------------------------------
+
+A, B = "/registry-a", "/registry-b"
+
+
+def owned_record(owner: str, seq: int = 7) -> StoredRecord:
+    return StoredRecord(capability={"id": "tool:a", "source_ref": {"type": "manifest",
+                                                                   "source": owner}},
+                        seq=seq, content_hash=STORED_HASH, updated_at_ms=0)
+
+
+def event_from(source: str, event_type: EventType, seq: int = 8, take_over: bool = False
+               ) -> RegistryEvent:
+    capability = ({"id": "tool:a", "source_ref": {"type": "manifest", "source": source}}
+                  if event_type == "upsert" else None)
+    return RegistryEvent(type=event_type, tenant="acme", capability_id="tool:a", seq=seq,
+                         source=source, capability=capability, take_over=take_over)
+
+
+# (event type, its source, take_over, stored owner or None, event seq, content hash, decision)
+OWNERSHIP_CASES = [
+    pytest.param("upsert", A, False, A, 8, "h-new", "upsert", id="owner-upserts"),
+    pytest.param("upsert", A, False, A, 8, STORED_HASH, "unchanged", id="owner-unchanged"),
+    pytest.param("upsert", B, False, A, 8, "h-new", "refused_owned", id="other-upsert-refused"),
+    pytest.param("upsert", B, True, A, 8, "h-new", "upsert", id="other-upsert-takes-over"),
+    pytest.param("upsert", B, False, "", 8, "h-new", "upsert", id="unowned-record-is-claimed"),
+    pytest.param("upsert", "", False, A, 8, "h-new", "refused_owned",
+                 id="sourceless-upsert-refused"),
+    pytest.param("upsert", B, False, None, 8, "h-new", "upsert", id="new-id-is-anyones"),
+    pytest.param("upsert", B, False, A, 6, "h-new", "stale", id="stale-before-ownership"),
+    pytest.param("delete", A, False, A, 8, None, "delete", id="owner-deletes"),
+    pytest.param("delete", B, False, A, 8, None, "refused_owned", id="other-delete-refused"),
+    pytest.param("delete", "cli", True, A, 8, None, "delete", id="operator-delete-takes-over"),
+    pytest.param("delete", B, False, None, 8, None, "absent", id="other-delete-of-absent"),
+    pytest.param("reindex", "reconciler", False, A, 1, None, "reindex",
+                 id="reindex-ignores-owner"),
+]
+
+
+@pytest.mark.parametrize(("event_type", "source", "take_over", "owner", "seq", "content_hash",
+                          "decision"), OWNERSHIP_CASES)
+def test_decide_ownership(event_type: EventType, source: str, take_over: bool,
+                          owner: str | None, seq: int, content_hash: str | None,
+                          decision: str) -> None:
+    event = event_from(source, event_type, seq, take_over)
+    stored = owned_record(owner) if owner is not None else None
+
+    assert decide(event, stored, None, content_hash) == decision
+
+
+def test_an_upsert_claims_for_the_source_its_capability_names() -> None:
+    event = event_from(A, "upsert").copy(source=B)
+
+    assert claimed_source(event) == A
+    assert decide(event, owned_record(A), None, "h-new") == "upsert"
+
+
+# (event type, its source, take_over, stored owner, decision, parts of the note; () for none)
+NOTE_CASES = [
+    pytest.param("upsert", B, False, A, "refused_owned",
+                 ("tool:a belongs to source /registry-a", "source /registry-b may not replace",
+                  "--take-over"), id="refused-upsert"),
+    pytest.param("delete", B, False, A, "refused_owned",
+                 ("belongs to source /registry-a", "may not delete"), id="refused-delete"),
+    pytest.param("upsert", B, True, A, "upsert", ("taken over from source /registry-a",),
+                 id="taken-over"),
+    pytest.param("delete", "cli", True, A, "delete",
+                 ("belonged to source /registry-a", "publishing that source again brings it "
+                  "back"), id="operator-delete"),
+    pytest.param("upsert", A, False, A, "upsert", (), id="owner-says-nothing"),
+    pytest.param("upsert", B, False, "", "upsert", (), id="unowned-says-nothing"),
+]
+
+
+@pytest.mark.parametrize(("event_type", "source", "take_over", "owner", "decision", "parts"),
+                         NOTE_CASES)
+def test_ownership_note(event_type: EventType, source: str, take_over: bool, owner: str,
+                        decision: Decision, parts: tuple[str, ...]) -> None:
+    note = ownership_note(event_from(source, event_type, take_over=take_over), decision,
+                          owned_record(owner))
+
+    assert all(part in note for part in parts) and bool(note) == bool(parts)
+
+
 # -- plan_sync -----------------------------------------------------------------------------------
 
 ROOT = Path("/registry")
@@ -132,6 +219,40 @@ def test_plan_sync(
     plan = plan_sync(scan, errors, records)
 
     assert ([c.id for c in plan.upserts], plan.deletes, plan.unchanged) == expected
+
+
+# scanned: file -> id; stored (this source's): id -> file; owners: id -> another source;
+# take_over; expected: (upserted ids, deleted ids, rejected files, taken-over ids)
+OWNED_SYNC_CASES = [
+    pytest.param({"a": "tool:a"}, {}, {"tool:a": B}, False, ([], [], ["a"], []),
+                 id="held-elsewhere-is-rejected"),
+    pytest.param({"a": "tool:a"}, {}, {"tool:a": B}, True, (["tool:a"], [], [], ["tool:a"]),
+                 id="take-over-upserts-it"),
+    pytest.param({"a": "tool:a"}, {}, {"tool:a": ""}, False, (["tool:a"], [], [], []),
+                 id="unowned-is-claimed"),
+    pytest.param({"a": "tool:b"}, {"tool:a": "a"}, {"tool:b": B}, False, ([], [], ["a"], []),
+                 id="rejected-file-keeps-what-it-defined"),
+    pytest.param({"a": "tool:a", "c": "tool:c"}, {"tool:d": "d"}, {"tool:c": B}, False,
+                 (["tool:a"], ["tool:d"], ["c"], []), id="mixed"),
+]
+
+
+@pytest.mark.parametrize(("scanned", "stored", "owners", "take_over", "expected"),
+                         OWNED_SYNC_CASES)
+def test_plan_sync_ownership(scanned: dict[str, str], stored: dict[str, str],
+                             owners: dict[str, str], take_over: bool,
+                             expected: tuple[list[str], list[str], list[str], list[str]]) -> None:
+    scan = {manifest_path(f): capability(cid, f, "v1") for f, cid in scanned.items()}
+    records = {cid: as_stored(capability(cid, f, "v0")) for cid, f in stored.items()}
+
+    plan = plan_sync(scan, {}, records, owners, take_over)
+
+    assert ([c.id for c in plan.upserts], plan.deletes, sorted(plan.errors), plan.taken_over) == (
+        expected[0], expected[1], [manifest_path(f) for f in expected[2]], expected[3])
+    for path in plan.errors:
+        owner = owners[scan[path].id]
+        assert f"belongs to source {owner}; " in str(plan.errors[path])
+        assert "--take-over" in str(plan.errors[path])
 
 
 def test_plan_sync_carries_the_scan_errors() -> None:
