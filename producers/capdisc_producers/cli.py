@@ -31,6 +31,7 @@ from capdisc.registry import SyncPlan
 from capdisc.settings import Settings
 from capdisc.status import collect_status
 from capdisc.store import stored_by_source
+from capdisc.tenants import TENANT_RULE, check_tenant, shown, tenant_problem
 from capdisc_producers.bench_cli import bench
 from capdisc_producers.importer import import_jsonl
 from capdisc_producers.mcp_import import Changed, import_mcp
@@ -56,7 +57,16 @@ def redis_option(command: Any) -> Any:
                              ".capdisc/stack.json)")(command)
 
 
-tenant_option = click.option("--tenant", default=None, help="Tenant (default: settings tenant)")
+def _tenant_name(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A ``--tenant`` that is not a tenant name is a usage error (exit 2), before anything runs."""
+    problem = tenant_problem(value) if value is not None else None
+    if problem:
+        raise click.BadParameter(f"{shown(value)} {problem}", param=param)
+    return value
+
+
+tenant_option = click.option("--tenant", default=None, callback=_tenant_name,
+                             help=f"Tenant: {TENANT_RULE} (default: settings tenant)")
 take_over_option = click.option(
     "--take-over", is_flag=True,
     help="Move capabilities whose id another source owns to this one (else they are rejected, "
@@ -134,7 +144,7 @@ def _access(ctx: click.Context) -> Access:
 
 def _tenant(ctx: click.Context, tenant: str | None) -> str:
     """``--tenant``, else the token's tenant, else the settings' (after :func:`_connect`)."""
-    return tenant or tenant_of(_access(ctx).token) or _settings(ctx).tenant
+    return check_tenant(tenant or tenant_of(_access(ctx).token) or _settings(ctx).tenant)
 
 
 def _client(ctx: click.Context, connection: redis.Redis, tenant: str | None) -> Client:

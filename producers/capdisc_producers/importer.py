@@ -17,6 +17,7 @@ import redis
 from capdisc.evaluation import read_jsonl_catalog
 from capdisc.registry import plan_sync
 from capdisc.store import stored_by_source
+from capdisc.tenants import check_tenant
 from capdisc_producers.publisher import Publisher
 from capdisc_producers.sync import Progress, SyncReport, held_elsewhere, publish_plan
 
@@ -27,6 +28,7 @@ def import_jsonl(client: redis.Redis, publisher: Publisher, path: Path, *, tenan
     """Publish what changed in the catalog at ``path``; with ``wait_s`` wait until applied
     (``progress`` as in :func:`capdisc_producers.sync.publish_plan`). A tool whose id another
     source owns is rejected, naming the owner, unless ``take_over``."""
+    check_tenant(tenant)
     path = path.resolve()
     source = source or f"jsonl:{path}"
     found, errors = read_jsonl_catalog(path, source)

@@ -26,6 +26,7 @@ from capdisc.models import Capability
 from capdisc.normalize import capability_from_record
 from capdisc.registry import plan_sync
 from capdisc.store import stored_by_source
+from capdisc.tenants import check_tenant
 from capdisc_producers.publisher import Publisher
 from capdisc_producers.sync import SyncReport, held_elsewhere, publish_plan
 
@@ -131,6 +132,7 @@ def import_mcp(client: redis.Redis, publisher: Publisher, *, url: str | None = N
     """List the server's tools and publish what changed since the last import of it; also
     return the tools that changed, with their old and new content hashes. A tool whose id
     another source owns is rejected, naming the owner, unless ``take_over``."""
+    check_tenant(tenant)
     source = f"mcp:{url}" if url is not None else f"mcp:{command}"
     listing = list_server_tools(url=url, command=command, timeout_s=timeout_s)
     found, errors = capabilities_of(listing, source, server_name)

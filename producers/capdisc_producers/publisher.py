@@ -17,6 +17,7 @@ from celery import Celery
 
 from capdisc import keys, outbox
 from capdisc.events import RegistryEvent
+from capdisc.tenants import check_tenant
 
 #: Longest single blocking read (under redis-py's 5 s socket timeout).
 BLOCK_SLICE_S = 1.0
@@ -38,7 +39,12 @@ class Publisher:
 
     def send(self, events: Iterable[RegistryEvent], batch_size: int = BATCH) -> int:
         """Send ``events`` as tasks of up to ``batch_size`` events each (a worker embeds a
-        task's capabilities in one model call); returns how many events were sent."""
+        task's capabilities in one model call); returns how many events were sent. An event
+        for a tenant whose name is not one is refused (:class:`TenantNameError`) before any is
+        sent."""
+        events = list(events)
+        for tenant in {event.tenant for event in events}:
+            check_tenant(tenant, "event tenant")
         token = self.token() if callable(self.token) else self.token
         payloads = [(event.copy(token=token) if token else event).encode() for event in events]
         for start in range(0, len(payloads), batch_size):
@@ -53,6 +59,7 @@ class Publisher:
 
     def start_reindex(self, tenant: str, job: str, fresh: bool) -> None:
         """Ask the indexing workers for a full blue/green reindex of ``tenant``."""
+        check_tenant(tenant)
         outbox.send(self.redis, self.app, keys.TASK_START_REINDEX, [tenant, job, fresh])
 
     def reconcile(self, reply_to: str | None = None) -> None:

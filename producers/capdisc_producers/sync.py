@@ -23,6 +23,7 @@ from capdisc.manifest import ScanCache, scan_directory
 from capdisc.models import Capability, Visibility
 from capdisc.registry import StoredRecord, SyncPlan, plan_sync
 from capdisc.store import as_str, owners, stored_by_source
+from capdisc.tenants import check_tenant
 from capdisc_producers.publisher import Publisher, wait_for_acks
 
 
@@ -64,6 +65,7 @@ def sync_directory(client: redis.Redis, publisher: Publisher, root: Path, *, ten
     to the capabilities whose manifest declares none (open to the tenant otherwise). A
     capability whose id another source owns is rejected, naming the owner, unless
     ``take_over`` (then it moves to this directory)."""
+    check_tenant(tenant)
     root = root.resolve()
     stored = stored_by_source(client, tenant, str(root))
     scan = scan_directory(root, max_bytes=max_bytes, cache=cache,
@@ -100,6 +102,7 @@ def publish_plan(client: redis.Redis, publisher: Publisher, plan: SyncPlan, *, r
     """Send the events of ``plan`` (one batch, one sequence) and, with ``wait_s``, wait until
     the workers applied them. ``progress(stage, n)`` hears of events ``"sent"`` and
     ``"applied"`` as they go, in chunks of :data:`CHUNK`."""
+    check_tenant(tenant)
     batch_id = uuid.uuid4().hex
     events = events_for(plan, tenant, source, batch_id)
     for start in range(0, len(events), CHUNK):

@@ -26,6 +26,7 @@ import structlog
 import watchfiles
 
 from capdisc.manifest import ScanCache
+from capdisc.tenants import check_tenant
 from capdisc_producers.publisher import Publisher
 from capdisc_producers.sync import SyncReport, sync_directory
 
@@ -45,6 +46,7 @@ def watch_directory(client: redis.Redis, publisher: Publisher, root: Path, *, te
                     take_over: bool = False) -> None:
     """Sync ``root`` now and after every change until ``stop`` is set (``take_over``: see
     :func:`~capdisc_producers.sync.sync_directory`)."""
+    check_tenant(tenant)
     stop = stop or threading.Event()
     syncer = _Syncer(client, publisher, root.resolve(), tenant, max_bytes, on_sync, stop)
     syncer.take_over = take_over

@@ -15,7 +15,7 @@ from typing import Any
 
 import redis
 
-from capdisc import keys, sessions
+from capdisc import keys, sessions, tenants
 from capdisc.agent import metatool_result
 from capdisc.auth import ALL_TENANTS, peek
 from capdisc.errors import (
@@ -79,7 +79,8 @@ class Client:
                  token: str | None = None) -> None:
         self.redis = connection
         self.token = token or None
-        self.tenant = tenant or tenant_of(self.token) or "default"
+        self.tenant = tenants.check_tenant(tenant or tenant_of(self.token) or "default",
+                                           "Client tenant")
         #: Who asks, within the tenant: only capabilities visible to them come back.
         self.roles = list(roles or [])
         self.user = user
@@ -114,7 +115,7 @@ class Client:
         ``anthropic``, ``mcp``) adds tool definitions, plus the meta-tool, to the answer: this
         turn's matches, or in a ``session`` its whole working set. In a session the matches
         join the working set (``answer.session``); ``profile`` names an agent profile."""
-        request = DiscoverRequest(query=query, tenant=tenant or self.tenant, limit=limit,
+        request = DiscoverRequest(query=query, tenant=self._tenant(tenant), limit=limit,
                                   kind=kind, category=category, tags=list(tags or []),
                                   only_available=only_available, min_version=min_version,
                                   tool_format=tool_format, options=options or {},
@@ -157,14 +158,19 @@ class Client:
         ``refreshed``, ``evicted``, ``restored``, ``loop_detected``, ``redundant_search``,
         ``imported``; a ``refreshed`` event's ``tool`` lists the tools a discovery found again,
         comma-separated), from stream id ``after``; ends when ``stop()`` is true."""
-        return sessions.follow(self.redis, tenant or self.tenant, session, after, stop)
+        return sessions.follow(self.redis, self._tenant(tenant), session, after, stop)
+
+    def _tenant(self, tenant: str | None) -> str:
+        """The tenant a call names (checked: a bad name is refused before anything is sent),
+        else this client's."""
+        return tenants.check_tenant(tenant, "tenant") if tenant else self.tenant
 
     def _session_op(self, op: str, session: str, tenant: str | None,
                     request_id: str | None = None, **fields: Any) -> dict[str, Any]:
         if request_id:
             fields["request_id"] = request_id
         request = SessionRequest(op=op, session=session,  # type: ignore[arg-type]
-                                 tenant=tenant or self.tenant, roles=self.roles,
+                                 tenant=self._tenant(tenant), roles=self.roles,
                                  user=self.user, token=self.token, **fields)
         raw = self._request({"op": "session", "payload": request.encode()}, request.request_id,
                             None)

@@ -64,6 +64,12 @@ class UnknownTenantError(CapdiscError):
     check the tenant name (``capdisc status`` lists the known ones)."""
 
 
+class TenantNameError(CapdiscError):
+    """A tenant name breaks the one rule of :mod:`capdisc.tenants` (1 to 64 ASCII letters,
+    digits, ``_`` or ``-``, starting with a letter or digit). The message names where the name
+    came from and quotes it, shortened; nothing was written. Use a valid name."""
+
+
 class DiscoveryTimeout(CapdiscError):
     """No discovery worker answered in time. Check that one runs (``capdisc status`` lists the
     workers seen) and that it points at the same Redis."""

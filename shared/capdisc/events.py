@@ -8,18 +8,18 @@ raises :class:`EventDecodeError`, naming the part that is wrong, for anything ma
 from __future__ import annotations
 
 import json
-import re
 import time
 import uuid
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, cast
 
 from capdisc.errors import EventDecodeError
+from capdisc.tenants import TENANT_RE as TENANT_RE
+from capdisc.tenants import shown, tenant_problem
 
 SCHEMA_VERSION = 1
 EventType = Literal["upsert", "delete", "reindex"]
 EVENT_TYPES: tuple[EventType, ...] = ("upsert", "delete", "reindex")
-TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 DEFAULT_MAX_BYTES = 1024 * 1024
 
 
@@ -121,8 +121,8 @@ def _check_values(raw: dict[str, Any]) -> None:
                                f"got {raw['type']!r}")
     if not raw["capability_id"]:
         raise EventDecodeError("event field 'capability_id' must not be empty")
-    if not TENANT_RE.fullmatch(raw["tenant"]):
-        raise EventDecodeError(f"event field 'tenant' {raw['tenant']!r} is not a valid tenant "
-                               "name (letters, digits, '_', '-')")
+    problem = tenant_problem(raw["tenant"])
+    if problem:
+        raise EventDecodeError(f"event field 'tenant' {shown(raw['tenant'])} {problem}")
     if raw["type"] == "upsert" and not raw.get("capability"):
         raise EventDecodeError("event field 'capability' is required for an upsert")

@@ -23,9 +23,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from capdisc.errors import BadRequestError, EventDecodeError, RequestEncodeError
-from capdisc.events import TENANT_RE
 from capdisc.formats import TOOL_FORMATS
 from capdisc.models import KINDS
+from capdisc.tenants import TENANT_RE, TENANT_RULE
 
 MAX_QUERY_CHARS = 4096
 MAX_REQUEST_BYTES = 64 * 1024
@@ -395,7 +395,7 @@ def _optional(check: Check) -> Check:
     return optional
 
 
-_TENANT = _matching(TENANT_RE, "a tenant name (letters, digits, '_', '-', at most 64)")
+_TENANT = _matching(TENANT_RE, f"a tenant name ({TENANT_RULE})")
 _SESSION = _matching(SESSION_RE, "1-128 letters, digits or '._:-' characters")
 _REQUEST_ID = _matching(REQUEST_ID_RE, "1-128 letters, digits or '._:-' characters")
 _NAME = _optional(_string(MAX_NAME_CHARS, blank=False))

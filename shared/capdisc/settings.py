@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from capdisc.errors import ConfigError, ManifestError
 from capdisc.safeyaml import load_mapping
 from capdisc.session import SessionPolicy
+from capdisc.tenants import shown, tenant_problem
 
 ENV_PREFIX = "CAPDISC_"
 SETTINGS_FILE_ENV = "CAPDISC_SETTINGS_FILE"
@@ -148,6 +149,14 @@ class Settings(BaseModel):
     #: Sessions, loop and redundant-search guards, agent profiles (the settings file's
     #: ``sessions:`` section).
     sessions: SessionPolicy = Field(default_factory=SessionPolicy)
+
+    @field_validator("tenant")
+    @classmethod
+    def _tenant_name(cls, value: str) -> str:
+        problem = tenant_problem(value)
+        if problem:
+            raise ValueError(f"{shown(value)} {problem}")
+        return value
 
     @classmethod
     def load(

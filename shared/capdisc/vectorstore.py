@@ -33,10 +33,10 @@ import numpy.typing as npt
 
 from capdisc.embedding import Matrix, Vector
 from capdisc.errors import ConfigError, UnknownTenantError, VectorStoreError
-from capdisc.events import TENANT_RE
 from capdisc.lexical import STOPWORDS
 from capdisc.models import Capability
 from capdisc.retrieval import lexical_text
+from capdisc.tenants import TENANT_RE
 
 if TYPE_CHECKING:
     from capdisc.index import SearchFilters

@@ -9,6 +9,7 @@ import pytest
 
 from capdisc.errors import EventDecodeError
 from capdisc.events import SCHEMA_VERSION, RegistryEvent
+from capdisc.tenants import TENANT_RULE
 
 UPSERT = RegistryEvent(
     type="upsert", tenant="acme", capability_id="tool:web-search", seq=1_700_000_000_000_000_001,
@@ -104,11 +105,14 @@ def test_text_that_is_not_json_is_a_decode_error(text: str | bytes) -> None:
                  "event field 'type' must be one of upsert, delete, reindex, got 'patch'",
                  id="bad-type"),
     pytest.param(fields(tenant="acme corp"),
-                 "event field 'tenant' 'acme corp' is not a valid tenant name (letters, digits, "
-                 "'_', '-')", id="tenant-space"),
+                 f"event field 'tenant' 'acme corp' is not a valid tenant name: use {TENANT_RULE}",
+                 id="tenant-space"),
     pytest.param(fields(tenant="-acme"),
-                 "event field 'tenant' '-acme' is not a valid tenant name (letters, digits, "
-                 "'_', '-')", id="tenant-leading-dash"),
+                 f"event field 'tenant' '-acme' is not a valid tenant name: use {TENANT_RULE}",
+                 id="tenant-leading-dash"),
+    pytest.param(fields(tenant="a" * 10_240),
+                 f"event field 'tenant' '{'a' * 39}... (10240 characters) is not a valid tenant "
+                 f"name: use {TENANT_RULE}", id="tenant-10kb"),
     pytest.param(fields(take_over="yes"), "event field 'take_over' has the wrong type (str)",
                  id="take-over-string"),
     pytest.param(fields(capability=None),
