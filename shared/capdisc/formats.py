@@ -390,11 +390,15 @@ def to_anthropic_tool_references(capabilities: Iterable[Capability], *,
 # openWorldHint).
 
 
-def _mcp_annotations(has_side_effects: bool) -> JSONDict:
+def _mcp_annotations(has_side_effects: bool | None) -> JSONDict:
     if has_side_effects:
         # Capabilities do not tell additive from destructive effects: say destructive, which is
         # also what a client assumes when the hint is absent.
         return {"readOnlyHint": False, "destructiveHint": True}
+    if has_side_effects is None:
+        # Unknown effects are never advertised as read-only (destructiveHint stays at its
+        # default, true).
+        return {"readOnlyHint": False}
     return {"readOnlyHint": True}
 
 
@@ -412,8 +416,9 @@ def _mcp_tool(name: str, title: str, description: str, schema: JSONDict,
 def to_mcp(capabilities: Iterable[Capability], include_metatool: bool = True, *,
            names: NameMap | None = None) -> list[JSONDict]:
     """MCP ``Tool`` objects (camelCase wire form): the meta-tool first, then each callable
-    capability with ``readOnlyHint = not has_side_effects`` and ``destructiveHint`` only for
-    tools with side effects."""
+    capability with ``readOnlyHint`` true only for tools declared without side effects (false
+    for those with side effects, and for those whose source did not say) and
+    ``destructiveHint`` only for tools with side effects."""
     caps = callable_capabilities(capabilities)
     name_map = _names("mcp", caps, names)
     tools: list[JSONDict] = []

@@ -93,7 +93,9 @@ class Capability:
     required_secrets: tuple[str, ...] = ()
     required_tools: tuple[str, ...] = ()
     available: bool = True
-    has_side_effects: bool = False
+    #: Whether calling it changes anything outside (None: its source did not say, so it is
+    #: never advertised as read-only).
+    has_side_effects: bool | None = None
     full_schema: JSONDict | None = None
     full_content: str | None = None
     source_ref: SourceRef = field(default_factory=lambda: SourceRef(type="tool"))

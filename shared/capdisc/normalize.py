@@ -133,6 +133,11 @@ def _check_bool(source: str, key: str, value: Any) -> bool:
     return value
 
 
+def _check_side_effects(source: str, key: str, value: Any) -> bool | None:
+    """True, false, or null: not said (never taken for read-only)."""
+    return None if value is None else _check_bool(source, key, value)
+
+
 def _string_list(
     source: str, key: str, value: Any, item: Callable[[str, str, Any], str] | None = None
 ) -> tuple[str, ...]:
@@ -287,7 +292,7 @@ _CHECKS: dict[str, Callable[[str, str, Any], Any]] = {
     "required_secrets": _check_secrets,
     "required_tools": _check_tool_refs,
     "available": _check_bool,
-    "has_side_effects": _check_bool,
+    "has_side_effects": _check_side_effects,
     "full_schema": _check_schema,
     "full_content": _check_content,
     "source_ref": _check_source_ref,

@@ -377,14 +377,23 @@ def test_tool_references_name_tools_defined_in_the_deferred_list() -> None:
 # -- MCP annotations and title -------------------------------------------------------------------
 
 
-def test_mcp_tool_without_side_effects_is_read_only_and_not_destructive() -> None:
+@pytest.mark.parametrize(("has_side_effects", "annotations"), [
+    (False, {"readOnlyHint": True}),
+    (True, {"readOnlyHint": False, "destructiveHint": True}),
+    # unknown (the source did not say) is never advertised as read-only
+    (None, {"readOnlyHint": False}),
+])
+def test_mcp_annotations_follow_declared_side_effects(has_side_effects: bool | None,
+                                                      annotations: JSONDict) -> None:
+    (tool,) = to_mcp([CLOCK.with_changes(has_side_effects=has_side_effects)],
+                     include_metatool=False)
+    assert tool["annotations"] == annotations
+
+
+def test_a_tool_that_omits_side_effects_is_not_read_only() -> None:
+    assert CLOCK.has_side_effects is None
     (tool,) = to_mcp([CLOCK], include_metatool=False)
-    assert tool["annotations"] == {"readOnlyHint": True}
-
-
-def test_mcp_tool_with_side_effects_is_not_read_only_and_destructive() -> None:
-    (tool,) = to_mcp([PR], include_metatool=False)
-    assert tool["annotations"] == {"readOnlyHint": False, "destructiveHint": True}
+    assert tool["annotations"].get("readOnlyHint") is not True
 
 
 def test_mcp_metatool_reads_only_a_closed_world() -> None:

@@ -37,7 +37,7 @@ def test_to_dict_of_a_minimal_capability() -> None:
         "id": "tool:clock", "kind": "tool", "name": "clock", "display_name": "",
         "description": "Tells the time.", "category": "general", "tags": [],
         "required_secrets": [], "required_tools": [], "available": True,
-        "has_side_effects": False, "full_schema": None, "full_content": None,
+        "has_side_effects": None, "full_schema": None, "full_content": None,
         "source_ref": {"type": "tool", "source": "", "location": ""}, "relationships": [],
         "example_queries": [], "version": "",
     }
@@ -77,8 +77,15 @@ def test_content_hash_is_equal_for_equal_content() -> None:
 
 def test_content_hash_of_a_fixed_capability_is_pinned() -> None:
     # sha256 of the canonical JSON of test_to_dict_of_a_minimal_capability's dict. Stored
-    # records keep this hash: if it moves, every capability is re-embedded on the next sync.
+    # records keep this hash: if it moves, every capability is stored again on the next sync.
     assert MINIMAL.content_hash == (
+        "dae6f1b2cd221ba056bcff3f0be3eca81036d405a34a357d7ade60db11a00972")
+
+
+def test_declared_side_effects_keep_the_hash_they_had_before_unknown_existed() -> None:
+    # Only capabilities that never said whether they have side effects hash differently from
+    # before (they were stored as false): they are stored once more, from cached embeddings.
+    assert MINIMAL.with_changes(has_side_effects=False).content_hash == (
         "43efae8d64a07820100e5b5a02c237009800483c6dcac74101028b9550572a4b")
 
 

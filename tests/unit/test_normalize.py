@@ -398,3 +398,15 @@ def test_source_ref_mapping_becomes_a_source_ref() -> None:
     record = {**RECORD, "source_ref": {"type": "jsonl", "source": "cat.jsonl", "location": "7"}}
 
     assert capability_from_record(record, "src").source_ref == SourceRef("jsonl", "cat.jsonl", "7")
+
+
+@pytest.mark.parametrize(("given", "expected"), [({}, None), ({"has_side_effects": None}, None),
+                                                 ({"has_side_effects": False}, False),
+                                                 ({"has_side_effects": True}, True)])
+def test_side_effects_not_said_stay_unknown_through_a_record(given: dict[str, Any],
+                                                             expected: bool | None) -> None:
+    capability = capability_from_record({**RECORD, **given}, "src")
+
+    assert capability.has_side_effects is expected
+    # what an indexing worker checks again is what a producer sent: the record form
+    assert capability_from_record(capability.to_dict(), "event") == capability
