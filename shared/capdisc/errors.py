@@ -125,3 +125,10 @@ class ForbiddenError(AuthError):
     user it does not carry. Ask the operator for a token that allows it."""
 
     code = "forbidden"
+
+
+class FlagError(CapdiscError):
+    """A tool-poisoning flag or policy could not be changed as asked (:mod:`capdisc.flags`): the
+    capability is not flagged (nothing to approve), its text changed since it was reviewed, or a
+    policy is not one of ``flag``, ``warn``, ``quarantine``. Nothing was changed; the message
+    says what to check (``capdisc flags list``)."""

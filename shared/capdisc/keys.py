@@ -28,6 +28,13 @@ key                                       type     what it holds
                                                    (a retry returns it; expires request_memory_s)
 ``capdisc:t:{t}:sessions``                zset     live session ids by last activity (bounded)
 ``capdisc:t:{t}:manifest_errors``         hash     manifest path -> last rejection message
+``capdisc:t:{t}:flags``                   hash     capability id -> its tool-poisoning flag (JSON:
+                                                   findings, surface_hash, scanner_version,
+                                                   state flagged|pending|approved,
+                                                   approved_surface_hash); only flagged ones,
+                                                   written with the record, gone with it
+``capdisc:t:{t}:poisoning_policy``        string   the tenant's policy (flag, warn, quarantine);
+                                                   absent: the workers' ``poisoning_policy``
 ``capdisc:emb:{m}``                       hash     sha256 of embedding text -> vector bytes (cache)
 ``capdisc:qv:{sha}``                      string   a turn's query and sub-query vectors, shared by
                                                    discovery workers (expires: query_cache_ttl_s)
@@ -186,6 +193,16 @@ def sessions(tenant: str) -> str:
 def manifest_errors(tenant: str) -> str:
     """Hash: manifest path -> the message of its last rejection (cleared once it parses)."""
     return f"{PREFIX}:t:{tenant}:manifest_errors"
+
+
+def flags(tenant: str) -> str:
+    """Hash: capability id -> its tool-poisoning flag (:class:`capdisc.flags.Flag`, JSON)."""
+    return f"{PREFIX}:t:{tenant}:flags"
+
+
+def poisoning_policy(tenant: str) -> str:
+    """String: the tenant's tool-poisoning policy (``capdisc policy set``)."""
+    return f"{PREFIX}:t:{tenant}:poisoning_policy"
 
 
 def embedding_cache(embedder_id: str) -> str:

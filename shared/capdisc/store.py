@@ -1,8 +1,9 @@
 """The registry in Redis: stored records, tombstones, vectors, index versions and change records.
 
 Writers (indexing workers) apply one event at a time under optimistic locking (WATCH on the
-tenant's records, tombstones and version), so the record, the vector, the version bump and the
-change record land together or not at all. Readers (discovery workers, producers, status) read
+tenant's records, tombstones and version), so the record, the vector, its tool-poisoning flag
+(:mod:`capdisc.flags`, scanned as it is written), the version bump and the change record land
+together or not at all. Readers (discovery workers, producers, status) read
 consistent snapshots in one MULTI.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ import redis
 from capdisc import keys
 from capdisc.embedding import Matrix
 from capdisc.events import RegistryEvent
+from capdisc.flags import Flag, rescanned
 from capdisc.models import Capability
 from capdisc.protocol import redact_tokens
 from capdisc.registry import (
@@ -71,6 +73,20 @@ class Snapshot:
     vectors: dict[str, bytes]
     changes_id: str
     space: str = ""
+    #: Tool-poisoning flags by capability id (only flagged ones) and the tenant's own policy
+    #: (None: the workers' ``poisoning_policy``), read in the same transaction.
+    flags: dict[str, Flag] = field(default_factory=dict)
+    policy: str | None = None
+
+
+@dataclass(frozen=True)
+class Delta:
+    """A consistent read of some capabilities of one tenant: record and vector of each id
+    (None where gone), the flags of those flagged, and the tenant's own policy."""
+
+    entries: list[tuple[StoredRecord | None, bytes | None]]
+    flags: dict[str, Flag]
+    policy: str | None
 
 
 @dataclass(frozen=True)
@@ -103,7 +119,7 @@ def apply_event(
     worker killed right after the write cannot leave the producer with a wrong outcome."""
     tenant, cap_id = event.tenant, event.capability_id
     watched = (keys.caps(tenant), keys.tombstones(tenant), keys.version(tenant),
-               keys.space(tenant), keys.reindex(tenant))
+               keys.space(tenant), keys.reindex(tenant), keys.flags(tenant))
     with client.pipeline(transaction=True) as pipe:
         while True:
             try:
@@ -120,9 +136,11 @@ def apply_event(
                                   has_vector)
                 vector = (vector_for(capability) if decision in ("upsert", "reindex")
                           and capability else None)
+                flag = _rescan(pipe, tenant, cap_id, capability) if vector else None
                 pipe.multi()
                 version = _write(pipe, event, capability, decision, version, vector, spaces,
                                  stored)
+                _queue_flag(pipe, tenant, cap_id, decision, flag)
                 outcome = Outcome(event.event_id, cap_id, decision, version,
                                   ownership_note(event, decision, stored))
                 if event.batch_id:
@@ -131,6 +149,31 @@ def apply_event(
                 return outcome
             except redis.WatchError:
                 continue
+
+
+def _rescan(pipe: Any, tenant: str, cap_id: str, capability: Capability | None
+            ) -> Flag | None:
+    """The tool-poisoning flag of ``capability`` as it is about to be stored: scanned now, its
+    previous flag's approval carried over (:func:`capdisc.flags.rescanned`). An unreadable
+    previous flag counts as none (its approval is lost: it is reviewed again)."""
+    if capability is None:
+        return None
+    raw = pipe.hget(keys.flags(tenant), cap_id)
+    try:
+        previous = Flag.from_json(raw) if raw else None
+    except (ValueError, KeyError, TypeError):
+        previous = None
+    return rescanned(capability, previous)
+
+
+def _queue_flag(pipe: Any, tenant: str, cap_id: str, decision: Decision,
+                flag: Flag | None) -> None:
+    """Keep the flag beside the record an upsert or reindex writes (while the scan finds
+    something), or drop it with the record a delete removes."""
+    if decision in ("upsert", "reindex") and flag is not None:
+        pipe.hset(keys.flags(tenant), cap_id, flag.to_json())
+    elif decision in ("upsert", "reindex", "delete"):
+        pipe.hdel(keys.flags(tenant), cap_id)
 
 
 def read_spaces(client: Any, tenant: str, own: str) -> Spaces:
@@ -433,14 +476,18 @@ def read_snapshot(client: Redis, tenant: str, default_space: str) -> Snapshot:
                 pipe.hgetall(keys.caps(tenant))
                 pipe.hgetall(keys.vectors(tenant, space))
                 pipe.xrevrange(keys.CHANGES, count=1)
-                version, caps, vectors, last = pipe.execute()
+                pipe.hgetall(keys.flags(tenant))
+                pipe.get(keys.poisoning_policy(tenant))
+                version, caps, vectors, last, flags, policy = pipe.execute()
                 break
             except redis.WatchError:
                 continue
     records = {as_str(k): StoredRecord.from_dict(json.loads(v)) for k, v in caps.items()}
     return Snapshot(tenant=tenant, version=int(version or 0), records=records,
                     vectors={as_str(k): v for k, v in vectors.items()},
-                    changes_id=as_str(last[0][0]) if last else "0-0", space=space)
+                    changes_id=as_str(last[0][0]) if last else "0-0", space=space,
+                    flags={as_str(k): Flag.from_json(v) for k, v in flags.items()},
+                    policy=as_str(policy) if policy is not None else None)
 
 
 def read_records(client: Redis, tenant: str, ids: list[str], embedder_id: str
@@ -456,6 +503,24 @@ def read_records(client: Redis, tenant: str, ids: list[str], embedder_id: str
         record = StoredRecord.from_dict(json.loads(raw[index])) if raw[index] else None
         out.append((record, raw[index + 1]))
     return out
+
+
+def read_delta(client: Redis, tenant: str, ids: list[str], space: str) -> Delta:
+    """What :func:`read_records` reads, with the flags of those ids and the tenant's policy, in
+    one transaction (a flag is never paired with another version of its record)."""
+    if not ids:
+        return Delta([], {}, None)
+    with client.pipeline(transaction=True) as pipe:
+        for cap_id in ids:
+            pipe.hget(keys.caps(tenant), cap_id)
+            pipe.hget(keys.vectors(tenant, space), cap_id)
+        pipe.hmget(keys.flags(tenant), ids)
+        pipe.get(keys.poisoning_policy(tenant))
+        *raw, flags, policy = pipe.execute()
+    entries = [(StoredRecord.from_dict(json.loads(raw[i])) if raw[i] else None, raw[i + 1])
+               for i in range(0, len(raw), 2)]
+    return Delta(entries, {cap_id: Flag.from_json(v) for cap_id, v in zip(ids, flags, strict=True)
+                           if v}, as_str(policy) if policy is not None else None)
 
 
 def stored_by_source(client: Redis, tenant: str, source: str) -> dict[str, StoredRecord]:
