@@ -19,11 +19,12 @@ __all__ = ["list_discovered_tools", "metatool_result", "render_for_prompt"]
 
 
 def list_discovered_tools(result: DiscoveryResult, fmt: formats.ToolFormat) -> dict[str, Any]:
-    """``{"tools": [...], "tool_names": {name: capability id}}`` for the matches of ``result``;
-    the meta-tool is always included."""
+    """``{"tools": [...], "tool_names": {name: capability id}}`` for the matches of ``result``
+    (flagged ones marked); the meta-tool is always included."""
     caps = [m.capability for m in result.matches]
+    marks = {m.capability.id: m.mark for m in result.matches if m.mark is not None}
     names = formats.NameMap.for_format(fmt, formats.callable_capabilities(caps))
-    return {"tools": formats.list_discovered_tools(caps, fmt),
+    return {"tools": formats.list_discovered_tools(caps, fmt, marks),
             "tool_names": {name: cap_id for cap_id, name in names.items()}}
 
 
@@ -38,10 +39,18 @@ def metatool_result(answer: Mapping[str, Any]) -> dict[str, Any]:
                 "note": "No registered capability fits this query; try other words, or answer "
                         "without a tool."}
     tiers = answer.get("tiers") or {}
-    result = {"capabilities": [{key: cap[key] for key in ("id", "kind", "name", "relevance",
-                                                          "available")} for cap in caps],
+    result = {"capabilities": [_summary(cap) for cap in caps],
               "details": "\n\n".join(t for t in (tiers.get("tier1"), tiers.get("tier2")) if t),
               **summary}
     if answer.get("workflow_hints"):
         result["workflow_guidance"] = dict(answer["workflow_hints"])
     return result
+
+
+def _summary(cap: Mapping[str, Any]) -> dict[str, Any]:
+    """One found capability for the model: flagged ones with their ``flags`` (rule codes and
+    where they fired)."""
+    entry = {key: cap[key] for key in ("id", "kind", "name", "relevance", "available")}
+    if cap.get("flags"):
+        entry["flags"] = cap["flags"]
+    return entry

@@ -7,13 +7,14 @@ out. The discovery worker, the meta-tool handler and the benchmarks all run this
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from capdisc.access import ANONYMOUS, Caller
 from capdisc.embedding import CachedQueryEmbedder, Matrix, Vector
+from capdisc.flags import Mark
 from capdisc.graph import rerank
 from capdisc.index import Hit, IndexSnapshot, SearchFilters
 from capdisc.models import Capability
@@ -46,16 +47,22 @@ class Match:
     relevance: float
     tier: int = 1
     reason: str = ""
+    #: Set when the tool-poisoning scan flagged it and it is served anyway (:mod:`capdisc.
+    #: flags`): the answer's ``flags`` (rule codes and where, never the excerpts).
+    mark: Mark | None = None
 
     def to_dict(self) -> dict[str, Any]:
         cap = self.capability
-        entry = {"id": cap.id, "kind": cap.kind, "name": cap.name,
-                 "display_name": cap.display_name, "description": cap.description,
-                 "category": cap.category, "available": cap.available,
-                 "score": round(self.score, 4), "relevance": round(self.relevance, 4),
-                 "tier": self.tier}
+        entry: dict[str, Any] = {
+            "id": cap.id, "kind": cap.kind, "name": cap.name,
+            "display_name": cap.display_name, "description": cap.description,
+            "category": cap.category, "available": cap.available,
+            "score": round(self.score, 4), "relevance": round(self.relevance, 4),
+            "tier": self.tier}
         if self.reason:
             entry["reason"] = self.reason
+        if self.mark is not None:
+            entry["flags"] = self.mark.to_list()
         return entry
 
 
@@ -109,8 +116,7 @@ def discover(snapshot: IndexSnapshot, query: Query, query_vector: Vector,
     tiers = assemble(snapshot, [m.capability for m in ranking.matches], config,
                      query.filters.caller)
     tier2, shown = set(tiers.tier2_ids), set(tiers.tier1_ids)
-    matches = tuple(Match(m.capability, m.score, m.relevance,
-                          2 if m.capability.id in tier2 else 1, m.reason)
+    matches = tuple(replace(m, tier=2 if m.capability.id in tier2 else 1)
                     for m in ranking.matches if m.capability.id in shown)
     return DiscoveryResult(query=query.text, tenant=snapshot.tenant,
                            index_version=snapshot.version, matches=matches, tiers=tiers,
@@ -154,21 +160,23 @@ def _rank(snapshot: IndexSnapshot, hits: tuple[Hit, ...], config: DiscoveryConfi
         triples = [(h.id, h.score, "") for h in relevant]
     if exact is not None or prefer:
         triples.sort(key=lambda t: (t[0] != exact, t[0] not in prefer))  # stable
-    caps = snapshot.capabilities
-    return tuple(Match(caps[i], score, relevance.get(i, 0.0), reason=reason)
+    caps, marks = snapshot.capabilities, snapshot.marks
+    return tuple(Match(caps[i], score, relevance.get(i, 0.0), reason=reason, mark=marks.get(i))
                  for i, score, reason in triples[:limit] if i in caps)
 
 
 def assemble(snapshot: IndexSnapshot, ranked: list[Capability], config: DiscoveryConfig,
              caller: Caller = ANONYMOUS) -> TieredContext:
     """Tier 0 (of what ``caller`` may see) from the snapshot's cache, Tiers 1 and 2 for the
-    ranked capabilities."""
+    ranked capabilities (flagged ones under ``warn`` with their caution)."""
     counter = make_counter(config.token_counter)
     tier0 = snapshot.tier0(config.tier0_budget_tokens, config.token_counter, caller)
+    cautions = {c.id: mark.caution_text for c in ranked
+                if (mark := snapshot.marks.get(c.id)) is not None and mark.caution}
     tier1, tier1_ids = tier1_text(ranked, config.workflow_hints, config.tier1_budget_tokens,
-                                  counter)
+                                  counter, cautions)
     shown = [c for c in ranked if c.id in set(tier1_ids)][: config.tier2_top_k]
-    tier2, tier2_ids = tier2_text(shown, config.tier2_budget_tokens, counter)
+    tier2, tier2_ids = tier2_text(shown, config.tier2_budget_tokens, counter, cautions)
     tokens = {"tier0": counter(tier0), "tier1": counter(tier1), "tier2": counter(tier2)}
     tokens["total"] = sum(tokens.values())
     return TieredContext(tier0, tier1, tier2, tier1_ids, tier2_ids, tokens)

@@ -11,6 +11,12 @@ checked against the provider's own SDK types or docs (noted at each builder belo
 * MCP: ``Tool`` as ``tools/list`` sends it: ``name``, ``title``, ``description``, ``inputSchema``,
   ``annotations``.
 
+**Flagged tools** (:mod:`capdisc.flags`): a served capability the tool-poisoning scan flagged
+carries its mark. Under ``warn`` its description starts with ``[flagged: rule, ...]`` in every
+format (the only place a model reads that all four accept); in MCP its ``_meta`` also holds
+``capdisc/flags``, the rule codes and field paths (never the scanned excerpts), under ``flag``
+and ``warn`` alike. Builders take the marks by capability id (``marks=``).
+
 **Only callable capabilities become tool definitions**: kind ``tool`` and ``available``. Skills,
 extensions and channels have no input schema and nothing to call: a skill is instructions, an
 extension is a package whose own tools are capabilities of their own, a channel is reached
@@ -53,6 +59,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from capdisc.errors import ManifestError
+from capdisc.flags import Mark
 from capdisc.metatool import METATOOL_NAME, metatool_definition
 from capdisc.models import Capability, JSONDict, display_name_from
 
@@ -236,6 +243,20 @@ def _names(fmt: ToolFormat, caps: list[Capability], names: NameMap | None) -> Na
     return names if names is not None else NameMap.for_format(fmt, caps)
 
 
+#: A served flagged capability's mark, by capability id.
+Marks = Mapping[str, Mark]
+#: The MCP ``_meta`` key of a flagged tool's rule codes and field paths.
+MCP_FLAGS_META = "capdisc/flags"
+
+
+def described(cap: Capability, marks: Marks | None) -> str:
+    """The description a tool definition carries: under ``warn``, after its flag label."""
+    mark = marks.get(cap.id) if marks else None
+    if mark is not None and mark.caution:
+        return f"{mark.label} {cap.description}"
+    return cap.description
+
+
 # -- OpenAI Chat Completions ---------------------------------------------------------------------
 # Shape: openai-python ``types/chat/chat_completion_function_tool_param.py``
 # (ChatCompletionFunctionToolParam: type "function", function) and
@@ -250,7 +271,7 @@ def _openai_chat_tool(name: str, description: str, parameters: JSONDict) -> JSON
 
 
 def to_openai_chat(capabilities: Iterable[Capability], include_metatool: bool = True, *,
-                   names: NameMap | None = None) -> list[JSONDict]:
+                   names: NameMap | None = None, marks: Marks | None = None) -> list[JSONDict]:
     """Chat Completions ``tools``: the meta-tool first, then each callable capability."""
     caps = callable_capabilities(capabilities)
     name_map = _names("openai-chat", caps, names)
@@ -258,7 +279,7 @@ def to_openai_chat(capabilities: Iterable[Capability], include_metatool: bool = 
     if include_metatool:
         meta = metatool_definition()
         tools.append(_openai_chat_tool(meta["name"], meta["description"], meta["parameters"]))
-    tools.extend(_openai_chat_tool(name_map.to_name(cap.id), cap.description,
+    tools.extend(_openai_chat_tool(name_map.to_name(cap.id), described(cap, marks),
                                    input_schema(cap, openai=True)) for cap in caps)
     return tools
 
@@ -296,8 +317,8 @@ def openai_client_tool_search() -> JSONDict:
 
 
 def to_openai_responses(capabilities: Iterable[Capability], include_metatool: bool = True,
-                        defer_loading: bool = False, *,
-                        names: NameMap | None = None) -> list[JSONDict]:
+                        defer_loading: bool = False, *, names: NameMap | None = None,
+                        marks: Marks | None = None) -> list[JSONDict]:
     """Responses API ``tools``: flat function tools, the meta-tool first.
 
     With ``defer_loading`` every capability's function is deferred (only its name and description
@@ -316,14 +337,15 @@ def to_openai_responses(capabilities: Iterable[Capability], include_metatool: bo
             meta = metatool_definition()
             tools.append(_openai_responses_tool(meta["name"], meta["description"],
                                                 meta["parameters"], defer_loading=False))
-    tools.extend(_openai_responses_tool(name_map.to_name(cap.id), cap.description,
+    tools.extend(_openai_responses_tool(name_map.to_name(cap.id), described(cap, marks),
                                         input_schema(cap, openai=True), defer_loading)
                  for cap in caps)
     return tools
 
 
 def to_openai_tool_search_output(call_id: str, capabilities: Iterable[Capability], *,
-                                 names: NameMap | None = None) -> JSONDict:
+                                 names: NameMap | None = None,
+                                 marks: Marks | None = None) -> JSONDict:
     """The input item answering a client-executed ``tool_search_call``: the found capabilities as
     (not deferred) function tools, which become callable from then on."""
     caps = callable_capabilities(capabilities)
@@ -332,7 +354,7 @@ def to_openai_tool_search_output(call_id: str, capabilities: Iterable[Capability
         "type": "tool_search_output",
         "call_id": call_id,
         "execution": "client",
-        "tools": [_openai_responses_tool(name_map.to_name(cap.id), cap.description,
+        "tools": [_openai_responses_tool(name_map.to_name(cap.id), described(cap, marks),
                                          input_schema(cap, openai=True), defer_loading=False)
                   for cap in caps],
     }
@@ -356,7 +378,8 @@ def _anthropic_tool(name: str, description: str, schema: JSONDict, defer_loading
 
 
 def to_anthropic(capabilities: Iterable[Capability], include_metatool: bool = True,
-                 defer_loading: bool = False, *, names: NameMap | None = None) -> list[JSONDict]:
+                 defer_loading: bool = False, *, names: NameMap | None = None,
+                 marks: Marks | None = None) -> list[JSONDict]:
     """Messages API ``tools``: the meta-tool first (never deferred: it is how deferred tools are
     found), then each callable capability, deferred when ``defer_loading``. Answer the meta-tool's
     ``tool_use`` with a ``tool_result`` whose content is :func:`to_anthropic_tool_references`."""
@@ -367,8 +390,8 @@ def to_anthropic(capabilities: Iterable[Capability], include_metatool: bool = Tr
         meta = metatool_definition()
         tools.append(_anthropic_tool(meta["name"], meta["description"], meta["parameters"],
                                      defer_loading=False))
-    tools.extend(_anthropic_tool(name_map.to_name(cap.id), cap.description, input_schema(cap),
-                                 defer_loading) for cap in caps)
+    tools.extend(_anthropic_tool(name_map.to_name(cap.id), described(cap, marks),
+                                 input_schema(cap), defer_loading) for cap in caps)
     return tools
 
 
@@ -387,7 +410,8 @@ def to_anthropic_tool_references(capabilities: Iterable[Capability], *,
 # (Tool(BaseMetadata): name, title, description, input_schema "type: object is required at the
 # root", output_schema, icons, annotations, _meta) and ToolAnnotations (title, readOnlyHint default
 # false, destructiveHint default true "meaningful only when readOnlyHint == false", idempotentHint,
-# openWorldHint).
+# openWorldHint). ``_meta``: Tool.meta (alias ``_meta``), an open map; keys take a prefix of
+# dot-separated labels and a slash.
 
 
 def _mcp_annotations(has_side_effects: bool | None) -> JSONDict:
@@ -403,18 +427,20 @@ def _mcp_annotations(has_side_effects: bool | None) -> JSONDict:
 
 
 def _mcp_tool(name: str, title: str, description: str, schema: JSONDict,
-              annotations: JSONDict) -> JSONDict:
+              annotations: JSONDict, mark: Mark | None = None) -> JSONDict:
     tool: JSONDict = {"name": name}
     if title:
         tool["title"] = title
     _with_description(tool, description.strip())
     tool["inputSchema"] = schema
     tool["annotations"] = annotations
+    if mark is not None:
+        tool["_meta"] = {MCP_FLAGS_META: mark.to_list()}
     return tool
 
 
 def to_mcp(capabilities: Iterable[Capability], include_metatool: bool = True, *,
-           names: NameMap | None = None) -> list[JSONDict]:
+           names: NameMap | None = None, marks: Marks | None = None) -> list[JSONDict]:
     """MCP ``Tool`` objects (camelCase wire form): the meta-tool first, then each callable
     capability with ``readOnlyHint`` true only for tools declared without side effects (false
     for those with side effects, and for those whose source did not say) and
@@ -427,8 +453,9 @@ def to_mcp(capabilities: Iterable[Capability], include_metatool: bool = True, *,
         # A search of a closed registry: reads only, touches no outside world.
         tools.append(_mcp_tool(meta["name"], display_name_from(METATOOL_NAME), meta["description"],
                                meta["parameters"], {"readOnlyHint": True, "openWorldHint": False}))
-    tools.extend(_mcp_tool(name_map.to_name(cap.id), cap.display_name, cap.description,
-                           input_schema(cap), _mcp_annotations(cap.has_side_effects))
+    tools.extend(_mcp_tool(name_map.to_name(cap.id), cap.display_name, described(cap, marks),
+                           input_schema(cap), _mcp_annotations(cap.has_side_effects),
+                           marks.get(cap.id) if marks else None)
                  for cap in caps)
     return tools
 
@@ -436,18 +463,20 @@ def to_mcp(capabilities: Iterable[Capability], include_metatool: bool = True, *,
 # -- entry point ---------------------------------------------------------------------------------
 
 
-def list_discovered_tools(capabilities: Iterable[Capability], fmt: ToolFormat) -> list[JSONDict]:
-    """The discovered capabilities' tool definitions plus the meta-tool, in ``fmt``.
+def list_discovered_tools(capabilities: Iterable[Capability], fmt: ToolFormat,
+                          marks: Marks | None = None) -> list[JSONDict]:
+    """The discovered capabilities' tool definitions plus the meta-tool, in ``fmt``, flagged
+    ones with their ``marks``.
 
     Seed 001: the meta-tool is "always included in listDiscoveredTools() output regardless of query
     relevance". Nothing is deferred here; use the per-format builders for tool search.
     """
     if fmt == "openai-chat":
-        return to_openai_chat(capabilities)
+        return to_openai_chat(capabilities, marks=marks)
     if fmt == "openai-responses":
-        return to_openai_responses(capabilities)
+        return to_openai_responses(capabilities, marks=marks)
     if fmt == "anthropic":
-        return to_anthropic(capabilities)
+        return to_anthropic(capabilities, marks=marks)
     if fmt == "mcp":
-        return to_mcp(capabilities)
+        return to_mcp(capabilities, marks=marks)
     raise ValueError(f"unknown tool format {fmt!r}; use one of {', '.join(TOOL_FORMATS)}")

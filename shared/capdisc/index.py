@@ -17,6 +17,7 @@ import numpy as np
 
 from capdisc.access import ANONYMOUS, Caller, visible, visible_to
 from capdisc.embedding import Matrix, Vector
+from capdisc.flags import Mark
 from capdisc.graph import build_graph
 from capdisc.models import Capability
 from capdisc.retrieval import QueryEmbed, RetrievalConfig, RetrievalIndex, calibrated_for
@@ -200,7 +201,9 @@ class IndexSnapshot:
 
     ``embedder_id`` names the embedder the vectors (and query vectors) come from: it selects
     the relevance calibration and abstention threshold; ``probes`` are that embedder's vectors
-    of :data:`capdisc.probes.PROBES`, which adapt the threshold to the catalog.
+    of :data:`capdisc.probes.PROBES`, which adapt the threshold to the catalog. ``marks`` are
+    those of the served capabilities the tool-poisoning scan flagged (:mod:`capdisc.flags`);
+    capabilities the tenant's policy withholds are not in a snapshot at all.
     """
 
     tenant: str
@@ -213,6 +216,7 @@ class IndexSnapshot:
     embedder_id: str = ""
     factory: RetrieverFactory = field(default=hybrid_retriever, repr=False, compare=False)
     probes: Matrix | None = field(default=None, repr=False, compare=False)
+    marks: Mapping[str, Mark] = field(default_factory=dict, repr=False)
     _tier0: dict[tuple[int, str, Caller], str] = field(default_factory=dict, repr=False,
                                                        compare=False)
 
@@ -225,7 +229,8 @@ class IndexSnapshot:
     def build(cls, tenant: str, version: int, dim: int,
               entries: Iterable[tuple[Capability, bytes]], embedder_id: str = "",
               retriever: RetrieverFactory = hybrid_retriever, probes: Matrix | None = None,
-              previous: IndexSnapshot | None = None) -> IndexSnapshot:
+              previous: IndexSnapshot | None = None,
+              marks: Mapping[str, Mark] | None = None) -> IndexSnapshot:
         caps: dict[str, Capability] = {}
         rows: dict[str, Vector] = {}
         for capability, vector in entries:
@@ -239,22 +244,30 @@ class IndexSnapshot:
         return cls(tenant, version, dim, ids, caps, matrix,
                    retriever(tuple(caps.values()), matrix, embedder_id, probes,
                              previous.retriever if previous is not None else None),
-                   embedder_id, retriever, probes)
+                   embedder_id, retriever, probes,
+                   {i: m for i, m in (marks or {}).items() if i in caps})
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def with_changes(self, version: int, upserts: Iterable[tuple[Capability, bytes]],
-                     deletes: Iterable[str]) -> IndexSnapshot:
-        """A new snapshot at ``version`` with ``upserts`` replaced or added and ``deletes`` gone."""
+                     deletes: Iterable[str], marks: Mapping[str, Mark] | None = None
+                     ) -> IndexSnapshot:
+        """A new snapshot at ``version`` with ``upserts`` replaced or added and ``deletes`` gone;
+        an upserted capability's mark is its entry in ``marks`` (none if absent)."""
         entries = {cid: (self.capabilities[cid], self.matrix[i].tobytes())
                    for i, cid in enumerate(self.ids)}
+        kept = dict(self.marks)
         for cap_id in deletes:
             entries.pop(cap_id, None)
+            kept.pop(cap_id, None)
         for capability, vector in upserts:
             entries[capability.id] = (capability, vector)
+            kept.pop(capability.id, None)
+        kept.update(marks or {})
         return IndexSnapshot.build(self.tenant, version, self.dim, entries.values(),
-                                   self.embedder_id, self.factory, self.probes, previous=self)
+                                   self.embedder_id, self.factory, self.probes, previous=self,
+                                   marks=kept)
 
     def search(self, query: Vector, k: int, kind: str | None = None
                ) -> list[tuple[Capability, float]]:

@@ -129,6 +129,11 @@ class Settings(BaseModel):
     #: A full reindex still building after this long is abandoned by the reconciler (its
     #: staging vectors dropped, the live index untouched); run it again.
     reindex_timeout_s: float = Field(6 * 3600.0, gt=0)
+    #: What discovery does with a capability the tool-poisoning scan flagged (:mod:`capdisc.
+    #: flags`): ``flag`` serves it marked, ``warn`` also puts a caution in its text, and
+    #: ``quarantine`` serves it only once approved (``capdisc approve ID``). A tenant's own
+    #: policy (``capdisc policy set --tenant T POLICY``, kept in Redis) overrides this.
+    poisoning_policy: Literal["flag", "warn", "quarantine"] = "warn"
     #: Where discovery searches: the in-process index built from Redis ("redis"), or Weaviate
     #: ("weaviate": indexing workers also write every change there, discovery workers search it
     #: per turn; Redis stays the source of truth).

@@ -7,6 +7,8 @@
 * Tier 2: the full schema (tools) or content (skills) of the best ``tier2_top_k`` Tier 1 matches.
 
 Every tier is cut to its budget with the configured counter; no rendered tier ever exceeds it.
+A capability given a caution (a flagged one under the ``warn`` policy, :mod:`capdisc.flags`)
+has it ahead of its own text in Tiers 1 and 2, and is left out rather than shown without it.
 """
 
 from __future__ import annotations
@@ -66,17 +68,21 @@ def tier0_text(capabilities: Iterable[Capability], budget: int, counter: TokenCo
 
 
 def tier1_text(matches: Sequence[Capability], hints: Mapping[str, str], budget: int,
-               counter: TokenCounter) -> tuple[str, tuple[str, ...]]:
-    """Summary lines for ``matches`` (best first) and the hints of their categories."""
+               counter: TokenCounter, cautions: Mapping[str, str] | None = None
+               ) -> tuple[str, tuple[str, ...]]:
+    """Summary lines for ``matches`` (best first) and the hints of their categories;
+    ``cautions`` by capability id go ahead of their descriptions."""
     if not matches:
         return truncate_to_budget(NOTHING_FITS, budget, counter), ()
     lines = [TIER1_HEADER]
     shown: list[str] = []
     for rank, cap in enumerate(matches, start=1):
-        line = summary_line(rank, cap)
+        caution = (cautions or {}).get(cap.id, "")
+        line = summary_line(rank, cap, caution)
         if counter("\n".join([*lines, line])) > budget:
             line = truncate_to_budget(line, budget - counter("\n".join(lines)) - 1, counter)
-            if line.startswith(f"{rank}. {cap.name} "):  # a cut line still names its capability
+            # a cut line still names its capability, and keeps its whole caution
+            if line.startswith(f"{rank}. {cap.name} ") and caution in line:
                 lines.append(line)
                 shown.append(cap.id)
             break
@@ -88,9 +94,11 @@ def tier1_text(matches: Sequence[Capability], hints: Mapping[str, str], budget: 
     return _fit(lines, budget, counter), tuple(shown)
 
 
-def summary_line(rank: int, cap: Capability) -> str:
-    """``1. web-search (tool). Search the web. Params: query``: one Tier 1 entry."""
-    text = f"{rank}. {cap.name} ({cap.kind}). {first_sentence(cap.description)}"
+def summary_line(rank: int, cap: Capability, caution: str = "") -> str:
+    """``1. web-search (tool). Search the web. Params: query``: one Tier 1 entry (a caution
+    goes after the kind, ahead of the description)."""
+    text = f"{rank}. {cap.name} ({cap.kind}). {caution + ' ' if caution else ''}"
+    text += first_sentence(cap.description)
     if not cap.available:
         text += " [installable, not installed]"
     if cap.parameter_names:
@@ -100,25 +108,29 @@ def summary_line(rank: int, cap: Capability) -> str:
     return text
 
 
-def tier2_text(matches: Sequence[Capability], budget: int, counter: TokenCounter
-               ) -> tuple[str, tuple[str, ...]]:
-    """Full details of ``matches``, sharing the budget; a block that does not fit is cut."""
+def tier2_text(matches: Sequence[Capability], budget: int, counter: TokenCounter,
+               cautions: Mapping[str, str] | None = None) -> tuple[str, tuple[str, ...]]:
+    """Full details of ``matches``, sharing the budget; a block that does not fit is cut (one
+    whose caution would be cut is left out)."""
     blocks: list[str] = []
     shown: list[str] = []
     for cap in matches:
+        caution = (cautions or {}).get(cap.id, "")
         used = counter("\n\n".join(blocks)) + (1 if blocks else 0)
-        block = truncate_to_budget(detail_block(cap), budget - used, counter)
-        if not block:
+        block = truncate_to_budget(detail_block(cap, caution), budget - used, counter)
+        if not block or caution not in block:
             break
         blocks.append(block)
         shown.append(cap.id)
     return _fit(blocks, budget, counter, sep="\n\n"), tuple(shown)
 
 
-def detail_block(cap: Capability) -> str:
-    """The Tier 2 text of one capability: schema for tools, content for skills."""
+def detail_block(cap: Capability, caution: str = "") -> str:
+    """The Tier 2 text of one capability: schema for tools, content for skills; a caution goes
+    ahead of its description."""
     lines = [f"# {cap.display_name or cap.name}",
-             f"Id: {cap.id} | Kind: {cap.kind} | Category: {cap.category}", "", cap.description]
+             f"Id: {cap.id} | Kind: {cap.kind} | Category: {cap.category}",
+             *([caution] if caution else []), "", cap.description]
     if cap.full_schema and cap.full_schema.get("properties"):
         lines += ["", "## Input Schema", *schema_lines(cap.full_schema)]
     if cap.full_content:

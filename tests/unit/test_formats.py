@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from capdisc import formats
 from capdisc.errors import ManifestError
+from capdisc.flags import Mark
 from capdisc.formats import (
     ANTHROPIC_NAMES,
     MCP_NAMES,
@@ -99,10 +100,15 @@ def check_anthropic_tool(tool: JSONDict) -> None:
 MCP_HINTS = {"title", "readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"}
 
 
+MCP_META_KEY = re.compile(r"^(?:[A-Za-z](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)*"
+                          r"[A-Za-z](?:[A-Za-z0-9-]*[A-Za-z0-9])?/[A-Za-z0-9._-]+$")
+
+
 def check_mcp_tool(tool: JSONDict) -> None:
     assert {"name", "inputSchema"} <= set(tool) <= {"name", "title", "description",
-                                                    "inputSchema", "annotations"}
+                                                    "inputSchema", "annotations", "_meta"}
     assert MCP_NAME.match(tool["name"])
+    assert all(MCP_META_KEY.match(key) for key in tool.get("_meta", {}))
     check_object_schema(tool["inputSchema"])
     annotations = tool.get("annotations", {})
     assert set(annotations) <= MCP_HINTS
@@ -423,6 +429,83 @@ def test_mcp_output_is_a_valid_tools_list_result(version: str) -> None:
     methods = pytest.importorskip("mcp.types.methods")
     result: JSONDict = {"tools": to_mcp(CATALOG)}
     if version >= "2026-07-28":  # the modern envelope's required result fields
+        result.update(resultType="complete", cacheScope="private", ttlMs=0)
+    dumped = methods.serialize_server_result("tools/list", version, result)
+    assert dumped["tools"] == result["tools"]
+
+
+# -- flagged tools -------------------------------------------------------------------------------
+
+PLACES = (("instruction_override", "description"), ("secret_access", "description"),
+          ("secret_access", "parameters.properties.title.description"))
+CAUTIONED = {PR.id: Mark(PLACES, caution=True)}
+MARKED = {PR.id: Mark(PLACES, caution=False)}
+
+
+def build_marked(fmt: ToolFormat, caps: list[Capability], marks: dict[str, Mark]
+                 ) -> list[JSONDict]:
+    return formats.list_discovered_tools(caps, fmt, marks)
+
+
+def description_of(fmt: ToolFormat, tool: JSONDict) -> str:
+    return str((tool["function"] if fmt == "openai-chat" else tool).get("description", ""))
+
+
+@pytest.mark.parametrize("marks", [CAUTIONED, MARKED], ids=["warn", "flag"])
+@pytest.mark.parametrize("fmt", TOOL_FORMATS)
+def test_marked_definitions_follow_the_format_rules(fmt: ToolFormat, marks: dict[str, Mark]
+                                                    ) -> None:
+    for tool in build_marked(fmt, CATALOG, marks):
+        CHECKS[fmt](tool)
+
+
+@pytest.mark.parametrize("fmt", TOOL_FORMATS)
+def test_a_cautioned_tool_description_starts_with_its_rule_codes(fmt: ToolFormat) -> None:
+    tools = build_marked(fmt, [PR, CLOCK], CAUTIONED)[1:]
+
+    assert description_of(fmt, tools[0]) == (
+        "[flagged: instruction_override, secret_access] Open a pull request.")
+    assert description_of(fmt, tools[1]) == "Tells the time."
+
+
+@pytest.mark.parametrize("fmt", TOOL_FORMATS)
+def test_a_marked_tool_keeps_its_description_under_flag(fmt: ToolFormat) -> None:
+    (tool,) = build_marked(fmt, [PR], MARKED)[1:]
+    assert description_of(fmt, tool) == "Open a pull request."
+
+
+@pytest.mark.parametrize("marks", [CAUTIONED, MARKED], ids=["warn", "flag"])
+def test_a_marked_mcp_tool_names_rules_and_places_in_meta(marks: dict[str, Mark]) -> None:
+    pr, clock = to_mcp([PR, CLOCK], include_metatool=False, marks=marks)
+
+    assert pr["_meta"] == {formats.MCP_FLAGS_META: [
+        {"rule": "instruction_override", "where": "description"},
+        {"rule": "secret_access", "where": "description"},
+        {"rule": "secret_access", "where": "parameters.properties.title.description"}]}
+    assert "_meta" not in clock
+
+
+def test_a_cautioned_openai_description_stays_within_the_limit_with_its_label() -> None:
+    long = PR.with_changes(description="x" * 2000)
+    (tool,) = to_openai_chat([long], include_metatool=False, marks=CAUTIONED)
+
+    assert len(tool["function"]["description"]) == formats.OPENAI_DESCRIPTION_MAX
+    assert tool["function"]["description"].startswith("[flagged: instruction_override")
+
+
+@pytest.mark.parametrize("marks", [CAUTIONED, MARKED], ids=["warn", "flag"])
+def test_marked_mcp_output_validates_as_the_sdk_tool(marks: dict[str, Mark]) -> None:
+    types = pytest.importorskip("mcp.types")
+    for tool in to_mcp(CATALOG, marks=marks):
+        parsed = types.Tool.model_validate(tool)
+        assert parsed.model_dump(by_alias=True, exclude_none=True, mode="json") == tool
+
+
+@pytest.mark.parametrize("version", ["2025-06-18", "2025-11-25", "2026-07-28"])
+def test_marked_mcp_output_is_a_valid_tools_list_result(version: str) -> None:
+    methods = pytest.importorskip("mcp.types.methods")
+    result: JSONDict = {"tools": to_mcp(CATALOG, marks=CAUTIONED)}
+    if version >= "2026-07-28":
         result.update(resultType="complete", cacheScope="private", ttlMs=0)
     dumped = methods.serialize_server_result("tools/list", version, result)
     assert dumped["tools"] == result["tools"]

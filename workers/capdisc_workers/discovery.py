@@ -39,6 +39,7 @@ from capdisc.embedding import CachedQueryEmbedder, Matrix, embedder_for, embedde
 from capdisc.engine import DiscoveryResult, Match, Query, discover, embed_turn, rank
 from capdisc.errors import AuthError, BadRequestError, CapdiscError
 from capdisc.events import TENANT_RE
+from capdisc.flags import Mark, Policy, mark, parse_policy, serving, treatment
 from capdisc.gate import Gate
 from capdisc.index import IndexSnapshot, SearchFilters, hybrid_retriever, store_retriever
 from capdisc.logs import configure_logging
@@ -55,7 +56,7 @@ from capdisc.protocol import (
 from capdisc.registry import coalesce_window_s
 from capdisc.session import allowed_ids
 from capdisc.settings import DiscoveryConfig, Settings
-from capdisc.store import as_str, read_records, read_snapshot
+from capdisc.store import Delta, as_str, read_delta, read_snapshot
 from capdisc.text import embedder_id_of, vector_space
 from capdisc.vectorstore import store_for
 from capdisc_workers.intake import (
@@ -214,23 +215,28 @@ class DiscoveryWorker:
         snap = read_snapshot(self.redis, tenant, self.space)
         embedder_id = embedder_id_of(snap.space)
         queries = self.queries_for(embedder_id)
+        served = serving(snap.flags, self.policy(tenant, snap.policy))
         entries = [(Capability.from_dict(r.capability), snap.vectors[cid])
-                   for cid, r in snap.records.items() if cid in snap.vectors]
+                   for cid, r in snap.records.items()
+                   if cid in snap.vectors and cid not in served.withheld]
         started = time.monotonic()
         factory = (store_retriever(self.store, tenant) if self.store is not None
                    else hybrid_retriever)
         index = IndexSnapshot.build(tenant, snap.version, queries.inner.dim, entries,
-                                    embedder_id, factory, probes=self._probes[embedder_id])
+                                    embedder_id, factory, probes=self._probes[embedder_id],
+                                    marks=served.marks)
         self.last_build_s = time.monotonic() - started
         self.last_build_end = time.monotonic()
         self.spaces[tenant] = snap.space
         self._swap_in(index)
         self.stale.discard(tenant)
         log.info("index_loaded", tenant=tenant, index_version=index.version,
-                 capabilities=len(index), vector_space=snap.space)
-        if len(entries) < len(snap.records):
+                 capabilities=len(index), vector_space=snap.space,
+                 withheld=len(served.withheld), marked=len(served.marks))
+        missing = sum(cid not in snap.vectors for cid in snap.records)
+        if missing:
             log.warning("capabilities_without_vectors", tenant=tenant, vector_space=snap.space,
-                        missing=len(snap.records) - len(entries),
+                        missing=missing,
                         hint="they were indexed by another embedder or an earlier version; "
                              f"run `capdisc reindex --all --tenant {tenant}` to embed them all "
                              "beside the live index and swap")
@@ -334,23 +340,46 @@ class DiscoveryWorker:
             self.reload(tenant)
             return
         ids = list(dict.fromkeys(c["id"] for c in fresh))
-        upserts, deletes = [], []
         space = self.spaces.get(tenant, self.space)
-        for cap_id, (record, vector) in zip(ids, read_records(self.redis, tenant, ids, space),
-                                            strict=True):
-            if record is None:
-                deletes.append(cap_id)
-            elif vector is not None:
-                upserts.append((Capability.from_dict(record.capability), vector))
-            # else: changed by a writer of another vector space (a model change building):
-            # the previous version keeps serving until the reindex swaps in
+        upserts, deletes, marks = self._changes(
+            tenant, ids, read_delta(self.redis, tenant, ids, space))
         version = int(fresh[-1]["version"])
         started = time.monotonic()
-        self._swap_in(current.with_changes(version, upserts, deletes))
+        self._swap_in(current.with_changes(version, upserts, deletes, marks))
         self.last_build_s = time.monotonic() - started
         self.last_build_end = time.monotonic()
         log.info("index_updated", tenant=tenant, index_version=version, upserts=len(upserts),
                  deletes=len(deletes))
+
+    def _changes(self, tenant: str, ids: list[str], delta: Delta
+                 ) -> tuple[list[tuple[Capability, bytes]], list[str], dict[str, Mark]]:
+        """The upserts (with their marks) and deletes a read of changed ``ids`` makes: a
+        capability gone, or withheld by the tenant's poisoning policy, is deleted."""
+        policy = self.policy(tenant, delta.policy)
+        upserts, deletes, marks = [], [], {}
+        for cap_id, (record, vector) in zip(ids, delta.entries, strict=True):
+            flag = delta.flags.get(cap_id)
+            if record is None or treatment(flag, policy) == "withhold":
+                deletes.append(cap_id)
+            elif vector is not None:
+                upserts.append((Capability.from_dict(record.capability), vector))
+                if (marked := mark(flag, policy)) is not None:
+                    marks[cap_id] = marked
+            # else: changed by a writer of another vector space (a model change building):
+            # the previous version keeps serving until the reindex swaps in
+        return upserts, deletes, marks
+
+    def policy(self, tenant: str, stored: str | None) -> Policy:
+        """``tenant``'s poisoning policy: its own (``stored``), else this worker's setting. A
+        stored value that is not a policy (written by hand) quarantines, and says so."""
+        if stored is None:
+            return self.settings.poisoning_policy
+        try:
+            return parse_policy(stored)
+        except CapdiscError as exc:
+            log.warning("poisoning_policy_unreadable", tenant=tenant, error=str(exc),
+                        hint="serving as quarantine; set it with `capdisc policy set`")
+            return "quarantine"
 
     def _catch_up(self, client: redis.Redis) -> None:
         """Level-triggered safety net, run when the changes stream is idle: a tenant whose

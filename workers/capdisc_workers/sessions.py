@@ -113,11 +113,11 @@ class SessionService:
 def bound_tools(snapshot: IndexSnapshot, bound: list[str], fmt: formats.ToolFormat,
                 caller: Caller) -> dict[str, Any]:
     """Tool definitions of the whole working set (what the agent should have bound now) that
-    ``caller`` may see, in ``fmt``, plus the meta-tool."""
+    ``caller`` may see and the tenant's policy serves, in ``fmt``, plus the meta-tool."""
     caps = [snapshot.capabilities[i] for i in bound if i in snapshot.capabilities
             and visible(snapshot.capabilities[i].visibility, caller)]
     names = formats.NameMap.for_format(fmt, formats.callable_capabilities(caps))
-    return {"tools": formats.list_discovered_tools(caps, fmt),
+    return {"tools": formats.list_discovered_tools(caps, fmt, snapshot.marks),
             "tool_names": {name: cap_id for cap_id, name in names.items()}}
 
 
@@ -130,5 +130,8 @@ def _seen(reply: dict[str, Any], can_see: Callable[[str], bool]) -> dict[str, An
 
 def _installable(match: Match) -> dict[str, Any]:
     cap = match.capability
-    return {"id": cap.id, "kind": cap.kind, "name": cap.name, "description": cap.description,
-            "relevance": round(match.relevance, 4), "installable": True}
+    entry = {"id": cap.id, "kind": cap.kind, "name": cap.name, "description": cap.description,
+             "relevance": round(match.relevance, 4), "installable": True}
+    if match.mark is not None:
+        entry["flags"] = match.mark.to_list()
+    return entry
