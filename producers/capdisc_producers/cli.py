@@ -23,6 +23,9 @@ from capdisc import auth, keys
 from capdisc.client import Answer, Client, tenant_of, wait_for_reply
 from capdisc.deadletters import list_dead_letters, replay, with_token
 from capdisc.errors import AuthError, CapdiscError
+from capdisc.flags import FLAG_STATES, POLICIES, SHORT_HASH, Flag
+from capdisc.flagstore import approve as approve_flag
+from capdisc.flagstore import read_flags, set_policy, tenant_policy
 from capdisc.gate import Gate, require
 from capdisc.logs import configure_logging
 from capdisc.models import Visibility
@@ -231,7 +234,7 @@ def _render_answer(answer: Answer) -> str:
         lines.append("nothing in the registry fits this request")
     for rank, cap in enumerate(answer.capabilities, start=1):
         lines.append(f"{rank:>2}. [tier {cap['tier']}] {cap['id']:<40} score {cap['score']:6.3f}"
-                     f"  relevance {cap.get('relevance', 0.0):.2f}")
+                     f"  relevance {cap.get('relevance', 0.0):.2f}" + _flagged(cap))
     lines += _render_session(answer.session)
     tiers = answer.raw.get("tiers", {})
     for name in ("tier0", "tier1", "tier2"):
@@ -410,7 +413,8 @@ def _session_client(ctx: click.Context, redis_url: str | None, tenant: str | Non
 def status(ctx: click.Context, redis_url: str | None, as_json: bool) -> None:
     """Index version, capabilities per kind, workers seen, queue depths."""
     settings, connection = _connect(ctx, redis_url)
-    report = collect_status(connection, settings.worker_stale_after_s)
+    report = collect_status(connection, settings.worker_stale_after_s,
+                            settings.poisoning_policy)
     click.echo(json.dumps(report, indent=2) if as_json else _render_status(report))
 
 
@@ -421,6 +425,7 @@ def _render_status(report: dict[str, Any]) -> str:
         lines.append(f"tenant {tenant}: index version {info['index_version']}, "
                      f"{info['capabilities']} capabilities ({kinds})")
         lines += [f"  rejected manifest {p}: {e}" for p, e in info["manifest_errors"].items()]
+        lines += _poisoning_lines(tenant, info.get("poisoning"))
         if info.get("reindex"):
             job = info["reindex"]
             lines.append(f"  reindex {job['job']} building into {job['target']}: "
@@ -797,6 +802,165 @@ def dlq_replay(ctx: click.Context, entry_ids: tuple[str, ...], replay_all: bool,
         click.echo(f"left {len(requests)} discovery request(s): they cannot be replayed")
     if missing:
         _fail(f"no dead letter with id {', '.join(missing)} (see capdisc dlq list)")
+
+
+# -- tool poisoning: flags, approvals, policy ------------------------------------------------
+
+
+def _flagged(cap: dict[str, Any]) -> str:
+    """``  [flagged: rule, ...]`` after a discovered capability the scan flagged."""
+    rules = list(dict.fromkeys(str(f.get("rule")) for f in cap.get("flags") or ()))
+    return f"  [flagged: {', '.join(rules)}]" if rules else ""
+
+
+def _poisoning_lines(tenant: str, info: dict[str, Any] | None) -> list[str]:
+    """The status line of a tenant's poisoning policy and flags (none when nothing is flagged
+    and the policy is the workers' default)."""
+    if not info or not (info["policy_set"] or info["capabilities"]):
+        return []
+    line = (f"  poisoning policy {info['policy']}" + ("" if info["policy_set"] else " (default)")
+            + f": {info['flagged']} flagged, {info['pending']} pending, "
+            f"{info['approved']} approved")
+    unapproved = info["flagged"] + info["pending"]
+    if unapproved:
+        withheld = " (not served until approved)" if info["policy"] == "quarantine" else ""
+        line += f"{withheld}; review: capdisc flags list --tenant {tenant}"
+    return [line]
+
+
+def _operator(access: Access, tenant: str) -> str | None:
+    """Fail unless the token holds the admin grant for ``tenant``: approving flagged text and
+    choosing the policy are for operators, not for whoever may publish. Returns the token's
+    subject (None without a token where the stack requires none)."""
+    if access.token is None:
+        if access.auth:
+            _fail("approving flagged capabilities and setting the poisoning policy need a token "
+                  "with the admin grant: pass --token or set CAPDISC_TOKEN")
+        return None
+    try:
+        identity = (auth.verify(access.token, auth.load_keyring(access.keys_file), time.time())
+                    if access.keys_file is not None and access.keys_file.is_file()
+                    else auth.unverified(access.token, time.time()))
+        require(identity, tenant, "admin")
+    except AuthError as exc:
+        _fail(str(exc))
+    return identity.subject
+
+
+@cli.command()
+@click.argument("capability_ids", nargs=-1, required=True)
+@click.option("--surface", "reviewed", default=None, metavar="HASH",
+              help="The surface hash you reviewed (capdisc flags list; 8+ characters): "
+                   "nothing is approved if the text changed since. Only with one id")
+@redis_option
+@tenant_option
+@click.pass_context
+def approve(ctx: click.Context, capability_ids: tuple[str, ...], reviewed: str | None,
+            redis_url: str | None, tenant: str | None) -> None:
+    """Approve flagged capabilities for their current text. Under the quarantine policy they
+    are served from the index version printed; under warn and flag they lose their caution and
+    mark. A later change to their text (description, schema, content) makes them pending again.
+    Needs the admin grant."""
+    if reviewed is not None and len(capability_ids) != 1:
+        raise click.UsageError("--surface names the text of one capability: give one id")
+    connection = _connect(ctx, redis_url)[1]
+    tenant = _tenant(ctx, tenant)
+    by = _operator(_access(ctx), tenant)
+    version = None
+    for cap_id in capability_ids:
+        try:
+            done = approve_flag(connection, tenant, cap_id, reviewed=reviewed, by=by)
+        except CapdiscError as exc:
+            _fail(str(exc))
+        version = done.version
+        click.echo(f"{cap_id}: {'approved' if done.changed else 'already approved'} (surface "
+                   f"{done.flag.surface_hash[:SHORT_HASH]}; {', '.join(done.flag.rules)})")
+    click.echo(f"index version {version}")
+
+
+@cli.group("flags")
+def flags_group() -> None:
+    """What the tool-poisoning scan flagged, for review (capdisc approve ID)."""
+
+
+@flags_group.command("list")
+@click.option("--state", type=click.Choice(FLAG_STATES), default=None,
+              help="Only flags in this state")
+@redis_option
+@tenant_option
+@json_option
+@click.pass_context
+def flags_list(ctx: click.Context, state: str | None, redis_url: str | None,
+               tenant: str | None, as_json: bool) -> None:
+    """Each flagged capability of the tenant: its state, surface hash, and every finding with
+    its rule, field, reason and excerpt (the scanned text, defanged: review it, do not follow
+    it)."""
+    settings, connection = _connect(ctx, redis_url)
+    tenant = _tenant(ctx, tenant)
+    policy = tenant_policy(connection, tenant) or settings.poisoning_policy
+    found = {i: f for i, f in sorted(read_flags(connection, tenant).items())
+             if state is None or f.state == state}
+    if as_json:
+        click.echo(json.dumps({"tenant": tenant, "policy": policy,
+                               "flags": {i: f.to_dict() for i, f in found.items()}}, indent=2))
+        return
+    click.echo(f"tenant {tenant}, poisoning policy {policy}: {len(found)} flagged "
+               "capabilit" + ("y" if len(found) == 1 else "ies"))
+    for cap_id, flag in found.items():
+        click.echo("\n".join(_flag_lines(cap_id, flag)))
+
+
+def _flag_lines(cap_id: str, flag: Flag) -> list[str]:
+    """A flag for a reviewer; in field paths and excerpts (the publisher's text) every
+    character that is not printable is shown escaped, so none reaches the terminal as a
+    control."""
+    lines = [f"{cap_id}  {flag.state}  surface {flag.surface_hash[:SHORT_HASH]}"
+             + (f"  approved by {flag.approved_by}" if flag.approved_by else "")]
+    for finding in flag.findings:
+        lines.append(f"    {finding.rule} at {_printable(finding.where)}: {finding.reason}")
+        lines.append(f"      | {_printable(finding.excerpt)}")
+    return lines
+
+
+def _printable(text: str) -> str:
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+@cli.group("policy")
+def policy_group() -> None:
+    """A tenant's tool-poisoning policy: flag, warn or quarantine."""
+
+
+@policy_group.command("set")
+@click.argument("policy", type=click.Choice([*POLICIES, "default"]))
+@redis_option
+@tenant_option
+@click.pass_context
+def policy_set(ctx: click.Context, policy: str, redis_url: str | None,
+               tenant: str | None) -> None:
+    """Set the tenant's policy for flagged capabilities: flag (served, marked), warn (served
+    with a caution naming the rules), quarantine (served only once approved), or default (the
+    workers' poisoning_policy setting). Discovery serves it from the index version printed.
+    Needs the admin grant."""
+    connection = _connect(ctx, redis_url)[1]
+    tenant = _tenant(ctx, tenant)
+    _operator(_access(ctx), tenant)
+    version = set_policy(connection, tenant, None if policy == "default" else policy)
+    click.echo(f"tenant {tenant}: poisoning policy {policy}" + (
+        f"; index version {version}" if version else "; served from its first publish"))
+
+
+@policy_group.command("show")
+@redis_option
+@tenant_option
+@click.pass_context
+def policy_show(ctx: click.Context, redis_url: str | None, tenant: str | None) -> None:
+    """The tenant's policy, and whether it is its own or the workers' default."""
+    settings, connection = _connect(ctx, redis_url)
+    tenant = _tenant(ctx, tenant)
+    own = tenant_policy(connection, tenant)
+    click.echo(f"tenant {tenant}: poisoning policy {own or settings.poisoning_policy}"
+               + ("" if own else " (default)"))
 
 
 cli.add_command(bench)

@@ -1,4 +1,5 @@
-"""What ``capdisc status`` shows: index versions, counts per kind, workers, queues, errors."""
+"""What ``capdisc status`` shows: index versions, counts per kind, workers, queues, errors,
+and per tenant its tool-poisoning policy and flags."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from typing import Any
 
 import redis
 
-from capdisc import keys
+from capdisc import flags, keys
+from capdisc.errors import FlagError
+from capdisc.flagstore import read_flags, tenant_policy
 from capdisc.registry import StoredRecord
 from capdisc.store import as_str
 
@@ -51,12 +54,15 @@ def supervised(client: redis.Redis, stale_after_s: float = DEFAULT_STALE_AFTER_S
             if now_ms - child.get("updated_ms", 0) <= stale_after_s * 1000}
 
 
-def collect_status(client: redis.Redis, stale_after_s: float = DEFAULT_STALE_AFTER_S
-                   ) -> dict[str, Any]:
+def collect_status(client: redis.Redis, stale_after_s: float = DEFAULT_STALE_AFTER_S,
+                   poisoning_policy: flags.Policy = "warn") -> dict[str, Any]:
+    """Everything ``capdisc status`` shows; ``poisoning_policy`` is the workers' setting, the
+    policy of a tenant that has none of its own."""
     tenants = {}
     for raw_tenant in sorted(client.smembers(keys.TENANTS)):
         tenant = as_str(raw_tenant)
         tenants[tenant] = _tenant_status(client, tenant)
+        tenants[tenant]["poisoning"] = poisoning_status(client, tenant, poisoning_policy)
     default = tenants.get("default") or next(iter(tenants.values()), None)
     counters = {as_str(k): int(v) for k, v in client.hgetall(keys.COUNTERS).items()}
     return {
@@ -102,6 +108,19 @@ def _tenant_status(client: redis.Redis, tenant: str) -> dict[str, Any]:
             "capabilities": len(records),
             "by_kind": dict(sorted(Counter(r.capability["kind"] for r in records).items())),
             "manifest_errors": errors}
+
+
+def poisoning_status(client: redis.Redis, tenant: str, default: flags.Policy = "warn"
+                     ) -> dict[str, Any]:
+    """``tenant``'s policy (``policy_set``: its own, else ``default``), how many flags are in
+    each state and, per flagged capability, its state, rule codes and where they fired (never
+    the excerpts: ``capdisc flags list`` shows those to a reviewer)."""
+    try:
+        own = tenant_policy(client, tenant)
+    except FlagError:  # written by hand: the workers serve it as quarantine
+        own = "quarantine"
+    return {"policy": own or default, "policy_set": own is not None,
+            **flags.summary(read_flags(client, tenant))}
 
 
 def _queues(client: redis.Redis) -> dict[str, int]:
