@@ -121,6 +121,8 @@ def test_quarantine_withholds_until_approved_and_a_changed_text_is_pending_again
     changed = publish(stack.url, root, tenant)
     pending = ask(client, changed.index_version, "openai-chat")
     info = poisoning(stack, tenant)
+    reviewed = version_printed(run_cli(stack, "approve", "tool:notes-sync", "--tenant", tenant))
+    served_again = ask(client, reviewed)
 
     assert withheld.ids == ["tool:notes-list"]
     assert "notes-sync" not in withheld.context
@@ -134,6 +136,7 @@ def test_quarantine_withholds_until_approved_and_a_changed_text_is_pending_again
     assert (info["policy"], info["policy_set"], info["pending"], info["approved"]) == (
         "quarantine", True, 1, 0)
     assert info["capabilities"][0]["state"] == "pending"
+    assert "tool:notes-sync" in served_again.ids
 
 
 def test_approve_refuses_a_changed_text_and_an_unflagged_capability(
