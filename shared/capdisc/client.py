@@ -28,7 +28,7 @@ from capdisc.errors import (
 )
 from capdisc.metatool import parse_metatool_arguments
 from capdisc.protocol import DiscoverRequest, SessionRequest
-from capdisc.status import collect_status
+from capdisc.status import collect_status, live_workers
 
 #: Longest single blocking read; keeps every wait under redis-py's socket timeout.
 BLOCK_SLICE_S = 1.0
@@ -193,10 +193,18 @@ class Client:
             reply = wait_for_reply(self.redis, request_id, min(remaining, self.resend_after_s))
             if reply is not None:
                 return reply
-        workers = [w for w in collect_status(self.redis)["workers"] if w["kind"] == "discovery"]
         raise DiscoveryTimeout(f"no discovery worker answered within {timeout:.1f} s "
-                               f"({len(workers)} discovery worker(s) seen alive); start one "
-                               "with `make up` or `python -m capdisc_workers.discovery`")
+                               f"({self._discovery_workers_seen()} discovery worker(s) seen "
+                               "alive); start one with `make up` or `python -m "
+                               "capdisc_workers.discovery`")
+
+    def _discovery_workers_seen(self) -> str:
+        """How many discovery workers' heartbeats are fresh (``?`` when this client may not read
+        them: a Redis ACL user for clients need not see the heartbeats)."""
+        try:
+            return str(sum(w["kind"] == "discovery" for w in live_workers(self.redis)))
+        except redis.ResponseError:
+            return "?"
 
     def handle_metatool_call(self, arguments: str | dict[str, Any], *,
                              tool_format: str | None = None, tenant: str | None = None,

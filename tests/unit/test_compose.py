@@ -190,3 +190,31 @@ def test_dockerfile_runs_as_a_non_root_user() -> None:
     users = [i.split()[1] for i in _dockerfile_instructions() if i.startswith("USER ")]
     assert users
     assert users[-1] not in ("root", "0")
+
+
+WORKER_SERVICES = {"indexing-worker", "discovery-worker-1", "discovery-worker-2"}
+
+
+def test_workers_require_identity_tokens_verified_with_a_mounted_keyring(
+    compose: dict[str, Any], services: dict[str, Any],
+) -> None:
+    secret = compose["secrets"]["capdisc_auth_keys"]
+    assert secret["file"] == "./infra/secrets/auth_keys.json"
+    for name in WORKER_SERVICES:
+        environment = services[name]["environment"]
+        assert environment["CAPDISC_AUTH"] == "on", name
+        assert environment["CAPDISC_AUTH_KEYS_FILE"] == "/run/secrets/capdisc_auth_keys", name
+        assert services[name]["secrets"] == ["capdisc_auth_keys"], name
+
+
+def test_the_watcher_publishes_with_a_token_and_holds_no_keyring(services: dict[str, Any]) -> None:
+    watcher = services["watcher"]
+    with pytest.raises(MissingVariable, match="CAPDISC_WATCHER_TOKEN"):
+        _interpolate(watcher["environment"]["CAPDISC_TOKEN"], {})
+    assert "secrets" not in watcher
+    assert not any(k.startswith("CAPDISC_AUTH") for k in watcher["environment"])
+
+
+def test_the_keyring_directory_is_not_committed() -> None:
+    ignored = (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
+    assert "infra/secrets/" in ignored
