@@ -159,11 +159,12 @@ def load_manifest(
     data = load_mapping(_read_text(path, max_bytes, source), source)
     record = _to_record(data, source)
     schema_origin = _schema_key(data)
-    if _attach_side_files(path.parent, record, source):
+    content_origin = _attach_side_files(path.parent, record, source)
+    if content_origin.schema_file:
         schema_origin = str(path.parent / SCHEMA_NAME)
     root = registry_root or path.parent
     record["source_ref"] = {"type": "manifest", "source": str(root), "location": source}
-    return _validated(record, source, schema_origin)
+    return _validated(record, source, schema_origin, content_origin.skill_file)
 
 
 def parse_manifest_text(text: str, source: str) -> Capability:
@@ -178,12 +179,16 @@ def _schema_key(data: dict[str, Any]) -> str:
     return next((k for k in data if _ALIASES.get(k) == "full_schema"), "parameters")
 
 
-def _validated(record: dict[str, Any], source: str, schema_origin: str) -> Capability:
-    """Validate, reporting schema problems under the key (or file) the schema came from."""
+def _validated(record: dict[str, Any], source: str, schema_origin: str,
+               skill_origin: str | None = None) -> Capability:
+    """Validate, reporting schema problems under the key (or file) the schema came from and
+    skill-content problems against the SKILL.md they are in."""
     try:
         return capability_from_record(record, source)
     except ManifestError as exc:
         field = exc.field or ""
+        if field == "full_content" and skill_origin is not None:
+            raise ManifestError(skill_origin, None, exc.problem) from exc
         if not field.startswith("full_schema"):
             raise
         rest = field.removeprefix("full_schema").lstrip(".")
@@ -242,19 +247,28 @@ def _example_queries(queries: Any, examples: Any, source: str) -> Any:
     return found
 
 
-def _attach_side_files(directory: Path, record: dict[str, Any], source: str) -> bool:
-    """Load SKILL.md and schema.json into the record; True when the schema came from a file."""
+@dataclass(frozen=True)
+class _SideFiles:
+    """Which side files a manifest's record was completed from."""
+
+    skill_file: str | None
+    schema_file: bool
+
+
+def _attach_side_files(directory: Path, record: dict[str, Any], source: str) -> _SideFiles:
+    """Load SKILL.md and schema.json into the record; where they came from."""
     content_ref = record.pop("skill_content", None)
     skill_path = _inside(directory, SKILL_NAME, source, "skill_content")
     if content_ref is not None:
         skill_path = _inside(directory, content_ref, source, "skill_content")
         if not skill_path.is_file():
             raise ManifestError(source, "skill_content", f"{content_ref!r} does not exist")
-    if skill_path.is_file():
-        record["full_content"] = _read_text(skill_path, MAX_SIDE_FILE_BYTES, str(skill_path))
+    skill_file = str(skill_path) if skill_path.is_file() else None
+    if skill_file is not None:
+        record["full_content"] = _read_text(skill_path, MAX_SIDE_FILE_BYTES, skill_file)
     schema_path = _inside(directory, SCHEMA_NAME, source, "parameters")
     if not schema_path.is_file():
-        return False
+        return _SideFiles(skill_file, schema_file=False)
     if record.get("full_schema") is not None:
         raise ManifestError(source, "parameters",
                             f"is set and {SCHEMA_NAME} exists beside it; keep only one")
@@ -264,7 +278,7 @@ def _attach_side_files(directory: Path, record: dict[str, Any], source: str) -> 
     except json.JSONDecodeError as exc:
         raise ManifestError(str(schema_path), None,
                             f"is not valid JSON (line {exc.lineno}: {exc.msg})") from exc
-    return True
+    return _SideFiles(skill_file, schema_file=True)
 
 
 def _inside(directory: Path, ref: Any, source: str, key: str) -> Path:

@@ -99,8 +99,18 @@ def _refuse_invisible(source: str, key: str, value: str) -> None:
                 source,
                 key,
                 f"contains the invisible or control character U+{ord(char):04X} at position "
-                f"{position}; remove it (hidden characters can smuggle instructions to a model)",
+                f"{position}{_line_and_column(value, position)}; remove it (hidden characters "
+                "can smuggle instructions to a model)",
             )
+
+
+def _line_and_column(value: str, position: int) -> str:
+    """`` (line L, column C)`` for multi-line text, where an editor finds the character."""
+    if "\n" not in value:
+        return ""
+    line = value.count("\n", 0, position) + 1
+    column = position - (value.rfind("\n", 0, position) + 1) + 1
+    return f" (line {line}, column {column})"
 
 
 def _identifier(source: str, key: str, value: Any, pattern: re.Pattern[str], rule: str) -> str:

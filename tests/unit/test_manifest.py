@@ -73,10 +73,13 @@ BAD_CASES = [
      "'web fetch' is not a capability id or name"),
     ("required_secret_invalid_name", "required_secrets[0]",
      "'search-api-key' is not a valid secret name"),
+    ("invisible_character_in_skill_md", None,
+     "invisible or control character U+200B at position 59 (line 4, column 15)"),
 ]
 # Cases whose error names a side file rather than CAPABILITY.yaml.
 FILE_AT_FAULT = {"broken_schema_json": "schema.json", "schema_json_is_a_list": "schema.json",
-                 "inf_schema_json_default": "schema.json"}
+                 "inf_schema_json_default": "schema.json",
+                 "invisible_character_in_skill_md": "SKILL.md"}
 
 
 def write_capability(directory: Path, manifest: str, side_files: dict[str, str] | None = None
