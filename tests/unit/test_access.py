@@ -1,5 +1,6 @@
 """Access control: one visibility rule, and no answer, list or binding that ever shows a caller a
-capability it cannot see (a property over generated registries, callers and queries)."""
+capability it cannot see (a property over generated registries, callers and queries), also when
+the caller is whoever a signed token proves and the request claims other roles or users."""
 
 from __future__ import annotations
 
@@ -12,15 +13,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from stores import STORE_PARAMS, open_store  # tests/fixtures/ is on the path
 
+from capdisc import auth
 from capdisc.access import ANONYMOUS, Caller, visible
 from capdisc.agent import list_discovered_tools
 from capdisc.embedding import HashingEmbedder
 from capdisc.engine import DiscoveryResult, Query, discover, rank
-from capdisc.errors import ManifestError
+from capdisc.errors import ForbiddenError, ManifestError
 from capdisc.formats import ToolFormat
+from capdisc.gate import Gate
 from capdisc.index import IndexSnapshot, SearchFilters, store_retriever
 from capdisc.models import Capability, Visibility
 from capdisc.normalize import capability_from_record
+from capdisc.protocol import DiscoverRequest
 from capdisc.session import SessionPolicy, bind, new_session
 from capdisc.settings import DiscoveryConfig
 from capdisc.tiers import tier0_text
@@ -150,3 +154,66 @@ def test_no_answer_through_a_vector_store_shows_an_invisible_capability(
     seen = {c.id for c in snapshot.capabilities.values() if visible(c.visibility, caller)}
 
     _assert_answers_show_only(seen, snapshot, caller, query, "anthropic")
+
+
+# -- the same property with signed identities: what a request claims never widens its token ----
+
+GATE_NOW = 1_800_000_000.0
+
+
+@pytest.fixture(scope="module")
+def gate(tmp_path_factory: pytest.TempPathFactory) -> Gate:
+    path = tmp_path_factory.mktemp("keys") / "auth_keys.json"
+    auth.save_keyring(path, auth.Keyring([auth.new_key(GATE_NOW)]))
+    return Gate(auth.KeyringFile(path), clock=lambda: GATE_NOW)
+
+
+def _keyring(gate: Gate) -> auth.Keyring:
+    assert gate.keys is not None
+    return gate.keys.current()
+
+
+identities = st.tuples(st.lists(st.sampled_from(ROLES), max_size=2, unique=True),
+                       st.one_of(st.none(), st.sampled_from(USERS)))
+claims = st.tuples(st.lists(st.sampled_from(ROLES), max_size=3, unique=True),
+                   st.one_of(st.none(), st.sampled_from(USERS)))
+
+
+@settings(max_examples=1000, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(capabilities, identities, claims, queries, st.booleans())
+def test_no_answer_shows_a_token_holder_more_than_its_token_may_see(
+        gate: Gate, rows: list[tuple[str, str, str, list[str], list[str], bool]],
+        identity: tuple[list[str], str | None], claim: tuple[list[str], str | None],
+        query: str, admin: bool) -> None:
+    token_roles, token_user = identity
+    token = auth.issue(_keyring(gate), tenant="t",
+                       roles=token_roles, user=token_user, ttl_s=600, now=GATE_NOW,
+                       grants=["admin"] if admin else ["discover", "session"])
+    claimed = DiscoverRequest(query, tenant="t", roles=claim[0], user=claim[1], token=token)
+    try:
+        served = gate.admit(claimed)
+    except ForbiddenError:
+        assert not admin  # only a claim beyond a non-admin token is refused
+        return
+    snapshot = _registry(rows)
+    caller = Caller.of(served.roles, served.user)
+    holder = caller if admin else Caller.of(token_roles, token_user)  # an admin acts as anyone
+    seen = {c.id for c in snapshot.capabilities.values() if visible(c.visibility, caller)}
+
+    _assert_answers_show_only(seen, snapshot, caller, query, "mcp")
+    assert seen <= {c.id for c in snapshot.capabilities.values()
+                    if visible(c.visibility, holder)}
+    assert served.token is None
+
+
+@pytest.mark.parametrize("tenant", ["t", "other"])
+def test_a_token_for_one_tenant_is_never_served_another(gate: Gate, tenant: str) -> None:
+    token = auth.issue(_keyring(gate), tenant="t", roles=["admin"], ttl_s=600, now=GATE_NOW)
+    request = DiscoverRequest("refund", tenant=tenant, token=token)
+
+    if tenant == "t":
+        assert gate.admit(request).tenant == "t"
+    else:
+        with pytest.raises(ForbiddenError, match="wrong tenant"):
+            gate.admit(request)
