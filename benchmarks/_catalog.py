@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from capdisc.embedding import Embedder, Matrix
+from capdisc.embedders.port import Embedder, Matrix
 from capdisc.models import Capability
-from capdisc.normalize import capability_from_record
-from capdisc.text import combine, full_text, summary_text
+from capdisc.registry.normalize import capability_from_record
+from capdisc.retrieval.text import combine, full_text, summary_text
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"

@@ -34,9 +34,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _catalog import load_catalog
 from capdisc.client import Client
 from capdisc.models import Capability
+from capdisc.registry.store import tenant_version
 from capdisc.settings import Settings
 from capdisc.status import collect_status
-from capdisc.store import tenant_version
 from capdisc_producers.importer import import_jsonl
 from capdisc_producers.publisher import Publisher
 from capdisc_producers.stack import running_stack

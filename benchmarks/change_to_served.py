@@ -42,10 +42,10 @@ from _catalog import load_catalog
 from _common import describe_ms, percentile
 from capdisc import keys
 from capdisc.logs import configure_logging
-from capdisc.registry import SyncPlan
+from capdisc.registry.policy import SyncPlan
+from capdisc.registry.store import as_str, tenant_version
 from capdisc.settings import Settings
 from capdisc.status import live_workers
-from capdisc.store import as_str, tenant_version
 from capdisc_producers.publisher import Publisher
 from capdisc_producers.stack import REDIS_ENV, Stack, running_stack
 from capdisc_producers.sync import publish_plan, sync_directory

@@ -2,7 +2,8 @@
 
 A private Redis gets the benchmark catalog of each size (the Seal-Tools and MetaTool tools, then
 provider/region variants, see ``_catalog.py``), written record by record with
-:func:`capdisc.store.apply_event` as an indexing worker writes it, with precomputed vectors:
+:func:`capdisc.registry.store.apply_event` as an indexing worker writes it, with precomputed
+vectors:
 the embedder's own, or, for ``--embedder minilm`` when ``benchmarks/.cache`` has no MiniLM
 vectors for that catalog, the hashing embedder's stored as MiniLM's (the same 384 float32s a
 capability, so the same memory; relevance is then meaningless, which the output says).
@@ -40,14 +41,16 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _catalog import CACHE, embed_catalog, load_catalog, seal_queries
 from _common import percentile
 from capdisc.client import Client
-from capdisc.embedding import Embedder, HashingEmbedder, Matrix, embedder_for
-from capdisc.events import RegistryEvent
+from capdisc.embedders.hashing import HashingEmbedder
+from capdisc.embedders.port import Embedder, Matrix
 from capdisc.localredis import start_redis
 from capdisc.models import Capability
+from capdisc.registry.events import RegistryEvent
+from capdisc.registry.store import apply_event, tenant_version
+from capdisc.resources import embedder_for
+from capdisc.retrieval.text import combine, full_text, summary_text, vector_space
 from capdisc.settings import Settings
 from capdisc.status import live_workers
-from capdisc.store import apply_event, tenant_version
-from capdisc.text import combine, full_text, summary_text, vector_space
 
 TENANT = "bench"
 LOG = Path(tempfile.gettempdir()) / "capdisc-bench-discovery-memory.log"

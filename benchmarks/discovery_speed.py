@@ -36,16 +36,17 @@ from _catalog import embed_catalog, load_catalog, seal_queries
 from _common import percentile
 from capdisc import keys
 from capdisc.client import Client
-from capdisc.embedding import CachedQueryEmbedder, MiniLMEmbedder
-from capdisc.engine import Query, discover, embed_turn
-from capdisc.events import RegistryEvent
-from capdisc.index import IndexSnapshot
+from capdisc.discovery.config import DiscoveryConfig
+from capdisc.discovery.engine import Query, discover, embed_turn
+from capdisc.discovery.snapshot import IndexSnapshot
+from capdisc.embedders.minilm import MiniLMEmbedder
+from capdisc.embedders.port import CachedQueryEmbedder
 from capdisc.localredis import start_redis
-from capdisc.probes import PROBES
-from capdisc.retrieval import decompose
-from capdisc.settings import DiscoveryConfig
-from capdisc.store import apply_event
-from capdisc.text import vector_space
+from capdisc.registry.events import RegistryEvent
+from capdisc.registry.store import apply_event
+from capdisc.retrieval.hybrid import decompose
+from capdisc.retrieval.probes import PROBES
+from capdisc.retrieval.text import vector_space
 
 HERE = Path(__file__).resolve().parent
 TENANT = "bench"

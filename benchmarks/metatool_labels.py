@@ -27,8 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from capdisc.embedding import Embedder, Matrix, make_embedder
-from capdisc.evaluation import (
+from capdisc.bench.evaluation import (
     LabelledQuery,
     default_cache_dir,
     embed_cached,
@@ -38,10 +37,12 @@ from capdisc.evaluation import (
     recall_at,
     sample_queries,
 )
-from capdisc.lexical import LexicalIndex
+from capdisc.embedders.factory import make_embedder
+from capdisc.embedders.port import Embedder, Matrix
 from capdisc.models import Capability
-from capdisc.retrieval import DEFAULT_CONFIG, fuse, lexical_text
-from capdisc.text import combine, full_text, summary_text
+from capdisc.retrieval.hybrid import DEFAULT_CONFIG, fuse, lexical_text
+from capdisc.retrieval.lexical import LexicalIndex
+from capdisc.retrieval.text import combine, full_text, summary_text
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 PREFIX = "tool: "
@@ -69,7 +70,7 @@ class Setting:
         return embed_cached(self.embedder, [prefix + q.query for q in self.queries], self.cache)
 
     def fused(self, vectors: Matrix) -> np.ndarray:
-        """The engine's fusion (:func:`capdisc.retrieval.fuse`) of each query's scores."""
+        """The engine's fusion (:func:`capdisc.retrieval.hybrid.fuse`) of each query's scores."""
         cosines = (vectors @ self.matrix.T).astype(np.float32)
         return np.stack([fuse(c, b, DEFAULT_CONFIG)
                          for c, b in zip(cosines, self.bm25, strict=True)])

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from _catalog import seal_queries
 from _common import percentile
-from capdisc.embedding import MiniLMEmbedder
+from capdisc.embedders.minilm import MiniLMEmbedder
 
 HERE = Path(__file__).resolve().parent
 LENGTHS = (8, 12, 16, 24, 32, 48, 64, 96, 128)

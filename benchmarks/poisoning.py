@@ -25,10 +25,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from capdisc.evaluation import read_jsonl_catalog
-from capdisc.manifest import scan_directory
+from capdisc.bench.evaluation import read_jsonl_catalog
 from capdisc.models import Capability
-from capdisc.poisoning import Finding, scan_capability
+from capdisc.registry.manifest import scan_directory
+from capdisc.registry.poisoning import Finding, scan_capability
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "benchmarks" / "data" / "poisoning"

@@ -29,7 +29,7 @@ from _catalog import load_catalog, seal_queries
 from _common import describe_ms
 from capdisc.client import Client
 from capdisc.errors import CapdiscError
-from capdisc.registry import SyncPlan
+from capdisc.registry.policy import SyncPlan
 from capdisc.settings import Settings
 from capdisc_producers.publisher import Publisher
 from capdisc_producers.reindex import start_full_reindex, wait_for_swap

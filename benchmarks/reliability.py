@@ -64,16 +64,17 @@ from _faults import run_faults
 from _load import Load
 from capdisc import keys
 from capdisc.client import Client
-from capdisc.embedding import Embedder, make_embedder
+from capdisc.embedders.factory import make_embedder
+from capdisc.embedders.port import Embedder
 from capdisc.errors import CapdiscError
-from capdisc.events import RegistryEvent
 from capdisc.localredis import LocalRedis, start_redis
 from capdisc.models import Capability
-from capdisc.normalize import capability_from_record, from_tool
-from capdisc.registry import StoredRecord
+from capdisc.registry.events import RegistryEvent
+from capdisc.registry.normalize import capability_from_record, from_tool
+from capdisc.registry.policy import StoredRecord
+from capdisc.registry.store import as_str, tenant_version
+from capdisc.retrieval.text import combine, embedding_texts, vector_space
 from capdisc.status import live_workers
-from capdisc.store import as_str, tenant_version
-from capdisc.text import combine, embedding_texts, vector_space
 from capdisc_producers.publisher import BATCH, Publisher
 
 TENANT = "reliability"

@@ -28,8 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from capdisc.embedding import Embedder, make_embedder
-from capdisc.evaluation import (
+from capdisc.bench.evaluation import (
     Catalog,
     LabelledQuery,
     QueryVectors,
@@ -44,10 +43,12 @@ from capdisc.evaluation import (
     sample_queries,
     summarize,
 )
-from capdisc.index import IndexSnapshot
-from capdisc.manifest import scan_directory
-from capdisc.retrieval import DEFAULT_CONFIG, RetrievalIndex
-from capdisc.settings import DiscoveryConfig
+from capdisc.discovery.config import DiscoveryConfig
+from capdisc.discovery.snapshot import IndexSnapshot
+from capdisc.embedders.factory import make_embedder
+from capdisc.embedders.port import Embedder
+from capdisc.registry.manifest import scan_directory
+from capdisc.retrieval.hybrid import DEFAULT_CONFIG, RetrievalIndex
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

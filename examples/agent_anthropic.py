@@ -42,10 +42,10 @@ from typing import Any
 
 import redis
 
-from capdisc import formats
+from capdisc.agents import formats
+from capdisc.agents.metatool import METATOOL_NAME
 from capdisc.client import Client
 from capdisc.errors import CapdiscError
-from capdisc.metatool import METATOOL_NAME
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # imported from elsewhere
     sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -20,10 +20,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from capdisc.agent import metatool_result
+from capdisc.agents.metatool import METATOOL_NAME, parse_metatool_arguments
 from capdisc.client import Answer, Client
+from capdisc.discovery.toolsets import metatool_result
 from capdisc.errors import ManifestError
-from capdisc.metatool import METATOOL_NAME, parse_metatool_arguments
 
 SYSTEM_PROMPT = (
     "You are an agent that acts through tools. You start with one tool, discover_capabilities: "

@@ -5,7 +5,7 @@
     capdisc bench tokens (--tools T.jsonl | --registry DIR) [--queries Q.jsonl] [--sample N]
                          [--seed S] [--json] [--embedder minilm|hashing]
 
-The catalog and queries use the format of ``shared/data`` (see :mod:`capdisc.evaluation`).
+The catalog and queries use the format of ``shared/data`` (see :mod:`capdisc.bench.evaluation`).
 Embeddings are cached under ``benchmarks/.cache/`` (or ``CAPDISC_BENCH_CACHE``).
 """
 
@@ -17,9 +17,7 @@ from typing import Any
 
 import click
 
-from capdisc.embedding import CachedQueryEmbedder, make_embedder
-from capdisc.errors import CapdiscError
-from capdisc.evaluation import (
+from capdisc.bench.evaluation import (
     build_snapshot,
     default_cache_dir,
     load_catalog,
@@ -27,11 +25,14 @@ from capdisc.evaluation import (
     run_retrieval_benchmark,
     sample_queries,
 )
-from capdisc.manifest import scan_directory
+from capdisc.bench.tokenreport import token_report
+from capdisc.embedders.factory import make_embedder
+from capdisc.embedders.port import CachedQueryEmbedder
+from capdisc.errors import CapdiscError
 from capdisc.models import Capability
+from capdisc.registry.manifest import scan_directory
+from capdisc.retrieval.text import summary_text
 from capdisc.settings import Settings
-from capdisc.text import summary_text
-from capdisc.tokenreport import token_report
 
 _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 _ORDER = ("recall@1", "recall@3", "recall@5", "recall@10", "ndcg@5", "complete@5", "hit@5", "mrr")

@@ -19,21 +19,22 @@ from typing import Any, NoReturn
 import click
 import redis
 
-from capdisc import auth, keys
+from capdisc import keys
 from capdisc.client import Answer, Client, tenant_of, wait_for_reply
-from capdisc.deadletters import list_dead_letters, replay, with_token
+from capdisc.discovery.protocol import unencodable
 from capdisc.errors import AuthError, CapdiscError
-from capdisc.flags import FLAG_STATES, POLICIES, SHORT_HASH, Flag
-from capdisc.flagstore import approve as approve_flag
-from capdisc.flagstore import read_flags, set_policy, tenant_policy
-from capdisc.gate import Gate, require
+from capdisc.identity import auth
+from capdisc.identity.gate import Gate, require
 from capdisc.logs import configure_logging
 from capdisc.models import Visibility
-from capdisc.protocol import unencodable
-from capdisc.registry import SyncPlan
+from capdisc.registry.deadletters import list_dead_letters, replay, with_token
+from capdisc.registry.flags import FLAG_STATES, POLICIES, SHORT_HASH, Flag
+from capdisc.registry.flagstore import approve as approve_flag
+from capdisc.registry.flagstore import read_flags, set_policy, tenant_policy
+from capdisc.registry.policy import SyncPlan
+from capdisc.registry.store import stored_by_source
 from capdisc.settings import Settings
 from capdisc.status import collect_status
-from capdisc.store import stored_by_source
 from capdisc.tenants import TENANT_RULE, check_tenant, shown, tenant_problem
 from capdisc_producers.bench_cli import bench
 from capdisc_producers.importer import import_jsonl

@@ -15,8 +15,8 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from capdisc import auth
 from capdisc.errors import ConfigError
+from capdisc.identity import auth
 
 SECRETS_DIR = "secrets"
 KEYS_FILE = "auth_keys.json"

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import redis
 
-from capdisc.evaluation import read_jsonl_catalog
-from capdisc.registry import plan_sync
-from capdisc.store import stored_by_source
+from capdisc.bench.evaluation import read_jsonl_catalog
+from capdisc.registry.policy import plan_sync
+from capdisc.registry.store import stored_by_source
 from capdisc.tenants import check_tenant
 from capdisc_producers.publisher import Publisher
 from capdisc_producers.sync import Progress, SyncReport, held_elsewhere, publish_plan

@@ -23,9 +23,9 @@ import structlog
 
 from capdisc.errors import ManifestError, MCPImportError
 from capdisc.models import Capability
-from capdisc.normalize import capability_from_record
-from capdisc.registry import plan_sync
-from capdisc.store import stored_by_source
+from capdisc.registry.normalize import capability_from_record
+from capdisc.registry.policy import plan_sync
+from capdisc.registry.store import stored_by_source
 from capdisc.tenants import check_tenant
 from capdisc_producers.publisher import Publisher
 from capdisc_producers.sync import SyncReport, held_elsewhere, publish_plan

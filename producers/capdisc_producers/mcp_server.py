@@ -3,10 +3,12 @@
 Two tools, served over stdio (one host, one process) or streamable HTTP (many hosts):
 
 * ``discover_capabilities`` - the meta-tool, listed exactly as capdisc defines it everywhere
-  (:func:`capdisc.formats.to_mcp`: same name, description, input schema and annotations). A call
-  is parsed by :func:`capdisc.metatool.parse_metatool_arguments` and answered by
+  (:func:`capdisc.agents.formats.to_mcp`: same name, description, input schema and annotations). A
+  call
+  is parsed by :func:`capdisc.agents.metatool.parse_metatool_arguments` and answered by
   :meth:`capdisc.client.Client.discover` in the caller's session with ``tool_format="mcp"``. The
-  result is :func:`capdisc.agent.metatool_result` (what the model reads) plus ``session`` (id,
+  result is :func:`capdisc.discovery.toolsets.metatool_result` (what the model reads) plus
+  ``session`` (id,
   bound, added, evicted, redundant_search and its note, installable), ``tools`` (MCP tool
   definitions for the host to bind: the whole working set, the meta-tool first, identical to the
   one listed here) and ``tool_names`` (tool name -> capability id), as structured content and the
@@ -70,13 +72,13 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import AnyHttpUrl
 
-from capdisc import auth
-from capdisc.agent import metatool_result
+from capdisc.agents.formats import to_mcp
+from capdisc.agents.metatool import METATOOL_NAME, parse_metatool_arguments
 from capdisc.client import Client
+from capdisc.discovery.toolsets import metatool_result
 from capdisc.errors import AuthError, CapdiscError, ConfigError, ManifestError
-from capdisc.formats import to_mcp
-from capdisc.gate import Gate, require
-from capdisc.metatool import METATOOL_NAME, parse_metatool_arguments
+from capdisc.identity import auth
+from capdisc.identity.gate import Gate, require
 from capdisc.models import JSONDict
 from capdisc.settings import Settings
 
@@ -367,7 +369,7 @@ def _url_host(host: str) -> str:
 
 class KeyringVerifier:
     """The SDK's ``TokenVerifier`` over capdisc's keyring: a bearer token is valid when it
-    verifies (:func:`capdisc.auth.verify`); its grants are its scopes, its subject the
+    verifies (:func:`capdisc.identity.auth.verify`); its grants are its scopes, its subject the
     principal the SDK binds each MCP session to. The token is logged by kid and subject only."""
 
     def __init__(self, gate: Gate) -> None:

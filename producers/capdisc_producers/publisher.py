@@ -2,7 +2,8 @@
 
 Producers never import worker code: they know the queue and task names from
 :mod:`capdisc.keys` and send the event's encoded JSON as the task's one argument. Every task is
-recorded in the outbox (:mod:`capdisc.outbox`) first, so one the broker loses is sent again.
+recorded in the outbox (:mod:`capdisc.registry.outbox`) first, so one the broker loses is sent
+again.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from typing import Any
 import redis
 from celery import Celery
 
-from capdisc import keys, outbox
-from capdisc.events import RegistryEvent
+from capdisc import keys
+from capdisc.registry import outbox
+from capdisc.registry.events import RegistryEvent
 from capdisc.tenants import check_tenant
 
 #: Longest single blocking read (under redis-py's 5 s socket timeout).

@@ -38,13 +38,14 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import redis
 import structlog
 
-from capdisc import auth, keys
+from capdisc import keys
 from capdisc.client import Answer, Client
 from capdisc.errors import CapdiscError, StackNotFoundError
+from capdisc.identity import auth
 from capdisc.localredis import LocalRedis, start_redis
+from capdisc.registry.store import as_str, tenant_version
 from capdisc.settings import Settings, mask_url, with_password
 from capdisc.status import forget_worker, live_workers, record_supervised
-from capdisc.store import as_str, tenant_version
 from capdisc_producers.credentials import StackSecrets, read_secret
 from capdisc_producers.publisher import Publisher
 from capdisc_producers.supervisor import Child, Supervisor, child_options, exit_reason, log_tail

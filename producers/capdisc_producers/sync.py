@@ -1,6 +1,7 @@
 """Bring the registry in line with a directory of CAPABILITY.yaml manifests.
 
-Scan, compare with what the registry holds for that directory (:func:`capdisc.registry.plan_sync`),
+Scan, compare with what the registry holds for that directory
+(:func:`capdisc.registry.policy.plan_sync`),
 send only the upserts and deletes that change something, and record which manifests were
 rejected and why (``capdisc status`` shows them). A broken manifest never removes the capability
 it was meant to update.
@@ -18,11 +19,11 @@ from typing import Any
 import redis
 
 from capdisc import keys
-from capdisc.events import RegistryEvent
-from capdisc.manifest import ScanCache, scan_directory
 from capdisc.models import Capability, Visibility
-from capdisc.registry import StoredRecord, SyncPlan, plan_sync
-from capdisc.store import as_str, owners, stored_by_source
+from capdisc.registry.events import RegistryEvent
+from capdisc.registry.manifest import ScanCache, scan_directory
+from capdisc.registry.policy import StoredRecord, SyncPlan, plan_sync
+from capdisc.registry.store import as_str, owners, stored_by_source
 from capdisc.tenants import check_tenant
 from capdisc_producers.publisher import Publisher, wait_for_acks
 
@@ -84,7 +85,7 @@ def held_elsewhere(client: redis.Redis, tenant: str, source: str,
                    scanned: Mapping[Path, Capability], stored: Mapping[str, StoredRecord]
                    ) -> dict[str, str]:
     """The other sources that hold ids ``source`` scanned (id -> owner): what
-    :func:`capdisc.registry.plan_sync` rejects, or takes over."""
+    :func:`capdisc.registry.policy.plan_sync` rejects, or takes over."""
     new_ids = {cap.id for cap in scanned.values()} - set(stored)
     return {cap_id: owner for cap_id, owner in owners(client, tenant, new_ids).items()
             if owner and owner != source}

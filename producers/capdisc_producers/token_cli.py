@@ -11,8 +11,8 @@ from pathlib import Path
 
 import click
 
-from capdisc import auth
 from capdisc.errors import ConfigError
+from capdisc.identity import auth
 from capdisc.settings import Settings
 from capdisc_producers.credentials import StackSecrets, find_keys_file
 

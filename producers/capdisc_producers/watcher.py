@@ -25,7 +25,7 @@ import redis
 import structlog
 import watchfiles
 
-from capdisc.manifest import ScanCache
+from capdisc.registry.manifest import ScanCache
 from capdisc.tenants import check_tenant
 from capdisc_producers.publisher import Publisher
 from capdisc_producers.sync import SyncReport, sync_directory

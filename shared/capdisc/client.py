@@ -15,9 +15,10 @@ from typing import Any
 
 import redis
 
-from capdisc import keys, sessions, tenants
-from capdisc.agent import metatool_result
-from capdisc.auth import ALL_TENANTS, peek
+from capdisc import keys, tenants
+from capdisc.agents.metatool import parse_metatool_arguments
+from capdisc.discovery.protocol import DiscoverRequest, SessionRequest
+from capdisc.discovery.toolsets import metatool_result
 from capdisc.errors import (
     AuthError,
     CapdiscError,
@@ -26,8 +27,8 @@ from capdisc.errors import (
     SessionNotFoundError,
     UnknownTenantError,
 )
-from capdisc.metatool import parse_metatool_arguments
-from capdisc.protocol import DiscoverRequest, SessionRequest
+from capdisc.identity.auth import ALL_TENANTS, peek
+from capdisc.sessions import store as sessions
 from capdisc.status import collect_status, live_workers
 
 #: Longest single blocking read; keeps every wait under redis-py's socket timeout.

@@ -128,7 +128,8 @@ class ForbiddenError(AuthError):
 
 
 class FlagError(CapdiscError):
-    """A tool-poisoning flag or policy could not be changed as asked (:mod:`capdisc.flags`): the
+    """A tool-poisoning flag or policy could not be changed as asked
+    (:mod:`capdisc.registry.flags`): the
     capability is not flagged (nothing to approve), its text changed since it was reviewed, or a
     policy is not one of ``flag``, ``warn``, ``quarantine``. Nothing was changed; the message
     says what to check (``capdisc flags list``)."""

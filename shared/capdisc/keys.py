@@ -108,7 +108,7 @@ COUNTERS = f"{PREFIX}:counters"
 WORKERS = f"{PREFIX}:workers"
 #: Set of tenant names.
 TENANTS = f"{PREFIX}:tenants"
-#: Hash of indexing tasks sent and not yet done (:mod:`capdisc.outbox`).
+#: Hash of indexing tasks sent and not yet done (:mod:`capdisc.registry.outbox`).
 OUTBOX = f"{PREFIX}:outbox"
 #: Stream of the index versions each discovery worker swapped in (capped).
 SERVED = f"{PREFIX}:served"
@@ -145,7 +145,8 @@ def version(tenant: str) -> str:
 
 
 def space(tenant: str) -> str:
-    """String: the vector space the tenant is served from (:func:`capdisc.text.vector_space`)."""
+    """String: the vector space the tenant is served from
+    (:func:`capdisc.retrieval.text.vector_space`)."""
     return f"{PREFIX}:t:{tenant}:space"
 
 
@@ -196,7 +197,8 @@ def manifest_errors(tenant: str) -> str:
 
 
 def flags(tenant: str) -> str:
-    """Hash: capability id -> its tool-poisoning flag (:class:`capdisc.flags.Flag`, JSON)."""
+    """Hash: capability id -> its tool-poisoning flag (:class:`capdisc.registry.flags.Flag`,
+    JSON)."""
     return f"{PREFIX}:t:{tenant}:flags"
 
 

@@ -145,7 +145,7 @@ class Capability:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Capability:
         """Rebuild from :meth:`to_dict` output. Trusted input: validate untrusted records with
-        :func:`capdisc.normalize.capability_from_record` instead."""
+        :func:`capdisc.registry.normalize.capability_from_record` instead."""
         names = {f.name for f in fields(cls)}
         values: dict[str, Any] = {k: v for k, v in data.items() if k in names}
         for key in ("tags", "required_secrets", "required_tools", "example_queries"):

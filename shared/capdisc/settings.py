@@ -16,54 +16,13 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from capdisc.discovery.config import ENV_PREFIX, DiscoveryConfig, describe_invalid
 from capdisc.errors import ConfigError, ManifestError
-from capdisc.safeyaml import load_mapping
-from capdisc.session import SessionPolicy
+from capdisc.registry.safeyaml import load_mapping
+from capdisc.sessions.policy import SessionPolicy
 from capdisc.tenants import shown, tenant_problem
 
-ENV_PREFIX = "CAPDISC_"
 SETTINGS_FILE_ENV = "CAPDISC_SETTINGS_FILE"
-
-
-class DiscoveryConfig(BaseModel):
-    """Per-turn discovery knobs (seed 001, "Configuration"); any of them can be set per call."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    tier0_budget_tokens: int = Field(200, ge=0)
-    tier1_budget_tokens: int = Field(800, ge=0)
-    tier2_budget_tokens: int = Field(2000, ge=0)
-    tier1_top_k: int = Field(5, ge=0, le=100)
-    tier2_top_k: int = Field(2, ge=0, le=20)
-    #: On the calibrated relevance scale (0..1); 0.2 trims padding without costing recall
-    #: on the benchmark data (docs/benchmarks.md).
-    tier1_min_relevance: float = Field(0.2, ge=-1.0, le=1.0)
-    #: Off by default: measured on MetaTool, Seal-Tools and the example registry it gains no
-    #: recall and costs NDCG (docs/benchmarks.md). On for registries rich in relationships.
-    use_graph_reranking: bool = False
-    graph_boost_factor: float = Field(0.15, ge=0.0, le=1.0)
-    collection_name: str = "capability_index"
-    token_counter: Literal["auto", "heuristic", "cl100k"] = "heuristic"
-    #: Retrieval: dense and BM25 z-scores mixed with ``dense_weight`` on the dense side (or
-    #: RRF, or one side alone), the exact-name path, query decomposition.
-    fusion: Literal["zscore", "rrf", "dense", "lexical"] = "zscore"
-    dense_weight: float = Field(0.7, ge=0.0, le=1.0)
-    exact_name_match: bool = True
-    decompose_queries: bool = True
-    #: Abstain ("nothing fits") when no match reaches this calibrated relevance; None: the
-    #: value calibrated for the embedder (0 never abstains).
-    abstain_threshold: float | None = Field(None, ge=0.0, le=1.0)
-    #: category -> guidance carried with results of that category (seed 003, "Prompt Coupling")
-    workflow_hints: dict[str, str] = Field(default_factory=dict)
-
-    def merged(self, overrides: Mapping[str, Any] | None) -> DiscoveryConfig:
-        """A copy with per-call ``overrides`` applied and validated."""
-        if not overrides:
-            return self
-        try:
-            return DiscoveryConfig.model_validate({**self.model_dump(), **overrides})
-        except ValidationError as exc:
-            raise ConfigError(_describe(exc, "discovery option")) from exc
 
 
 class Settings(BaseModel):
@@ -76,7 +35,8 @@ class Settings(BaseModel):
     #: put into ``redis_url``, so the password is in no environment and no command line.
     redis_password_file: Path | None = None
     tenant: str = "default"
-    #: Whether workers and ``capdisc mcp`` require signed identity tokens (:mod:`capdisc.auth`)
+    #: Whether workers and ``capdisc mcp`` require signed identity tokens
+    #: (:mod:`capdisc.identity.auth`)
     #: and take tenant, roles and user from them. Off: the identity a request claims is used
     #: (development only; workers warn at start). Unset: off, except under ``capdisc up``.
     auth: bool | None = None
@@ -119,7 +79,7 @@ class Settings(BaseModel):
     #: repairs drift (0: never on its own; ``capdisc reconcile`` still runs it).
     reconcile_interval_s: float = Field(60.0, ge=0)
     #: How long a sent indexing task may be neither queued nor delivered before the reconciler
-    #: takes it for lost by the broker and sends it again (:mod:`capdisc.outbox`).
+    #: takes it for lost by the broker and sends it again (:mod:`capdisc.registry.outbox`).
     outbox_grace_s: float = Field(10.0, ge=0)
     #: How often one live indexing worker gives the queue back the tasks held by workers that
     #: are gone (delivered longer than ``outbox_grace_s`` ago, held by no live worker) and
@@ -138,7 +98,7 @@ class Settings(BaseModel):
     #: ("weaviate": indexing workers also write every change there, discovery workers search it
     #: per turn; Redis stays the source of truth).
     vector_store: Literal["redis", "weaviate"] = "redis"
-    #: Weaviate (:mod:`capdisc.weaviate_store`): REST URL (None: not configured), gRPC host
+    #: Weaviate (:mod:`capdisc.vectorstores.weaviate`): REST URL (None: not configured), gRPC host
     #: (None: the URL's host) and port, API key, collection, and per-call timeouts.
     weaviate_url: str | None = None
     weaviate_grpc_host: str | None = None
@@ -186,7 +146,7 @@ class Settings(BaseModel):
         try:
             settings = cls.model_validate(values)
         except ValidationError as exc:
-            raise ConfigError(_describe(exc, "setting")) from exc
+            raise ConfigError(describe_invalid(exc, "setting")) from exc
         return settings.with_password_file()
 
     def with_changes(self, **changes: Any) -> Settings:
@@ -237,10 +197,3 @@ def _read_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"settings file {exc}") from exc
 
 
-def _describe(exc: ValidationError, what: str) -> str:
-    problems = []
-    for error in exc.errors():
-        loc = [str(p) for p in error["loc"] if p != "discovery"]
-        name = ".".join(loc)
-        problems.append(f"{what} '{name}' (env {ENV_PREFIX}{name.upper()}): {error['msg']}")
-    return "; ".join(problems)

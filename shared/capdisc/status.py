@@ -10,11 +10,12 @@ from typing import Any
 
 import redis
 
-from capdisc import flags, keys
+from capdisc import keys
 from capdisc.errors import FlagError
-from capdisc.flagstore import read_flags, tenant_policy
-from capdisc.registry import StoredRecord
-from capdisc.store import as_str
+from capdisc.registry import flags
+from capdisc.registry.flagstore import read_flags, tenant_policy
+from capdisc.registry.policy import StoredRecord
+from capdisc.registry.store import as_str
 
 DEFAULT_STALE_AFTER_S = 10.0
 

@@ -10,7 +10,7 @@ import redis
 import yaml
 
 from capdisc.client import Client
-from capdisc.store import tenant_version
+from capdisc.registry.store import tenant_version
 
 from .conftest import Stack, publish
 from .test_cli import run_cli

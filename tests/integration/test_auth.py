@@ -26,11 +26,12 @@ from mcp import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from capdisc import auth, keys
+from capdisc import keys
 from capdisc.access import Caller, visible
+from capdisc.agents.metatool import METATOOL_NAME
 from capdisc.client import Client
 from capdisc.errors import AuthError, ForbiddenError
-from capdisc.metatool import METATOOL_NAME
+from capdisc.identity import auth
 from capdisc.models import Visibility
 from capdisc_producers.publisher import Publisher
 from capdisc_producers.sync import SyncReport, sync_directory

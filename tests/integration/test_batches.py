@@ -5,10 +5,10 @@ from __future__ import annotations
 import redis
 
 from capdisc import keys
-from capdisc.events import RegistryEvent
-from capdisc.normalize import capability_from_record
+from capdisc.registry.events import RegistryEvent
+from capdisc.registry.normalize import capability_from_record
+from capdisc.retrieval.text import embedding_texts
 from capdisc.status import collect_status
-from capdisc.text import embedding_texts
 from capdisc_producers.publisher import Publisher, wait_for_acks
 
 from .conftest import Stack

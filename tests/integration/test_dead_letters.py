@@ -8,7 +8,7 @@ import uuid
 import redis
 
 from capdisc import keys
-from capdisc.deadletters import list_dead_letters, replay
+from capdisc.registry.deadletters import list_dead_letters, replay
 from capdisc_producers.publisher import Publisher
 
 from .conftest import Stack
@@ -93,7 +93,7 @@ def test_replay_removes_only_what_it_sent(connection: redis.Redis) -> None:
 
 def test_an_embedding_that_keeps_failing_is_retried_then_dead_lettered(
         stack: Stack, tenant: str) -> None:
-    from capdisc.events import RegistryEvent
+    from capdisc.registry.events import RegistryEvent
     from capdisc_producers.publisher import wait_for_acks
 
     from .conftest import INDEXING_ARGV

@@ -17,7 +17,7 @@ import redis
 
 from capdisc import keys
 from capdisc.client import Client
-from capdisc.protocol import MAX_REQUEST_BYTES
+from capdisc.discovery.protocol import MAX_REQUEST_BYTES
 from capdisc.status import live_workers
 
 from .private import PrivateStack, copy_registry, dead_letters_by_entry, publish_and_serve

@@ -12,7 +12,7 @@ import yaml
 from capdisc import keys
 from capdisc.client import Client
 from capdisc.errors import DiscoveryTimeout, UnknownTenantError
-from capdisc.manifest import load_manifest
+from capdisc.registry.manifest import load_manifest
 from capdisc.status import collect_status
 from capdisc_producers.publisher import Publisher
 
@@ -170,7 +170,7 @@ def test_malformed_event_is_dead_lettered_with_its_reason(
 def test_invalid_capability_in_an_event_is_dead_lettered_and_acked(
     stack: Stack, connection: redis.Redis, tenant: str
 ) -> None:
-    from capdisc.events import RegistryEvent
+    from capdisc.registry.events import RegistryEvent
     from capdisc_producers.publisher import wait_for_acks
 
     event = RegistryEvent(type="upsert", tenant=tenant, capability_id="tool:bad", seq=1,

@@ -20,7 +20,7 @@ import pytest
 from openai import OpenAI
 
 from capdisc.client import Client
-from capdisc.session import GENERIC_LOOP_GUIDANCE
+from capdisc.sessions.policy import GENERIC_LOOP_GUIDANCE
 
 from .conftest import Stack, publish
 

@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from capdisc import keys
-from capdisc.store import tenant_version
+from capdisc.registry.store import tenant_version
 
 from .private import PrivateStack, private_on_defaults, write_catalog
 

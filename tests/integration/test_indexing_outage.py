@@ -11,7 +11,7 @@ from pathlib import Path
 import redis
 
 from capdisc import keys
-from capdisc.store import tenant_version
+from capdisc.registry.store import tenant_version
 from capdisc_producers.importer import import_jsonl
 from capdisc_producers.publisher import Publisher
 

@@ -18,9 +18,9 @@ from mcp import Client as MCPClient
 from mcp import StdioServerParameters
 from mcp_types import CallToolResult
 
+from capdisc.agents.formats import to_mcp
+from capdisc.agents.metatool import METATOOL_DESCRIPTION, METATOOL_NAME, metatool_definition
 from capdisc.client import Client
-from capdisc.formats import to_mcp
-from capdisc.metatool import METATOOL_DESCRIPTION, METATOOL_NAME, metatool_definition
 
 from .conftest import ROOT, Stack, publish, stop_process
 from .test_import_mcp import free_port

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from capdisc.embedding import embedder_for
+from capdisc.embedders.openai import OpenAIEmbedder, OpenAIEmbedderSettings, batches
 from capdisc.errors import EmbeddingError
-from capdisc.openai_embedder import OpenAIEmbedder, OpenAIEmbedderSettings, batches
+from capdisc.resources import embedder_for
 from capdisc.settings import Settings
 
 DIM = 8

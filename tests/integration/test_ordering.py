@@ -8,8 +8,8 @@ import json
 import redis
 
 from capdisc import keys
-from capdisc.events import RegistryEvent
-from capdisc.store import tenant_version
+from capdisc.registry.events import RegistryEvent
+from capdisc.registry.store import tenant_version
 from capdisc_producers.publisher import Publisher, wait_for_acks
 
 from .conftest import Stack

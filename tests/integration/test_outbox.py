@@ -9,9 +9,10 @@ import uuid
 
 import redis
 
-from capdisc import keys, outbox
-from capdisc.events import RegistryEvent
+from capdisc import keys
 from capdisc.models import Capability
+from capdisc.registry import outbox
+from capdisc.registry.events import RegistryEvent
 from capdisc_producers.publisher import Publisher, wait_for_acks
 
 from .conftest import Stack

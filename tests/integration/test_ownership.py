@@ -13,8 +13,8 @@ import redis
 
 from capdisc import keys
 from capdisc.client import Client
-from capdisc.events import RegistryEvent
-from capdisc.registry import StoredRecord
+from capdisc.registry.events import RegistryEvent
+from capdisc.registry.policy import StoredRecord
 from capdisc_producers.publisher import Publisher, wait_for_acks
 
 from .conftest import Stack, publish

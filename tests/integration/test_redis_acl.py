@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 import redis
 
-from capdisc import auth, keys
+from capdisc import keys
 from capdisc.client import Client
+from capdisc.identity import auth
 from capdisc.localredis import find_redis_server, free_port
 from capdisc_producers.supervisor import die_with_parent
 

@@ -16,8 +16,8 @@ from mcp import Client as MCPClient
 from mcp import StdioServerParameters
 from mcp_types import CallToolResult
 
+from capdisc.agents.metatool import METATOOL_NAME
 from capdisc.client import Answer, Client
-from capdisc.metatool import METATOOL_NAME
 
 from .conftest import ROOT, publish
 from .private import PrivateStack, copy_registry, publish_and_serve, wait_for

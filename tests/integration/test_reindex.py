@@ -15,9 +15,9 @@ import redis
 
 from capdisc import keys
 from capdisc.client import Client
-from capdisc.events import RegistryEvent
 from capdisc.models import Capability
-from capdisc.store import (
+from capdisc.registry.events import RegistryEvent
+from capdisc.registry.store import (
     ReindexJob,
     apply_event,
     begin_reindex,

@@ -8,9 +8,9 @@ import threading
 import redis
 
 from capdisc import keys
-from capdisc import session as policy_fns
-from capdisc import sessions as store
-from capdisc.session import SessionPolicy, SessionState
+from capdisc.sessions import policy as policy_fns
+from capdisc.sessions import store
+from capdisc.sessions.policy import SessionPolicy, SessionState
 
 from .conftest import Stack
 

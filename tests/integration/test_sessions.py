@@ -13,7 +13,7 @@ import redis
 
 from capdisc import keys
 from capdisc.client import Client
-from capdisc.session import GENERIC_LOOP_GUIDANCE, REDUNDANT_SEARCH_NOTE
+from capdisc.sessions.policy import GENERIC_LOOP_GUIDANCE, REDUNDANT_SEARCH_NOTE
 
 from .conftest import DISCOVERY_ARGV, Stack, publish
 from .test_cli import run_cli

@@ -7,9 +7,9 @@ import numpy as np
 import redis
 
 from capdisc import keys
-from capdisc.events import RegistryEvent
 from capdisc.models import Capability
-from capdisc.store import apply_event
+from capdisc.registry.events import RegistryEvent
+from capdisc.registry.store import apply_event
 from capdisc_workers.discovery import RedisQueryVectors
 
 CAP = Capability(id="tool:clock", kind="tool", name="clock", description="Tells the time.")

@@ -15,7 +15,7 @@ import redis
 from capdisc import keys
 from capdisc.client import Client, wait_for_reply
 from capdisc.errors import TenantNameError
-from capdisc.events import RegistryEvent
+from capdisc.registry.events import RegistryEvent
 from capdisc.tenants import TENANT_RULE
 from capdisc_producers.publisher import Publisher
 from capdisc_producers.sync import sync_directory

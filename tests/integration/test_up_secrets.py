@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from capdisc import auth
 from capdisc.client import Client
 from capdisc.errors import AuthError
+from capdisc.identity import auth
 
 from .upstack import UpProcess, start_up
 

@@ -12,7 +12,7 @@ import pytest
 
 from capdisc.client import Client
 from capdisc.localredis import start_redis
-from capdisc.registry import SyncPlan
+from capdisc.registry.policy import SyncPlan
 from capdisc_producers.publisher import Publisher
 from capdisc_producers.sync import publish_plan
 
@@ -46,7 +46,7 @@ def _drained(stack: Stack) -> None:
     acknowledgement of a task sent now comes after them."""
     import uuid
 
-    from capdisc.events import RegistryEvent
+    from capdisc.registry.events import RegistryEvent
     from capdisc_producers.publisher import wait_for_acks
 
     batch = uuid.uuid4().hex
@@ -126,7 +126,7 @@ def test_the_reconciler_writes_back_what_the_store_lost(
 def test_a_refused_event_in_a_batch_does_not_shift_what_reaches_the_store(
         weaviate_stack: tuple[Stack, object]) -> None:
     from capdisc import keys
-    from capdisc.events import RegistryEvent
+    from capdisc.registry.events import RegistryEvent
     from capdisc_producers.publisher import wait_for_acks
 
     stack, fake = weaviate_stack

@@ -13,23 +13,24 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from stores import STORE_PARAMS, open_store  # tests/fixtures/ is on the path
 
-from capdisc import auth
 from capdisc.access import ANONYMOUS, Caller, visible
-from capdisc.agent import list_discovered_tools
-from capdisc.embedding import HashingEmbedder
-from capdisc.engine import DiscoveryResult, Query, discover, rank
+from capdisc.agents.formats import ToolFormat
+from capdisc.discovery.config import DiscoveryConfig
+from capdisc.discovery.engine import DiscoveryResult, Query, discover, rank
+from capdisc.discovery.protocol import DiscoverRequest
+from capdisc.discovery.snapshot import IndexSnapshot, store_retriever
+from capdisc.discovery.tiers import tier0_text
+from capdisc.discovery.toolsets import list_discovered_tools
+from capdisc.embedders.hashing import HashingEmbedder
 from capdisc.errors import ForbiddenError, ManifestError
-from capdisc.formats import ToolFormat
-from capdisc.gate import Gate
-from capdisc.index import IndexSnapshot, SearchFilters, store_retriever
+from capdisc.identity import auth
+from capdisc.identity.gate import Gate
 from capdisc.models import Capability, Visibility
-from capdisc.normalize import capability_from_record
-from capdisc.protocol import DiscoverRequest
-from capdisc.session import SessionPolicy, bind, new_session
-from capdisc.settings import DiscoveryConfig
-from capdisc.tiers import tier0_text
+from capdisc.registry.normalize import capability_from_record
+from capdisc.sessions.policy import SessionPolicy, bind, new_session
 from capdisc.tokens import make_counter
-from capdisc.vectorstore import StoredObject, VectorStore
+from capdisc.vectorstores.filters import SearchFilters
+from capdisc.vectorstores.port import StoredObject, VectorStore
 from capdisc_workers.sessions import bound_tools
 
 ROLES = ["admin", "sales", "eng", "support"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from capdisc.agent import metatool_result
+from capdisc.discovery.toolsets import metatool_result
 
 CAPS = [{"id": "tool:stripe-refund", "kind": "tool", "name": "stripe-refund", "relevance": 0.7,
          "available": True, "score": 6.1, "description": "Refunds a charge."}]

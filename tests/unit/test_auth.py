@@ -1,4 +1,5 @@
-"""Identity tokens (capdisc.auth): what verifies, what does not and why, key rotation, files."""
+"""Identity tokens (capdisc.identity.auth): what verifies, what does not and why, key rotation,
+files."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from capdisc import auth
 from capdisc.errors import AuthError, ConfigError
+from capdisc.identity import auth
 
 NOW = 1_750_000_000.0
 SECRET = "s" * 40

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from capdisc import keys
-from capdisc.deadletters import DeadLetter
+from capdisc.registry.deadletters import DeadLetter
 from capdisc_workers.discovery import needs_reload
 from capdisc_workers.intake import (
     DEAD_LETTER_CHARS,

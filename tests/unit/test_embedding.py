@@ -8,18 +8,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from capdisc.embedding import (
-    MINILM_DIM,
-    CachedQueryEmbedder,
-    HashingEmbedder,
-    Matrix,
-    MiniLMEmbedder,
-    check_vectors,
-    embed_with_parts,
-    embedder_for,
-    make_embedder,
-)
+from capdisc.embedders.factory import make_embedder
+from capdisc.embedders.hashing import HashingEmbedder
+from capdisc.embedders.minilm import MINILM_DIM, MiniLMEmbedder
+from capdisc.embedders.port import CachedQueryEmbedder, Matrix, check_vectors, embed_with_parts
 from capdisc.errors import EmbeddingError
+from capdisc.resources import embedder_for
 from capdisc.settings import Settings
 
 

@@ -1,7 +1,7 @@
 """The engine over the hybrid retriever: what the discovery worker serves per turn.
 
 Deterministic: the hashing embedder, stored vectors made the way the indexing worker makes them
-(:func:`capdisc.text.combine` of the full text and the summary).
+(:func:`capdisc.retrieval.text.combine` of the full text and the summary).
 """
 
 from __future__ import annotations
@@ -9,14 +9,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from capdisc.embedding import HashingEmbedder, Matrix
-from capdisc.engine import Match, Query, discover, hints_for, rank
-from capdisc.index import HybridRetriever, IndexSnapshot, SearchFilters
+from capdisc.discovery.config import DiscoveryConfig
+from capdisc.discovery.engine import Match, Query, discover, hints_for, rank
+from capdisc.discovery.snapshot import HybridRetriever, IndexSnapshot
+from capdisc.discovery.tiers import NOTHING_FITS
+from capdisc.embedders.hashing import HashingEmbedder
+from capdisc.embedders.port import Matrix
 from capdisc.models import Capability
-from capdisc.retrieval import _non_increasing
-from capdisc.settings import DiscoveryConfig
-from capdisc.text import combine, embedding_texts
-from capdisc.tiers import NOTHING_FITS
+from capdisc.retrieval.hybrid import _non_increasing
+from capdisc.retrieval.text import combine, embedding_texts
+from capdisc.vectorstores.filters import SearchFilters
 
 EMBEDDER = HashingEmbedder(256)
 CONFIG = DiscoveryConfig(tier1_min_relevance=0.0)

@@ -9,8 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from capdisc.embedding import HashingEmbedder, Matrix
-from capdisc.evaluation import (
+from capdisc.bench.evaluation import (
     BenchmarkRun,
     LabelledQuery,
     abstention_metrics,
@@ -32,8 +31,10 @@ from capdisc.evaluation import (
     sample_queries,
     summary_text,
 )
-from capdisc.normalize import capability_from_record
-from capdisc.retrieval import DEFAULT_CONFIG, RankedCapability, RetrievalResult, relevance
+from capdisc.embedders.hashing import HashingEmbedder
+from capdisc.embedders.port import Matrix
+from capdisc.registry.normalize import capability_from_record
+from capdisc.retrieval.hybrid import DEFAULT_CONFIG, RankedCapability, RetrievalResult, relevance
 
 FIGURE_KEYS = {"recall@1", "recall@3", "recall@5", "recall@10", "ndcg@5", "complete@5",
                "hit@5", "mrr", "queries", "tools", "latency_ms"}

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from capdisc.errors import EventDecodeError
-from capdisc.events import SCHEMA_VERSION, RegistryEvent
+from capdisc.registry.events import SCHEMA_VERSION, RegistryEvent
 from capdisc.tenants import TENANT_RULE
 
 UPSERT = RegistryEvent(

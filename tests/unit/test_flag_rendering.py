@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from capdisc.agent import list_discovered_tools, metatool_result
-from capdisc.engine import Query, discover
-from capdisc.flags import Mark
-from capdisc.index import IndexSnapshot, cosine_retriever
+from capdisc.discovery.config import DiscoveryConfig
+from capdisc.discovery.engine import Query, discover
+from capdisc.discovery.snapshot import IndexSnapshot, cosine_retriever
+from capdisc.discovery.tiers import detail_block, tier1_text, tier2_text
+from capdisc.discovery.toolsets import list_discovered_tools, metatool_result
 from capdisc.models import Capability
-from capdisc.settings import DiscoveryConfig
-from capdisc.tiers import detail_block, tier1_text, tier2_text
+from capdisc.registry.flags import Mark
 from capdisc.tokens import make_counter
 
 DIM = 2

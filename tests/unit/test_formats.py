@@ -11,10 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from capdisc import formats
-from capdisc.errors import ManifestError
-from capdisc.flags import Mark
-from capdisc.formats import (
+from capdisc.agents import formats
+from capdisc.agents.formats import (
     ANTHROPIC_NAMES,
     MCP_NAMES,
     NAME_RULES,
@@ -34,8 +32,10 @@ from capdisc.formats import (
     to_openai_tool_search_output,
     tool_name,
 )
-from capdisc.metatool import METATOOL_NAME, metatool_definition
+from capdisc.agents.metatool import METATOOL_NAME, metatool_definition
+from capdisc.errors import ManifestError
 from capdisc.models import Capability, JSONDict
+from capdisc.registry.flags import Mark
 
 # -- the formats' rules, written out -------------------------------------------------------------
 # OpenAI: FunctionDefinition.name "a-z, A-Z, 0-9, underscores and dashes, maximum length of 64";

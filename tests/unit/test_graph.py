@@ -9,7 +9,7 @@ from typing import Any, cast
 import networkx as nx
 import pytest
 
-from capdisc.graph import (
+from capdisc.discovery.graph import (
     COMPOSED_WITH,
     DEPENDS_ON,
     MAX_TAG_GROUP,

@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from capdisc.embedding import Vector
-from capdisc.engine import Match, Query, discover
-from capdisc.index import IndexSnapshot, SearchFilters, cosine_retriever
+from capdisc.discovery.config import DiscoveryConfig
+from capdisc.discovery.engine import Match, Query, discover
+from capdisc.discovery.snapshot import IndexSnapshot, cosine_retriever
+from capdisc.discovery.tiers import NOTHING_FITS
+from capdisc.embedders.port import Vector
 from capdisc.models import Capability, Kind
-from capdisc.settings import DiscoveryConfig
-from capdisc.tiers import NOTHING_FITS
+from capdisc.vectorstores.filters import SearchFilters
 
 DIM = 3
 

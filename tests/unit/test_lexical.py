@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from capdisc.lexical import (
+from capdisc.retrieval.lexical import (
     LexicalIndex,
     index_terms,
     split_identifiers,

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from capdisc.errors import ManifestError
-from capdisc.manifest import (
+from capdisc.models import Relationship, SourceRef
+from capdisc.registry.manifest import (
     DEFAULT_MAX_BYTES,
     MANIFEST_NAME,
     ScanCache,
@@ -16,7 +17,6 @@ from capdisc.manifest import (
     parse_manifest_text,
     scan_directory,
 )
-from capdisc.models import Relationship, SourceRef
 
 BAD = Path(__file__).resolve().parent.parent / "fixtures" / "bad_manifests"
 MINIMAL = "name: web-search\nkind: tool\ndescription: Searches the public web.\n"

@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-from capdisc.errors import CapdiscError, ManifestError
-from capdisc.metatool import (
+from capdisc.agents.metatool import (
     ARGUMENT_NAMES,
     MAX_LIMIT,
     METATOOL_NAME,
@@ -17,6 +16,7 @@ from capdisc.metatool import (
     metatool_tokens,
     parse_metatool_arguments,
 )
+from capdisc.errors import CapdiscError, ManifestError
 from capdisc.models import KINDS
 
 # -- the definition ------------------------------------------------------------------------------

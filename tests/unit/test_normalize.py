@@ -8,7 +8,7 @@ import pytest
 
 from capdisc.errors import ManifestError
 from capdisc.models import Capability, Relationship, SourceRef, display_name_from
-from capdisc.normalize import (
+from capdisc.registry.normalize import (
     capability_from_record,
     from_channel,
     from_extension,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from capdisc.outbox import Delivery, Holder, holders, orphans
+from capdisc.registry.outbox import Delivery, Holder, holders, orphans
 
 NOW_MS = 1_000_000
 GRACE_S = 10.0

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from capdisc import poisoning
-from capdisc.evaluation import read_jsonl_catalog
-from capdisc.manifest import parse_manifest_text
+from capdisc.bench.evaluation import read_jsonl_catalog
 from capdisc.models import Capability
-from capdisc.poisoning import (
+from capdisc.registry import poisoning
+from capdisc.registry.manifest import parse_manifest_text
+from capdisc.registry.poisoning import (
     EXCERPT_CHARS,
     MAX_FINDINGS,
     RULES,

@@ -1,5 +1,6 @@
 """The edge of the discovery workers: every request stream entry is decoded and checked by
-:func:`capdisc.protocol.decode_entry` before anything acts on it, and the client refuses to send
+:func:`capdisc.discovery.protocol.decode_entry` before anything acts on it, and the client refuses
+to send
 text that cannot be encoded. Each bad entry is refused with a message naming the field, and
 with the request id when one can be read (that decides between an error reply and a dead
 letter)."""
@@ -11,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from capdisc.errors import BadRequestError, CapdiscError, RequestEncodeError
-from capdisc.protocol import (
+from capdisc.discovery.protocol import (
     MAX_REQUEST_BYTES,
     DiscoverRequest,
     SessionRequest,
@@ -20,6 +20,7 @@ from capdisc.protocol import (
     peek_request_id,
     unencodable,
 )
+from capdisc.errors import BadRequestError, CapdiscError, RequestEncodeError
 
 DROP = object()
 

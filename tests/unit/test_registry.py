@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from capdisc.errors import ManifestError
-from capdisc.events import EventType, RegistryEvent
 from capdisc.models import Capability, SourceRef
-from capdisc.registry import (
+from capdisc.registry.events import EventType, RegistryEvent
+from capdisc.registry.policy import (
     Decision,
     StoredRecord,
     claimed_source,

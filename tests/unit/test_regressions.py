@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from capdisc.embedding import check_vectors
+from capdisc.discovery.snapshot import IndexSnapshot
+from capdisc.embedders.port import check_vectors
 from capdisc.errors import ConfigError, EmbeddingError, EventDecodeError, ManifestError
-from capdisc.events import RegistryEvent
-from capdisc.index import IndexSnapshot
-from capdisc.manifest import load_manifest, parse_manifest_text
 from capdisc.models import Capability
-from capdisc.normalize import capability_from_record, from_extension
+from capdisc.registry.events import RegistryEvent
+from capdisc.registry.manifest import load_manifest, parse_manifest_text
+from capdisc.registry.normalize import capability_from_record, from_extension
 from capdisc.settings import Settings
 
 MINIMAL = "name: web-search\nkind: tool\ndescription: Searches the public web.\n"

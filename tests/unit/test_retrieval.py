@@ -10,9 +10,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from capdisc.embedding import HashingEmbedder, Matrix
+from capdisc.embedders.hashing import HashingEmbedder
+from capdisc.embedders.port import Matrix
 from capdisc.models import Capability, Kind
-from capdisc.retrieval import (
+from capdisc.retrieval.hybrid import (
     DEFAULT_CONFIG,
     RetrievalConfig,
     RetrievalIndex,

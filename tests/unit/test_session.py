@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from capdisc.session import (
+from capdisc.sessions.policy import (
     GENERIC_LOOP_GUIDANCE,
     REDUNDANT_SEARCH_NOTE,
     AgentProfile,

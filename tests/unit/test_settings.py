@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from capdisc.discovery.config import DiscoveryConfig
 from capdisc.errors import ConfigError
-from capdisc.settings import DiscoveryConfig, Settings
+from capdisc.settings import Settings
 
 
 def write_settings(tmp_path: Path, text: str) -> Path:

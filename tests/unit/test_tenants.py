@@ -11,9 +11,9 @@ import redis
 from click.testing import CliRunner
 
 from capdisc.client import Client
+from capdisc.discovery.protocol import DiscoverRequest, SessionRequest
 from capdisc.errors import ConfigError, EventDecodeError, TenantNameError
-from capdisc.events import RegistryEvent
-from capdisc.protocol import DiscoverRequest, SessionRequest
+from capdisc.registry.events import RegistryEvent
 from capdisc.settings import Settings
 from capdisc.tenants import TENANT_RULE, check_tenant, is_tenant, tenant_problem
 from capdisc_producers.cli import cli

@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from capdisc.models import Capability, Kind
-from capdisc.tiers import (
+from capdisc.discovery.tiers import (
     NOTHING_FITS,
     TIER0_FOOTER,
     TIER0_HEADER,
@@ -23,6 +22,7 @@ from capdisc.tiers import (
     tier1_text,
     tier2_text,
 )
+from capdisc.models import Capability, Kind
 from capdisc.tokens import TokenCounter, heuristic_tokens, make_counter
 
 H = heuristic_tokens

@@ -8,13 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from capdisc.embedding import CachedQueryEmbedder, HashingEmbedder
-from capdisc.formats import to_openai_chat
-from capdisc.index import IndexSnapshot
+from capdisc.agents.formats import to_openai_chat
+from capdisc.bench.tokenreport import static_dump_tokens, token_report
+from capdisc.discovery.config import DiscoveryConfig
+from capdisc.discovery.snapshot import IndexSnapshot
+from capdisc.embedders.hashing import HashingEmbedder
+from capdisc.embedders.port import CachedQueryEmbedder
 from capdisc.models import Capability
-from capdisc.settings import DiscoveryConfig
-from capdisc.text import combine, embedding_texts
-from capdisc.tokenreport import static_dump_tokens, token_report
+from capdisc.retrieval.text import combine, embedding_texts
 from capdisc.tokens import heuristic_tokens
 
 EMBEDDER = HashingEmbedder(64)

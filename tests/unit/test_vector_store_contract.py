@@ -1,9 +1,10 @@
-"""The vector-store contract: every :class:`~capdisc.vectorstore.VectorStore` behaves the same.
+"""The vector-store contract: every :class:`~capdisc.vectorstores.port.VectorStore` behaves the
+same.
 
 Run on three stores:
 
-- ``memory``: :class:`~capdisc.vectorstore.InMemoryVectorStore`, always;
-- ``weaviate-wire``: :class:`~capdisc.weaviate_store.WeaviateVectorStore` through the real
+- ``memory``: :class:`~capdisc.vectorstores.port.InMemoryVectorStore`, always;
+- ``weaviate-wire``: :class:`~capdisc.vectorstores.weaviate.WeaviateVectorStore` through the real
   ``weaviate-client`` against the fake Weaviate on loopback (``tests/fixtures/fake_weaviate.py``),
   always: it checks that the filters the adapter sends mean what the contract says;
 - ``weaviate-live``: the same adapter against a real server, when ``CAPDISC_WEAVIATE_URL`` is set
@@ -25,9 +26,9 @@ from stores import STORE_PARAMS, open_store  # tests/fixtures/ is on the path
 
 from capdisc.access import Caller, visible
 from capdisc.errors import UnknownTenantError, VectorStoreError
-from capdisc.index import SearchFilters
 from capdisc.models import Capability, Visibility
-from capdisc.vectorstore import (
+from capdisc.vectorstores.filters import SearchFilters
+from capdisc.vectorstores.port import (
     StoredObject,
     StoreFilters,
     StoreHit,

@@ -21,9 +21,10 @@ import numpy as np
 import pytest
 
 from capdisc.errors import CapdiscError, UnknownTenantError, VectorStoreError
+from capdisc.resources import weaviate_settings
 from capdisc.settings import Settings
-from capdisc.vectorstore import StoredObject, StoreFilters
-from capdisc.weaviate_store import WeaviateStoreSettings, WeaviateVectorStore, object_uuid
+from capdisc.vectorstores.port import StoredObject, StoreFilters
+from capdisc.vectorstores.weaviate import WeaviateStoreSettings, WeaviateVectorStore, object_uuid
 
 pytest.importorskip("weaviate", reason="the Weaviate adapter needs weaviate-client "
                                         "(pip install 'capdisc[weaviate]')")
@@ -497,7 +498,7 @@ def test_settings_come_from_capdisc_environment_variables() -> None:
         "CAPDISC_WEAVIATE_GRPC_PORT": "50052", "CAPDISC_WEAVIATE_API_KEY": "k",
         "CAPDISC_WEAVIATE_COLLECTION": "Capability2", "CAPDISC_WEAVIATE_TIMEOUT_QUERY_S": "3"})
 
-    store_settings = WeaviateStoreSettings.from_settings(settings)
+    store_settings = weaviate_settings(settings)
 
     assert (store_settings.url, store_settings.grpc_port, store_settings.api_key,
             store_settings.collection, store_settings.timeout_query_s) == (
@@ -507,5 +508,5 @@ def test_settings_come_from_capdisc_environment_variables() -> None:
 
 def test_no_url_is_a_clear_error() -> None:
     with pytest.raises(VectorStoreError, match="CAPDISC_WEAVIATE_URL"):
-        WeaviateStoreSettings.from_settings(Settings.load(environ={}))
+        weaviate_settings(Settings.load(environ={}))
 

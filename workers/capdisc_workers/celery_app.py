@@ -16,7 +16,7 @@ import structlog
 from celery import Celery, signals
 
 from capdisc import keys
-from capdisc.gate import Gate
+from capdisc.identity.gate import Gate
 from capdisc.logs import configure_logging
 from capdisc.settings import Settings
 

@@ -6,7 +6,7 @@ Threads: the main thread serves requests; a follower applies change records as d
 a full snapshot when it sees a gap) and swaps in new immutable snapshots; a heartbeat thread
 reports the versions served. Run: ``python -m capdisc_workers.discovery``.
 
-No request ends a worker: every entry is checked at the edge (:func:`capdisc.protocol.
+No request ends a worker: every entry is checked at the edge (:func:`capdisc.discovery.protocol.
 decode_entry`) and settled one way or another (:mod:`capdisc_workers.intake`); an unexpected
 error answering one becomes an ``internal`` error reply. Redis going away ends nothing either:
 each loop retries with backoff (:mod:`capdisc_workers.outage`), the consumer group is created
@@ -32,20 +32,11 @@ from typing import Any
 import redis
 import structlog
 
-from capdisc import auth, keys, status
+from capdisc import keys, status
 from capdisc.access import Caller, visible
-from capdisc.agent import list_discovered_tools
-from capdisc.embedding import CachedQueryEmbedder, Matrix, embedder_for, embedder_for_id
-from capdisc.engine import DiscoveryResult, Match, Query, discover, embed_turn, rank
-from capdisc.errors import AuthError, BadRequestError, CapdiscError
-from capdisc.events import TENANT_RE
-from capdisc.flags import Mark, Policy, mark, parse_policy, serving, treatment
-from capdisc.gate import Gate
-from capdisc.index import IndexSnapshot, SearchFilters, hybrid_retriever, store_retriever
-from capdisc.logs import configure_logging
-from capdisc.models import Capability
-from capdisc.probes import PROBES
-from capdisc.protocol import (
+from capdisc.discovery.config import DiscoveryConfig
+from capdisc.discovery.engine import DiscoveryResult, Match, Query, discover, embed_turn, rank
+from capdisc.discovery.protocol import (
     DiscoverRequest,
     Entry,
     SessionRequest,
@@ -53,12 +44,24 @@ from capdisc.protocol import (
     error_reply,
     peek_request_id,
 )
-from capdisc.registry import coalesce_window_s
-from capdisc.session import allowed_ids
-from capdisc.settings import DiscoveryConfig, Settings
-from capdisc.store import Delta, as_str, read_delta, read_snapshot
-from capdisc.text import embedder_id_of, vector_space
-from capdisc.vectorstore import store_for
+from capdisc.discovery.snapshot import IndexSnapshot, hybrid_retriever, store_retriever
+from capdisc.discovery.toolsets import list_discovered_tools
+from capdisc.embedders.port import CachedQueryEmbedder, Matrix
+from capdisc.errors import AuthError, BadRequestError, CapdiscError
+from capdisc.identity import auth
+from capdisc.identity.gate import Gate
+from capdisc.logs import configure_logging
+from capdisc.models import Capability
+from capdisc.registry.events import TENANT_RE
+from capdisc.registry.flags import Mark, Policy, mark, parse_policy, serving, treatment
+from capdisc.registry.policy import coalesce_window_s
+from capdisc.registry.store import Delta, as_str, read_delta, read_snapshot
+from capdisc.resources import embedder_for, embedder_for_id, store_for
+from capdisc.retrieval.probes import PROBES
+from capdisc.retrieval.text import embedder_id_of, vector_space
+from capdisc.sessions.policy import allowed_ids
+from capdisc.settings import Settings
+from capdisc.vectorstores.filters import SearchFilters
 from capdisc_workers.intake import (
     Outcome,
     RawEntry,
@@ -148,7 +151,7 @@ class DiscoveryWorker:
         self._lock = threading.Lock()
         self.indexes = Indexes()
         self.sessions = SessionService(connection, settings.sessions)
-        #: Who asks: with auth on, who the request's token proves (:mod:`capdisc.gate`).
+        #: Who asks: with auth on, who the request's token proves (:mod:`capdisc.identity.gate`).
         self.gate = Gate.from_settings(settings)
         #: An external vector store searched per turn (``vector_store: weaviate``), or None.
         self.store = store_for(settings)

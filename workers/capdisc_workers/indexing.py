@@ -1,7 +1,8 @@
 """Indexing tasks: thin shells that decode an event, validate, embed if needed and store.
 
-The policy (what an event does) is :func:`capdisc.registry.decide`; the atomic write is
-:func:`capdisc.store.apply_event`; this module only wires them to Celery, the embedder and the
+The policy (what an event does) is :func:`capdisc.registry.policy.decide`; the atomic write is
+:func:`capdisc.registry.store.apply_event`; this module only wires them to Celery, the embedder and
+the
 shared embedding cache.
 """
 
@@ -22,8 +23,8 @@ import redis
 import structlog
 from celery import signals
 
-from capdisc import keys, outbox, status
-from capdisc.embedding import Embedder, check_vectors, embedder_for
+from capdisc import keys, status
+from capdisc.embedders.port import Embedder, check_vectors
 from capdisc.errors import (
     AuthError,
     CapdiscError,
@@ -31,11 +32,12 @@ from capdisc.errors import (
     EventDecodeError,
     ManifestError,
 )
-from capdisc.events import RegistryEvent
 from capdisc.models import Capability
-from capdisc.normalize import capability_from_record
-from capdisc.registry import StoredRecord, retry_delay_s
-from capdisc.store import (
+from capdisc.registry import outbox
+from capdisc.registry.events import RegistryEvent
+from capdisc.registry.normalize import capability_from_record
+from capdisc.registry.policy import StoredRecord, retry_delay_s
+from capdisc.registry.store import (
     Outcome,
     ReindexJob,
     abandon_reindex,
@@ -51,8 +53,9 @@ from capdisc.store import (
     tenants,
     vector_bytes,
 )
-from capdisc.text import combine, embedding_texts, text_hash, vector_space
-from capdisc.vectorstore import StoredObject, VectorStore, store_for
+from capdisc.resources import embedder_for, store_for
+from capdisc.retrieval.text import combine, embedding_texts, text_hash, vector_space
+from capdisc.vectorstores.port import StoredObject, VectorStore
 from capdisc_workers.celery_app import app, gate, settings
 from capdisc_workers.outage import RETRYABLE, Backoff, RedisHealth
 
@@ -283,7 +286,7 @@ def _stored(client: redis.Redis, events: list[RegistryEvent]) -> list[Capability
 
 def _vectors_for(capabilities: list[Capability], use_cache: bool = True
                  ) -> dict[str, tuple[str, bytes]]:
-    """``(content hash, stored vector)`` by capability id: :func:`capdisc.text.combine` of
+    """``(content hash, stored vector)`` by capability id: :func:`capdisc.retrieval.text.combine` of
     each capability's two texts. Each text's embedding comes from the shared cache (unless
     ``use_cache`` is off: a reindex that must not trust it); the misses of the whole batch are
     embedded together, in chunks of ``EMBED_BATCH``, and refresh the cache."""
@@ -417,7 +420,7 @@ def reconcile_task(self: Any, reply_to: str | None = None) -> dict[str, Any]:
 
 
 def _resend_lost(client: redis.Redis) -> int:
-    """Send again every recorded task the broker lost (:mod:`capdisc.outbox`)."""
+    """Send again every recorded task the broker lost (:mod:`capdisc.registry.outbox`)."""
     lost = outbox.lost(client, settings.outbox_grace_s)
     for pending in lost:
         log.warning("task_resent", task_id=pending.task_id, task=pending.name,

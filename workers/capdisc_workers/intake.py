@@ -6,7 +6,7 @@ transaction per batch (:meth:`RequestStream.settle`): a reply (the answer, or an
 names the problem: ``bad_request``, ``internal``, ``quarantined``), a dead letter (an entry
 without a usable request id, or a quarantined one; ``source`` is the requests stream), or
 nothing (its deadline passed: nobody waits). Decoding an entry is
-:func:`capdisc.protocol.decode_entry`; answering it is the worker's.
+:func:`capdisc.discovery.protocol.decode_entry`; answering it is the worker's.
 
 Quarantine: an entry pending longer than ``claim_idle_ms`` is claimed and served again (its
 worker died or hangs), unless it was already delivered :data:`MAX_DELIVERIES` times: then it
@@ -25,8 +25,9 @@ import redis
 import structlog
 
 from capdisc import keys
-from capdisc.protocol import error_reply, peek_request_id, redact_tokens
-from capdisc.store import as_str, dead_letter
+from capdisc.discovery.protocol import error_reply, peek_request_id
+from capdisc.redact import redact_tokens
+from capdisc.registry.store import as_str, dead_letter
 from capdisc_workers.outage import RETRYABLE
 
 log = structlog.get_logger("capdisc.discovery")

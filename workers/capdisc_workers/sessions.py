@@ -1,6 +1,7 @@
 """The discovery worker's session side: a turn in a session binds what it found, a recorded
 call runs the loop guard, and show/export/import serve the working set. Policy is
-:mod:`capdisc.session`, storage :mod:`capdisc.sessions`; a request id already applied to a
+:mod:`capdisc.sessions.policy`, storage :mod:`capdisc.sessions.store`; a request id already applied
+to a
 session returns its first outcome and changes nothing (exactly-once effects on an
 at-least-once path: the storage's compare-and-set keeps each request's outcome).
 """
@@ -14,15 +15,15 @@ from typing import Any
 
 import redis
 
-from capdisc import formats
-from capdisc import session as policy_fns
-from capdisc import sessions as store
 from capdisc.access import Caller, visible
-from capdisc.engine import DiscoveryResult, Match
+from capdisc.agents import formats
+from capdisc.discovery.engine import DiscoveryResult, Match
+from capdisc.discovery.protocol import DiscoverRequest, SessionRequest
+from capdisc.discovery.snapshot import IndexSnapshot
 from capdisc.errors import SessionNotFoundError
-from capdisc.index import IndexSnapshot
-from capdisc.protocol import DiscoverRequest, SessionRequest
-from capdisc.session import SessionEvent, SessionPolicy, SessionState
+from capdisc.sessions import policy as policy_fns
+from capdisc.sessions import store
+from capdisc.sessions.policy import SessionEvent, SessionPolicy, SessionState
 
 Clock = Callable[[], int]
 

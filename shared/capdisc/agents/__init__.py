@@ -1,0 +1,1 @@
+"""What agents consume: tool definitions in their formats and the discovery meta-tool."""

@@ -1,0 +1,1 @@
+"""Benchmark support: catalogs as capabilities, retrieval metrics and the token report."""

@@ -1,0 +1,2 @@
+"""Discovery: the per-turn pipeline from a query to a budgeted, tiered answer, and its wire
+protocol."""

@@ -1,0 +1,63 @@
+"""Per-turn discovery settings: budgets, retrieval knobs and abstention, settable per call."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from capdisc.errors import ConfigError
+
+#: Environment variables that set a setting start with this.
+ENV_PREFIX = "CAPDISC_"
+
+
+class DiscoveryConfig(BaseModel):
+    """Per-turn discovery knobs (seed 001, "Configuration"); any of them can be set per call."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tier0_budget_tokens: int = Field(200, ge=0)
+    tier1_budget_tokens: int = Field(800, ge=0)
+    tier2_budget_tokens: int = Field(2000, ge=0)
+    tier1_top_k: int = Field(5, ge=0, le=100)
+    tier2_top_k: int = Field(2, ge=0, le=20)
+    #: On the calibrated relevance scale (0..1); 0.2 trims padding without costing recall
+    #: on the benchmark data (docs/benchmarks.md).
+    tier1_min_relevance: float = Field(0.2, ge=-1.0, le=1.0)
+    #: Off by default: measured on MetaTool, Seal-Tools and the example registry it gains no
+    #: recall and costs NDCG (docs/benchmarks.md). On for registries rich in relationships.
+    use_graph_reranking: bool = False
+    graph_boost_factor: float = Field(0.15, ge=0.0, le=1.0)
+    collection_name: str = "capability_index"
+    token_counter: Literal["auto", "heuristic", "cl100k"] = "heuristic"
+    #: Retrieval: dense and BM25 z-scores mixed with ``dense_weight`` on the dense side (or
+    #: RRF, or one side alone), the exact-name path, query decomposition.
+    fusion: Literal["zscore", "rrf", "dense", "lexical"] = "zscore"
+    dense_weight: float = Field(0.7, ge=0.0, le=1.0)
+    exact_name_match: bool = True
+    decompose_queries: bool = True
+    #: Abstain ("nothing fits") when no match reaches this calibrated relevance; None: the
+    #: value calibrated for the embedder (0 never abstains).
+    abstain_threshold: float | None = Field(None, ge=0.0, le=1.0)
+    #: category -> guidance carried with results of that category (seed 003, "Prompt Coupling")
+    workflow_hints: dict[str, str] = Field(default_factory=dict)
+
+    def merged(self, overrides: Mapping[str, Any] | None) -> DiscoveryConfig:
+        """A copy with per-call ``overrides`` applied and validated."""
+        if not overrides:
+            return self
+        try:
+            return DiscoveryConfig.model_validate({**self.model_dump(), **overrides})
+        except ValidationError as exc:
+            raise ConfigError(describe_invalid(exc, "discovery option")) from exc
+
+
+def describe_invalid(exc: ValidationError, what: str) -> str:
+    problems = []
+    for error in exc.errors():
+        loc = [str(p) for p in error["loc"] if p != "discovery"]
+        name = ".".join(loc)
+        problems.append(f"{what} '{name}' (env {ENV_PREFIX}{name.upper()}): {error['msg']}")
+    return "; ".join(problems)

@@ -1,0 +1,276 @@
+"""The in-process index of one tenant: capabilities, vectors, a retriever, the graph, Tier 0.
+
+An :class:`IndexSnapshot` never changes: :meth:`IndexSnapshot.with_changes` returns a new one,
+built completely (retriever and graph included) before a discovery worker swaps it in, so a
+request never sees a half-applied update and never pays for a rebuild.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import TYPE_CHECKING, Protocol
+
+import networkx as nx
+import numpy as np
+
+from capdisc.access import ANONYMOUS, Caller, visible_to
+from capdisc.discovery.config import DiscoveryConfig
+from capdisc.discovery.graph import build_graph
+from capdisc.discovery.tiers import tier0_text
+from capdisc.embedders.port import Matrix, Vector
+from capdisc.models import Capability
+from capdisc.registry.flags import Mark
+from capdisc.retrieval.hybrid import QueryEmbed, RetrievalConfig, RetrievalIndex, calibrated_for
+from capdisc.tokens import make_counter
+from capdisc.vectorstores.filters import SearchFilters
+
+if TYPE_CHECKING:
+    from capdisc.vectorstores.port import VectorStore
+
+#: Tier 0 texts kept per snapshot (one per budget, counter and caller of restricted catalogs).
+TIER0_CACHE = 256
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One retrieved capability: its ranking score and a calibrated 0..1 relevance."""
+
+    id: str
+    score: float
+    relevance: float
+
+
+@dataclass(frozen=True)
+class Retrieved:
+    """Retrieval's answer: ranked hits, or an abstention when nothing is relevant."""
+
+    hits: tuple[Hit, ...]
+    abstained: bool = False
+    #: The capability the query named, kept first whatever its relevance.
+    exact_match: str | None = None
+
+
+class Retriever(Protocol):
+    """Port: ranks the capabilities of one snapshot for a query."""
+
+    def search(self, query: str, query_vector: Vector, k: int, filters: SearchFilters,
+               config: DiscoveryConfig, embed: QueryEmbed | None = None) -> Retrieved: ...
+
+
+class HybridRetriever:
+    """The engine's retriever: :class:`capdisc.retrieval.hybrid.RetrievalIndex` (BM25 and dense
+    fused, the exact-name path, query decomposition, calibrated relevance and abstention)."""
+
+    def __init__(self, index: RetrievalIndex, embedder_id: str) -> None:
+        self.index = index
+        self._base = calibrated_for(embedder_id)
+        self._configs: dict[tuple[object, ...], RetrievalConfig] = {}
+
+    def search(self, query: str, query_vector: Vector, k: int, filters: SearchFilters,
+               config: DiscoveryConfig, embed: QueryEmbed | None = None) -> Retrieved:
+        found = self.index.search(query, query_vector, k, kind=filters.kind,
+                                  category=filters.category, tags=filters.tags,
+                                  only_available=filters.only_available,
+                                  exclude=filters.exclude_ids, include=filters.include_ids,
+                                  only_installable=filters.only_installable,
+                                  caller=filters.caller, embed=embed,
+                                  config=self.retrieval_config(config))
+        hits = tuple(Hit(e.capability_id, e.score, e.relevance) for e in found.entries)
+        return Retrieved(hits, found.abstained, found.exact_match)
+
+    def retrieval_config(self, config: DiscoveryConfig) -> RetrievalConfig:
+        """The retrieval knobs of a discovery config, over this embedder's calibration."""
+        key = (config.fusion, config.dense_weight, config.exact_name_match,
+               config.decompose_queries, config.abstain_threshold)
+        cached = self._configs.get(key)
+        if cached is None:
+            cached = replace(self._base, fusion=config.fusion, dense_weight=config.dense_weight,
+                             exact_name=config.exact_name_match,
+                             decompose=config.decompose_queries)
+            if config.abstain_threshold is not None:  # exactly this, not adapted
+                cached = replace(cached, abstain_threshold=config.abstain_threshold,
+                                 adaptive_abstain=False)
+            if len(self._configs) < 64:  # per-call overrides: keep the cache small
+                self._configs[key] = cached
+        return cached
+
+
+class StoreRetriever:
+    """A retriever over an external vector store (Weaviate): one hybrid query per turn that
+    carries the query vector, the dense weight as alpha and every filter, visibility included.
+    Scores are the store's fused ones (0..1, relative to the query's best), so relevance is that
+    score and the store never abstains."""
+
+    def __init__(self, store: VectorStore, tenant: str) -> None:
+        self.store = store
+        self.tenant = tenant
+
+    def search(self, query: str, query_vector: Vector, k: int, filters: SearchFilters,
+               config: DiscoveryConfig, embed: QueryEmbed | None = None) -> Retrieved:
+        from capdisc.vectorstores.port import StoreFilters
+
+        hits = self.store.search(self.tenant, query, query_vector, k, alpha=config.dense_weight,
+                                 filters=StoreFilters.from_search(filters))
+        return Retrieved(tuple(Hit(h.id, h.score, h.score) for h in hits))
+
+
+def store_retriever(store: VectorStore, tenant: str) -> RetrieverFactory:
+    """A :data:`RetrieverFactory` whose retrievers search ``store`` for ``tenant``."""
+    def factory(capabilities: tuple[Capability, ...], matrix: Matrix, embedder_id: str,
+                probes: Matrix | None = None, previous: Retriever | None = None) -> Retriever:
+        return StoreRetriever(store, tenant)
+
+    return factory
+
+
+class CosineRetriever:
+    """Plain exact cosine search, relevance = cosine, never abstains: the simplest retriever,
+    for tests of the engine's policy (minimum relevance, graph, tiers) with known scores."""
+
+    def __init__(self, capabilities: tuple[Capability, ...], matrix: Matrix) -> None:
+        self._caps = capabilities
+        self._matrix = matrix
+
+    def search(self, query: str, query_vector: Vector, k: int, filters: SearchFilters,
+               config: DiscoveryConfig, embed: QueryEmbed | None = None) -> Retrieved:
+        if not self._caps or k <= 0:
+            return Retrieved(())
+        scores = self._matrix @ np.asarray(query_vector, dtype=np.float32)
+        admitted = np.array([filters.admits(c) for c in self._caps])
+        scores = np.where(admitted, scores, -np.inf)
+        order = np.argsort(-scores, kind="stable")[:k]
+        return Retrieved(tuple(Hit(self._caps[i].id, float(scores[i]), float(scores[i]))
+                               for i in order if np.isfinite(scores[i])))
+
+
+#: Builds a snapshot's retriever from its capabilities, their stored vectors, the embedder id,
+#: the embedded probe queries (:mod:`capdisc.retrieval.probes`; None: no per-catalog abstention)
+#: and the
+#: previous snapshot's retriever (None: build from scratch; else reuse what is unchanged).
+RetrieverFactory = Callable[
+    [tuple[Capability, ...], Matrix, str, Matrix | None, Retriever | None], Retriever]
+
+
+def hybrid_retriever(capabilities: tuple[Capability, ...], matrix: Matrix, embedder_id: str,
+                     probes: Matrix | None = None, previous: Retriever | None = None
+                     ) -> Retriever:
+    """The default :data:`RetrieverFactory`."""
+    prior = previous.index if isinstance(previous, HybridRetriever) else None
+    index = RetrievalIndex.build(capabilities, matrix, probe_vectors=probes, previous=prior)
+    return HybridRetriever(index, embedder_id)
+
+
+def cosine_retriever(capabilities: tuple[Capability, ...], matrix: Matrix,
+                     embedder_id: str, probes: Matrix | None = None,
+                     previous: Retriever | None = None) -> Retriever:
+    """A :data:`RetrieverFactory` of :class:`CosineRetriever`."""
+    return CosineRetriever(capabilities, matrix)
+
+
+@dataclass(frozen=True)
+class IndexSnapshot:
+    """One tenant's searchable state at one index version.
+
+    ``embedder_id`` names the embedder the vectors (and query vectors) come from: it selects
+    the relevance calibration and abstention threshold; ``probes`` are that embedder's vectors
+    of :data:`capdisc.retrieval.probes.PROBES`, which adapt the threshold to the catalog. ``marks``
+    are
+    those of the served capabilities the tool-poisoning scan flagged
+    (:mod:`capdisc.registry.flags`);
+    capabilities the tenant's policy withholds are not in a snapshot at all.
+    """
+
+    tenant: str
+    version: int
+    dim: int
+    ids: tuple[str, ...] = ()
+    capabilities: Mapping[str, Capability] = field(default_factory=dict)
+    matrix: Matrix = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
+    retriever: Retriever = field(default=None, repr=False)  # type: ignore[assignment]
+    embedder_id: str = ""
+    factory: RetrieverFactory = field(default=hybrid_retriever, repr=False, compare=False)
+    probes: Matrix | None = field(default=None, repr=False, compare=False)
+    marks: Mapping[str, Mark] = field(default_factory=dict, repr=False)
+    _tier0: dict[tuple[int, str, Caller], str] = field(default_factory=dict, repr=False,
+                                                       compare=False)
+
+    @cached_property
+    def graph(self) -> nx.Graph:
+        """The capability graph (seed 001), built on first use: only graph re-ranking needs it."""
+        return build_graph(self.capabilities.values())
+
+    @classmethod
+    def build(cls, tenant: str, version: int, dim: int,
+              entries: Iterable[tuple[Capability, bytes]], embedder_id: str = "",
+              retriever: RetrieverFactory = hybrid_retriever, probes: Matrix | None = None,
+              previous: IndexSnapshot | None = None,
+              marks: Mapping[str, Mark] | None = None) -> IndexSnapshot:
+        caps: dict[str, Capability] = {}
+        rows: dict[str, Vector] = {}
+        for capability, vector in entries:
+            if len(vector) != dim * 4:
+                continue  # a vector of another model or size: left for a reindex
+            caps[capability.id] = capability  # a repeated id: the later entry wins
+            rows[capability.id] = np.frombuffer(vector, dtype=np.float32)
+        matrix = (np.vstack(list(rows.values())) if rows
+                  else np.zeros((0, dim), dtype=np.float32))
+        ids = tuple(caps)
+        return cls(tenant, version, dim, ids, caps, matrix,
+                   retriever(tuple(caps.values()), matrix, embedder_id, probes,
+                             previous.retriever if previous is not None else None),
+                   embedder_id, retriever, probes,
+                   {i: m for i, m in (marks or {}).items() if i in caps})
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def with_changes(self, version: int, upserts: Iterable[tuple[Capability, bytes]],
+                     deletes: Iterable[str], marks: Mapping[str, Mark] | None = None
+                     ) -> IndexSnapshot:
+        """A new snapshot at ``version`` with ``upserts`` replaced or added and ``deletes`` gone;
+        an upserted capability's mark is its entry in ``marks`` (none if absent)."""
+        entries = {cid: (self.capabilities[cid], self.matrix[i].tobytes())
+                   for i, cid in enumerate(self.ids)}
+        kept = dict(self.marks)
+        for cap_id in deletes:
+            entries.pop(cap_id, None)
+            kept.pop(cap_id, None)
+        for capability, vector in upserts:
+            entries[capability.id] = (capability, vector)
+            kept.pop(capability.id, None)
+        kept.update(marks or {})
+        return IndexSnapshot.build(self.tenant, version, self.dim, entries.values(),
+                                   self.embedder_id, self.factory, self.probes, previous=self,
+                                   marks=kept)
+
+    def search(self, query: Vector, k: int, kind: str | None = None
+               ) -> list[tuple[Capability, float]]:
+        """Plain dense top-``k`` by cosine (optionally of one ``kind``), best first."""
+        found = CosineRetriever(tuple(self.capabilities.values()), self.matrix).search(
+            "", query, k, SearchFilters(kind=kind), DiscoveryConfig())
+        return [(self.capabilities[h.id], h.score) for h in found.hits]
+
+    def tier0(self, budget_tokens: int, counter_name: str, caller: Caller = ANONYMOUS) -> str:
+        """Tier 0 for this snapshot, of the capabilities ``caller`` may see, computed once per
+        budget, counter and (when some capabilities are restricted) caller."""
+        if self.all_open:
+            caller = ANONYMOUS
+        key = (budget_tokens, counter_name, caller)
+        if key not in self._tier0:
+            if len(self._tier0) >= TIER0_CACHE:
+                self._tier0.clear()
+            self._tier0[key] = tier0_text(visible_to(self.capabilities.values(), caller),
+                                          budget_tokens, make_counter(counter_name))
+        return self._tier0[key]
+
+    @cached_property
+    def has_installable(self) -> bool:
+        """Whether any capability is not available yet (so offering installables can help)."""
+        return not all(c.available for c in self.capabilities.values())
+
+    @cached_property
+    def all_open(self) -> bool:
+        """Whether every capability is visible to the whole tenant."""
+        return all(c.visibility.open for c in self.capabilities.values())

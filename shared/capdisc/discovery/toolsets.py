@@ -1,0 +1,56 @@
+"""What an agent runtime gets from a discovery result: tool definitions to bind, the meta-tool's
+result, and the prompt text.
+
+* :func:`list_discovered_tools` - the Tier 1/2 tools plus ``discover_capabilities``, in one of the
+  four formats, with the map from tool names back to capability ids.
+* :func:`metatool_result` - what ``discover_capabilities`` returns to the model.
+* :func:`render_for_prompt` - Tier 0, then Tiers 1 and 2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from capdisc.agents import formats
+from capdisc.discovery.engine import DiscoveryResult, render_for_prompt
+
+__all__ = ["list_discovered_tools", "metatool_result", "render_for_prompt"]
+
+
+def list_discovered_tools(result: DiscoveryResult, fmt: formats.ToolFormat) -> dict[str, Any]:
+    """``{"tools": [...], "tool_names": {name: capability id}}`` for the matches of ``result``
+    (flagged ones marked); the meta-tool is always included."""
+    caps = [m.capability for m in result.matches]
+    marks = {m.capability.id: m.mark for m in result.matches if m.mark is not None}
+    names = formats.NameMap.for_format(fmt, formats.callable_capabilities(caps))
+    return {"tools": formats.list_discovered_tools(caps, fmt, marks),
+            "tool_names": {name: cap_id for cap_id, name in names.items()}}
+
+
+def metatool_result(answer: Mapping[str, Any]) -> dict[str, Any]:
+    """The meta-tool's answer to the model, from a discovery answer (``DiscoveryResult.to_dict()``
+    or a worker's reply, which is the same): what was found, and how to use the best of it."""
+    caps = answer.get("capabilities") or []
+    summary = {"total_indexed": answer.get("total_indexed", 0),
+               "index_version": answer.get("index_version", 0)}
+    if answer.get("abstained") or not caps:
+        return {"capabilities": [], **summary,
+                "note": "No registered capability fits this query; try other words, or answer "
+                        "without a tool."}
+    tiers = answer.get("tiers") or {}
+    result = {"capabilities": [_summary(cap) for cap in caps],
+              "details": "\n\n".join(t for t in (tiers.get("tier1"), tiers.get("tier2")) if t),
+              **summary}
+    if answer.get("workflow_hints"):
+        result["workflow_guidance"] = dict(answer["workflow_hints"])
+    return result
+
+
+def _summary(cap: Mapping[str, Any]) -> dict[str, Any]:
+    """One found capability for the model: flagged ones with their ``flags`` (rule codes and
+    where they fired)."""
+    entry = {key: cap[key] for key in ("id", "kind", "name", "relevance", "available")}
+    if cap.get("flags"):
+        entry["flags"] = cap["flags"]
+    return entry

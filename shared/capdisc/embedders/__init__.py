@@ -1,0 +1,1 @@
+"""Embedders: the port, its local implementations and the OpenAI adapter."""

@@ -1,0 +1,1 @@
+"""Who asks: signed identity tokens and the gate workers admit requests through."""

@@ -1,0 +1,109 @@
+"""The dead-letter stream: events the indexing workers could not apply, with the reason.
+
+An event lands here when it cannot be decoded, carries an invalid capability, or its embedding
+still fails after ``indexing_max_attempts`` deliveries. ``capdisc dlq list`` shows them;
+``capdisc dlq replay`` sends them to the indexing queue again (after the cause is fixed: a
+provider back up, a worker with a new model) and removes them from the stream.
+
+Discovery workers put here the request stream entries they cannot answer: unreadable ones (no
+usable request id to reply to) and quarantined ones (delivered again and again, never
+answered). Their ``source`` is the requests stream. They are kept for inspection and are never
+replayed: they are not registry events, their clients stopped waiting long ago, and a
+quarantined one would only take a worker down again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from capdisc import keys
+from capdisc.registry.store import as_str
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One dead-lettered event, as stored, with what could be read of it."""
+
+    entry_id: str
+    reason: str
+    attempts: int
+    at_ms: int
+    payload: str
+    #: Where it came from: the indexing queue, or the discovery requests stream.
+    source: str = keys.INDEXING_QUEUE
+    #: A discovery request's id, when it had a usable one.
+    request_id: str | None = None
+
+    @property
+    def is_discovery_request(self) -> bool:
+        return self.source == keys.DISCOVERY_REQUESTS
+
+    @property
+    def event(self) -> dict[str, Any]:
+        """The event's fields when the payload is JSON, else empty."""
+        try:
+            decoded = json.loads(self.payload)
+        except ValueError:
+            return {}
+        return decoded if isinstance(decoded, dict) else {}
+
+    def to_dict(self) -> dict[str, Any]:
+        event = self.event
+        if self.is_discovery_request:
+            event = {}
+        return {"id": self.entry_id, "reason": self.reason, "attempts": self.attempts,
+                "at_ms": self.at_ms, "source": self.source, "request_id": self.request_id,
+                "event_id": event.get("event_id"), "tenant": event.get("tenant"),
+                "capability_id": event.get("capability_id"), "type": event.get("type")}
+
+
+def list_dead_letters(client: redis.Redis, limit: int = 100) -> list[DeadLetter]:
+    """The oldest ``limit`` dead letters."""
+    entries: Any = client.xrange(keys.DEADLETTERS, count=limit)
+    return [_dead_letter(entry_id, fields) for entry_id, fields in entries]
+
+
+def replay(client: redis.Redis, send: Callable[[str], None],
+           entry_ids: Sequence[str] | None = None) -> list[str]:
+    """Send the given dead letters (all when ``entry_ids`` is None) to the indexing queue again
+    and remove each from the stream once sent; returns the replayed entry ids. Unknown ids and
+    discovery requests (never replayed) are skipped."""
+    wanted = None if entry_ids is None else set(entry_ids)
+    replayed = []
+    for letter in list_dead_letters(client, limit=100_000):
+        if (wanted is not None and letter.entry_id not in wanted) or letter.is_discovery_request:
+            continue
+        send(letter.payload)
+        client.xdel(keys.DEADLETTERS, letter.entry_id)
+        replayed.append(letter.entry_id)
+    return replayed
+
+
+def with_token(payload: str, token: str | None) -> str:
+    """A dead-lettered event's payload as it is replayed: carrying the replayer's identity
+    token (dead letters keep none), or none. A payload that is not a JSON object is left as it
+    is (the indexing worker dead-letters it again, with the reason)."""
+    try:
+        event = json.loads(payload)
+    except ValueError:
+        return payload
+    if not isinstance(event, dict) or (not token and "token" not in event):
+        return payload  # byte for byte
+    event.pop("token", None)
+    if token:
+        event["token"] = token
+    return json.dumps(event, separators=(",", ":"), ensure_ascii=False)
+
+
+def _dead_letter(entry_id: Any, raw: Any) -> DeadLetter:
+    fields = {as_str(k): as_str(v) for k, v in raw.items()}
+    return DeadLetter(entry_id=as_str(entry_id), reason=fields.get("reason", ""),
+                      attempts=int(fields.get("attempts", 1) or 1),
+                      at_ms=int(fields.get("at_ms", 0) or 0), payload=fields.get("payload", ""),
+                      source=fields.get("source", keys.INDEXING_QUEUE),
+                      request_id=fields.get("request_id") or None)

@@ -1,0 +1,213 @@
+"""Registry policy: what applying an event does, and what syncing a source sends. Pure functions.
+
+:func:`decide` orders events per capability by ``seq``: stale and duplicate events change nothing,
+a delete leaves a tombstone so a late upsert cannot resurrect the capability, and an unchanged
+content hash costs no embedding. :func:`plan_sync` turns a scan of a source into the events that
+bring the registry in line with it, keeping capabilities whose manifest is present but broken.
+
+Ownership: a capability id belongs to the source that stored it first (its record's
+``source_ref.source``: a registry directory, ``jsonl:PATH``, ``mcp:...``). Another source's
+upsert or delete of it is refused (``refused_owned``), by the producer's plan first and by the
+indexing worker again, unless the event says ``take_over`` (``--take-over``): then the id moves
+to the new source. A record without a source (stored by hand) belongs to nobody yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from capdisc.errors import ManifestError
+from capdisc.models import Capability
+from capdisc.registry.events import RegistryEvent
+
+Decision = Literal["upsert", "delete", "unchanged", "stale", "absent", "reindex", "not_found",
+                   "refused_owned"]
+
+
+@dataclass(frozen=True)
+class StoredRecord:
+    """What Redis holds for one capability (the value of the ``caps`` hash, as JSON)."""
+
+    capability: dict[str, Any]
+    seq: int
+    content_hash: str
+    updated_at_ms: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"capability": self.capability, "seq": self.seq,
+                "content_hash": self.content_hash, "updated_at_ms": self.updated_at_ms}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StoredRecord:
+        return cls(capability=dict(data["capability"]), seq=int(data["seq"]),
+                   content_hash=str(data["content_hash"]),
+                   updated_at_ms=int(data.get("updated_at_ms", 0)))
+
+    @property
+    def location(self) -> str:
+        return str((self.capability.get("source_ref") or {}).get("location", ""))
+
+    @property
+    def source(self) -> str:
+        return str((self.capability.get("source_ref") or {}).get("source", ""))
+
+
+def decide(
+    event: RegistryEvent,
+    stored: StoredRecord | None,
+    tombstone_seq: int | None,
+    content_hash: str | None,
+    has_vector: bool = True,
+) -> Decision:
+    """What applying ``event`` does, given the stored record and tombstone of its capability;
+    unchanged content without a vector in the current vector space (stored by another
+    embedder or an earlier version) is upserted, so it gets embedded. A reindex re-embeds what
+    is stored, whatever its sequence; there is nothing to reindex once a capability is gone.
+    An upsert or delete from a source that does not own the stored capability is refused
+    unless it takes it over (:func:`refuses_owner`)."""
+    if event.type == "reindex":
+        return "reindex" if stored is not None else "not_found"
+    newest = max(stored.seq if stored else -1, tombstone_seq if tombstone_seq is not None else -1)
+    if event.seq <= newest:
+        return "stale"
+    if refuses_owner(event, stored):
+        return "refused_owned"
+    if event.type == "delete":
+        return "delete" if stored is not None else "absent"
+    if stored is not None and stored.content_hash == content_hash and has_vector:
+        return "unchanged"
+    return "upsert"
+
+
+def claimed_source(event: RegistryEvent) -> str:
+    """The source ``event`` acts for: an upsert's capability names it (the ``source_ref`` that
+    will be stored), a delete's event does."""
+    if event.type == "upsert":
+        source_ref = (event.capability or {}).get("source_ref")
+        return str(source_ref.get("source", "")) if isinstance(source_ref, dict) else ""
+    return event.source
+
+
+def refuses_owner(event: RegistryEvent, stored: StoredRecord | None) -> bool:
+    """Whether ``event`` would change or delete a capability another source owns without
+    taking it over."""
+    if event.type == "reindex" or stored is None or not stored.source or event.take_over:
+        return False
+    return stored.source != claimed_source(event)
+
+
+def ownership_note(event: RegistryEvent, decision: Decision, stored: StoredRecord | None) -> str:
+    """What an outcome says about ownership: why ``refused_owned`` (naming the owner and what
+    to do), or whom a take-over took the capability from; empty otherwise."""
+    claimant = claimed_source(event) or "(no source)"
+    if decision == "refused_owned" and stored is not None:
+        verb = "replace" if event.type == "upsert" else "delete"
+        return (f"{event.capability_id} belongs to source {stored.source}; source {claimant} may "
+                f"not {verb} it. Remove it from {claimant}, or send it again with --take-over "
+                f"to move it to {claimant}")
+    if stored is None or not stored.source or stored.source == claimant:
+        return ""
+    if decision == "delete":
+        return (f"it belonged to source {stored.source}; publishing that source again brings "
+                "it back")
+    if decision in ("upsert", "unchanged"):
+        return f"taken over from source {stored.source}"
+    return ""
+
+
+def coalesce_window_s(last_build_s: float, idle_s: float = 0.0, cap_s: float = 2.0) -> float:
+    """How long a discovery worker gathers more change records before rebuilding. After
+    ``idle_s`` of no rebuild at least as long as the last one took, none: an isolated edit is
+    served at once. In a burst, as long as the last rebuild took (so rebuilding takes at most
+    about half of it), at most ``cap_s``."""
+    if idle_s >= last_build_s:
+        return 0.0
+    return max(0.0, min(cap_s, last_build_s))
+
+
+def retry_delay_s(attempt: int, base_s: float = 2.0, cap_s: float = 60.0) -> float:
+    """Seconds before an event's redelivery after failed ``attempt``: doubling, capped."""
+    return float(min(cap_s, base_s * 2 ** (attempt - 1)))
+
+
+@dataclass
+class SyncPlan:
+    """The events that bring the registry in line with one scanned source."""
+
+    upserts: list[Capability] = field(default_factory=list)
+    deletes: list[str] = field(default_factory=list)
+    #: Stored capabilities to embed again (``capdisc reindex ID...``).
+    reindexes: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    errors: dict[Path, ManifestError] = field(default_factory=dict)
+    #: Ids this source acts on although another source holds them: its upserts move them here
+    #: (``--take-over``), its deletes remove them anyway (``capdisc delete ID``). Their events
+    #: carry ``take_over``.
+    taken_over: list[str] = field(default_factory=list)
+
+
+def plan_sync(
+    scanned: Mapping[Path, Capability],
+    errors: Mapping[Path, ManifestError],
+    stored: Mapping[str, StoredRecord],
+    owners: Mapping[str, str] | None = None,
+    take_over: bool = False,
+) -> SyncPlan:
+    """Compare a scan with the stored records of the same source.
+
+    New or changed capabilities are upserted; stored ones that no scanned file defines are
+    deleted, unless the file they came from is still there but failed to parse (a broken edit
+    never removes what it was meant to update). ``owners`` names the other source that holds
+    a scanned id: that capability is rejected, naming its owner, unless ``take_over`` (then it
+    is upserted, to move it here). A rejected file protects what it defined before, like a
+    broken one.
+    """
+    plan = SyncPlan(errors=dict(errors))
+    scanned_ids = set()
+    for path, capability in scanned.items():
+        scanned_ids.add(capability.id)
+        owner = (owners or {}).get(capability.id)
+        if owner and not take_over:
+            plan.errors[path] = owned_elsewhere(path, capability.id, owner)
+            continue
+        record = stored.get(capability.id)
+        if record is not None and record.content_hash == capability.content_hash:
+            plan.unchanged.append(capability.id)
+        else:
+            plan.upserts.append(capability)
+            if owner:
+                plan.taken_over.append(capability.id)
+    broken = {str(path) for path in plan.errors}
+    for capability_id, record in sorted(stored.items()):
+        if capability_id not in scanned_ids and record.location not in broken:
+            plan.deletes.append(capability_id)
+    return plan
+
+
+def owned_elsewhere(path: Path, capability_id: str, owner: str) -> ManifestError:
+    """The rejection of a capability whose id another source owns."""
+    return ManifestError(str(path), "id", f"{capability_id!r} belongs to source {owner}; rename "
+                                          "it here, remove it from one of the two, or publish "
+                                          "with --take-over to move it to this source")
+
+
+@dataclass(frozen=True)
+class RepairPlan:
+    """Drift between one tenant's stored records and its live vectors."""
+
+    missing_vectors: list[str]
+    orphan_vectors: list[str]
+
+    @property
+    def clean(self) -> bool:
+        return not self.missing_vectors and not self.orphan_vectors
+
+
+def plan_repair(stored_ids: set[str], vector_ids: set[str]) -> RepairPlan:
+    """What the reconciler repairs: records the live index has no vector for (embed them
+    again) and vectors of capabilities no longer stored (drop them)."""
+    return RepairPlan(missing_vectors=sorted(stored_ids - vector_ids),
+                      orphan_vectors=sorted(vector_ids - stored_ids))

@@ -1,0 +1,1 @@
+"""Sessions: the working-set policy (pure) and its store in Redis."""

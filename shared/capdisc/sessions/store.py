@@ -1,0 +1,165 @@
+"""Sessions in Redis: each session's state (a hash: its JSON and a revision), its event stream,
+and the bounded registry of live sessions. The policy is :mod:`capdisc.sessions.policy`; this
+module only
+reads and writes, one compare-and-set per change (a Lua script), so any discovery worker can
+serve any turn and concurrent writers never lose an update.
+
+A session expires ``max_age_s`` after it was created; when more than ``max_sessions`` are live,
+the least recently active go first.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import redis
+
+from capdisc import keys
+from capdisc.sessions.policy import SessionEvent, SessionPolicy, SessionState, new_session
+
+#: Events kept per session stream (approximate).
+EVENTS_MAXLEN = 1000
+
+T = TypeVar("T")
+#: A change: the current state in, the new state, its events and a result out.
+Change = Callable[[SessionState], tuple[SessionState, list[SessionEvent], T]]
+
+
+def load(client: redis.Redis, tenant: str, session_id: str) -> SessionState | None:
+    raw = client.hget(keys.session(tenant, session_id), "state")
+    return SessionState.from_dict(json.loads(raw)) if raw else None
+
+
+#: Compare-and-set of one session: the state is written (with its events, expiry and place
+#: among live sessions) only if its revision is still the one the writer started from; else
+#: the current revision and state come back, for the writer to apply its change to. A request
+#: id already applied returns the outcome it had (kept request_memory_s): exactly-once effects.
+_CAS = """
+if KEYS[4] ~= '' then
+  local done = redis.call('GET', KEYS[4])
+  if done then return {2, done} end
+end
+local rev = redis.call('HGET', KEYS[1], 'rev') or ''
+if rev ~= ARGV[1] then return {0, rev, redis.call('HGET', KEYS[1], 'state') or ''} end
+redis.call('HSET', KEYS[1], 'rev', ARGV[2], 'state', ARGV[3])
+redis.call('PEXPIREAT', KEYS[1], ARGV[4])
+local events = cjson.decode(ARGV[7])
+for _, e in ipairs(events) do
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*', 'type', e[1], 'at_ms', e[2],
+             'tool', e[3], 'reason', e[4], 'request_id', ARGV[9])
+end
+if #events > 0 then redis.call('PEXPIREAT', KEYS[2], ARGV[4]) end
+redis.call('ZADD', KEYS[3], ARGV[6], ARGV[8])
+if KEYS[4] ~= '' then redis.call('SET', KEYS[4], ARGV[10], 'PX', ARGV[11]) end
+return {1}
+"""
+
+
+class StateCache:
+    """The states this process last wrote, with their revisions (bounded, least recently used
+    first out): a turn of a session this process served last costs one round trip."""
+
+    def __init__(self, size: int = 10_000) -> None:
+        self._size = size
+        self._states: OrderedDict[tuple[str, str], tuple[str, SessionState]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str]) -> tuple[str, SessionState | None]:
+        with self._lock:
+            hit = self._states.get(key)
+            if hit is None:
+                return "", None
+            self._states.move_to_end(key)
+            return hit
+
+    def put(self, key: tuple[str, str], revision: str, state: SessionState) -> None:
+        with self._lock:
+            self._states[key] = (revision, state)
+            self._states.move_to_end(key)
+            while len(self._states) > self._size:
+                self._states.popitem(last=False)
+
+
+def update(client: redis.Redis, tenant: str, session_id: str, change: Change[T],
+           policy: SessionPolicy, now_ms: int, *, profile: str | None = None,
+           request_id: str = "", cache: StateCache | None = None) -> T:
+    """Apply ``change`` to the session atomically: the state, its events on the session stream
+    and its place among live sessions, together. Optimistic: the change is applied to the state
+    this process last wrote (or a new session) and written if nobody wrote since; otherwise the
+    script returns the current state and the change is applied again to that."""
+    key = keys.session(tenant, session_id)
+    cas = client.register_script(_CAS)
+    cache = cache if cache is not None else StateCache(1)
+    revision, known = cache.get((tenant, session_id))
+    request_key = keys.session_request(tenant, session_id, request_id) if request_id else ""
+    while True:
+        state = known if known is not None else new_session(session_id, profile, now_ms)
+        state, events, result = change(state)
+        args = _cas_args(state, events, revision, policy, now_ms, request_id)
+        reply = cas(keys=[key, keys.session_events(tenant, session_id), keys.sessions(tenant),
+                          request_key],
+                    args=[*args, json.dumps(result), int(policy.request_memory_s * 1000)])
+        if int(reply[0]) == 2:  # applied before: its first outcome, nothing changed
+            done: T = json.loads(reply[1])
+            return done
+        if int(reply[0]) == 1:
+            cache.put((tenant, session_id), str(args[1]), state)
+            break
+        revision = _str(reply[1])
+        known = SessionState.from_dict(json.loads(reply[2])) if reply[2] else None
+    if not revision:
+        _bound_live_sessions(client, tenant, policy, now_ms)
+    return result
+
+
+def _cas_args(state: SessionState, events: list[SessionEvent], expected: str,
+              policy: SessionPolicy, now_ms: int, request_id: str) -> list[Any]:
+    """The script's arguments (events travel as one JSON array: fewer arguments to pack)."""
+    revision = str(int(expected or 0) + 1)
+    expires_ms = state.created_ms + int(policy.max_age_s * 1000)
+    rows = [[e.type, str(e.at_ms), e.tool, e.reason] for e in events]
+    return [expected, revision, json.dumps(state.to_dict(), separators=(",", ":")),
+            expires_ms, EVENTS_MAXLEN, now_ms, json.dumps(rows), state.session_id, request_id]
+
+
+def _bound_live_sessions(client: redis.Redis, tenant: str, policy: SessionPolicy,
+                         now_ms: int) -> None:
+    """Forget sessions past their age and, over ``max_sessions``, the least recently active."""
+    registry = keys.sessions(tenant)
+    expired = client.zrangebyscore(registry, 0, now_ms - int(policy.max_age_s * 1000))
+    excess = int(client.zcard(registry)) - len(expired) - policy.max_sessions
+    oldest = client.zrange(registry, len(expired), len(expired) + excess - 1) if excess > 0 else []
+    gone = [_str(s) for s in [*expired, *oldest]]
+    if not gone:
+        return
+    with client.pipeline(transaction=False) as pipe:
+        pipe.zrem(registry, *gone)
+        for session_id in gone:
+            pipe.delete(keys.session(tenant, session_id), keys.session_events(tenant, session_id))
+        pipe.execute()
+
+
+def events(client: redis.Redis, tenant: str, session_id: str, after: str = "0-0",
+           block_ms: int = 1000) -> list[tuple[str, dict[str, str]]]:
+    """Session events after stream id ``after`` (waiting up to ``block_ms`` for one)."""
+    batch: Any = client.xread({keys.session_events(tenant, session_id): after}, count=100,
+                              block=block_ms)
+    return [(_str(eid), {_str(k): _str(v) for k, v in fields.items()})
+            for _stream, items in batch or [] for eid, fields in items]
+
+
+def follow(client: redis.Redis, tenant: str, session_id: str, after: str = "0-0",
+           stop: Callable[[], bool] = lambda: False) -> Iterator[dict[str, str]]:
+    """Every event of the session from ``after`` on, as it happens (in one-second slices)."""
+    while not stop():
+        for entry_id, fields in events(client, tenant, session_id, after):
+            after = entry_id
+            yield {"id": entry_id, **fields}
+
+
+def _str(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
