@@ -1,4 +1,4 @@
-"""Per-turn discovery speed at registry scale (issue 3), beside the Redis floors of the same run.
+"""Per-turn discovery speed at registry scale, beside the Redis floors of the same run.
 
 1. the engine in-process with cached query embeddings;
 2. the bare Redis request/reply floor (BLPOP/RPUSH between two processes) and capdisc's own
@@ -44,7 +44,7 @@ from capdisc.embedders.port import CachedQueryEmbedder
 from capdisc.localredis import start_redis
 from capdisc.registry.events import RegistryEvent
 from capdisc.registry.store import apply_event
-from capdisc.retrieval.hybrid import decompose
+from capdisc.retrieval.decompose import decompose
 from capdisc.retrieval.probes import PROBES
 from capdisc.retrieval.text import vector_space
 

@@ -40,8 +40,10 @@ from capdisc.bench.evaluation import (
 from capdisc.embedders.factory import make_embedder
 from capdisc.embedders.port import Embedder, Matrix
 from capdisc.models import Capability
-from capdisc.retrieval.hybrid import DEFAULT_CONFIG, fuse, lexical_text
+from capdisc.retrieval.config import DEFAULT_CONFIG
+from capdisc.retrieval.documents import lexical_text
 from capdisc.retrieval.lexical import LexicalIndex
+from capdisc.retrieval.scoring import fuse
 from capdisc.retrieval.text import combine, full_text, summary_text
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -70,7 +72,7 @@ class Setting:
         return embed_cached(self.embedder, [prefix + q.query for q in self.queries], self.cache)
 
     def fused(self, vectors: Matrix) -> np.ndarray:
-        """The engine's fusion (:func:`capdisc.retrieval.hybrid.fuse`) of each query's scores."""
+        """The engine's fusion (:func:`capdisc.retrieval.scoring.fuse`) of each query's scores."""
         cosines = (vectors @ self.matrix.T).astype(np.float32)
         return np.stack([fuse(c, b, DEFAULT_CONFIG)
                          for c, b in zip(cosines, self.bm25, strict=True)])

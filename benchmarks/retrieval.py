@@ -1,4 +1,4 @@
-"""Retrieval quality and speed of the discovery engine against simple baselines (issue 3).
+"""Retrieval quality and speed of the discovery engine against simple baselines.
 
 Runs, with one embedder and the same capability text on every side:
 
@@ -48,7 +48,8 @@ from capdisc.discovery.snapshot import IndexSnapshot
 from capdisc.embedders.factory import make_embedder
 from capdisc.embedders.port import Embedder
 from capdisc.registry.manifest import scan_directory
-from capdisc.retrieval.hybrid import DEFAULT_CONFIG, RetrievalIndex
+from capdisc.retrieval.config import DEFAULT_CONFIG
+from capdisc.retrieval.index import RetrievalIndex
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

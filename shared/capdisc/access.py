@@ -1,8 +1,8 @@
-"""Access control (seed 002, section 9): the one rule for who sees a capability.
+"""Access control: the one rule for who sees a capability.
 
 Every path that shows a capability to a caller goes through :func:`visible`: search (applied
 inside ranking, before top-k, as a row mask:
-:meth:`capdisc.retrieval.hybrid.RetrievalIndex.search`),
+:meth:`capdisc.retrieval.index.RetrievalIndex.search`),
 Tier 0's category list, tool definitions and schemas (only of visible matches), session
 working sets and the meta-tool (the same pipeline). Tenants are separate registries, so the
 tenant is checked by where a capability is stored; within a tenant a capability is visible to

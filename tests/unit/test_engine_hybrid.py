@@ -1,4 +1,6 @@
-"""The engine over the hybrid retriever: what the discovery worker serves per turn.
+"""The engine over the hybrid retriever (:class:`capdisc.discovery.snapshot.HybridRetriever`
+over :class:`capdisc.retrieval.index.RetrievalIndex`): what the discovery worker serves per
+turn.
 
 Deterministic: the hashing embedder, stored vectors made the way the indexing worker makes them
 (:func:`capdisc.retrieval.text.combine` of the full text and the summary).
@@ -16,7 +18,7 @@ from capdisc.discovery.tiers import NOTHING_FITS
 from capdisc.embedders.hashing import HashingEmbedder
 from capdisc.embedders.port import Matrix
 from capdisc.models import Capability
-from capdisc.retrieval.hybrid import _non_increasing
+from capdisc.retrieval.results import _non_increasing
 from capdisc.retrieval.text import combine, embedding_texts
 from capdisc.vectorstores.filters import SearchFilters
 
@@ -134,9 +136,15 @@ def test_per_call_options_reach_the_retrieval_config(snapshot: IndexSnapshot,
 
 
 def test_lexical_fusion_per_call_changes_the_ranking_source(snapshot: IndexSnapshot) -> None:
+    # The two sides disagree on this query: the hashing vectors put currency-convert first
+    # ("money"), BM25 translate-text ("translate" in its name, title and description). So the
+    # answer changes only if the per-call fusion reaches the retriever.
+    query = "translate money"
+    default = CONFIG.merged({"exact_name_match": False})
     lexical = CONFIG.merged({"fusion": "lexical", "exact_name_match": False})
 
-    assert ask(snapshot, "latest exchange rate", lexical)[0] == "tool:currency-convert"
+    assert ask(snapshot, query, default)[0] == "tool:currency-convert"
+    assert ask(snapshot, query, lexical)[0] == "tool:translate-text"
 
 
 @pytest.mark.parametrize(("scores", "expected"), [
@@ -161,7 +169,7 @@ def test_the_stored_vector_scores_the_mean_of_both_views() -> None:
     assert mixed.dtype == np.float32
 
 
-# -- workflow hints (seed 003, "Prompt Coupling") --------------------------------------------------
+# -- workflow hints (docs/design.md, "Workflow hints") ---------------------------------------------
 
 
 def test_an_answer_carries_the_workflow_hints_of_its_categories(

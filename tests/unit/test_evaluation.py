@@ -34,7 +34,9 @@ from capdisc.bench.evaluation import (
 from capdisc.embedders.hashing import HashingEmbedder
 from capdisc.embedders.port import Matrix
 from capdisc.registry.normalize import capability_from_record
-from capdisc.retrieval.hybrid import DEFAULT_CONFIG, RankedCapability, RetrievalResult, relevance
+from capdisc.retrieval.config import DEFAULT_CONFIG
+from capdisc.retrieval.relevance import relevance
+from capdisc.retrieval.results import RankedCapability, RetrievalResult
 
 FIGURE_KEYS = {"recall@1", "recall@3", "recall@5", "recall@10", "ndcg@5", "complete@5",
                "hit@5", "mrr", "queries", "tools", "latency_ms"}

@@ -1,4 +1,5 @@
-"""Hybrid retrieval: fusion, exact names, decomposition, abstention and filters.
+"""The retrieval index (:mod:`capdisc.retrieval.index` and the modules it uses): fusion,
+exact names, decomposition, abstention and filters.
 
 Deterministic: the hashing embedder and a small hand-made catalog.
 """
@@ -13,18 +14,13 @@ import pytest
 from capdisc.embedders.hashing import HashingEmbedder
 from capdisc.embedders.port import Matrix
 from capdisc.models import Capability, Kind
-from capdisc.retrieval.hybrid import (
-    DEFAULT_CONFIG,
-    RetrievalConfig,
-    RetrievalIndex,
-    _quantile,
-    decompose,
-    fuse,
-    lexical_text,
-    reciprocal_ranks,
-    top_rows,
-    zscore,
-)
+from capdisc.retrieval.config import DEFAULT_CONFIG, RetrievalConfig
+from capdisc.retrieval.decompose import decompose
+from capdisc.retrieval.documents import lexical_text
+from capdisc.retrieval.index import RetrievalIndex
+from capdisc.retrieval.relevance import _quantile
+from capdisc.retrieval.scoring import fuse, reciprocal_ranks, zscore
+from capdisc.retrieval.topk import top_rows
 
 EMBEDDER = HashingEmbedder(256)
 #: Relevance calibrated for the hashing embedder's cosines: 0.5 at cosine 0.2.

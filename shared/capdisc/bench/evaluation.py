@@ -35,15 +35,12 @@ from capdisc.embedders.port import Embedder, Matrix
 from capdisc.errors import ManifestError
 from capdisc.models import Capability
 from capdisc.registry.normalize import capability_from_record
-from capdisc.retrieval.hybrid import (
-    DEFAULT_CONFIG,
-    RetrievalConfig,
-    RetrievalIndex,
-    RetrievalResult,
-    decompose,
-    relevance,
-)
+from capdisc.retrieval.config import DEFAULT_CONFIG, RetrievalConfig
+from capdisc.retrieval.decompose import decompose
+from capdisc.retrieval.index import RetrievalIndex
 from capdisc.retrieval.probes import PROBES
+from capdisc.retrieval.relevance import relevance
+from capdisc.retrieval.results import RetrievalResult
 from capdisc.retrieval.text import combine, full_text, humanize, summary_text
 from capdisc.vectorstores.filters import SearchFilters
 
@@ -377,7 +374,7 @@ def _timed(queries: Sequence[LabelledQuery],
 
 
 def summarize(run: BenchmarkRun) -> dict[str, Any]:
-    """The JSON figures of issue 3 item 8."""
+    """The JSON figures of one retrieval run (what ``capdisc bench retrieval --json`` prints)."""
     relevant = [q.relevant for q in run.queries]
     out: dict[str, Any] = dict(ranking_metrics([r.ids for r in run.results], relevant))
     for key in [f"recall@{k}" for k in RECALL_AT] + ["ndcg@5", "complete@5", "hit@5", "mrr"]:
@@ -457,7 +454,7 @@ def fit_logistic(features: np.ndarray, labels: np.ndarray, *, l2: float = 1e-3,
 
 
 #: Share of each tuning split's answerable queries the abstention floor keeps answered: the
-#: issue's bar is 95%; the margin covers the sample-to-sample spread measured between the
+#: target is 95%; the margin covers the sample-to-sample spread measured between the
 #: MetaTool tuning queries and the evaluation sample (0.963 against 0.969).
 FLOOR_ANSWER_RATE = 0.965
 

@@ -20,7 +20,9 @@ from capdisc.discovery.tiers import TieredContext, tier1_text, tier2_text
 from capdisc.embedders.port import CachedQueryEmbedder, Matrix, Vector
 from capdisc.models import Capability
 from capdisc.registry.flags import Mark
-from capdisc.retrieval.hybrid import DEFAULT_CONFIG, QueryEmbed, decompose
+from capdisc.retrieval.config import DEFAULT_CONFIG
+from capdisc.retrieval.decompose import decompose
+from capdisc.retrieval.index import QueryEmbed
 from capdisc.tokens import make_counter
 from capdisc.vectorstores.filters import SearchFilters
 
@@ -48,8 +50,9 @@ class Match:
     relevance: float
     tier: int = 1
     reason: str = ""
-    #: Set when the tool-poisoning scan flagged it and it is served anyway (:mod:`capdisc.
-    #: flags`): the answer's ``flags`` (rule codes and where, never the excerpts).
+    #: Set when the tool-poisoning scan flagged it and it is served anyway
+    #: (:mod:`capdisc.registry.flags`): the answer's ``flags`` (rule codes and where, never
+    #: the excerpts).
     mark: Mark | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -78,8 +81,8 @@ class DiscoveryResult:
     tiers: TieredContext
     total_indexed: int
     abstained: bool = False
-    #: Category -> workflow guidance for the categories of the matches (seed 003, "Prompt
-    #: Coupling"), in the order the categories first appear.
+    #: Category -> workflow guidance for the categories of the matches, in the order the
+    #: categories first appear (docs/design.md, "Workflow hints").
     workflow_hints: Mapping[str, str] = field(default_factory=dict)
 
     @property

@@ -22,7 +22,8 @@ from capdisc.discovery.tiers import tier0_text
 from capdisc.embedders.port import Matrix, Vector
 from capdisc.models import Capability
 from capdisc.registry.flags import Mark
-from capdisc.retrieval.hybrid import QueryEmbed, RetrievalConfig, RetrievalIndex, calibrated_for
+from capdisc.retrieval.config import RetrievalConfig, calibrated_for
+from capdisc.retrieval.index import QueryEmbed, RetrievalIndex
 from capdisc.tokens import make_counter
 from capdisc.vectorstores.filters import SearchFilters
 
@@ -60,7 +61,7 @@ class Retriever(Protocol):
 
 
 class HybridRetriever:
-    """The engine's retriever: :class:`capdisc.retrieval.hybrid.RetrievalIndex` (BM25 and dense
+    """The engine's retriever: :class:`capdisc.retrieval.index.RetrievalIndex` (BM25 and dense
     fused, the exact-name path, query decomposition, calibrated relevance and abstention)."""
 
     def __init__(self, index: RetrievalIndex, embedder_id: str) -> None:
@@ -198,7 +199,7 @@ class IndexSnapshot:
 
     @cached_property
     def graph(self) -> nx.Graph:
-        """The capability graph (seed 001), built on first use: only graph re-ranking needs it."""
+        """The capability graph, built on first use: only graph re-ranking needs it."""
         return build_graph(self.capabilities.values())
 
     @classmethod

@@ -1,4 +1,4 @@
-"""The texts a capability is embedded and matched by (seed 001, "Embedding Strategy").
+"""The texts a capability is embedded and matched by (docs/design.md, "Embedding texts").
 
 :func:`full_text` (display name and description, parameters with their descriptions, tags,
 dependencies, example queries) and :func:`summary_text` (display name and the description's
@@ -18,8 +18,8 @@ import re
 import numpy as np
 
 from capdisc.embedders.port import Vector
-from capdisc.retrieval.lexical import split_identifiers
 from capdisc.models import Capability
+from capdisc.retrieval.lexical import split_identifiers
 
 _PARAGRAPH = re.compile(r"\n\s*\n")
 

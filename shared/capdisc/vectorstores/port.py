@@ -34,7 +34,7 @@ import numpy.typing as npt
 from capdisc.embedders.port import Matrix, Vector
 from capdisc.errors import UnknownTenantError, VectorStoreError
 from capdisc.models import Capability
-from capdisc.retrieval.hybrid import lexical_text
+from capdisc.retrieval.documents import lexical_text
 from capdisc.retrieval.lexical import STOPWORDS
 from capdisc.tenants import TENANT_RE
 
@@ -98,8 +98,8 @@ class StoredObject:
                         text: str | None = None) -> StoredObject:
         """A capability's object: its filter fields, its visibility
         (:attr:`capdisc.models.Capability.visibility`: open when it names no roles and no users),
-        and the text BM25 matches in-process (:func:`capdisc.retrieval.hybrid.lexical_text`) unless
-        ``text`` is given."""
+        and the text BM25 matches in-process
+        (:func:`capdisc.retrieval.documents.lexical_text`) unless ``text`` is given."""
         visibility = capability.visibility
         return cls(capability.id, np.asarray(vector, dtype=np.float32),
                    lexical_text(capability) if text is None else text,

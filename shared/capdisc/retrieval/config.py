@@ -1,0 +1,87 @@
+"""Retrieval configuration: the knobs of :class:`RetrievalConfig` and the relevance model and
+abstention threshold fitted per embedder (:data:`CALIBRATIONS`, :func:`calibrated_for`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+Fusion = Literal["zscore", "rrf", "dense", "lexical"]
+
+
+@dataclass(frozen=True)
+class RetrievalConfig:
+    """Retrieval knobs. Defaults were fitted on the tuning splits with the MiniLM embedder."""
+
+    fusion: Fusion = "zscore"
+    #: Convex weight of the dense z-score (the lexical one gets ``1 - dense_weight``).
+    dense_weight: float = 0.7
+    #: Weight of the full-text vector against the summary vector, when both are given.
+    full_text_weight: float = 0.5
+    rrf_k: int = 60
+    exact_name: bool = True
+    decompose: bool = True
+    max_subqueries: int = 8
+    #: A sub-query reserves a slot for its best capability when that one's fused z reaches this.
+    subquery_min_z: float = 6.0
+    #: Rows a sub-query is scored on: this many best of the whole query plus as many BM25 best
+    #: of the sub-query.
+    candidates: int = 64
+    #: Catalogs of more than ``reduce_above`` rows search a ``reduce_dims``-dimensional
+    #: projection of the vectors (the top right singular vectors of the matrix): half the memory
+    #: traffic of a full pass, measured within 0.002 recall@5 of exact (0 disables).
+    reduce_dims: int = 192
+    reduce_above: int = 2000
+    #: Logistic relevance model: ``sigmoid(bias + w_cos * cos + w_cov * coverage + w_z * z)``,
+    #: fitted for the MiniLM embedder by :func:`capdisc.bench.evaluation.calibrated` on the tuning
+    #: splits (MetaTool queries outside the evaluation sample, Seal-Tools dev): answerable
+    #: queries against the same queries with their relevant tools removed. Coverage and z were
+    #: measured and dropped (weight 0): they made real no-tool queries look answerable.
+    relevance_bias: float = -2.082
+    relevance_cosine: float = 4.684
+    relevance_coverage: float = 0.0
+    relevance_z: float = 0.0
+    #: Abstain when no entry's relevance reaches this floor (0 never abstains): the highest
+    #: that keeps 96.5% of each tuning split's answerable queries answered
+    #: (:func:`capdisc.bench.evaluation.calibrated`). Embedder-specific, like the above.
+    abstain_threshold: float = 0.2838
+    #: Raise the threshold, per catalog, to the relevance of the ``probe_quantile`` of the
+    #: probe queries' best cosines (:mod:`capdisc.retrieval.probes`), when the index has probe
+    #: vectors.
+    adaptive_abstain: bool = True
+    probe_quantile: float = 0.6
+    #: Compute every evidence feature (BM25 coverage too) even when the relevance model does
+    #: not use it: for calibration runs.
+    collect_evidence: bool = False
+
+
+DEFAULT_CONFIG = RetrievalConfig()
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """An embedder's relevance model and abstention threshold (see :class:`RetrievalConfig`)."""
+
+    bias: float
+    cosine: float
+    abstain_threshold: float
+
+
+#: Fitted per embedder by ``benchmarks/retrieval.py --calibrate``. An embedder without an entry
+#: keeps the MiniLM relevance model but never abstains (its cosines mean something else).
+CALIBRATIONS: dict[str, Calibration] = {
+    "minilm-l6-int8": Calibration(DEFAULT_CONFIG.relevance_bias,
+                                  DEFAULT_CONFIG.relevance_cosine,
+                                  DEFAULT_CONFIG.abstain_threshold),
+}
+
+
+def calibrated_for(embedder_id: str, config: RetrievalConfig = DEFAULT_CONFIG
+                   ) -> RetrievalConfig:
+    """``config`` with the relevance model and threshold fitted for ``embedder_id``."""
+    fit = CALIBRATIONS.get(embedder_id)
+    if fit is None:
+        return replace(config, abstain_threshold=0.0)
+    return replace(config, relevance_bias=fit.bias, relevance_cosine=fit.cosine,
+                   abstain_threshold=fit.abstain_threshold)

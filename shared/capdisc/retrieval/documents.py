@@ -1,0 +1,30 @@
+"""The document BM25 indexes for a capability (:func:`lexical_text`): the retriever's lexical
+side and the in-process vector store's keyword side both match this text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from capdisc.models import Capability
+from capdisc.retrieval.lexical import split_identifiers
+
+
+def lexical_text(capability: Capability) -> str:
+    """What BM25 matches: names (identifiers split), description, category, tags, parameters
+    with their descriptions, dependencies and example queries."""
+    lines = [capability.name, capability.display_name, capability.description,
+             split_identifiers(capability.category), " ".join(capability.tags)]
+    lines.extend(_parameter_lines(capability))
+    lines.extend(capability.required_tools)
+    lines.extend(capability.example_queries)
+    return "\n".join(line for line in lines if line)
+
+
+def _parameter_lines(capability: Capability) -> Iterable[str]:
+    properties = (capability.full_schema or {}).get("properties")
+    if not isinstance(properties, dict):
+        return
+    for name, spec in properties.items():
+        description = spec.get("description") if isinstance(spec, dict) else None
+        yield f"{name} {description}" if isinstance(description, str) else str(name)

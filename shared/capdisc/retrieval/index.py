@@ -1,0 +1,355 @@
+"""The retrieval index: which capabilities a turn needs, ranked, with a calibrated relevance.
+
+One immutable :class:`RetrievalIndex` per snapshot, built once (BM25 postings, the dense matrix,
+filter masks, the exact-name table) so a query only does arithmetic:
+
+1. **Exact name** (:mod:`capdisc.retrieval.names`). A query that names a capability ranks that
+   capability first.
+2. **Hybrid scores** (:mod:`capdisc.retrieval.scoring`). Dense cosine (optionally the weighted
+   sum of a full-text and a summary vector per capability, folded into one matrix at build
+   time) and BM25 (:mod:`capdisc.retrieval.lexical`) are fused.
+3. **Decomposition** (:mod:`capdisc.retrieval.decompose`). A query that chains several requests
+   is split into sub-queries; each is scored the same way, and every sub-query whose best
+   capability stands out (fused z >= ``subquery_min_z``) reserves a slot for it right after the
+   whole query's best match (:func:`capdisc.retrieval.results.merge`). The rest of the list
+   follows the whole query's ranking.
+4. **Relevance and abstention** (:mod:`capdisc.retrieval.relevance`). Each entry gets a
+   relevance in [0, 1]; the result abstains when no entry reaches the threshold (an exact-name
+   match never abstains).
+
+Catalogs larger than ``reduce_above`` rows are searched in a ``reduce_dims`` projection of the
+vectors (within 0.002 recall@5 of exact on both benchmarks, half the memory traffic). Filters
+(kind, category, tags, availability, excluded ids) are applied before top-k.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from capdisc.access import ANONYMOUS, Caller
+from capdisc.embedders.port import Matrix, Vector
+from capdisc.models import Capability
+from capdisc.retrieval.config import DEFAULT_CONFIG, RetrievalConfig
+from capdisc.retrieval.decompose import decompose
+from capdisc.retrieval.documents import lexical_text
+from capdisc.retrieval.lexical import LexicalIndex, Scores
+from capdisc.retrieval.names import (
+    NameKey,
+    build_name_table,
+    name_starts,
+    named_rows,
+    row_name_keys,
+)
+from capdisc.retrieval.relevance import abstain_threshold, probe_cosines
+from capdisc.retrieval.results import RetrievalResult, Scored, entries, merge
+from capdisc.retrieval.scoring import fuse, fuse_pooled, mix_moments
+from capdisc.retrieval.topk import BoolArray, candidate_pool, top_rows
+
+#: Embeds extra query texts (sub-queries): one L2-normalized row per text.
+QueryEmbed = Callable[[list[str]], Matrix]
+RowArray = npt.NDArray[np.int32]
+
+
+@dataclass(frozen=True, eq=False)
+class RetrievalIndex:
+    """Everything a query needs, precomputed from one set of capabilities and their vectors."""
+
+    capabilities: tuple[Capability, ...]
+    ids: tuple[str, ...]
+    matrix: Matrix
+    lexicon: LexicalIndex
+    names: dict[NameKey, int]
+    #: First words of the several-word names, so a query's word runs are looked up only there.
+    name_starts: frozenset[str]
+    #: Rows of each kind, category and tag (row indices, not per-value masks: a catalog of
+    #: 100,000 capabilities with thousands of categories and tags would hold GBs of masks).
+    kinds: dict[str, RowArray]
+    categories: dict[str, RowArray]
+    tags: dict[str, RowArray]
+    available: BoolArray
+    #: Visibility (:mod:`capdisc.access`): rows open to the whole tenant, rows per role, per user.
+    open_rows: BoolArray
+    role_rows: dict[str, RowArray]
+    user_rows: dict[str, RowArray]
+    #: Per row, the keys that could name its capability (kept for the next delta).
+    row_keys: tuple[frozenset[NameKey], ...]
+    rows: dict[str, int]
+    #: Mean row and second-moment matrix of ``matrix``: the catalog mean and deviation of a
+    #: query's cosines, without scoring every row.
+    mean_vector: Vector
+    moment: Matrix
+    #: ``embedding dim x reduced dim`` projection applied to query vectors, or None.
+    projection: Matrix | None
+    #: Per probe query (:mod:`capdisc.retrieval.probes`), its best cosine over the catalog, sorted.
+    probe_cosines: tuple[float, ...] = ()
+
+    @classmethod
+    def build(cls, capabilities: Sequence[Capability], vectors: Matrix, *,
+              summary_vectors: Matrix | None = None, texts: Sequence[str] | None = None,
+              probe_vectors: Matrix | None = None,
+              config: RetrievalConfig = DEFAULT_CONFIG,
+              previous: RetrievalIndex | None = None) -> RetrievalIndex:
+        """Index ``capabilities``; ``vectors`` row ``i`` embeds capability ``i`` (L2-normalized).
+
+        ``summary_vectors`` (optional, same shape) embed a short name-and-summary text; the dense
+        score is then ``w * cos(full) + (1 - w) * cos(summary)``, folded into one matrix here.
+        ``texts`` overrides the BM25 text (default
+        :func:`capdisc.retrieval.documents.lexical_text`). ``probe_vectors`` embed
+        :data:`capdisc.retrieval.probes.PROBES`, for the per-catalog abstention threshold.
+        ``previous``: an index of mostly the same capabilities (a hot-reload delta); the
+        capabilities it holds (the same objects) keep their BM25 terms, and its dimension
+        reduction is kept, so an update costs a fraction of a build.
+        """
+        caps = tuple(capabilities)
+        matrix, projection = _dense_side(vectors, summary_vectors, len(caps), config, previous)
+        reuse = _reused_rows(caps, previous) if previous is not None and texts is None else None
+        lexicon = _lexicon(caps, texts, previous, reuse)
+        row_keys = _row_keys(caps, previous, reuse)
+        names = build_name_table(row_keys, lexicon)
+        kinds, categories, tags, roles, users = _facets(caps)
+        mean_vector, moment = _moments(matrix)
+        ids = tuple(c.id for c in caps)
+        return cls(
+            capabilities=caps, ids=ids, matrix=matrix, lexicon=lexicon, names=names,
+            name_starts=name_starts(names), kinds=kinds, categories=categories, tags=tags,
+            available=np.array([c.available for c in caps], dtype=bool),
+            open_rows=np.array([c.visibility.open for c in caps], dtype=bool),
+            role_rows=roles, user_rows=users, row_keys=row_keys,
+            rows={cid: i for i, cid in enumerate(ids)},
+            mean_vector=mean_vector, moment=moment, projection=projection,
+            probe_cosines=probe_cosines(matrix, probe_vectors, projection),
+        )
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def all_open(self) -> bool:
+        return bool(self.open_rows.all())
+
+    # -- searching ------------------------------------------------------------------------------
+
+    def search(self, query: str, query_vector: Vector, k: int, *, kind: str | None = None,
+               category: str | None = None, tags: Collection[str] = (),
+               only_available: bool = False, exclude: Collection[str] = (),
+               include: Collection[str] | None = None, only_installable: bool = False,
+               caller: Caller = ANONYMOUS, embed: QueryEmbed | None = None,
+               config: RetrievalConfig = DEFAULT_CONFIG) -> RetrievalResult:
+        """The ``k`` best capabilities for ``query`` among those the filters allow.
+
+        ``query_vector`` embeds ``query``; ``embed`` embeds sub-queries (without it, or with
+        ``config.decompose`` off, the query is not decomposed).
+        """
+        allowed = self._allowed(kind, category, tags, only_available, exclude)
+        if include is not None:
+            allowed &= self._only(include)
+        if only_installable:
+            allowed &= ~self.available
+        if not self.all_open:
+            allowed &= self._visible(caller)
+        if k <= 0 or not allowed.any():
+            return RetrievalResult((), abstained=True)
+        vector = np.asarray(query_vector, dtype=np.float32).reshape(-1)
+        whole = self._score_whole(query, vector, config)
+        parts = self._subqueries(query, embed, config)
+        ranking = top_rows(whole.fused, allowed,
+                           max(k + len(parts) + 1, config.candidates if parts else 0))
+        scored_parts = (self._score_parts(parts, embed, ranking, allowed, config)
+                        if parts and embed is not None else [])
+        exact = self._exact(query, allowed) if config.exact_name else None
+        order = merge(ranking, scored_parts, k, exact, config)
+        ranked = entries(order, whole, scored_parts, self.ids, self.lexicon, config)
+        threshold = self.abstain_threshold(config)
+        abstained = exact is None and not any(e.relevance >= threshold for e in ranked)
+        return RetrievalResult(ranked, abstained=abstained, subqueries=tuple(parts),
+                               exact_match=self.ids[exact] if exact is not None else None)
+
+    def abstain_threshold(self, config: RetrievalConfig) -> float:
+        """The relevance an answer needs: the configured floor, raised to how close this
+        catalog comes to the probe queries (0 never abstains)."""
+        return abstain_threshold(self.probe_cosines, config)
+
+    def _subqueries(self, query: str, embed: QueryEmbed | None,
+                    config: RetrievalConfig) -> list[str]:
+        if embed is None or not config.decompose or config.fusion != "zscore":
+            return []
+        parts = decompose(query, config.max_subqueries)
+        return parts if len(parts) > 1 else []
+
+    def _score_whole(self, query: str, vector: Vector, config: RetrievalConfig) -> Scored:
+        vector = self._project(vector)
+        cosine: Scores = self.matrix @ vector
+        term_ids = self.lexicon.term_ids(query)
+        bm25 = self.lexicon.scores(term_ids)
+        if config.fusion != "zscore":
+            return Scored(None, cosine, fuse(cosine, bm25, config), term_ids)
+        mean = float(vector @ self.mean_vector)
+        deviation = math.sqrt(max(float(vector @ self.moment @ vector) - mean * mean, 1e-12))
+        fused = mix_moments(cosine, mean, deviation, bm25, config)
+        return Scored(None, cosine, fused, term_ids)
+
+    def _score_parts(self, parts: list[str], embed: QueryEmbed, ranking: list[int],
+                     allowed: BoolArray, config: RetrievalConfig) -> list[Scored]:
+        """Score all sub-queries at once, on candidate rows only: the whole query's fused top
+        rows (``ranking``) and each sub-query's BM25 top rows. The z-scores use catalog-wide
+        moments (the dense ones from the matrix moments), so they equal a full pass's."""
+        vectors = self._project(np.asarray(embed(parts), dtype=np.float32))
+        term_ids = [self.lexicon.term_ids(part) for part in parts]
+        bm25 = self.lexicon.scores_many(term_ids)
+        pool = candidate_pool(ranking, bm25, allowed, config.candidates)
+        cosine = vectors @ self.matrix[pool].T  # (parts, pool)
+        means = vectors @ self.mean_vector
+        spread = ((vectors @ self.moment) * vectors).sum(axis=1) - means**2
+        fused = fuse_pooled(cosine, means, spread, bm25, pool, config)
+        return [Scored(pool, cosine[i], fused[i], term_ids[i]) for i in range(len(parts))]
+
+    def _project(self, vectors: Matrix) -> Matrix:
+        """Query vectors in the space the catalog is searched in."""
+        return vectors @ self.projection if self.projection is not None else vectors
+
+    def _exact(self, query: str, allowed: BoolArray) -> int | None:
+        """The first row ``query`` names that the search allows."""
+        return next((row for row in named_rows(query, self.names, self.name_starts)
+                     if allowed[row]), None)
+
+    # -- filters ----------------------------------------------------------------------------------
+
+    def _allowed(self, kind: str | None, category: str | None, tags: Collection[str],
+                 only_available: bool, exclude: Collection[str]) -> BoolArray:
+        allowed = np.ones(len(self.ids), dtype=bool)
+        chosen = ([self.kinds.get(kind)] if kind is not None else []) + (
+            [self.categories.get(category)] if category is not None else []) + [
+            self.tags.get(tag) for tag in tags]
+        for rows in chosen:
+            mask = np.zeros(len(self.ids), dtype=bool)
+            if rows is not None:
+                mask[rows] = True
+            allowed &= mask
+        if only_available:
+            allowed &= self.available
+        for cap_id in exclude:
+            row = self.rows.get(cap_id)
+            if row is not None:
+                allowed[row] = False
+        return allowed
+
+    def _visible(self, caller: Caller) -> BoolArray:
+        """Rows ``caller`` may see (:func:`capdisc.access.visible`, as a mask)."""
+        mask = self.open_rows.copy()
+        for role in caller.roles:
+            rows = self.role_rows.get(role)
+            if rows is not None:
+                mask[rows] = True
+        rows = self.user_rows.get(caller.user) if caller.user is not None else None
+        if rows is not None:
+            mask[rows] = True
+        return mask
+
+    def _only(self, ids: Collection[str]) -> BoolArray:
+        mask = np.zeros(len(self.ids), dtype=bool)
+        rows = [self.rows[i] for i in ids if i in self.rows]
+        mask[rows] = True
+        return mask
+
+
+# -- building ------------------------------------------------------------------------------------
+
+
+def _dense_side(vectors: Matrix, summary_vectors: Matrix | None, count: int,
+                config: RetrievalConfig, previous: RetrievalIndex | None
+                ) -> tuple[Matrix, Matrix | None]:
+    """The matrix queries are scored against, and the projection it was reduced with (kept
+    from ``previous`` when it has one)."""
+    matrix = _dense_matrix(vectors, summary_vectors, count, config.full_text_weight)
+    projection = (previous.projection if previous is not None
+                  and previous.projection is not None else _projection(matrix, config))
+    if projection is not None:
+        matrix = np.ascontiguousarray(matrix @ projection)
+    return matrix, projection
+
+
+def _dense_matrix(vectors: Matrix, summary_vectors: Matrix | None, count: int,
+                  full_text_weight: float) -> Matrix:
+    matrix = np.asarray(vectors, dtype=np.float32)
+    if matrix.ndim != 2 or matrix.shape[0] != count:
+        raise ValueError(f"vectors must have one row per capability: got {matrix.shape} "
+                         f"for {count} capabilities")
+    if summary_vectors is not None:
+        summary = np.asarray(summary_vectors, dtype=np.float32)
+        if summary.shape != matrix.shape:
+            raise ValueError(f"summary_vectors shape {summary.shape} != {matrix.shape}")
+        matrix = full_text_weight * matrix + (1.0 - full_text_weight) * summary
+    return np.ascontiguousarray(matrix, dtype=np.float32)
+
+
+def _projection(matrix: Matrix, config: RetrievalConfig) -> Matrix | None:
+    """Top right singular vectors of ``matrix`` (uncentered, so the mean direction stays)."""
+    rows, dim = matrix.shape
+    if not config.reduce_dims or rows <= config.reduce_above or config.reduce_dims >= dim:
+        return None
+    gram = matrix.T.astype(np.float64) @ matrix
+    _, vectors = np.linalg.eigh(gram)  # ascending eigenvalues
+    basis: Matrix = np.ascontiguousarray(vectors[:, ::-1][:, :config.reduce_dims],
+                                         dtype=np.float32)
+    return basis
+
+
+def _moments(matrix: Matrix) -> tuple[Vector, Matrix]:
+    """Mean row and second-moment matrix of ``matrix``."""
+    n = max(len(matrix), 1)
+    mean_vector: Vector = matrix.sum(axis=0, dtype=np.float64).astype(np.float32) / n
+    moment: Matrix = (matrix.T.astype(np.float64) @ matrix / n).astype(np.float32)
+    return mean_vector, moment
+
+
+def _reused_rows(caps: Sequence[Capability], previous: RetrievalIndex) -> list[int | None]:
+    """For each capability, its row in ``previous`` if ``previous`` holds this very object."""
+    out: list[int | None] = []
+    for capability in caps:
+        row = previous.rows.get(capability.id)
+        out.append(row if row is not None and previous.capabilities[row] is capability else None)
+    return out
+
+
+def _lexicon(caps: Sequence[Capability], texts: Sequence[str] | None,
+             previous: RetrievalIndex | None, reuse: list[int | None] | None) -> LexicalIndex:
+    """BM25 over ``texts``, or over each capability's :func:`lexical_text`; capabilities that
+    ``reuse`` maps to a row of ``previous`` take that row's terms instead."""
+    if texts is not None:
+        return LexicalIndex.build(list(texts))
+    if previous is None or not reuse:
+        return LexicalIndex.build([lexical_text(c) for c in caps])
+    documents = ["" if row is not None else lexical_text(c)
+                 for c, row in zip(caps, reuse, strict=True)]
+    return LexicalIndex.build(documents, previous=previous.lexicon, reuse=reuse)
+
+
+def _row_keys(caps: Sequence[Capability], previous: RetrievalIndex | None,
+              reuse: list[int | None] | None) -> tuple[frozenset[NameKey], ...]:
+    """Per capability, the keys that could name it; reused rows keep ``previous``'s."""
+    if previous is None or not reuse:
+        return tuple(row_name_keys(c) for c in caps)
+    return tuple(previous.row_keys[row] if row is not None else row_name_keys(c)
+                 for c, row in zip(caps, reuse, strict=True))
+
+
+def _facets(caps: Sequence[Capability]) -> tuple[dict[str, RowArray], ...]:
+    """Rows by kind, category, tag, visibility role and visibility user, in one pass."""
+    found: tuple[dict[str, list[int]], ...] = ({}, {}, {}, {}, {})
+    kinds, categories, tags, roles, users = found
+    for row, cap in enumerate(caps):
+        kinds.setdefault(cap.kind, []).append(row)
+        categories.setdefault(cap.category, []).append(row)
+        for tag in cap.tags:
+            tags.setdefault(tag, []).append(row)
+        for role in cap.visibility.roles:
+            roles.setdefault(role, []).append(row)
+        for user in cap.visibility.users:
+            users.setdefault(user, []).append(row)
+    return tuple({key: np.asarray(rows, dtype=np.int32) for key, rows in f.items()}
+                 for f in found)

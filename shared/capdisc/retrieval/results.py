@@ -1,0 +1,132 @@
+"""Search results and how they are assembled: the merged order of the whole query's and the
+sub-queries' best rows (:func:`merge`), then each entry's score, relevance and evidence
+(:func:`entries`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from capdisc.retrieval.config import RetrievalConfig
+from capdisc.retrieval.lexical import IntArray, LexicalIndex, Scores
+from capdisc.retrieval.relevance import relevance
+
+
+@dataclass(frozen=True)
+class RankedCapability:
+    """One ranked capability: its fused score (z units, higher is better), its calibrated
+    relevance in [0, 1], and the evidence the relevance was computed from (dense cosine, BM25
+    term coverage, fused z of the query text it matched best)."""
+
+    capability_id: str
+    score: float
+    relevance: float
+    evidence: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+
+@dataclass(frozen=True)
+class RetrievalResult:
+    """Ranked entries, best first, and whether the retriever says nothing fits."""
+
+    entries: tuple[RankedCapability, ...]
+    abstained: bool
+    subqueries: tuple[str, ...] = ()
+    exact_match: str | None = None
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(e.capability_id for e in self.entries)
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One query text's scores on ``rows`` (all rows for the whole query, candidates for a
+    sub-query)."""
+
+    rows: IntArray | None  # None: every row, in catalog order
+    cosine: Scores
+    fused: Scores
+    term_ids: IntArray  # the text's BM25 terms (coverage is computed for the final rows only)
+
+    def at(self, row: int) -> int | None:
+        """Position of catalog ``row`` in these scores, None when it was not scored."""
+        if self.rows is None:
+            return row
+        at = int(np.searchsorted(self.rows, row))  # sub-query rows are sorted (np.flatnonzero)
+        return at if at < self.rows.size and int(self.rows[at]) == row else None
+
+
+def merge(ranking: list[int], parts: list[Scored], k: int, exact: int | None,
+          config: RetrievalConfig) -> list[int]:
+    """Exact match first, then the whole query's best, then each confident sub-query's best
+    (most confident first), then the whole query's ranking."""
+    order: list[int] = [exact] if exact is not None else []
+    reserved = ranking[:1]
+    tops = []
+    for part in parts:
+        if part.fused.size and part.rows is not None:
+            at = int(np.argmax(part.fused))
+            if float(part.fused[at]) >= config.subquery_min_z:
+                tops.append((float(part.fused[at]), int(part.rows[at])))
+    reserved += [row for _, row in sorted(tops, key=lambda t: -t[0])]
+    for row in [*reserved, *ranking]:
+        if row not in order:
+            order.append(row)
+    return order[:k]
+
+
+def entries(order: list[int], whole: Scored, parts: list[Scored], ids: Sequence[str],
+            lexicon: LexicalIndex, config: RetrievalConfig) -> tuple[RankedCapability, ...]:
+    """Entries for the rows of ``order`` (``ids`` names each row); each row's relevance comes
+    from the query text (whole or sub-query) it scored best on."""
+    sources = _sources(order, whole, parts)
+    coverage = _coverage(order, sources, lexicon, config)
+    scores = _non_increasing([float(whole.fused[row]) for row in order])
+    ranked = []
+    for row, (scored, at), cov, score in zip(order, sources, coverage, scores, strict=True):
+        evidence = (float(scored.cosine[at]), float(cov), float(scored.fused[at]))
+        ranked.append(RankedCapability(ids[row], score, relevance(evidence, config), evidence))
+    return tuple(ranked)
+
+
+def _sources(order: list[int], whole: Scored, parts: list[Scored]) -> list[tuple[Scored, int]]:
+    """Per row of ``order``, the query text it scored best on and its position there."""
+    sources: list[tuple[Scored, int]] = []
+    for row in order:
+        best = (whole, row)
+        for part in parts:
+            at = part.at(row)
+            if at is not None and part.fused[at] > best[0].fused[best[1]]:
+                best = (part, at)
+        sources.append(best)
+    return sources
+
+
+def _coverage(order: list[int], sources: list[tuple[Scored, int]], lexicon: LexicalIndex,
+              config: RetrievalConfig) -> Scores:
+    """Per row of ``order``, the BM25 term coverage of its source text (zeros when the
+    relevance model ignores coverage and no calibration run asks for it)."""
+    coverage = np.zeros(len(order), dtype=np.float32)
+    texts = {id(s): s for s, _ in sources}.values() if _wants_coverage(config) else ()
+    for scored in texts:
+        mine = [i for i, (s, _) in enumerate(sources) if s is scored]
+        coverage[mine] = lexicon.coverage(scored.term_ids, [order[i] for i in mine])
+    return coverage
+
+
+def _wants_coverage(config: RetrievalConfig) -> bool:
+    """BM25 term coverage is evidence for calibration; skipped when the model ignores it."""
+    return config.relevance_coverage != 0.0 or config.collect_evidence
+
+
+def _non_increasing(scores: list[float]) -> list[float]:
+    """Scores that agree with the merged order: an entry placed above better-scored ones (an
+    exact match, a sub-query's best) takes the best score below it, so a stable re-sort
+    (graph re-ranking) keeps the order unless something changes a score."""
+    out = list(scores)
+    for i in range(len(out) - 2, -1, -1):
+        out[i] = max(out[i], out[i + 1])
+    return out

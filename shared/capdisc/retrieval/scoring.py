@@ -1,0 +1,89 @@
+"""Score normalisation and fusion: dense cosines and BM25 scores made comparable and mixed.
+
+The default is the z-score convex mix: each side z-normalized over the catalog, ``dense_weight``
+on the dense side. Chosen by measurement against RRF and max/min-max normalized fusion
+(``docs/benchmarks.md``); RRF and either side alone stay available (:func:`fuse`). The index
+scores a query without a full pass over every row where it can, so the mix also comes with the
+catalog moments given (:func:`mix_moments`, :func:`fuse_pooled`); both equal the full pass.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from capdisc.retrieval.config import RetrievalConfig
+from capdisc.retrieval.lexical import IntArray, Scores
+
+
+def fuse(cosine: Scores, bm25: Scores, config: RetrievalConfig) -> Scores:
+    """One query's fused scores: z-score convex mix (default), RRF, or one side alone."""
+    if config.fusion == "dense":
+        return zscore(cosine)
+    if config.fusion == "lexical":
+        return zscore(bm25)
+    if config.fusion == "rrf":
+        return reciprocal_ranks(cosine, config.rrf_k) + reciprocal_ranks(bm25, config.rrf_k)
+    return mix(zscore(cosine), zscore(bm25), config)
+
+
+def zscore(scores: Scores) -> Scores:
+    """``(x - mean) / std`` over the catalog; all zeros when the scores are flat."""
+    if scores.size == 0:
+        return scores
+    std = float(scores.std())
+    if std < 1e-9:
+        return np.zeros_like(scores)
+    result: Scores = ((scores - scores.mean()) / std).astype(np.float32)
+    return result
+
+
+def reciprocal_ranks(scores: Scores, k: int = 60) -> Scores:
+    """RRF contribution ``1 / (k + rank)`` of each document (rank 1 is the best)."""
+    ranks = np.empty(scores.size, dtype=np.float32)
+    ranks[np.argsort(-scores, kind="stable")] = np.arange(1, scores.size + 1, dtype=np.float32)
+    result: Scores = (1.0 / (k + ranks)).astype(np.float32)
+    return result
+
+
+def mix(dense_z: Scores, lexical_z: Scores, config: RetrievalConfig) -> Scores:
+    """The convex mix of the two sides' z-scores, ``dense_weight`` on the dense side."""
+    w = config.dense_weight
+    fused: Scores = (w * dense_z + (1.0 - w) * lexical_z).astype(np.float32)
+    return fused
+
+
+def mix_moments(cosine: Scores, mean: float, deviation: float, bm25: Scores,
+                config: RetrievalConfig) -> Scores:
+    """``mix(zscore(cosine), zscore(bm25))`` with the dense moments given: two passes."""
+    w = config.dense_weight
+    n = max(bm25.size, 1)
+    lex_mean = float(bm25.sum()) / n
+    lex_var = float(np.dot(bm25, bm25)) / n - lex_mean * lex_mean
+    lex_scale = (1.0 - w) / math.sqrt(lex_var) if lex_var > 1e-18 else 0.0
+    fused: Scores = cosine * np.float32(w / deviation)
+    fused += bm25 * np.float32(lex_scale)
+    fused -= np.float32(w * mean / deviation + lex_scale * lex_mean)
+    return fused
+
+
+def fuse_pooled(cosine: Scores, means: Scores, variances: Scores, bm25: Scores,
+                pool: IntArray, config: RetrievalConfig) -> Scores:
+    """The mix of several query texts (one row each) at the ``pool`` rows only.
+
+    ``cosine`` holds each text's cosines at ``pool``; ``means`` and ``variances`` are each
+    text's catalog-wide cosine moments; ``bm25`` holds each text's BM25 scores of every row.
+    The z-scores use the catalog-wide moments, so they equal a full pass's."""
+    dense_z = (cosine - means[:, None]) / np.sqrt(np.clip(variances, 1e-12, None))[:, None]
+    return mix(dense_z.astype(np.float32), _lexical_z_at(bm25, pool).astype(np.float32), config)
+
+
+def _lexical_z_at(bm25: Scores, pool: IntArray) -> Scores:
+    """Each row of ``bm25`` z-scored over the whole catalog, taken at ``pool`` (flat rows: 0)."""
+    n = max(bm25.shape[1], 1)
+    lex_mean = bm25.sum(axis=1) / n
+    lex_var = np.einsum("ij,ij->i", bm25, bm25) / n - lex_mean**2
+    lex_sd = np.where(lex_var > 1e-18, np.sqrt(np.clip(lex_var, 1e-18, None)), np.inf)
+    lexical_z: Scores = (bm25[:, pool] - lex_mean[:, None]) / lex_sd[:, None]
+    return lexical_z

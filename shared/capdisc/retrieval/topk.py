@@ -1,0 +1,80 @@
+"""Choosing rows: the exact top-k of a score row among the allowed rows (:func:`top_rows`), and
+the candidate rows sub-queries are scored on (:func:`candidate_pool`), without sorting a large
+catalog.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from capdisc.retrieval.lexical import IntArray, Scores
+
+#: Which rows a search may return (filters and visibility applied), one flag per row.
+BoolArray = npt.NDArray[np.bool_]
+
+_SAMPLE = 512
+
+
+def top_rows(scores: Scores, allowed: BoolArray, k: int) -> list[int]:
+    """Rows of the ``k`` best allowed scores, best first (ties keep catalog order).
+
+    Exact, and fast on large catalogs: a strided sample gives a threshold that at least ``k``
+    scores pass, so only those are sorted; many equal scores (BM25's zeros) are skipped."""
+    if k <= 0 or scores.size == 0:
+        return []
+    candidates = _above_threshold(scores, allowed, k)
+    values = scores[candidates]
+    if candidates.size > k:
+        kth = np.partition(values, values.size - k)[values.size - k]
+        above = np.flatnonzero(values > kth)
+        keep = np.concatenate([above, np.flatnonzero(values == kth)[: k - above.size]])
+        candidates, values = candidates[keep], values[keep]
+    order = np.lexsort((candidates, -values))
+    return [int(r) for r in candidates[order]]
+
+
+def candidate_pool(ranking: list[int], bm25: Scores, allowed: BoolArray, size: int) -> IntArray:
+    """Allowed rows worth scoring sub-queries on, sorted: the first ``size`` of ``ranking``
+    (the whole query's best) and, per row of ``bm25`` (one per sub-query), its ``size`` best
+    matching rows."""
+    mark = np.zeros(allowed.size, dtype=bool)
+    mark[ranking[:size]] = True
+    for row in bm25:
+        mark[_best_matching(row, allowed, size)] = True
+    pool: IntArray = np.flatnonzero(mark & allowed)
+    return pool
+
+
+def _best_matching(scores: Scores, allowed: BoolArray, k: int) -> IntArray:
+    """Rows of the ``k`` best positive scores among the allowed (fewer when fewer match; in no
+    particular order): BM25 scores are zero for most rows, so only the matching ones are sorted."""
+    rows: IntArray = np.flatnonzero((scores > 0) & allowed)
+    if rows.size > k:
+        rows = rows[np.argpartition(-scores[rows], k - 1)[:k]]
+    return rows
+
+
+def _above_threshold(scores: Scores, allowed: BoolArray, k: int) -> IntArray:
+    """Allowed rows among which the ``k`` best surely are: those above a threshold taken from
+    a strided sample, plus the first rows tied with it when too few are above (BM25's zeros);
+    every allowed row when in doubt."""
+    everyone = bool(allowed.all())
+    n = scores.size
+    rows: IntArray = np.arange(n) if everyone else np.flatnonzero(allowed)
+    if n <= 8 * _SAMPLE or k * 8 >= n:
+        return rows
+    sample = scores[:: n // _SAMPLE]
+    need = min(sample.size, 2 * (k * sample.size) // n + 2)
+    threshold = np.partition(sample, sample.size - need)[sample.size - need]
+    above = scores > threshold if everyone else (scores > threshold) & allowed
+    count = int(np.count_nonzero(above))
+    if count > n // 4:
+        return rows
+    if count >= k:
+        return np.flatnonzero(above)
+    tied = scores == threshold if everyone else (scores == threshold) & allowed
+    ties = np.flatnonzero(tied)[: k - count]
+    if count + ties.size < k:
+        return rows
+    return np.concatenate([np.flatnonzero(above), ties])
