@@ -20,18 +20,17 @@ from capdisc.discovery.engine import DiscoveryResult, Query, discover, rank
 from capdisc.discovery.protocol import DiscoverRequest
 from capdisc.discovery.snapshot import IndexSnapshot, store_retriever
 from capdisc.discovery.tiers import tier0_text
-from capdisc.discovery.toolsets import list_discovered_tools
+from capdisc.discovery.toolsets import bound_tools, list_discovered_tools
 from capdisc.embedders.hashing import HashingEmbedder
 from capdisc.errors import ForbiddenError, ManifestError
 from capdisc.identity import auth
 from capdisc.identity.gate import Gate
-from capdisc.models import Capability, Visibility
+from capdisc.models import Capability, Relationship, Visibility
 from capdisc.registry.normalize import capability_from_record
 from capdisc.sessions.policy import SessionPolicy, bind, new_session
 from capdisc.tokens import make_counter
 from capdisc.vectorstores.filters import SearchFilters
 from capdisc.vectorstores.port import StoredObject, VectorStore
-from capdisc_workers.sessions import bound_tools
 
 ROLES = ["admin", "sales", "eng", "support"]
 USERS = ["alice", "bob", "carol"]
@@ -121,7 +120,7 @@ def test_no_answer_list_or_binding_shows_an_invisible_capability(
     result = _assert_answers_show_only(seen, snapshot, caller, query, "openai-chat")
     state, _events = bind(new_session("s", None, 0), [m.capability.id for m in result.matches],
                           0, SessionPolicy(max_discovered_tools=50))
-    everything = bound_tools(snapshot, list(snapshot.capabilities), "mcp", caller)
+    everything = bound_tools(snapshot, list(snapshot.capabilities), "mcp", caller).to_dict()
 
     assert set(state.bound) <= seen
     assert set(everything["tool_names"].values()) <= seen
@@ -218,3 +217,29 @@ def test_a_token_for_one_tenant_is_never_served_another(gate: Gate, tenant: str)
     else:
         with pytest.raises(ForbiddenError, match="wrong tenant"):
             gate.admit(request)
+
+
+# -- graph re-ranking pulls in related capabilities: only those the query's filters admit -------
+
+
+@pytest.mark.parametrize(("caller", "pulled_in"), [
+    pytest.param(ANONYMOUS, False, id="anonymous-never-sees-the-restricted-dependency"),
+    pytest.param(Caller.of(["hr"]), True, id="its-role-gets-it-pulled-in"),
+])
+def test_graph_reranking_never_pulls_in_what_the_caller_may_not_see(caller: Caller,
+                                                                     pulled_in: bool) -> None:
+    caps = [Capability(id="tool:payslip", kind="tool", name="payslip",
+                       description="Send an employee their payslip",
+                       relationships=(Relationship("tool:salaries", "depends_on"),)),
+            Capability(id="tool:salaries", kind="tool", name="salaries",
+                       description="Read the salary table", visibility=Visibility(("hr",)))]
+    vectors = EMBEDDER.embed([c.description for c in caps])
+    snapshot = IndexSnapshot.build("t", 1, EMBEDDER.dim, [
+        (c, v.tobytes()) for c, v in zip(caps, vectors, strict=True)], EMBEDDER.id)
+    config = CONFIG.merged({"use_graph_reranking": True, "graph_boost_factor": 1.0})
+    query = "send an employee their payslip"
+
+    result = discover(snapshot, Query(query, 5, SearchFilters(kind="tool", caller=caller)),
+                      EMBEDDER.embed([query])[0], config)
+
+    assert ("tool:salaries" in [m.capability.id for m in result.matches]) is pulled_in

@@ -145,15 +145,17 @@ def rank(snapshot: IndexSnapshot, query: Query, query_vector: Vector, config: Di
     retrieved = snapshot.retriever.search(query.text, query_vector, limit * CANDIDATE_FACTOR,
                                           query.filters, config, embed)
     matches = () if retrieved.abstained else _rank(snapshot, retrieved.hits, config, limit,
-                                                   retrieved.exact_match, query.prefer)
+                                                   retrieved.exact_match, query)
     return Ranking(matches, retrieved.abstained)
 
 
 def _rank(snapshot: IndexSnapshot, hits: tuple[Hit, ...], config: DiscoveryConfig,
-          limit: int, exact: str | None, prefer: frozenset[str] = frozenset()
-          ) -> tuple[Match, ...]:
+          limit: int, exact: str | None, query: Query) -> tuple[Match, ...]:
     """Hits above the minimum relevance, re-ranked on the graph; a capability the query named
-    stays first whatever its relevance, then the preferred (expert) ones."""
+    stays first whatever its relevance, then the preferred (expert) ones. Capabilities the
+    graph pulls in pass the query's filters like every hit did (its caller's visibility
+    first): a relationship never shows what the caller may not see or did not ask for."""
+    prefer = query.prefer
     relevant = [h for h in hits if h.relevance >= config.tier1_min_relevance or h.id == exact]
     relevance = {h.id: h.relevance for h in relevant}
     if config.use_graph_reranking and relevant:
@@ -165,8 +167,9 @@ def _rank(snapshot: IndexSnapshot, hits: tuple[Hit, ...], config: DiscoveryConfi
     if exact is not None or prefer:
         triples.sort(key=lambda t: (t[0] != exact, t[0] not in prefer))  # stable
     caps, marks = snapshot.capabilities, snapshot.marks
+    admitted = [t for t in triples if t[0] in caps and query.filters.admits(caps[t[0]])]
     return tuple(Match(caps[i], score, relevance.get(i, 0.0), reason=reason, mark=marks.get(i))
-                 for i, score, reason in triples[:limit] if i in caps)
+                 for i, score, reason in admitted[:limit])
 
 
 def assemble(snapshot: IndexSnapshot, ranked: list[Capability], config: DiscoveryConfig,
