@@ -10,8 +10,8 @@ from capdisc.discovery.engine import Match, Query, discover
 from capdisc.discovery.snapshot import IndexSnapshot, cosine_retriever
 from capdisc.discovery.tiers import NOTHING_FITS
 from capdisc.embedders.port import Vector
+from capdisc.filters import SearchFilters
 from capdisc.models import Capability, Kind
-from capdisc.vectorstores.filters import SearchFilters
 
 DIM = 3
 

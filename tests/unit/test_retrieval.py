@@ -7,18 +7,21 @@ Deterministic: the hashing embedder and a small hand-made catalog.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
 
 from capdisc.embedders.hashing import HashingEmbedder
 from capdisc.embedders.port import Matrix
+from capdisc.filters import SearchFilters
 from capdisc.models import Capability, Kind
 from capdisc.retrieval.config import DEFAULT_CONFIG, RetrievalConfig
 from capdisc.retrieval.decompose import decompose
 from capdisc.retrieval.documents import lexical_text
 from capdisc.retrieval.index import RetrievalIndex
 from capdisc.retrieval.relevance import _quantile
+from capdisc.retrieval.results import RetrievalResult
 from capdisc.retrieval.scoring import fuse, reciprocal_ranks, zscore
 from capdisc.retrieval.topk import top_rows
 
@@ -69,10 +72,11 @@ def index() -> RetrievalIndex:
     return RetrievalIndex.build(CATALOG, vectors([lexical_text(c) for c in CATALOG]))
 
 
-def search(index: RetrievalIndex, query: str, k: int = 5, **options: object):  # type: ignore[no-untyped-def]
-    config = options.pop("config", HASHING)
-    return index.search(query, vectors([query])[0], k, embed=vectors, config=config,
-                        **options)  # type: ignore[arg-type]
+def search(index: RetrievalIndex, query: str, k: int = 5, *,
+           config: RetrievalConfig = HASHING, **filters: Any) -> RetrievalResult:
+    """``index.search`` with the hashing embedder and ``SearchFilters(**filters)``."""
+    return index.search(query, vectors([query])[0], k, filters=SearchFilters(**filters),
+                        embed=vectors, config=config)
 
 
 # -- pure functions -------------------------------------------------------------------------------
@@ -219,10 +223,15 @@ def test_without_an_embed_function_the_query_is_not_decomposed(index: RetrievalI
     ({"category": "finance"}, {"tool:currency-convert", "tool:stock-quote"}),
     ({"tags": ("money", "stocks")}, {"tool:stock-quote"}),
     ({"only_available": True}, {c.id for c in CATALOG} - {"extension:spotify"}),
-    ({"exclude": ("tool:weather-forecast",)}, {c.id for c in CATALOG} - {"tool:weather-forecast"}),
+    ({"only_installable": True}, {"extension:spotify"}),
+    ({"exclude_ids": frozenset({"tool:weather-forecast"})},
+     {c.id for c in CATALOG} - {"tool:weather-forecast"}),
+    ({"include_ids": frozenset({"tool:send-email", "channel:slack", "tool:unknown"})},
+     {"tool:send-email", "channel:slack"}),
+    ({"include_ids": frozenset()}, set()),
     ({"kind": "channel", "category": "finance"}, set()),
 ])
-def test_filters_apply_before_top_k(index: RetrievalIndex, options: dict[str, object],
+def test_filters_apply_before_top_k(index: RetrievalIndex, options: dict[str, Any],
                                     allowed: set[str]) -> None:
     result = search(index, "weather forecast money music", k=8,
                     config=replace(HASHING, abstain_threshold=0.0), **options)

@@ -16,24 +16,26 @@ Each test gets tenants of its own, so tests never see each other's objects.
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from stores import STORE_PARAMS, open_store  # tests/fixtures/ is on the path
 
 from capdisc.access import Caller, visible
 from capdisc.errors import UnknownTenantError, VectorStoreError
-from capdisc.models import Capability, Visibility
-from capdisc.vectorstores.filters import SearchFilters
+from capdisc.filters import SearchFilters
+from capdisc.models import Capability, Kind, Visibility
+from capdisc.retrieval.index import RetrievalIndex
 from capdisc.vectorstores.port import (
     StoredObject,
-    StoreFilters,
     StoreHit,
     VectorStore,
-    is_visible,
     relative_score_fusion,
 )
 
@@ -71,10 +73,13 @@ def ids(hits: list[StoreHit]) -> list[str]:
 
 
 def search(store: VectorStore, tenant: str, k: int = 10, *, query: str = "",
-           vector: np.ndarray | None = None, alpha: float = 1.0, **filters: Any
+           vector: np.ndarray | None = None, alpha: float = 1.0,
+           roles: tuple[str, ...] = (), user: str | None = None, **filters: Any
            ) -> list[StoreHit]:
-    return store.search(tenant, query, vec(1.0) if vector is None else vector, k,
-                        alpha=alpha, filters=StoreFilters(**filters))
+    """A search with ``SearchFilters(**filters)``, asked by the caller of ``roles`` and
+    ``user``."""
+    return store.search(tenant, query, vec(1.0) if vector is None else vector, k, alpha=alpha,
+                        filters=SearchFilters(caller=Caller.of(roles, user), **filters))
 
 
 # -- writes ----------------------------------------------------------------------------------------
@@ -225,11 +230,10 @@ def test_every_filter(store: VectorStore, catalog: str, filters: dict[str, Any],
 def scoped(store: VectorStore, tenant: str) -> str:
     store.upsert(tenant, [
         obj("tool:open"),
-        obj("tool:admins", vis_open=False, vis_roles=("admin",)),
-        obj("tool:ops-or-sre", vis_open=False, vis_roles=("ops", "sre")),
-        obj("tool:alice", vis_open=False, vis_users=("alice",)),
-        obj("tool:admins-and-bob", vis_open=False, vis_roles=("admin",), vis_users=("bob",)),
-        obj("tool:nobody", vis_open=False),
+        obj("tool:admins", vis_roles=("admin",)),
+        obj("tool:ops-or-sre", vis_roles=("ops", "sre")),
+        obj("tool:alice", vis_users=("alice",)),
+        obj("tool:admins-and-bob", vis_roles=("admin",), vis_users=("bob",)),
     ])
     return tenant
 
@@ -259,7 +263,7 @@ def test_visibility_applies_to_the_keyword_side_too(store: VectorStore, scoped: 
 
 def test_top_k_is_computed_over_visible_objects_only(store: VectorStore, tenant: str) -> None:
     store.upsert(tenant, [
-        obj("tool:secret", vec(1, 0), vis_open=False, vis_roles=("admin",)),
+        obj("tool:secret", vec(1, 0), vis_roles=("admin",)),
         obj("tool:close", vec(0.9, 0.3)),
         obj("tool:far", vec(0, 1)),
     ])
@@ -271,9 +275,9 @@ def test_top_k_is_computed_over_visible_objects_only(store: VectorStore, tenant:
 
 def test_filters_and_visibility_combine(store: VectorStore, tenant: str) -> None:
     store.upsert(tenant, [
-        obj("tool:a", category="chat", vis_open=False, vis_roles=("ops",)),
+        obj("tool:a", category="chat", vis_roles=("ops",)),
         obj("tool:b", category="chat"),
-        obj("tool:c", category="mail", vis_open=False, vis_roles=("ops",)),
+        obj("tool:c", category="mail", vis_roles=("ops",)),
     ])
 
     assert set(ids(search(store, tenant, category="chat", roles=("ops",)))) == {"tool:a",
@@ -289,15 +293,16 @@ def test_random_catalogs_never_leak(store: VectorStore, tenant: str) -> None:
         objects.append(StoredObject(
             f"tool:{i}", rng.normal(size=DIM).astype(np.float32), text=f"word{i % 5} common",
             kind=str(rng.choice(["tool", "skill"])), category=str(rng.choice(["x", "y"])),
-            available=bool(rng.random() < 0.7), vis_open=bool(rng.random() < 0.3),
+            available=bool(rng.random() < 0.7),
             vis_roles=tuple(r for r in roles if rng.random() < 0.3),
             vis_users=tuple(u for u in users if rng.random() < 0.2)))
     store.upsert(tenant, objects)
     for trial in range(12):
         caller_roles = tuple(r for r in roles if rng.random() < 0.4)
         caller = str(rng.choice(users)) if rng.random() < 0.5 else None
-        filters = StoreFilters(kind=str(rng.choice(["tool", "skill"])) if trial % 3 else None,
-                               only_available=bool(trial % 2), roles=caller_roles, user=caller)
+        filters = SearchFilters(kind=str(rng.choice(["tool", "skill"])) if trial % 3 else None,
+                                only_available=bool(trial % 2),
+                                caller=Caller.of(caller_roles, caller))
         admitted = {o.id for o in objects if filters.admits(o)}
         for alpha in (1.0, 0.5):
             hits = store.search(tenant, "word1 common", rng.normal(size=DIM), 50, alpha=alpha,
@@ -355,20 +360,7 @@ def test_alpha_outside_zero_to_one_is_refused(store: VectorStore, tenant: str) -
         search(store, tenant, alpha=1.5)
 
 
-# -- the visibility rule itself --------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(("vis", "caller", "visible"), [
-    ((True, (), ()), ((), None), True),
-    ((False, ("r",), ()), (("r",), None), True),
-    ((False, ("r",), ()), (("s",), None), False),
-    ((False, (), ("u",)), ((), "u"), True),
-    ((False, (), ("u",)), ((), "v"), False),
-    ((False, (), ()), (("r",), "u"), False),
-])
-def test_is_visible(vis: tuple[bool, tuple[str, ...], tuple[str, ...]],
-                    caller: tuple[tuple[str, ...], str | None], visible: bool) -> None:
-    assert is_visible(*vis, *caller) is visible
+# -- stored objects and fusion ----------------------------------------------------------------
 
 
 def test_stored_objects_refuse_unusable_vectors() -> None:
@@ -386,43 +378,116 @@ def test_relative_score_fusion_is_weaviates_definition() -> None:
     assert fused == pytest.approx({"a": 0.25, "b": 1.0, "c": 0.0})
 
 
-ROLE_SETS = [(), ("a",), ("b",), ("a", "b")]
-USER_SETS = [(), ("u",), ("u", "v")]
-
-
-@pytest.mark.parametrize("vis_roles", ROLE_SETS)
-@pytest.mark.parametrize("vis_users", USER_SETS)
-def test_is_visible_is_the_access_rule(vis_roles: tuple[str, ...],
-                                       vis_users: tuple[str, ...]) -> None:
-    visibility = Visibility(vis_roles, vis_users)
-    for roles in ROLE_SETS:
-        for user in (None, "u", "w"):
-            assert is_visible(visibility.open, vis_roles, vis_users, roles, user) is visible(
-                visibility, Caller.of(roles, user))
-
-
 def test_objects_from_capabilities_carry_their_visibility() -> None:
     base = Capability(id="tool:x", kind="tool", name="x", description="Does x.",
                       category="ops", tags=("t",), available=False)
     restricted = base.with_changes(visibility=Visibility(("ops",), ("alice",)))
 
     stored = StoredObject.from_capability(base, [1.0, 0.0])
-    assert (stored.vis_open, stored.vis_roles, stored.vis_users) == (True, (), ())
+    assert stored.visibility == Visibility() and stored.visibility.open
     assert (stored.kind, stored.category, stored.tags, stored.available) == (
         "tool", "ops", ("t",), False)
     assert "Does x." in stored.text
     stored = StoredObject.from_capability(restricted, [1.0, 0.0])
-    assert (stored.vis_open, stored.vis_roles, stored.vis_users) == (False, ("ops",),
-                                                                     ("alice",))
+    assert (stored.vis_roles, stored.vis_users) == (("ops",), ("alice",))
+    assert stored.visibility == restricted.visibility and not stored.visibility.open
 
 
-def test_store_filters_from_the_engines_search_filters() -> None:
-    search_filters = SearchFilters(kind="tool", category="c", tags=("x",), only_available=True,
-                                   exclude_ids=frozenset({"tool:a"}),
-                                   include_ids=frozenset({"tool:b"}),
-                                   caller=Caller.of(["ops", "admin"], "alice"))
+# -- the one visibility rule and its renderings ----------------------------------------------------
+#
+# capdisc.access.visible is the rule and SearchFilters.admits applies it with the other filters;
+# the retrieval index's row mask and the Weaviate query filter render the same thing for speed.
+# These tests hold both renderings to the rule.
 
-    assert StoreFilters.from_search(search_filters) == StoreFilters(
-        kind="tool", category="c", tags=("x",), only_available=True,
-        exclude_ids=frozenset({"tool:a"}), include_ids=frozenset({"tool:b"}),
-        roles=("admin", "ops"), user="alice")
+ROLE_SETS = [(), ("a",), ("b",), ("a", "b")]
+USER_SETS = [(), ("u",), ("u", "v")]
+CALLERS = [Caller.of(roles, user) for roles in ROLE_SETS for user in (None, "u", "w")]
+#: One capability per visibility: open, per role set, per user set, and both.
+GRID = [Capability(id=f"tool:v{i}", kind="tool", name=f"v{i}", description="d",
+                   visibility=Visibility(roles, users))
+        for i, (roles, users) in enumerate(itertools.product(ROLE_SETS, USER_SETS))]
+
+
+def index_mask(capabilities: list[Capability], filters: SearchFilters) -> list[bool]:
+    """The rows the retrieval index lets ``filters`` rank, one flag per capability."""
+    index = RetrievalIndex.build(capabilities, np.ones((len(capabilities), 4), dtype=np.float32))
+    return [bool(flag) for flag in index._allowed(filters)]
+
+
+def weaviate_matches(capabilities: list[Capability], filters: SearchFilters) -> list[bool]:
+    """Whether the filter the Weaviate adapter sends for ``filters``, in its wire form, matches
+    each capability's stored properties (evaluated as the fake Weaviate evaluates it)."""
+    pytest.importorskip("weaviate", reason="needs weaviate-client: pip install "
+                                           "'capdisc[weaviate]'")
+    import fake_weaviate
+    from weaviate.collections.filters import _FilterToGRPC
+
+    from capdisc.vectorstores.weaviate import object_properties, query_filter
+
+    sent = _FilterToGRPC.convert(query_filter(filters))
+    rows = [fake_weaviate.StoredRow(c.id, object_properties(StoredObject.from_capability(
+        c, vec(1.0))), {}) for c in capabilities]
+    return [fake_weaviate.matches(sent, row) for row in rows]
+
+
+@pytest.mark.parametrize("caller", CALLERS, ids=str)
+def test_the_index_mask_is_the_access_rule(caller: Caller) -> None:
+    expected = [visible(c.visibility, caller) for c in GRID]
+
+    assert index_mask(GRID, SearchFilters(caller=caller)) == expected
+
+
+@pytest.mark.parametrize("caller", CALLERS, ids=str)
+def test_the_weaviate_filter_is_the_access_rule(caller: Caller) -> None:
+    expected = [visible(c.visibility, caller) for c in GRID]
+
+    assert weaviate_matches(GRID, SearchFilters(caller=caller)) == expected
+
+
+def test_a_capability_and_its_stored_object_are_admitted_alike() -> None:
+    for capability, caller in itertools.product(GRID, CALLERS):
+        stored = StoredObject.from_capability(capability, vec(1.0))
+        filters = SearchFilters(caller=caller)
+
+        assert stored.visible_to(caller) is visible(capability.visibility, caller)
+        assert filters.admits(stored) is filters.admits(capability)
+
+
+KINDS: list[Kind] = ["tool", "skill"]
+WORDS = ["a", "b", "c"]
+IDS = [f"tool:c{i}" for i in range(8)]
+catalogs = st.lists(st.tuples(
+    st.sampled_from(KINDS), st.sampled_from(["x", "y"]),
+    st.lists(st.sampled_from(WORDS), max_size=2, unique=True), st.booleans(),
+    st.lists(st.sampled_from(["a", "b"]), max_size=2, unique=True),
+    st.lists(st.sampled_from(["u", "v"]), max_size=1, unique=True),
+), min_size=1, max_size=len(IDS))
+search_filters = st.builds(
+    SearchFilters,
+    kind=st.one_of(st.none(), st.sampled_from(KINDS)),
+    category=st.one_of(st.none(), st.sampled_from(["x", "y"])),
+    tags=st.lists(st.sampled_from(WORDS), max_size=2, unique=True).map(tuple),
+    only_available=st.booleans(), only_installable=st.booleans(),
+    exclude_ids=st.frozensets(st.sampled_from([*IDS, "tool:gone"]), max_size=3),
+    include_ids=st.one_of(st.none(), st.frozensets(st.sampled_from([*IDS, "tool:gone"]),
+                                                   max_size=4)),
+    caller=st.builds(Caller.of, st.lists(st.sampled_from(["a", "b", "c"]), max_size=2),
+                     st.one_of(st.none(), st.sampled_from(["u", "v", "w"]))))
+
+
+@settings(max_examples=300, deadline=None)
+@given(catalogs, search_filters)
+def test_both_renderings_admit_what_the_filters_admit(
+        rows: list[tuple[Kind, str, list[str], bool, list[str], list[str]]],
+        filters: SearchFilters) -> None:
+    capabilities = [Capability(id=IDS[i], kind=kind, name=f"c{i}", description="d",
+                               category=category, tags=tuple(tags), available=available,
+                               visibility=Visibility(tuple(roles), tuple(users)))
+                    for i, (kind, category, tags, available, roles, users) in enumerate(rows)]
+    expected = [filters.admits(c) for c in capabilities]
+
+    assert index_mask(capabilities, filters) == expected
+    if filters.admits_nothing:  # the adapter answers without a query
+        assert not any(expected)
+    else:
+        assert weaviate_matches(capabilities, filters) == expected

@@ -20,10 +20,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from capdisc.access import Caller
 from capdisc.errors import CapdiscError, UnknownTenantError, VectorStoreError
+from capdisc.filters import NO_FILTERS, SearchFilters
 from capdisc.resources import weaviate_settings
 from capdisc.settings import Settings
-from capdisc.vectorstores.port import StoredObject, StoreFilters
+from capdisc.vectorstores.port import StoredObject
 from capdisc.vectorstores.weaviate import WeaviateStoreSettings, WeaviateVectorStore, object_uuid
 
 pytest.importorskip("weaviate", reason="the Weaviate adapter needs weaviate-client "
@@ -160,8 +162,8 @@ def test_batches_carry_vectors_uuid5_ids_tenant_and_properties(
     store.ensure_tenant("acme")
     report = store.upsert("acme", [
         obj("tool:a", 0.25, 0.5, 1.0, text="post to slack", kind="tool", category="chat",
-            tags=("slack", "messaging"), available=False, vis_open=False,
-            vis_roles=("ops",), vis_users=("alice", "bob"))])
+            tags=("slack", "messaging"), available=False, vis_roles=("ops",),
+            vis_users=("alice", "bob"))])
 
     assert report.ok and report.written == ("tool:a",)
     [request] = fake.requests("BatchObjects")
@@ -274,10 +276,11 @@ def test_hybrid_queries_send_our_vector_alpha_fusion_target_and_filters(server: 
         store.ensure_tenant("acme")
         store.upsert("acme", [obj("tool:a", text="slack", category="chat",
                                  tags=("slack", "chat"))])
-        filters = StoreFilters(kind="tool", category="chat", tags=("slack", "chat"),
-                               only_available=True, include_ids=frozenset({"tool:a", "tool:b"}),
-                               exclude_ids=frozenset({"tool:b", "tool:z"}),
-                               roles=("ops", "admin"), user="alice")
+        filters = SearchFilters(kind="tool", category="chat", tags=("slack", "chat"),
+                                only_available=True,
+                                include_ids=frozenset({"tool:a", "tool:b"}),
+                                exclude_ids=frozenset({"tool:b", "tool:z"}),
+                                caller=Caller.of(["ops", "admin"], "alice"))
 
         hits = store.search("acme", "post to slack", np.array([0.5, 0.25, 1.0]), 7,
                             alpha=0.3, filters=filters)
@@ -315,10 +318,9 @@ def test_hybrid_queries_send_our_vector_alpha_fusion_target_and_filters(server: 
 def test_a_caller_without_roles_or_user_sees_only_open_capabilities(
         fake: Fake, store: WeaviateVectorStore) -> None:
     store.ensure_tenant("acme")
-    store.upsert("acme", [obj("tool:open"), obj("tool:closed", vis_open=False,
-                                                 vis_roles=("ops",))])
+    store.upsert("acme", [obj("tool:open"), obj("tool:closed", vis_roles=("ops",))])
 
-    hits = store.search("acme", "", [1.0, 0.0, 0.0], 5, alpha=1.0, filters=StoreFilters())
+    hits = store.search("acme", "", [1.0, 0.0, 0.0], 5, alpha=1.0, filters=NO_FILTERS)
 
     [request] = fake.requests("Search")
     assert readable(request.filters) == ("EQUAL", "vis_open", [True])
@@ -331,7 +333,7 @@ def test_an_empty_allowlist_answers_without_a_query(fake: Fake,
     store.ensure_tenant("acme")
 
     hits = store.search("acme", "x", [1.0, 0.0, 0.0], 5, alpha=0.5,
-                        filters=StoreFilters(include_ids=frozenset()))
+                        filters=SearchFilters(include_ids=frozenset()))
 
     assert hits == [] and fake.requests("Search") == []
 
@@ -342,7 +344,7 @@ def test_results_come_back_best_first_with_the_servers_scores(
     store.upsert("acme", [obj("tool:x", 1, 0, 0), obj("tool:y", 0.6, 0.8, 0),
                           obj("tool:z", 0, 0, 1)])
 
-    hits = store.search("acme", "", [1.0, 0.1, 0.0], 2, alpha=1.0, filters=StoreFilters())
+    hits = store.search("acme", "", [1.0, 0.1, 0.0], 2, alpha=1.0, filters=NO_FILTERS)
 
     assert [h.id for h in hits] == ["tool:x", "tool:y"]
     assert hits[0].score == pytest.approx(1.0) and hits[0].score > hits[1].score
@@ -358,7 +360,7 @@ def test_a_search_timeout_is_an_error_naming_the_query_timeout(fake: Fake) -> No
 
     started = time.monotonic()
     with pytest.raises(VectorStoreError) as info:
-        store.search("acme", "x", [1.0, 0.0, 0.0], 3, alpha=0.5, filters=StoreFilters())
+        store.search("acme", "x", [1.0, 0.0, 0.0], 3, alpha=0.5, filters=NO_FILTERS)
 
     message = str(info.value)
     assert "timed out" in message and "query timeout of 0.3 s" in message
@@ -395,7 +397,7 @@ def test_an_unknown_tenant_is_an_unknown_tenant_error(fake: Fake,
     store.ensure_tenant("acme")
 
     with pytest.raises(UnknownTenantError, match="'globex'"):
-        store.search("globex", "x", [1.0, 0.0, 0.0], 3, alpha=0.5, filters=StoreFilters())
+        store.search("globex", "x", [1.0, 0.0, 0.0], 3, alpha=0.5, filters=NO_FILTERS)
     assert fake.requests("Search") == []
 
 
@@ -406,7 +408,7 @@ def test_a_tenant_removed_on_the_server_is_an_unknown_tenant_error(
     fake.state.tenants["Capability"].discard("acme")
 
     with pytest.raises(UnknownTenantError, match="'acme'"):
-        store.search("acme", "x", [1.0, 0.0, 0.0], 3, alpha=0.5, filters=StoreFilters())
+        store.search("acme", "x", [1.0, 0.0, 0.0], 3, alpha=0.5, filters=NO_FILTERS)
 
 
 def free_port() -> int:

@@ -19,7 +19,8 @@ filter masks, the exact-name table) so a query only does arithmetic:
 
 Catalogs larger than ``reduce_above`` rows are searched in a ``reduce_dims`` projection of the
 vectors (within 0.002 recall@5 of exact on both benchmarks, half the memory traffic). Filters
-(kind, category, tags, availability, excluded ids) are applied before top-k.
+(:class:`capdisc.filters.SearchFilters`: kind, category, tags, availability, ids, and the
+caller's visibility) are applied before top-k, as a row mask.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from capdisc.access import ANONYMOUS, Caller
+from capdisc.access import Caller
 from capdisc.embedders.port import Matrix, Vector
+from capdisc.filters import NO_FILTERS, SearchFilters
 from capdisc.models import Capability
 from capdisc.retrieval.config import DEFAULT_CONFIG, RetrievalConfig
 from capdisc.retrieval.decompose import decompose
@@ -134,24 +136,16 @@ class RetrievalIndex:
 
     # -- searching ------------------------------------------------------------------------------
 
-    def search(self, query: str, query_vector: Vector, k: int, *, kind: str | None = None,
-               category: str | None = None, tags: Collection[str] = (),
-               only_available: bool = False, exclude: Collection[str] = (),
-               include: Collection[str] | None = None, only_installable: bool = False,
-               caller: Caller = ANONYMOUS, embed: QueryEmbed | None = None,
+    def search(self, query: str, query_vector: Vector, k: int, *,
+               filters: SearchFilters = NO_FILTERS, embed: QueryEmbed | None = None,
                config: RetrievalConfig = DEFAULT_CONFIG) -> RetrievalResult:
-        """The ``k`` best capabilities for ``query`` among those the filters allow.
+        """The ``k`` best capabilities for ``query`` among those ``filters`` admit (visible to
+        their caller included).
 
         ``query_vector`` embeds ``query``; ``embed`` embeds sub-queries (without it, or with
         ``config.decompose`` off, the query is not decomposed).
         """
-        allowed = self._allowed(kind, category, tags, only_available, exclude)
-        if include is not None:
-            allowed &= self._only(include)
-        if only_installable:
-            allowed &= ~self.available
-        if not self.all_open:
-            allowed &= self._visible(caller)
+        allowed = self._allowed(filters)
         if k <= 0 or not allowed.any():
             return RetrievalResult((), abstained=True)
         vector = np.asarray(query_vector, dtype=np.float32).reshape(-1)
@@ -219,23 +213,29 @@ class RetrievalIndex:
 
     # -- filters ----------------------------------------------------------------------------------
 
-    def _allowed(self, kind: str | None, category: str | None, tags: Collection[str],
-                 only_available: bool, exclude: Collection[str]) -> BoolArray:
+    def _allowed(self, filters: SearchFilters) -> BoolArray:
+        """Rows ``filters`` admit (:meth:`capdisc.filters.SearchFilters.admits`, as a mask)."""
         allowed = np.ones(len(self.ids), dtype=bool)
-        chosen = ([self.kinds.get(kind)] if kind is not None else []) + (
-            [self.categories.get(category)] if category is not None else []) + [
-            self.tags.get(tag) for tag in tags]
+        chosen = ([self.kinds.get(filters.kind)] if filters.kind is not None else []) + (
+            [self.categories.get(filters.category)] if filters.category is not None else []) + [
+            self.tags.get(tag) for tag in filters.tags]
         for rows in chosen:
             mask = np.zeros(len(self.ids), dtype=bool)
             if rows is not None:
                 mask[rows] = True
             allowed &= mask
-        if only_available:
+        if filters.only_available:
             allowed &= self.available
-        for cap_id in exclude:
+        if filters.only_installable:
+            allowed &= ~self.available
+        for cap_id in filters.exclude_ids:
             row = self.rows.get(cap_id)
             if row is not None:
                 allowed[row] = False
+        if filters.include_ids is not None:
+            allowed &= self._only(filters.include_ids)
+        if not self.all_open:
+            allowed &= self._visible(filters.caller)
         return allowed
 
     def _visible(self, caller: Caller) -> BoolArray:

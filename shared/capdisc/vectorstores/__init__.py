@@ -1,1 +1,1 @@
-"""Vector stores: the port and its filters, the in-memory store and the Weaviate adapter."""
+"""Vector stores: the port, the in-memory reference store and the Weaviate adapter."""

@@ -5,12 +5,14 @@ the text the keyword side matches, and every property a query filters on) and an
 queries: a dense side (cosine with the caller's query vector) and a keyword side (BM25 over the
 text), fused by relative scores with the caller's ``alpha`` (1: dense only, 0: keyword only).
 
-**Visibility is a pre-filter.** A capability is visible to a caller iff it is open to every
-member of the tenant, or shares a role with the caller, or names the caller's user
-(:func:`is_visible`). Stores apply it *inside* the query, with the other filters, so the top-k is
-computed over visible capabilities only: an invisible capability can neither be returned nor take
-a slot. :class:`InMemoryVectorStore` is the reference implementation the contract suite
-(``tests/unit/test_vector_store_contract.py``) holds every adapter to;
+**Visibility is a pre-filter.** A query's filters are a :class:`capdisc.filters.SearchFilters`,
+caller included: a capability is visible to the caller iff it is open to every member of the
+tenant, or shares a role with the caller, or names the caller's user
+(:func:`capdisc.access.visible`). Stores apply it *inside* the query, with the other filters, so
+the top-k is computed over visible capabilities only: an invisible capability can neither be
+returned nor take a slot. :class:`InMemoryVectorStore` is the reference implementation the
+contract suite (``tests/unit/test_vector_store_contract.py``) holds every adapter to (it applies
+:meth:`~capdisc.filters.SearchFilters.admits` to each object);
 :class:`capdisc.vectorstores.weaviate.WeaviateVectorStore` is the production one.
 
 Tenants are explicit: :meth:`VectorStore.ensure_tenant` creates one; any other operation on a
@@ -26,32 +28,21 @@ import threading
 from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from capdisc.access import Caller, visible
 from capdisc.embedders.port import Matrix, Vector
 from capdisc.errors import UnknownTenantError, VectorStoreError
-from capdisc.models import Capability
+from capdisc.filters import SearchFilters
+from capdisc.models import Capability, Visibility
 from capdisc.retrieval.documents import lexical_text
 from capdisc.retrieval.lexical import STOPWORDS
 from capdisc.tenants import TENANT_RE
 
-if TYPE_CHECKING:
-    from capdisc.vectorstores.filters import SearchFilters
-
 ArrayLike = Sequence[float] | npt.NDArray[np.floating]
-
-
-def is_visible(vis_open: bool, vis_roles: Collection[str], vis_users: Collection[str],
-               roles: Collection[str], user: str | None) -> bool:
-    """:func:`capdisc.access.visible` on a stored object's fields: open to the whole tenant, or
-    a role in common, or the named user. With ``vis_open = visibility.open`` (what
-    :meth:`StoredObject.from_capability` stores) the two agree on every input (tested); the
-    stores' filters (in-process and Weaviate's) are this expression."""
-    return (vis_open or any(role in vis_roles for role in roles)
-            or (user is not None and user in vis_users))
 
 
 @dataclass(frozen=True)
@@ -59,9 +50,9 @@ class StoredObject:
     """One capability as a vector store keeps it.
 
     ``vector`` is any dimension (float32, finite, not all zeros); every object of a tenant must
-    have the same dimension. ``text`` is what the keyword side matches. ``vis_open`` makes the
-    capability visible to every member of the tenant; otherwise only callers holding one of
-    ``vis_roles`` or named in ``vis_users`` see it (none of them: nobody does).
+    have the same dimension. ``text`` is what the keyword side matches. ``vis_roles`` and
+    ``vis_users`` are the capability's :attr:`visibility`: open to every member of the tenant
+    when both are empty, else to callers holding one of the roles or named in the users.
     """
 
     id: str
@@ -71,7 +62,6 @@ class StoredObject:
     category: str = "general"
     tags: tuple[str, ...] = ()
     available: bool = True
-    vis_open: bool = True
     vis_roles: tuple[str, ...] = ()
     vis_users: tuple[str, ...] = ()
 
@@ -104,66 +94,15 @@ class StoredObject:
         return cls(capability.id, np.asarray(vector, dtype=np.float32),
                    lexical_text(capability) if text is None else text,
                    capability.kind, capability.category, tuple(capability.tags),
-                   capability.available, visibility.open, tuple(visibility.roles),
-                   tuple(visibility.users))
-
-    def visible_to(self, roles: Collection[str], user: str | None) -> bool:
-        return is_visible(self.vis_open, self.vis_roles, self.vis_users, roles, user)
-
-
-@dataclass(frozen=True)
-class StoreFilters:
-    """What a query may return: the capability filters and the caller's identity.
-
-    ``tags`` are all required. ``include_ids`` is an allowlist (None: any; empty: nothing);
-    ``exclude_ids`` are never returned. ``roles`` and ``user`` are the caller's: only
-    capabilities visible to them (:func:`is_visible`) are ranked at all.
-    """
-
-    kind: str | None = None
-    category: str | None = None
-    tags: tuple[str, ...] = ()
-    only_available: bool = False
-    only_installable: bool = False
-    include_ids: frozenset[str] | None = None
-    exclude_ids: frozenset[str] = frozenset()
-    roles: tuple[str, ...] = ()
-    user: str | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "tags", tuple(self.tags))
-        object.__setattr__(self, "roles", tuple(self.roles))
-        object.__setattr__(self, "exclude_ids", frozenset(self.exclude_ids))
-        if self.include_ids is not None:
-            object.__setattr__(self, "include_ids", frozenset(self.include_ids))
-        if self.user == "":
-            object.__setattr__(self, "user", None)
-
-    @classmethod
-    def from_search(cls, filters: SearchFilters) -> StoreFilters:
-        """The store form of the engine's :class:`capdisc.vectorstores.filters.SearchFilters` (its
-        caller's
-        roles and user included)."""
-        return cls(kind=filters.kind, category=filters.category, tags=tuple(filters.tags),
-                   only_available=filters.only_available,
-                   only_installable=filters.only_installable, include_ids=filters.include_ids,
-                   exclude_ids=filters.exclude_ids, roles=tuple(sorted(filters.caller.roles)),
-                   user=filters.caller.user)
+                   capability.available, tuple(visibility.roles), tuple(visibility.users))
 
     @property
-    def admits_nothing(self) -> bool:
-        """Whether no object can pass (an empty allowlist): stores answer without a query."""
-        return self.include_ids is not None and not (self.include_ids - self.exclude_ids)
+    def visibility(self) -> Visibility:
+        """Who in the tenant sees this capability (:class:`capdisc.models.Visibility`)."""
+        return Visibility(self.vis_roles, self.vis_users)
 
-    def admits(self, obj: StoredObject) -> bool:
-        return ((self.kind is None or obj.kind == self.kind)
-                and (self.category is None or obj.category == self.category)
-                and all(tag in obj.tags for tag in self.tags)
-                and (obj.available or not self.only_available)
-                and not (obj.available and self.only_installable)
-                and (self.include_ids is None or obj.id in self.include_ids)
-                and obj.id not in self.exclude_ids
-                and obj.visible_to(self.roles, self.user))
+    def visible_to(self, caller: Caller) -> bool:
+        return visible(self.visibility, caller)
 
 
 @dataclass(frozen=True)
@@ -214,7 +153,7 @@ class VectorStore(Protocol):
         ...
 
     def search(self, tenant: str, query_text: str, query_vector: ArrayLike, k: int, *,
-               alpha: float, filters: StoreFilters) -> list[StoreHit]:
+               alpha: float, filters: SearchFilters) -> list[StoreHit]:
         """The ``k`` best objects that pass ``filters`` (visibility included), best first."""
         ...
 
@@ -340,7 +279,7 @@ class InMemoryVectorStore:
             return len(gone)
 
     def search(self, tenant: str, query_text: str, query_vector: ArrayLike, k: int, *,
-               alpha: float, filters: StoreFilters) -> list[StoreHit]:
+               alpha: float, filters: SearchFilters) -> list[StoreHit]:
         check_query(k, alpha)
         query = np.asarray(query_vector, dtype=np.float32)
         with self._lock:

@@ -3,8 +3,9 @@
 - **One collection, one named vector.** The collection (``Capability`` by default) has one
   self-provided named vector (``capability``, cosine HNSW): capdisc computes every vector, Weaviate
   never vectorizes. Every filter is a property: ``capability_id``, ``kind``, ``category``,
-  ``tags``, ``available``, ``vis_open``, ``vis_roles``, ``vis_users`` (filterable, exact-match
-  ``field`` tokenization, not searchable) and ``text`` (the BM25 side, ``word`` tokenization).
+  ``tags``, ``available``, ``vis_open`` (the capability names no roles and no users),
+  ``vis_roles``, ``vis_users`` (filterable, exact-match ``field`` tokenization, not searchable)
+  and ``text`` (the BM25 side, ``word`` tokenization).
 - **A Weaviate tenant per capdisc tenant**, multi-tenancy on and automatic tenant creation *off*:
   :meth:`WeaviateVectorStore.ensure_tenant` creates tenants explicitly, and any other operation on
   a tenant that does not exist raises :class:`~capdisc.errors.UnknownTenantError`.
@@ -17,7 +18,8 @@
   A call that fails as a whole (timeout, server unreachable) raises
   :class:`~capdisc.errors.VectorStoreError`: the write is idempotent, so the caller retries it.
 - **Hybrid queries** send capdisc's query vector, its ``alpha``, relative-score fusion, the named
-  target vector and every filter, visibility included, inside the one query (a pre-filter).
+  target vector and every filter, visibility included, inside the one query (a pre-filter):
+  :func:`query_filter` renders a :class:`~capdisc.filters.SearchFilters` on the properties.
 - **Explicit timeouts** (init, query, insert) on every call; a timeout is a
   :class:`~capdisc.errors.VectorStoreError` that names the timeout and its setting.
 - **Clients are created lazily, per process**: nothing connects at construction or import, and a
@@ -41,10 +43,10 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from capdisc.errors import CapdiscError, UnknownTenantError, VectorStoreError
+from capdisc.filters import SearchFilters
 from capdisc.vectorstores.port import (
     ArrayLike,
     StoredObject,
-    StoreFilters,
     StoreHit,
     UpsertFailure,
     UpsertReport,
@@ -97,23 +99,27 @@ def object_uuid(tenant: str, capability_id: str) -> str:
 
 def object_properties(obj: StoredObject) -> dict[str, Any]:
     return {"capability_id": obj.id, "kind": obj.kind, "category": obj.category,
-            "tags": list(obj.tags), "available": obj.available, "vis_open": obj.vis_open,
+            "tags": list(obj.tags), "available": obj.available,
+            "vis_open": obj.visibility.open,
             "vis_roles": list(obj.vis_roles), "vis_users": list(obj.vis_users),
             SEARCH_TEXT: obj.text}
 
 
-def query_filter(filters: StoreFilters) -> Any:
-    """The Weaviate filter of ``filters``: visibility AND every capability filter.
+def query_filter(filters: SearchFilters) -> Any:
+    """The Weaviate filter of ``filters``: visibility AND every capability filter, the rendering
+    of :meth:`capdisc.filters.SearchFilters.admits` on the stored properties.
 
-    Visibility is ``vis_open = true OR vis_roles CONTAINS ANY roles OR vis_users CONTAINS ANY
-    [user]`` (the role and user terms only when the caller has some)."""
+    Visibility (:func:`capdisc.access.visible`) is ``vis_open = true OR vis_roles CONTAINS ANY
+    the caller's roles OR vis_users CONTAINS ANY [the caller's user]`` (the role and user terms
+    only when the caller has some)."""
     from weaviate.classes.query import Filter
 
+    caller = filters.caller
     visible = [Filter.by_property("vis_open").equal(True)]
-    if filters.roles:
-        visible.append(Filter.by_property("vis_roles").contains_any(sorted(set(filters.roles))))
-    if filters.user is not None:
-        visible.append(Filter.by_property("vis_users").contains_any([filters.user]))
+    if caller.roles:
+        visible.append(Filter.by_property("vis_roles").contains_any(sorted(caller.roles)))
+    if caller.user is not None:
+        visible.append(Filter.by_property("vis_users").contains_any([caller.user]))
     parts = [Filter.any_of(visible)]
     if filters.kind is not None:
         parts.append(Filter.by_property("kind").equal(filters.kind))
@@ -209,7 +215,7 @@ class WeaviateVectorStore:
         return deleted
 
     def search(self, tenant: str, query_text: str, query_vector: ArrayLike, k: int, *,
-               alpha: float, filters: StoreFilters) -> list[StoreHit]:
+               alpha: float, filters: SearchFilters) -> list[StoreHit]:
         check_tenant(tenant)
         check_query(k, alpha)
         handle = self._tenant(tenant)
