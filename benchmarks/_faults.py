@@ -42,9 +42,10 @@ from _common import stop_processes
 from _load import Load
 from capdisc import keys
 from capdisc.localredis import LocalRedis, free_port, start_redis
+from capdisc.redistext import as_str
 from capdisc.registry.manifest import scan_directory
 from capdisc.registry.policy import StoredRecord
-from capdisc.registry.store import as_str, tenant_version
+from capdisc.registry.store import tenant_version
 from capdisc.status import live_workers
 from capdisc_producers.publisher import Publisher
 from capdisc_producers.watcher import watch_directory

@@ -1,4 +1,4 @@
-"""Time from saving a manifest to every discovery worker serving it (issue 2 and issue 4).
+"""Time from saving a manifest to every discovery worker serving it.
 
 Starts the embedded stack (its own Redis, one Celery indexing worker, one discovery worker;
 MiniLM unless CAPDISC_EMBEDDER says otherwise) and more discovery workers (--discovery-workers in
@@ -42,8 +42,9 @@ from _catalog import load_catalog
 from _common import describe_ms, percentile
 from capdisc import keys
 from capdisc.logs import configure_logging
+from capdisc.redistext import as_str
 from capdisc.registry.policy import SyncPlan
-from capdisc.registry.store import as_str, tenant_version
+from capdisc.registry.store import tenant_version
 from capdisc.settings import Settings
 from capdisc.status import live_workers
 from capdisc_producers.publisher import Publisher

@@ -69,10 +69,11 @@ from capdisc.embedders.port import Embedder
 from capdisc.errors import CapdiscError
 from capdisc.localredis import LocalRedis, start_redis
 from capdisc.models import Capability
+from capdisc.redistext import as_str
 from capdisc.registry.events import RegistryEvent
 from capdisc.registry.normalize import capability_from_record, from_tool
 from capdisc.registry.policy import StoredRecord
-from capdisc.registry.store import as_str, tenant_version
+from capdisc.registry.store import tenant_version
 from capdisc.retrieval.text import combine, embedding_texts, vector_space
 from capdisc.status import live_workers
 from capdisc_producers.publisher import BATCH, Publisher

@@ -1,10 +1,10 @@
 """``capdisc reindex --all``: a full, blue/green reindex of one tenant, and waiting for its swap.
 
 The indexing workers build every vector again into a staging space beside the live index
-(:func:`capdisc.registry.store.begin_reindex`), share the batches, and the last batch swaps it in
-with one
-transaction that bumps the index version and appends a ``reload`` change record; discovery
-workers build the new snapshot while they keep serving the old one, then swap it in whole.
+(:func:`capdisc.registry.reindexstore.begin_reindex`), share the batches, and the last batch
+swaps it in with one transaction that bumps the index version and appends a ``reload`` change
+record; discovery workers build the new snapshot while they keep serving the old one, then swap
+it in whole.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Any
 import redis
 
 from capdisc import keys
-from capdisc.registry.store import ReindexJob, as_str
+from capdisc.redistext import as_str
+from capdisc.registry.reindexstore import ReindexJob
 from capdisc_producers.publisher import BLOCK_SLICE_S, Publisher
 
 #: ``progress(done_batches, total_batches)`` while the staging index is built.

@@ -43,7 +43,8 @@ from capdisc.client import Answer, Client
 from capdisc.errors import CapdiscError, StackNotFoundError
 from capdisc.identity import auth
 from capdisc.localredis import LocalRedis, start_redis
-from capdisc.registry.store import as_str, tenant_version
+from capdisc.redistext import as_str
+from capdisc.registry.store import tenant_version
 from capdisc.settings import Settings, mask_url, with_password
 from capdisc.status import forget_worker, live_workers, record_supervised
 from capdisc_producers.credentials import StackSecrets, read_secret

@@ -20,10 +20,11 @@ import redis
 
 from capdisc import keys
 from capdisc.models import Capability, Visibility
+from capdisc.redistext import as_str
 from capdisc.registry.events import RegistryEvent
 from capdisc.registry.manifest import ScanCache, scan_directory
 from capdisc.registry.policy import StoredRecord, SyncPlan, plan_sync
-from capdisc.registry.store import as_str, owners, stored_by_source
+from capdisc.registry.store import owners, stored_by_source
 from capdisc.tenants import check_tenant
 from capdisc_producers.publisher import Publisher, wait_for_acks
 

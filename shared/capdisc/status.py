@@ -12,10 +12,10 @@ import redis
 
 from capdisc import keys
 from capdisc.errors import FlagError
+from capdisc.redistext import as_str
 from capdisc.registry import flags
 from capdisc.registry.flagstore import read_flags, tenant_policy
 from capdisc.registry.policy import StoredRecord
-from capdisc.registry.store import as_str
 
 DEFAULT_STALE_AFTER_S = 10.0
 

@@ -18,8 +18,7 @@ import redis
 from capdisc import keys
 from capdisc.client import Client, wait_for_reply
 from capdisc.errors import RequestEncodeError
-from capdisc.registry.deadletters import list_dead_letters
-from capdisc.registry.store import dead_letter
+from capdisc.registry.deadletters import dead_letter, list_dead_letters
 
 from .conftest import DISCOVERY_ARGV, Stack
 from .private import PrivateStack, dead_letters_by_entry, wait_for

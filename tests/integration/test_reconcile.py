@@ -10,7 +10,7 @@ import redis
 
 from capdisc import keys
 from capdisc.client import Client
-from capdisc.registry.store import ReindexJob, begin_reindex
+from capdisc.registry.reindexstore import ReindexJob, begin_reindex
 
 from .conftest import Stack, publish
 from .test_cli import run_cli

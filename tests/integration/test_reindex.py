@@ -17,13 +17,13 @@ from capdisc import keys
 from capdisc.client import Client
 from capdisc.models import Capability
 from capdisc.registry.events import RegistryEvent
-from capdisc.registry.store import (
+from capdisc.registry.reindexstore import (
     ReindexJob,
-    apply_event,
     begin_reindex,
     finish_reindex,
     stage_vectors,
 )
+from capdisc.registry.store import apply_event
 from capdisc_producers.publisher import Publisher
 from capdisc_producers.reindex import start_full_reindex, wait_for_swap
 

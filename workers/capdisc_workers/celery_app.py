@@ -1,9 +1,14 @@
-"""The Celery application of the indexing workers.
+"""The Celery application of the indexing workers, and the one place they read their environment.
+
+``celery -A capdisc_workers.celery_app worker`` imports this module, and importing it calls
+:func:`from_environment` once: it loads :class:`~capdisc.settings.Settings` (the ``CAPDISC_*``
+variables), builds the worker's :class:`~capdisc_workers.resources.Resources` from them and
+configures the app. The task modules (:data:`TASK_MODULES`) take ``app`` and ``resources`` from
+here; nothing else reads the environment.
 
 Configured for reliable indexing over Redis: late acks with re-queue on a lost worker, prefetch
 of one, a visibility timeout far above the hard time limit, JSON only, no result storage (events
-are fire-and-forget; outcomes go to acks lists and the changes stream). Settings are read once,
-here, at the edge.
+are fire-and-forget; outcomes go to acks lists and the changes stream).
 
 Run: ``celery -A capdisc_workers.celery_app worker -Q indexing -P solo``
 """
@@ -16,13 +21,21 @@ import structlog
 from celery import Celery, signals
 
 from capdisc import keys
-from capdisc.identity.gate import Gate
 from capdisc.logs import configure_logging
 from capdisc.settings import Settings
+from capdisc_workers.resources import Resources
+
+#: The modules whose tasks and signal handlers the worker loads.
+TASK_MODULES = [
+    "capdisc_workers.indexing",
+    "capdisc_workers.reindexing",
+    "capdisc_workers.reconciling",
+    "capdisc_workers.liveness",
+]
 
 
 def create_app(settings: Settings) -> Celery:
-    celery = Celery("capdisc", broker=settings.redis_url, include=["capdisc_workers.indexing"])
+    celery = Celery("capdisc", broker=settings.redis_url, include=TASK_MODULES)
     celery.conf.update(
         task_default_queue=keys.INDEXING_QUEUE,
         task_routes={"capdisc.indexing.*": {"queue": keys.INDEXING_QUEUE}},
@@ -46,17 +59,20 @@ def create_app(settings: Settings) -> Celery:
     return celery
 
 
-settings = Settings.load()
-app = create_app(settings)
-#: Who may write: with auth on, an event is applied only if its token grants ``write`` on its
-#: tenant (a missing or broken keyring stops the worker here, at start).
-gate = Gate.from_settings(settings)
+def from_environment() -> tuple[Celery, Resources]:
+    """The app and the worker's resources, from the settings the environment gives (a missing
+    or broken keyring with auth on stops the worker here, at start)."""
+    resources = Resources.from_settings(Settings.load())
+    return create_app(resources.settings), resources
+
+
+app, resources = from_environment()
 
 
 @signals.setup_logging.connect
 def _setup_logging(**_: Any) -> None:
-    configure_logging(settings.log_level, settings.log_format)
-    if not gate.enabled:
+    configure_logging(resources.settings.log_level, resources.settings.log_format)
+    if not resources.gate.enabled:
         structlog.get_logger("capdisc.indexing").warning(
             "auth_off", hint="events are applied whoever sent them: anyone who can reach Redis "
             "can write the registry; set CAPDISC_AUTH=on and CAPDISC_AUTH_KEYS_FILE outside "

@@ -1,9 +1,10 @@
 """The dead-letter stream: events the indexing workers could not apply, with the reason.
 
-An event lands here when it cannot be decoded, carries an invalid capability, or its embedding
-still fails after ``indexing_max_attempts`` deliveries. ``capdisc dlq list`` shows them;
-``capdisc dlq replay`` sends them to the indexing queue again (after the cause is fixed: a
-provider back up, a worker with a new model) and removes them from the stream.
+An event lands here (:func:`dead_letter`) when it cannot be decoded, carries an invalid
+capability, or its embedding still fails after ``indexing_max_attempts`` deliveries.
+``capdisc dlq list`` shows them; ``capdisc dlq replay`` sends them to the indexing queue again
+(after the cause is fixed: a provider back up, a worker with a new model) and removes them from
+the stream.
 
 Discovery workers put here the request stream entries they cannot answer: unreadable ones (no
 usable request id to reply to) and quarantined ones (delivered again and again, never
@@ -15,6 +16,7 @@ quarantined one would only take a worker down again.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +24,11 @@ from typing import Any
 import redis
 
 from capdisc import keys
-from capdisc.registry.store import as_str
+from capdisc.redact import redact_tokens
+from capdisc.redistext import as_str
+
+#: The most of a payload a dead letter keeps.
+MAX_PAYLOAD_CHARS = 1_048_576
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,20 @@ class DeadLetter:
                 "at_ms": self.at_ms, "source": self.source, "request_id": self.request_id,
                 "event_id": event.get("event_id"), "tenant": event.get("tenant"),
                 "capability_id": event.get("capability_id"), "type": event.get("type")}
+
+
+def dead_letter(client: redis.Redis, payload: str | bytes, reason: str, attempts: int = 1,
+                **context: str) -> None:
+    """Keep an event that could not be applied, with the reason, for ``capdisc dlq``.
+    ``context`` adds fields: a discovery request's ``source`` (the requests stream),
+    ``entry_id`` and ``request_id``. ``client`` is a Redis client or a pipeline.
+    An identity token in the payload is not kept (a replay carries the replayer's)."""
+    text = payload.decode(errors="replace") if isinstance(payload, bytes) else payload
+    text = redact_tokens(text)
+    fields: dict[Any, Any] = {"payload": text[:MAX_PAYLOAD_CHARS], "reason": reason,
+                              "attempts": attempts, "at_ms": int(time.time() * 1000)}
+    fields.update(context)
+    client.xadd(keys.DEADLETTERS, fields)
 
 
 def list_dead_letters(client: redis.Redis, limit: int = 100) -> list[DeadLetter]:

@@ -17,8 +17,9 @@ import redis
 
 from capdisc import keys
 from capdisc.errors import FlagError
+from capdisc.redistext import as_str
 from capdisc.registry.flags import Flag, Policy, approved, parse_policy
-from capdisc.registry.store import CHANGES_MAXLEN, as_str
+from capdisc.registry.store import CHANGES_MAXLEN
 
 
 @dataclass(frozen=True)

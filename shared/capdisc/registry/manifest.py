@@ -1,4 +1,4 @@
-"""CAPABILITY.yaml: file-based capability definitions (seed 001, "File-Based Discovery").
+"""CAPABILITY.yaml: file-based capability definitions (docs/design.md, "Source normalization").
 
 A capability directory holds ``CAPABILITY.yaml`` and optionally ``SKILL.md`` (its full content)
 and ``schema.json`` (its full JSON Schema). Parsing is strict and bounded: the byte size is
@@ -25,7 +25,8 @@ SCHEMA_NAME = "schema.json"
 DEFAULT_MAX_BYTES = 64 * 1024
 MAX_SIDE_FILE_BYTES = 256 * 1024
 
-# Manifest spelling -> record field. camelCase keys are the seed's spelling and stay accepted.
+# Manifest spelling -> record field. camelCase keys (the original design's spelling) stay
+# accepted.
 _ALIASES = {
     "displayName": "display_name",
     "requiredSecrets": "required_secrets",
@@ -234,7 +235,7 @@ def _to_record(data: dict[str, Any], source: str) -> dict[str, Any]:
 
 
 def _example_queries(queries: Any, examples: Any, source: str) -> Any:
-    """``examples`` (seed 000: mappings with a ``description``) add to ``example_queries``."""
+    """``examples`` (strings, or mappings with a ``description``) add to ``example_queries``."""
     if not isinstance(examples, list):
         raise ManifestError(source, "examples", "must be a list of mappings with a description")
     found = list(queries) if isinstance(queries, list) else []

@@ -3,7 +3,7 @@
 Every path ends in :func:`capability_from_record`, which checks a plain mapping strictly (known
 fields only, exact types, identifier rules, no invisible characters, size limits) and raises
 :class:`ManifestError` naming the source and the field. Normalizers only map their source's
-vocabulary onto the record fields (seed 001, "Source Normalization").
+vocabulary onto the record fields (docs/design.md, "Source normalization").
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import redis
 
 from capdisc import keys
+from capdisc.redistext import as_str
 
 
 class TaskSender(Protocol):
@@ -93,8 +94,7 @@ def _task_id(message: Any) -> str:
 
 def _pending(key: Any, value: Any) -> Pending:
     data = json.loads(value)
-    task_id = key.decode() if isinstance(key, bytes) else str(key)
-    return Pending(task_id, data["name"], data["args"], data["kwargs"], int(data["sent_at_ms"]))
+    return Pending(as_str(key), data["name"], data["args"], data["kwargs"], int(data["sent_at_ms"]))
 
 
 # -- deliveries whose worker is gone ------------------------------------------------------------
@@ -152,7 +152,7 @@ def deliveries(client: redis.Redis) -> list[Delivery]:
     entries = client.hgetall(keys.KOMBU_UNACKED)
     if not entries:
         return []
-    tags = [_text(tag) for tag in entries]
+    tags = [as_str(tag) for tag in entries]
     scores = client.zmscore(keys.KOMBU_UNACKED_INDEX, tags)
     return [Delivery(tag, _task_id(_message(raw)), int((score or 0) * 1000))
             for tag, raw, score in zip(tags, entries.values(), scores, strict=True)]
@@ -185,7 +185,3 @@ def _message(raw: Any) -> Any:
         return json.loads(raw)[0]
     except (ValueError, TypeError, IndexError, KeyError):
         return None
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -2,10 +2,13 @@
 
 Writers (indexing workers) apply one event at a time under optimistic locking (WATCH on the
 tenant's records, tombstones and version), so the record, the vector, its tool-poisoning flag
-(:mod:`capdisc.registry.flags`, scanned as it is written), the version bump and the change record
-land
-together or not at all. Readers (discovery workers, producers, status) read
-consistent snapshots in one MULTI.
+(:mod:`capdisc.registry.flags`, scanned as it is written), the version bump, the change record
+and the acknowledgement to a waiting publisher land together or not at all. Readers (discovery
+workers, producers, status) read consistent snapshots in one MULTI.
+
+A full reindex's staging and swap are :mod:`capdisc.registry.reindexstore`, the repair of
+records and vectors that drifted apart is :mod:`capdisc.registry.drift`, and events that could
+not be applied go to :mod:`capdisc.registry.deadletters`.
 """
 
 from __future__ import annotations
@@ -22,17 +25,10 @@ import redis
 from capdisc import keys
 from capdisc.embedders.port import Matrix
 from capdisc.models import Capability
-from capdisc.redact import redact_tokens
+from capdisc.redistext import as_str
 from capdisc.registry.events import RegistryEvent
 from capdisc.registry.flags import Flag, rescanned
-from capdisc.registry.policy import (
-    Decision,
-    RepairPlan,
-    StoredRecord,
-    decide,
-    ownership_note,
-    plan_repair,
-)
+from capdisc.registry.policy import Decision, StoredRecord, decide, ownership_note
 
 #: Approximate length the changes stream is trimmed to (discovery workers reload a full snapshot
 #: when they find a gap, so trimming never loses state, only deltas).
@@ -255,171 +251,6 @@ def _write(
     return version
 
 
-# -- full reindex (blue/green) ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ReindexJob:
-    """A full reindex of one tenant being built into a staging space beside the live one."""
-
-    tenant: str
-    job: str
-    target: str
-    batches: int
-    fresh: bool
-    started_at_ms: int
-
-    @property
-    def staging(self) -> str:
-        return keys.staging_space(self.target, self.job)
-
-    @classmethod
-    def read(cls, client: Any, tenant: str) -> ReindexJob | None:
-        raw = {as_str(k): as_str(v) for k, v in client.hgetall(keys.reindex(tenant)).items()}
-        if not raw:
-            return None
-        return cls(tenant, raw["job"], raw["target"], int(raw["batches"]),
-                   raw.get("fresh") == "1", int(raw.get("started_at_ms", 0)))
-
-
-def begin_reindex(client: Redis, tenant: str, job: str, target: str, batch_size: int,
-                  fresh: bool) -> list[list[str]]:
-    """Start building ``tenant``'s vectors in ``target`` beside the live index: record the job
-    (superseding one already building) and return its batches of capability ids. A capability
-    written after this is staged by its writer; one written just before, by the swap."""
-    ids = sorted(as_str(k) for k in client.hkeys(keys.caps(tenant)))
-    batches = [ids[i:i + batch_size] for i in range(0, len(ids), batch_size)]
-    previous = ReindexJob.read(client, tenant)
-    with client.pipeline(transaction=True) as pipe:
-        if previous is not None:
-            pipe.delete(keys.vectors(tenant, previous.staging),
-                        keys.reindex_done(tenant, previous.job))
-        pipe.delete(keys.reindex(tenant))
-        pipe.hset(keys.reindex(tenant), mapping={
-            "job": job, "target": target, "batches": len(batches), "fresh": int(fresh),
-            "started_at_ms": int(time.time() * 1000)})
-        pipe.sadd(keys.TENANTS, tenant)
-        pipe.execute()
-    return batches
-
-
-def abandon_reindex(client: Redis, job: ReindexJob) -> None:
-    """Drop a reindex that will not finish (its staging vectors and marker); the live index is
-    untouched."""
-    with client.pipeline(transaction=True) as pipe:
-        pipe.delete(keys.vectors(job.tenant, job.staging), keys.reindex_done(job.tenant, job.job))
-        pipe.delete(keys.reindex(job.tenant))
-        pipe.execute()
-
-
-def stage_vectors(client: Redis, tenant: str, job: str, batch: int,
-                  vectors: dict[str, bytes]) -> bool:
-    """Store one built batch of reindex ``job``; True when it was the last one missing. A
-    vector a writer staged meanwhile (newer content) is kept. False, storing nothing, when the
-    job is no longer the one building (superseded or finished)."""
-    current = ReindexJob.read(client, tenant)
-    if current is None or current.job != job:
-        return False
-    with client.pipeline(transaction=False) as pipe:
-        for cap_id, vector in vectors.items():
-            pipe.hsetnx(keys.vectors(tenant, current.staging), cap_id, vector)
-        pipe.sadd(keys.reindex_done(tenant, job), batch)
-        pipe.scard(keys.reindex_done(tenant, job))
-        done = pipe.execute()[-1]
-    return int(done) >= current.batches
-
-
-def finish_reindex(client: Redis, tenant: str, job: str,
-                   embed: Callable[[list[Capability]], dict[str, bytes]]) -> int | None:
-    """Swap reindex ``job`` in: once every stored capability has a staging vector (``embed``
-    makes the missing ones), rename the staging vectors over the target space, serve the
-    target, bump the version and tell discovery workers to reload, in one transaction. Returns
-    the new version, or None when ``job`` is no longer the one building."""
-    watched = (keys.caps(tenant), keys.reindex(tenant), keys.version(tenant), keys.space(tenant))
-    with client.pipeline(transaction=True) as pipe:
-        while True:
-            try:
-                pipe.watch(*watched)  # type: ignore[no-untyped-call]
-                current = ReindexJob.read(pipe, tenant)
-                if current is None or current.job != job:
-                    return None
-                missing = _unstaged(pipe, current)
-                if missing:
-                    pipe.unwatch()
-                    _stage_missing(client, current, missing, embed)
-                    continue
-                version = _swap(pipe, current)
-                pipe.execute()
-                return version
-            except redis.WatchError:
-                continue
-
-
-def _unstaged(pipe: Any, job: ReindexJob) -> list[str]:
-    stored = {as_str(k) for k in pipe.hkeys(keys.caps(job.tenant))}
-    staged = {as_str(k) for k in pipe.hkeys(keys.vectors(job.tenant, job.staging))}
-    return sorted(stored - staged)
-
-
-def _stage_missing(client: Redis, job: ReindexJob, missing: list[str],
-                   embed: Callable[[list[Capability]], dict[str, bytes]]) -> None:
-    raw = client.hmget(keys.caps(job.tenant), missing)
-    capabilities = [Capability.from_dict(StoredRecord.from_dict(json.loads(r)).capability)
-                    for r in raw if r]
-    vectors = embed(capabilities) if capabilities else {}
-    with client.pipeline(transaction=False) as pipe:
-        for cap_id, vector in vectors.items():
-            pipe.hsetnx(keys.vectors(job.tenant, job.staging), cap_id, vector)
-        pipe.execute()
-
-
-def _swap(pipe: Any, job: ReindexJob) -> int:
-    """Read what the swap needs (still watching), then queue it as one transaction."""
-    tenant = job.tenant
-    old = pipe.get(keys.space(tenant))
-    stored = {as_str(k) for k in pipe.hkeys(keys.caps(tenant))}
-    orphans = [k for k in pipe.hkeys(keys.vectors(tenant, job.staging)) if as_str(k) not in stored]
-    version = int(pipe.get(keys.version(tenant)) or 0) + 1
-    pipe.multi()
-    if orphans:
-        pipe.hdel(keys.vectors(tenant, job.staging), *orphans)
-    if stored:
-        pipe.rename(keys.vectors(tenant, job.staging), keys.vectors(tenant, job.target))
-    else:
-        pipe.delete(keys.vectors(tenant, job.target))
-    if old and as_str(old) != job.target:
-        pipe.delete(keys.vectors(tenant, as_str(old)))
-    pipe.set(keys.space(tenant), job.target)
-    pipe.set(keys.version(tenant), version)
-    pipe.delete(keys.reindex(tenant), keys.reindex_done(tenant, job.job))
-    pipe.xadd(keys.CHANGES, {"tenant": tenant, "version": version, "op": "reload", "id": ""},
-              maxlen=CHANGES_MAXLEN, approximate=True)
-    return version
-
-
-# -- reconciling ---------------------------------------------------------------------------
-
-
-def repair_plan(client: Redis, tenant: str, default_space: str) -> RepairPlan | None:
-    """Compare ``tenant``'s records with its live vectors and drop the orphan vectors, in one
-    optimistic transaction (a write meanwhile leaves it to the next run: None). The plan's
-    ``missing_vectors`` are for the caller to reindex."""
-    with client.pipeline(transaction=True) as pipe:
-        try:
-            pipe.watch(keys.caps(tenant), keys.space(tenant))  # type: ignore[no-untyped-call]
-            active = pipe.get(keys.space(tenant))
-            space = as_str(active) if active else default_space
-            plan = plan_repair({as_str(k) for k in pipe.hkeys(keys.caps(tenant))},
-                               {as_str(k) for k in pipe.hkeys(keys.vectors(tenant, space))})
-            pipe.multi()
-            if plan.orphan_vectors:
-                pipe.hdel(keys.vectors(tenant, space), *plan.orphan_vectors)
-            pipe.execute()
-        except redis.WatchError:
-            return None
-    return plan
-
-
 def _index_source(pipe: Any, tenant: str, cap_id: str, old: StoredRecord | None,
                   new: StoredRecord | None) -> None:
     """Keep the per-source id sets (:func:`stored_by_source` reads one, not every record)."""
@@ -444,21 +275,6 @@ def record_ack(client: Redis, batch_id: str, outcome: dict[str, Any]) -> None:
 def _queue_ack(pipe: Any, batch_id: str, outcome: dict[str, Any]) -> None:
     pipe.rpush(keys.acks(batch_id), json.dumps(outcome))
     pipe.expire(keys.acks(batch_id), ACK_TTL_S)
-
-
-def dead_letter(client: Redis, payload: str | bytes, reason: str, attempts: int = 1,
-                **context: str) -> None:
-    """Keep an event that could not be applied, with the reason, for ``capdisc dlq``.
-    ``context`` adds fields: a discovery request's ``source`` (the requests stream, see
-    :mod:`capdisc.registry.deadletters`), ``entry_id`` and ``request_id``. ``client`` may be a
-    pipeline.
-    An identity token in the payload is not kept (a replay carries the replayer's)."""
-    text = payload.decode(errors="replace") if isinstance(payload, bytes) else payload
-    text = redact_tokens(text)
-    fields: dict[Any, Any] = {"payload": text[:1_048_576], "reason": reason,
-                              "attempts": attempts, "at_ms": int(time.time() * 1000)}
-    fields.update(context)
-    client.xadd(keys.DEADLETTERS, fields)
 
 
 # -- reads -------------------------------------------------------------------------------------
@@ -560,8 +376,3 @@ def tenant_version(client: Redis, tenant: str) -> int:
 
 def vector_bytes(vector: Matrix) -> bytes:
     return np.asarray(vector, dtype=np.float32).tobytes()
-
-
-def as_str(value: Any) -> str:
-    """Redis replies are bytes unless decoded; this gives text either way."""
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import redis
 
 from capdisc import keys
+from capdisc.redistext import as_str
 from capdisc.sessions.policy import SessionEvent, SessionPolicy, SessionState, new_session
 
 #: Events kept per session stream (approximate).
@@ -109,7 +110,7 @@ def update(client: redis.Redis, tenant: str, session_id: str, change: Change[T],
         if int(reply[0]) == 1:
             cache.put((tenant, session_id), str(args[1]), state)
             break
-        revision = _str(reply[1])
+        revision = as_str(reply[1])
         known = SessionState.from_dict(json.loads(reply[2])) if reply[2] else None
     if not revision:
         _bound_live_sessions(client, tenant, policy, now_ms)
@@ -133,7 +134,7 @@ def _bound_live_sessions(client: redis.Redis, tenant: str, policy: SessionPolicy
     expired = client.zrangebyscore(registry, 0, now_ms - int(policy.max_age_s * 1000))
     excess = int(client.zcard(registry)) - len(expired) - policy.max_sessions
     oldest = client.zrange(registry, len(expired), len(expired) + excess - 1) if excess > 0 else []
-    gone = [_str(s) for s in [*expired, *oldest]]
+    gone = [as_str(s) for s in [*expired, *oldest]]
     if not gone:
         return
     with client.pipeline(transaction=False) as pipe:
@@ -148,7 +149,7 @@ def events(client: redis.Redis, tenant: str, session_id: str, after: str = "0-0"
     """Session events after stream id ``after`` (waiting up to ``block_ms`` for one)."""
     batch: Any = client.xread({keys.session_events(tenant, session_id): after}, count=100,
                               block=block_ms)
-    return [(_str(eid), {_str(k): _str(v) for k, v in fields.items()})
+    return [(as_str(eid), {as_str(k): as_str(v) for k, v in fields.items()})
             for _stream, items in batch or [] for eid, fields in items]
 
 
@@ -159,7 +160,3 @@ def follow(client: redis.Redis, tenant: str, session_id: str, after: str = "0-0"
         for entry_id, fields in events(client, tenant, session_id, after):
             after = entry_id
             yield {"id": entry_id, **fields}
-
-
-def _str(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,167 @@
+"""A full reindex of one tenant in Redis, blue/green: the job marker, the staging vector space
+its batches are built into beside the live one, and the swap.
+
+:func:`begin_reindex` records the job and cuts the tenant's capabilities into batches; indexing
+workers store each built batch with :func:`stage_vectors` (a writer stages the capabilities it
+changes meanwhile too: :func:`capdisc.registry.store.read_spaces`); the last batch calls
+:func:`finish_reindex`, which renames the staging vectors over the target space, serves it and
+bumps the version in one transaction. :func:`abandon_reindex` drops a job that will not finish.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from capdisc import keys
+from capdisc.models import Capability
+from capdisc.redistext import as_str
+from capdisc.registry.policy import StoredRecord
+from capdisc.registry.store import CHANGES_MAXLEN
+
+Redis = redis.Redis
+
+
+@dataclass(frozen=True)
+class ReindexJob:
+    """A full reindex of one tenant being built into a staging space beside the live one."""
+
+    tenant: str
+    job: str
+    target: str
+    batches: int
+    fresh: bool
+    started_at_ms: int
+
+    @property
+    def staging(self) -> str:
+        return keys.staging_space(self.target, self.job)
+
+    @classmethod
+    def read(cls, client: Any, tenant: str) -> ReindexJob | None:
+        raw = {as_str(k): as_str(v) for k, v in client.hgetall(keys.reindex(tenant)).items()}
+        if not raw:
+            return None
+        return cls(tenant, raw["job"], raw["target"], int(raw["batches"]),
+                   raw.get("fresh") == "1", int(raw.get("started_at_ms", 0)))
+
+
+def begin_reindex(client: Redis, tenant: str, job: str, target: str, batch_size: int,
+                  fresh: bool) -> list[list[str]]:
+    """Start building ``tenant``'s vectors in ``target`` beside the live index: record the job
+    (superseding one already building) and return its batches of capability ids. A capability
+    written after this is staged by its writer; one written just before, by the swap."""
+    ids = sorted(as_str(k) for k in client.hkeys(keys.caps(tenant)))
+    batches = [ids[i:i + batch_size] for i in range(0, len(ids), batch_size)]
+    previous = ReindexJob.read(client, tenant)
+    with client.pipeline(transaction=True) as pipe:
+        if previous is not None:
+            pipe.delete(keys.vectors(tenant, previous.staging),
+                        keys.reindex_done(tenant, previous.job))
+        pipe.delete(keys.reindex(tenant))
+        pipe.hset(keys.reindex(tenant), mapping={
+            "job": job, "target": target, "batches": len(batches), "fresh": int(fresh),
+            "started_at_ms": int(time.time() * 1000)})
+        pipe.sadd(keys.TENANTS, tenant)
+        pipe.execute()
+    return batches
+
+
+def abandon_reindex(client: Redis, job: ReindexJob) -> None:
+    """Drop a reindex that will not finish (its staging vectors and marker); the live index is
+    untouched."""
+    with client.pipeline(transaction=True) as pipe:
+        pipe.delete(keys.vectors(job.tenant, job.staging), keys.reindex_done(job.tenant, job.job))
+        pipe.delete(keys.reindex(job.tenant))
+        pipe.execute()
+
+
+def stage_vectors(client: Redis, tenant: str, job: str, batch: int,
+                  vectors: dict[str, bytes]) -> bool:
+    """Store one built batch of reindex ``job``; True when it was the last one missing. A
+    vector a writer staged meanwhile (newer content) is kept. False, storing nothing, when the
+    job is no longer the one building (superseded or finished)."""
+    current = ReindexJob.read(client, tenant)
+    if current is None or current.job != job:
+        return False
+    with client.pipeline(transaction=False) as pipe:
+        for cap_id, vector in vectors.items():
+            pipe.hsetnx(keys.vectors(tenant, current.staging), cap_id, vector)
+        pipe.sadd(keys.reindex_done(tenant, job), batch)
+        pipe.scard(keys.reindex_done(tenant, job))
+        done = pipe.execute()[-1]
+    return int(done) >= current.batches
+
+
+def finish_reindex(client: Redis, tenant: str, job: str,
+                   embed: Callable[[list[Capability]], dict[str, bytes]]) -> int | None:
+    """Swap reindex ``job`` in: once every stored capability has a staging vector (``embed``
+    makes the missing ones), rename the staging vectors over the target space, serve the
+    target, bump the version and tell discovery workers to reload, in one transaction. Returns
+    the new version, or None when ``job`` is no longer the one building."""
+    watched = (keys.caps(tenant), keys.reindex(tenant), keys.version(tenant), keys.space(tenant))
+    with client.pipeline(transaction=True) as pipe:
+        while True:
+            try:
+                pipe.watch(*watched)  # type: ignore[no-untyped-call]
+                current = ReindexJob.read(pipe, tenant)
+                if current is None or current.job != job:
+                    return None
+                missing = _unstaged(pipe, current)
+                if missing:
+                    pipe.unwatch()
+                    _stage_missing(client, current, missing, embed)
+                    continue
+                version = _swap(pipe, current)
+                pipe.execute()
+                return version
+            except redis.WatchError:
+                continue
+
+
+def _unstaged(pipe: Any, job: ReindexJob) -> list[str]:
+    stored = {as_str(k) for k in pipe.hkeys(keys.caps(job.tenant))}
+    staged = {as_str(k) for k in pipe.hkeys(keys.vectors(job.tenant, job.staging))}
+    return sorted(stored - staged)
+
+
+def _stage_missing(client: Redis, job: ReindexJob, missing: list[str],
+                   embed: Callable[[list[Capability]], dict[str, bytes]]) -> None:
+    raw = client.hmget(keys.caps(job.tenant), missing)
+    capabilities = [Capability.from_dict(StoredRecord.from_dict(json.loads(r)).capability)
+                    for r in raw if r]
+    vectors = embed(capabilities) if capabilities else {}
+    with client.pipeline(transaction=False) as pipe:
+        for cap_id, vector in vectors.items():
+            pipe.hsetnx(keys.vectors(job.tenant, job.staging), cap_id, vector)
+        pipe.execute()
+
+
+def _swap(pipe: Any, job: ReindexJob) -> int:
+    """Read what the swap needs (still watching), then queue it as one transaction."""
+    tenant = job.tenant
+    old = pipe.get(keys.space(tenant))
+    stored = {as_str(k) for k in pipe.hkeys(keys.caps(tenant))}
+    orphans = [k for k in pipe.hkeys(keys.vectors(tenant, job.staging)) if as_str(k) not in stored]
+    version = int(pipe.get(keys.version(tenant)) or 0) + 1
+    pipe.multi()
+    if orphans:
+        pipe.hdel(keys.vectors(tenant, job.staging), *orphans)
+    if stored:
+        pipe.rename(keys.vectors(tenant, job.staging), keys.vectors(tenant, job.target))
+    else:
+        pipe.delete(keys.vectors(tenant, job.target))
+    if old and as_str(old) != job.target:
+        pipe.delete(keys.vectors(tenant, as_str(old)))
+    pipe.set(keys.space(tenant), job.target)
+    pipe.set(keys.version(tenant), version)
+    pipe.delete(keys.reindex(tenant), keys.reindex_done(tenant, job.job))
+    pipe.xadd(keys.CHANGES, {"tenant": tenant, "version": version, "op": "reload", "id": ""},
+              maxlen=CHANGES_MAXLEN, approximate=True)
+    return version
+

@@ -1,0 +1,216 @@
+"""Keeping the registry whole: the reconcile task, the sweep of lost tasks, and the periodic
+loops of the indexing workers.
+
+:func:`reconcile_task` (queued every ``reconcile_interval_s`` by the one worker that takes the
+lock, or by ``capdisc reconcile``) sweeps, then compares every tenant's records with its live
+vectors: orphan vectors are dropped, records without a vector are reindexed, an abandoned full
+reindex is dropped, and an external vector store that drifted is written again. :func:`sweep`
+(every ``sweep_interval_s``, at once at start) gives back the tasks of workers that are gone and
+re-sends those the broker lost (:mod:`capdisc.registry.outbox`). Each loop runs one step at a
+time through :func:`periodic`, which lives through Redis going away.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import kombu.exceptions
+import redis
+import structlog
+
+from capdisc import keys
+from capdisc.errors import CapdiscError
+from capdisc.redistext import as_str
+from capdisc.registry import outbox
+from capdisc.registry.drift import repair_plan
+from capdisc.registry.events import RegistryEvent
+from capdisc.registry.reindexstore import ReindexJob, abandon_reindex
+from capdisc.registry.store import tenants
+from capdisc.retrieval.text import vector_space
+from capdisc_workers.celery_app import app, resources
+from capdisc_workers.embedding import EMBED_BATCH
+from capdisc_workers.mirroring import resync
+from capdisc_workers.outage import RETRYABLE, Backoff
+from capdisc_workers.resources import Resources
+
+log = structlog.get_logger("capdisc.indexing")
+
+
+@app.task(name=keys.TASK_RECONCILE, bind=True, acks_late=True, ignore_result=True)
+def reconcile_task(self: Any, reply_to: str | None = None) -> dict[str, Any]:
+    """Give back the tasks of workers that are gone and re-send those the broker lost
+    (:func:`sweep`), then compare every tenant's records with its live vectors; drop orphan
+    vectors and send reindex events for records without one. The report goes to ``capdisc
+    status`` (and to ``reply_to``, a list ``capdisc reconcile`` waits on)."""
+    res = resources
+    client, space = res.redis, vector_space(res.embedder.id)
+    report: dict[str, Any] = {"at_ms": int(time.time() * 1000), "worker": res.worker_id,
+                              "missing_vectors": 0, "orphan_vectors": 0, "repaired": {},
+                              "skipped": {}, "resent_tasks": sum(sweep(res, client))}
+    for tenant in tenants(client):
+        reason = _reconcile_tenant(res, tenant, space, report)
+        if reason:
+            report["skipped"][tenant] = reason
+    with client.pipeline(transaction=False) as pipe:
+        pipe.set(keys.RECONCILE_LAST, json.dumps(report))
+        pipe.hincrby(keys.COUNTERS, "drift_repaired",
+                     report["missing_vectors"] + report["orphan_vectors"])
+        if reply_to:
+            pipe.rpush(reply_to, json.dumps(report))
+            pipe.expire(reply_to, res.settings.reply_ttl_s)
+        pipe.execute()
+    log.info("reconciled", task_id=self.request.id, missing_vectors=report["missing_vectors"],
+             orphan_vectors=report["orphan_vectors"], skipped=len(report["skipped"]))
+    return report
+
+
+def _reconcile_tenant(res: Resources, tenant: str, space: str, report: dict[str, Any]
+                      ) -> str | None:
+    """Repair one tenant; the reason it was skipped, if it was."""
+    client = res.redis
+    if _reindex_building(res, tenant, report):
+        return "a full reindex is building"
+    active = client.get(keys.space(tenant))
+    if active and as_str(active) != space:
+        return (f"served from {as_str(active)}, this worker embeds {space}: run "
+                f"`capdisc reindex --all --tenant {tenant}` to move it")
+    plan = repair_plan(client, tenant, space)
+    if plan is None:
+        return "written to meanwhile; the next run checks it"
+    _reconcile_store(res, tenant, space, report)
+    if plan.missing_vectors:
+        seq = time.time_ns()
+        payloads = [RegistryEvent("reindex", tenant, cap_id, seq, source="reconciler").encode()
+                    for cap_id in plan.missing_vectors]
+        for start in range(0, len(payloads), EMBED_BATCH):
+            outbox.send(client, app, keys.TASK_APPLY_EVENTS, [payloads[start:start + EMBED_BATCH]])
+    if not plan.clean:
+        log.warning("drift_repaired", tenant=tenant, missing_vectors=len(plan.missing_vectors),
+                    orphan_vectors=len(plan.orphan_vectors))
+        report["repaired"][tenant] = {"missing_vectors": plan.missing_vectors[:100],
+                                      "orphan_vectors": plan.orphan_vectors[:100]}
+    report["missing_vectors"] += len(plan.missing_vectors)
+    report["orphan_vectors"] += len(plan.orphan_vectors)
+    return None
+
+
+def _reindex_building(res: Resources, tenant: str, report: dict[str, Any]) -> bool:
+    """Whether a full reindex of ``tenant`` is still building; one that outlived
+    ``reindex_timeout_s`` is abandoned (and listed in the report)."""
+    job = ReindexJob.read(res.redis, tenant)
+    if job is None:
+        return False
+    age_s = time.time() - job.started_at_ms / 1000
+    if age_s <= res.settings.reindex_timeout_s:
+        return True
+    abandon_reindex(res.redis, job)
+    log.warning("reindex_abandoned", tenant=tenant, job=job.job, age_s=round(age_s),
+                hint=f"it did not finish in reindex_timeout_s; run `capdisc reindex --all "
+                     f"--tenant {tenant}` again")
+    report.setdefault("abandoned_reindexes", []).append(job.job)
+    return False
+
+
+def _reconcile_store(res: Resources, tenant: str, space: str, report: dict[str, Any]) -> None:
+    """With an external store: when it holds another number of objects than Redis has
+    records, write them all again and delete the tombstoned ones (writes are idempotent)."""
+    store = res.store
+    if store is None:
+        return
+    client = res.redis
+    try:
+        store.ensure_tenant(tenant)
+        held, stored = store.count(tenant), int(client.hlen(keys.caps(tenant)))
+        if held != stored:
+            log.warning("store_drift", tenant=tenant, store=held, registry=stored)
+            resync(client, store, tenant, space)
+            report.setdefault("store_resynced", []).append(tenant)
+    except CapdiscError as exc:
+        log.error("store_reconcile_failed", tenant=tenant, error=str(exc))
+
+
+# -- the sweep ----------------------------------------------------------------------------------
+
+
+def sweep(res: Resources, client: redis.Redis) -> tuple[int, int]:
+    """Put back in the queue every delivery no live worker holds, then re-send the recorded
+    tasks that are neither queued nor delivered; how many of each."""
+    settings = res.settings
+    workers = outbox.holders(json.loads(v) for v in client.hvals(keys.WORKERS))
+    restored = 0
+    for delivery in outbox.orphans(outbox.deliveries(client), workers, int(time.time() * 1000),
+                                   settings.outbox_grace_s, settings.worker_stale_after_s):
+        if outbox.restore(client, delivery):
+            restored += 1
+            log.warning("task_restored", task_id=delivery.task_id,
+                        delivered_at_ms=delivery.delivered_at_ms,
+                        reason="delivered to a worker that is gone or lost its connection")
+    resent = _resend_lost(res, client)
+    if restored or resent:
+        client.hincrby(keys.COUNTERS, "tasks_resent", restored + resent)
+    return restored, resent
+
+
+def _resend_lost(res: Resources, client: redis.Redis) -> int:
+    """Send again every recorded task the broker lost (:mod:`capdisc.registry.outbox`)."""
+    lost = outbox.lost(client, res.settings.outbox_grace_s)
+    for pending in lost:
+        log.warning("task_resent", task_id=pending.task_id, task=pending.name,
+                    sent_at_ms=pending.sent_at_ms,
+                    reason="neither queued nor delivered: lost by the broker")
+        outbox.resend(client, app, pending)
+    return len(lost)
+
+
+# -- the periodic loops -------------------------------------------------------------------------
+
+
+def reconcile_loop(res: Resources) -> None:
+    """Every ``reconcile_interval_s``, the one indexing worker that takes the lock queues a
+    reconcile run (so it runs like any task: acknowledged late, redelivered if lost)."""
+    interval_s = res.settings.reconcile_interval_s
+    client = res.connect()
+
+    def schedule() -> None:
+        if client.set(keys.RECONCILE_LOCK, res.worker_id, nx=True, ex=max(1, int(interval_s))):
+            reconcile_task.apply_async(queue=keys.INDEXING_QUEUE)
+
+    while interval_s > 0 and not res.stopping.is_set():
+        res.stopping.wait(periodic(res, "reconcile", schedule, interval_s))
+
+
+def sweep_loop(res: Resources) -> None:
+    """Every ``sweep_interval_s`` (at once at start), the one indexing worker that takes the lock
+    gives back the tasks of workers that are gone and re-sends the tasks the broker lost."""
+    interval_s = res.settings.sweep_interval_s
+    client = res.connect()
+
+    def step() -> None:
+        if client.set(keys.SWEEP_LOCK, res.worker_id, nx=True, px=max(100, int(interval_s * 900))):
+            sweep(res, client)
+
+    backoff = Backoff(first_s=0.5, cap_s=interval_s)  # sweep soon once Redis is back
+    while interval_s > 0 and not res.stopping.is_set():
+        res.stopping.wait(periodic(res, "sweep", step, interval_s, backoff))
+
+
+def periodic(res: Resources, loop: str, step: Callable[[], None], interval_s: float,
+             backoff: Backoff | None = None) -> float:
+    """One run of a worker thread's ``step``; how long to wait before the next. While Redis is
+    away the thread retries sooner (with ``backoff``, up to its interval) and the outage is
+    logged once for the whole worker, not at every attempt."""
+    try:
+        step()
+    except RETRYABLE as exc:
+        res.health.failed(loop, exc)
+        return min(interval_s, backoff.next()) if backoff else interval_s
+    except (redis.RedisError, kombu.exceptions.OperationalError) as exc:
+        log.warning(f"{loop}_failed", error=str(exc))
+        return interval_s
+    res.health.ok(loop)
+    if backoff:
+        backoff.reset()
+    return interval_s

@@ -1,0 +1,83 @@
+"""A full reindex of one tenant, blue/green: the tasks that build every vector again into a
+staging space beside the live index and swap it in.
+
+``capdisc reindex --all`` sends :func:`start_reindex_task`, which records the job and sends one
+:func:`reindex_batch_task` per batch of capabilities, shared by the indexing workers; the batch
+that completes the job swaps it in (:func:`capdisc.registry.reindexstore.finish_reindex`) and,
+with an external vector store, writes the tenant there again
+(:func:`capdisc_workers.mirroring.resync`). The storage side is
+:mod:`capdisc.registry.reindexstore`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+
+from capdisc import keys
+from capdisc.models import Capability
+from capdisc.registry import outbox
+from capdisc.registry.policy import retry_delay_s
+from capdisc.registry.reindexstore import (
+    ReindexJob,
+    begin_reindex,
+    finish_reindex,
+    stage_vectors,
+)
+from capdisc.retrieval.text import vector_space
+from capdisc_workers.celery_app import app, resources
+from capdisc_workers.embedding import EMBED_BATCH, stored_capabilities, vectors_for
+from capdisc_workers.mirroring import resync
+from capdisc_workers.resources import Resources
+
+log = structlog.get_logger("capdisc.indexing")
+
+
+@app.task(name=keys.TASK_START_REINDEX, bind=True, acks_late=True, ignore_result=True)
+def start_reindex_task(self: Any, tenant: str, job: str, fresh: bool = False) -> dict[str, Any]:
+    """Build every vector of ``tenant`` again, into a staging space beside the live index, in
+    batches other indexing workers share; the last batch swaps it in (:func:`finish_reindex`)."""
+    res = resources
+    target = vector_space(res.embedder.id)
+    batches = begin_reindex(res.redis, tenant, job, target, EMBED_BATCH, fresh)
+    log.info("reindex_started", tenant=tenant, job=job, target=target, batches=len(batches),
+             task_id=self.request.id)
+    for number, ids in enumerate(batches):
+        outbox.send(res.redis, app, keys.TASK_REINDEX_BATCH, [tenant, job, number, ids])
+    if not batches:
+        _finish(res, tenant, job, fresh)
+    return {"job": job, "batches": len(batches), "target": target}
+
+
+@app.task(name=keys.TASK_REINDEX_BATCH, bind=True, acks_late=True, ignore_result=True)
+def reindex_batch_task(self: Any, tenant: str, job: str, number: int, ids: list[str]
+                       ) -> dict[str, Any]:
+    """Embed one batch of a full reindex into its staging space."""
+    res = resources
+    client = res.redis
+    current = ReindexJob.read(client, tenant)
+    if current is None or current.job != job:
+        return {"job": job, "batch": number, "skipped": "superseded"}
+    if current.target != vector_space(res.embedder.id):
+        # a worker with another embedder (a fleet mid-rollout): leave it to one that matches
+        raise self.retry(countdown=retry_delay_s(self.request.retries + 1,
+                                                 res.settings.indexing_retry_base_s),
+                         max_retries=res.settings.indexing_max_attempts - 1)
+    capabilities = stored_capabilities(client, [(tenant, cap_id) for cap_id in ids])
+    vectors = vectors_for(client, res.embedder, capabilities, use_cache=not current.fresh)
+    last = stage_vectors(client, tenant, job, number, {k: v for k, (_h, v) in vectors.items()})
+    if last:
+        _finish(res, tenant, job, current.fresh)
+    return {"job": job, "batch": number, "staged": len(vectors)}
+
+
+def _finish(res: Resources, tenant: str, job: str, fresh: bool) -> None:
+    def embed(capabilities: list[Capability]) -> dict[str, bytes]:
+        made = vectors_for(res.redis, res.embedder, capabilities, use_cache=not fresh)
+        return {k: v for k, (_h, v) in made.items()}
+
+    version = finish_reindex(res.redis, tenant, job, embed)
+    log.info("reindex_swapped", tenant=tenant, job=job, index_version=version)
+    if version is not None:
+        resync(res.redis, res.store, tenant, vector_space(res.embedder.id))
