@@ -38,6 +38,8 @@ from capdisc import keys
 from capdisc.client import Client
 from capdisc.discovery.config import DiscoveryConfig
 from capdisc.discovery.engine import Query, discover, embed_turn
+from capdisc.discovery.protocol import DiscoverRequest
+from capdisc.discovery.service import Context, answer
 from capdisc.discovery.snapshot import IndexSnapshot
 from capdisc.embedders.minilm import MiniLMEmbedder
 from capdisc.embedders.port import CachedQueryEmbedder
@@ -47,6 +49,7 @@ from capdisc.registry.store import apply_event
 from capdisc.retrieval.decompose import decompose
 from capdisc.retrieval.probes import PROBES
 from capdisc.retrieval.text import vector_space
+from capdisc.sessions.policy import SessionPolicy
 
 HERE = Path(__file__).resolve().parent
 TENANT = "bench"
@@ -104,7 +107,7 @@ def in_process(caps: list, matrix: np.ndarray, queries: list[str], embedder: Min
         started = time.perf_counter()
         turn(snapshot, cached, query, config)
         samples.append(time.perf_counter() - started)
-    report("engine in-process, query embedding cached", samples)
+    report("discovery service in-process, query embedding cached", samples)
     chained = [len(decompose(q)) > 1 for q in queries]
     report("  one-request queries", [s for s, c in zip(samples, chained, strict=True) if not c])
     report("  queries chaining several requests",
@@ -123,8 +126,9 @@ def in_process(caps: list, matrix: np.ndarray, queries: list[str], embedder: Min
 
 def turn(snapshot: IndexSnapshot, cached: CachedQueryEmbedder, query: str,
          config: DiscoveryConfig) -> None:
-    vector, embed = embed_turn(cached, query, config)
-    discover(snapshot, Query(query), vector, config, embed)
+    """One turn through the discovery service, as a worker answers it."""
+    answer(DiscoverRequest(query, tenant=snapshot.tenant),
+           Context(snapshot, cached, config, SessionPolicy()))
 
 
 def load_registry(url: str, caps: list, matrix: np.ndarray, embedder_id: str) -> None:

@@ -1,6 +1,7 @@
 """Print the shape of the import graph: modules and packages per top-level package, import
 cycles, layers (the longest chain of imports between strongly connected groups) and the
-imports that go against the layers the import-linter contract in ``.importlinter`` declares.
+imports inside a cycle (each of them goes back up). Whether imports follow the declared
+layers is checked by the import-linter contracts in ``.importlinter``.
 
     .venv/bin/python scripts/architecture.py          # the figures
     .venv/bin/lint-imports                           # the contracts themselves

@@ -18,15 +18,9 @@ import redis
 from capdisc import keys, tenants
 from capdisc.agents.metatool import parse_metatool_arguments
 from capdisc.discovery.protocol import DiscoverRequest, SessionRequest
+from capdisc.discovery.replies import DiscoverReply, ErrorReply, SessionReply, decode_reply
 from capdisc.discovery.toolsets import metatool_result
-from capdisc.errors import (
-    AuthError,
-    CapdiscError,
-    DiscoveryTimeout,
-    ForbiddenError,
-    SessionNotFoundError,
-    UnknownTenantError,
-)
+from capdisc.errors import AuthError, DiscoveryTimeout
 from capdisc.identity.auth import ALL_TENANTS, peek
 from capdisc.sessions import store as sessions
 from capdisc.status import collect_status, live_workers
@@ -50,7 +44,7 @@ class Answer:
     tool_names: dict[str, str] = field(default_factory=dict)
     worker: str = ""
     took_ms: float = 0.0
-    #: Category -> workflow guidance for the categories found (seed 003).
+    #: Category -> workflow guidance for the categories found (docs/design.md, "Workflow hints").
     workflow_hints: dict[str, str] = field(default_factory=dict)
     #: In a session: ``id``, ``bound`` (the working set), ``added``, ``evicted``,
     #: ``redundant_search`` and its ``note``, and ``installable`` capabilities when few fit.
@@ -124,8 +118,8 @@ class Client:
                                   user=self.user, token=self.token)
         if request_id:
             request = replace(request, request_id=request_id)
-        raw = self._request({"payload": request.encode()}, request.request_id, timeout_s)
-        return _answer(raw, request)
+        return _answer(self._request({"payload": request.encode()}, request.request_id,
+                                     timeout_s))
 
     def record_tool_call(self, session: str, tool_id: str, arguments: Any = None, *,
                          tenant: str | None = None, request_id: str | None = None
@@ -175,12 +169,10 @@ class Client:
                                  user=self.user, token=self.token, **fields)
         raw = self._request({"op": "session", "payload": request.encode()}, request.request_id,
                             None)
-        if "error" in raw:
-            if raw["error"] == "SessionNotFoundError":
-                raise SessionNotFoundError(raw["message"])
-            _raise_refusal(raw)
-            raise CapdiscError(f"session request failed ({raw['error']}): {raw['message']}")
-        return raw
+        reply = decode_reply(raw, SessionReply.from_dict)
+        if isinstance(reply, ErrorReply):
+            raise reply.error()
+        return reply.to_dict()
 
     def _request(self, fields: dict[str, str], request_id: str, timeout_s: float | None
                  ) -> dict[str, Any]:
@@ -257,28 +249,19 @@ def wait_for_reply(connection: redis.Redis, request_id: str, timeout_s: float
     return None
 
 
-def _answer(raw: dict[str, Any], request: DiscoverRequest) -> Answer:
-    if "error" in raw:
-        if raw["error"] == "unknown_tenant":
-            raise UnknownTenantError(raw["message"])
-        _raise_refusal(raw)
-        raise CapdiscError(f"discovery failed ({raw['error']}): {raw['message']}")
-    return Answer(query=request.query, tenant=raw["tenant"], index_version=raw["index_version"],
-                  capabilities=raw["capabilities"], context=raw["context"],
-                  abstained=raw.get("abstained", False), tokens=raw.get("tokens", {}),
-                  tools=raw.get("tools", []), tool_names=raw.get("tool_names", {}),
-                  worker=raw.get("worker", ""), took_ms=raw.get("took_ms", 0.0),
-                  workflow_hints=raw.get("workflow_hints", {}), session=raw.get("session"),
-                  raw=raw)
-
-
-def _raise_refusal(raw: dict[str, Any]) -> None:
-    """The workers refused who asks: :class:`AuthError` (no valid token) or
-    :class:`ForbiddenError` (a valid one that does not allow this), with their message."""
-    if raw["error"] == ForbiddenError.code:
-        raise ForbiddenError(raw["message"], "forbidden")
-    if raw["error"] == AuthError.code:
-        raise AuthError(raw["message"], "unauthorized")
+def _answer(raw: dict[str, Any]) -> Answer:
+    """The answer a discover reply carries; the error it stands for, raised, if it is one."""
+    reply = decode_reply(raw, DiscoverReply.from_dict)
+    if isinstance(reply, ErrorReply):
+        raise reply.error()
+    return Answer(query=reply.query, tenant=reply.tenant, index_version=reply.index_version,
+                  capabilities=[c.to_dict() for c in reply.capabilities],
+                  context=reply.context, abstained=reply.abstained, tokens=dict(reply.tokens),
+                  tools=list(reply.tools.tools) if reply.tools else [],
+                  tool_names=dict(reply.tools.tool_names) if reply.tools else {},
+                  worker=reply.worker, took_ms=reply.took_ms,
+                  workflow_hints=dict(reply.workflow_hints),
+                  session=reply.session.to_dict() if reply.session else None, raw=raw)
 
 
 def tenant_of(token: str | None) -> str | None:

@@ -9,11 +9,21 @@ from __future__ import annotations
 
 
 class CapdiscError(Exception):
-    """Root of every error capdisc raises on purpose."""
+    """Root of every error capdisc raises on purpose. ``code`` is the error's name in a
+    discovery worker's error reply (:data:`ERROR_CODES` lists them all)."""
+
+    code = "internal"
+
+    @classmethod
+    def from_reply(cls, message: str) -> CapdiscError:
+        """The error as the client raises it from a reply's message."""
+        return cls(message)
 
 
 class ConfigError(CapdiscError):
     """A setting from the environment or the settings file is missing or malformed."""
+
+    code = "invalid_option"
 
 
 class ManifestError(CapdiscError):
@@ -23,6 +33,8 @@ class ManifestError(CapdiscError):
     is the document as a whole). Nothing already stored is touched when this is raised.
     """
 
+    code = "invalid_argument"
+
     def __init__(self, source: str, field: str | None, problem: str) -> None:
         self.source = source
         self.field = field
@@ -30,11 +42,17 @@ class ManifestError(CapdiscError):
         where = f"{source}: field '{field}'" if field else source
         super().__init__(f"{where}: {problem}")
 
+    @classmethod
+    def from_reply(cls, message: str) -> CapdiscError:
+        return cls("the request", None, message)
+
 
 class EventDecodeError(CapdiscError):
     """A registry event or discovery message could not be decoded (malformed, oversized, unknown
     version). The message names the part that is wrong; the event is dead-lettered, never
     applied."""
+
+    code = "bad_message"
 
 
 class BadRequestError(EventDecodeError):
@@ -42,6 +60,8 @@ class BadRequestError(EventDecodeError):
     wrong-typed field, a value out of range, an unknown op. The message names the field.
     ``request_id`` is the id read from the entry when it has a usable one: the sender then gets
     an error reply; without one, the entry is dead-lettered."""
+
+    code = "bad_request"
 
     def __init__(self, message: str, request_id: str | None = None) -> None:
         super().__init__(message)
@@ -54,14 +74,20 @@ class RequestEncodeError(CapdiscError):
     ``surrogateescape``), or a value JSON cannot carry. The message names the argument; pass
     valid Unicode text."""
 
+    code = "unencodable"
+
 
 class EmbeddingError(CapdiscError):
     """The embedding model could not be loaded or returned an unusable answer."""
+
+    code = "embedding_failed"
 
 
 class UnknownTenantError(CapdiscError):
     """A request named a tenant the registry has never seen. Publish to that tenant first, or
     check the tenant name (``capdisc status`` lists the known ones)."""
+
+    code = "unknown_tenant"
 
 
 class TenantNameError(CapdiscError):
@@ -69,29 +95,49 @@ class TenantNameError(CapdiscError):
     digits, ``_`` or ``-``, starting with a letter or digit). The message names where the name
     came from and quotes it, shortened; nothing was written. Use a valid name."""
 
+    code = "bad_tenant_name"
+
+
+class QuarantinedError(CapdiscError):
+    """A discovery request was delivered to workers several times and never answered (it
+    crashed or hung whoever took it); it was set aside in the dead-letter stream
+    (``capdisc dlq list``) and will not be served. Report it with its request id."""
+
+    code = "quarantined"
+
 
 class DiscoveryTimeout(CapdiscError):
     """No discovery worker answered in time. Check that one runs (``capdisc status`` lists the
     workers seen) and that it points at the same Redis."""
+
+    code = "timeout"
 
 
 class StackNotFoundError(CapdiscError):
     """No running capdisc stack was found. Start one with ``make up`` (or ``capdisc up``), or point
     ``CAPDISC_REDIS_URL`` at the Redis of a running one."""
 
+    code = "no_stack"
+
 
 class RedisUnavailableError(CapdiscError):
     """Redis could not be reached or started."""
+
+    code = "redis_unavailable"
 
 
 class MCPImportError(CapdiscError):
     """An MCP server could not be reached or did not list its tools; check the URL or command
     (``capdisc import mcp --url URL | --command CMD``)."""
 
+    code = "mcp_import_failed"
+
 
 class SessionNotFoundError(CapdiscError):
     """No such session (never created, or expired). A session starts with a discovery in it or
     an import; check the session id and the tenant."""
+
+    code = "session_not_found"
 
 
 class VectorStoreError(CapdiscError):
@@ -102,6 +148,8 @@ class VectorStoreError(CapdiscError):
     ``CAPDISC_WEAVIATE_TIMEOUT_*_S`` when a call timed out, recreate the collection when its
     definition does not match. Writes that fail this way are safe to retry: ids are deterministic.
     """
+
+    code = "vector_store_failed"
 
 
 class AuthError(CapdiscError):
@@ -118,6 +166,10 @@ class AuthError(CapdiscError):
         super().__init__(message)
         self.reason = reason
 
+    @classmethod
+    def from_reply(cls, message: str) -> CapdiscError:
+        return cls(message, cls.code)
+
 
 class ForbiddenError(AuthError):
     """A proven identity asked for what its token does not allow: another tenant (``wrong
@@ -129,7 +181,32 @@ class ForbiddenError(AuthError):
 
 class FlagError(CapdiscError):
     """A tool-poisoning flag or policy could not be changed as asked
-    (:mod:`capdisc.registry.flags`): the
-    capability is not flagged (nothing to approve), its text changed since it was reviewed, or a
-    policy is not one of ``flag``, ``warn``, ``quarantine``. Nothing was changed; the message
-    says what to check (``capdisc flags list``)."""
+    (:mod:`capdisc.registry.flags`): the capability is not flagged (nothing to approve), its
+    text changed since it was reviewed, or a policy is not one of ``flag``, ``warn``,
+    ``quarantine``. Nothing was changed; the message says what to check (``capdisc flags
+    list``)."""
+
+    code = "flag_refused"
+
+
+def _codes() -> dict[str, type[CapdiscError]]:
+    found: dict[str, type[CapdiscError]] = {}
+    pending: list[type[CapdiscError]] = [CapdiscError]
+    while pending:
+        cls = pending.pop()
+        found.setdefault(cls.code, cls)
+        pending.extend(cls.__subclasses__())
+    return found
+
+
+#: Every error code a reply may carry, and the error class it stands for.
+ERROR_CODES: dict[str, type[CapdiscError]] = _codes()
+
+
+def error_for(code: str, message: str) -> CapdiscError:
+    """The error a reply's ``code`` and ``message`` stand for, to raise on the client side (an
+    unknown code: the root error, with the code in its message)."""
+    cls = ERROR_CODES.get(code)
+    if cls is None:
+        return CapdiscError(f"{message} (error code {code!r})")
+    return cls.from_reply(message)

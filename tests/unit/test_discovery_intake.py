@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from capdisc import keys
+from capdisc.discovery.replies import SessionReply
 from capdisc.registry.deadletters import DeadLetter
 from capdisc_workers.discovery import needs_reload
 from capdisc_workers.intake import (
@@ -95,8 +96,8 @@ def test_entry_text_is_bounded_and_escapes_bytes_that_are_not_utf8() -> None:
 
 
 def test_answer_safely_turns_an_unexpected_error_into_an_internal_reply() -> None:
-    def broken() -> dict[str, Any]:
-        return {}["created_ms"]
+    def broken() -> SessionReply:
+        return SessionReply("r-1", {}["created_ms"])
 
     reply = json.loads(answer_safely("r-1", broken, "discovery@h:1"))
 
@@ -107,7 +108,7 @@ def test_answer_safely_turns_an_unexpected_error_into_an_internal_reply() -> Non
 
 
 def test_answer_safely_turns_an_unserializable_reply_into_an_internal_reply() -> None:
-    reply = json.loads(answer_safely("r-2", lambda: {"x": {1, 2}}, "w"))
+    reply = json.loads(answer_safely("r-2", lambda: SessionReply("r-2", {"x": {1, 2}}), "w"))
 
     assert reply["error"] == "internal" and "TypeError" in reply["message"]
 
@@ -115,7 +116,7 @@ def test_answer_safely_turns_an_unserializable_reply_into_an_internal_reply() ->
 @pytest.mark.parametrize("error", [redis.ConnectionError("gone"), redis.TimeoutError("slow"),
                                    redis.BusyLoadingError("loading")])
 def test_answer_safely_lets_redis_being_away_through(error: Exception) -> None:
-    def away() -> dict[str, Any]:
+    def away() -> SessionReply:
         raise error
 
     with pytest.raises(type(error)):
@@ -123,8 +124,9 @@ def test_answer_safely_lets_redis_being_away_through(error: Exception) -> None:
 
 
 def test_answer_safely_passes_a_good_reply_through() -> None:
-    assert json.loads(answer_safely("r-1", lambda: {"request_id": "r-1", "ids": [1]}, "w")) == \
-        {"request_id": "r-1", "ids": [1]}
+    reply = SessionReply("r-1", {"ids": [1]}, "w", 1.5)
+
+    assert json.loads(answer_safely("r-1", lambda: reply, "w")) == reply.to_dict()
 
 
 @pytest.mark.parametrize(("served", "stored", "stale", "failed_at", "reload"), [

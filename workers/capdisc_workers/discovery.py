@@ -26,7 +26,6 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import redis
@@ -34,34 +33,32 @@ import structlog
 
 from capdisc import keys, status
 from capdisc.access import Caller, visible
-from capdisc.discovery.config import DiscoveryConfig
-from capdisc.discovery.engine import DiscoveryResult, Match, Query, discover, embed_turn, rank
+from capdisc.discovery import service
 from capdisc.discovery.protocol import (
     DiscoverRequest,
     Entry,
     SessionRequest,
     decode_entry,
-    error_reply,
     peek_request_id,
 )
+from capdisc.discovery.replies import DiscoverReply, ErrorReply, Reply, SessionReply
 from capdisc.discovery.snapshot import IndexSnapshot, hybrid_retriever, store_retriever
-from capdisc.discovery.toolsets import list_discovered_tools
 from capdisc.embedders.port import CachedQueryEmbedder, Matrix
-from capdisc.errors import AuthError, BadRequestError, CapdiscError
+from capdisc.errors import AuthError, BadRequestError, CapdiscError, UnknownTenantError
 from capdisc.identity import auth
 from capdisc.identity.gate import Gate
 from capdisc.logs import configure_logging
 from capdisc.models import Capability
+from capdisc.redistext import as_str
 from capdisc.registry.events import TENANT_RE
 from capdisc.registry.flags import Mark, Policy, mark, parse_policy, serving, treatment
 from capdisc.registry.policy import coalesce_window_s
-from capdisc.registry.store import Delta, as_str, read_delta, read_snapshot
+from capdisc.registry.store import Delta, read_delta, read_snapshot
 from capdisc.resources import embedder_for, embedder_for_id, store_for
 from capdisc.retrieval.probes import PROBES
 from capdisc.retrieval.text import embedder_id_of, vector_space
-from capdisc.sessions.policy import allowed_ids
+from capdisc.sessions.service import SessionService
 from capdisc.settings import Settings
-from capdisc.vectorstores.filters import SearchFilters
 from capdisc_workers.intake import (
     Outcome,
     RawEntry,
@@ -71,7 +68,6 @@ from capdisc_workers.intake import (
     rejected,
 )
 from capdisc_workers.outage import RETRYABLE, Backoff, RedisHealth
-from capdisc_workers.sessions import SessionService, bound_tools
 
 log = structlog.get_logger("capdisc.discovery")
 BLOCK_MS = 1000
@@ -481,72 +477,54 @@ class DiscoveryWorker:
         return Outcome(entry_id, request_id,
                        answer_safely(request_id, lambda: self._handle(entry), self.worker_id))
 
-    def _handle(self, entry: Entry) -> dict[str, Any]:
-        """The reply to one checked request, served as who its token proves (with auth on)."""
+    def _handle(self, entry: Entry) -> Reply:
+        """The reply to one checked request, with who served it and how long it took."""
         started = time.perf_counter()
+        reply = self._reply(entry)
+        return reply.with_timing(self.worker_id, round((time.perf_counter() - started) * 1000, 3))
+
+    def _reply(self, entry: Entry) -> Reply:
+        """The reply to one checked request, served as who its token proves (with auth on);
+        an error a request causes (a bad option, an unknown tenant or session, a failed
+        embedding) is its error reply."""
         try:
             request = self.gate.admit(entry.request)
         except AuthError as exc:
             return self._refused(entry.request, exc)
-        reply = (self.session_op(request) if isinstance(request, SessionRequest)
-                 else self.answer(request, entry.deadline_ms))
-        reply["took_ms"] = round((time.perf_counter() - started) * 1000, 3)
-        return reply
+        try:
+            if isinstance(request, SessionRequest):
+                return self.session_op(request)
+            return self.answer(request, entry.deadline_ms)
+        except CapdiscError as exc:
+            log.warning("request_failed", request_id=request.request_id, tenant=request.tenant,
+                        error=exc.code, reason=str(exc))
+            return ErrorReply.of(request.request_id, exc)
 
-    def _refused(self, request: DiscoverRequest | SessionRequest, exc: AuthError
-                 ) -> dict[str, Any]:
+    def _refused(self, request: DiscoverRequest | SessionRequest, exc: AuthError) -> ErrorReply:
         """The reply to a request whose token proves nothing or does not allow it: the error,
         no data. The log names the token's key id and subject, never the token."""
         log.warning("request_refused", request_id=request.request_id, tenant=request.tenant,
                     error=exc.code, reason=exc.reason, **auth.label(request.token))
-        return error_reply(request.request_id, exc.code, str(exc))
+        return ErrorReply.of(request.request_id, exc)
 
-    def session_op(self, request: SessionRequest) -> dict[str, Any]:
+    def session_op(self, request: SessionRequest) -> SessionReply:
         """Record a call, or show, export or import a session's working set."""
-        try:
-            reply = self.sessions.handle(request, self._can_see(request.tenant,
-                                                                Caller.of(request.roles,
-                                                                          request.user)))
-        except CapdiscError as exc:
-            log.warning("session_request_failed", request_id=request.request_id,
-                        session=request.session, tenant=request.tenant, error=str(exc))
-            return error_reply(request.request_id, type(exc).__name__, str(exc))
-        return {**reply, "request_id": request.request_id, "worker": self.worker_id}
+        can_see = self._can_see(request.tenant, Caller.of(request.roles, request.user))
+        return SessionReply(request.request_id, self.sessions.handle(request, can_see))
 
-    def answer(self, request: DiscoverRequest, deadline_ms: int | None = None) -> dict[str, Any]:
-        bound = log.bind(request_id=request.request_id, tenant=request.tenant)
+    def answer(self, request: DiscoverRequest, deadline_ms: int | None = None) -> DiscoverReply:
+        """The reply to an admitted discover request (:func:`capdisc.discovery.service.answer`
+        over this worker's snapshot of the tenant, its query embedder and sessions)."""
         snapshot = self._snapshot_for(request, deadline_ms)
         if snapshot is None:
-            return error_reply(request.request_id, "unknown_tenant",
-                               f"tenant {request.tenant!r} has no registry; publish to it first "
-                               "(capdisc publish PATH --tenant NAME)")
-        try:
-            profile = self.settings.sessions.profile(request.profile)
-            config = self.settings.discovery.merged({**profile.options, **request.options})
-            queries = self.queries_for(snapshot.embedder_id or self.embedder.id)
-            vector, embed = embed_turn(queries, request.query, config)
-            query = self._query(request)
-            result = discover(snapshot, query, vector, config, embed)
-            session = (self.sessions.after_discovery(
-                request, result, self._installable(snapshot, query, result, vector, config,
-                                                   request.profile))
-                if request.session else None)
-        except CapdiscError as exc:
-            bound.warning("request_failed", error=str(exc))
-            return error_reply(request.request_id, type(exc).__name__, str(exc))
-        reply = result.to_dict()
-        reply.update(request_id=request.request_id, worker=self.worker_id)
-        if session is not None:
-            reply["session"] = session
-            reply["redundant_search"] = session["redundant_search"]
-            if session["note"]:
-                reply["note"] = session["note"]
-        if request.tool_format:
-            fmt: Any = request.tool_format
-            reply.update(bound_tools(snapshot, session["bound"], fmt, query.filters.caller)
-                         if session is not None else list_discovered_tools(result, fmt))
-        bound.debug("request_served", index_version=result.index_version,
-                    matches=len(result.matches))
+            raise UnknownTenantError(f"tenant {request.tenant!r} has no registry; publish to "
+                                     "it first (capdisc publish PATH --tenant NAME)")
+        context = service.Context(
+            snapshot, self.queries_for(snapshot.embedder_id or self.embedder.id),
+            self.settings.discovery, self.settings.sessions, self.sessions)
+        reply = service.answer(request, context)
+        log.debug("request_served", request_id=request.request_id, tenant=request.tenant,
+                  index_version=reply.index_version, matches=len(reply.capabilities))
         return reply
 
     def _can_see(self, tenant: str, caller: Caller) -> Callable[[str], bool]:
@@ -559,28 +537,6 @@ class DiscoveryWorker:
             return cap is not None and visible(cap.visibility, caller)
 
         return can_see
-
-    def _query(self, request: DiscoverRequest) -> Query:
-        """The request's query; in a session or for a profile, limited to the profile's
-        allowlist, its expert tools first, and (in a session) to available capabilities."""
-        filters = SearchFilters(kind=request.kind, category=request.category,
-                                tags=tuple(request.tags),
-                                only_available=request.only_available or bool(request.session),
-                                include_ids=allowed_ids(self.settings.sessions, request.profile),
-                                caller=Caller.of(request.roles, request.user))
-        experts = frozenset(self.settings.sessions.profile(request.profile).expert_tools)
-        return Query(request.query, request.limit, filters, prefer=experts)
-
-    def _installable(self, snapshot: IndexSnapshot, query: Query, result: DiscoveryResult,
-                     vector: Any, config: DiscoveryConfig, profile: str | None) -> list[Match]:
-        """When few available capabilities fit, the best not yet available ones (seed 002
-        section 10), offered apart from the matches (when the platform or profile asks)."""
-        below = self.settings.sessions.installable_for(profile)
-        if len(result.matches) >= below or not snapshot.has_installable:
-            return []
-        wanted = replace(query, filters=replace(query.filters, only_available=False,
-                                                only_installable=True))
-        return list(rank(snapshot, wanted, vector, config, 3).matches)
 
     def _snapshot_for(self, request: DiscoverRequest, deadline_ms: int | None
                       ) -> IndexSnapshot | None:

@@ -25,9 +25,12 @@ import redis
 import structlog
 
 from capdisc import keys
-from capdisc.discovery.protocol import error_reply, peek_request_id
+from capdisc.discovery.protocol import peek_request_id
+from capdisc.discovery.replies import ErrorReply, Reply
+from capdisc.errors import BadRequestError, CapdiscError, QuarantinedError
 from capdisc.redact import redact_tokens
-from capdisc.registry.store import as_str, dead_letter
+from capdisc.redistext import as_str
+from capdisc.registry.deadletters import dead_letter
 from capdisc_workers.outage import RETRYABLE
 
 log = structlog.get_logger("capdisc.discovery")
@@ -71,20 +74,24 @@ class Outcome:
     dead_letter: tuple[str, str, int] | None = None
 
 
-def answer_safely(request_id: str, answer: Callable[[], dict[str, Any]], worker_id: str) -> str:
+def answer_safely(request_id: str, answer: Callable[[], Reply], worker_id: str) -> str:
     """The JSON reply ``answer()`` makes; any unexpected exception (Redis being unreachable
     aside: the entry is then served again later) is logged with the request id and becomes an
     ``internal`` error reply, never the worker's end."""
     try:
-        return json.dumps(answer())
+        return json.dumps(answer().to_dict())
     except RETRYABLE:
         raise
     except Exception as exc:
         log.exception("request_failed_internally", request_id=request_id, worker=worker_id)
-        return json.dumps(error_reply(
-            request_id, "internal",
-            f"discovery worker {worker_id} failed while answering this request "
-            f"({type(exc).__name__}); the error is logged there with request id {request_id}"))
+        return _error(request_id, CapdiscError.code,
+                      f"discovery worker {worker_id} failed while answering this request "
+                      f"({type(exc).__name__}); the error is logged there with request id "
+                      f"{request_id}")
+
+
+def _error(request_id: str, code: str, message: str) -> str:
+    return json.dumps(ErrorReply(request_id, code, message).to_dict())
 
 
 def rejected(entry_id: str, fields: Mapping[Any, Any], request_id: str | None,
@@ -93,7 +100,7 @@ def rejected(entry_id: str, fields: Mapping[Any, Any], request_id: str | None,
     else a dead letter."""
     if request_id:
         return Outcome(entry_id, request_id,
-                       json.dumps(error_reply(request_id, "bad_request", reason)))
+                       _error(request_id, BadRequestError.code, reason))
     return Outcome(entry_id, dead_letter=(entry_text(fields),
                                           f"discovery request refused: {reason}", 1))
 
@@ -104,8 +111,8 @@ def quarantined(entry_id: str, fields: Mapping[Any, Any], times_delivered: int) 
     reason = (f"discovery request quarantined: delivered {times_delivered} times and never "
               "answered (it crashed or hung every discovery worker that took it)")
     request_id = peek_request_id(fields)
-    reply = (json.dumps(error_reply(request_id, "quarantined", reason + "; it is kept in the "
-                                    "dead-letter stream (capdisc dlq list)"))
+    reply = (_error(request_id, QuarantinedError.code,
+                    f"{reason}; it is kept in the dead-letter stream (capdisc dlq list)")
              if request_id else None)
     return Outcome(entry_id, request_id, reply, (entry_text(fields), reason, times_delivered))
 

@@ -1,4 +1,4 @@
-"""The token report (issue 3, item 9): a static dump of every tool against a tiered answer.
+"""The token report: a static dump of every tool against a tiered answer.
 
 The static dump is what an agent pays when every capability's tool definition sits in every
 prompt (OpenAI Chat Completions ``tools``, as JSON). A tiered answer is what capdisc renders per
@@ -15,11 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from capdisc.agents.formats import list_discovered_tools, to_openai_chat
+from capdisc.agents.formats import to_openai_chat
 from capdisc.discovery.config import DiscoveryConfig
-from capdisc.discovery.engine import Query, discover, embed_turn
+from capdisc.discovery.protocol import DiscoverRequest
+from capdisc.discovery.service import Context, answer
 from capdisc.discovery.snapshot import IndexSnapshot
 from capdisc.embedders.port import CachedQueryEmbedder
+from capdisc.sessions.policy import SessionPolicy
 from capdisc.tokens import TokenCounter, make_counter
 
 
@@ -44,15 +46,16 @@ def static_dump_tokens(snapshot: IndexSnapshot, counter: TokenCounter) -> int:
 
 def turn_tokens(snapshot: IndexSnapshot, query: str, queries: CachedQueryEmbedder,
                 config: DiscoveryConfig, counter: TokenCounter) -> TurnTokens:
-    """One turn through the engine: its context and its tool definitions (with the meta-tool)."""
-    vector, embed = embed_turn(queries, query, config)
-    result = discover(snapshot, Query(query), vector, config, embed)
-    tools = list_discovered_tools([m.capability for m in result.matches], "openai-chat")
-    used = result.tiers.tokens
+    """One turn through the discovery service, as a worker answers it: its context and its
+    tool definitions (with the meta-tool)."""
+    reply = answer(DiscoverRequest(query, tenant=snapshot.tenant, tool_format="openai-chat"),
+                   Context(snapshot, queries, config, SessionPolicy()))
+    tools = list(reply.tools.tools) if reply.tools else []
+    used = reply.tokens
     within = (used["tier0"] <= config.tier0_budget_tokens
               and used["tier1"] <= config.tier1_budget_tokens
               and used["tier2"] <= config.tier2_budget_tokens)
-    return TurnTokens(counter(result.context), counter(json.dumps(tools)), within)
+    return TurnTokens(counter(reply.context), counter(json.dumps(tools)), within)
 
 
 def token_report(snapshot: IndexSnapshot, queries: Sequence[str], embedder: CachedQueryEmbedder,

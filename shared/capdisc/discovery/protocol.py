@@ -163,11 +163,6 @@ def peek_request_id(fields: Mapping[Any, Any]) -> str | None:
     return value if isinstance(value, str) and REQUEST_ID_RE.fullmatch(value) else None
 
 
-def error_reply(request_id: str, error: str, message: str) -> dict[str, Any]:
-    """The reply for a request that could not be answered."""
-    return {"request_id": request_id, "error": error, "message": message}
-
-
 def unencodable(text: str) -> str | None:
     """Why ``text`` cannot be sent as UTF-8 (its first lone surrogate, and where), or None.
     Bytes that were not UTF-8, decoded with ``surrogateescape`` (command-line arguments), are

@@ -1,31 +1,53 @@
 """What an agent runtime gets from a discovery result: tool definitions to bind, the meta-tool's
 result, and the prompt text.
 
-* :func:`list_discovered_tools` - the Tier 1/2 tools plus ``discover_capabilities``, in one of the
-  four formats, with the map from tool names back to capability ids.
+* :func:`tool_bundle` - tool definitions of some capabilities plus ``discover_capabilities``, in
+  one of the four formats, with the map from tool names back to capability ids: for a turn's
+  matches (:func:`list_discovered_tools`) or a session's working set (:func:`bound_tools`).
 * :func:`metatool_result` - what ``discover_capabilities`` returns to the model.
 * :func:`render_for_prompt` - Tier 0, then Tiers 1 and 2.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from capdisc.access import Caller, visible
 from capdisc.agents import formats
 from capdisc.discovery.engine import DiscoveryResult, render_for_prompt
+from capdisc.discovery.replies import ToolBundle
+from capdisc.discovery.snapshot import IndexSnapshot
+from capdisc.models import Capability
+from capdisc.registry.flags import Mark
 
-__all__ = ["list_discovered_tools", "metatool_result", "render_for_prompt"]
+__all__ = ["bound_tools", "list_discovered_tools", "metatool_result", "render_for_prompt",
+           "tool_bundle"]
+
+
+def tool_bundle(caps: Sequence[Capability], fmt: formats.ToolFormat,
+                marks: Mapping[str, Mark] | None = None) -> ToolBundle:
+    """Tool definitions of ``caps`` (flagged ones marked) plus the meta-tool, in ``fmt``, and
+    the map from each tool name back to its capability id."""
+    names = formats.NameMap.for_format(fmt, formats.callable_capabilities(caps))
+    return ToolBundle(tuple(formats.list_discovered_tools(caps, fmt, marks)),
+                      {name: cap_id for cap_id, name in names.items()})
 
 
 def list_discovered_tools(result: DiscoveryResult, fmt: formats.ToolFormat) -> dict[str, Any]:
     """``{"tools": [...], "tool_names": {name: capability id}}`` for the matches of ``result``
     (flagged ones marked); the meta-tool is always included."""
-    caps = [m.capability for m in result.matches]
     marks = {m.capability.id: m.mark for m in result.matches if m.mark is not None}
-    names = formats.NameMap.for_format(fmt, formats.callable_capabilities(caps))
-    return {"tools": formats.list_discovered_tools(caps, fmt, marks),
-            "tool_names": {name: cap_id for cap_id, name in names.items()}}
+    return tool_bundle([m.capability for m in result.matches], fmt, marks).to_dict()
+
+
+def bound_tools(snapshot: IndexSnapshot, bound: Sequence[str], fmt: formats.ToolFormat,
+                caller: Caller) -> ToolBundle:
+    """Tool definitions of a whole working set (what the agent should have bound now) that
+    ``caller`` may see and the tenant's policy serves, in ``fmt``, plus the meta-tool."""
+    caps = [snapshot.capabilities[i] for i in bound if i in snapshot.capabilities
+            and visible(snapshot.capabilities[i].visibility, caller)]
+    return tool_bundle(caps, fmt, snapshot.marks)
 
 
 def metatool_result(answer: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,21 +1,21 @@
-"""Session policy (seed 002, sections 6-8): the working set, the loop guard and the
+"""Session policy (docs/design.md, "Sessions"): the working set, the loop guard and the
 redundant-search guard, as pure functions over an immutable :class:`SessionState`.
 
 Every function takes the state, the time (``now_ms``, from the caller's clock) and the policy,
 and returns the new state with the :class:`SessionEvent` list that says what changed. Nothing
 here does I/O: :mod:`capdisc.sessions.store` stores states and events in Redis.
 
-- **Working set** (section 6): discovered capabilities with first-seen, last-used and use count,
-  at most ``max_discovered_tools`` of them; always-include tools never count and are never
-  evicted; over capacity, tools unused for ``tool_ttl_s`` go first, then the least recently
-  used. Binding an already-bound tool refreshes it without a duplicate.
-- **Loop guard** (section 7): each call is keyed by tool and a hash of its normalized
-  arguments; a key seen more than ``loop_max_repeats`` times within ``loop_window_s``, or more
-  than ``loop_max_in_recent`` times among the last ``loop_recent_calls`` calls (which catches
+- **Working set**: discovered capabilities with first-seen, last-used and use count, at most
+  ``max_discovered_tools`` of them; always-include tools never count and are never evicted;
+  over capacity, tools unused for ``tool_ttl_s`` go first, then the least recently used.
+  Binding an already-bound tool refreshes it without a duplicate.
+- **Loop guard**: each call is keyed by tool and a hash of its normalized arguments; a key seen
+  more than ``loop_max_repeats`` times within ``loop_window_s``, or more than
+  ``loop_max_in_recent`` times among the last ``loop_recent_calls`` calls (which catches
   A, B, A, B alternation), is a loop. The call still counts as executed; the tool is evicted
   (eviction, not blocking) with guidance; discovering it again restores it and resets its count.
-- **Redundant-search guard** (section 8): a search whose results overlap a recent one's by at
-  least ``redundant_overlap`` still answers, with a note that those tools are already bound.
+- **Redundant-search guard**: a search whose results overlap a recent one's by at least
+  ``redundant_overlap`` still answers, with a note that those tools are already bound.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
+JSON = dict[str, Any]
+
 GENERIC_LOOP_GUIDANCE = (
     "This tool was called repeatedly with the same arguments without progress, so it was "
     "removed from your tools. The call above did run. Rethink the approach; if you still need "
@@ -40,7 +42,7 @@ REDUNDANT_SEARCH_NOTE = (
 
 
 class AgentProfile(BaseModel):
-    """One kind of agent (an "expert", seed 002 sections 4.1, 9.2): what it may discover,
+    """One kind of agent (an "expert"): what it may discover,
     which tools rank first, its own always-include set, cap and per-turn discovery options."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -76,13 +78,13 @@ class SessionPolicy(BaseModel):
     loop_recent_calls: int = Field(8, ge=2)
     loop_max_in_recent: int = Field(3, ge=1)
     loop_exempt_tools: list[str] = Field(default_factory=list)
-    #: tool id -> what to try instead when it loops (seed 002 section 7.3)
+    #: tool id -> what to try instead when it loops (the loop guard's guidance for that tool)
     loop_guidance: dict[str, str] = Field(default_factory=dict)
     redundant_overlap: float = Field(0.8, gt=0, le=1)
     redundant_window_s: float = Field(300.0, gt=0)
     redundant_history: int = Field(5, ge=1)
     #: Offer installable (not yet available) capabilities, apart from the matches, when fewer
-    #: results than this fit (seed 002 section 10, a marketplace). Off by default: each such
+    #: results than this fit (docs/design.md, "Installable offers"). Off by default: each such
     #: turn costs a second search; 1 offers them when nothing available fits.
     installable_below: int = Field(0, ge=0)
     #: How long a request's outcome is kept, so a retried or redelivered request (a client
@@ -348,6 +350,19 @@ def check_search(state: SessionState, ids: Sequence[str], now_ms: int, policy: S
 # -- export and import -----------------------------------------------------------------------------
 
 
+def after_discovery(state: SessionState, ids: Sequence[str], now_ms: int,
+                    policy: SessionPolicy) -> tuple[SessionState, list[SessionEvent], JSON]:
+    """A discovery turn in the session: bind its matches ``ids`` and run the redundant-search
+    guard; the new state, its events and the outcome (:meth:`SessionView.from_outcome`)."""
+    state, bound_events = bind(state, ids, now_ms, policy)
+    state, note, search_events = check_search(state, ids, now_ms, policy)
+    outcome = {"id": state.session_id, "bound": bound_ids(state, policy),
+               "added": [e.tool for e in bound_events if e.type in ("bound", "restored")],
+               "evicted": [e.tool for e in bound_events if e.type == "evicted"],
+               "redundant_search": note is not None, "note": note}
+    return state, bound_events + search_events, outcome
+
+
 def imported(data: Mapping[str, Any], session_id: str, now_ms: int, policy: SessionPolicy
              ) -> tuple[SessionState, list[SessionEvent]]:
     """A session made from an export: the same working set under ``session_id`` (guard memory
@@ -392,3 +407,46 @@ def experts_first(ids: Iterable[str], policy: SessionPolicy, profile: str | None
     experts = set(policy.profile(profile).expert_tools)
     ordered = list(ids)
     return [i for i in ordered if i in experts] + [i for i in ordered if i not in experts]
+
+
+# -- a discovery turn in a session ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Turn:
+    """A discovery turn in a session: where, as which request, and what it found."""
+
+    tenant: str
+    session: str
+    request_id: str
+    profile: str | None
+    found: Sequence[str]
+
+
+@dataclass(frozen=True)
+class SessionView:
+    """What a discovery in a session did to it: the working set after the turn, what joined
+    and what left it, whether the search repeated an earlier one (and the note saying so),
+    and the best capabilities not installed yet when few available ones fit."""
+
+    id: str
+    bound: tuple[str, ...]
+    added: tuple[str, ...] = ()
+    evicted: tuple[str, ...] = ()
+    redundant_search: bool = False
+    note: str | None = None
+    installable: tuple[JSON, ...] = ()
+
+    def to_dict(self) -> JSON:
+        view: JSON = {"id": self.id, "bound": list(self.bound), "added": list(self.added),
+                      "evicted": list(self.evicted), "redundant_search": self.redundant_search,
+                      "note": self.note}
+        if self.installable:
+            view["installable"] = [dict(i) for i in self.installable]
+        return view
+
+    @classmethod
+    def from_outcome(cls, outcome: Mapping[str, Any]) -> SessionView:
+        return cls(id=outcome["id"], bound=tuple(outcome["bound"]),
+                   added=tuple(outcome["added"]), evicted=tuple(outcome["evicted"]),
+                   redundant_search=bool(outcome["redundant_search"]), note=outcome["note"])

@@ -1,31 +1,48 @@
-"""The discovery worker's session side: a turn in a session binds what it found, a recorded
-call runs the loop guard, and show/export/import serve the working set. Policy is
-:mod:`capdisc.sessions.policy`, storage :mod:`capdisc.sessions.store`; a request id already applied
-to a
-session returns its first outcome and changes nothing (exactly-once effects on an
-at-least-once path: the storage's compare-and-set keeps each request's outcome).
+"""Session operations: a turn in a session binds what it found, a recorded call runs the loop
+guard, and show/export/import serve the working set. Policy is :mod:`capdisc.sessions.policy`,
+storage :mod:`capdisc.sessions.store`; a request id already applied to a session returns its
+first outcome and changes nothing (exactly-once effects on an at-least-once path: the storage's
+compare-and-set keeps each request's outcome). Requests are read through
+:class:`SessionCommand`, the fields this service needs, so sessions know nothing of discovery.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 
-from capdisc.access import Caller, visible
-from capdisc.agents import formats
-from capdisc.discovery.engine import DiscoveryResult, Match
-from capdisc.discovery.protocol import DiscoverRequest, SessionRequest
-from capdisc.discovery.snapshot import IndexSnapshot
 from capdisc.errors import SessionNotFoundError
 from capdisc.sessions import policy as policy_fns
 from capdisc.sessions import store
-from capdisc.sessions.policy import SessionEvent, SessionPolicy, SessionState
+from capdisc.sessions.policy import SessionEvent, SessionPolicy, SessionState, SessionView, Turn
 
 Clock = Callable[[], int]
+JSON = dict[str, Any]
+
+
+class SessionCommand(Protocol):
+    """What a session command carries (``capdisc.discovery.protocol.SessionRequest``)."""
+
+    @property
+    def op(self) -> str: ...
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def session(self) -> str: ...
+    @property
+    def request_id(self) -> str: ...
+    @property
+    def profile(self) -> str | None: ...
+    @property
+    def tool_id(self) -> str | None: ...
+    @property
+    def arguments(self) -> Any: ...
+    @property
+    def data(self) -> Mapping[str, Any] | None: ...
 
 
 def wall_ms() -> int:
@@ -42,31 +59,20 @@ class SessionService:
         self.clock = clock
         self.states = store.StateCache()
 
-    def after_discovery(self, request: DiscoverRequest, result: DiscoveryResult,
-                        installable: list[Match]) -> dict[str, Any]:
+    def after_discovery(self, turn: Turn) -> SessionView:
         """Bind this turn's matches to the session and run the redundant-search guard."""
-        ids = [m.capability.id for m in result.matches]
+        ids = list(turn.found)
         now = self.clock()
 
-        def change(state: SessionState) -> tuple[SessionState, list[SessionEvent],
-                                                 dict[str, Any]]:
-            state, bound_events = policy_fns.bind(state, ids, now, self.policy)
-            state, note, search_events = policy_fns.check_search(state, ids, now, self.policy)
-            outcome = {"id": state.session_id,
-                       "bound": policy_fns.bound_ids(state, self.policy),
-                       "added": [e.tool for e in bound_events if e.type in ("bound", "restored")],
-                       "evicted": [e.tool for e in bound_events if e.type == "evicted"],
-                       "redundant_search": note is not None, "note": note}
-            return state, bound_events + search_events, outcome
+        def change(state: SessionState) -> tuple[SessionState, list[SessionEvent], JSON]:
+            return policy_fns.after_discovery(state, ids, now, self.policy)
 
-        outcome = store.update(self.redis, request.tenant, str(request.session), change,
-                               self.policy, now, profile=request.profile,
-                               request_id=request.request_id, cache=self.states)
-        if installable:
-            outcome["installable"] = [_installable(m) for m in installable]
-        return outcome
+        outcome = store.update(self.redis, turn.tenant, turn.session, change, self.policy, now,
+                               profile=turn.profile, request_id=turn.request_id,
+                               cache=self.states)
+        return SessionView.from_outcome(outcome)
 
-    def handle(self, request: SessionRequest, can_see: Callable[[str], bool]) -> dict[str, Any]:
+    def handle(self, request: SessionCommand, can_see: Callable[[str], bool]) -> JSON:
         """The reply to a call, show, export or import request; working sets shown list only
         what the caller ``can_see``."""
         if request.op == "call":
@@ -82,7 +88,7 @@ class SessionService:
             return {"session": policy_fns.export(policy_fns.without(state, hidden))}
         return _seen({"working_set": policy_fns.working_set_view(state, self.policy)}, can_see)
 
-    def _call(self, request: SessionRequest) -> dict[str, Any]:
+    def _call(self, request: SessionCommand) -> JSON:
         now = self.clock()
 
         def change(state: SessionState) -> tuple[SessionState, list[SessionEvent],
@@ -95,7 +101,7 @@ class SessionService:
                             now, profile=request.profile, request_id=request.request_id,
                             cache=self.states)
 
-    def _import(self, request: SessionRequest) -> dict[str, Any]:
+    def _import(self, request: SessionCommand) -> JSON:
         now = self.clock()
 
         def change(state: SessionState) -> tuple[SessionState, list[SessionEvent],
@@ -111,28 +117,8 @@ class SessionService:
                             request_id=request.request_id, cache=self.states)
 
 
-def bound_tools(snapshot: IndexSnapshot, bound: list[str], fmt: formats.ToolFormat,
-                caller: Caller) -> dict[str, Any]:
-    """Tool definitions of the whole working set (what the agent should have bound now) that
-    ``caller`` may see and the tenant's policy serves, in ``fmt``, plus the meta-tool."""
-    caps = [snapshot.capabilities[i] for i in bound if i in snapshot.capabilities
-            and visible(snapshot.capabilities[i].visibility, caller)]
-    names = formats.NameMap.for_format(fmt, formats.callable_capabilities(caps))
-    return {"tools": formats.list_discovered_tools(caps, fmt, snapshot.marks),
-            "tool_names": {name: cap_id for cap_id, name in names.items()}}
-
-
 def _seen(reply: dict[str, Any], can_see: Callable[[str], bool]) -> dict[str, Any]:
     view = dict(reply["working_set"])
     view["bound"] = [b for b in view["bound"] if can_see(b["id"])]
     view["always_include"] = [i for i in view["always_include"] if can_see(i)]
     return {"working_set": view}
-
-
-def _installable(match: Match) -> dict[str, Any]:
-    cap = match.capability
-    entry = {"id": cap.id, "kind": cap.kind, "name": cap.name, "description": cap.description,
-             "relevance": round(match.relevance, 4), "installable": True}
-    if match.mark is not None:
-        entry["flags"] = match.mark.to_list()
-    return entry
