@@ -1,4 +1,4 @@
-"""Bulk import at registry scale (issue 4): a cold import, then the same import again unchanged.
+"""Bulk import at registry scale: a cold import, then the same import again unchanged.
 
 For each embedder, a fresh embedded stack (its own Redis in a temporary directory, one Celery
 indexing worker, one discovery worker, ``CAPDISC_EMBEDDER`` set) imports the benchmark catalog
@@ -8,7 +8,7 @@ of ``--size`` capabilities (the Seal-Tools and MetaTool tools, then provider/reg
 time from reading the file to the last ack, capabilities a second, embedding calls (the
 ``embedding_calls`` counter of ``capdisc status``: texts embedded), the time until the discovery
 worker answers from the final index version; then the same import again, unchanged: its wall
-time and embedding calls. Last, issue 4's targets (10,000 in <= 60 s with the local embedder;
+time and embedding calls. Last, the targets (10,000 in <= 60 s with the local embedder;
 0 embedding calls on the re-import) as MET / NOT MET.
 
     .venv/bin/python benchmarks/bulk_import.py [--size 10000] [--embedders hashing,minilm]
@@ -194,7 +194,7 @@ def print_targets(results: list[dict[str, Any]], size: int) -> dict[str, str]:
 
 
 def import_target(results: list[dict[str, Any]], size: int) -> str:
-    label = (f"issue 4 target, {TARGET_SIZE:,} capabilities imported in <= {TARGET_S:.0f} s with "
+    label = (f"target, {TARGET_SIZE:,} capabilities imported in <= {TARGET_S:.0f} s with "
              f"the local embedder ({LOCAL_EMBEDDER})")
     local = next((r for r in results if r["embedder"] == LOCAL_EMBEDDER), None)
     if local is None:
@@ -215,7 +215,7 @@ def reimport_target(results: list[dict[str, Any]]) -> str:
     calls = {r["embedder"]: r["reimport"]["embedding_calls"] for r in results}
     verdict = "MET" if calls and not any(calls.values()) else "NOT MET"
     shown = ", ".join(f"{name} {n}" for name, n in calls.items()) or "no runs"
-    print(f"issue 4 target, 0 embedding calls on the unchanged re-import: {verdict} ({shown})")
+    print(f"target, 0 embedding calls on the unchanged re-import: {verdict} ({shown})")
     return verdict
 
 

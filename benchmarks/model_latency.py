@@ -1,4 +1,4 @@
-"""What one fresh query costs in the MiniLM model, by its length in tokens (issue 3's fresh turn).
+"""What one fresh query costs in the MiniLM model, by its length in tokens (a fresh turn's floor).
 
 The model's time grows with the tokens of the query, so a fresh turn's floor depends on what
 is asked: the one-request agent turns of ``benchmarks/registry_queries.jsonl`` against the

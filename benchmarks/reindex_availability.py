@@ -1,4 +1,4 @@
-"""Discovery during a full reindex (issue 4): no errors and no empty answers while
+"""Discovery during a full reindex: no errors and no empty answers while
 ``capdisc reindex --all`` rebuilds a tenant beside the live index and swaps it in.
 
 Starts the embedded stack (its own Redis, one indexing worker, one discovery worker; the

@@ -1,4 +1,4 @@
-"""Exactly-once session effects while a discovery worker dies (issue 5, item 7).
+"""Exactly-once session effects while a discovery worker dies.
 
 Starts the embedded stack plus a second discovery worker, publishes the example registry, and
 runs --turns session turns over --sessions sessions from --clients client threads (each turn:

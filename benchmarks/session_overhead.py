@@ -1,4 +1,4 @@
-"""The added cost of session handling per turn (issue 5): discovery in a session against the
+"""The added cost of session handling per turn: discovery in a session against the
 same discovery without one, measured in the same run, turn by turn.
 
 Starts the embedded stack (its own Redis, one indexing worker, one discovery worker; the

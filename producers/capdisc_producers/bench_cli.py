@@ -1,4 +1,4 @@
-"""``capdisc bench``: measure discovery on a labelled catalog (issue 3, items 8 and 9).
+"""``capdisc bench``: measure discovery on a labelled catalog (retrieval quality, tokens).
 
     capdisc bench retrieval --tools T.jsonl --queries Q.jsonl [--sample N] [--seed S] [--json]
                             [--embedder minilm|hashing]

@@ -1,4 +1,4 @@
-"""``capdisc mcp``: capdisc as an MCP server (issue 5, "front doors").
+"""``capdisc mcp``: capdisc as an MCP server, one more front door beside the client and CLI.
 
 Two tools, served over stdio (one host, one process) or streamable HTTP (many hosts):
 

@@ -1,8 +1,8 @@
 """Access control: the one rule for who sees a capability.
 
-Every path that shows a capability to a caller goes through :func:`visible`: search (applied
-inside ranking, before top-k, as a row mask:
-:meth:`capdisc.retrieval.index.RetrievalIndex.search`),
+Every path that shows a capability to a caller goes through :func:`visible`: search (every
+:class:`capdisc.filters.SearchFilters` carries the caller, and is applied before top-k: as a row
+mask in :meth:`capdisc.retrieval.index.RetrievalIndex.search`, or inside a vector store's query),
 Tier 0's category list, tool definitions and schemas (only of visible matches), session
 working sets and the meta-tool (the same pipeline). Tenants are separate registries, so the
 tenant is checked by where a capability is stored; within a tenant a capability is visible to

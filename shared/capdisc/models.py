@@ -60,8 +60,9 @@ class Relationship:
 
 @dataclass(frozen=True)
 class Visibility:
-    """Who in the tenant (the organisation) sees a capability (seed 002 section 9): every member
-    when no roles and no users are named, else holders of any of ``roles`` and the ``users``."""
+    """Who in the tenant (the organisation) sees a capability: every member when no roles and no
+    users are named, else holders of any of ``roles`` and the ``users``
+    (:func:`capdisc.access.visible`)."""
 
     roles: tuple[str, ...] = ()
     users: tuple[str, ...] = ()
@@ -81,7 +82,7 @@ class Visibility:
 
 @dataclass(frozen=True)
 class Capability:
-    """One capability, normalized from any source (seed 001, "Source Normalization")."""
+    """One capability, normalized from any source (docs/design.md, "Source normalization")."""
 
     id: str
     kind: Kind
@@ -168,6 +169,6 @@ def canonical_json(value: Any) -> str:
 
 
 def display_name_from(name: str) -> str:
-    """``web-search`` -> ``Web Search``: capitalize each name segment (seed 001)."""
+    """``web-search`` -> ``Web Search``: capitalize each name segment."""
     parts = [p for p in name.replace("_", "-").replace(".", "-").split("-") if p]
     return " ".join(p[:1].upper() + p[1:] for p in parts) or name

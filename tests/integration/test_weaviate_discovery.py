@@ -1,4 +1,4 @@
-"""Discovery on Weaviate (issue 6, item 2), end to end on the wire: real indexing and discovery
+"""Discovery on Weaviate, end to end on the wire: real indexing and discovery
 workers with ``vector_store: weaviate`` against a fake Weaviate (REST and gRPC) this test runs on
 loopback. Indexing writes every change there; discovery searches it per turn; answers keep their
 shape. (The fake's scores follow capdisc's reference store, not Weaviate's arithmetic.)"""

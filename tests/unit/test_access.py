@@ -23,13 +23,13 @@ from capdisc.discovery.tiers import tier0_text
 from capdisc.discovery.toolsets import bound_tools, list_discovered_tools
 from capdisc.embedders.hashing import HashingEmbedder
 from capdisc.errors import ForbiddenError, ManifestError
+from capdisc.filters import SearchFilters
 from capdisc.identity import auth
 from capdisc.identity.gate import Gate
 from capdisc.models import Capability, Relationship, Visibility
 from capdisc.registry.normalize import capability_from_record
 from capdisc.sessions.policy import SessionPolicy, bind, new_session
 from capdisc.tokens import make_counter
-from capdisc.vectorstores.filters import SearchFilters
 from capdisc.vectorstores.port import StoredObject, VectorStore
 
 ROLES = ["admin", "sales", "eng", "support"]

@@ -1,4 +1,4 @@
-"""The capability graph (seed 001, "Graph Relationships"): edges from metadata, and re-ranking."""
+"""The capability graph: edges from metadata, and re-ranking."""
 
 from __future__ import annotations
 

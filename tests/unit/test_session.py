@@ -1,4 +1,4 @@
-"""Session policy (seed 002 sections 6-8) with a fake clock: the working set's cap, TTL then LRU,
+"""Session policy with a fake clock: the working set's cap, TTL then LRU,
 always-include, the loop guard (counter, sliding window, A-B-A-B, exempt tools, re-discovery),
 the redundant-search guard, profiles, exactly-once memory, export and import."""
 

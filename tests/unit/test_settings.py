@@ -1,4 +1,4 @@
-"""Settings: seed defaults, settings file, CAPDISC_* variables, per-call discovery overrides."""
+"""Settings: defaults, settings file, CAPDISC_* variables, per-call discovery overrides."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def write_settings(tmp_path: Path, text: str) -> Path:
     ("tier2_budget_tokens", 2000),
     ("tier1_top_k", 5),
     ("tier2_top_k", 2),
-    ("tier1_min_relevance", 0.2),  # calibrated relevance, not seed 001 raw cosine 0.3
+    ("tier1_min_relevance", 0.2),  # calibrated relevance, not a raw cosine of 0.3
     ("use_graph_reranking", False),  # measured: no gain on the benchmark data
     ("graph_boost_factor", 0.15),
     ("collection_name", "capability_index"),

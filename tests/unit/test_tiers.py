@@ -1,4 +1,4 @@
-"""Tiered context under hard token budgets (seed 001, "Three-Tier Context Model")."""
+"""Tiered context under hard token budgets (the three tiers of docs/design.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Capabilities as tool definitions in the four formats agents consume (issue 3 item 7).
+"""Capabilities as tool definitions in the four formats agents consume.
 
 Pure functions: capabilities in, plain JSON-ready dicts out, one shape per provider. Each shape was
 checked against the provider's own SDK types or docs (noted at each builder below):
@@ -469,8 +469,9 @@ def list_discovered_tools(capabilities: Iterable[Capability], fmt: ToolFormat,
     """The discovered capabilities' tool definitions plus the meta-tool, in ``fmt``, flagged
     ones with their ``marks``.
 
-    Seed 001: the meta-tool is "always included in listDiscoveredTools() output regardless of query
-    relevance". Nothing is deferred here; use the per-format builders for tool search.
+    The meta-tool is always included, whatever the query and its relevance (docs/design.md,
+    "The meta-tool and tool definitions"). Nothing is deferred here; use the per-format
+    builders for tool search.
     """
     if fmt == "openai-chat":
         return to_openai_chat(capabilities, marks=marks)

@@ -1,8 +1,9 @@
-"""The ``discover_capabilities`` meta-tool (seed 001, "Meta-Tool"; issue 3 item 7).
+"""The ``discover_capabilities`` meta-tool (docs/design.md, "The meta-tool and tool definitions").
 
 The one tool an agent always has: when the passive tiers miss something, the model searches the
-registry itself. Its definition is kept small (seed 001: ~80 tokens in a tool list), because it sits
-in every request; :func:`metatool_tokens` measures it with any token counter.
+registry itself. Its definition is kept small (under 120 tokens in a tool list, checked by
+tests/unit/test_metatool.py), because it sits in every request; :func:`metatool_tokens`
+measures it with any token counter.
 
 :func:`metatool_definition` is the format-neutral definition (name, description, JSON Schema);
 :mod:`capdisc.agents.formats` turns it into each provider's tool shape.

@@ -33,6 +33,7 @@ from capdisc.discovery.engine import Query, rank
 from capdisc.discovery.snapshot import IndexSnapshot
 from capdisc.embedders.port import Embedder, Matrix
 from capdisc.errors import ManifestError
+from capdisc.filters import SearchFilters
 from capdisc.models import Capability
 from capdisc.registry.normalize import capability_from_record
 from capdisc.retrieval.config import DEFAULT_CONFIG, RetrievalConfig
@@ -42,7 +43,6 @@ from capdisc.retrieval.probes import PROBES
 from capdisc.retrieval.relevance import relevance
 from capdisc.retrieval.results import RetrievalResult
 from capdisc.retrieval.text import combine, full_text, humanize, summary_text
-from capdisc.vectorstores.filters import SearchFilters
 
 RECALL_AT = (1, 3, 5, 10)
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
@@ -354,7 +354,8 @@ def run_retrieval(index: RetrievalIndex, queries: Sequence[LabelledQuery],
     """Search every query with the retrieval index alone (for calibration: its results carry
     the evidence the relevance model is fitted on)."""
     def search(query: LabelledQuery, excluded: Sequence[str]) -> Ranked:
-        return index.search(query.query, vectors.vectors[query.query], k, exclude=excluded,
+        return index.search(query.query, vectors.vectors[query.query], k,
+                            filters=SearchFilters(exclude_ids=frozenset(excluded)),
                             embed=vectors, config=config)
 
     return _timed(queries, search, exclude, len(index))

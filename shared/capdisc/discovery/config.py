@@ -14,7 +14,7 @@ ENV_PREFIX = "CAPDISC_"
 
 
 class DiscoveryConfig(BaseModel):
-    """Per-turn discovery knobs (seed 001, "Configuration"); any of them can be set per call."""
+    """Per-turn discovery knobs (budgets, retrieval, abstention), each settable per call."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -41,7 +41,7 @@ class DiscoveryConfig(BaseModel):
     #: Abstain ("nothing fits") when no match reaches this calibrated relevance; None: the
     #: value calibrated for the embedder (0 never abstains).
     abstain_threshold: float | None = Field(None, ge=0.0, le=1.0)
-    #: category -> guidance carried with results of that category (seed 003, "Prompt Coupling")
+    #: category -> guidance carried with results of that category (docs/design.md, "Workflow hints")
     workflow_hints: dict[str, str] = Field(default_factory=dict)
 
     def merged(self, overrides: Mapping[str, Any] | None) -> DiscoveryConfig:

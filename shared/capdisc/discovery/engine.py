@@ -18,13 +18,13 @@ from capdisc.discovery.graph import rerank
 from capdisc.discovery.snapshot import Hit, IndexSnapshot
 from capdisc.discovery.tiers import TieredContext, tier1_text, tier2_text
 from capdisc.embedders.port import CachedQueryEmbedder, Matrix, Vector
+from capdisc.filters import SearchFilters
 from capdisc.models import Capability
 from capdisc.registry.flags import Mark
 from capdisc.retrieval.config import DEFAULT_CONFIG
 from capdisc.retrieval.decompose import decompose
 from capdisc.retrieval.index import QueryEmbed
 from capdisc.tokens import make_counter
-from capdisc.vectorstores.filters import SearchFilters
 
 #: How many retrieval candidates per final slot the graph may reorder.
 CANDIDATE_FACTOR = 2

@@ -1,4 +1,4 @@
-"""The capability graph and graph re-ranking (seed 001, "Graph Relationships").
+"""The capability graph and graph re-ranking.
 
 Edges are built deterministically from metadata:
 
@@ -14,7 +14,7 @@ edge type          from                                                weight
 A tag carried by more than :data:`MAX_TAG_GROUP` capabilities says little about any pair of them
 and would make the graph quadratic, so it does not count towards ``TAGGED_WITH``.
 
-:func:`rerank` is the seed's algorithm: a result whose neighbour is also a result gets
+:func:`rerank`: a result whose neighbour is also a result gets
 ``boost_factor * weight`` added (mutual boost); a ``DEPENDS_ON`` or ``COMPOSED_WITH`` neighbour
 that is not a result is pulled in at ``parent_score * boost_factor * weight``; then re-sort.
 """

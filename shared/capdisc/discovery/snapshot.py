@@ -20,12 +20,12 @@ from capdisc.discovery.config import DiscoveryConfig
 from capdisc.discovery.graph import build_graph
 from capdisc.discovery.tiers import tier0_text
 from capdisc.embedders.port import Matrix, Vector
+from capdisc.filters import SearchFilters
 from capdisc.models import Capability
 from capdisc.registry.flags import Mark
 from capdisc.retrieval.config import RetrievalConfig, calibrated_for
 from capdisc.retrieval.index import QueryEmbed, RetrievalIndex
 from capdisc.tokens import make_counter
-from capdisc.vectorstores.filters import SearchFilters
 
 if TYPE_CHECKING:
     from capdisc.vectorstores.port import VectorStore
@@ -71,12 +71,7 @@ class HybridRetriever:
 
     def search(self, query: str, query_vector: Vector, k: int, filters: SearchFilters,
                config: DiscoveryConfig, embed: QueryEmbed | None = None) -> Retrieved:
-        found = self.index.search(query, query_vector, k, kind=filters.kind,
-                                  category=filters.category, tags=filters.tags,
-                                  only_available=filters.only_available,
-                                  exclude=filters.exclude_ids, include=filters.include_ids,
-                                  only_installable=filters.only_installable,
-                                  caller=filters.caller, embed=embed,
+        found = self.index.search(query, query_vector, k, filters=filters, embed=embed,
                                   config=self.retrieval_config(config))
         hits = tuple(Hit(e.capability_id, e.score, e.relevance) for e in found.entries)
         return Retrieved(hits, found.abstained, found.exact_match)
@@ -110,10 +105,8 @@ class StoreRetriever:
 
     def search(self, query: str, query_vector: Vector, k: int, filters: SearchFilters,
                config: DiscoveryConfig, embed: QueryEmbed | None = None) -> Retrieved:
-        from capdisc.vectorstores.port import StoreFilters
-
         hits = self.store.search(self.tenant, query, query_vector, k, alpha=config.dense_weight,
-                                 filters=StoreFilters.from_search(filters))
+                                 filters=filters)
         return Retrieved(tuple(Hit(h.id, h.score, h.score) for h in hits))
 
 

@@ -1,4 +1,4 @@
-"""Tiered context assembly under hard token budgets (seed 001, "Three-Tier Context Model").
+"""Tiered context assembly under hard token budgets (docs/design.md explains the three tiers).
 
 * Tier 0: category summaries of the whole registry. A function of the capability set only, so it
   is byte-identical for the same index version and tenant and can sit in a cached prompt prefix.
