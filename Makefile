@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.capdisc-installed
 
-.PHONY: install up test unit integration lint bench clean
+.PHONY: install up test unit integration lint format bench clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "capdisc needs Python 3.11 or newer (set PYTHON=...)")'
@@ -28,10 +28,17 @@ unit: install
 integration: install
 	$(PY) -m pytest tests/integration
 
+CODE = shared workers producers tests benchmarks examples scripts
+
 lint: install
-	$(VENV)/bin/ruff check shared workers producers tests benchmarks examples
+	$(VENV)/bin/ruff check $(CODE)
+	$(VENV)/bin/ruff format --check $(CODE)
 	$(VENV)/bin/mypy shared/capdisc workers/capdisc_workers producers/capdisc_producers
 	$(VENV)/bin/lint-imports
+
+format: install
+	$(VENV)/bin/ruff format $(CODE)
+	$(VENV)/bin/ruff check --fix $(CODE)
 
 bench: install
 	$(PY) benchmarks/retrieval.py

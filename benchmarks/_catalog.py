@@ -23,15 +23,31 @@ from capdisc.retrieval.text import combine, full_text, summary_text
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 CACHE = Path(__file__).resolve().parent / ".cache"
-PROVIDERS = ["acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne", "wonka",
-             "tyrell", "cyberdyne", "soylent", "aperture", "vandelay", "oscorp", "monarch"]
+PROVIDERS = [
+    "acme",
+    "globex",
+    "initech",
+    "umbrella",
+    "hooli",
+    "stark",
+    "wayne",
+    "wonka",
+    "tyrell",
+    "cyberdyne",
+    "soylent",
+    "aperture",
+    "vandelay",
+    "oscorp",
+    "monarch",
+]
 REGIONS = ["eu", "us", "apac", "latam", "africa", "nordics", "canada", "india", "japan", "uk"]
 
 
 def data_dir() -> Path:
     if not DATA.is_dir():
-        raise SystemExit(f"benchmark data not found at {DATA}: the shared/ folder must sit "
-                         "beside the repository")
+        raise SystemExit(
+            f"benchmark data not found at {DATA}: the shared/ folder must sit beside the repository"
+        )
     return DATA
 
 
@@ -47,8 +63,13 @@ def to_capability(tool: dict[str, object], suffix: str = "", prefix: str = "") -
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{tool['name']}{suffix}").strip("-")[:64]
     schema = tool.get("parameters") if isinstance(tool.get("parameters"), dict) else None
     category = re.sub(r"[^a-z0-9._-]+", "-", str(tool.get("category") or "general").lower())
-    record = {"kind": "tool", "name": name, "description": f"{prefix}{tool['description']}"[:4000],
-              "category": category.strip("-")[:64] or "general", "full_schema": schema}
+    record = {
+        "kind": "tool",
+        "name": name,
+        "description": f"{prefix}{tool['description']}"[:4000],
+        "category": category.strip("-")[:64] or "general",
+        "full_schema": schema,
+    }
     return capability_from_record(record, f"catalog:{name}")
 
 
@@ -64,8 +85,9 @@ def load_catalog(size: int) -> list[Capability]:
         tool = tools[variant % len(tools)]
         provider = PROVIDERS[(variant // len(tools)) % len(PROVIDERS)]
         region = REGIONS[(variant // (len(tools) * len(PROVIDERS))) % len(REGIONS)]
-        cap = to_capability(tool, f"-{provider}-{region}",
-                            f"{provider.title()} {region.upper()} edition. ")
+        cap = to_capability(
+            tool, f"-{provider}-{region}", f"{provider.title()} {region.upper()} edition. "
+        )
         caps.setdefault(cap.id, cap)
         variant += 1
     return list(caps.values())[:size]
@@ -86,9 +108,12 @@ def embed_texts(texts: list[str], embedder: Embedder, batch: int = 64) -> Matrix
     if path.exists():
         cached: Matrix = np.load(path)
         return cached
-    rows = [embedder.embed(texts[i:i + batch]) for i in range(0, len(texts), batch)]
-    matrix = np.vstack(rows).astype(np.float32) if rows else np.zeros((0, embedder.dim),
-                                                                        dtype=np.float32)
+    rows = [embedder.embed(texts[i : i + batch]) for i in range(0, len(texts), batch)]
+    matrix = (
+        np.vstack(rows).astype(np.float32)
+        if rows
+        else np.zeros((0, embedder.dim), dtype=np.float32)
+    )
     np.save(path, matrix)
     return matrix
 

@@ -26,13 +26,16 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 def describe_ms(values_s: Sequence[float]) -> str:
     ms = [v * 1000 for v in values_s]
-    return (f"median {statistics.median(ms):.1f} ms, p99 {percentile(ms, 99):.1f} ms, "
-            f"min {min(ms):.1f} ms, max {max(ms):.1f} ms (n={len(ms)})")
+    return (
+        f"median {statistics.median(ms):.1f} ms, p99 {percentile(ms, 99):.1f} ms, "
+        f"min {min(ms):.1f} ms, max {max(ms):.1f} ms (n={len(ms)})"
+    )
 
 
 @contextmanager
-def example_registry_stack(settings: Settings, env: Mapping[str, str]
-                           ) -> Iterator[tuple[Stack, str, Path]]:
+def example_registry_stack(
+    settings: Settings, env: Mapping[str, str]
+) -> Iterator[tuple[Stack, str, Path]]:
     """The embedded stack in a temporary project holding a copy of the example registry:
     ``(stack, redis url, registry directory)``."""
     with tempfile.TemporaryDirectory() as tmp:

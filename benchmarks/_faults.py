@@ -51,9 +51,23 @@ from capdisc_producers.publisher import Publisher
 from capdisc_producers.watcher import watch_directory
 
 TENANT = "default"
-INDEXING_ARGV = [sys.executable, "-m", "celery", "-A", "capdisc_workers.celery_app", "worker",
-                 "-Q", "indexing", "-P", "solo", "--without-gossip", "--without-mingle",
-                 "--without-heartbeat", "--loglevel", "INFO"]
+INDEXING_ARGV = [
+    sys.executable,
+    "-m",
+    "celery",
+    "-A",
+    "capdisc_workers.celery_app",
+    "worker",
+    "-Q",
+    "indexing",
+    "-P",
+    "solo",
+    "--without-gossip",
+    "--without-mingle",
+    "--without-heartbeat",
+    "--loglevel",
+    "INFO",
+]
 DISCOVERY_ARGV = [sys.executable, "-m", "capdisc_workers.discovery"]
 #: How long a killed process stays down before this script (a supervisor) starts it again.
 RESTART_AFTER_S = 1.0
@@ -64,8 +78,26 @@ CONVERGE_LIMIT_S = 180.0
 #: The query of the load, and the tool it must find.
 LOAD_QUERY = "convert celsius temperatures to fahrenheit"
 LOAD_TOOL = "tool:temperature-converter"
-WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
-         "juliet", "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo")
+WORDS = (
+    "alpha",
+    "bravo",
+    "charlie",
+    "delta",
+    "echo",
+    "foxtrot",
+    "golf",
+    "hotel",
+    "india",
+    "juliet",
+    "kilo",
+    "lima",
+    "mike",
+    "november",
+    "oscar",
+    "papa",
+    "quebec",
+    "romeo",
+)
 
 
 # -- the registry directory -----------------------------------------------------------------------
@@ -76,12 +108,14 @@ def write_tool(root: Path, name: str, description: str) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "CAPABILITY.yaml").write_text(
         f"name: {name}\nkind: tool\ndescription: {json.dumps(description)}\n"
-        "parameters:\n  type: object\n  properties:\n    subject: {type: string}\n")
+        "parameters:\n  type: object\n  properties:\n    subject: {type: string}\n"
+    )
 
 
 def seed_registry(root: Path, tools: int) -> None:
-    write_tool(root, LOAD_TOOL.split(":", 1)[1],
-               "Converts temperatures between celsius and fahrenheit.")
+    write_tool(
+        root, LOAD_TOOL.split(":", 1)[1], "Converts temperatures between celsius and fahrenheit."
+    )
     for i in range(tools):
         word = WORDS[i % len(WORDS)]
         write_tool(root, f"fault-{i:04d}", f"Fault probe {i}: handles {word} requests.")
@@ -94,8 +128,12 @@ def change_registry(root: Path, round_no: int, tools: int) -> None:
         if i % 10 == round_no % 10:
             shutil.rmtree(root / name)
         elif i % 3 == round_no % 3:
-            write_tool(root, name, f"Fault probe {name}, round {round_no}: "
-                                   f"{WORDS[(i + round_no) % len(WORDS)]} payloads.")
+            write_tool(
+                root,
+                name,
+                f"Fault probe {name}, round {round_no}: "
+                f"{WORDS[(i + round_no) % len(WORDS)]} payloads.",
+            )
     for j in range(tools // 5):
         write_tool(root, f"fault-r{round_no}-{j:04d}", f"Round {round_no} addition {j}.")
 
@@ -139,11 +177,15 @@ class FaultStack:
             shutil.rmtree(self.base / "redis")
 
     def spawn(self, name: str) -> None:
-        argv = ([*INDEXING_ARGV, "-n", f"fault-{name}-{time.time_ns()}@%h"]
-                if name == "indexing" else DISCOVERY_ARGV)
+        argv = (
+            [*INDEXING_ARGV, "-n", f"fault-{name}-{time.time_ns()}@%h"]
+            if name == "indexing"
+            else DISCOVERY_ARGV
+        )
         log = (self.base / "logs" / f"{name}.log").open("ab")
-        self.workers[name] = subprocess.Popen(argv, env=self.env, stdout=log, stderr=log,
-                                              cwd=self.base)
+        self.workers[name] = subprocess.Popen(
+            argv, env=self.env, stdout=log, stderr=log, cwd=self.base
+        )
 
     def kill(self, name: str) -> None:
         self.workers[name].send_signal(signal.SIGKILL)
@@ -185,24 +227,34 @@ class Drift:
 
 def drift(client: redis.Redis, root: Path, ever: set[str], discovery_pids: set[int]) -> Drift:
     expected = {c.id: c.content_hash for c in scan_directory(root).capabilities.values()}
-    stored = {as_str(k): StoredRecord.from_dict(json.loads(v)).content_hash
-              for k, v in client.hgetall(keys.caps(TENANT)).items()}
+    stored = {
+        as_str(k): StoredRecord.from_dict(json.loads(v)).content_hash
+        for k, v in client.hgetall(keys.caps(TENANT)).items()
+    }
     space = client.get(keys.space(TENANT))
-    vectors = set(as_str(k) for k in client.hkeys(keys.vectors(TENANT, as_str(space)))) \
-        if space else set()
+    vectors = (
+        set(as_str(k) for k in client.hkeys(keys.vectors(TENANT, as_str(space))))
+        if space
+        else set()
+    )
     lost = sum(1 for i, h in expected.items() if stored.get(i) != h or i not in vectors)
     resurrected = sum(1 for i in stored if i not in expected and i in ever)
     extra = sum(1 for i in stored if i not in ever)
     version = tenant_version(client, TENANT)
-    serving = [w for w in live_workers(client) if w["kind"] == "discovery"
-               and w.get("pid") in discovery_pids]
+    serving = [
+        w
+        for w in live_workers(client)
+        if w["kind"] == "discovery" and w.get("pid") in discovery_pids
+    ]
     unserved = len(discovery_pids) - sum(
-        1 for w in serving if int(w.get("versions", {}).get(TENANT, -1)) == version)
+        1 for w in serving if int(w.get("versions", {}).get(TENANT, -1)) == version
+    )
     return Drift(lost, resurrected, extra, unserved)
 
 
-def await_convergence(client: redis.Redis, stack: FaultStack, root: Path, ever: set[str],
-                      since: float) -> tuple[Drift, float | None]:
+def await_convergence(
+    client: redis.Redis, stack: FaultStack, root: Path, ever: set[str], since: float
+) -> tuple[Drift, float | None]:
     """Poll until the registry equals the directory and every discovery worker serves it."""
     last = Drift(-1, -1, -1, -1)
     while time.monotonic() - since < CONVERGE_LIMIT_S:
@@ -249,8 +301,9 @@ def kill_discovery(stack: FaultStack, name: str) -> float:
     return killed
 
 
-def wait_for_acks_started(client: redis.Redis, before: int, at_least: int,
-                          limit_s: float = 60.0) -> None:
+def wait_for_acks_started(
+    client: redis.Redis, before: int, at_least: int, limit_s: float = 60.0
+) -> None:
     """Until the tenant's version moved ``at_least`` past ``before``: a sync is in flight."""
     deadline = time.monotonic() + limit_s
     while tenant_version(client, TENANT) < before + at_least and time.monotonic() < deadline:
@@ -262,13 +315,16 @@ def summarize(load: Load) -> dict[str, Any]:
     ends = sorted(t.ended for t in load.turns if t.ok)
     gaps = list(itertools.pairwise(ends))
     outside = [b - a for a, b in gaps if not any(w.start <= b and a <= w.end for w in outages)]
-    return {"turns": len(load.turns), "answered": sum(1 for t in load.turns if t.ok),
-            "failed_counting": len(load.failed_counting()),
-            "failed_during_outage": sum(1 for t in load.turns if not t.ok)
-            - len(load.failed_counting()),
-            "wrong_answers": len(load.wrong()),
-            "longest_gap_s": load.longest_gap_s(),
-            "longest_gap_outside_outages_s": max(outside, default=0.0)}
+    return {
+        "turns": len(load.turns),
+        "answered": sum(1 for t in load.turns if t.ok),
+        "failed_counting": len(load.failed_counting()),
+        "failed_during_outage": sum(1 for t in load.turns if not t.ok)
+        - len(load.failed_counting()),
+        "wrong_answers": len(load.wrong()),
+        "longest_gap_s": load.longest_gap_s(),
+        "longest_gap_outside_outages_s": max(outside, default=0.0),
+    }
 
 
 # -- the run --------------------------------------------------------------------------------------
@@ -292,8 +348,9 @@ class FaultRun:
     def note_directory(self) -> None:
         self.ever |= {c.id for c in scan_directory(self.root).capabilities.values()}
 
-    def converge(self, name: str, since: float, client: redis.Redis,
-                 resumed: float | None = None) -> FaultResult:
+    def converge(
+        self, name: str, since: float, client: redis.Redis, resumed: float | None = None
+    ) -> FaultResult:
         found, took = await_convergence(client, self.stack, self.root, self.ever, since)
         result = FaultResult(name, found, took, resumed)
         self.results.append(result)
@@ -304,15 +361,21 @@ class FaultRun:
 def describe(result: FaultResult) -> str:
     drift_ = result.drift
     took = f"{result.converged_s:.1f} s" if result.converged_s is not None else "NOT converged"
-    resumed = (f", answers resumed {result.resumed_s:.2f} s after Redis was back"
-               if result.resumed_s is not None else "")
-    return (f"{result.name}: lost {drift_.lost}, resurrected {drift_.resurrected}, extra "
-            f"{drift_.extra}, workers not serving the stored version {drift_.unserved}; "
-            f"converged {took} after the fault{resumed}")
+    resumed = (
+        f", answers resumed {result.resumed_s:.2f} s after Redis was back"
+        if result.resumed_s is not None
+        else ""
+    )
+    return (
+        f"{result.name}: lost {drift_.lost}, resurrected {drift_.resurrected}, extra "
+        f"{drift_.extra}, workers not serving the stored version {drift_.unserved}; "
+        f"converged {took} after the fault{resumed}"
+    )
 
 
-def run_faults(base: Path, tools: int, indexing_kill: bool = True
-               ) -> tuple[list[FaultResult], dict[str, Any]]:
+def run_faults(
+    base: Path, tools: int, indexing_kill: bool = True
+) -> tuple[list[FaultResult], dict[str, Any]]:
     """Every fault in turn, under load; the results and what the load saw."""
     run = FaultRun(base, tools)
     seed_registry(run.root, tools)
@@ -321,9 +384,20 @@ def run_faults(base: Path, tools: int, indexing_kill: bool = True
     client = redis.Redis.from_url(run.stack.url, socket_connect_timeout=1.0)
     stop = threading.Event()
     publisher = Publisher(run.stack.url)
-    watcher = threading.Thread(target=watch_directory, name="watcher", daemon=True, kwargs=dict(
-        client=client, publisher=publisher, root=run.root, tenant=TENANT,
-        max_bytes=64 * 1024, debounce_ms=500, stop=stop))
+    watcher = threading.Thread(
+        target=watch_directory,
+        name="watcher",
+        daemon=True,
+        kwargs=dict(
+            client=client,
+            publisher=publisher,
+            root=run.root,
+            tenant=TENANT,
+            max_bytes=64 * 1024,
+            debounce_ms=500,
+            stop=stop,
+        ),
+    )
     watcher.start()
     load = Load(run.stack.url, TENANT, LOAD_QUERY, LOAD_TOOL)
     try:
@@ -350,15 +424,17 @@ def _discovery_kills(run: FaultRun, client: redis.Redis) -> None:
         run.converge(f"SIGKILL {name}", killed, client)
 
 
-def _redis_restart(run: FaultRun, client: redis.Redis, load: Load, round_no: int,
-                   lose: bool) -> None:
+def _redis_restart(
+    run: FaultRun, client: redis.Redis, load: Load, round_no: int, lose: bool
+) -> None:
     before = tenant_version(client, TENANT)
     change_registry(run.root, round_no, run.tools)
     run.note_directory()
     wait_for_acks_started(client, before, 20)
     _down, back = redis_restart(run.stack, load, lose)
-    result = run.converge(f"Redis restart, data {'lost' if lose else 'kept'}, mid-sync",
-                          back, client)
+    result = run.converge(
+        f"Redis restart, data {'lost' if lose else 'kept'}, mid-sync", back, client
+    )
     result.resumed_s = load.resume_after(back)
     print(f"    answers resumed {result.resumed_s} s after Redis was back", flush=True)
 

@@ -74,10 +74,10 @@ class Load:
         return window
 
     def _run(self) -> None:
-        connection = redis.Redis.from_url(self.url, socket_connect_timeout=1.0,
-                                          socket_timeout=5.0)
-        client = Client(connection, tenant=self.tenant, timeout_s=self.timeout_s,
-                        resend_after_s=1.0)
+        connection = redis.Redis.from_url(self.url, socket_connect_timeout=1.0, socket_timeout=5.0)
+        client = Client(
+            connection, tenant=self.tenant, timeout_s=self.timeout_s, resend_after_s=1.0
+        )
         next_at = time.monotonic()
         while not self.stop.is_set():
             self.turns.append(self._turn(client))
@@ -99,8 +99,11 @@ class Load:
         """Failed turns sent while Redis was up and some discovery worker alive (a turn that
         overlapped a Redis outage does not count: nothing could be sent or answered then)."""
         outages = [w for w in self.windows if w.kind in ("redis_down", "no_discovery")]
-        return [t for t in self.turns if not t.ok
-                and not any(w.start <= t.ended and t.sent <= w.end for w in outages)]
+        return [
+            t
+            for t in self.turns
+            if not t.ok and not any(w.start <= t.ended and t.sent <= w.end for w in outages)
+        ]
 
     def wrong(self) -> list[Turn]:
         return [t for t in self.turns if t.ok and not t.correct]

@@ -52,25 +52,35 @@ READY_QUERY = "send an email to a customer"
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=TARGET_SIZE)
-    parser.add_argument("--embedders", default="hashing,minilm",
-                        help="comma-separated CAPDISC_EMBEDDER values, one fresh stack each")
+    parser.add_argument(
+        "--embedders",
+        default="hashing,minilm",
+        help="comma-separated CAPDISC_EMBEDDER values, one fresh stack each",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
-    parser.add_argument("--timeout", type=float, default=3600.0,
-                        help="longest wait for the import's acks, in seconds")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=3600.0,
+        help="longest wait for the import's acks, in seconds",
+    )
     args = parser.parse_args()
     embedders = [name.strip() for name in args.embedders.split(",") if name.strip()]
     caps = load_catalog(args.size)
     results = []
     with tempfile.TemporaryDirectory(prefix="capdisc-bulk-") as tmp:
         catalog = write_catalog(caps, Path(tmp) / "tools.jsonl")
-        print(f"catalog: {len(caps)} capabilities written to a tools.jsonl file "
-              f"({catalog.stat().st_size / 1e6:.1f} MB)")
+        print(
+            f"catalog: {len(caps)} capabilities written to a tools.jsonl file "
+            f"({catalog.stat().st_size / 1e6:.1f} MB)"
+        )
         for name in embedders:
             results.append(run_embedder(name, catalog, args.timeout))
     verdicts = print_targets(results, len(caps))
     if args.json:
-        args.json.write_text(json.dumps({"size": len(caps), "runs": results,
-                                         "targets": verdicts}, indent=2) + "\n")
+        args.json.write_text(
+            json.dumps({"size": len(caps), "runs": results, "targets": verdicts}, indent=2) + "\n"
+        )
         print(f"figures written to {args.json}")
 
 
@@ -78,8 +88,13 @@ def write_catalog(caps: list[Capability], path: Path) -> Path:
     """``caps`` in the ``tools.jsonl`` format of ``shared/data`` (what ``import jsonl`` reads)."""
     with path.open("w", encoding="utf-8") as handle:
         for cap in caps:
-            record = {"id": cap.name, "name": cap.name, "description": cap.description,
-                      "parameters": cap.full_schema, "category": cap.category}
+            record = {
+                "id": cap.name,
+                "name": cap.name,
+                "description": cap.description,
+                "parameters": cap.full_schema,
+                "category": cap.category,
+            }
             handle.write(json.dumps(record) + "\n")
     return path
 
@@ -94,15 +109,21 @@ def run_embedder(embedder: str, catalog: Path, timeout_s: float) -> dict[str, An
     """A fresh stack with ``embedder``: the cold import, the served version, the re-import."""
     env = stack_env(embedder)
     settings = Settings.load(env)
-    with tempfile.TemporaryDirectory(prefix="capdisc-bulk-stack-") as project, \
-            running_stack(Path(project), settings, env) as (stack, url):
+    with (
+        tempfile.TemporaryDirectory(prefix="capdisc-bulk-stack-") as project,
+        running_stack(Path(project), settings, env) as (stack, url),
+    ):
         client = redis.Redis.from_url(url)
         started = time.perf_counter()
         stack.wait_for_workers(client, {"indexing", "discovery"}, WORKER_START_S)
-        result: dict[str, Any] = {"embedder": embedder,
-                                  "workers_ready_s": round(time.perf_counter() - started, 2)}
-        print(f"\nembedder {embedder}: stack started, workers ready in "
-              f"{result['workers_ready_s']:.1f} s")
+        result: dict[str, Any] = {
+            "embedder": embedder,
+            "workers_ready_s": round(time.perf_counter() - started, 2),
+        }
+        print(
+            f"\nembedder {embedder}: stack started, workers ready in "
+            f"{result['workers_ready_s']:.1f} s"
+        )
         publisher = Publisher(url)
         try:
             first = timed_import(client, publisher, catalog, settings.tenant, timeout_s)
@@ -115,25 +136,39 @@ def run_embedder(embedder: str, catalog: Path, timeout_s: float) -> dict[str, An
     return {**result, "import": first, "reimport": again}
 
 
-def timed_import(client: redis.Redis, publisher: Publisher, catalog: Path, tenant: str,
-                 timeout_s: float) -> dict[str, Any]:
+def timed_import(
+    client: redis.Redis, publisher: Publisher, catalog: Path, tenant: str, timeout_s: float
+) -> dict[str, Any]:
     """One ``import jsonl`` of ``catalog``, waiting for every ack; the embedding calls it cost
     (read outside the timed part: ``collect_status`` reads every record)."""
     calls_before = collect_status(client)["embedding_calls"]
     started = time.perf_counter()
-    report = import_jsonl(client, publisher, catalog, tenant=tenant, wait_s=timeout_s,
-                          progress=progress_printer(started))
+    report = import_jsonl(
+        client,
+        publisher,
+        catalog,
+        tenant=tenant,
+        wait_s=timeout_s,
+        progress=progress_printer(started),
+    )
     wall_s = time.perf_counter() - started
     calls = collect_status(client)["embedding_calls"] - calls_before
     plan = report.plan
-    return {"wall_s": round(wall_s, 3), "lines": len(plan.upserts) + len(plan.unchanged)
-            + len(plan.errors), "upserts": len(plan.upserts), "deletes": len(plan.deletes),
-            "unchanged": len(plan.unchanged), "rejected_lines": len(plan.errors),
-            "events_sent": report.sent, "events_applied": len(report.outcomes),
-            "complete": report.complete, "embedding_calls": calls,
-            "decisions": dict(Counter(str(o.get("decision")) for o in report.outcomes)),
-            "index_version": report.index_version or tenant_version(client, tenant),
-            "caps_per_s": round(len(plan.upserts) / wall_s, 1) if plan.upserts else None}
+    return {
+        "wall_s": round(wall_s, 3),
+        "lines": len(plan.upserts) + len(plan.unchanged) + len(plan.errors),
+        "upserts": len(plan.upserts),
+        "deletes": len(plan.deletes),
+        "unchanged": len(plan.unchanged),
+        "rejected_lines": len(plan.errors),
+        "events_sent": report.sent,
+        "events_applied": len(report.outcomes),
+        "complete": report.complete,
+        "embedding_calls": calls,
+        "decisions": dict(Counter(str(o.get("decision")) for o in report.outcomes)),
+        "index_version": report.index_version or tenant_version(client, tenant),
+        "caps_per_s": round(len(plan.upserts) / wall_s, 1) if plan.upserts else None,
+    }
 
 
 def progress_printer(started: float, every: int = 1000) -> Progress:
@@ -145,14 +180,18 @@ def progress_printer(started: float, every: int = 1000) -> Progress:
             return
         before, applied[0] = applied[0], applied[0] + count
         if applied[0] // every > before // every:
-            print(f"  ... {applied[0]} events applied, {time.perf_counter() - started:.0f} s",
-                  file=sys.stderr, flush=True)
+            print(
+                f"  ... {applied[0]} events applied, {time.perf_counter() - started:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
 
     return progress
 
 
-def time_to_served(url: str, tenant: str, first: dict[str, Any], timeout_s: float
-                   ) -> dict[str, Any]:
+def time_to_served(
+    url: str, tenant: str, first: dict[str, Any], timeout_s: float
+) -> dict[str, Any]:
     """How long after the last ack the discovery worker answers from the final version (asked
     again while it answers from an older one: a worker waits at most ``discover_timeout_s``
     for ``min_version``, then answers from what it has)."""
@@ -163,39 +202,51 @@ def time_to_served(url: str, tenant: str, first: dict[str, Any], timeout_s: floa
         while answer.index_version < version and time.perf_counter() - started < timeout_s:
             answer = discovery.discover(READY_QUERY, min_version=version)
     after_ack_s = time.perf_counter() - started
-    return {"index_version": answer.index_version,
-            "total_indexed": answer.raw.get("total_indexed"),
-            "after_last_ack_s": round(after_ack_s, 3),
-            "after_import_start_s": round(first["wall_s"] + after_ack_s, 3)}
+    return {
+        "index_version": answer.index_version,
+        "total_indexed": answer.raw.get("total_indexed"),
+        "after_last_ack_s": round(after_ack_s, 3),
+        "after_import_start_s": round(first["wall_s"] + after_ack_s, 3),
+    }
 
 
 def print_import(label: str, figures: dict[str, Any]) -> None:
     rate = f"{figures['caps_per_s']:.1f} caps/s" if figures["upserts"] else "nothing to upsert"
-    print(f"  {label}: {figures['wall_s']:.2f} s wall, {rate}; {figures['upserts']} upserted, "
-          f"{figures['unchanged']} unchanged, {figures['rejected_lines']} rejected lines; "
-          f"{figures['events_sent']} events sent, {figures['events_applied']} acked; "
-          f"embedding calls (texts embedded) {figures['embedding_calls']}; index version "
-          f"{figures['index_version']}")
+    print(
+        f"  {label}: {figures['wall_s']:.2f} s wall, {rate}; {figures['upserts']} upserted, "
+        f"{figures['unchanged']} unchanged, {figures['rejected_lines']} rejected lines; "
+        f"{figures['events_sent']} events sent, {figures['events_applied']} acked; "
+        f"embedding calls (texts embedded) {figures['embedding_calls']}; index version "
+        f"{figures['index_version']}"
+    )
     if not figures["complete"]:
-        print(f"  INCOMPLETE: only {figures['events_applied']} of {figures['events_sent']} "
-              "events were acked before --timeout")
+        print(
+            f"  INCOMPLETE: only {figures['events_applied']} of {figures['events_sent']} "
+            "events were acked before --timeout"
+        )
     if "served" in figures:
         served = figures["served"]
-        print(f"  discovery worker serves index version {served['index_version']} "
-              f"({served['total_indexed']} capabilities) {served['after_import_start_s']:.2f} s "
-              f"after the import started ({served['after_last_ack_s']:.2f} s after the last ack)")
+        print(
+            f"  discovery worker serves index version {served['index_version']} "
+            f"({served['total_indexed']} capabilities) {served['after_import_start_s']:.2f} s "
+            f"after the import started ({served['after_last_ack_s']:.2f} s after the last ack)"
+        )
 
 
 def print_targets(results: list[dict[str, Any]], size: int) -> dict[str, str]:
     print()
-    verdicts = {"import_local_embedder": import_target(results, size),
-                "reimport_zero_calls": reimport_target(results)}
+    verdicts = {
+        "import_local_embedder": import_target(results, size),
+        "reimport_zero_calls": reimport_target(results),
+    }
     return verdicts
 
 
 def import_target(results: list[dict[str, Any]], size: int) -> str:
-    label = (f"target, {TARGET_SIZE:,} capabilities imported in <= {TARGET_S:.0f} s with "
-             f"the local embedder ({LOCAL_EMBEDDER})")
+    label = (
+        f"target, {TARGET_SIZE:,} capabilities imported in <= {TARGET_S:.0f} s with "
+        f"the local embedder ({LOCAL_EMBEDDER})"
+    )
     local = next((r for r in results if r["embedder"] == LOCAL_EMBEDDER), None)
     if local is None:
         print(f"{label}: NOT MEASURED ({LOCAL_EMBEDDER} not in --embedders)")
@@ -203,11 +254,16 @@ def import_target(results: list[dict[str, Any]], size: int) -> str:
     figures = local["import"]
     needed = TARGET_SIZE / TARGET_S
     met = figures["complete"] and figures["wall_s"] <= TARGET_S * size / TARGET_SIZE
-    scaled = "" if size == TARGET_SIZE else (f"; measured at {size:,}, so compared by rate "
-                                             f"with {needed:.1f} caps/s")
+    scaled = (
+        ""
+        if size == TARGET_SIZE
+        else (f"; measured at {size:,}, so compared by rate with {needed:.1f} caps/s")
+    )
     verdict = "MET" if met else "NOT MET"
-    print(f"{label}: {verdict} ({figures['wall_s']:.1f} s for {size:,}, "
-          f"{figures['caps_per_s']} caps/s{scaled})")
+    print(
+        f"{label}: {verdict} ({figures['wall_s']:.1f} s for {size:,}, "
+        f"{figures['caps_per_s']} caps/s{scaled})"
+    )
     return verdict
 
 

@@ -77,8 +77,12 @@ def main() -> None:
     parser.add_argument("--edits", type=int, default=50)
     parser.add_argument("--discovery-workers", type=int, default=3)
     parser.add_argument("--debounce-ms", type=int, default=500)
-    parser.add_argument("--size", type=int, default=0,
-                        help="grow the registry to this many capabilities (0: the example one)")
+    parser.add_argument(
+        "--size",
+        type=int,
+        default=0,
+        help="grow the registry to this many capabilities (0: the example one)",
+    )
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the stack on the way out
     configure_logging("WARNING", "console")  # the watcher runs in this process
@@ -91,50 +95,68 @@ def main() -> None:
         report(mode, args.discovery_workers)
 
 
-def run(project: Path, env: dict[str, str], settings: Settings, args: argparse.Namespace
-        ) -> list[Mode]:
+def run(
+    project: Path, env: dict[str, str], settings: Settings, args: argparse.Namespace
+) -> list[Mode]:
     """Start the stack and the extra workers, index the example registry, time both modes."""
     registry = project / "registry"
     shutil.copytree(ROOT / "examples" / "registry", registry)
     with running_stack(project, settings, env) as (stack, url):
         client = redis.Redis.from_url(url)
-        workers = start_discovery_workers(stack, client, {**env, REDIS_ENV: url},
-                                          args.discovery_workers)
+        workers = start_discovery_workers(
+            stack, client, {**env, REDIS_ENV: url}, args.discovery_workers
+        )
         publisher = Publisher(url)
-        sync_directory(client, publisher, registry, tenant=settings.tenant,
-                       max_bytes=settings.manifest_max_bytes, wait_s=120)
-        served_at(client, workers, settings.tenant, tenant_version(client, settings.tenant),
-                  120.0)
+        sync_directory(
+            client,
+            publisher,
+            registry,
+            tenant=settings.tenant,
+            max_bytes=settings.manifest_max_bytes,
+            wait_s=120,
+        )
+        served_at(client, workers, settings.tenant, tenant_version(client, settings.tenant), 120.0)
         extra = grow(client, publisher, settings.tenant, args.size, registry)
-        served_at(client, workers, settings.tenant, tenant_version(client, settings.tenant),
-                  600.0)
-        print(f"embedder {settings.embedder}; "
-              f"{len(list(registry.rglob('CAPABILITY.yaml'))) + extra} capabilities indexed; "
-              f"{len(workers)} discovery workers", flush=True)
+        served_at(client, workers, settings.tenant, tenant_version(client, settings.tenant), 600.0)
+        print(
+            f"embedder {settings.embedder}; "
+            f"{len(list(registry.rglob('CAPABILITY.yaml'))) + extra} capabilities indexed; "
+            f"{len(workers)} discovery workers",
+            flush=True,
+        )
         try:
-            return [measure(client, publisher, registry, settings.tenant, workers, args.edits,
-                            debounce) for debounce in dict.fromkeys([args.debounce_ms, 0])]
+            return [
+                measure(client, publisher, registry, settings.tenant, workers, args.edits, debounce)
+                for debounce in dict.fromkeys([args.debounce_ms, 0])
+            ]
         finally:
             publisher.close()
 
 
-def grow(client: redis.Redis, publisher: Publisher, tenant: str, size: int,
-         registry: Path) -> int:
+def grow(client: redis.Redis, publisher: Publisher, tenant: str, size: int, registry: Path) -> int:
     """Publish generated capabilities (another source) until the tenant holds ``size``."""
     have = len(list(registry.rglob("CAPABILITY.yaml")))
     if size <= have:
         return 0
 
     extra = load_catalog(size - have)
-    report = publish_plan(client, publisher, SyncPlan(upserts=extra), root=Path("bench"),
-                          tenant=tenant, source="bench:extra", wait_s=3600)
+    report = publish_plan(
+        client,
+        publisher,
+        SyncPlan(upserts=extra),
+        root=Path("bench"),
+        tenant=tenant,
+        source="bench:extra",
+        wait_s=3600,
+    )
     if not report.complete:
         raise SystemExit("the generated capabilities were not all indexed within an hour")
     return len(extra)
 
 
-def start_discovery_workers(stack: Stack, client: redis.Redis, env: dict[str, str],
-                            count: int) -> list[str]:
+def start_discovery_workers(
+    stack: Stack, client: redis.Redis, env: dict[str, str], count: int
+) -> list[str]:
     """Spawn discovery workers beside the stack's one; the ids of all ``count`` once live."""
     for number in range(2, count + 1):
         stack.spawn(f"discovery-{number}", DISCOVERY_ARGV, env)
@@ -142,21 +164,40 @@ def start_discovery_workers(stack: Stack, client: redis.Redis, env: dict[str, st
     deadline = time.monotonic() + 120
     while len(ids := [w["id"] for w in live_workers(client) if w["kind"] == "discovery"]) < count:
         if time.monotonic() > deadline:
-            raise SystemExit(f"only {len(ids)} of {count} discovery workers started; see "
-                             f"{stack.state_dir / 'logs'}")
+            raise SystemExit(
+                f"only {len(ids)} of {count} discovery workers started; see "
+                f"{stack.state_dir / 'logs'}"
+            )
         time.sleep(0.1)
     return ids
 
 
-def measure(client: redis.Redis, publisher: Publisher, registry: Path, tenant: str,
-            workers: list[str], edits: int, debounce_ms: int) -> Mode:
+def measure(
+    client: redis.Redis,
+    publisher: Publisher,
+    registry: Path,
+    tenant: str,
+    workers: list[str],
+    edits: int,
+    debounce_ms: int,
+) -> Mode:
     """``edits`` edits of one manifest with the watcher at ``debounce_ms``, after an untimed
     one that proves the watcher is watching."""
     stop, synced = threading.Event(), threading.Event()
-    watcher = threading.Thread(target=watch_directory, daemon=True, kwargs=dict(
-        client=client, publisher=publisher, root=registry, tenant=tenant,
-        max_bytes=64 * 1024, debounce_ms=debounce_ms, stop=stop,
-        on_sync=lambda _report: synced.set()))
+    watcher = threading.Thread(
+        target=watch_directory,
+        daemon=True,
+        kwargs=dict(
+            client=client,
+            publisher=publisher,
+            root=registry,
+            tenant=tenant,
+            max_bytes=64 * 1024,
+            debounce_ms=debounce_ms,
+            stop=stop,
+            on_sync=lambda _report: synced.set(),
+        ),
+    )
     watcher.start()
     path = next(registry.glob("*/slack-post-message/CAPABILITY.yaml"))
     mode = Mode(debounce_ms)
@@ -164,11 +205,14 @@ def measure(client: redis.Redis, publisher: Publisher, registry: Path, tenant: s
         synced.wait(60)
         warm_up(client, path, tenant, workers, debounce_ms)
         for edit in range(edits):
-            timings = time_edit(client, path, tenant, workers, f"1.{debounce_ms}.{edit}",
-                                EDIT_TIMEOUT_S)
+            timings = time_edit(
+                client, path, tenant, workers, f"1.{debounce_ms}.{edit}", EDIT_TIMEOUT_S
+            )
             if timings is None:
-                raise SystemExit(f"an edit was not served by all {len(workers)} discovery "
-                                 f"workers within {EDIT_TIMEOUT_S:.0f} s")
+                raise SystemExit(
+                    f"an edit was not served by all {len(workers)} discovery "
+                    f"workers within {EDIT_TIMEOUT_S:.0f} s"
+                )
             mode.add(*timings)
     finally:
         stop.set()
@@ -176,8 +220,9 @@ def measure(client: redis.Redis, publisher: Publisher, registry: Path, tenant: s
     return mode
 
 
-def warm_up(client: redis.Redis, path: Path, tenant: str, workers: list[str],
-            debounce_ms: int) -> None:
+def warm_up(
+    client: redis.Redis, path: Path, tenant: str, workers: list[str], debounce_ms: int
+) -> None:
     """Edit until an edit is served (the watcher may not be watching yet when it starts)."""
     for attempt in range(10):
         if time_edit(client, path, tenant, workers, f"0.{debounce_ms}.{attempt}", 5.0):
@@ -185,8 +230,14 @@ def warm_up(client: redis.Redis, path: Path, tenant: str, workers: list[str],
     raise SystemExit("the watcher never picked up an edit")
 
 
-def time_edit(client: redis.Redis, path: Path, tenant: str, workers: list[str],
-              version_text: str, timeout_s: float) -> tuple[float, float, float] | None:
+def time_edit(
+    client: redis.Redis,
+    path: Path,
+    tenant: str,
+    workers: list[str],
+    version_text: str,
+    timeout_s: float,
+) -> tuple[float, float, float] | None:
     """Write one edit; seconds until it was stored, first served and served by all (None if
     not served by all within ``timeout_s``)."""
     target = tenant_version(client, tenant) + 1
@@ -204,20 +255,30 @@ def time_edit(client: redis.Redis, path: Path, tenant: str, workers: list[str],
     return stored_at(client, tenant, target) - written, min(times) - written, max(times) - written
 
 
-def served_at(client: redis.Redis, workers: list[str], tenant: str, version: int,
-              timeout_s: float, after: str = "0-0") -> dict[str, float]:
+def served_at(
+    client: redis.Redis,
+    workers: list[str],
+    tenant: str,
+    version: int,
+    timeout_s: float,
+    after: str = "0-0",
+) -> dict[str, float]:
     """Per worker: when it swapped in ``version`` or later (the served stream, from ``after``)."""
     seen: dict[str, float] = {}
     deadline = time.monotonic() + timeout_s
     while len(seen) < len(workers) and (remaining := deadline - time.monotonic()) > 0:
-        batch: Any = client.xread({keys.SERVED: after}, count=1000,
-                                  block=max(1, int(min(1.0, remaining) * 1000)))
+        batch: Any = client.xread(
+            {keys.SERVED: after}, count=1000, block=max(1, int(min(1.0, remaining) * 1000))
+        )
         for _stream, entries in batch or []:
             for entry_id, fields in entries:
                 after = as_str(entry_id)
                 record = {as_str(k): as_str(v) for k, v in fields.items()}
-                if (record["tenant"] == tenant and int(record["version"]) >= version
-                        and record["worker"] in workers):
+                if (
+                    record["tenant"] == tenant
+                    and int(record["version"]) >= version
+                    and record["worker"] in workers
+                ):
                     seen.setdefault(record["worker"], float(record["at_ms"]) / 1000)
     return seen
 
@@ -234,13 +295,17 @@ def report(mode: Mode, workers: int) -> None:
     limit_s = 1.0 + mode.debounce_ms / 1000
     p99 = percentile(mode.all_served, 99)
     print(f"watcher debounce {mode.debounce_ms} ms, {len(mode.all_served)} edits:")
-    for label, values in (("stored by the indexing worker", mode.stored),
-                          ("served by the first worker", mode.first_served),
-                          (f"served by all {workers} workers", mode.all_served)):
+    for label, values in (
+        ("stored by the indexing worker", mode.stored),
+        ("served by the first worker", mode.first_served),
+        (f"served by all {workers} workers", mode.all_served),
+    ):
         print(f"  {label + ':':<32} {describe_ms(values)}")
     verdict = "PASS" if p99 <= limit_s else "FAIL"
-    print(f"  target p99 <= {limit_s * 1000:.0f} ms (1 s plus the debounce): p99 "
-          f"{p99 * 1000:.0f} ms, {verdict}")
+    print(
+        f"  target p99 <= {limit_s * 1000:.0f} ms (1 s plus the debounce): p99 "
+        f"{p99 * 1000:.0f} ms, {verdict}"
+    )
 
 
 if __name__ == "__main__":

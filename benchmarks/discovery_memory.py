@@ -60,11 +60,16 @@ SETTLE_S = 1.0
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="10000,100000",
-                        help="comma-separated registry sizes, one worker each")
+    parser.add_argument(
+        "--sizes", default="10000,100000", help="comma-separated registry sizes, one worker each"
+    )
     parser.add_argument("--queries", type=int, default=300)
-    parser.add_argument("--embedder", choices=["hashing", "minilm"], default="hashing",
-                        help="the worker's CAPDISC_EMBEDDER (query embeddings)")
+    parser.add_argument(
+        "--embedder",
+        choices=["hashing", "minilm"],
+        default="hashing",
+        help="the worker's CAPDISC_EMBEDDER (query embeddings)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
     sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
@@ -76,14 +81,17 @@ def main() -> None:
         server = start_redis(Path(tmp) / "redis", durable=False)
         try:
             idle = measure_idle(server.url, args.embedder)
-            results = [measure_size(server.url, caps[:size], embedder, args.embedder, queries,
-                                    idle) for size in sizes]
+            results = [
+                measure_size(server.url, caps[:size], embedder, args.embedder, queries, idle)
+                for size in sizes
+            ]
         finally:
             server.stop()
     print_summary(idle, results)
     if args.json:
-        args.json.write_text(json.dumps({"embedder": embedder.id, "idle": idle,
-                                         "sizes": results}, indent=2) + "\n")
+        args.json.write_text(
+            json.dumps({"embedder": embedder.id, "idle": idle, "sizes": results}, indent=2) + "\n"
+        )
         print(f"figures written to {args.json}")
 
 
@@ -91,19 +99,27 @@ def main() -> None:
 
 
 def worker_env(url: str, embedder: str) -> dict[str, str]:
-    return {**os.environ, "CAPDISC_REDIS_URL": url, "CAPDISC_EMBEDDER": embedder,
-            "CAPDISC_LOG_LEVEL": "WARNING"}
+    return {
+        **os.environ,
+        "CAPDISC_REDIS_URL": url,
+        "CAPDISC_EMBEDDER": embedder,
+        "CAPDISC_LOG_LEVEL": "WARNING",
+    }
 
 
 def spawn_worker(url: str, embedder: str) -> subprocess.Popen[bytes]:
     with LOG.open("ab") as log:
-        return subprocess.Popen([sys.executable, "-m", "capdisc_workers.discovery"],
-                                env=worker_env(url, embedder), stdout=log,
-                                stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [sys.executable, "-m", "capdisc_workers.discovery"],
+            env=worker_env(url, embedder),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
 
 
-def wait_ready(client: redis.Redis, worker: subprocess.Popen[bytes], version: int | None,
-               started: float) -> float:
+def wait_ready(
+    client: redis.Redis, worker: subprocess.Popen[bytes], version: int | None, started: float
+) -> float:
     """Seconds from ``started`` to the worker's first heartbeat (sent once its indexes are
     built), serving ``version`` of the tenant when one is given."""
     deadline = started + READY_TIMEOUT_S
@@ -112,7 +128,8 @@ def wait_ready(client: redis.Redis, worker: subprocess.Popen[bytes], version: in
             raise SystemExit(f"the discovery worker exited (code {worker.returncode}); see {LOG}")
         for beat in live_workers(client):
             if beat.get("pid") == worker.pid and (
-                    version is None or beat.get("versions", {}).get(TENANT) == version):
+                version is None or beat.get("versions", {}).get(TENANT) == version
+            ):
                 return time.perf_counter() - started
         time.sleep(0.05)
     raise SystemExit(f"the discovery worker was not ready in {READY_TIMEOUT_S:.0f} s; see {LOG}")
@@ -133,6 +150,7 @@ def memory_mb(pid: int) -> dict[str, float | None]:
     status = _proc_status(pid)
     try:
         import psutil
+
         rss: float | None = psutil.Process(pid).memory_info().rss / 2**20
     except ImportError:
         rss = status.get("VmRSS")
@@ -165,13 +183,16 @@ def catalog_vectors(caps: list[Capability], embedder: Embedder) -> tuple[Matrix,
     stand_in = HashingEmbedder(embedder.dim)
     return hashing_vectors(caps, stand_in), (
         f"{stand_in.id} stand-ins stored as {embedder.id} (no cached MiniLM vectors for this "
-        f"catalog; same {embedder.dim} dims so the same memory, relevance meaningless)")
+        f"catalog; same {embedder.dim} dims so the same memory, relevance meaningless)"
+    )
 
 
 def minilm_cached(caps: list[Capability], embedder_id: str) -> bool:
     """Whether ``_catalog.embed_catalog`` has both texts' vectors on disk (same cache names)."""
-    return all(_cache_path([text(c) for c in caps], embedder_id).exists()
-               for text in (full_text, summary_text))
+    return all(
+        _cache_path([text(c) for c in caps], embedder_id).exists()
+        for text in (full_text, summary_text)
+    )
 
 
 def _cache_path(texts: list[str], embedder_id: str) -> Path:
@@ -179,14 +200,17 @@ def _cache_path(texts: list[str], embedder_id: str) -> Path:
     return CACHE / f"{embedder_id}-{digest}.npy"
 
 
-def hashing_vectors(caps: list[Capability], embedder: HashingEmbedder, batch: int = 4096
-                    ) -> Matrix:
+def hashing_vectors(caps: list[Capability], embedder: HashingEmbedder, batch: int = 4096) -> Matrix:
     """:func:`combine` of the full text's and the summary's hashing embeddings (not cached)."""
     rows = []
     for start in range(0, len(caps), batch):
-        chunk = caps[start:start + batch]
-        rows.append(combine(embedder.embed([full_text(c) for c in chunk]),
-                            embedder.embed([summary_text(c) for c in chunk])))
+        chunk = caps[start : start + batch]
+        rows.append(
+            combine(
+                embedder.embed([full_text(c) for c in chunk]),
+                embedder.embed([summary_text(c) for c in chunk]),
+            )
+        )
     return np.vstack(rows).astype(np.float32)
 
 
@@ -197,8 +221,9 @@ def load_store(url: str, caps: list[Capability], matrix: Matrix, embedder_id: st
     space = vector_space(embedder_id)
     started = time.perf_counter()
     for index, cap in enumerate(caps):
-        event = RegistryEvent(type="upsert", tenant=TENANT, capability_id=cap.id, seq=1,
-                              capability=cap.to_dict())
+        event = RegistryEvent(
+            type="upsert", tenant=TENANT, capability_id=cap.id, seq=1, capability=cap.to_dict()
+        )
         vector = matrix[index].tobytes()
         apply_event(client, event, cap, lambda _c, v=vector: v, space)
     return time.perf_counter() - started
@@ -219,20 +244,30 @@ def measure_idle(url: str, embedder: str) -> dict[str, Any]:
         idle = {"ready_s": round(ready_s, 2), **memory_mb(worker.pid)}
     finally:
         stop_worker(worker)
-    print(f"idle worker (empty registry): ready in {idle['ready_s']:.2f} s, RSS "
-          f"{idle['rss_mb']} MB (peak {idle['peak_mb']} MB)")
+    print(
+        f"idle worker (empty registry): ready in {idle['ready_s']:.2f} s, RSS "
+        f"{idle['rss_mb']} MB (peak {idle['peak_mb']} MB)"
+    )
     return idle
 
 
-def measure_size(url: str, caps: list[Capability], embedder: Embedder, embedder_name: str,
-                 queries: list[str], idle: dict[str, Any]) -> dict[str, Any]:
+def measure_size(
+    url: str,
+    caps: list[Capability],
+    embedder: Embedder,
+    embedder_name: str,
+    queries: list[str],
+    idle: dict[str, Any],
+) -> dict[str, Any]:
     started = time.perf_counter()
     matrix, source = catalog_vectors(caps, embedder)
     vectors_s = time.perf_counter() - started
     store_s = load_store(url, caps, matrix, embedder.id)
     del matrix
-    print(f"\n{len(caps):,} capabilities; vectors: {source} ({vectors_s:.1f} s); stored in "
-          f"Redis in {store_s:.1f} s")
+    print(
+        f"\n{len(caps):,} capabilities; vectors: {source} ({vectors_s:.1f} s); stored in "
+        f"Redis in {store_s:.1f} s"
+    )
     client = redis.Redis.from_url(url)
     version = tenant_version(client, TENANT)
     started = time.perf_counter()
@@ -245,9 +280,15 @@ def measure_size(url: str, caps: list[Capability], embedder: Embedder, embedder_
         served = memory_mb(worker.pid)
     finally:
         stop_worker(worker)
-    result = {"size": len(caps), "vectors": source, "store_s": round(store_s, 1),
-              "ready_s": round(ready_s, 2), "loaded": loaded, "after_queries": served,
-              **latency}
+    result = {
+        "size": len(caps),
+        "vectors": source,
+        "store_s": round(store_s, 1),
+        "ready_s": round(ready_s, 2),
+        "loaded": loaded,
+        "after_queries": served,
+        **latency,
+    }
     result["mb_per_1k"] = per_1k(result, idle)
     print_size(result, idle)
     return result
@@ -276,8 +317,11 @@ def timed(client: Client, queries: list[str]) -> dict[str, Any]:
 
 
 def _stats(values_ms: list[float]) -> dict[str, float]:
-    return {"median": round(statistics.median(values_ms), 2),
-            "p99": round(percentile(values_ms, 99), 2), "n": len(values_ms)}
+    return {
+        "median": round(statistics.median(values_ms), 2),
+        "p99": round(percentile(values_ms, 99), 2),
+        "n": len(values_ms),
+    }
 
 
 # -- output ------------------------------------------------------------------------------------
@@ -292,28 +336,38 @@ def per_1k(result: dict[str, Any], idle: dict[str, Any]) -> float | None:
 
 def print_size(result: dict[str, Any], idle: dict[str, Any]) -> None:
     loaded, served = result["loaded"], result["after_queries"]
-    print(f"  worker start to ready (index version served): {result['ready_s']:.2f} s; about "
-          f"{result['ready_s'] - idle['ready_s']:.2f} s more than on an empty registry "
-          "(reading and building the index)")
-    print(f"  RSS ready: {loaded['rss_mb']} MB (peak so far {loaded['peak_mb']} MB); idle "
-          f"{idle['rss_mb']} MB; {result['mb_per_1k']} MB per 1,000 capabilities")
+    print(
+        f"  worker start to ready (index version served): {result['ready_s']:.2f} s; about "
+        f"{result['ready_s'] - idle['ready_s']:.2f} s more than on an empty registry "
+        "(reading and building the index)"
+    )
+    print(
+        f"  RSS ready: {loaded['rss_mb']} MB (peak so far {loaded['peak_mb']} MB); idle "
+        f"{idle['rss_mb']} MB; {result['mb_per_1k']} MB per 1,000 capabilities"
+    )
     print(f"  RSS after the queries: {served['rss_mb']} MB (peak {served['peak_mb']} MB)")
     for label in ("fresh", "cached"):
         trip, inside = result[label]["round_trip_ms"], result[label]["in_worker_ms"]
-        print(f"  discover, {label} query embedding: median {trip['median']:.2f} ms, p99 "
-              f"{trip['p99']:.2f} ms (in the worker: median {inside['median']:.2f} ms, p99 "
-              f"{inside['p99']:.2f} ms; n={trip['n']})")
+        print(
+            f"  discover, {label} query embedding: median {trip['median']:.2f} ms, p99 "
+            f"{trip['p99']:.2f} ms (in the worker: median {inside['median']:.2f} ms, p99 "
+            f"{inside['p99']:.2f} ms; n={trip['n']})"
+        )
 
 
 def print_summary(idle: dict[str, Any], results: list[dict[str, Any]]) -> None:
-    print(f"\n{'capabilities':>12} {'ready s':>8} {'RSS MB':>8} {'MB/1k':>7} "
-          f"{'fresh med/p99 ms':>18} {'cached med/p99 ms':>18}")
+    print(
+        f"\n{'capabilities':>12} {'ready s':>8} {'RSS MB':>8} {'MB/1k':>7} "
+        f"{'fresh med/p99 ms':>18} {'cached med/p99 ms':>18}"
+    )
     print(f"{0:>12} {idle['ready_s']:>8.2f} {idle['rss_mb']:>8}")
     for r in results:
         fresh, cached = r["fresh"]["round_trip_ms"], r["cached"]["round_trip_ms"]
-        print(f"{r['size']:>12,} {r['ready_s']:>8.2f} {r['loaded']['rss_mb']:>8} "
-              f"{r['mb_per_1k']!s:>7} {fresh['median']:>8.2f} / {fresh['p99']:<7.2f} "
-              f"{cached['median']:>8.2f} / {cached['p99']:<7.2f}")
+        print(
+            f"{r['size']:>12,} {r['ready_s']:>8.2f} {r['loaded']['rss_mb']:>8} "
+            f"{r['mb_per_1k']!s:>7} {fresh['median']:>8.2f} / {fresh['p99']:<7.2f} "
+            f"{cached['median']:>8.2f} / {cached['p99']:<7.2f}"
+        )
 
 
 if __name__ == "__main__":

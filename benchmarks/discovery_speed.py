@@ -85,19 +85,29 @@ def report(label: str, samples_s: list[float], floor_ms: float | None = None) ->
     ms = [s * 1000 for s in samples_s]
     median = float(np.median(ms))
     ratio = f", {median / floor_ms:.1f}x the floor" if floor_ms else ""
-    print(f"{label:<58} median {median:6.2f} ms  p99 {percentile(ms, 99):6.2f} ms  "
-          f"(p99/median {percentile(ms, 99) / median:.1f}{ratio}, n={len(ms)})")
+    print(
+        f"{label:<58} median {median:6.2f} ms  p99 {percentile(ms, 99):6.2f} ms  "
+        f"(p99/median {percentile(ms, 99) / median:.1f}{ratio}, n={len(ms)})"
+    )
     return median
 
 
-def in_process(caps: list, matrix: np.ndarray, queries: list[str], embedder: MiniLMEmbedder
-               ) -> None:
+def in_process(
+    caps: list, matrix: np.ndarray, queries: list[str], embedder: MiniLMEmbedder
+) -> None:
     started = time.perf_counter()
-    snapshot = IndexSnapshot.build(TENANT, 1, embedder.dim,
-                                   ((c, matrix[i].tobytes()) for i, c in enumerate(caps)),
-                                   embedder.id, probes=embedder.embed(list(PROBES)))
-    print(f"snapshot build (BM25, vectors, graph) for {len(caps)}: "
-          f"{time.perf_counter() - started:.2f} s")
+    snapshot = IndexSnapshot.build(
+        TENANT,
+        1,
+        embedder.dim,
+        ((c, matrix[i].tobytes()) for i, c in enumerate(caps)),
+        embedder.id,
+        probes=embedder.embed(list(PROBES)),
+    )
+    print(
+        f"snapshot build (BM25, vectors, graph) for {len(caps)}: "
+        f"{time.perf_counter() - started:.2f} s"
+    )
     config = DiscoveryConfig()
     cached = CachedQueryEmbedder(embedder)
     for query in queries:  # warm the cache: the query and its sub-queries
@@ -110,8 +120,10 @@ def in_process(caps: list, matrix: np.ndarray, queries: list[str], embedder: Min
     report("discovery service in-process, query embedding cached", samples)
     chained = [len(decompose(q)) > 1 for q in queries]
     report("  one-request queries", [s for s, c in zip(samples, chained, strict=True) if not c])
-    report("  queries chaining several requests",
-           [s for s, c in zip(samples, chained, strict=True) if c])
+    report(
+        "  queries chaining several requests",
+        [s for s, c in zip(samples, chained, strict=True) if c],
+    )
     fresh = CachedQueryEmbedder(embedder, 0)
     samples, model = [], []
     for query in queries[:100]:
@@ -124,23 +136,29 @@ def in_process(caps: list, matrix: np.ndarray, queries: list[str], embedder: Min
     report("  of which the model (one pass, sub-queries pooled)", model)
 
 
-def turn(snapshot: IndexSnapshot, cached: CachedQueryEmbedder, query: str,
-         config: DiscoveryConfig) -> None:
+def turn(
+    snapshot: IndexSnapshot, cached: CachedQueryEmbedder, query: str, config: DiscoveryConfig
+) -> None:
     """One turn through the discovery service, as a worker answers it."""
-    answer(DiscoverRequest(query, tenant=snapshot.tenant),
-           Context(snapshot, cached, config, SessionPolicy()))
+    answer(
+        DiscoverRequest(query, tenant=snapshot.tenant),
+        Context(snapshot, cached, config, SessionPolicy()),
+    )
 
 
 def load_registry(url: str, caps: list, matrix: np.ndarray, embedder_id: str) -> None:
     client = redis.Redis.from_url(url)
     started = time.perf_counter()
     for index, cap in enumerate(caps):
-        event = RegistryEvent(type="upsert", tenant=TENANT, capability_id=cap.id, seq=1,
-                              capability=cap.to_dict())
+        event = RegistryEvent(
+            type="upsert", tenant=TENANT, capability_id=cap.id, seq=1, capability=cap.to_dict()
+        )
         vector = matrix[index].tobytes()
         apply_event(client, event, cap, lambda _c, v=vector: v, vector_space(embedder_id))
-    print(f"registry stored in Redis: {len(caps)} capabilities in "
-          f"{time.perf_counter() - started:.1f} s (vectors precomputed)")
+    print(
+        f"registry stored in Redis: {len(caps)} capabilities in "
+        f"{time.perf_counter() - started:.1f} s (vectors precomputed)"
+    )
 
 
 def measure_floors(url: str) -> dict[str, float]:
@@ -174,12 +192,15 @@ def echo_round_trips(url: str, mode: str, n: int = 2000) -> list[float]:
 
 def spawn_worker(url: str, log: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "CAPDISC_REDIS_URL": url, "CAPDISC_LOG_LEVEL": "WARNING"}
-    return subprocess.Popen([sys.executable, "-m", "capdisc_workers.discovery"], env=env,
-                            stdout=log.open("ab"), stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [sys.executable, "-m", "capdisc_workers.discovery"],
+        env=env,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+    )
 
 
-def through_workers(url: str, queries: list[str], floors: dict[str, float], seconds: float
-                    ) -> None:
+def through_workers(url: str, queries: list[str], floors: dict[str, float], seconds: float) -> None:
     log = Path(tempfile.gettempdir()) / "capdisc-bench-discovery.log"
     workers = [spawn_worker(url, log)]
     try:
@@ -192,8 +213,10 @@ def through_workers(url: str, queries: list[str], floors: dict[str, float], seco
         report("  one-request agent turns (registry queries)", cached_short, floors["list"])
         report("one discovery worker, fresh query embedding", fresh, floors["list"])
         report("  one-request agent turns (registry queries)", fresh_short, floors["list"])
-        print(f"{'':<58} (capdisc transport floor {floors['stream']:.2f} ms, bare floor "
-              f"{floors['list']:.2f} ms)")
+        print(
+            f"{'':<58} (capdisc transport floor {floors['stream']:.2f} ms, bare floor "
+            f"{floors['list']:.2f} ms)"
+        )
         workers.append(spawn_worker(url, log))
         Client.from_url(url, tenant=TENANT, timeout_s=120).discover("warm up the second")
         throughput(url, queries, seconds, [w.pid for w in workers], "Seal-Tools queries")
@@ -210,8 +233,9 @@ def through_workers(url: str, queries: list[str], floors: dict[str, float], seco
             worker.wait(timeout=10)
 
 
-def idle_turns(client: Client, queries: list[str], short: list[str], floors: dict[str, float]
-               ) -> None:
+def idle_turns(
+    client: Client, queries: list[str], short: list[str], floors: dict[str, float]
+) -> None:
     """Turns that reach an idle worker, as an agent's do (one worker, empty caches)."""
     fresh = timed(client, queries[:IDLE_TURNS], IDLE_S)
     fresh_short = timed(client, short, IDLE_S)
@@ -252,8 +276,9 @@ def single_request_queries() -> list[str]:
         return [json.loads(line)["query"] for line in handle if line.strip()]
 
 
-def _client_process(url: str, queries: list[str], seconds: float, threads: int,
-                    out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+def _client_process(
+    url: str, queries: list[str], seconds: float, threads: int, out: multiprocessing.Queue
+) -> None:  # type: ignore[type-arg]
     stop_at = time.perf_counter() + seconds
     counts = [0] * threads
     latencies: list[list[float]] = [[] for _ in range(threads)]
@@ -277,19 +302,29 @@ def _client_process(url: str, queries: list[str], seconds: float, threads: int,
     out.put((sum(counts), [x for xs in latencies for x in xs], sum(os.times()[:2]) - cpu))
 
 
-def throughput(url: str, queries: list[str], seconds: float, worker_pids: list[int],
-               label: str, processes: int = 2, threads: int = 8) -> None:
+def throughput(
+    url: str,
+    queries: list[str],
+    seconds: float,
+    worker_pids: list[int],
+    label: str,
+    processes: int = 2,
+    threads: int = 8,
+) -> None:
     run_clients(url, queries, min(seconds, 5.0), processes, threads)  # warm both workers' caches
     before = sum(_cpu_s(pid) for pid in worker_pids)
-    total, latencies, elapsed, client_cpu = run_clients(url, queries, seconds, processes,
-                                                        threads)
+    total, latencies, elapsed, client_cpu = run_clients(url, queries, seconds, processes, threads)
     worker_cpu = sum(_cpu_s(pid) for pid in worker_pids) - before
-    print(f"two discovery workers, cached embeddings, {label}: {total / elapsed:.0f} turns/s "
-          f"({processes} client processes x {threads} threads, {elapsed:.1f} s; latency under "
-          f"load median {np.median(latencies) * 1000:.1f} ms, p99 "
-          f"{percentile([x * 1000 for x in latencies], 99):.1f} ms)")
-    print(f"{'':<58} CPU per turn: workers {worker_cpu / total * 1000:.2f} ms, clients "
-          f"{client_cpu / total * 1000:.2f} ms")
+    print(
+        f"two discovery workers, cached embeddings, {label}: {total / elapsed:.0f} turns/s "
+        f"({processes} client processes x {threads} threads, {elapsed:.1f} s; latency under "
+        f"load median {np.median(latencies) * 1000:.1f} ms, p99 "
+        f"{percentile([x * 1000 for x in latencies], 99):.1f} ms)"
+    )
+    print(
+        f"{'':<58} CPU per turn: workers {worker_cpu / total * 1000:.2f} ms, clients "
+        f"{client_cpu / total * 1000:.2f} ms"
+    )
 
 
 def _cpu_s(pid: int) -> float:
@@ -301,21 +336,27 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_clients(url: str, queries: list[str], seconds: float, processes: int, threads: int
-                ) -> tuple[int, list[float], float, float]:
+def run_clients(
+    url: str, queries: list[str], seconds: float, processes: int, threads: int
+) -> tuple[int, list[float], float, float]:
     out: multiprocessing.Queue = multiprocessing.Queue()  # type: ignore[type-arg]
     started = time.perf_counter()
-    procs = [multiprocessing.Process(target=_client_process,
-                                     args=(url, queries, seconds, threads, out))
-             for _ in range(processes)]
+    procs = [
+        multiprocessing.Process(target=_client_process, args=(url, queries, seconds, threads, out))
+        for _ in range(processes)
+    ]
     for proc in procs:
         proc.start()
     results = [out.get() for _ in procs]
     for proc in procs:
         proc.join()
     elapsed = time.perf_counter() - started
-    return (sum(r[0] for r in results), [x for r in results for x in r[1]], elapsed,
-            sum(r[2] for r in results))
+    return (
+        sum(r[0] for r in results),
+        [x for r in results for x in r[1]],
+        elapsed,
+        sum(r[2] for r in results),
+    )
 
 
 if __name__ == "__main__":

@@ -55,8 +55,13 @@ Variant = Callable[["Setting"], np.ndarray]
 class Setting:
     """One catalog and query set, embedded and scored once."""
 
-    def __init__(self, caps: tuple[Capability, ...], queries: list[LabelledQuery],
-                 embedder: Embedder, cache: Path) -> None:
+    def __init__(
+        self,
+        caps: tuple[Capability, ...],
+        queries: list[LabelledQuery],
+        embedder: Embedder,
+        cache: Path,
+    ) -> None:
         self.caps, self.queries, self.embedder, self.cache = caps, queries, embedder, cache
         self.ids = np.array([c.id for c in caps])
         full = embed_cached(embedder, [full_text(c) for c in caps], cache)
@@ -74,8 +79,9 @@ class Setting:
     def fused(self, vectors: Matrix) -> np.ndarray:
         """The engine's fusion (:func:`capdisc.retrieval.scoring.fuse`) of each query's scores."""
         cosines = (vectors @ self.matrix.T).astype(np.float32)
-        return np.stack([fuse(c, b, DEFAULT_CONFIG)
-                         for c, b in zip(cosines, self.bm25, strict=True)])
+        return np.stack(
+            [fuse(c, b, DEFAULT_CONFIG) for c, b in zip(cosines, self.bm25, strict=True)]
+        )
 
 
 def engine(s: Setting) -> np.ndarray:
@@ -96,13 +102,17 @@ def feedback(s: Setting) -> np.ndarray:
     return s.fused(s.plain + 0.5 * s.matrix[best].mean(axis=1))
 
 
-VARIANTS: dict[str, Variant] = {"engine fusion": engine, "+ length prior": length_prior,
-                                f"+ query prefix {PREFIX!r}": query_prefix,
-                                "+ feedback": feedback}
+VARIANTS: dict[str, Variant] = {
+    "engine fusion": engine,
+    "+ length prior": length_prior,
+    f"+ query prefix {PREFIX!r}": query_prefix,
+    "+ feedback": feedback,
+}
 
 
-def scores_by_group(s: Setting, fused: np.ndarray, groups: dict[str, np.ndarray]
-                    ) -> dict[str, tuple[float, float]]:
+def scores_by_group(
+    s: Setting, fused: np.ndarray, groups: dict[str, np.ndarray]
+) -> dict[str, tuple[float, float]]:
     top = np.argsort(-fused, axis=1)[:, :5]
     found = [[str(s.ids[r]) for r in row] for row in top]
     r = np.array([recall_at(f, q.relevant, 5) for f, q in zip(found, s.queries, strict=True)])
@@ -116,8 +126,7 @@ def report(title: str, s: Setting, groups: dict[str, np.ndarray]) -> None:
     print(f"  {'recall@5 / NDCG@5':<28}{header}")
     for name, variant in VARIANTS.items():
         figures = scores_by_group(s, variant(s), groups)
-        print(f"  {name:<28}" + "".join(f"{f'{r:.3f} / {n:.3f}':>30}"
-                                        for r, n in figures.values()))
+        print(f"  {name:<28}" + "".join(f"{f'{r:.3f} / {n:.3f}':>30}" for r, n in figures.values()))
     print()
 
 
@@ -131,15 +140,23 @@ def main() -> None:
     meta = Setting(catalog.capabilities, sample, embedder, cache)
     merged = np.array([kind[q.relevant[0]] == "merged_tool" for q in sample])
     tool_named = np.array([named[q.relevant[0]] for q in sample])
-    report("MetaTool (3,000-query sample, seed 0), by the tool a query is labelled with", meta,
-           {"all": np.ones(len(sample), bool), "merged tools": merged,
-            "plugins": ~merged})
-    report("MetaTool, by whether that tool's name contains \"Tool\"", meta,
-           {"named ...Tool": tool_named, "other names": ~tool_named})
+    report(
+        "MetaTool (3,000-query sample, seed 0), by the tool a query is labelled with",
+        meta,
+        {"all": np.ones(len(sample), bool), "merged tools": merged, "plugins": ~merged},
+    )
+    report(
+        'MetaTool, by whether that tool\'s name contains "Tool"',
+        meta,
+        {"named ...Tool": tool_named, "other names": ~tool_named},
+    )
     seal_catalog = load_catalog(DATA / "seal-tools" / "tools.jsonl")
     seal = load_queries(DATA / "seal-tools" / "queries.jsonl", seal_catalog)
-    report("Seal-Tools (all 2,054)", Setting(seal_catalog.capabilities, seal, embedder, cache),
-           {"all": np.ones(len(seal), bool)})
+    report(
+        "Seal-Tools (all 2,054)",
+        Setting(seal_catalog.capabilities, seal, embedder, cache),
+        {"all": np.ones(len(seal), bool)},
+    )
 
 
 if __name__ == "__main__":

@@ -39,8 +39,10 @@ def token_counts(model: MiniLMEmbedder, texts: list[str]) -> list[int]:
 
 
 def describe(label: str, counts: list[int]) -> None:
-    print(f"{label:<44} tokens: median {float(np.median(counts)):5.0f}, p90 "
-          f"{percentile(counts, 90):5.0f}, max {max(counts):4d} (n={len(counts)})")
+    print(
+        f"{label:<44} tokens: median {float(np.median(counts)):5.0f}, p90 "
+        f"{percentile(counts, 90):5.0f}, max {max(counts):4d} (n={len(counts)})"
+    )
 
 
 def cpu_s() -> float:
@@ -69,8 +71,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=100)
     args = parser.parse_args()
     models = {threads: MiniLMEmbedder(threads=threads) for threads in (1, 2)}
-    registry = [json.loads(line)["query"]
-                for line in (HERE / "registry_queries.jsonl").read_text().splitlines() if line]
+    registry = [
+        json.loads(line)["query"]
+        for line in (HERE / "registry_queries.jsonl").read_text().splitlines()
+        if line
+    ]
     describe("one-request agent turns (registry queries)", token_counts(models[2], registry))
     describe("Seal-Tools queries", token_counts(models[2], seal_queries()))
     print()
@@ -90,11 +95,15 @@ def main() -> None:
             before = cpu_s()
             samples = timed(model, 14, repeat, idle_s)
             cpu_ms = (cpu_s() - before) * 1000 / (repeat + 5)
-            cells.append(f"{'after 200 ms idle' if idle_s else 'back to back'}: median "
-                         f"{float(np.median(samples)):.2f} / p99 {percentile(samples, 99):.2f} ms, "
-                         f"CPU {cpu_ms:.1f} ms a pass")
-        print(f"14 tokens, 2 threads, spinning {'allowed' if spin else 'off'}:\n  "
-              + "\n  ".join(cells))
+            cells.append(
+                f"{'after 200 ms idle' if idle_s else 'back to back'}: median "
+                f"{float(np.median(samples)):.2f} / p99 {percentile(samples, 99):.2f} ms, "
+                f"CPU {cpu_ms:.1f} ms a pass"
+            )
+        print(
+            f"14 tokens, 2 threads, spinning {'allowed' if spin else 'off'}:\n  "
+            + "\n  ".join(cells)
+        )
 
 
 if __name__ == "__main__":

@@ -59,11 +59,17 @@ def main() -> None:
         _scanned("MetaTool", *_jsonl(SHARED / "metatool" / "tools.jsonl")),
         _scanned("example registry", *_registry(ROOT / "examples" / "registry")),
     ]
-    _report_poisoned(canaries, CORPUS / "canaries.jsonl",
-                     "Poisoned tools (canaries.jsonl; the rules were tuned on them)")
-    _report_poisoned(holdout, CORPUS / "canaries_holdout.jsonl",
-                     "Held-out poisoned tools (canaries_holdout.jsonl; written after the rules "
-                     "were frozen, never tuned on)")
+    _report_poisoned(
+        canaries,
+        CORPUS / "canaries.jsonl",
+        "Poisoned tools (canaries.jsonl; the rules were tuned on them)",
+    )
+    _report_poisoned(
+        holdout,
+        CORPUS / "canaries_holdout.jsonl",
+        "Held-out poisoned tools (canaries_holdout.jsonl; written after the rules "
+        "were frozen, never tuned on)",
+    )
     _report_benign(benign, hard)
     _report_speed([c for cat in (canaries, holdout, hard, *benign) for c in cat.capabilities])
 
@@ -93,8 +99,10 @@ def _report_poisoned(canaries: Catalog, path: Path, title: str) -> None:
     styles = _styles(path)
     flagged = canaries.flagged
     print(title)
-    print(f"  flagged            {_share(len(flagged), len(canaries.capabilities))}"
-          f"{_refused(canaries)}")
+    print(
+        f"  flagged            {_share(len(flagged), len(canaries.capabilities))}"
+        f"{_refused(canaries)}"
+    )
     by_style: dict[str, list[bool]] = defaultdict(list)
     rules: Counter[str] = Counter()
     for cap in canaries.capabilities:
@@ -109,8 +117,10 @@ def _report_poisoned(canaries: Catalog, path: Path, title: str) -> None:
     missed = [c for c in canaries.capabilities if not canaries.findings[c.id]]
     print("  missed" + ("" if missed else ": none"))
     for cap in missed:
-        print(f"    {cap.source_ref.location} {cap.name} [{styles.get(cap.source_ref.location)}]: "
-              f"{cap.description[:110]!r}")
+        print(
+            f"    {cap.source_ref.location} {cap.name} [{styles.get(cap.source_ref.location)}]: "
+            f"{cap.description[:110]!r}"
+        )
     print()
 
 
@@ -121,24 +131,30 @@ def _styles(path: Path) -> dict[str, str]:
 
 
 def _refused(catalog: Catalog) -> str:
-    return f"   ({catalog.refused} lines refused by the importer, skipped)" if catalog.refused \
-        else ""
+    return (
+        f"   ({catalog.refused} lines refused by the importer, skipped)" if catalog.refused else ""
+    )
 
 
 def _report_benign(benign: Sequence[Catalog], hard: Catalog) -> None:
     print("Benign capabilities flagged (target: at most 1% pooled)")
     for catalog in benign:
-        print(f"  {catalog.name:<18} {_share(len(catalog.flagged), len(catalog.capabilities))}"
-              f"{_refused(catalog)}")
+        print(
+            f"  {catalog.name:<18} {_share(len(catalog.flagged), len(catalog.capabilities))}"
+            f"{_refused(catalog)}"
+        )
     pooled = sum(len(c.flagged) for c in benign)
     total = sum(len(c.capabilities) for c in benign)
     print(f"  {'pooled':<18} {_share(pooled, total)}")
-    print(f"  {'hard benign':<18} {_share(len(hard.flagged), len(hard.capabilities))}"
-          "   (benign text about passwords, files, tokens and links; not tuned on)")
+    print(
+        f"  {'hard benign':<18} {_share(len(hard.flagged), len(hard.capabilities))}"
+        "   (benign text about passwords, files, tokens and links; not tuned on)"
+    )
     print()
     print("Rules that fired on benign capabilities")
-    rules = Counter(f.rule for cat in (*benign, hard) for found in cat.findings.values()
-                    for f in found)
+    rules = Counter(
+        f.rule for cat in (*benign, hard) for found in cat.findings.values() for f in found
+    )
     for rule, count in rules.most_common():
         print(f"  {rule:<24} {count:>3}")
     print()
@@ -166,10 +182,14 @@ def _report_speed(capabilities: Sequence[Capability]) -> None:
         rounds.append(time.perf_counter() - started)
     micros = sorted(t * 1e6 for t in best)
     p99 = micros[min(len(micros) - 1, round(0.99 * (len(micros) - 1)))]
-    print(f"Scanning speed ({len(capabilities):,} capabilities, one thread, best of "
-          f"{TIMING_ROUNDS} rounds per capability)")
-    print(f"  median {statistics.median(micros):.0f} µs, p99 {p99:.0f} µs, "
-          f"max {micros[-1]:.0f} µs per capability")
+    print(
+        f"Scanning speed ({len(capabilities):,} capabilities, one thread, best of "
+        f"{TIMING_ROUNDS} rounds per capability)"
+    )
+    print(
+        f"  median {statistics.median(micros):.0f} µs, p99 {p99:.0f} µs, "
+        f"max {micros[-1]:.0f} µs per capability"
+    )
     print(f"  throughput {len(capabilities) / min(rounds):,.0f} capabilities/s")
 
 

@@ -73,20 +73,32 @@ def main() -> None:
     args = parser.parse_args()
     env = {k: v for k, v in os.environ.items() if k != REDIS_ENV}
     settings = Settings.load(env)
-    with tempfile.TemporaryDirectory() as tmp, \
-            running_stack(Path(tmp), settings, env) as (stack, url):
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        running_stack(Path(tmp), settings, env) as (stack, url),
+    ):
         connection = redis.Redis.from_url(url)
         stack.wait_for_workers(connection, {"indexing", "discovery"}, 120)
         publisher = Publisher(url)
-        report = publish_plan(connection, publisher, SyncPlan(upserts=load_catalog(args.size)),
-                              root=Path("bench"), tenant=settings.tenant, source="bench",
-                              wait_s=7200)
+        report = publish_plan(
+            connection,
+            publisher,
+            SyncPlan(upserts=load_catalog(args.size)),
+            root=Path("bench"),
+            tenant=settings.tenant,
+            source="bench",
+            wait_s=7200,
+        )
         client = Client(connection, tenant=settings.tenant, timeout_s=30)
         client.discover("warm up", min_version=report.index_version)
-        print(f"embedder {settings.embedder}; {args.size} capabilities at index version "
-              f"{report.index_version}")
-        load = Load(Client(redis.Redis.from_url(url), tenant=settings.tenant, timeout_s=30),
-                    seal_queries()[:100])
+        print(
+            f"embedder {settings.embedder}; {args.size} capabilities at index version "
+            f"{report.index_version}"
+        )
+        load = Load(
+            Client(redis.Redis.from_url(url), tenant=settings.tenant, timeout_s=30),
+            seal_queries()[:100],
+        )
         load.thread.start()
         started = time.perf_counter()
         job, after = start_full_reindex(connection, publisher, settings.tenant, fresh=True)
@@ -103,17 +115,23 @@ def print_report(load: Load, started: float, took: float, swapped: int | None) -
     during = [s for at, s, _v in load.answers if started <= at <= started + took]
     versions = sorted({v for _at, _s, v in load.answers})
     print(f"full reindex (--fresh) swapped in at version {swapped} after {took:.1f} s")
-    print(f"answers: {len(load.answers)} in all, {len(during)} during the reindex; versions "
-          f"served {versions[0]}..{versions[-1]}")
+    print(
+        f"answers: {len(load.answers)} in all, {len(during)} during the reindex; versions "
+        f"served {versions[0]}..{versions[-1]}"
+    )
     if during:
         print(f"latency during the reindex: {describe_ms(during)}")
-    print(f"errors {len(load.failures)}, empty answers to queries that found something before "
-          f"the reindex {load.empty}")
+    print(
+        f"errors {len(load.failures)}, empty answers to queries that found something before "
+        f"the reindex {load.empty}"
+    )
     for failure in load.failures[:5]:
         print(f"  {failure}")
     ok = swapped is not None and not load.failures and not load.empty and bool(during)
-    print(f"target: discovery keeps answering (no errors, no empty answers) throughout a full "
-          f"reindex: {'MET' if ok else 'NOT MET'}")
+    print(
+        f"target: discovery keeps answering (no errors, no empty answers) throughout a full "
+        f"reindex: {'MET' if ok else 'NOT MET'}"
+    )
 
 
 if __name__ == "__main__":

@@ -79,12 +79,44 @@ from capdisc.status import live_workers
 from capdisc_producers.publisher import BATCH, Publisher
 
 TENANT = "reliability"
-INDEXING_ARGV = [sys.executable, "-m", "celery", "-A", "capdisc_workers.celery_app", "worker",
-                 "-Q", "indexing", "-P", "solo", "--without-gossip", "--without-mingle",
-                 "--without-heartbeat", "--loglevel", "INFO"]
+INDEXING_ARGV = [
+    sys.executable,
+    "-m",
+    "celery",
+    "-A",
+    "capdisc_workers.celery_app",
+    "worker",
+    "-Q",
+    "indexing",
+    "-P",
+    "solo",
+    "--without-gossip",
+    "--without-mingle",
+    "--without-heartbeat",
+    "--loglevel",
+    "INFO",
+]
 DISCOVERY_ARGV = [sys.executable, "-m", "capdisc_workers.discovery"]
-WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
-         "juliet", "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo")
+WORDS = (
+    "alpha",
+    "bravo",
+    "charlie",
+    "delta",
+    "echo",
+    "foxtrot",
+    "golf",
+    "hotel",
+    "india",
+    "juliet",
+    "kilo",
+    "lima",
+    "mike",
+    "november",
+    "oscar",
+    "papa",
+    "quebec",
+    "romeo",
+)
 #: Decisions that change the index (bump the version).
 EFFECTIVE = ("upsert", "delete")
 
@@ -109,33 +141,61 @@ def main() -> None:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=1000, help="events sent, duplicates "
-                        "and late upserts included")
-    parser.add_argument("--ids", type=int, default=300, help="capability ids (at most half "
-                        "the distinct events)")
+    parser.add_argument(
+        "--events", type=int, default=1000, help="events sent, duplicates and late upserts included"
+    )
+    parser.add_argument(
+        "--ids", type=int, default=300, help="capability ids (at most half the distinct events)"
+    )
     parser.add_argument("--kills", type=int, default=5)
     parser.add_argument("--embedder", choices=("hashing", "minilm"), default="hashing")
-    parser.add_argument("--visibility-timeout-s", type=int, default=None,
-                        help="override the setting (default: its default, one hour)")
-    parser.add_argument("--kill-when", choices=("any", "mid-task", "between-tasks"),
-                        default="any", help="at a kill point: kill at once, or wait for a "
-                        "task to be in flight, or for none to be")
+    parser.add_argument(
+        "--visibility-timeout-s",
+        type=int,
+        default=None,
+        help="override the setting (default: its default, one hour)",
+    )
+    parser.add_argument(
+        "--kill-when",
+        choices=("any", "mid-task", "between-tasks"),
+        default="any",
+        help="at a kill point: kill at once, or wait for a task to be in flight, or for none to be",
+    )
     parser.add_argument("--batch-size", type=int, default=BATCH, help="events per task")
     parser.add_argument("--chunk", type=int, default=100, help="events per publish call")
-    parser.add_argument("--backlog", type=int, default=300, help="most events sent ahead of "
-                        "the acknowledged ones")
+    parser.add_argument(
+        "--backlog", type=int, default=300, help="most events sent ahead of the acknowledged ones"
+    )
     parser.add_argument("--no-discovery", action="store_true", help="run no discovery worker")
-    parser.add_argument("--reconcile-s", type=float, default=None,
-                        help="override the reconciler interval (default: the setting's)")
-    parser.add_argument("--outbox-grace-s", type=float, default=None,
-                        help="override the setting (default: the setting's)")
-    parser.add_argument("--restart-after-s", type=float, default=1.0,
-                        help="how long a killed indexing worker stays down (a supervisor's "
-                        "restart delay)")
-    parser.add_argument("--fault-tools", type=int, default=300,
-                        help="tools of the registry the fault scenarios keep published")
-    parser.add_argument("--no-faults", action="store_true",
-                        help="skip the Redis restarts and discovery-worker kills under load")
+    parser.add_argument(
+        "--reconcile-s",
+        type=float,
+        default=None,
+        help="override the reconciler interval (default: the setting's)",
+    )
+    parser.add_argument(
+        "--outbox-grace-s",
+        type=float,
+        default=None,
+        help="override the setting (default: the setting's)",
+    )
+    parser.add_argument(
+        "--restart-after-s",
+        type=float,
+        default=1.0,
+        help="how long a killed indexing worker stays down (a supervisor's restart delay)",
+    )
+    parser.add_argument(
+        "--fault-tools",
+        type=int,
+        default=300,
+        help="tools of the registry the fault scenarios keep published",
+    )
+    parser.add_argument(
+        "--no-faults",
+        action="store_true",
+        help="skip the Redis restarts and discovery-worker kills under load",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout-s", type=float, default=600.0)
     parser.add_argument("--keep", action="store_true", help="keep the logs and Redis files")
@@ -177,20 +237,23 @@ class Workload:
             seen.add(event.event_id)
             if event.seq < newest_sent.get(event.capability_id, -1):
                 stale += 1
-            newest_sent[event.capability_id] = max(event.seq,
-                                                   newest_sent.get(event.capability_id, -1))
+            newest_sent[event.capability_id] = max(
+                event.seq, newest_sent.get(event.capability_id, -1)
+            )
         return stale
 
     def describe(self) -> str:
         distinct = list(self.distinct.values())
         kinds = Counter(e.type for e in distinct)
         ending = Counter(e.type for e in self.expected().values())
-        return (f"workload: {len(self.sends)} events sent over {self.ids} capabilities: "
-                f"{len(distinct)} distinct ({kinds['upsert']} upserts, {kinds['delete']} "
-                f"deletes), {self.duplicates} duplicates, {self.arriving_stale()} sent after a "
-                f"newer event of their capability ({self.late_upserts} of them late upserts "
-                f"after a delete); {ending['upsert']} capabilities should end present, "
-                f"{ending['delete']} deleted")
+        return (
+            f"workload: {len(self.sends)} events sent over {self.ids} capabilities: "
+            f"{len(distinct)} distinct ({kinds['upsert']} upserts, {kinds['delete']} "
+            f"deletes), {self.duplicates} duplicates, {self.arriving_stale()} sent after a "
+            f"newer event of their capability ({self.late_upserts} of them late upserts "
+            f"after a delete); {ending['upsert']} capabilities should end present, "
+            f"{ending['delete']} deleted"
+        )
 
 
 def build_workload(events: int, ids: int, seed: int, batch_id: str) -> Workload:
@@ -205,8 +268,9 @@ def build_workload(events: int, ids: int, seed: int, batch_id: str) -> Workload:
     return Workload(order, len(names), duplicates, late)
 
 
-def _timeline(rng: random.Random, names: list[str], count: int, batch_id: str
-              ) -> list[RegistryEvent]:
+def _timeline(
+    rng: random.Random, names: list[str], count: int, batch_id: str
+) -> list[RegistryEvent]:
     """``count`` events in seq order: each capability first appears (5% of them as a delete of
     something never created), then random new versions (75%) and deletes (25%)."""
     revision: Counter[str] = Counter()
@@ -224,39 +288,50 @@ def _timeline(rng: random.Random, names: list[str], count: int, batch_id: str
     return timeline
 
 
-def _reordered(rng: random.Random, order: list[RegistryEvent], moves: int
-               ) -> list[RegistryEvent]:
+def _reordered(rng: random.Random, order: list[RegistryEvent], moves: int) -> list[RegistryEvent]:
     """Move up to ``moves`` random events past the next newer event of their capability (and
     up to 50 places further)."""
     order = list(order)
     for _ in range(moves):
         index = rng.randrange(len(order))
         event = order[index]
-        newer = next((j for j in range(index + 1, len(order))
-                      if order[j].capability_id == event.capability_id), None)
+        newer = next(
+            (
+                j
+                for j in range(index + 1, len(order))
+                if order[j].capability_id == event.capability_id
+            ),
+            None,
+        )
         if newer is not None:
             order.pop(index)
             order.insert(min(len(order), newer + rng.randint(0, 50)), event)
     return order
 
 
-def _with_late_upserts(rng: random.Random, order: list[RegistryEvent], count: int,
-                       batch_id: str) -> list[RegistryEvent]:
+def _with_late_upserts(
+    rng: random.Random, order: list[RegistryEvent], count: int, batch_id: str
+) -> list[RegistryEvent]:
     """Upserts older than a delete (seq just below it), sent at some point after it."""
     order = list(order)
     deletes = [i for i, e in enumerate(order) if e.type == "delete"]
     for _ in range(count if deletes else 0):
         position = rng.choice(deletes)
         delete = order[position]
-        late = _upsert(delete.capability_id.split(":", 1)[1], 9000 + rng.randrange(1000),
-                       delete.seq - 1 - rng.randrange(5), batch_id)
+        late = _upsert(
+            delete.capability_id.split(":", 1)[1],
+            9000 + rng.randrange(1000),
+            delete.seq - 1 - rng.randrange(5),
+            batch_id,
+        )
         order.insert(rng.randint(position + 1, len(order)), late)
         deletes = [i for i, e in enumerate(order) if e.type == "delete"]
     return order
 
 
-def _with_duplicates(rng: random.Random, order: list[RegistryEvent], count: int
-                     ) -> list[RegistryEvent]:
+def _with_duplicates(
+    rng: random.Random, order: list[RegistryEvent], count: int
+) -> list[RegistryEvent]:
     """The same event sent again: right after it half the time, else later."""
     order = list(order)
     for _ in range(count):
@@ -268,21 +343,40 @@ def _with_duplicates(rng: random.Random, order: list[RegistryEvent], count: int
 
 def _upsert(name: str, revision: int, seq: int, batch_id: str) -> RegistryEvent:
     word = WORDS[revision % len(WORDS)]
-    capability = from_tool({
-        "name": name, "version": f"1.0.{revision}",
-        "description": f"Reliability probe {name}, revision {revision}: {word} payloads. "
-                       f"Answers {word} requests about {name.replace('-', ' ')}.",
-        "parameters": {"type": "object", "properties": {
-            "subject": {"type": "string", "description": f"{word} subject"}}},
-        "tags": ["reliability", word]}, source="reliability")
-    return RegistryEvent(type="upsert", tenant=TENANT, capability_id=capability.id, seq=seq,
-                         source="reliability", capability=capability.to_dict(),
-                         batch_id=batch_id)
+    capability = from_tool(
+        {
+            "name": name,
+            "version": f"1.0.{revision}",
+            "description": f"Reliability probe {name}, revision {revision}: {word} payloads. "
+            f"Answers {word} requests about {name.replace('-', ' ')}.",
+            "parameters": {
+                "type": "object",
+                "properties": {"subject": {"type": "string", "description": f"{word} subject"}},
+            },
+            "tags": ["reliability", word],
+        },
+        source="reliability",
+    )
+    return RegistryEvent(
+        type="upsert",
+        tenant=TENANT,
+        capability_id=capability.id,
+        seq=seq,
+        source="reliability",
+        capability=capability.to_dict(),
+        batch_id=batch_id,
+    )
 
 
 def _delete(name: str, seq: int, batch_id: str) -> RegistryEvent:
-    return RegistryEvent(type="delete", tenant=TENANT, capability_id=f"tool:{name}", seq=seq,
-                         source="reliability", batch_id=batch_id)
+    return RegistryEvent(
+        type="delete",
+        tenant=TENANT,
+        capability_id=f"tool:{name}",
+        seq=seq,
+        source="reliability",
+        batch_id=batch_id,
+    )
 
 
 # -- the processes --------------------------------------------------------------------------------
@@ -310,8 +404,10 @@ class Processes:
 
     def start_indexing(self) -> None:
         self.generation += 1
-        self.indexing = self.spawn(f"indexing-{self.generation}", [
-            *INDEXING_ARGV, "-n", f"reliability-{self.generation}-{os.getpid()}@%h"])
+        self.indexing = self.spawn(
+            f"indexing-{self.generation}",
+            [*INDEXING_ARGV, "-n", f"reliability-{self.generation}-{os.getpid()}@%h"],
+        )
 
     def kill_indexing(self) -> None:
         assert self.indexing is not None
@@ -329,11 +425,14 @@ def start_redis_for(args: argparse.Namespace, base: Path) -> Processes:
     (base / "logs").mkdir(parents=True, exist_ok=True)
     server = start_redis(base / "redis", durable=False)
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAPDISC_")}
-    env.update(CAPDISC_REDIS_URL=server.url, CAPDISC_EMBEDDER=args.embedder,
-               CAPDISC_LOG_LEVEL="INFO")
-    overrides = {"CAPDISC_VISIBILITY_TIMEOUT_S": args.visibility_timeout_s,
-                 "CAPDISC_RECONCILE_INTERVAL_S": args.reconcile_s,
-                 "CAPDISC_OUTBOX_GRACE_S": args.outbox_grace_s}
+    env.update(
+        CAPDISC_REDIS_URL=server.url, CAPDISC_EMBEDDER=args.embedder, CAPDISC_LOG_LEVEL="INFO"
+    )
+    overrides = {
+        "CAPDISC_VISIBILITY_TIMEOUT_S": args.visibility_timeout_s,
+        "CAPDISC_RECONCILE_INTERVAL_S": args.reconcile_s,
+        "CAPDISC_OUTBOX_GRACE_S": args.outbox_grace_s,
+    }
     env.update({name: str(value) for name, value in overrides.items() if value is not None})
     return Processes(base, env, server)
 
@@ -347,8 +446,9 @@ def start_workers(args: argparse.Namespace, procs: Processes) -> None:
     wait_for_workers(redis.Redis.from_url(procs.url), procs, kinds, 180)
 
 
-def wait_for_workers(client: redis.Redis, procs: Processes, kinds: set[str],
-                     timeout_s: float) -> None:
+def wait_for_workers(
+    client: redis.Redis, procs: Processes, kinds: set[str], timeout_s: float
+) -> None:
     deadline = time.monotonic() + timeout_s
     while kinds - {w["kind"] for w in live_workers(client)}:
         dead = [p for p in [procs.indexing, *procs.others] if p and p.poll() is not None]
@@ -392,14 +492,19 @@ def run(args: argparse.Namespace, base: Path, workload: Workload) -> RunResult:
         start_workers(args, procs)
         client = redis.Redis.from_url(procs.url)
         ack_key = keys.acks(workload.sends[0].batch_id or "")
-        killer = Killer(client, procs, ack_key, kill_points(args, len(workload.sends)),
-                        args.kill_when, args.restart_after_s)
+        killer = Killer(
+            client,
+            procs,
+            ack_key,
+            kill_points(args, len(workload.sends)),
+            args.kill_when,
+            args.restart_after_s,
+        )
         thread = threading.Thread(target=killer.run, daemon=True)
         started = time.monotonic()
         thread.start()
         publish(procs.url, client, ack_key, workload, args)
-        outcomes, complete = wait_until_applied(client, ack_key, workload,
-                                                started + args.timeout_s)
+        outcomes, complete = wait_until_applied(client, ack_key, workload, started + args.timeout_s)
         elapsed = time.monotonic() - started
         killer.stop.set()
         thread.join()
@@ -451,16 +556,22 @@ class Killer:
 
     def _kill(self) -> None:
         self.procs.kill_indexing()
-        kill = Kill(int(self.client.llen(self.ack_key)),
-                    int(self.client.hlen(keys.KOMBU_UNACKED)),
-                    int(self.client.llen(keys.INDEXING_QUEUE)))
+        kill = Kill(
+            int(self.client.llen(self.ack_key)),
+            int(self.client.hlen(keys.KOMBU_UNACKED)),
+            int(self.client.llen(keys.INDEXING_QUEUE)),
+        )
         self.kills.append(kill)
-        print(f"  kill {len(self.kills)}: SIGKILL at {kill.at_acks} acks, {kill.in_flight} "
-              f"task(s) unacknowledged, {kill.queued} queued", flush=True)
+        print(
+            f"  kill {len(self.kills)}: SIGKILL at {kill.at_acks} acks, {kill.in_flight} "
+            f"task(s) unacknowledged, {kill.queued} queued",
+            flush=True,
+        )
 
 
-def publish(url: str, client: redis.Redis, ack_key: str, workload: Workload,
-            args: argparse.Namespace) -> None:
+def publish(
+    url: str, client: redis.Redis, ack_key: str, workload: Workload, args: argparse.Namespace
+) -> None:
     """Send the events in chunks, keeping at most ``--backlog`` ahead of the acks (unless
     nothing is left queued or in flight: lost events must not hold the rest back)."""
     publisher = Publisher(url)
@@ -468,7 +579,7 @@ def publish(url: str, client: redis.Redis, ack_key: str, workload: Workload,
         for start in range(0, len(workload.sends), args.chunk):
             while start - int(client.llen(ack_key)) > args.backlog and pending_events(client):
                 time.sleep(0.01)
-            publisher.send(workload.sends[start:start + args.chunk], batch_size=args.batch_size)
+            publisher.send(workload.sends[start : start + args.chunk], batch_size=args.batch_size)
     finally:
         publisher.close()
 
@@ -478,8 +589,9 @@ def publish(url: str, client: redis.Redis, ack_key: str, workload: Workload,
 QUIET_S = 5.0
 
 
-def wait_until_applied(client: redis.Redis, ack_key: str, workload: Workload,
-                       deadline: float) -> tuple[list[dict[str, Any]], bool]:
+def wait_until_applied(
+    client: redis.Redis, ack_key: str, workload: Workload, deadline: float
+) -> tuple[list[dict[str, Any]], bool]:
     """All acks, once every event has as many as it was sent and nothing is left queued or
     unacknowledged; False with them when the deadline passed or the rest is lost."""
     needed = Counter(e.event_id for e in workload.sends)
@@ -503,39 +615,62 @@ def wait_until_applied(client: redis.Redis, ack_key: str, workload: Workload,
 def pending_events(client: redis.Redis) -> int:
     """Tasks queued, delivered and unacknowledged, or sent and not yet done (the outbox: a
     task the broker lost stays there until the reconciler sends it again)."""
-    return (int(client.llen(keys.INDEXING_QUEUE)) + int(client.hlen(keys.KOMBU_UNACKED))
-            + int(client.hlen(keys.OUTBOX)))
+    return (
+        int(client.llen(keys.INDEXING_QUEUE))
+        + int(client.hlen(keys.KOMBU_UNACKED))
+        + int(client.hlen(keys.OUTBOX))
+    )
 
 
-def collect(client: redis.Redis, args: argparse.Namespace, outcomes: list[dict[str, Any]],
-            kills: list[Kill], procs: Processes, elapsed: float, complete: bool) -> RunResult:
+def collect(
+    client: redis.Redis,
+    args: argparse.Namespace,
+    outcomes: list[dict[str, Any]],
+    kills: list[Kill],
+    procs: Processes,
+    elapsed: float,
+    complete: bool,
+) -> RunResult:
     space = vector_space(make_embedder(args.embedder).id)
     version = tenant_version(client, TENANT)
-    stored = {as_str(k): StoredRecord.from_dict(json.loads(v))
-              for k, v in client.hgetall(keys.caps(TENANT)).items()}
+    stored = {
+        as_str(k): StoredRecord.from_dict(json.loads(v))
+        for k, v in client.hgetall(keys.caps(TENANT)).items()
+    }
     return RunResult(
-        outcomes=outcomes, kills=kills, restarts=procs.generation - 1,
-        retries=logged(procs.base / "logs", "events_retry"), elapsed_s=elapsed, complete=complete,
-        pending=pending_events(client), dead_letters=int(client.xlen(keys.DEADLETTERS)),
+        outcomes=outcomes,
+        kills=kills,
+        restarts=procs.generation - 1,
+        retries=logged(procs.base / "logs", "events_retry"),
+        elapsed_s=elapsed,
+        complete=complete,
+        pending=pending_events(client),
+        dead_letters=int(client.xlen(keys.DEADLETTERS)),
         stored=stored,
         tombstones={as_str(k): int(v) for k, v in client.hgetall(keys.tombstones(TENANT)).items()},
         vectors={as_str(k): v for k, v in client.hgetall(keys.vectors(TENANT, space)).items()},
-        version=version, changes=changes(client),
+        version=version,
+        changes=changes(client),
         served=None if args.no_discovery else served(client, version),
-        resent=int(client.hget(keys.COUNTERS, "tasks_resent") or 0))
+        resent=int(client.hget(keys.COUNTERS, "tasks_resent") or 0),
+    )
 
 
 def logged(log_dir: Path, event: str) -> int:
     """How many times the indexing workers logged ``event``."""
     needle = f'"event": "{event}"'
-    return sum(log.read_text(errors="replace").count(needle)
-               for log in log_dir.glob("indexing-*.log"))
+    return sum(
+        log.read_text(errors="replace").count(needle) for log in log_dir.glob("indexing-*.log")
+    )
 
 
 def changes(client: redis.Redis) -> list[tuple[int, str]]:
     """``(version, capability id)`` of the tenant's change records, in stream order."""
-    return [(int(f[b"version"]), as_str(f[b"id"])) for _id, f in client.xrange(keys.CHANGES)
-            if f[b"tenant"] == TENANT.encode()]
+    return [
+        (int(f[b"version"]), as_str(f[b"id"]))
+        for _id, f in client.xrange(keys.CHANGES)
+        if f[b"tenant"] == TENANT.encode()
+    ]
 
 
 def served(client: redis.Redis, version: int) -> tuple[int, int]:
@@ -543,7 +678,8 @@ def served(client: redis.Redis, version: int) -> tuple[int, int]:
     did not answer)."""
     try:
         answer = Client(client, tenant=TENANT, timeout_s=60).discover(
-            "reliability probe", min_version=version)
+            "reliability probe", min_version=version
+        )
     except CapdiscError as exc:
         print(f"discovery failed: {exc}")
         return -1, -1
@@ -559,9 +695,11 @@ RESUME_TARGET_S = 2.0
 
 def faults_under_load(args: argparse.Namespace, base: Path) -> list[str]:
     """Run the fault scenarios of :mod:`_faults`, print their figures; the failures."""
-    print(f"\nfaults under load: {args.fault_tools} tools kept published by the watcher, two "
-          "discovery workers, every setting at its default but the hashing embedder, a "
-          f"discover request every {Load.interval_s * 1000:.0f} ms")
+    print(
+        f"\nfaults under load: {args.fault_tools} tools kept published by the watcher, two "
+        "discovery workers, every setting at its default but the hashing embedder, a "
+        f"discover request every {Load.interval_s * 1000:.0f} ms"
+    )
     results, load = run_faults(base, args.fault_tools)
     failures = []
     for result in results:
@@ -571,18 +709,22 @@ def faults_under_load(args: argparse.Namespace, base: Path) -> list[str]:
             failures.append(f"{result.name}: not converged within {CONVERGE_TARGET_S:.0f} s")
         if result.resumed_s is not None and result.resumed_s > RESUME_TARGET_S:
             failures.append(f"{result.name}: answers resumed after {result.resumed_s:.2f} s")
-    print(f"load: {load['turns']} discover requests, {load['answered']} answered, "
-          f"{load['wrong_answers']} answered wrongly; failed while Redis was up and a discovery "
-          f"worker alive: {load['failed_counting']}; failed while Redis was down: "
-          f"{load['failed_during_outage']}; longest gap between answers "
-          f"{load['longest_gap_s']:.2f} s ({load['longest_gap_outside_outages_s']:.2f} s outside "
-          "Redis outages)")
+    print(
+        f"load: {load['turns']} discover requests, {load['answered']} answered, "
+        f"{load['wrong_answers']} answered wrongly; failed while Redis was up and a discovery "
+        f"worker alive: {load['failed_counting']}; failed while Redis was down: "
+        f"{load['failed_during_outage']}; longest gap between answers "
+        f"{load['longest_gap_s']:.2f} s ({load['longest_gap_outside_outages_s']:.2f} s outside "
+        "Redis outages)"
+    )
     if load["failed_counting"] or load["wrong_answers"]:
         failures.append("failed or wrong answers while a discovery worker was alive")
     verdict_ = "FAIL (" + "; ".join(failures) + ")" if failures else "PASS"
-    print(f"target: 0 lost, 0 resurrected, converged <= {CONVERGE_TARGET_S:.0f} s after each "
-          "fault, no failed answer while a discovery worker is alive, answers resume <= "
-          f"{RESUME_TARGET_S:.0f} s after Redis is back: {verdict_}")
+    print(
+        f"target: 0 lost, 0 resurrected, converged <= {CONVERGE_TARGET_S:.0f} s after each "
+        "fault, no failed answer while a discovery worker is alive, answers resume <= "
+        f"{RESUME_TARGET_S:.0f} s after Redis is back: {verdict_}"
+    )
     return failures
 
 
@@ -596,14 +738,18 @@ def report(args: argparse.Namespace, workload: Workload, result: RunResult) -> l
     effects = count_effects(workload, result)
     wrong_vectors = check_vectors(make_embedder(args.embedder), result)
     print_run(args, workload, result, effects)
-    print(f"final registry: {len(result.stored)} stored, version {result.version}; "
-          f"lost {len(state['lost'])} (missing {len(state['missing'])}, older content "
-          f"{len(state['stale'])}, delete not applied {len(state['not_deleted'])}; "
-          f"{len(state['lost_applied'])} of them after their newest event was applied), "
-          f"resurrected {len(state['resurrected'])}, extra {len(state['extra'])}, tombstones "
-          f"not at the delete's seq {len(state['tombstones'])}")
-    print(f"vectors: records without one {len(state['no_vector'])}, vectors without a record "
-          f"{len(state['orphan_vectors'])}, vectors of other content {len(wrong_vectors)}")
+    print(
+        f"final registry: {len(result.stored)} stored, version {result.version}; "
+        f"lost {len(state['lost'])} (missing {len(state['missing'])}, older content "
+        f"{len(state['stale'])}, delete not applied {len(state['not_deleted'])}; "
+        f"{len(state['lost_applied'])} of them after their newest event was applied), "
+        f"resurrected {len(state['resurrected'])}, extra {len(state['extra'])}, tombstones "
+        f"not at the delete's seq {len(state['tombstones'])}"
+    )
+    print(
+        f"vectors: records without one {len(state['no_vector'])}, vectors without a record "
+        f"{len(state['orphan_vectors'])}, vectors of other content {len(wrong_vectors)}"
+    )
     failures = verdict(args, result, state, effects, wrong_vectors, expected)
     explain(workload, result, failures, state)
     target = "zero lost and zero resurrected capabilities under kills, duplicates, reordering"
@@ -617,8 +763,9 @@ def compare_state(expected: dict[str, RegistryEvent], result: RunResult) -> dict
     ``lost_applied`` had their newest event acknowledged (an ordering bug, not a lost event).
     Resurrected: present again although its newest event, a delete, was applied."""
     acked = {str(o.get("event_id")) for o in result.outcomes}
-    state: dict[str, list[str]] = {k: [] for k in (
-        "missing", "stale", "not_deleted", "resurrected", "tombstones")}
+    state: dict[str, list[str]] = {
+        k: [] for k in ("missing", "stale", "not_deleted", "resurrected", "tombstones")
+    }
     for cap_id, event in sorted(expected.items()):
         record = result.stored.get(cap_id)
         if event.type == "delete":
@@ -645,8 +792,9 @@ def _content_hash(event: RegistryEvent) -> str:
 def count_effects(workload: Workload, result: RunResult) -> dict[str, Any]:
     sent = Counter(e.event_id for e in workload.sends)
     acks = Counter(o.get("event_id") for o in result.outcomes)
-    effective = Counter(o.get("event_id") for o in result.outcomes
-                        if o.get("decision") in EFFECTIVE)
+    effective = Counter(
+        o.get("event_id") for o in result.outcomes if o.get("decision") in EFFECTIVE
+    )
     events_of = Counter(e.capability_id for e in workload.distinct.values())
     writes_of = Counter(cap_id for _version, cap_id in result.changes)
     return {
@@ -677,33 +825,48 @@ def check_vectors(embedder: Embedder, result: RunResult) -> list[str]:
     return wrong
 
 
-def print_run(args: argparse.Namespace, workload: Workload, result: RunResult,
-              effects: dict[str, Any]) -> None:
+def print_run(
+    args: argparse.Namespace, workload: Workload, result: RunResult, effects: dict[str, Any]
+) -> None:
     in_flight = sum(1 for k in result.kills if k.in_flight)
     decisions = ", ".join(f"{d} {n}" for d, n in sorted(effects["decisions"].items()))
-    timeout = (f"{args.visibility_timeout_s} s" if args.visibility_timeout_s is not None
-               else "default (1 h)")
-    print(f"run: embedder {args.embedder}, visibility timeout {timeout}, "
-          f"{args.batch_size} events per task; {len(result.kills)} kills (of {args.kills}) "
-          f"with a task unacknowledged at {in_flight} of them, {result.restarts} restarts; "
-          f"{'applied' if result.complete else 'NOT all applied'} in {result.elapsed_s:.1f} s; "
-          "tasks given back by the sweep (their worker was gone) or re-sent from the outbox: "
-          f"{result.resent}")
+    timeout = (
+        f"{args.visibility_timeout_s} s"
+        if args.visibility_timeout_s is not None
+        else "default (1 h)"
+    )
+    print(
+        f"run: embedder {args.embedder}, visibility timeout {timeout}, "
+        f"{args.batch_size} events per task; {len(result.kills)} kills (of {args.kills}) "
+        f"with a task unacknowledged at {in_flight} of them, {result.restarts} restarts; "
+        f"{'applied' if result.complete else 'NOT all applied'} in {result.elapsed_s:.1f} s; "
+        "tasks given back by the sweep (their worker was gone) or re-sent from the outbox: "
+        f"{result.resent}"
+    )
     lost = " and nowhere in the broker" if effects["unacked_sends"] and not result.pending else ""
-    print(f"acks: {len(result.outcomes)} for {len(workload.sends)} events sent "
-          f"({effects['redelivered']} redelivered; {effects['unacked_sends']} sends never "
-          f"acknowledged{lost}, {len(effects['unapplied'])} distinct events never applied); "
-          f"decisions: {decisions}; embedding retries {result.retries}; "
-          f"{effects['unacked_writes']} writes applied but not acknowledged; dead letters "
-          f"{result.dead_letters}; still queued or unacknowledged {result.pending}")
+    print(
+        f"acks: {len(result.outcomes)} for {len(workload.sends)} events sent "
+        f"({effects['redelivered']} redelivered; {effects['unacked_sends']} sends never "
+        f"acknowledged{lost}, {len(effects['unapplied'])} distinct events never applied); "
+        f"decisions: {decisions}; embedding retries {result.retries}; "
+        f"{effects['unacked_writes']} writes applied but not acknowledged; dead letters "
+        f"{result.dead_letters}; still queued or unacknowledged {result.pending}"
+    )
     if result.served is not None:
-        print(f"discovery worker serves version {result.served[0]} with {result.served[1]} "
-              f"capabilities (stored: version {result.version}, {len(result.stored)})")
+        print(
+            f"discovery worker serves version {result.served[0]} with {result.served[1]} "
+            f"capabilities (stored: version {result.version}, {len(result.stored)})"
+        )
 
 
-def verdict(args: argparse.Namespace, result: RunResult, state: dict[str, list[str]],
-            effects: dict[str, Any], wrong_vectors: list[str],
-            expected: dict[str, RegistryEvent]) -> list[str]:
+def verdict(
+    args: argparse.Namespace,
+    result: RunResult,
+    state: dict[str, list[str]],
+    effects: dict[str, Any],
+    wrong_vectors: list[str],
+    expected: dict[str, RegistryEvent],
+) -> list[str]:
     present = sum(1 for e in expected.values() if e.type == "upsert")
     checks = {
         "lost capabilities": len(state["lost"]),
@@ -719,7 +882,8 @@ def verdict(args: argparse.Namespace, result: RunResult, state: dict[str, list[s
         "kills missing": args.kills - len(result.kills),
         "capabilities written more often than they have events": len(effects["overwritten"]),
         "change records not versions 1..N": int(
-            [v for v, _id in result.changes] != list(range(1, result.version + 1))),
+            [v for v, _id in result.changes] != list(range(1, result.version + 1))
+        ),
     }
     failures = [f"{n} {name}" for name, n in checks.items() if n]
     if result.served is not None and result.served != (result.version, present):
@@ -727,8 +891,9 @@ def verdict(args: argparse.Namespace, result: RunResult, state: dict[str, list[s
     return failures
 
 
-def explain(workload: Workload, result: RunResult, failures: list[str],
-            state: dict[str, list[str]]) -> None:
+def explain(
+    workload: Workload, result: RunResult, failures: list[str], state: dict[str, list[str]]
+) -> None:
     """For a failure: the history of up to five of the capabilities concerned."""
     if not failures:
         return
@@ -738,18 +903,25 @@ def explain(workload: Workload, result: RunResult, failures: list[str],
     short = set(count_effects(workload, result)["short"])
     positions = [p for p, e in enumerate(workload.sends) if e.event_id in short]
     if positions:
-        print(f"  events acknowledged fewer times than sent: {len(positions)} sends, at "
-              f"positions {_ranges(positions)}")
-    concerned = list(dict.fromkeys(state["resurrected"] + state["lost_applied"]
-                                   + state["lost"]))[:5]
+        print(
+            f"  events acknowledged fewer times than sent: {len(positions)} sends, at "
+            f"positions {_ranges(positions)}"
+        )
+    concerned = list(dict.fromkeys(state["resurrected"] + state["lost_applied"] + state["lost"]))[
+        :5
+    ]
     for cap_id in concerned:
         record = result.stored.get(cap_id)
-        print(f"  {cap_id}: stored seq {record.seq if record else None}, tombstone "
-              f"{result.tombstones.get(cap_id)}; sent in this order:")
+        print(
+            f"  {cap_id}: stored seq {record.seq if record else None}, tombstone "
+            f"{result.tombstones.get(cap_id)}; sent in this order:"
+        )
         for position, event in enumerate(workload.sends):
             if event.capability_id == cap_id:
-                print(f"    #{position} {event.type} seq {event.seq} event {event.event_id[:8]}"
-                      f" acks {acks.get(event.event_id, [])}")
+                print(
+                    f"    #{position} {event.type} seq {event.seq} event {event.event_id[:8]}"
+                    f" acks {acks.get(event.event_id, [])}"
+                )
 
 
 def _ranges(positions: list[int]) -> str:

@@ -60,8 +60,13 @@ ENGINE = DiscoveryConfig()
 EVIDENCE = replace(DEFAULT_CONFIG, collect_evidence=True)
 #: The baselines: the same index with one fusion each, no decomposition, no exact-name path,
 #: no graph, no minimum relevance and no abstention.
-SIMPLE = {"decompose_queries": False, "exact_name_match": False, "use_graph_reranking": False,
-          "tier1_min_relevance": 0.0, "abstain_threshold": 0.0}
+SIMPLE = {
+    "decompose_queries": False,
+    "exact_name_match": False,
+    "use_graph_reranking": False,
+    "tier1_min_relevance": 0.0,
+    "abstain_threshold": 0.0,
+}
 VARIANTS: dict[str, DiscoveryConfig] = {
     "engine": ENGINE,
     "engine + graph": ENGINE.merged({"use_graph_reranking": True}),
@@ -77,8 +82,11 @@ COLUMNS = ("recall@1", "recall@5", "recall@10", "ndcg@5", "complete@5", "hit@5",
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--embedder", choices=["minilm", "hashing"], default="minilm")
-    parser.add_argument("--calibrate", action="store_true",
-                        help="refit relevance and abstention on the tuning splits")
+    parser.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="refit relevance and abstention on the tuning splits",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write figures here")
     args = parser.parse_args()
     embedder = make_embedder(args.embedder)
@@ -87,8 +95,10 @@ def main() -> None:
     if DATA.is_dir():
         report.update(shared_datasets(embedder, cache, args.calibrate))
     else:
-        print(f"benchmark data not found at {DATA}: the shared/ folder must sit beside the "
-              "repository; running the example registry only\n")
+        print(
+            f"benchmark data not found at {DATA}: the shared/ folder must sit beside the "
+            "repository; running the example registry only\n"
+        )
     report["registry"] = registry(embedder, cache)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -110,65 +120,100 @@ def shared_datasets(embedder: Embedder, cache: Path, calibrate: bool) -> dict[st
     seal_test = [q for q in seal_all if q.meta.get("split") != "dev"]
     meta_index = build_snapshot(meta_catalog.capabilities, embedder, cache_dir=cache)
     seal_index = build_snapshot(seal_catalog.capabilities, embedder, cache_dir=cache)
-    meta_vectors = QueryVectors.embed(embedder, (q.query for q in [*meta_eval, *meta_tune]),
-                                      cache)
+    meta_vectors = QueryVectors.embed(embedder, (q.query for q in [*meta_eval, *meta_tune]), cache)
     seal_vectors = QueryVectors.embed(embedder, (q.query for q in seal_all), cache)
     if calibrate:
-        print_calibration(_retrieval(meta_index), meta_tune, meta_vectors,
-                          _retrieval(seal_index), seal_dev, seal_vectors)
+        print_calibration(
+            _retrieval(meta_index),
+            meta_tune,
+            meta_vectors,
+            _retrieval(seal_index),
+            seal_dev,
+            seal_vectors,
+        )
     out: dict[str, Any] = {}
-    sets = [("MetaTool (3,000-query sample, seed 0)", meta_index, meta_eval, meta_vectors),
-            ("Seal-Tools (all 2,054)", seal_index, seal_all, seal_vectors),
-            ("Seal-Tools dev (tuning split)", seal_index, seal_dev, seal_vectors),
-            ("Seal-Tools test in+out of domain", seal_index, seal_test, seal_vectors)]
+    sets = [
+        ("MetaTool (3,000-query sample, seed 0)", meta_index, meta_eval, meta_vectors),
+        ("Seal-Tools (all 2,054)", seal_index, seal_all, seal_vectors),
+        ("Seal-Tools dev (tuning split)", seal_index, seal_dev, seal_vectors),
+        ("Seal-Tools test in+out of domain", seal_index, seal_test, seal_vectors),
+    ]
     for title, index, queries, vectors in sets:
         out[title] = compare(title, index, queries, vectors)
     no_tool = load_queries(NO_TOOL_QUERIES, meta_catalog)
-    print(f"Abstention (engine defaults): {len(no_tool)} written no-tool queries "
-          "(benchmarks/no_tool_queries.jsonl), and each answerable query asked again with its "
-          "relevant tools removed")
+    print(
+        f"Abstention (engine defaults): {len(no_tool)} written no-tool queries "
+        "(benchmarks/no_tool_queries.jsonl), and each answerable query asked again with its "
+        "relevant tools removed"
+    )
     for title, index, queries, vectors in [
-            ("MetaTool tuning (3,000 outside the sample)", meta_index, meta_tune, meta_vectors),
-            ("MetaTool sample", meta_index, meta_eval, meta_vectors),
-            ("Seal-Tools dev", seal_index, seal_dev, seal_vectors),
-            ("Seal-Tools test", seal_index, seal_test, seal_vectors)]:
-        out.setdefault("abstention", {})[title] = abstention(title, index, queries, no_tool,
-                                                             vectors, embedder, cache)
+        ("MetaTool tuning (3,000 outside the sample)", meta_index, meta_tune, meta_vectors),
+        ("MetaTool sample", meta_index, meta_eval, meta_vectors),
+        ("Seal-Tools dev", seal_index, seal_dev, seal_vectors),
+        ("Seal-Tools test", seal_index, seal_test, seal_vectors),
+    ]:
+        out.setdefault("abstention", {})[title] = abstention(
+            title, index, queries, no_tool, vectors, embedder, cache
+        )
     print()
     return out
 
 
-def abstention(title: str, index: IndexSnapshot, queries: list[LabelledQuery],
-               no_tool: list[LabelledQuery], vectors: QueryVectors, embedder: Embedder,
-               cache: Path) -> dict[str, Any]:
+def abstention(
+    title: str,
+    index: IndexSnapshot,
+    queries: list[LabelledQuery],
+    no_tool: list[LabelledQuery],
+    vectors: QueryVectors,
+    embedder: Embedder,
+    cache: Path,
+) -> dict[str, Any]:
     """Written no-tool queries abstained and answerable answered; relevant tools removed."""
     asked = QueryVectors.embed(embedder, (q.query for q in no_tool), cache)
     both = QueryVectors({**vectors.vectors, **asked.vectors})
     written = summarize(run_queries(index, [*queries, *no_tool], both))
     removed = holdout_abstention(index, queries, vectors)
-    print(f"  {title:<44} no-tool abstained {written['abstain_accuracy']:.3f}, answerable "
-          f"answered {written['answer_rate']:.3f}; relevant removed: abstained "
-          f"{removed['abstain_accuracy']:.3f}")
-    return {"written": {k: written[k] for k in ("abstain_accuracy", "answer_rate")},
-            "removed": removed}
+    print(
+        f"  {title:<44} no-tool abstained {written['abstain_accuracy']:.3f}, answerable "
+        f"answered {written['answer_rate']:.3f}; relevant removed: abstained "
+        f"{removed['abstain_accuracy']:.3f}"
+    )
+    return {
+        "written": {k: written[k] for k in ("abstain_accuracy", "answer_rate")},
+        "removed": removed,
+    }
 
 
-def print_calibration(meta_index: RetrievalIndex, meta_tune: list[LabelledQuery],
-                      meta_vectors: QueryVectors, seal_index: RetrievalIndex,
-                      seal_dev: list[LabelledQuery], seal_vectors: QueryVectors) -> None:
+def print_calibration(
+    meta_index: RetrievalIndex,
+    meta_tune: list[LabelledQuery],
+    meta_vectors: QueryVectors,
+    seal_index: RetrievalIndex,
+    seal_dev: list[LabelledQuery],
+    seal_vectors: QueryVectors,
+) -> None:
     runs = []
-    for index, queries, vectors in ((meta_index, meta_tune, meta_vectors),
-                                    (seal_index, seal_dev, seal_vectors)):
+    for index, queries, vectors in (
+        (meta_index, meta_tune, meta_vectors),
+        (seal_index, seal_dev, seal_vectors),
+    ):
         answerable = [q for q in queries if q.relevant]
-        runs.append((run_retrieval(index, answerable, vectors, config=EVIDENCE),
-                     run_retrieval(index, answerable, vectors, config=EVIDENCE,
-                                   exclude=lambda q: q.relevant)))
+        runs.append(
+            (
+                run_retrieval(index, answerable, vectors, config=EVIDENCE),
+                run_retrieval(
+                    index, answerable, vectors, config=EVIDENCE, exclude=lambda q: q.relevant
+                ),
+            )
+        )
     fitted = calibrated(DEFAULT_CONFIG, [a for a, _ in runs], [r for _, r in runs])
     print("Calibration on the tuning splits (put these in RetrievalConfig):")
-    print(f"  relevance_bias={fitted.relevance_bias:.3f} "
-          f"relevance_cosine={fitted.relevance_cosine:.3f} "
-          f"abstain_threshold={fitted.abstain_threshold} (the floor; probes raise it per "
-          "catalog)\n")
+    print(
+        f"  relevance_bias={fitted.relevance_bias:.3f} "
+        f"relevance_cosine={fitted.relevance_cosine:.3f} "
+        f"abstain_threshold={fitted.abstain_threshold} (the floor; probes raise it per "
+        "catalog)\n"
+    )
 
 
 def _retrieval(snapshot: IndexSnapshot) -> RetrievalIndex:
@@ -176,8 +221,9 @@ def _retrieval(snapshot: IndexSnapshot) -> RetrievalIndex:
     return index
 
 
-def compare(title: str, index: IndexSnapshot, queries: list[LabelledQuery],
-            vectors: QueryVectors) -> dict[str, Any]:
+def compare(
+    title: str, index: IndexSnapshot, queries: list[LabelledQuery], vectors: QueryVectors
+) -> dict[str, Any]:
     """Run every variant and print one table."""
     print(f"{title}: {len(queries)} queries, {len(index)} tools")
     print(f"  {'':<20}" + "".join(f"{c:>11}" for c in COLUMNS) + f"{'p50 ms':>9}{'p99 ms':>9}")
@@ -186,8 +232,11 @@ def compare(title: str, index: IndexSnapshot, queries: list[LabelledQuery],
         figures = summarize(run_queries(index, queries, vectors, config=config))
         out[name] = figures
         latency = figures["latency_ms"]
-        print(f"  {name:<20}" + "".join(f"{figures[c]:>11.3f}" for c in COLUMNS)
-              + f"{latency['p50']:>9.2f}{latency['p99']:>9.2f}")
+        print(
+            f"  {name:<20}"
+            + "".join(f"{figures[c]:>11.3f}" for c in COLUMNS)
+            + f"{latency['p50']:>9.2f}{latency['p99']:>9.2f}"
+        )
     print()
     return out
 
@@ -202,12 +251,22 @@ def registry(embedder: Embedder, cache: Path) -> dict[str, Any]:
     queries = load_queries(REGISTRY_QUERIES, catalog)
     index = build_snapshot(caps, embedder, cache_dir=cache)
     vectors = QueryVectors.embed(embedder, (q.query for q in queries), cache)
-    out = compare("Example registry (benchmarks/registry_queries.jsonl)", index,
-                  [q for q in queries if q.relevant], vectors)
+    out = compare(
+        "Example registry (benchmarks/registry_queries.jsonl)",
+        index,
+        [q for q in queries if q.relevant],
+        vectors,
+    )
     no_tool = load_queries(NO_TOOL_QUERIES, catalog)
-    out["abstention"] = abstention(f"registry + {sum(not q.relevant for q in queries)} "
-                                   "registry-specific no-tool", index, queries, no_tool,
-                                   vectors, embedder, cache)
+    out["abstention"] = abstention(
+        f"registry + {sum(not q.relevant for q in queries)} registry-specific no-tool",
+        index,
+        queries,
+        no_tool,
+        vectors,
+        embedder,
+        cache,
+    )
     print()
     return out
 

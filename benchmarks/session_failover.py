@@ -56,28 +56,43 @@ def main() -> None:
     sys.exit(0 if ok else 1)
 
 
-def run(stack: Stack, url: str, settings: Settings, env: dict[str, str], registry: Path,
-        args: argparse.Namespace) -> bool:
+def run(
+    stack: Stack,
+    url: str,
+    settings: Settings,
+    env: dict[str, str],
+    registry: Path,
+    args: argparse.Namespace,
+) -> bool:
     connection = redis.Redis.from_url(url)
     stack.spawn("discovery-2", DISCOVERY_ARGV, {**env, REDIS_ENV: url})
     _await_discovery_workers(connection, 2)
     publisher = Publisher(url)
-    report = sync_directory(connection, publisher, registry, tenant=settings.tenant,
-                            max_bytes=settings.manifest_max_bytes, wait_s=120)
+    report = sync_directory(
+        connection,
+        publisher,
+        registry,
+        tenant=settings.tenant,
+        max_bytes=settings.manifest_max_bytes,
+        wait_s=120,
+    )
     publisher.close()
     client = Client(connection, tenant=settings.tenant, timeout_s=60, resend_after_s=1.0)
     for query in QUERIES:
         client.discover(query, min_version=report.index_version)
     victim = sorted(w["pid"] for w in live_workers(connection) if w["kind"] == "discovery")[0]
     kill_at = args.kill_at if args.kill_at is not None else args.turns // 2
-    print(f"embedder {settings.embedder}; {args.turns} turns over {args.sessions} sessions; "
-          f"SIGKILL of discovery worker pid {victim} at turn {kill_at}")
+    print(
+        f"embedder {settings.embedder}; {args.turns} turns over {args.sessions} sessions; "
+        f"SIGKILL of discovery worker pid {victim} at turn {kill_at}"
+    )
     made = turns(client, args, kill_at, victim)
     return verify(client, connection, settings.tenant, made)
 
 
-def turns(client: Client, args: argparse.Namespace, kill_at: int, victim: int
-          ) -> dict[str, Counter[str]]:
+def turns(
+    client: Client, args: argparse.Namespace, kill_at: int, victim: int
+) -> dict[str, Counter[str]]:
     """The turns, from --clients threads (each its own sessions), so that requests are in
     flight in the victim when it is killed."""
     made: dict[str, Counter[str]] = {}
@@ -87,8 +102,12 @@ def turns(client: Client, args: argparse.Namespace, kill_at: int, victim: int
     next_turn = iter(range(args.turns))
 
     def client_loop(number: int) -> None:
-        own = Client(redis.Redis(connection_pool=client.redis.connection_pool),
-                     tenant=client.tenant, timeout_s=60, resend_after_s=1.0)
+        own = Client(
+            redis.Redis(connection_pool=client.redis.connection_pool),
+            tenant=client.tenant,
+            timeout_s=60,
+            resend_after_s=1.0,
+        )
         while True:
             with lock:
                 turn = next(next_turn, None)
@@ -108,15 +127,22 @@ def turns(client: Client, args: argparse.Namespace, kill_at: int, victim: int
     return made
 
 
-def _turn(client: Client, turn: int, sessions: int, clients: int, number: int,
-          made: dict[str, Counter[str]], times: list[float], workers: Counter[str],
-          lock: threading.Lock) -> None:
+def _turn(
+    client: Client,
+    turn: int,
+    sessions: int,
+    clients: int,
+    number: int,
+    made: dict[str, Counter[str]],
+    times: list[float],
+    workers: Counter[str],
+    lock: threading.Lock,
+) -> None:
     """One turn of a session of client thread ``number``: discover, then call the best."""
     index = (turn % max(1, sessions // clients)) * clients + number
     session = f"failover-{index}"
     started = time.perf_counter()
-    answer = client.discover(QUERIES[index % len(QUERIES)], session=session,
-                             request_id=f"d-{turn}")
+    answer = client.discover(QUERIES[index % len(QUERIES)], session=session, request_id=f"d-{turn}")
     called = answer.ids[0] if answer.ids else None  # nothing found: nothing to call
     if called:
         client.record_tool_call(session, called, {"turn": turn}, request_id=f"c-{turn}")
@@ -129,8 +155,9 @@ def _turn(client: Client, turn: int, sessions: int, clients: int, number: int,
         workers[answer.worker] += 1
 
 
-def verify(client: Client, connection: redis.Redis, tenant: str,
-           made: dict[str, Counter[str]]) -> bool:
+def verify(
+    client: Client, connection: redis.Redis, tenant: str, made: dict[str, Counter[str]]
+) -> bool:
     problems = []
     for session, counts in made.items():
         working = {b["id"]: b for b in client.working_set(session)["bound"]}
@@ -145,8 +172,10 @@ def verify(client: Client, connection: redis.Redis, tenant: str,
             continue
         applied = _binding_events(connection, tenant, session, top)
         if applied != counts["discoveries"]:
-            problems.append(f"{session}: {applied} binding events for {top}, "
-                            f"{counts['discoveries']} discoveries made")
+            problems.append(
+                f"{session}: {applied} binding events for {top}, "
+                f"{counts['discoveries']} discoveries made"
+            )
     verdict = "PASS" if not problems else "FAIL"
     print(f"calls counted twice or lost, discoveries applied twice or lost: {len(problems)}")
     for problem in problems[:20]:
@@ -157,9 +186,12 @@ def verify(client: Client, connection: redis.Redis, tenant: str,
 
 def _binding_events(connection: redis.Redis, tenant: str, session: str, tool: str) -> int:
     entries = connection.xrange(keys.session_events(tenant, session))
-    return sum(1 for _id, fields in entries
-               if tool in fields[b"tool"].decode().split(",")
-               and fields[b"type"].decode() in ("bound", "refreshed", "restored"))
+    return sum(
+        1
+        for _id, fields in entries
+        if tool in fields[b"tool"].decode().split(",")
+        and fields[b"type"].decode() in ("bound", "refreshed", "restored")
+    )
 
 
 def _await_discovery_workers(connection: redis.Redis, count: int) -> None:

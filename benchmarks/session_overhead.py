@@ -32,13 +32,28 @@ from capdisc_producers.publisher import Publisher
 from capdisc_producers.stack import REDIS_ENV
 from capdisc_producers.sync import sync_directory
 
-QUERIES = ["post a message to slack", "search my gmail for invoices", "open a pull request",
-           "convert 100 usd to eur", "send an sms to a customer", "create a jira issue",
-           "look up a salesforce account", "summarize a pdf", "translate this text to german",
-           "what's the weather in paris", "refund a stripe payment", "query the sales database",
-           "schedule a meeting tomorrow", "find a zendesk ticket", "plan a terraform change",
-           "play a song on spotify", "turn off the living room lights", "ocr a scanned receipt",
-           "post to the team's discord", "search the knowledge base for onboarding"]
+QUERIES = [
+    "post a message to slack",
+    "search my gmail for invoices",
+    "open a pull request",
+    "convert 100 usd to eur",
+    "send an sms to a customer",
+    "create a jira issue",
+    "look up a salesforce account",
+    "summarize a pdf",
+    "translate this text to german",
+    "what's the weather in paris",
+    "refund a stripe payment",
+    "query the sales database",
+    "schedule a meeting tomorrow",
+    "find a zendesk ticket",
+    "plan a terraform change",
+    "play a song on spotify",
+    "turn off the living room lights",
+    "ocr a scanned receipt",
+    "post to the team's discord",
+    "search the knowledge base for onboarding",
+]
 
 
 def main() -> None:
@@ -51,15 +66,23 @@ def main() -> None:
         connection = redis.Redis.from_url(url)
         stack.wait_for_workers(connection, {"indexing", "discovery"}, 120)
         publisher = Publisher(url)
-        report = sync_directory(connection, publisher, registry, tenant=settings.tenant,
-                                max_bytes=settings.manifest_max_bytes, wait_s=120)
+        report = sync_directory(
+            connection,
+            publisher,
+            registry,
+            tenant=settings.tenant,
+            max_bytes=settings.manifest_max_bytes,
+            wait_s=120,
+        )
         publisher.close()
         client = Client(connection, tenant=settings.tenant, timeout_s=30)
         for query in QUERIES:  # warm: model loaded, query vectors cached
             client.discover(query, min_version=report.index_version)
-        print(f"embedder {settings.embedder}; {len(QUERIES)} queries over "
-              f"{report.index_version} index versions of the example registry; "
-              f"{args.turns} turns")
+        print(
+            f"embedder {settings.embedder}; {len(QUERIES)} queries over "
+            f"{report.index_version} index versions of the example registry; "
+            f"{args.turns} turns"
+        )
         measure(client, args.turns)
 
 
@@ -88,14 +111,19 @@ def _timed(client: Client, query: str, session: str | None) -> tuple[float, floa
     return time.perf_counter() - started, answer.took_ms
 
 
-def report(plain: list[tuple[float, float]], session: list[tuple[float, float]],
-           calls: list[tuple[float, float]]) -> None:
+def report(
+    plain: list[tuple[float, float]],
+    session: list[tuple[float, float]],
+    calls: list[tuple[float, float]],
+) -> None:
     def line(label: str, rows: list[tuple[float, float]]) -> None:
         trip = [r[0] * 1000 for r in rows]
         inside = [r[1] for r in rows]
-        print(f"  {label:<28} round trip median {statistics.median(trip):.3f} ms, p99 "
-              f"{percentile(trip, 99):.3f} ms; in the worker median "
-              f"{statistics.median(inside):.3f} ms, p99 {percentile(inside, 99):.3f} ms")
+        print(
+            f"  {label:<28} round trip median {statistics.median(trip):.3f} ms, p99 "
+            f"{percentile(trip, 99):.3f} ms; in the worker median "
+            f"{statistics.median(inside):.3f} ms, p99 {percentile(inside, 99):.3f} ms"
+        )
 
     line("discover, no session", plain)
     line("discover, in a session", session)
@@ -103,9 +131,11 @@ def report(plain: list[tuple[float, float]], session: list[tuple[float, float]],
     added = [(s[0] - p[0]) * 1000 for p, s in zip(plain, session, strict=True)]
     added_inside = [s[1] - p[1] for p, s in zip(plain, session, strict=True)]
     median = statistics.median(added)
-    print(f"  added by the session, per turn: median {median:.3f} ms, p99 "
-          f"{percentile(added, 99):.3f} ms (in the worker: median "
-          f"{statistics.median(added_inside):.3f} ms, p99 {percentile(added_inside, 99):.3f} ms)")
+    print(
+        f"  added by the session, per turn: median {median:.3f} ms, p99 "
+        f"{percentile(added, 99):.3f} ms (in the worker: median "
+        f"{statistics.median(added_inside):.3f} ms, p99 {percentile(added_inside, 99):.3f} ms)"
+    )
     verdict = "MET" if median < 0.5 else "NOT MET"
     print(f"  target: under 0.5 ms median added: {verdict}")
 

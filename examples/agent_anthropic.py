@@ -78,18 +78,28 @@ class MessagesAPI:
     ``beta`` goes out as the ``anthropic-beta`` header, for gateways or API versions that still
     want one for tool search (``advanced-tool-use-2025-11-20``)."""
 
-    def __init__(self, api_key: str, base_url: str = DEFAULT_BASE_URL, *,
-                 beta: str | None = None, timeout_s: float = 120.0) -> None:
+    def __init__(
+        self,
+        api_key: str,
+        base_url: str = DEFAULT_BASE_URL,
+        *,
+        beta: str | None = None,
+        timeout_s: float = 120.0,
+    ) -> None:
         self.url = base_url.rstrip("/") + "/v1/messages"
-        self.headers = {"x-api-key": api_key, "anthropic-version": API_VERSION,
-                        "content-type": "application/json"}
+        self.headers = {
+            "x-api-key": api_key,
+            "anthropic-version": API_VERSION,
+            "content-type": "application/json",
+        }
         if beta:
             self.headers["anthropic-beta"] = beta
         self.timeout_s = timeout_s
 
     def create(self, **body: Any) -> dict[str, Any]:
-        request = urllib.request.Request(self.url, data=json.dumps(body).encode(),
-                                         headers=self.headers, method="POST")
+        request = urllib.request.Request(
+            self.url, data=json.dumps(body).encode(), headers=self.headers, method="POST"
+        )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as reply:
                 decoded: dict[str, Any] = json.loads(reply.read())
@@ -105,40 +115,65 @@ def _error_message(raw: bytes) -> str:
         return raw.decode("utf-8", "replace")[:500]
 
 
-def run_agent(task: str, *, capdisc: Client, api: MessagesAPI, model: str,
-              session: str | None = None, executor: Executor = stub_executor,
-              max_turns: int = 12, max_tokens: int = 1024, min_version: int = 0,
-              profile: str | None = None, log: Log = print) -> AgentRun:
+def run_agent(
+    task: str,
+    *,
+    capdisc: Client,
+    api: MessagesAPI,
+    model: str,
+    session: str | None = None,
+    executor: Executor = stub_executor,
+    max_turns: int = 12,
+    max_tokens: int = 1024,
+    min_version: int = 0,
+    profile: str | None = None,
+    log: Log = print,
+) -> AgentRun:
     """Run ``task`` to a final answer with ``model`` behind ``api``.
 
     ``session`` is the capdisc session (default: a fresh id); ``min_version`` makes discovery
     wait until that index version is served (read your own writes); ``profile`` names a capdisc
     agent profile. Raises ``RuntimeError`` when there is no final answer after ``max_turns``
     model requests."""
-    toolbox = Toolbox(capdisc, tool_format="anthropic", session=session, executor=executor,
-                      min_version=min_version, profile=profile, log=log)
+    toolbox = Toolbox(
+        capdisc,
+        tool_format="anthropic",
+        session=session,
+        executor=executor,
+        min_version=min_version,
+        profile=profile,
+        log=log,
+    )
     meta = formats.to_anthropic([])  # the meta-tool alone: never deferred
     deferred: dict[str, dict[str, Any]] = {}  # every tool found so far, by name
     messages: list[dict[str, Any]] = [{"role": "user", "content": task}]
     for _ in range(max_turns):
         toolbox.run.model_turns += 1
-        reply = api.create(model=model, max_tokens=max_tokens, system=SYSTEM_PROMPT,
-                           tools=[*meta, *deferred.values()], messages=messages)
+        reply = api.create(
+            model=model,
+            max_tokens=max_tokens,
+            system=SYSTEM_PROMPT,
+            tools=[*meta, *deferred.values()],
+            messages=messages,
+        )
         content = reply["content"]
         messages.append({"role": "assistant", "content": content})
         uses = [block for block in content if block.get("type") == "tool_use"]
         if not uses:
-            toolbox.run.final_text = "".join(b.get("text", "") for b in content
-                                             if b.get("type") == "text")
+            toolbox.run.final_text = "".join(
+                b.get("text", "") for b in content if b.get("type") == "text"
+            )
             return toolbox.run
         # Every tool_use is answered in the next user message, tool_result blocks only.
-        messages.append({"role": "user",
-                         "content": [_tool_result(toolbox, use, deferred) for use in uses]})
+        messages.append(
+            {"role": "user", "content": [_tool_result(toolbox, use, deferred) for use in uses]}
+        )
     raise RuntimeError(f"no final answer after {max_turns} model turns")
 
 
-def _tool_result(toolbox: Toolbox, use: dict[str, Any], deferred: dict[str, dict[str, Any]]
-                 ) -> dict[str, Any]:
+def _tool_result(
+    toolbox: Toolbox, use: dict[str, Any], deferred: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
     """The ``tool_result`` block answering one ``tool_use``."""
     block: dict[str, Any] = {"type": "tool_result", "tool_use_id": use["id"]}
     if use["name"] != METATOOL_NAME:
@@ -154,27 +189,42 @@ def _tool_result(toolbox: Toolbox, use: dict[str, Any], deferred: dict[str, dict
         if tool["name"] != METATOOL_NAME:
             deferred[tool["name"]] = {**tool, "defer_loading": True}
     found = toolbox.found_names(answer)
-    block["content"] = ([{"type": "tool_reference", "tool_name": name} for name in found]
-                        if found else json.dumps(result))
+    block["content"] = (
+        [{"type": "tool_reference", "tool_name": name} for name in found]
+        if found
+        else json.dumps(result)
+    )
     return block
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="An agent loop on the Anthropic Messages API that finds its tools through "
-                    "capdisc (deferred tools and tool_reference results).")
+        "capdisc (deferred tools and tool_reference results)."
+    )
     parser.add_argument("task", help="what the agent should do")
-    parser.add_argument("--model", default=os.environ.get("ANTHROPIC_MODEL"),
-                        help="model name (default: ANTHROPIC_MODEL)")
-    parser.add_argument("--base-url", default=os.environ.get("ANTHROPIC_BASE_URL",
-                                                             DEFAULT_BASE_URL),
-                        help="API base URL (default: ANTHROPIC_BASE_URL, else Anthropic's)")
-    parser.add_argument("--beta", default=os.environ.get("ANTHROPIC_BETA"),
-                        help="an anthropic-beta header value, if your endpoint wants one")
+    parser.add_argument(
+        "--model",
+        default=os.environ.get("ANTHROPIC_MODEL"),
+        help="model name (default: ANTHROPIC_MODEL)",
+    )
+    parser.add_argument(
+        "--base-url",
+        default=os.environ.get("ANTHROPIC_BASE_URL", DEFAULT_BASE_URL),
+        help="API base URL (default: ANTHROPIC_BASE_URL, else Anthropic's)",
+    )
+    parser.add_argument(
+        "--beta",
+        default=os.environ.get("ANTHROPIC_BETA"),
+        help="an anthropic-beta header value, if your endpoint wants one",
+    )
     parser.add_argument("--max-tokens", type=int, default=1024)
-    parser.add_argument("--redis-url", default=None,
-                        help="capdisc's Redis (default: CAPDISC_REDIS_URL, then the running "
-                             "stack's .capdisc/stack.json)")
+    parser.add_argument(
+        "--redis-url",
+        default=None,
+        help="capdisc's Redis (default: CAPDISC_REDIS_URL, then the running "
+        "stack's .capdisc/stack.json)",
+    )
     parser.add_argument("--tenant", default="default")
     parser.add_argument("--session", default=None, help="capdisc session id (default: new)")
     parser.add_argument("--max-turns", type=int, default=12)
@@ -189,19 +239,26 @@ def main(argv: list[str] | None = None) -> int:
     api = MessagesAPI(api_key, args.base_url, beta=args.beta)
     try:
         access = resolve_access(args.redis_url, None, os.environ, Path.cwd())  # + CAPDISC_TOKEN
-        with Client.from_url(access.redis_url, tenant=args.tenant,
-                             token=access.token) as capdisc:
-            run = run_agent(args.task, capdisc=capdisc, api=api, model=args.model,
-                            session=args.session, max_turns=args.max_turns,
-                            max_tokens=args.max_tokens)
+        with Client.from_url(access.redis_url, tenant=args.tenant, token=access.token) as capdisc:
+            run = run_agent(
+                args.task,
+                capdisc=capdisc,
+                api=api,
+                model=args.model,
+                session=args.session,
+                max_turns=args.max_turns,
+                max_tokens=args.max_tokens,
+            )
     except (CapdiscError, redis.RedisError) as exc:
         print(f"capdisc: {exc}", file=sys.stderr)
         return 1
     except (AnthropicError, urllib.error.URLError, TimeoutError) as exc:
         print(f"model API: {exc}", file=sys.stderr)
         return 1
-    print(f"\n{run.final_text}\n\n(capdisc session {run.session}: model turns "
-          f"{run.model_turns}, searches {len(run.searches)}, tool calls {len(run.calls)})")
+    print(
+        f"\n{run.final_text}\n\n(capdisc session {run.session}: model turns "
+        f"{run.model_turns}, searches {len(run.searches)}, tool calls {len(run.calls)})"
+    )
     return 0
 
 

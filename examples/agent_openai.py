@@ -59,34 +59,54 @@ from capdisc_loop import (  # the sibling module, shared with agent_anthropic.py
 __all__ = ["AgentRun", "main", "run_agent"]
 
 
-def run_agent(task: str, *, capdisc: Client, model_client: OpenAI, model: str,
-              api: Literal["chat", "responses"] = "chat", session: str | None = None,
-              executor: Executor = stub_executor, max_turns: int = 12, min_version: int = 0,
-              profile: str | None = None, log: Log = print) -> AgentRun:
+def run_agent(
+    task: str,
+    *,
+    capdisc: Client,
+    model_client: OpenAI,
+    model: str,
+    api: Literal["chat", "responses"] = "chat",
+    session: str | None = None,
+    executor: Executor = stub_executor,
+    max_turns: int = 12,
+    min_version: int = 0,
+    profile: str | None = None,
+    log: Log = print,
+) -> AgentRun:
     """Run ``task`` to a final answer with the model ``model`` behind ``model_client``.
 
     ``session`` is the capdisc session (default: a fresh id); ``min_version`` makes discovery
     wait until that index version is served (read your own writes); ``profile`` names a capdisc
     agent profile. Raises ``RuntimeError`` when there is no final answer after ``max_turns``
     model requests."""
-    toolbox = Toolbox(capdisc, tool_format="openai-chat" if api == "chat" else "openai-responses",
-                      session=session, executor=executor, min_version=min_version,
-                      profile=profile, log=log)
+    toolbox = Toolbox(
+        capdisc,
+        tool_format="openai-chat" if api == "chat" else "openai-responses",
+        session=session,
+        executor=executor,
+        min_version=min_version,
+        profile=profile,
+        log=log,
+    )
     loop = _chat_loop if api == "chat" else _responses_loop
     loop(task, toolbox, model_client, model, max_turns)
     return toolbox.run
 
 
-def _chat_loop(task: str, toolbox: Toolbox, model_client: OpenAI, model: str,
-               max_turns: int) -> None:
+def _chat_loop(
+    task: str, toolbox: Toolbox, model_client: OpenAI, model: str, max_turns: int
+) -> None:
     """Chat Completions: one request a turn, until the model answers in text."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT},
-                                      {"role": "user", "content": task}]
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": task},
+    ]
     tools = formats.to_openai_chat([])  # the meta-tool alone, until a discovery
     for _ in range(max_turns):
         toolbox.run.model_turns += 1
-        completion = model_client.chat.completions.create(model=model, messages=messages,
-                                                          tools=tools)
+        completion = model_client.chat.completions.create(
+            model=model, messages=messages, tools=tools
+        )
         message = completion.choices[0].message
         calls = [c for c in message.tool_calls or [] if c.type == "function"]
         assistant: dict[str, Any] = {"role": "assistant", "content": message.content}
@@ -112,16 +132,18 @@ def _chat_loop(task: str, toolbox: Toolbox, model_client: OpenAI, model: str,
     raise RuntimeError(f"no final answer after {max_turns} model turns")
 
 
-def _responses_loop(task: str, toolbox: Toolbox, model_client: OpenAI, model: str,
-                    max_turns: int) -> None:
+def _responses_loop(
+    task: str, toolbox: Toolbox, model_client: OpenAI, model: str, max_turns: int
+) -> None:
     """Responses with client-executed tool search. The whole input goes out each turn (no
     ``previous_response_id``), the model's output items appended as they came."""
     tools = [formats.openai_client_tool_search()]  # the meta-tool as the client's tool search
     items: list[Any] = [{"role": "user", "content": task}]
     for _ in range(max_turns):
         toolbox.run.model_turns += 1
-        response = model_client.responses.create(model=model, instructions=SYSTEM_PROMPT,
-                                                 input=items, tools=tools)
+        response = model_client.responses.create(
+            model=model, instructions=SYSTEM_PROMPT, input=items, tools=tools
+        )
         outputs: list[dict[str, Any]] = []
         for item in response.output:
             items.append(item.to_dict())
@@ -129,8 +151,13 @@ def _responses_loop(task: str, toolbox: Toolbox, model_client: OpenAI, model: st
                 outputs.append(_search_output(toolbox, item.call_id or "", item.arguments))
             elif item.type == "function_call":
                 outcome = toolbox.call(item.name, item.arguments)
-                outputs.append({"type": "function_call_output", "call_id": item.call_id,
-                                "output": outcome.text})
+                outputs.append(
+                    {
+                        "type": "function_call_output",
+                        "call_id": item.call_id,
+                        "output": outcome.text,
+                    }
+                )
         if not outputs:
             toolbox.run.final_text = response.output_text
             return
@@ -145,27 +172,46 @@ def _search_output(toolbox: Toolbox, call_id: str, arguments: Any) -> dict[str, 
     arguments were refused)."""
     _result, answer = toolbox.discover(arguments if isinstance(arguments, dict) else {})
     if answer is None:
-        return {"type": "tool_search_output", "call_id": call_id, "execution": "client",
-                "tools": []}
+        return {
+            "type": "tool_search_output",
+            "call_id": call_id,
+            "execution": "client",
+            "tools": [],
+        }
     found = set(toolbox.found_names(answer))
-    return {"type": "tool_search_output", "call_id": call_id, "execution": "client",
-            "tools": [t for t in answer.tools if t.get("name") in found]}
+    return {
+        "type": "tool_search_output",
+        "call_id": call_id,
+        "execution": "client",
+        "tools": [t for t in answer.tools if t.get("name") in found],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description="An agent loop with the OpenAI SDK that finds its tools through capdisc.")
+        description="An agent loop with the OpenAI SDK that finds its tools through capdisc."
+    )
     parser.add_argument("task", help="what the agent should do")
-    parser.add_argument("--model", default=os.environ.get("OPENAI_MODEL"),
-                        help="model name (default: OPENAI_MODEL)")
-    parser.add_argument("--api", choices=["chat", "responses"], default="chat",
-                        help="Chat Completions (default) or Responses with client tool search")
-    parser.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL"),
-                        help="an OpenAI-compatible server (default: OPENAI_BASE_URL, else "
-                             "OpenAI's)")
-    parser.add_argument("--redis-url", default=None,
-                        help="capdisc's Redis (default: CAPDISC_REDIS_URL, then the running "
-                             "stack's .capdisc/stack.json)")
+    parser.add_argument(
+        "--model", default=os.environ.get("OPENAI_MODEL"), help="model name (default: OPENAI_MODEL)"
+    )
+    parser.add_argument(
+        "--api",
+        choices=["chat", "responses"],
+        default="chat",
+        help="Chat Completions (default) or Responses with client tool search",
+    )
+    parser.add_argument(
+        "--base-url",
+        default=os.environ.get("OPENAI_BASE_URL"),
+        help="an OpenAI-compatible server (default: OPENAI_BASE_URL, else OpenAI's)",
+    )
+    parser.add_argument(
+        "--redis-url",
+        default=None,
+        help="capdisc's Redis (default: CAPDISC_REDIS_URL, then the running "
+        "stack's .capdisc/stack.json)",
+    )
     parser.add_argument("--tenant", default="default")
     parser.add_argument("--session", default=None, help="capdisc session id (default: new)")
     parser.add_argument("--max-turns", type=int, default=12)
@@ -179,19 +225,26 @@ def main(argv: list[str] | None = None) -> int:
     model_client = OpenAI(base_url=args.base_url, api_key=api_key)
     try:
         access = resolve_access(args.redis_url, None, os.environ, Path.cwd())  # + CAPDISC_TOKEN
-        with Client.from_url(access.redis_url, tenant=args.tenant,
-                             token=access.token) as capdisc:
-            run = run_agent(args.task, capdisc=capdisc, model_client=model_client,
-                            model=args.model, api=args.api, session=args.session,
-                            max_turns=args.max_turns)
+        with Client.from_url(access.redis_url, tenant=args.tenant, token=access.token) as capdisc:
+            run = run_agent(
+                args.task,
+                capdisc=capdisc,
+                model_client=model_client,
+                model=args.model,
+                api=args.api,
+                session=args.session,
+                max_turns=args.max_turns,
+            )
     except (CapdiscError, redis.RedisError) as exc:
         print(f"capdisc: {exc}", file=sys.stderr)
         return 1
     except OpenAIError as exc:
         print(f"model API: {exc}", file=sys.stderr)
         return 1
-    print(f"\n{run.final_text}\n\n(capdisc session {run.session}: model turns "
-          f"{run.model_turns}, searches {len(run.searches)}, tool calls {len(run.calls)})")
+    print(
+        f"\n{run.final_text}\n\n(capdisc session {run.session}: model turns "
+        f"{run.model_turns}, searches {len(run.searches)}, tool calls {len(run.calls)})"
+    )
     return 0
 
 

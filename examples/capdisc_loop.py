@@ -28,7 +28,8 @@ from capdisc.errors import ManifestError
 SYSTEM_PROMPT = (
     "You are an agent that acts through tools. You start with one tool, discover_capabilities: "
     "call it to find the tools a task needs, then call those tools. Answer in plain text when "
-    "the task is done.")
+    "the task is done."
+)
 
 #: ``(tool name, capability id, arguments) -> result``
 Executor = Callable[[str, str, dict[str, Any]], dict[str, Any]]
@@ -38,8 +39,11 @@ Log = Callable[[str], None]
 def stub_executor(name: str, capability_id: str, arguments: dict[str, Any]) -> dict[str, Any]:
     """Runs nothing: prints the call and returns a canned result. Replace it with your own."""
     print(f"  [stub] {name} ({capability_id}) {json.dumps(arguments)}")
-    return {"ok": True, "capability": capability_id,
-            "note": "stub executor: the call was printed, nothing was executed"}
+    return {
+        "ok": True,
+        "capability": capability_id,
+        "note": "stub executor: the call was printed, nothing was executed",
+    }
 
 
 @dataclass
@@ -87,9 +91,17 @@ class Outcome:
 class Toolbox:
     """One run's capdisc session: discovery, the bound tools, executed and recorded calls."""
 
-    def __init__(self, capdisc: Client, *, tool_format: str, session: str | None = None,
-                 executor: Executor = stub_executor, min_version: int = 0,
-                 profile: str | None = None, log: Log = print) -> None:
+    def __init__(
+        self,
+        capdisc: Client,
+        *,
+        tool_format: str,
+        session: str | None = None,
+        executor: Executor = stub_executor,
+        min_version: int = 0,
+        profile: str | None = None,
+        log: Log = print,
+    ) -> None:
         self.capdisc = capdisc
         self.tool_format = tool_format
         self.executor = executor
@@ -106,8 +118,7 @@ class Toolbox:
     def session(self) -> str:
         return self.run.session
 
-    def discover(self, arguments: str | Mapping[str, Any]
-                 ) -> tuple[dict[str, Any], Answer | None]:
+    def discover(self, arguments: str | Mapping[str, Any]) -> tuple[dict[str, Any], Answer | None]:
         """Run a ``discover_capabilities`` call: the result for the model, and capdisc's answer,
         whose ``tools`` (the session's working set, meta-tool first) are now bound. ``None``
         when the arguments were refused; the result then says why, for the model to retry."""
@@ -117,9 +128,15 @@ class Toolbox:
             self.log(f"  {METATOOL_NAME} refused: {exc}")
             return {"error": str(exc)}, None
         answer = self.capdisc.discover(
-            call.query, kind=call.kind, limit=call.limit,
-            only_available=bool(call.only_available), tool_format=self.tool_format,
-            session=self.session, profile=self.profile, min_version=self.min_version)
+            call.query,
+            kind=call.kind,
+            limit=call.limit,
+            only_available=bool(call.only_available),
+            tool_format=self.tool_format,
+            session=self.session,
+            profile=self.profile,
+            min_version=self.min_version,
+        )
         result = metatool_result(answer.raw)
         if answer.session and answer.session.get("note"):
             result["note"] = answer.session["note"]  # this search repeats a recent one
@@ -128,9 +145,11 @@ class Toolbox:
             self.evicted.pop(name, None)  # discovering an evicted tool again restores it
         self.run.searches.append(call.query)
         self.run.bound.append(list(self.bound))
-        self.log(f"  {METATOOL_NAME}({call.query!r}): index version {answer.index_version}, "
-                 f"found {', '.join(answer.ids) or 'nothing'}; "
-                 f"bound {', '.join(self.bound) or 'nothing'}")
+        self.log(
+            f"  {METATOOL_NAME}({call.query!r}): index version {answer.index_version}, "
+            f"found {', '.join(answer.ids) or 'nothing'}; "
+            f"bound {', '.join(self.bound) or 'nothing'}"
+        )
         return result, answer
 
     def found_names(self, answer: Answer) -> list[str]:
@@ -150,9 +169,15 @@ class Toolbox:
             return Outcome(json.dumps({"error": decoded}), is_error=True)
         result = self.executor(name, capability_id, decoded)
         verdict = self.capdisc.record_tool_call(self.session, capability_id, decoded)
-        call = ToolCall(name, capability_id, decoded, result,
-                        loop_detected=bool(verdict["loop_detected"]),
-                        evicted=bool(verdict["evicted"]), guidance=verdict.get("guidance"))
+        call = ToolCall(
+            name,
+            capability_id,
+            decoded,
+            result,
+            loop_detected=bool(verdict["loop_detected"]),
+            evicted=bool(verdict["evicted"]),
+            guidance=verdict.get("guidance"),
+        )
         self.run.calls.append(call)
         text = json.dumps(result)
         if call.loop_detected and call.guidance:
@@ -165,8 +190,10 @@ class Toolbox:
 
 
 def _not_bound(name: str, guidance: str | None) -> str:
-    message = {"error": f"{name} is not one of your tools now; call {METATOOL_NAME} to find "
-                        "one for this step."}
+    message = {
+        "error": f"{name} is not one of your tools now; call {METATOOL_NAME} to find "
+        "one for this step."
+    }
     if guidance:
         message["guidance"] = guidance
     return json.dumps(message)

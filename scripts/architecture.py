@@ -35,8 +35,9 @@ def _graph() -> nx.DiGraph:
 
 def _is_package(module: str) -> bool:
     parts = module.split(".")
-    top = {"capdisc": "shared", "capdisc_workers": "workers",
-           "capdisc_producers": "producers"}[parts[0]]
+    top = {"capdisc": "shared", "capdisc_workers": "workers", "capdisc_producers": "producers"}[
+        parts[0]
+    ]
     return (ROOT / top / Path(*parts) / "__init__.py").is_file()
 
 
@@ -52,8 +53,9 @@ def main() -> None:
         print("  " + " <-> ".join(cycle))
     condensed = nx.condensation(graph)
     print(f"layers (longest import chain): {nx.dag_longest_path_length(condensed) + 1}")
-    within = sum(1 for a, b in graph.edges
-                 if condensed.graph["mapping"][a] == condensed.graph["mapping"][b])
+    within = sum(
+        1 for a, b in graph.edges if condensed.graph["mapping"][a] == condensed.graph["mapping"][b]
+    )
     print(f"imports inside a cycle (going back up): {within}")
 
 

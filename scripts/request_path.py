@@ -92,8 +92,9 @@ def traced(calls: list[tuple[str, str]]) -> Iterator[None]:
 def publish_examples(client: redis.Redis, embedder: HashingEmbedder) -> None:
     space = vector_space(embedder.id)
     for cap in scan_directory(ROOT / "examples" / "registry").capabilities.values():
-        event = RegistryEvent(type="upsert", tenant=TENANT, capability_id=cap.id, seq=1,
-                              capability=cap.to_dict())
+        event = RegistryEvent(
+            type="upsert", tenant=TENANT, capability_id=cap.id, seq=1, capability=cap.to_dict()
+        )
         full, summary = embedder.embed(list(embedding_texts(cap)))
         vector = combine(full, summary).tobytes()
         apply_event(client, event, cap, lambda _c, v=vector: v, space)
@@ -108,8 +109,9 @@ def main() -> None:
             publish_examples(client, HashingEmbedder(settings.hashing_dim))
             worker = DiscoveryWorker(settings, client)
             worker.load_all()
-            request = DiscoverRequest("refund a stripe payment", tenant=TENANT,
-                                      session="trace", tool_format="mcp")
+            request = DiscoverRequest(
+                "refund a stripe payment", tenant=TENANT, session="trace", tool_format="mcp"
+            )
             entry = decode_entry({"payload": request.encode()})
             calls: list[tuple[str, str]] = []
             with traced(calls):
@@ -124,12 +126,13 @@ def report(calls: list[tuple[str, str]]) -> None:
     files = list(dict.fromkeys(m for pair in calls for m in pair))
     upward = [(a, b) for a, b in calls if rank_of(b, ranks) > rank_of(a, ranks)]
     packages = list(dict.fromkeys(_package(m) for m in files))
-    print(f"files crossed: {len(files)} in {len(packages)} packages "
-          f"({', '.join(packages)})")
+    print(f"files crossed: {len(files)} in {len(packages)} packages ({', '.join(packages)})")
     for module in files:
         print(f"  {module}")
-    print(f"calls into a higher layer: {len(upward)} "
-          f"({len(set(upward))} distinct caller -> callee pairs)")
+    print(
+        f"calls into a higher layer: {len(upward)} "
+        f"({len(set(upward))} distinct caller -> callee pairs)"
+    )
     for caller, callee in sorted(set(upward)):
         print(f"  {caller} -> {callee}")
 

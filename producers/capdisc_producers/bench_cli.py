@@ -45,20 +45,41 @@ def bench() -> None:
 
 @bench.command("retrieval")
 @click.option("--tools", "tools_path", type=_FILE, required=True, help="tools.jsonl catalog")
-@click.option("--queries", "queries_path", type=_FILE, required=True,
-              help="queries.jsonl with relevant tool ids (an empty list: nothing fits)")
-@click.option("--sample", type=click.IntRange(min=1), default=None,
-              help="Run a random sample of this many queries (default: all)")
+@click.option(
+    "--queries",
+    "queries_path",
+    type=_FILE,
+    required=True,
+    help="queries.jsonl with relevant tool ids (an empty list: nothing fits)",
+)
+@click.option(
+    "--sample",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Run a random sample of this many queries (default: all)",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sample")
-@click.option("--embedder", type=click.Choice(["minilm", "hashing"]), default="minilm",
-              show_default=True, help="Embedder for the catalog and the queries")
+@click.option(
+    "--embedder",
+    type=click.Choice(["minilm", "hashing"]),
+    default="minilm",
+    show_default=True,
+    help="Embedder for the catalog and the queries",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object")
-def retrieval(tools_path: Path, queries_path: Path, sample: int | None, seed: int,
-              embedder: str, as_json: bool) -> None:
+def retrieval(
+    tools_path: Path,
+    queries_path: Path,
+    sample: int | None,
+    seed: int,
+    embedder: str,
+    as_json: bool,
+) -> None:
     """Index TOOLS with the discovery engine, run QUERIES and print the retrieval figures."""
     try:
-        figures = run_retrieval_benchmark(tools_path, queries_path, sample=sample, seed=seed,
-                                          embedder=make_embedder(embedder))
+        figures = run_retrieval_benchmark(
+            tools_path, queries_path, sample=sample, seed=seed, embedder=make_embedder(embedder)
+        )
     except (CapdiscError, OSError, ValueError, KeyError) as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(json.dumps(figures) if as_json else format_figures(figures))
@@ -78,23 +99,54 @@ def format_figures(figures: dict[str, Any]) -> str:
 
 @bench.command("tokens")
 @click.option("--tools", "tools_path", type=_FILE, default=None, help="tools.jsonl catalog")
-@click.option("--registry", "registry_path", default=None,
-              type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="A directory of CAPABILITY.yaml manifests, instead of --tools")
-@click.option("--queries", "queries_path", type=_FILE, default=None,
-              help="queries.jsonl (default: each capability's summary as a query)")
-@click.option("--sample", type=click.IntRange(min=1), default=200, show_default=True,
-              help="Number of turns to measure")
+@click.option(
+    "--registry",
+    "registry_path",
+    default=None,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="A directory of CAPABILITY.yaml manifests, instead of --tools",
+)
+@click.option(
+    "--queries",
+    "queries_path",
+    type=_FILE,
+    default=None,
+    help="queries.jsonl (default: each capability's summary as a query)",
+)
+@click.option(
+    "--sample",
+    type=click.IntRange(min=1),
+    default=200,
+    show_default=True,
+    help="Number of turns to measure",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sample")
-@click.option("--embedder", type=click.Choice(["minilm", "hashing"]), default="minilm",
-              show_default=True, help="Embedder for the catalog and the queries")
-@click.option("--counter", type=click.Choice(["heuristic", "cl100k"]), default=None,
-              help="Token counter on both sides (default: the token_counter setting)")
+@click.option(
+    "--embedder",
+    type=click.Choice(["minilm", "hashing"]),
+    default="minilm",
+    show_default=True,
+    help="Embedder for the catalog and the queries",
+)
+@click.option(
+    "--counter",
+    type=click.Choice(["heuristic", "cl100k"]),
+    default=None,
+    help="Token counter on both sides (default: the token_counter setting)",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object")
 @click.pass_context
-def tokens(ctx: click.Context, tools_path: Path | None, registry_path: Path | None,
-           queries_path: Path | None, sample: int, seed: int, embedder: str,
-           counter: str | None, as_json: bool) -> None:
+def tokens(
+    ctx: click.Context,
+    tools_path: Path | None,
+    registry_path: Path | None,
+    queries_path: Path | None,
+    sample: int,
+    seed: int,
+    embedder: str,
+    counter: str | None,
+    as_json: bool,
+) -> None:
     """Tokens of a static dump of every tool against capdisc's tiered answer per turn."""
     if (tools_path is None) == (registry_path is None):
         raise click.UsageError("give exactly one of --tools and --registry")
@@ -111,13 +163,17 @@ def tokens(ctx: click.Context, tools_path: Path | None, registry_path: Path | No
     click.echo(json.dumps(report) if as_json else format_tokens(report))
 
 
-def _catalog(tools_path: Path | None, registry_path: Path | None, queries_path: Path | None
-             ) -> tuple[list[Capability], list[str]]:
+def _catalog(
+    tools_path: Path | None, registry_path: Path | None, queries_path: Path | None
+) -> tuple[list[Capability], list[str]]:
     if tools_path is not None:
         catalog = load_catalog(tools_path)
         caps = list(catalog.capabilities)
-        texts = ([q.query for q in load_queries(queries_path, catalog)] if queries_path
-                 else [summary_text(c) for c in caps])
+        texts = (
+            [q.query for q in load_queries(queries_path, catalog)]
+            if queries_path
+            else [summary_text(c) for c in caps]
+        )
         return caps, texts
     assert registry_path is not None
     caps = list(scan_directory(registry_path).capabilities.values())
@@ -131,15 +187,17 @@ def _catalog(tools_path: Path | None, registry_path: Path | None, queries_path: 
 def format_tokens(report: dict[str, Any]) -> str:
     """The token report as text lines."""
     turn = report["turn_tokens"]
-    return "\n".join([
-        f"{report['capabilities']} capabilities, {report['queries']} turns, "
-        f"counter {report['counter']}",
-        f"  static dump (every tool schema)      {report['static_dump_tokens']:>9,} tokens",
-        f"  tiered answer per turn, median       {turn['median']:>9,.0f} tokens "
-        f"(max {turn['max']:,}; tier budgets {report['budget_tokens']:,})",
-        f"  with the found tools' definitions    {turn['with_tools_median']:>9,.0f} tokens "
-        f"(max {turn['with_tools_max']:,})",
-        f"  saving at the median                 {report['saving']:>9.1%} "
-        f"({report['saving_with_tools']:.1%} with tool definitions)",
-        f"  turns over a tier budget             {report['over_budget_turns']:>9}",
-    ])
+    return "\n".join(
+        [
+            f"{report['capabilities']} capabilities, {report['queries']} turns, "
+            f"counter {report['counter']}",
+            f"  static dump (every tool schema)      {report['static_dump_tokens']:>9,} tokens",
+            f"  tiered answer per turn, median       {turn['median']:>9,.0f} tokens "
+            f"(max {turn['max']:,}; tier budgets {report['budget_tokens']:,})",
+            f"  with the found tools' definitions    {turn['with_tools_median']:>9,.0f} tokens "
+            f"(max {turn['with_tools_max']:,})",
+            f"  saving at the median                 {report['saving']:>9.1%} "
+            f"({report['saving_with_tools']:.1%} with tool definitions)",
+            f"  turns over a tier budget             {report['over_budget_turns']:>9}",
+        ]
+    )

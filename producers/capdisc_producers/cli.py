@@ -51,14 +51,23 @@ from capdisc_producers.watcher import watch_directory
 def redis_option(command: Any) -> Any:
     """``--redis-url`` and ``--token``: where the stack is and who asks (the token is kept in
     ``ctx.meta``, never printed)."""
-    command = click.option("--token", envvar=TOKEN_ENV, default=None, expose_value=False,
-                           callback=_remember, show_envvar=True,
-                           help="Identity token (`capdisc token issue`; default: the running "
-                                "stack's admin token). Prefer the variable: a command line "
-                                "is visible to other users")(command)
-    return click.option("--redis-url", envvar=None, default=None,
-                        help="Redis of the stack (default: CAPDISC_REDIS_URL, then "
-                             ".capdisc/stack.json)")(command)
+    command = click.option(
+        "--token",
+        envvar=TOKEN_ENV,
+        default=None,
+        expose_value=False,
+        callback=_remember,
+        show_envvar=True,
+        help="Identity token (`capdisc token issue`; default: the running "
+        "stack's admin token). Prefer the variable: a command line "
+        "is visible to other users",
+    )(command)
+    return click.option(
+        "--redis-url",
+        envvar=None,
+        default=None,
+        help="Redis of the stack (default: CAPDISC_REDIS_URL, then .capdisc/stack.json)",
+    )(command)
 
 
 def _tenant_name(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -69,12 +78,18 @@ def _tenant_name(_ctx: click.Context, param: click.Parameter, value: str | None)
     return value
 
 
-tenant_option = click.option("--tenant", default=None, callback=_tenant_name,
-                             help=f"Tenant: {TENANT_RULE} (default: settings tenant)")
+tenant_option = click.option(
+    "--tenant",
+    default=None,
+    callback=_tenant_name,
+    help=f"Tenant: {TENANT_RULE} (default: settings tenant)",
+)
 take_over_option = click.option(
-    "--take-over", is_flag=True,
+    "--take-over",
+    is_flag=True,
     help="Move capabilities whose id another source owns to this one (else they are rejected, "
-         "naming their owner)")
+    "naming their owner)",
+)
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object")
 
 
@@ -99,13 +114,13 @@ class CheckedGroup(click.Group):
 def _check_text(ctx: click.Context, param: click.Parameter) -> None:
     if isinstance(param.type, click.Path) or not param.name:
         return
-    value = (ctx.params.get(param.name) if param.expose_value
-             else ctx.meta.get(f"capdisc.{param.name}"))
+    value = (
+        ctx.params.get(param.name) if param.expose_value else ctx.meta.get(f"capdisc.{param.name}")
+    )
     for item in value if isinstance(value, tuple | list) else (value,):
         problem = unencodable(item) if isinstance(item, str) else None
         if problem:
-            raise click.BadParameter(f"must be UTF-8 text; found {problem}", ctx=ctx,
-                                     param=param)
+            raise click.BadParameter(f"must be UTF-8 text; found {problem}", ctx=ctx, param=param)
 
 
 def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
@@ -115,17 +130,24 @@ def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
 
 def caller_options(command: Any) -> Any:
     """``--roles`` and ``--user``: who asks, within the tenant (kept in ``ctx.meta``)."""
-    command = click.option("--roles", default="", expose_value=False, callback=_remember,
-                           help="Comma-separated roles of the caller (only capabilities "
-                                "visible to them are shown)")(command)
-    return click.option("--user", default=None, expose_value=False, callback=_remember,
-                        help="The caller's user id")(command)
+    command = click.option(
+        "--roles",
+        default="",
+        expose_value=False,
+        callback=_remember,
+        help="Comma-separated roles of the caller (only capabilities visible to them are shown)",
+    )(command)
+    return click.option(
+        "--user", default=None, expose_value=False, callback=_remember, help="The caller's user id"
+    )(command)
 
 
 def _caller(ctx: click.Context) -> dict[str, Any]:
     roles = str(ctx.meta.get("capdisc.roles") or "")
-    return {"roles": [r.strip() for r in roles.split(",") if r.strip()],
-            "user": ctx.meta.get("capdisc.user") or None}
+    return {
+        "roles": [r.strip() for r in roles.split(",") if r.strip()],
+        "user": ctx.meta.get("capdisc.user") or None,
+    }
 
 
 def _settings(ctx: click.Context) -> Settings:
@@ -134,8 +156,9 @@ def _settings(ctx: click.Context) -> Settings:
 
 
 def _connect(ctx: click.Context, redis_url: str | None) -> tuple[Settings, redis.Redis]:
-    access = resolve_access(redis_url, ctx.meta.get("capdisc.token"), os.environ, Path.cwd(),
-                            _settings(ctx))
+    access = resolve_access(
+        redis_url, ctx.meta.get("capdisc.token"), os.environ, Path.cwd(), _settings(ctx)
+    )
     ctx.meta["capdisc.access"] = access
     settings = _settings(ctx).with_changes(redis_url=access.redis_url)
     return settings, redis.Redis.from_url(access.redis_url, socket_connect_timeout=2.0)
@@ -153,25 +176,41 @@ def _tenant(ctx: click.Context, tenant: str | None) -> str:
 
 def _client(ctx: click.Context, connection: redis.Redis, tenant: str | None) -> Client:
     """A client as the command's caller: its token, and its --roles and --user."""
-    return Client(connection, tenant=_tenant(ctx, tenant), token=_access(ctx).token,
-                  timeout_s=_settings(ctx).discover_timeout_s, **_caller(ctx))
+    return Client(
+        connection,
+        tenant=_tenant(ctx, tenant),
+        token=_access(ctx).token,
+        timeout_s=_settings(ctx).discover_timeout_s,
+        **_caller(ctx),
+    )
 
 
 @click.group(cls=CheckedGroup)
-@click.option("--settings", "settings_file", type=click.Path(dir_okay=False, path_type=Path),
-              default=None, help="YAML settings file (default: CAPDISC_SETTINGS_FILE)")
+@click.option(
+    "--settings",
+    "settings_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="YAML settings file (default: CAPDISC_SETTINGS_FILE)",
+)
 @click.pass_context
 def cli(ctx: click.Context, settings_file: Path | None) -> None:
     """capdisc: capability discovery for LLM agents."""
     settings = Settings.load(path=settings_file)
-    configure_logging("WARNING" if settings.log_level == "INFO" else settings.log_level,
-                      "console" if sys.stderr.isatty() else settings.log_format)
+    configure_logging(
+        "WARNING" if settings.log_level == "INFO" else settings.log_level,
+        "console" if sys.stderr.isatty() else settings.log_format,
+    )
     ctx.obj = {"settings": settings}
 
 
 @cli.command()
-@click.option("--registry", type=click.Path(file_okay=False, path_type=Path),
-              default=Path("examples/registry"), show_default=True)
+@click.option(
+    "--registry",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("examples/registry"),
+    show_default=True,
+)
 @click.pass_context
 def up(ctx: click.Context, registry: Path) -> None:
     """Run the embedded stack: Redis, workers, and a watcher on REGISTRY. Workers and Redis
@@ -187,8 +226,13 @@ def up(ctx: click.Context, registry: Path) -> None:
 @click.option("--category", default=None, help="Only this category")
 @click.option("--tag", "tags", multiple=True, help="Only capabilities with this tag (repeatable)")
 @click.option("--only-available", is_flag=True, help="Leave out installable capabilities")
-@click.option("--option", "options", multiple=True, metavar="KEY=VALUE",
-              help="Override a discovery setting for this call, e.g. tier1_top_k=8")
+@click.option(
+    "--option",
+    "options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a discovery setting for this call, e.g. tier1_top_k=8",
+)
 @click.option("--min-version", type=int, default=0, help="Wait until this index version")
 @click.option("--session", default=None, help="Agent session: the matches join its working set")
 @click.option("--profile", default=None, help="Agent profile (allowlist, expert tools, budgets)")
@@ -197,18 +241,37 @@ def up(ctx: click.Context, registry: Path) -> None:
 @tenant_option
 @json_option
 @click.pass_context
-def discover_cmd(ctx: click.Context, query: str, limit: int | None, kind: str | None,
-                 category: str | None, tags: tuple[str, ...], only_available: bool,
-                 options: tuple[str, ...], min_version: int, session: str | None,
-                 profile: str | None, redis_url: str | None, tenant: str | None,
-                 as_json: bool) -> None:
+def discover_cmd(
+    ctx: click.Context,
+    query: str,
+    limit: int | None,
+    kind: str | None,
+    category: str | None,
+    tags: tuple[str, ...],
+    only_available: bool,
+    options: tuple[str, ...],
+    min_version: int,
+    session: str | None,
+    profile: str | None,
+    redis_url: str | None,
+    tenant: str | None,
+    as_json: bool,
+) -> None:
     """Ask the discovery workers which capabilities QUERY needs (the three tiers)."""
     connection = _connect(ctx, redis_url)[1]
     with _client(ctx, connection, tenant) as client:
-        answer = client.discover(query, limit=limit, kind=kind, category=category,
-                                 tags=list(tags), only_available=only_available,
-                                 options=_parse_options(options), min_version=min_version,
-                                 session=session, profile=profile)
+        answer = client.discover(
+            query,
+            limit=limit,
+            kind=kind,
+            category=category,
+            tags=list(tags),
+            only_available=only_available,
+            options=_parse_options(options),
+            min_version=min_version,
+            session=session,
+            profile=profile,
+        )
     click.echo(json.dumps(answer.to_dict(), indent=2) if as_json else _render_answer(answer))
 
 
@@ -227,15 +290,20 @@ def _parse_options(options: tuple[str, ...]) -> dict[str, Any]:
 
 def _render_answer(answer: Answer) -> str:
     tokens = answer.tokens
-    lines = [f"index version {answer.index_version} · {len(answer.capabilities)} capabilities"
-             f" · {tokens.get('total', 0)} tokens (tier 0 {tokens.get('tier0', 0)}, tier 1 "
-             f"{tokens.get('tier1', 0)}, tier 2 {tokens.get('tier2', 0)}) · "
-             f"{answer.took_ms:.1f} ms in {answer.worker}", ""]
+    lines = [
+        f"index version {answer.index_version} · {len(answer.capabilities)} capabilities"
+        f" · {tokens.get('total', 0)} tokens (tier 0 {tokens.get('tier0', 0)}, tier 1 "
+        f"{tokens.get('tier1', 0)}, tier 2 {tokens.get('tier2', 0)}) · "
+        f"{answer.took_ms:.1f} ms in {answer.worker}",
+        "",
+    ]
     if answer.abstained:
         lines.append("nothing in the registry fits this request")
     for rank, cap in enumerate(answer.capabilities, start=1):
-        lines.append(f"{rank:>2}. [tier {cap['tier']}] {cap['id']:<40} score {cap['score']:6.3f}"
-                     f"  relevance {cap.get('relevance', 0.0):.2f}" + _flagged(cap))
+        lines.append(
+            f"{rank:>2}. [tier {cap['tier']}] {cap['id']:<40} score {cap['score']:6.3f}"
+            f"  relevance {cap.get('relevance', 0.0):.2f}" + _flagged(cap)
+        )
     lines += _render_session(answer.session)
     tiers = answer.raw.get("tiers", {})
     for name in ("tier0", "tier1", "tier2"):
@@ -263,16 +331,28 @@ def session() -> None:
 
 
 @cli.command("mcp")
-@click.option("--http", "http_port", type=int, default=None, metavar="PORT",
-              help="Serve streamable HTTP on this port (default: stdio)")
+@click.option(
+    "--http",
+    "http_port",
+    type=int,
+    default=None,
+    metavar="PORT",
+    help="Serve streamable HTTP on this port (default: stdio)",
+)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--profile", default=None, help="Agent profile of every session served")
 @caller_options
 @redis_option
 @tenant_option
 @click.pass_context
-def mcp_cmd(ctx: click.Context, http_port: int | None, host: str, profile: str | None,
-            redis_url: str | None, tenant: str | None) -> None:
+def mcp_cmd(
+    ctx: click.Context,
+    http_port: int | None,
+    host: str,
+    profile: str | None,
+    redis_url: str | None,
+    tenant: str | None,
+) -> None:
     """Serve discover_capabilities as an MCP server (stdio, or streamable HTTP with --http);
     each MCP session is a capdisc session. With auth on, stdio asks as the holder of --token
     (verified at start), and HTTP requires `Authorization: Bearer TOKEN` on every request and
@@ -282,11 +362,21 @@ def mcp_cmd(ctx: click.Context, http_port: int | None, host: str, profile: str |
     settings, _connection = _connect(ctx, redis_url)
     access = _access(ctx)
     required = access.auth if access.auth is not None else access.keys_file is not None
-    gate = (Gate.from_settings(settings.with_changes(auth=True, auth_keys_file=access.keys_file))
-            if access.keys_file is not None and required else Gate(None))
-    serve(settings, tenant=_tenant(ctx, tenant), profile=profile, host=host, port=http_port,
-          access=ServerAuth(access.token, gate, required), tenant_given=tenant is not None,
-          **_caller(ctx))
+    gate = (
+        Gate.from_settings(settings.with_changes(auth=True, auth_keys_file=access.keys_file))
+        if access.keys_file is not None and required
+        else Gate(None)
+    )
+    serve(
+        settings,
+        tenant=_tenant(ctx, tenant),
+        profile=profile,
+        host=host,
+        port=http_port,
+        access=ServerAuth(access.token, gate, required),
+        tenant_given=tenant is not None,
+        **_caller(ctx),
+    )
 
 
 @session.command("show")
@@ -296,8 +386,9 @@ def mcp_cmd(ctx: click.Context, http_port: int | None, host: str, profile: str |
 @tenant_option
 @json_option
 @click.pass_context
-def session_show(ctx: click.Context, session_id: str, redis_url: str | None,
-                 tenant: str | None, as_json: bool) -> None:
+def session_show(
+    ctx: click.Context, session_id: str, redis_url: str | None, tenant: str | None, as_json: bool
+) -> None:
     """The working set: bound capabilities with their last use, and the always-include ones."""
     working = _session_client(ctx, redis_url, tenant, lambda c: c.working_set(session_id))
     if as_json:
@@ -319,21 +410,31 @@ def session_show(ctx: click.Context, session_id: str, redis_url: str | None,
 @tenant_option
 @json_option
 @click.pass_context
-def session_call(ctx: click.Context, session_id: str, tool_id: str, arguments: str | None,
-                 redis_url: str | None, tenant: str | None, as_json: bool) -> None:
+def session_call(
+    ctx: click.Context,
+    session_id: str,
+    tool_id: str,
+    arguments: str | None,
+    redis_url: str | None,
+    tenant: str | None,
+    as_json: bool,
+) -> None:
     """Record that the agent executed TOOL_ID (the loop guard may take it away)."""
     try:
         parsed = json.loads(arguments) if arguments else None
     except ValueError as exc:
         _fail(f"--args is not valid JSON: {exc}")
-    outcome = _session_client(ctx, redis_url, tenant,
-                              lambda c: c.record_tool_call(session_id, tool_id, parsed))
+    outcome = _session_client(
+        ctx, redis_url, tenant, lambda c: c.record_tool_call(session_id, tool_id, parsed)
+    )
     if as_json:
         click.echo(json.dumps(outcome, indent=2))
         return
     if outcome["loop_detected"]:
-        click.echo(f"loop detected; {tool_id} {'evicted' if outcome['evicted'] else 'kept'}: "
-                   f"{outcome['guidance']}")
+        click.echo(
+            f"loop detected; {tool_id} {'evicted' if outcome['evicted'] else 'kept'}: "
+            f"{outcome['guidance']}"
+        )
     else:
         click.echo(f"recorded {tool_id}")
 
@@ -344,8 +445,9 @@ def session_call(ctx: click.Context, session_id: str, tool_id: str, arguments: s
 @redis_option
 @tenant_option
 @click.pass_context
-def session_export(ctx: click.Context, session_id: str, redis_url: str | None,
-                   tenant: str | None) -> None:
+def session_export(
+    ctx: click.Context, session_id: str, redis_url: str | None, tenant: str | None
+) -> None:
     """Print the working set as JSON (for `capdisc session import`)."""
     exported = _session_client(ctx, redis_url, tenant, lambda c: c.export_session(session_id))
     click.echo(json.dumps(exported, indent=2))
@@ -358,15 +460,15 @@ def session_export(ctx: click.Context, session_id: str, redis_url: str | None,
 @redis_option
 @tenant_option
 @click.pass_context
-def session_import(ctx: click.Context, session_id: str, path: Path, redis_url: str | None,
-                   tenant: str | None) -> None:
+def session_import(
+    ctx: click.Context, session_id: str, path: Path, redis_url: str | None, tenant: str | None
+) -> None:
     """Start SESSION_ID with the working set exported to PATH (a subagent, a compaction)."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         _fail(f"{path} is not an exported session: {exc}")
-    working = _session_client(ctx, redis_url, tenant,
-                              lambda c: c.import_session(session_id, data))
+    working = _session_client(ctx, redis_url, tenant, lambda c: c.import_session(session_id, data))
     click.echo(f"session {session_id}: {len(working['bound'])} capabilities bound")
 
 
@@ -384,21 +486,26 @@ def _check_write(access: Access, tenant: str | None) -> None:
     from its claims); without a token, fail when the stack is known to require one."""
     if access.token is None:
         if access.auth:
-            _fail("this command writes the registry, and this capdisc requires a token with the "
-                  "write grant: pass --token or set CAPDISC_TOKEN (capdisc token issue --tenant "
-                  "T --grants write)")
+            _fail(
+                "this command writes the registry, and this capdisc requires a token with the "
+                "write grant: pass --token or set CAPDISC_TOKEN (capdisc token issue --tenant "
+                "T --grants write)"
+            )
         return
     try:
-        identity = (auth.verify(access.token, auth.load_keyring(access.keys_file), time.time())
-                    if access.keys_file is not None and access.keys_file.is_file()
-                    else auth.unverified(access.token, time.time()))
+        identity = (
+            auth.verify(access.token, auth.load_keyring(access.keys_file), time.time())
+            if access.keys_file is not None and access.keys_file.is_file()
+            else auth.unverified(access.token, time.time())
+        )
         require(identity, tenant or identity.tenant, "write")
     except AuthError as exc:
         _fail(str(exc))
 
 
-def _session_client(ctx: click.Context, redis_url: str | None, tenant: str | None,
-                    action: Any) -> Any:
+def _session_client(
+    ctx: click.Context, redis_url: str | None, tenant: str | None, action: Any
+) -> Any:
     connection = _connect(ctx, redis_url)[1]
     with _client(ctx, connection, tenant) as client:
         try:
@@ -414,8 +521,7 @@ def _session_client(ctx: click.Context, redis_url: str | None, tenant: str | Non
 def status(ctx: click.Context, redis_url: str | None, as_json: bool) -> None:
     """Index version, capabilities per kind, workers seen, queue depths."""
     settings, connection = _connect(ctx, redis_url)
-    report = collect_status(connection, settings.worker_stale_after_s,
-                            settings.poisoning_policy)
+    report = collect_status(connection, settings.worker_stale_after_s, settings.poisoning_policy)
     click.echo(json.dumps(report, indent=2) if as_json else _render_status(report))
 
 
@@ -423,30 +529,42 @@ def _render_status(report: dict[str, Any]) -> str:
     lines = []
     for tenant, info in report["tenants"].items():
         kinds = ", ".join(f"{k} {n}" for k, n in info["by_kind"].items()) or "empty"
-        lines.append(f"tenant {tenant}: index version {info['index_version']}, "
-                     f"{info['capabilities']} capabilities ({kinds})")
+        lines.append(
+            f"tenant {tenant}: index version {info['index_version']}, "
+            f"{info['capabilities']} capabilities ({kinds})"
+        )
         lines += [f"  rejected manifest {p}: {e}" for p, e in info["manifest_errors"].items()]
         lines += _poisoning_lines(tenant, info.get("poisoning"))
         if info.get("reindex"):
             job = info["reindex"]
-            lines.append(f"  reindex {job['job']} building into {job['target']}: "
-                         f"{job['done']}/{job['batches']} batches")
+            lines.append(
+                f"  reindex {job['job']} building into {job['target']}: "
+                f"{job['done']}/{job['batches']} batches"
+            )
     if not report["tenants"]:
         lines.append("no registry yet: publish one with `capdisc publish PATH`")
-    workers = [f"{w['id']}" + (f" (serving {_versions(w)})" if w["kind"] == "discovery" else "")
-               for w in report["workers"]]
+    workers = [
+        f"{w['id']}" + (f" (serving {_versions(w)})" if w["kind"] == "discovery" else "")
+        for w in report["workers"]
+    ]
     lines.append("workers: " + (", ".join(workers) or "none seen"))
     if report.get("supervised"):
-        lines.append("capdisc up children: " + ", ".join(
-            _child(name, child) for name, child in report["supervised"].items()))
+        lines.append(
+            "capdisc up children: "
+            + ", ".join(_child(name, child) for name, child in report["supervised"].items())
+        )
     queues = ", ".join(f"{name} {depth}" for name, depth in report["queues"].items())
-    lines.append(f"queues: {queues}; pending events {report['pending_events']}; dead letters "
-                 f"{report['dead_letters']}; embedding calls {report['embedding_calls']}")
+    lines.append(
+        f"queues: {queues}; pending events {report['pending_events']}; dead letters "
+        f"{report['dead_letters']}; embedding calls {report['embedding_calls']}"
+    )
     last = report.get("last_reconcile")
     if last:
         age_s = max(0, int(time.time() - last["at_ms"] / 1000))
-        lines.append(f"last reconcile {age_s} s ago: {last['missing_vectors']} reindexed, "
-                     f"{last['orphan_vectors']} orphan vectors dropped")
+        lines.append(
+            f"last reconcile {age_s} s ago: {last['missing_vectors']} reindexed, "
+            f"{last['orphan_vectors']} orphan vectors dropped"
+        )
     return "\n".join(lines)
 
 
@@ -472,12 +590,23 @@ def _versions(worker: dict[str, Any]) -> str:
 @tenant_option
 @caller_options
 @take_over_option
-@click.option("--wait/--no-wait", default=True, show_default=True,
-              help="Wait until the indexing workers have applied every event")
+@click.option(
+    "--wait/--no-wait",
+    default=True,
+    show_default=True,
+    help="Wait until the indexing workers have applied every event",
+)
 @click.option("--timeout", "timeout_s", type=float, default=120.0, show_default=True)
 @click.pass_context
-def publish(ctx: click.Context, path: Path, redis_url: str | None, tenant: str | None,
-            take_over: bool, wait: bool, timeout_s: float) -> None:
+def publish(
+    ctx: click.Context,
+    path: Path,
+    redis_url: str | None,
+    tenant: str | None,
+    take_over: bool,
+    wait: bool,
+    timeout_s: float,
+) -> None:
     """Publish the CAPABILITY.yaml manifests under PATH (upserts, deletes, rejections).
     With --roles/--user, capabilities whose manifest declares no visibility are shared with
     those roles and that user only (else with the whole tenant). An id another source
@@ -485,12 +614,25 @@ def publish(ctx: click.Context, path: Path, redis_url: str | None, tenant: str |
     settings, connection = _connect(ctx, redis_url)
     publisher = _publisher(settings.redis_url, _tenant(ctx, tenant))
     caller = _caller(ctx)
-    visibility = (Visibility(tuple(caller["roles"]), (caller["user"],) if caller["user"] else ())
-                  if caller["roles"] or caller["user"] else None)
-    report = through_outages(lambda: sync_directory(
-        connection, publisher, path, tenant=_tenant(ctx, tenant),
-        max_bytes=settings.manifest_max_bytes, wait_s=timeout_s if wait else 0.0,
-        visibility=visibility, take_over=take_over), connection, _say)
+    visibility = (
+        Visibility(tuple(caller["roles"]), (caller["user"],) if caller["user"] else ())
+        if caller["roles"] or caller["user"]
+        else None
+    )
+    report = through_outages(
+        lambda: sync_directory(
+            connection,
+            publisher,
+            path,
+            tenant=_tenant(ctx, tenant),
+            max_bytes=settings.manifest_max_bytes,
+            wait_s=timeout_s if wait else 0.0,
+            visibility=visibility,
+            take_over=take_over,
+        ),
+        connection,
+        _say,
+    )
     _report_sync(report, wait, timeout_s)
 
 
@@ -500,31 +642,45 @@ def publish(ctx: click.Context, path: Path, redis_url: str | None, tenant: str |
 @tenant_option
 @take_over_option
 @click.pass_context
-def watch(ctx: click.Context, path: Path, redis_url: str | None, tenant: str | None,
-          take_over: bool) -> None:
+def watch(
+    ctx: click.Context, path: Path, redis_url: str | None, tenant: str | None, take_over: bool
+) -> None:
     """Publish PATH, then re-publish what changes on every edit (debounced)."""
     settings, connection = _connect(ctx, redis_url)
     configure_logging(settings.log_level, settings.log_format)
     signal.signal(signal.SIGTERM, _interrupt)
     with contextlib.suppress(KeyboardInterrupt):
-        watch_directory(connection, _publisher(settings.redis_url, _tenant(ctx, tenant)),
-                        path,
-                        tenant=_tenant(ctx, tenant),
-                        max_bytes=settings.manifest_max_bytes,
-                        debounce_ms=settings.watch_debounce_ms, take_over=take_over)
+        watch_directory(
+            connection,
+            _publisher(settings.redis_url, _tenant(ctx, tenant)),
+            path,
+            tenant=_tenant(ctx, tenant),
+            max_bytes=settings.manifest_max_bytes,
+            debounce_ms=settings.watch_debounce_ms,
+            take_over=take_over,
+        )
 
 
 @cli.command()
 @click.argument("capability_ids", nargs=-1)
-@click.option("--source", default=None,
-              help="Delete every capability of this source (a registry directory's absolute "
-                   "path, jsonl:PATH, mcp:NAME; `capdisc status --json` lists them)")
+@click.option(
+    "--source",
+    default=None,
+    help="Delete every capability of this source (a registry directory's absolute "
+    "path, jsonl:PATH, mcp:NAME; `capdisc status --json` lists them)",
+)
 @redis_option
 @tenant_option
 @click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True)
 @click.pass_context
-def delete(ctx: click.Context, capability_ids: tuple[str, ...], source: str | None,
-           redis_url: str | None, tenant: str | None, timeout_s: float) -> None:
+def delete(
+    ctx: click.Context,
+    capability_ids: tuple[str, ...],
+    source: str | None,
+    redis_url: str | None,
+    tenant: str | None,
+    timeout_s: float,
+) -> None:
     """Delete capabilities by id (tool:web-search ...) or a whole --source, and wait until the
     workers applied it. Ids named here are deleted whichever source owns them (the output names
     it); --source deletes only what that source still owns. A later manifest or import of the
@@ -540,19 +696,33 @@ def delete(ctx: click.Context, capability_ids: tuple[str, ...], source: str | No
 @cli.command()
 @click.argument("capability_ids", nargs=-1)
 @click.option("--source", default=None, help="Reindex every capability of this source")
-@click.option("--all", "everything", is_flag=True,
-              help="Rebuild the tenant's whole index beside the live one and swap it in "
-                   "(blue/green: discovery keeps answering from the old index meanwhile); "
-                   "also how a tenant moves to a new embedding model")
-@click.option("--fresh", is_flag=True,
-              help="Embed every text again instead of reusing the shared embedding cache")
+@click.option(
+    "--all",
+    "everything",
+    is_flag=True,
+    help="Rebuild the tenant's whole index beside the live one and swap it in "
+    "(blue/green: discovery keeps answering from the old index meanwhile); "
+    "also how a tenant moves to a new embedding model",
+)
+@click.option(
+    "--fresh",
+    is_flag=True,
+    help="Embed every text again instead of reusing the shared embedding cache",
+)
 @redis_option
 @tenant_option
 @click.option("--timeout", "timeout_s", type=float, default=3600.0, show_default=True)
 @click.pass_context
-def reindex(ctx: click.Context, capability_ids: tuple[str, ...], source: str | None,
-            everything: bool, fresh: bool, redis_url: str | None, tenant: str | None,
-            timeout_s: float) -> None:
+def reindex(
+    ctx: click.Context,
+    capability_ids: tuple[str, ...],
+    source: str | None,
+    everything: bool,
+    fresh: bool,
+    redis_url: str | None,
+    tenant: str | None,
+    timeout_s: float,
+) -> None:
     """Embed capabilities again: by id, a whole --source, or --all of a tenant (blue/green)."""
     settings, connection = _connect(ctx, redis_url)
     tenant = _tenant(ctx, tenant)
@@ -598,19 +768,24 @@ def reconcile(ctx: click.Context, redis_url: str | None, as_json: bool, timeout_
         publisher.close()
     popped = wait_for_reply(connection, reply_id, timeout_s)
     if popped is None:
-        _fail(f"no indexing worker reconciled within {timeout_s:.0f} s; is one running? "
-              "(capdisc status)")
+        _fail(
+            f"no indexing worker reconciled within {timeout_s:.0f} s; is one running? "
+            "(capdisc status)"
+        )
     if as_json:
         click.echo(json.dumps(popped, indent=2))
         return
-    click.echo(f"reindexing {popped['missing_vectors']} capabilities without a vector, dropped "
-               f"{popped['orphan_vectors']} orphan vectors")
+    click.echo(
+        f"reindexing {popped['missing_vectors']} capabilities without a vector, dropped "
+        f"{popped['orphan_vectors']} orphan vectors"
+    )
     for tenant, reason in popped["skipped"].items():
         click.echo(f"skipped {tenant}: {reason}")
 
 
-def _chosen_ids(connection: redis.Redis, tenant: str, capability_ids: tuple[str, ...],
-                source: str | None) -> list[str]:
+def _chosen_ids(
+    connection: redis.Redis, tenant: str, capability_ids: tuple[str, ...], source: str | None
+) -> list[str]:
     if bool(capability_ids) == bool(source):
         _fail("give capability ids or --source (one of the two)")
     if not source:
@@ -621,38 +796,59 @@ def _chosen_ids(connection: redis.Redis, tenant: str, capability_ids: tuple[str,
     return ids
 
 
-def _publish_ids(settings: Settings, connection: redis.Redis, plan: SyncPlan, tenant: str,
-                 timeout_s: float, source: str = "cli") -> SyncReport:
+def _publish_ids(
+    settings: Settings,
+    connection: redis.Redis,
+    plan: SyncPlan,
+    tenant: str,
+    timeout_s: float,
+    source: str = "cli",
+) -> SyncReport:
     publisher = _publisher(settings.redis_url, tenant)
     try:
-        report = publish_plan(connection, publisher, plan, root=Path("cli"), tenant=tenant,
-                              source=source, wait_s=timeout_s)
+        report = publish_plan(
+            connection,
+            publisher,
+            plan,
+            root=Path("cli"),
+            tenant=tenant,
+            source=source,
+            wait_s=timeout_s,
+        )
     finally:
         publisher.close()
     if not report.complete:
-        _fail(f"only {len(report.outcomes)} of {report.sent} events were applied within "
-              f"{timeout_s:.0f} s; is an indexing worker running? (capdisc status)")
+        _fail(
+            f"only {len(report.outcomes)} of {report.sent} events were applied within "
+            f"{timeout_s:.0f} s; is an indexing worker running? (capdisc status)"
+        )
     return report
 
 
-def _reindex_all(settings: Settings, connection: redis.Redis, tenant: str, fresh: bool,
-                 timeout_s: float) -> None:
+def _reindex_all(
+    settings: Settings, connection: redis.Redis, tenant: str, fresh: bool, timeout_s: float
+) -> None:
     publisher = _publisher(settings.redis_url, tenant)
     try:
         job, after = start_full_reindex(connection, publisher, tenant, fresh)
     finally:
         publisher.close()
-    click.echo(f"reindex {job} of tenant {tenant!r} started; discovery keeps serving the live "
-               "index until it swaps")
+    click.echo(
+        f"reindex {job} of tenant {tenant!r} started; discovery keeps serving the live "
+        "index until it swaps"
+    )
     with click.progressbar(length=1, label="batches", file=sys.stderr) as bar:
+
         def progress(done: int, total: int) -> None:
             bar.length = max(1, total)
             bar.update(done - bar.pos)
 
         version = wait_for_swap(connection, tenant, job, after, timeout_s, progress)
     if version is None:
-        _fail(f"reindex {job} did not swap in within {timeout_s:.0f} s; it goes on building "
-              "(capdisc status shows it); is an indexing worker running?")
+        _fail(
+            f"reindex {job} did not swap in within {timeout_s:.0f} s; it goes on building "
+            "(capdisc status shows it); is an indexing worker running?"
+        )
     click.echo(f"reindex {job} swapped in at index version {version}")
 
 
@@ -663,23 +859,39 @@ def import_group() -> None:
 
 @import_group.command("jsonl")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--source", default=None, help="Name of this source (default: jsonl:PATH); a "
-              "re-import of the same source deletes what the file no longer has")
-@click.option("--wait/--no-wait", default=True, show_default=True,
-              help="Wait until the indexing workers have applied every event")
+@click.option(
+    "--source",
+    default=None,
+    help="Name of this source (default: jsonl:PATH); a "
+    "re-import of the same source deletes what the file no longer has",
+)
+@click.option(
+    "--wait/--no-wait",
+    default=True,
+    show_default=True,
+    help="Wait until the indexing workers have applied every event",
+)
 @click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True)
 @redis_option
 @tenant_option
 @take_over_option
 @click.pass_context
-def import_jsonl_cmd(ctx: click.Context, path: Path, source: str | None, wait: bool,
-                     timeout_s: float, redis_url: str | None, tenant: str | None,
-                     take_over: bool) -> None:
+def import_jsonl_cmd(
+    ctx: click.Context,
+    path: Path,
+    source: str | None,
+    wait: bool,
+    timeout_s: float,
+    redis_url: str | None,
+    tenant: str | None,
+    take_over: bool,
+) -> None:
     """Import a tools.jsonl catalog (one tool a line: id, name, description, parameters,
     category) as capabilities; only what changed is sent."""
     settings, connection = _connect(ctx, redis_url)
     publisher = _publisher(settings.redis_url, _tenant(ctx, tenant))
     with click.progressbar(length=0, label="events", file=sys.stderr) as bar:
+
         def progress(stage: str, count: int) -> None:
             if stage == "sent":
                 bar.length = (bar.length or 0) + count
@@ -688,10 +900,20 @@ def import_jsonl_cmd(ctx: click.Context, path: Path, source: str | None, wait: b
                 bar.update(count)
 
         try:
-            report = through_outages(lambda: import_jsonl(
-                connection, publisher, path, tenant=_tenant(ctx, tenant), source=source,
-                wait_s=timeout_s if wait else 0.0, progress=progress, take_over=take_over),
-                connection, _say)
+            report = through_outages(
+                lambda: import_jsonl(
+                    connection,
+                    publisher,
+                    path,
+                    tenant=_tenant(ctx, tenant),
+                    source=source,
+                    wait_s=timeout_s if wait else 0.0,
+                    progress=progress,
+                    take_over=take_over,
+                ),
+                connection,
+                _say,
+            )
         finally:
             publisher.close()
     _report_sync(report, wait, timeout_s)
@@ -699,20 +921,40 @@ def import_jsonl_cmd(ctx: click.Context, path: Path, source: str | None, wait: b
 
 @import_group.command("mcp")
 @click.option("--url", default=None, help="Streamable HTTP endpoint, e.g. http://host:8000/mcp")
-@click.option("--command", "command", default=None,
-              help="Command that runs the server over stdio, e.g. 'uvx mcp-server-time'")
-@click.option("--name", "server_name", default=None,
-              help="Prefix of the capability names (default: the server's own name)")
-@click.option("--wait/--no-wait", default=True, show_default=True,
-              help="Wait until the indexing workers have applied every event")
+@click.option(
+    "--command",
+    "command",
+    default=None,
+    help="Command that runs the server over stdio, e.g. 'uvx mcp-server-time'",
+)
+@click.option(
+    "--name",
+    "server_name",
+    default=None,
+    help="Prefix of the capability names (default: the server's own name)",
+)
+@click.option(
+    "--wait/--no-wait",
+    default=True,
+    show_default=True,
+    help="Wait until the indexing workers have applied every event",
+)
 @click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True)
 @redis_option
 @tenant_option
 @take_over_option
 @click.pass_context
-def import_mcp_cmd(ctx: click.Context, url: str | None, command: str | None,
-                   server_name: str | None, wait: bool, timeout_s: float,
-                   redis_url: str | None, tenant: str | None, take_over: bool) -> None:
+def import_mcp_cmd(
+    ctx: click.Context,
+    url: str | None,
+    command: str | None,
+    server_name: str | None,
+    wait: bool,
+    timeout_s: float,
+    redis_url: str | None,
+    tenant: str | None,
+    take_over: bool,
+) -> None:
     """Publish a live MCP server's tools as capabilities; a re-run sends only what changed and
     deletes tools the server no longer has."""
     settings, connection = _connect(ctx, redis_url)
@@ -720,10 +962,17 @@ def import_mcp_cmd(ctx: click.Context, url: str | None, command: str | None,
     changed: list[Changed] = []
 
     def attempt() -> SyncReport:  # run again (listing the server again) after a Redis outage
-        report, changed[:] = import_mcp(connection, publisher, url=url, command=command,
-                                        tenant=_tenant(ctx, tenant), server_name=server_name,
-                                        wait_s=timeout_s if wait else 0.0, timeout_s=timeout_s,
-                                        take_over=take_over)
+        report, changed[:] = import_mcp(
+            connection,
+            publisher,
+            url=url,
+            command=command,
+            tenant=_tenant(ctx, tenant),
+            server_name=server_name,
+            wait_s=timeout_s if wait else 0.0,
+            timeout_s=timeout_s,
+            take_over=take_over,
+        )
         return report
 
     try:
@@ -733,8 +982,10 @@ def import_mcp_cmd(ctx: click.Context, url: str | None, command: str | None,
     finally:
         publisher.close()
     for change in changed:
-        click.echo(f"changed: {change.capability_id} (content hash {change.old_hash[:12]} -> "
-                   f"{change.new_hash[:12]})")
+        click.echo(
+            f"changed: {change.capability_id} (content hash {change.old_hash[:12]} -> "
+            f"{change.new_hash[:12]})"
+        )
     _report_sync(report, wait, timeout_s)
 
 
@@ -759,8 +1010,10 @@ def dlq_list(ctx: click.Context, limit: int, redis_url: str | None, as_json: boo
     if not letters:
         click.echo("no dead letters")
     for letter in letters:
-        click.echo(f"{letter['id']}  {_letter_subject(letter)}  attempts "
-                   f"{letter['attempts']}\n    {letter['reason']}")
+        click.echo(
+            f"{letter['id']}  {_letter_subject(letter)}  attempts "
+            f"{letter['attempts']}\n    {letter['reason']}"
+        )
 
 
 def _letter_subject(letter: dict[str, Any]) -> str:
@@ -774,8 +1027,9 @@ def _letter_subject(letter: dict[str, Any]) -> str:
 @click.option("--all", "replay_all", is_flag=True, help="Replay every dead letter")
 @redis_option
 @click.pass_context
-def dlq_replay(ctx: click.Context, entry_ids: tuple[str, ...], replay_all: bool,
-               redis_url: str | None) -> None:
+def dlq_replay(
+    ctx: click.Context, entry_ids: tuple[str, ...], replay_all: bool, redis_url: str | None
+) -> None:
     """Send dead-lettered events (ENTRY_IDS from `capdisc dlq list`, or --all) to the indexing
     queue again; each leaves the stream once sent. One that fails again comes back with a new
     id and reason. Dead-lettered discovery requests are never replayed (not registry events;
@@ -783,18 +1037,24 @@ def dlq_replay(ctx: click.Context, entry_ids: tuple[str, ...], replay_all: bool,
     if bool(entry_ids) == replay_all:
         raise click.UsageError("give the entry ids to replay, or --all")
     settings, connection = _connect(ctx, redis_url)
-    requests = {d.entry_id for d in list_dead_letters(connection, 100_000)
-                if d.is_discovery_request}
+    requests = {
+        d.entry_id for d in list_dead_letters(connection, 100_000) if d.is_discovery_request
+    }
     refused = sorted(requests & set(entry_ids))
     if refused:
-        _fail(f"dead letter {', '.join(refused)} is a discovery request (from "
-              f"{keys.DISCOVERY_REQUESTS}), not a registry event: it cannot be replayed to the "
-              "indexing queue, and its client stopped waiting long ago; it stays listed for "
-              "inspection")
+        _fail(
+            f"dead letter {', '.join(refused)} is a discovery request (from "
+            f"{keys.DISCOVERY_REQUESTS}), not a registry event: it cannot be replayed to the "
+            "indexing queue, and its client stopped waiting long ago; it stays listed for "
+            "inspection"
+        )
     publisher = _publisher(settings.redis_url, None)
     try:
-        replayed = replay(connection, lambda payload: publisher.send_raw(
-            with_token(payload, _access(ctx).token)), None if replay_all else entry_ids)
+        replayed = replay(
+            connection,
+            lambda payload: publisher.send_raw(with_token(payload, _access(ctx).token)),
+            None if replay_all else entry_ids,
+        )
     finally:
         publisher.close()
     missing = sorted(set(entry_ids) - set(replayed))
@@ -819,9 +1079,12 @@ def _poisoning_lines(tenant: str, info: dict[str, Any] | None) -> list[str]:
     and the policy is the workers' default)."""
     if not info or not (info["policy_set"] or info["capabilities"]):
         return []
-    line = (f"  poisoning policy {info['policy']}" + ("" if info["policy_set"] else " (default)")
-            + f": {info['flagged']} flagged, {info['pending']} pending, "
-            f"{info['approved']} approved")
+    line = (
+        f"  poisoning policy {info['policy']}"
+        + ("" if info["policy_set"] else " (default)")
+        + f": {info['flagged']} flagged, {info['pending']} pending, "
+        f"{info['approved']} approved"
+    )
     unapproved = info["flagged"] + info["pending"]
     if unapproved:
         withheld = " (not served until approved)" if info["policy"] == "quarantine" else ""
@@ -835,13 +1098,17 @@ def _operator(access: Access, tenant: str) -> str | None:
     subject (None without a token where the stack requires none)."""
     if access.token is None:
         if access.auth:
-            _fail("approving flagged capabilities and setting the poisoning policy need a token "
-                  "with the admin grant: pass --token or set CAPDISC_TOKEN")
+            _fail(
+                "approving flagged capabilities and setting the poisoning policy need a token "
+                "with the admin grant: pass --token or set CAPDISC_TOKEN"
+            )
         return None
     try:
-        identity = (auth.verify(access.token, auth.load_keyring(access.keys_file), time.time())
-                    if access.keys_file is not None and access.keys_file.is_file()
-                    else auth.unverified(access.token, time.time()))
+        identity = (
+            auth.verify(access.token, auth.load_keyring(access.keys_file), time.time())
+            if access.keys_file is not None and access.keys_file.is_file()
+            else auth.unverified(access.token, time.time())
+        )
         require(identity, tenant, "admin")
     except AuthError as exc:
         _fail(str(exc))
@@ -850,14 +1117,24 @@ def _operator(access: Access, tenant: str) -> str | None:
 
 @cli.command()
 @click.argument("capability_ids", nargs=-1, required=True)
-@click.option("--surface", "reviewed", default=None, metavar="HASH",
-              help="The surface hash you reviewed (capdisc flags list; 8+ characters): "
-                   "nothing is approved if the text changed since. Only with one id")
+@click.option(
+    "--surface",
+    "reviewed",
+    default=None,
+    metavar="HASH",
+    help="The surface hash you reviewed (capdisc flags list; 8+ characters): "
+    "nothing is approved if the text changed since. Only with one id",
+)
 @redis_option
 @tenant_option
 @click.pass_context
-def approve(ctx: click.Context, capability_ids: tuple[str, ...], reviewed: str | None,
-            redis_url: str | None, tenant: str | None) -> None:
+def approve(
+    ctx: click.Context,
+    capability_ids: tuple[str, ...],
+    reviewed: str | None,
+    redis_url: str | None,
+    tenant: str | None,
+) -> None:
     """Approve flagged capabilities for their current text. Under the quarantine policy they
     are served from the index version printed; under warn and flag they lose their caution and
     mark. A later change to their text (description, schema, content) makes them pending again.
@@ -874,8 +1151,10 @@ def approve(ctx: click.Context, capability_ids: tuple[str, ...], reviewed: str |
         except CapdiscError as exc:
             _fail(str(exc))
         version = done.version
-        click.echo(f"{cap_id}: {'approved' if done.changed else 'already approved'} (surface "
-                   f"{done.flag.surface_hash[:SHORT_HASH]}; {', '.join(done.flag.rules)})")
+        click.echo(
+            f"{cap_id}: {'approved' if done.changed else 'already approved'} (surface "
+            f"{done.flag.surface_hash[:SHORT_HASH]}; {', '.join(done.flag.rules)})"
+        )
     click.echo(f"index version {version}")
 
 
@@ -885,28 +1164,43 @@ def flags_group() -> None:
 
 
 @flags_group.command("list")
-@click.option("--state", type=click.Choice(FLAG_STATES), default=None,
-              help="Only flags in this state")
+@click.option(
+    "--state", type=click.Choice(FLAG_STATES), default=None, help="Only flags in this state"
+)
 @redis_option
 @tenant_option
 @json_option
 @click.pass_context
-def flags_list(ctx: click.Context, state: str | None, redis_url: str | None,
-               tenant: str | None, as_json: bool) -> None:
+def flags_list(
+    ctx: click.Context, state: str | None, redis_url: str | None, tenant: str | None, as_json: bool
+) -> None:
     """Each flagged capability of the tenant: its state, surface hash, and every finding with
     its rule, field, reason and excerpt (the scanned text, defanged: review it, do not follow
     it)."""
     settings, connection = _connect(ctx, redis_url)
     tenant = _tenant(ctx, tenant)
     policy = tenant_policy(connection, tenant) or settings.poisoning_policy
-    found = {i: f for i, f in sorted(read_flags(connection, tenant).items())
-             if state is None or f.state == state}
+    found = {
+        i: f
+        for i, f in sorted(read_flags(connection, tenant).items())
+        if state is None or f.state == state
+    }
     if as_json:
-        click.echo(json.dumps({"tenant": tenant, "policy": policy,
-                               "flags": {i: f.to_dict() for i, f in found.items()}}, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "tenant": tenant,
+                    "policy": policy,
+                    "flags": {i: f.to_dict() for i, f in found.items()},
+                },
+                indent=2,
+            )
+        )
         return
-    click.echo(f"tenant {tenant}, poisoning policy {policy}: {len(found)} flagged "
-               "capabilit" + ("y" if len(found) == 1 else "ies"))
+    click.echo(
+        f"tenant {tenant}, poisoning policy {policy}: {len(found)} flagged "
+        "capabilit" + ("y" if len(found) == 1 else "ies")
+    )
     for cap_id, flag in found.items():
         click.echo("\n".join(_flag_lines(cap_id, flag)))
 
@@ -915,8 +1209,10 @@ def _flag_lines(cap_id: str, flag: Flag) -> list[str]:
     """A flag for a reviewer; in field paths and excerpts (the publisher's text) every
     character that is not printable is shown escaped, so none reaches the terminal as a
     control."""
-    lines = [f"{cap_id}  {flag.state}  surface {flag.surface_hash[:SHORT_HASH]}"
-             + (f"  approved by {flag.approved_by}" if flag.approved_by else "")]
+    lines = [
+        f"{cap_id}  {flag.state}  surface {flag.surface_hash[:SHORT_HASH]}"
+        + (f"  approved by {flag.approved_by}" if flag.approved_by else "")
+    ]
     for finding in flag.findings:
         lines.append(f"    {finding.rule} at {_printable(finding.where)}: {finding.reason}")
         lines.append(f"      | {_printable(finding.excerpt)}")
@@ -937,8 +1233,7 @@ def policy_group() -> None:
 @redis_option
 @tenant_option
 @click.pass_context
-def policy_set(ctx: click.Context, policy: str, redis_url: str | None,
-               tenant: str | None) -> None:
+def policy_set(ctx: click.Context, policy: str, redis_url: str | None, tenant: str | None) -> None:
     """Set the tenant's policy for flagged capabilities: flag (served, marked), warn (served
     with a caution naming the rules), quarantine (served only once approved), or default (the
     workers' poisoning_policy setting). Discovery serves it from the index version printed.
@@ -947,8 +1242,10 @@ def policy_set(ctx: click.Context, policy: str, redis_url: str | None,
     tenant = _tenant(ctx, tenant)
     _operator(_access(ctx), tenant)
     version = set_policy(connection, tenant, None if policy == "default" else policy)
-    click.echo(f"tenant {tenant}: poisoning policy {policy}" + (
-        f"; index version {version}" if version else "; served from its first publish"))
+    click.echo(
+        f"tenant {tenant}: poisoning policy {policy}"
+        + (f"; index version {version}" if version else "; served from its first publish")
+    )
 
 
 @policy_group.command("show")
@@ -960,8 +1257,10 @@ def policy_show(ctx: click.Context, redis_url: str | None, tenant: str | None) -
     settings, connection = _connect(ctx, redis_url)
     tenant = _tenant(ctx, tenant)
     own = tenant_policy(connection, tenant)
-    click.echo(f"tenant {tenant}: poisoning policy {own or settings.poisoning_policy}"
-               + ("" if own else " (default)"))
+    click.echo(
+        f"tenant {tenant}: poisoning policy {own or settings.poisoning_policy}"
+        + ("" if own else " (default)")
+    )
 
 
 cli.add_command(bench)
@@ -980,15 +1279,20 @@ def _report_sync(report: SyncReport, wait: bool, timeout_s: float) -> None:
     click.echo(report.summary())
     if wait and report.sent:
         if not report.complete:
-            _fail(f"only {len(report.outcomes)} of {report.sent} events were applied within "
-                  f"{timeout_s:.0f} s; is an indexing worker running? (capdisc status)")
+            _fail(
+                f"only {len(report.outcomes)} of {report.sent} events were applied within "
+                f"{timeout_s:.0f} s; is an indexing worker running? (capdisc status)"
+            )
         click.echo(f"applied; index version {report.index_version}")
     elif wait and report.outages:
         click.echo("applied; the registry already held the whole source when the sync resumed")
     refused = [o for o in report.outcomes if o.get("decision") in REFUSED]
     for outcome in refused:
-        click.echo(f"refused by the indexing workers: {outcome.get('capability_id')}: "
-                   f"{outcome.get('reason')}", err=True)
+        click.echo(
+            f"refused by the indexing workers: {outcome.get('capability_id')}: "
+            f"{outcome.get('reason')}",
+            err=True,
+        )
     if report.plan.errors or refused:
         sys.exit(1)
 

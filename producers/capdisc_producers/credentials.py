@@ -66,8 +66,14 @@ class StackSecrets:
         return password
 
     def write_admin_token(self, keyring: auth.Keyring, now: float) -> str:
-        token = auth.issue(keyring, tenant=auth.ALL_TENANTS, user="admin", grants=["admin"],
-                           ttl_s=ADMIN_TOKEN_TTL_S, now=now)
+        token = auth.issue(
+            keyring,
+            tenant=auth.ALL_TENANTS,
+            user="admin",
+            grants=["admin"],
+            ttl_s=ADMIN_TOKEN_TTL_S,
+            now=now,
+        )
         auth.write_private(self.token_file, token + "\n")
         return token
 
@@ -81,8 +87,9 @@ def read_secret(path: Path | None) -> str | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise ConfigError(f"{path} cannot be read ({exc.strerror}); it belongs to whoever ran "
-                          "capdisc up") from exc
+        raise ConfigError(
+            f"{path} cannot be read ({exc.strerror}); it belongs to whoever ran capdisc up"
+        ) from exc
     return text or None
 
 

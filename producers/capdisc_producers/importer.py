@@ -22,9 +22,17 @@ from capdisc_producers.publisher import Publisher
 from capdisc_producers.sync import Progress, SyncReport, held_elsewhere, publish_plan
 
 
-def import_jsonl(client: redis.Redis, publisher: Publisher, path: Path, *, tenant: str,
-                 source: str | None = None, wait_s: float = 0.0,
-                 progress: Progress | None = None, take_over: bool = False) -> SyncReport:
+def import_jsonl(
+    client: redis.Redis,
+    publisher: Publisher,
+    path: Path,
+    *,
+    tenant: str,
+    source: str | None = None,
+    wait_s: float = 0.0,
+    progress: Progress | None = None,
+    take_over: bool = False,
+) -> SyncReport:
     """Publish what changed in the catalog at ``path``; with ``wait_s`` wait until applied
     (``progress`` as in :func:`capdisc_producers.sync.publish_plan`). A tool whose id another
     source owns is rejected, naming the owner, unless ``take_over``."""
@@ -33,9 +41,18 @@ def import_jsonl(client: redis.Redis, publisher: Publisher, path: Path, *, tenan
     source = source or f"jsonl:{path}"
     found, errors = read_jsonl_catalog(path, source)
     stored = stored_by_source(client, tenant, source)
-    plan = plan_sync(found, errors, stored, held_elsewhere(client, tenant, source, found, stored),
-                     take_over)
+    plan = plan_sync(
+        found, errors, stored, held_elsewhere(client, tenant, source, found, stored), take_over
+    )
     if errors:
         plan = replace(plan, deletes=[])
-    return publish_plan(client, publisher, plan, root=path, tenant=tenant, source=source,
-                        wait_s=wait_s, progress=progress)
+    return publish_plan(
+        client,
+        publisher,
+        plan,
+        root=path,
+        tenant=tenant,
+        source=source,
+        wait_s=wait_s,
+        progress=progress,
+    )

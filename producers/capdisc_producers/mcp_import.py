@@ -43,8 +43,9 @@ class ServerTools:
     tools: list[dict[str, Any]]
 
 
-def list_server_tools(*, url: str | None = None, command: str | None = None,
-                      timeout_s: float = 30.0) -> ServerTools:
+def list_server_tools(
+    *, url: str | None = None, command: str | None = None, timeout_s: float = 30.0
+) -> ServerTools:
     """Connect to the server (``url`` for streamable HTTP, ``command`` for stdio) and list all
     its tools."""
     if (url is None) == (command is None):
@@ -52,15 +53,17 @@ def list_server_tools(*, url: str | None = None, command: str | None = None,
     try:
         return asyncio.run(asyncio.wait_for(_list(url, command), timeout_s))
     except TimeoutError as exc:
-        raise MCPImportError(f"MCP server {url or command} did not list its tools within "
-                             f"{timeout_s:.0f} s") from exc
+        raise MCPImportError(
+            f"MCP server {url or command} did not list its tools within {timeout_s:.0f} s"
+        ) from exc
     except (OSError, RuntimeError, ValueError) as exc:
         raise MCPImportError(f"MCP server {url or command} could not be listed: {exc}") from exc
     except BaseException as exc:  # anyio task groups wrap transport errors in groups
         if isinstance(exc, KeyboardInterrupt | SystemExit):
             raise
-        raise MCPImportError(f"MCP server {url or command} could not be listed: "
-                             f"{_first_cause(exc)}") from exc
+        raise MCPImportError(
+            f"MCP server {url or command} could not be listed: {_first_cause(exc)}"
+        ) from exc
 
 
 async def _list(url: str | None, command: str | None) -> ServerTools:
@@ -83,8 +86,9 @@ async def _list(url: str | None, command: str | None) -> ServerTools:
     return ServerTools(server=info.name if info else "mcp", tools=tools)
 
 
-def capabilities_of(listing: ServerTools, source: str, server_name: str | None = None
-                    ) -> tuple[dict[Path, Capability], dict[Path, ManifestError]]:
+def capabilities_of(
+    listing: ServerTools, source: str, server_name: str | None = None
+) -> tuple[dict[Path, Capability], dict[Path, ManifestError]]:
     """The server's tools as capabilities of ``source``; a tool that is not a valid capability
     is an error naming the tool and the field (the others still import)."""
     server = _safe(server_name or listing.server, 40)
@@ -105,10 +109,12 @@ def _capability(tool: dict[str, Any], server: str, source: str) -> Capability:
     annotations = tool.get("annotations") or {}
     read_only = annotations.get("read_only_hint")
     record = {
-        "kind": "tool", "name": f"{server}.{_safe(name, 64 - len(server) - 1)}",
+        "kind": "tool",
+        "name": f"{server}.{_safe(name, 64 - len(server) - 1)}",
         "display_name": str(tool.get("title") or annotations.get("title") or name),
         "description": str(tool.get("description") or tool.get("title") or name),
-        "category": server, "tags": ["mcp", server],
+        "category": server,
+        "tags": ["mcp", server],
         "full_schema": tool.get("input_schema"),
         "has_side_effects": read_only is not True,
         "source_ref": {"type": "mcp", "source": source, "location": name},
@@ -125,10 +131,18 @@ class Changed:
     new_hash: str
 
 
-def import_mcp(client: redis.Redis, publisher: Publisher, *, url: str | None = None,
-               command: str | None = None, tenant: str, server_name: str | None = None,
-               wait_s: float = 0.0, timeout_s: float = 30.0, take_over: bool = False
-               ) -> tuple[SyncReport, list[Changed]]:
+def import_mcp(
+    client: redis.Redis,
+    publisher: Publisher,
+    *,
+    url: str | None = None,
+    command: str | None = None,
+    tenant: str,
+    server_name: str | None = None,
+    wait_s: float = 0.0,
+    timeout_s: float = 30.0,
+    take_over: bool = False,
+) -> tuple[SyncReport, list[Changed]]:
     """List the server's tools and publish what changed since the last import of it; also
     return the tools that changed, with their old and new content hashes. A tool whose id
     another source owns is rejected, naming the owner, unless ``take_over``."""
@@ -137,20 +151,31 @@ def import_mcp(client: redis.Redis, publisher: Publisher, *, url: str | None = N
     listing = list_server_tools(url=url, command=command, timeout_s=timeout_s)
     found, errors = capabilities_of(listing, source, server_name)
     stored = stored_by_source(client, tenant, source)
-    plan = plan_sync(found, errors, stored, held_elsewhere(client, tenant, source, found, stored),
-                     take_over)
-    changed = [Changed(c.id, stored[c.id].content_hash, c.content_hash)
-               for c in plan.upserts if c.id in stored]
+    plan = plan_sync(
+        found, errors, stored, held_elsewhere(client, tenant, source, found, stored), take_over
+    )
+    changed = [
+        Changed(c.id, stored[c.id].content_hash, c.content_hash)
+        for c in plan.upserts
+        if c.id in stored
+    ]
     for change in changed:
-        log.info("mcp_tool_changed", tool=change.capability_id, old_hash=change.old_hash,
-                 new_hash=change.new_hash, source=source, tenant=tenant)
-    report = publish_plan(client, publisher, plan, root=Path(source), tenant=tenant,
-                          source=source, wait_s=wait_s)
+        log.info(
+            "mcp_tool_changed",
+            tool=change.capability_id,
+            old_hash=change.old_hash,
+            new_hash=change.new_hash,
+            source=source,
+            tenant=tenant,
+        )
+    report = publish_plan(
+        client, publisher, plan, root=Path(source), tenant=tenant, source=source, wait_s=wait_s
+    )
     return report, changed
 
 
 def _safe(text: str, limit: int) -> str:
-    return (_UNSAFE.sub("_", text).strip("._-") or "mcp")[:max(limit, 1)]
+    return (_UNSAFE.sub("_", text).strip("._-") or "mcp")[: max(limit, 1)]
 
 
 def _first_cause(exc: BaseException) -> str:

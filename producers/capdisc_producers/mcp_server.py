@@ -92,17 +92,20 @@ RECORD_TOOL: JSONDict = {
     "name": RECORD_TOOL_NAME,
     "title": "Record Tool Call",
     "description": "Record that a discovered tool was executed (tool_id: its capability id), "
-                   "so a repeating call is caught as a loop.",
+    "so a repeating call is caught as a loop.",
     "inputSchema": {
         "type": "object",
-        "properties": {"tool_id": {"type": "string"},
-                       "arguments": {"type": ["object", "null"]}},
+        "properties": {"tool_id": {"type": "string"}, "arguments": {"type": ["object", "null"]}},
         "required": ["tool_id"],
         "additionalProperties": False,
     },
     # Changes only the session's working set; recording twice counts twice.
-    "annotations": {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": False,
-                    "openWorldHint": False},
+    "annotations": {
+        "readOnlyHint": False,
+        "destructiveHint": False,
+        "idempotentHint": False,
+        "openWorldHint": False,
+    },
 }
 
 Handler = Callable[[Client, Mapping[str, Any], str | None], Awaitable[dict[str, Any]]]
@@ -125,9 +128,18 @@ class ServerAuth:
     required: bool = False
 
 
-def serve(settings: Settings, *, tenant: str, profile: str | None, host: str,
-          port: int | None, roles: list[str] | None = None, user: str | None = None,
-          access: ServerAuth | None = None, tenant_given: bool = False) -> None:
+def serve(
+    settings: Settings,
+    *,
+    tenant: str,
+    profile: str | None,
+    host: str,
+    port: int | None,
+    roles: list[str] | None = None,
+    user: str | None = None,
+    access: ServerAuth | None = None,
+    tenant_given: bool = False,
+) -> None:
     """Serve until stdin closes (stdio, ``port`` None) or the process is interrupted (streamable
     HTTP on ``host:port``, at ``/mcp``), as a caller with ``roles`` and ``user`` in ``tenant``
     (only what they may see is discovered). With ``access.required`` over HTTP, each request
@@ -135,23 +147,30 @@ def serve(settings: Settings, *, tenant: str, profile: str | None, host: str,
     ``tenant_given``: a token for another tenant is then refused)."""
     access = access or ServerAuth()
     if access.required and not access.gate.enabled:
-        raise ConfigError("auth is on but capdisc mcp has no keyring to verify tokens with; "
-                          "point CAPDISC_AUTH_KEYS_FILE at it, or set CAPDISC_AUTH=off")
+        raise ConfigError(
+            "auth is on but capdisc mcp has no keyring to verify tokens with; "
+            "point CAPDISC_AUTH_KEYS_FILE at it, or set CAPDISC_AUTH=off"
+        )
     if port is None or not access.required:  # over HTTP with auth, each request has its own
         check_process_token(access, tenant, time.time())
-    client = Client.from_url(settings.redis_url, tenant=tenant,
-                             timeout_s=settings.discover_timeout_s, roles=roles, user=user,
-                             token=access.token)
+    client = Client.from_url(
+        settings.redis_url,
+        tenant=tenant,
+        timeout_s=settings.discover_timeout_s,
+        roles=roles,
+        user=user,
+        token=access.token,
+    )
     try:
         with contextlib.suppress(KeyboardInterrupt):
             if port is None:
-                server = build_server(client, profile=profile,
-                                      stdio_session=SESSION_PREFIX + uuid.uuid4().hex)
+                server = build_server(
+                    client, profile=profile, stdio_session=SESSION_PREFIX + uuid.uuid4().hex
+                )
                 anyio.run(_serve_stdio, server)
             else:
                 holders = Holders(client, access.required, tenant if tenant_given else None)
-                server = build_server(client, profile=profile, stdio_session=None,
-                                      holders=holders)
+                server = build_server(client, profile=profile, stdio_session=None, holders=holders)
                 anyio.run(_serve_http, server, host, port, access)
     finally:
         client.close()
@@ -190,44 +209,64 @@ class Holders:
         if not isinstance(access_token, AccessToken):  # the middleware lets none through
             raise AuthError("this request carries no verified bearer token", "missing")
         claims = access_token.claims or {}
-        tenant = self.tenant or (None if claims.get("tenant") == auth.ALL_TENANTS
-                                 else claims.get("tenant"))
+        tenant = self.tenant or (
+            None if claims.get("tenant") == auth.ALL_TENANTS else claims.get("tenant")
+        )
         return self.client.as_holder(access_token.token, tenant)
 
 
-def build_server(client: Client, *, profile: str | None, stdio_session: str | None,
-                 holders: Holders | None = None) -> Server[Any]:
+def build_server(
+    client: Client,
+    *,
+    profile: str | None,
+    stdio_session: str | None,
+    holders: Holders | None = None,
+) -> Server[Any]:
     """The MCP server; ``stdio_session`` is the session of every call that comes without an HTTP
     request (stdio), ``None`` over HTTP; ``holders`` picks each call's client (default: the
     process's)."""
     holders = holders or Holders(client, False, None)
     tools = CapdiscTools(profile)
-    handlers: dict[str, Handler] = {METATOOL_NAME: tools.discover,
-                                    RECORD_TOOL_NAME: tools.record_tool_call}
+    handlers: dict[str, Handler] = {
+        METATOOL_NAME: tools.discover,
+        RECORD_TOOL_NAME: tools.record_tool_call,
+    }
     schemas = {tool.name: tool.input_schema for tool in tool_definitions()}
 
-    async def list_tools(_ctx: ServerRequestContext[Any],
-                         _params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+    async def list_tools(
+        _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
         return types.ListToolsResult(tools=tool_definitions())
 
-    async def call_tool(ctx: ServerRequestContext[Any],
-                        params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
         handler = handlers.get(params.name)
         if handler is None:
-            raise MCPError(types.INVALID_PARAMS, f"unknown tool {params.name!r}; this server has "
-                                                 f"{', '.join(handlers)}")
+            raise MCPError(
+                types.INVALID_PARAMS,
+                f"unknown tool {params.name!r}; this server has {', '.join(handlers)}",
+            )
         try:
             caller = holders.for_call(ctx)
         except AuthError as exc:
             return _error(str(exc))
-        return await run_tool(functools.partial(handler, caller), params.arguments or {},
-                              session_of(ctx, stdio_session))
+        return await run_tool(
+            functools.partial(handler, caller),
+            params.arguments or {},
+            session_of(ctx, stdio_session),
+        )
 
-    server: Server[Any] = Server(SERVER_NAME, on_list_tools=list_tools, on_call_tool=call_tool,
-                                 get_tool_input_schema=schemas.get)
+    server: Server[Any] = Server(
+        SERVER_NAME,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        get_tool_input_schema=schemas.get,
+    )
     if stdio_session is None:
-        server.add_request_handler("server/discover", types.RequestParams,
-                                   functools.partial(_handshake_only, server))
+        server.add_request_handler(
+            "server/discover", types.RequestParams, functools.partial(_handshake_only, server)
+        )
     return server
 
 
@@ -241,9 +280,11 @@ def session_of(ctx: ServerRequestContext[Any], stdio_session: str | None) -> str
     return SESSION_PREFIX + transport_session if transport_session else None
 
 
-async def run_tool(handler: Callable[[Mapping[str, Any], str | None],
-                                    Awaitable[dict[str, Any]]],
-                   arguments: Mapping[str, Any], session: str | None) -> types.CallToolResult:
+async def run_tool(
+    handler: Callable[[Mapping[str, Any], str | None], Awaitable[dict[str, Any]]],
+    arguments: Mapping[str, Any],
+    session: str | None,
+) -> types.CallToolResult:
     """The handler's answer as structured content and JSON text; capdisc's errors, and Redis
     being unreachable, as a tool error result with the message."""
     try:
@@ -253,8 +294,7 @@ async def run_tool(handler: Callable[[Mapping[str, Any], str | None],
     except redis.RedisError as exc:
         return _error(f"capdisc cannot reach its Redis ({exc}); is the stack running?")
     text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
-    return types.CallToolResult(content=[types.TextContent(text=text)],
-                                structured_content=payload)
+    return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=payload)
 
 
 def _error(message: str) -> types.CallToolResult:
@@ -274,19 +314,23 @@ def parse_record_arguments(arguments: Mapping[str, Any]) -> RecordCall:
     argument."""
     unknown = [key for key in arguments if key not in ("tool_id", "arguments")]
     if unknown:
-        raise ManifestError(RECORD_TOOL_NAME, str(unknown[0]),
-                            "unknown argument (use tool_id, arguments)")
+        raise ManifestError(
+            RECORD_TOOL_NAME, str(unknown[0]), "unknown argument (use tool_id, arguments)"
+        )
     tool_id = arguments.get("tool_id")
     if not isinstance(tool_id, str) or not tool_id.strip():
-        raise ManifestError(RECORD_TOOL_NAME, "tool_id",
-                            "is required: the capability id of the tool executed")
+        raise ManifestError(
+            RECORD_TOOL_NAME, "tool_id", "is required: the capability id of the tool executed"
+        )
     if len(tool_id) > MAX_TOOL_ID_CHARS:
-        raise ManifestError(RECORD_TOOL_NAME, "tool_id",
-                            f"is {len(tool_id)} characters; a capability id is shorter")
+        raise ManifestError(
+            RECORD_TOOL_NAME, "tool_id", f"is {len(tool_id)} characters; a capability id is shorter"
+        )
     call_arguments = arguments.get("arguments")
     if call_arguments is not None and not isinstance(call_arguments, dict):
-        raise ManifestError(RECORD_TOOL_NAME, "arguments",
-                            "must be the call's arguments as an object, or null")
+        raise ManifestError(
+            RECORD_TOOL_NAME, "arguments", "must be the call's arguments as an object, or null"
+        )
     return RecordCall(tool_id.strip(), call_arguments)
 
 
@@ -296,36 +340,55 @@ class CapdiscTools:
     def __init__(self, profile: str | None) -> None:
         self.profile = profile
 
-    async def discover(self, client: Client, arguments: Mapping[str, Any], session: str | None
-                       ) -> dict[str, Any]:
+    async def discover(
+        self, client: Client, arguments: Mapping[str, Any], session: str | None
+    ) -> dict[str, Any]:
         call = parse_metatool_arguments(arguments)
-        answer = await anyio.to_thread.run_sync(functools.partial(
-            client.discover, call.query, kind=call.kind, limit=call.limit,
-            only_available=bool(call.only_available), session=session, profile=self.profile,
-            tool_format="mcp"))
-        return {**metatool_result(answer.raw), "session": answer.session,
-                "tools": answer.tools, "tool_names": answer.tool_names}
+        answer = await anyio.to_thread.run_sync(
+            functools.partial(
+                client.discover,
+                call.query,
+                kind=call.kind,
+                limit=call.limit,
+                only_available=bool(call.only_available),
+                session=session,
+                profile=self.profile,
+                tool_format="mcp",
+            )
+        )
+        return {
+            **metatool_result(answer.raw),
+            "session": answer.session,
+            "tools": answer.tools,
+            "tool_names": answer.tool_names,
+        }
 
-    async def record_tool_call(self, client: Client, arguments: Mapping[str, Any],
-                               session: str | None) -> dict[str, Any]:
+    async def record_tool_call(
+        self, client: Client, arguments: Mapping[str, Any], session: str | None
+    ) -> dict[str, Any]:
         call = parse_record_arguments(arguments)
         if session is None:
-            raise CapdiscError("record_tool_call needs an MCP session, and this request has "
-                               "none (a stateless HTTP request); connect with the initialize "
-                               "handshake (a 2025 protocol version) to get one")
-        outcome = await anyio.to_thread.run_sync(functools.partial(
-            client.record_tool_call, session, call.tool_id, call.arguments))
+            raise CapdiscError(
+                "record_tool_call needs an MCP session, and this request has "
+                "none (a stateless HTTP request); connect with the initialize "
+                "handshake (a 2025 protocol version) to get one"
+            )
+        outcome = await anyio.to_thread.run_sync(
+            functools.partial(client.record_tool_call, session, call.tool_id, call.arguments)
+        )
         return {**outcome, "session": session}
 
 
-async def _handshake_only(server: Server[Any], ctx: ServerRequestContext[Any],
-                          _params: types.RequestParams | None) -> types.DiscoverResult:
+async def _handshake_only(
+    server: Server[Any], ctx: ServerRequestContext[Any], _params: types.RequestParams | None
+) -> types.DiscoverResult:
     """``server/discover`` over HTTP: the handshake-era versions only, so that an mcp 2.x client
     in ``auto`` mode connects with ``initialize`` and gets a transport session."""
     return types.DiscoverResult(
         supported_versions=list(HANDSHAKE_PROTOCOL_VERSIONS),
         capabilities=server.get_capabilities(protocol_version=ctx.protocol_version),
-        instructions=server.instructions)
+        instructions=server.instructions,
+    )
 
 
 async def _serve_stdio(server: Server[Any]) -> None:
@@ -339,14 +402,19 @@ async def _serve_http(server: Server[Any], host: str, port: int, access: ServerA
     import uvicorn
 
     if access.required:
-        app = server.streamable_http_app(host=host, token_verifier=KeyringVerifier(access.gate),
-                                         auth=resource_server(host, port))
+        app = server.streamable_http_app(
+            host=host, token_verifier=KeyringVerifier(access.gate), auth=resource_server(host, port)
+        )
     else:
         if host not in LOOPBACK:
-            log.warning("mcp_http_without_auth", host=host, port=port,
-                        hint="anyone who reaches this port asks as this process's identity; "
-                             "turn auth on (CAPDISC_AUTH=on, CAPDISC_AUTH_KEYS_FILE) so each "
-                             "request needs a bearer token")
+            log.warning(
+                "mcp_http_without_auth",
+                host=host,
+                port=port,
+                hint="anyone who reaches this port asks as this process's identity; "
+                "turn auth on (CAPDISC_AUTH=on, CAPDISC_AUTH_KEYS_FILE) so each "
+                "request needs a bearer token",
+            )
         app = server.streamable_http_app(host=host)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning")
     await uvicorn.Server(config).serve()
@@ -358,9 +426,12 @@ def resource_server(host: str, port: int) -> AuthSettings:
     of band (``capdisc token issue``): there is no authorization server, so no metadata is
     advertised (the issuer URL, required by the model, is this server's and only nominal);
     the verifier checks issuer and audience itself."""
-    return AuthSettings(issuer_url=AnyHttpUrl(f"http://{_url_host(host)}:{port}"),
-                        resource_server_url=None, required_scopes=["discover"],
-                        validate_token_resource=False)
+    return AuthSettings(
+        issuer_url=AnyHttpUrl(f"http://{_url_host(host)}:{port}"),
+        resource_server_url=None,
+        required_scopes=["discover"],
+        validate_token_resource=False,
+    )
 
 
 def _url_host(host: str) -> str:
@@ -381,7 +452,11 @@ class KeyringVerifier:
         except AuthError as exc:
             log.warning("mcp_token_refused", reason=exc.reason, **auth.label(token))
             return None
-        return AccessToken(token=token, client_id=identity.subject, subject=identity.subject,
-                           scopes=sorted(identity.grants), expires_at=identity.expires_at,
-                           claims={"iss": auth.ISSUER, "tenant": identity.tenant,
-                                   "kid": identity.kid})
+        return AccessToken(
+            token=token,
+            client_id=identity.subject,
+            subject=identity.subject,
+            scopes=sorted(identity.grants),
+            expires_at=identity.expires_at,
+            claims={"iss": auth.ISSUER, "tenant": identity.tenant, "kid": identity.kid},
+        )

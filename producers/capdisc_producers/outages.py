@@ -20,8 +20,11 @@ from capdisc.errors import RedisUnavailableError
 from capdisc_producers.sync import SyncReport
 
 #: What a sync raises while Redis (the registry and the Celery broker) cannot be reached.
-UNREACHABLE: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError,
-                                            kombu.exceptions.OperationalError)
+UNREACHABLE: tuple[type[Exception], ...] = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    kombu.exceptions.OperationalError,
+)
 #: First wait between two looks at Redis, and its cap.
 POLL_FIRST_S = 0.2
 POLL_CAP_S = 2.0
@@ -29,9 +32,12 @@ POLL_CAP_S = 2.0
 WAIT_LIMIT_S = 300.0
 
 
-def through_outages(attempt: Callable[[], SyncReport], client: redis.Redis,
-                    say: Callable[[str], None], wait_limit_s: float = WAIT_LIMIT_S
-                    ) -> SyncReport:
+def through_outages(
+    attempt: Callable[[], SyncReport],
+    client: redis.Redis,
+    say: Callable[[str], None],
+    wait_limit_s: float = WAIT_LIMIT_S,
+) -> SyncReport:
     """``attempt()``'s report; while Redis cannot be reached, say so once, wait until it
     answers (at most ``wait_limit_s`` each time) and run the attempt again."""
     outages = 0
@@ -40,8 +46,10 @@ def through_outages(attempt: Callable[[], SyncReport], client: redis.Redis,
             report = attempt()
         except UNREACHABLE as exc:
             outages += 1
-            say(f"redis unavailable ({exc}); waiting up to {wait_limit_s:.0f} s for it to come "
-                "back, then resuming")
+            say(
+                f"redis unavailable ({exc}); waiting up to {wait_limit_s:.0f} s for it to come "
+                "back, then resuming"
+            )
             await_redis(client, wait_limit_s)
             say("redis is back; resuming: only what the registry does not hold yet is sent")
             continue
@@ -63,6 +71,7 @@ def await_redis(client: redis.Redis, limit_s: float) -> float:
             if waited >= limit_s:
                 raise RedisUnavailableError(
                     f"redis did not come back within {limit_s:.0f} s ({exc}); nothing sent "
-                    "since is lost: run the same command again once it is up") from exc
+                    "since is lost: run the same command again once it is up"
+                ) from exc
             time.sleep(min(delay, limit_s - waited))
             delay = min(POLL_CAP_S, delay * 2)

@@ -35,8 +35,9 @@ class Publisher:
         #: with auth on, indexing workers apply only events whose token grants ``write``.
         self.token = token
         self.app = Celery("capdisc-producer", broker=broker_url)
-        self.app.conf.update(task_serializer="json", accept_content=["json"],
-                             broker_connection_retry_on_startup=True)
+        self.app.conf.update(
+            task_serializer="json", accept_content=["json"], broker_connection_retry_on_startup=True
+        )
         self.redis = redis.Redis.from_url(broker_url)
 
     def send(self, events: Iterable[RegistryEvent], batch_size: int = BATCH) -> int:
@@ -50,8 +51,9 @@ class Publisher:
         token = self.token() if callable(self.token) else self.token
         payloads = [(event.copy(token=token) if token else event).encode() for event in events]
         for start in range(0, len(payloads), batch_size):
-            outbox.send(self.redis, self.app, keys.TASK_APPLY_EVENTS,
-                        [payloads[start:start + batch_size]])
+            outbox.send(
+                self.redis, self.app, keys.TASK_APPLY_EVENTS, [payloads[start : start + batch_size]]
+            )
         return len(payloads)
 
     def send_raw(self, payload: str) -> None:
@@ -66,16 +68,21 @@ class Publisher:
 
     def reconcile(self, reply_to: str | None = None) -> None:
         """Ask an indexing worker to compare the registry with the index and repair drift."""
-        self.app.send_task(keys.TASK_RECONCILE, kwargs={"reply_to": reply_to},
-                           queue=keys.INDEXING_QUEUE, ignore_result=True)
+        self.app.send_task(
+            keys.TASK_RECONCILE,
+            kwargs={"reply_to": reply_to},
+            queue=keys.INDEXING_QUEUE,
+            ignore_result=True,
+        )
 
     def close(self) -> None:
         self.app.close()
         self.redis.close()
 
 
-def wait_for_acks(client: redis.Redis, batch_id: str, count: int, timeout_s: float,
-                  seen: set[str] | None = None) -> list[dict[str, Any]]:
+def wait_for_acks(
+    client: redis.Redis, batch_id: str, count: int, timeout_s: float, seen: set[str] | None = None
+) -> list[dict[str, Any]]:
     """Block until ``count`` more events of ``batch_id`` are applied (or the timeout passes).
     An event delivered twice (its task redelivered after a worker died) is acknowledged twice:
     only its first outcome counts, the one written with the change itself. ``seen`` carries

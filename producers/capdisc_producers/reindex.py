@@ -25,8 +25,9 @@ from capdisc_producers.publisher import BLOCK_SLICE_S, Publisher
 ReindexProgress = Callable[[int, int], None]
 
 
-def start_full_reindex(client: redis.Redis, publisher: Publisher, tenant: str,
-                       fresh: bool = False) -> tuple[str, str]:
+def start_full_reindex(
+    client: redis.Redis, publisher: Publisher, tenant: str, fresh: bool = False
+) -> tuple[str, str]:
     """Send the reindex of ``tenant``; returns the job id and the changes-stream position to
     follow for its swap."""
     last = client.xrevrange(keys.CHANGES, count=1)
@@ -36,8 +37,14 @@ def start_full_reindex(client: redis.Redis, publisher: Publisher, tenant: str,
     return job, after
 
 
-def wait_for_swap(client: redis.Redis, tenant: str, job: str, after: str, timeout_s: float,
-                  progress: ReindexProgress | None = None) -> int | None:
+def wait_for_swap(
+    client: redis.Redis,
+    tenant: str,
+    job: str,
+    after: str,
+    timeout_s: float,
+    progress: ReindexProgress | None = None,
+) -> int | None:
     """The index version the reindex ``job`` swapped in at, or None if it did not within
     ``timeout_s`` (it goes on building; ``capdisc status`` shows it)."""
     deadline = time.monotonic() + timeout_s

@@ -116,9 +116,13 @@ class Access:
     auth: bool | None = None
 
 
-def resolve_access(explicit_url: str | None, explicit_token: str | None,
-                   environ: Mapping[str, str], cwd: Path,
-                   settings: Settings | None = None) -> Access:
+def resolve_access(
+    explicit_url: str | None,
+    explicit_token: str | None,
+    environ: Mapping[str, str],
+    cwd: Path,
+    settings: Settings | None = None,
+) -> Access:
     """The Redis URL (``--redis-url``, ``CAPDISC_REDIS_URL``, else the running stack's) and
     the token (``--token``, ``CAPDISC_TOKEN``, else the stack's admin token, only when the
     stack's Redis is the one used: a token never goes to a Redis it was not made for)."""
@@ -132,17 +136,23 @@ def resolve_access(explicit_url: str | None, explicit_token: str | None,
         return Access(url, token, settings.auth_keys_file, settings.auth)
     stack = find_stack(cwd)
     if not stack or not stack.get("redis_url"):
-        raise StackNotFoundError(f"no running capdisc stack found from {cwd} (no {STATE_DIR}/"
-                                 f"{STACK_FILE}); start one with `make up`, or set "
-                                 f"{REDIS_ENV}")
+        raise StackNotFoundError(
+            f"no running capdisc stack found from {cwd} (no {STATE_DIR}/"
+            f"{STACK_FILE}); start one with `make up`, or set "
+            f"{REDIS_ENV}"
+        )
     url = str(stack["redis_url"])
     password = read_secret(_named_file(stack, "redis_password_file"))
     if password:
         url = with_password(url, password)
     keys_file = settings.auth_keys_file or _named_file(stack, "auth_keys_file")
     auth_on = settings.auth if settings.auth is not None else stack.get("auth")
-    return Access(url, token or read_secret(_named_file(stack, "token_file")), keys_file,
-                  auth_on if isinstance(auth_on, bool) else None)
+    return Access(
+        url,
+        token or read_secret(_named_file(stack, "token_file")),
+        keys_file,
+        auth_on if isinstance(auth_on, bool) else None,
+    )
 
 
 def without_password(url: str) -> str:
@@ -238,8 +248,9 @@ class Stack:
     _dirty: bool = True
 
     def __post_init__(self) -> None:
-        self.supervisor = Supervisor(self.say, on_exit=self._child_exited,
-                                     on_change=self._child_changed)
+        self.supervisor = Supervisor(
+            self.say, on_exit=self._child_exited, on_change=self._child_changed
+        )
 
     @property
     def state_dir(self) -> Path:
@@ -259,13 +270,32 @@ class Stack:
         its password: keep it in memory)."""
         (self.state_dir / "logs").mkdir(parents=True, exist_ok=True)
         env = {**environ, **self._start_auth(), **self._start_redis(environ)}
-        self._record_client = redis.Redis.from_url(self.redis_url, socket_connect_timeout=1.0,
-                                                   socket_timeout=2.0)
-        self.spawn("indexing", [sys.executable, "-m", "celery", "-A",
-                                "capdisc_workers.celery_app", "worker", "-Q", "indexing", "-P",
-                                "solo", "--without-gossip", "--without-mingle",
-                                "--without-heartbeat", "-n", f"indexing-{os.getpid()}@%h",
-                                "--loglevel", self.settings.log_level], env)
+        self._record_client = redis.Redis.from_url(
+            self.redis_url, socket_connect_timeout=1.0, socket_timeout=2.0
+        )
+        self.spawn(
+            "indexing",
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "capdisc_workers.celery_app",
+                "worker",
+                "-Q",
+                "indexing",
+                "-P",
+                "solo",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                "-n",
+                f"indexing-{os.getpid()}@%h",
+                "--loglevel",
+                self.settings.log_level,
+            ],
+            env,
+        )
         self.spawn("discovery", [sys.executable, "-m", "capdisc_workers.discovery"], env)
         self._write_stack_file()
         return self.redis_url
@@ -276,8 +306,11 @@ class Stack:
         if not self.auth:
             return {AUTH_ENV: "off"}
         path = self.settings.auth_keys_file or self.secrets.keys_file
-        keyring = (auth.load_keyring(path) if self.settings.auth_keys_file
-                   else self.secrets.ensure_keyring(time.time()))
+        keyring = (
+            auth.load_keyring(path)
+            if self.settings.auth_keys_file
+            else self.secrets.ensure_keyring(time.time())
+        )
         self.keys = auth.KeyringFile(path)
         self.secrets.write_admin_token(keyring, time.time())
         return {AUTH_ENV: "on", KEYS_ENV: str(path.resolve())}
@@ -290,19 +323,23 @@ class Stack:
             self._keep_password(self.redis_url)
             return {}
         self._password = self.secrets.ensure_password()
-        self.supervisor.add(REDIS_CHILD, self._launch_redis,
-                            self.state_dir / "redis" / "redis.log")
+        self.supervisor.add(REDIS_CHILD, self._launch_redis, self.state_dir / "redis" / "redis.log")
         assert self.redis_server is not None
         self.redis_url = self.redis_server.client_url
-        return {REDIS_ENV: self.redis_server.url,
-                PASSWORD_FILE_ENV: str(self.secrets.password_file.resolve())}
+        return {
+            REDIS_ENV: self.redis_server.url,
+            PASSWORD_FILE_ENV: str(self.secrets.password_file.resolve()),
+        }
 
     def _launch_redis(self) -> subprocess.Popen[bytes]:
         """Start redis-server, again on the same port and directory after the first time."""
         port = self.redis_server.port if self.redis_server is not None else None
-        self.redis_server = start_redis(self.state_dir / "redis", port=port,
-                                        password=self._password,
-                                        **child_options(signal.SIGTERM))
+        self.redis_server = start_redis(
+            self.state_dir / "redis",
+            port=port,
+            password=self._password,
+            **child_options(signal.SIGTERM),
+        )
         return self.redis_server.process
 
     def _keep_password(self, url: str) -> None:
@@ -318,8 +355,14 @@ class Stack:
         with auth off), signed with the keyring as it is now."""
         if self.keys is None:
             return None
-        return auth.issue(self.keys.current(), tenant=auth.ALL_TENANTS, user="capdisc-up",
-                          grants=["admin"], ttl_s=SERVICE_TOKEN_TTL_S, now=time.time())
+        return auth.issue(
+            self.keys.current(),
+            tenant=auth.ALL_TENANTS,
+            user="capdisc-up",
+            grants=["admin"],
+            ttl_s=SERVICE_TOKEN_TTL_S,
+            now=time.time(),
+        )
 
     def spawn(self, name: str, argv: list[str], env: Mapping[str, str]) -> None:
         """Start a worker, supervised; it logs to ``.capdisc/logs/NAME.log``."""
@@ -327,9 +370,15 @@ class Stack:
 
         def start() -> subprocess.Popen[bytes]:
             with log_path.open("ab") as out:
-                return subprocess.Popen(argv, env=dict(env), stdin=subprocess.DEVNULL,
-                                        stdout=out, stderr=out, cwd=self.project,
-                                        **child_options(signal.SIGKILL))
+                return subprocess.Popen(
+                    argv,
+                    env=dict(env),
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=out,
+                    cwd=self.project,
+                    **child_options(signal.SIGKILL),
+                )
 
         self.supervisor.add(name, start, log_path)
 
@@ -337,13 +386,19 @@ class Stack:
         """``stack.json``: where Redis is (no password: the file beside it holds that), whether
         auth is on, where the keyring and the CLI's admin token are, the pids."""
         data: dict[str, Any] = {
-            "redis_url": without_password(self.redis_url), "pid": os.getpid(),
-            "started_at": time.time(), "children": self.supervisor.pids(), "auth": self.auth}
+            "redis_url": without_password(self.redis_url),
+            "pid": os.getpid(),
+            "started_at": time.time(),
+            "children": self.supervisor.pids(),
+            "auth": self.auth,
+        }
         if self._password:
             data["redis_password_file"] = str(self.secrets.password_file.resolve())
         if self.keys is not None:
-            data.update(auth_keys_file=str(self.keys.path.resolve()),
-                        token_file=str(self.secrets.token_file.resolve()))
+            data.update(
+                auth_keys_file=str(self.keys.path.resolve()),
+                token_file=str(self.secrets.token_file.resolve()),
+            )
         path = self.state_dir / STACK_FILE
         temporary = path.with_suffix(".tmp")
         temporary.write_text(json.dumps(data, indent=2) + "\n")
@@ -354,15 +409,18 @@ class Stack:
         while time.monotonic() < deadline:
             exited = self.supervisor.exited()
             if exited is not None:
-                raise CapdiscError(f"{exited.name} exited at start ({_exit_of(exited)}); fix "
-                                   f"what its log says and start "
-                                   f"again. Last lines of {exited.log_path}:\n"
-                                   f"{log_tail(exited.log_path)}")
+                raise CapdiscError(
+                    f"{exited.name} exited at start ({_exit_of(exited)}); fix "
+                    f"what its log says and start "
+                    f"again. Last lines of {exited.log_path}:\n"
+                    f"{log_tail(exited.log_path)}"
+                )
             if kinds <= {w["kind"] for w in live_workers(client)}:
                 return
             time.sleep(0.1)
-        raise CapdiscError(f"workers did not report ready within {timeout_s:.0f} s; see "
-                           f"{self.state_dir / 'logs'}")
+        raise CapdiscError(
+            f"workers did not report ready within {timeout_s:.0f} s; see {self.state_dir / 'logs'}"
+        )
 
     def supervise(self, signals: StopSignals, watcher: _Watcher) -> None:
         """Until a stop is asked for: restart children that exit, record their state."""
@@ -370,8 +428,10 @@ class Stack:
             self.supervisor.tick()
             self._record()
             if not watcher.is_alive():
-                raise CapdiscError(f"the registry watcher stopped ({watcher.error}); capdisc "
-                                   "up stops with it: fix the cause and start it again")
+                raise CapdiscError(
+                    f"the registry watcher stopped ({watcher.error}); capdisc "
+                    "up stops with it: fix the cause and start it again"
+                )
             time.sleep(TICK_S)
 
     def _child_exited(self, child: Child, pid: int) -> None:
@@ -387,11 +447,12 @@ class Stack:
         due = time.monotonic() - self._recorded_at >= RECORD_EVERY_S
         if self._record_client is None or not (self._dirty or due):
             return
-        children = {name: child.describe() for name, child in
-                    self.supervisor.children.items()}
+        children = {name: child.describe() for name, child in self.supervisor.children.items()}
         try:
-            record_supervised(self._record_client, {
-                name: {**info, "supervisor_pid": os.getpid()} for name, info in children.items()})
+            record_supervised(
+                self._record_client,
+                {name: {**info, "supervisor_pid": os.getpid()} for name, info in children.items()},
+            )
         except redis.RedisError as exc:
             log.debug("supervised_record_failed", error=str(exc))
             return
@@ -429,8 +490,14 @@ class _Watcher(threading.Thread):
     """The registry watcher, in a thread of its own (children are started from the main
     thread only: see :mod:`capdisc_producers.supervisor`)."""
 
-    def __init__(self, url: str, registry: Path, settings: Settings,
-                 say: Callable[[str], None], token: Callable[[], str | None]) -> None:
+    def __init__(
+        self,
+        url: str,
+        registry: Path,
+        settings: Settings,
+        say: Callable[[str], None],
+        token: Callable[[], str | None],
+    ) -> None:
         super().__init__(name="capdisc-watcher", daemon=True)
         self.token = token
         self.url = url
@@ -444,10 +511,16 @@ class _Watcher(threading.Thread):
         client = redis.Redis.from_url(self.url)
         publisher = Publisher(self.url, token=lambda: self.token() or "")
         try:
-            watch_directory(client, publisher, self.registry, tenant=self.settings.tenant,
-                            max_bytes=self.settings.manifest_max_bytes,
-                            debounce_ms=self.settings.watch_debounce_ms, stop=self.stop_event,
-                            on_sync=lambda r: _report_sync(r, self.say))
+            watch_directory(
+                client,
+                publisher,
+                self.registry,
+                tenant=self.settings.tenant,
+                max_bytes=self.settings.manifest_max_bytes,
+                debounce_ms=self.settings.watch_debounce_ms,
+                stop=self.stop_event,
+                on_sync=lambda r: _report_sync(r, self.say),
+            )
         except Exception as exc:
             self.error = exc
             log.exception("watcher_failed", registry=str(self.registry))
@@ -460,8 +533,13 @@ class _Watcher(threading.Thread):
         self.join(WATCHER_JOIN_S)
 
 
-def run_up(project: Path, registry: Path, settings: Settings, environ: Mapping[str, str],
-           say: Callable[[str], None]) -> None:
+def run_up(
+    project: Path,
+    registry: Path,
+    settings: Settings,
+    environ: Mapping[str, str],
+    say: Callable[[str], None],
+) -> None:
     """Start everything, index ``registry``, print the ready line, then watch and supervise
     until SIGINT, SIGTERM or SIGHUP; stop everything in order."""
     signals = StopSignals()
@@ -480,19 +558,31 @@ def run_up(project: Path, registry: Path, settings: Settings, environ: Mapping[s
         signals.restore()
 
 
-def _run(stack: Stack, registry: Path, settings: Settings, environ: Mapping[str, str],
-         signals: StopSignals) -> None:
+def _run(
+    stack: Stack,
+    registry: Path,
+    settings: Settings,
+    environ: Mapping[str, str],
+    signals: StopSignals,
+) -> None:
     started = time.monotonic()
     url = stack.start(environ)
     settings = settings.with_changes(redis_url=url)
-    stack.say(f"redis at {mask_url(url)}; starting workers (logs in {stack.state_dir / 'logs'})"
-              + ("" if stack.auth else "; auth is OFF (CAPDISC_AUTH=off): requests are served "
-                 "as whoever they claim to be"))
+    stack.say(
+        f"redis at {mask_url(url)}; starting workers (logs in {stack.state_dir / 'logs'})"
+        + (
+            ""
+            if stack.auth
+            else "; auth is OFF (CAPDISC_AUTH=off): requests are served as whoever they claim to be"
+        )
+    )
     answer = _index_and_check(stack, registry, settings)
-    stack.say(f"capdisc is ready in {time.monotonic() - started:.1f} s: "
-              f"{answer.raw['total_indexed']} capabilities at index version "
-              f"{answer.index_version}, watching {registry}. Try: {_cli_name()} discover "
-              "\"post a message to the team's slack channel\"  (Ctrl-C stops everything)")
+    stack.say(
+        f"capdisc is ready in {time.monotonic() - started:.1f} s: "
+        f"{answer.raw['total_indexed']} capabilities at index version "
+        f"{answer.index_version}, watching {registry}. Try: {_cli_name()} discover "
+        '"post a message to the team\'s slack channel"  (Ctrl-C stops everything)'
+    )
     signals.serving = True
     watcher = _Watcher(url, registry, settings, stack.say, stack.service_token)
     watcher.start()
@@ -508,12 +598,19 @@ def _index_and_check(stack: Stack, registry: Path, settings: Settings) -> Answer
     publisher = Publisher(settings.redis_url, token=stack.service_token())
     try:
         stack.wait_for_workers(client, {"indexing", "discovery"}, WORKER_START_TIMEOUT_S)
-        report = sync_directory(client, publisher, registry, tenant=settings.tenant,
-                                max_bytes=settings.manifest_max_bytes, wait_s=120.0)
+        report = sync_directory(
+            client,
+            publisher,
+            registry,
+            tenant=settings.tenant,
+            max_bytes=settings.manifest_max_bytes,
+            wait_s=120.0,
+        )
         _report_errors(report, stack.say)
         version = report.index_version or tenant_version(client, settings.tenant)
-        with Client(client, tenant=settings.tenant, timeout_s=30.0,
-                    token=stack.service_token()) as discovery:
+        with Client(
+            client, tenant=settings.tenant, timeout_s=30.0, token=stack.service_token()
+        ) as discovery:
             return discovery.discover("ready check", min_version=version)
     finally:
         publisher.close()
@@ -539,8 +636,9 @@ def _cli_name() -> str:
 
 
 @contextlib.contextmanager
-def running_stack(project: Path, settings: Settings, environ: Mapping[str, str]
-                  ) -> Iterator[tuple[Stack, str]]:
+def running_stack(
+    project: Path, settings: Settings, environ: Mapping[str, str]
+) -> Iterator[tuple[Stack, str]]:
     """The embedded stack without the watcher and the ready check, for benchmarks and scripts
     that drive it themselves: ``(stack, redis url)``, the URL with the password of the stack's
     own Redis (keep it in memory). Auth is off unless ``settings`` turn it on explicitly: such a
@@ -553,4 +651,3 @@ def running_stack(project: Path, settings: Settings, environ: Mapping[str, str]
         yield stack, url
     finally:
         stack.stop()
-

@@ -65,8 +65,7 @@ def _load_prctl() -> Any:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
-                      ctypes.c_ulong]
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     prctl.restype = ctypes.c_int
     return prctl
 
@@ -75,8 +74,9 @@ def _load_prctl() -> Any:
 _PRCTL = _load_prctl()
 
 
-def die_with_parent(signum: int, then: Callable[[], None] | None = None
-                    ) -> Callable[[], None] | None:
+def die_with_parent(
+    signum: int, then: Callable[[], None] | None = None
+) -> Callable[[], None] | None:
     """A ``preexec_fn`` that makes the child receive ``signum`` when the thread that started it
     dies (``None`` where the platform cannot). Call it, and start the child, from the thread
     that lives as long as the parent: the main thread. ``then`` runs after it, in the child."""
@@ -174,10 +174,16 @@ class Child:
 
     def describe(self) -> dict[str, Any]:
         """What ``capdisc status`` shows of this child."""
-        return {"name": self.name, "pid": self.pid if self.alive else None, "alive": self.alive,
-                "restarts": self.restarts, "last_exit": self.last_exit,
-                "last_restart_ms": self.last_restart_ms, "started_ms": self.started_ms,
-                "log": str(self.log_path)}
+        return {
+            "name": self.name,
+            "pid": self.pid if self.alive else None,
+            "alive": self.alive,
+            "restarts": self.restarts,
+            "last_exit": self.last_exit,
+            "last_restart_ms": self.last_restart_ms,
+            "started_ms": self.started_ms,
+            "log": str(self.log_path),
+        }
 
 
 class Supervisor:
@@ -185,9 +191,14 @@ class Supervisor:
     thread. ``on_exit(child, pid)`` hears of every exit (after it is reported),
     ``on_change()`` of every exit and restart."""
 
-    def __init__(self, say: Say, *, on_exit: Callable[[Child, int], None] | None = None,
-                 on_change: Callable[[], None] | None = None,
-                 stable_after_s: float = STABLE_AFTER_S) -> None:
+    def __init__(
+        self,
+        say: Say,
+        *,
+        on_exit: Callable[[Child, int], None] | None = None,
+        on_change: Callable[[], None] | None = None,
+        stable_after_s: float = STABLE_AFTER_S,
+    ) -> None:
         self.say = say
         self.children: dict[str, Child] = {}
         self.on_exit = on_exit
@@ -208,8 +219,14 @@ class Supervisor:
 
     def exited(self) -> Child | None:
         """The first child that exited (reaped), if any: startup uses it to fail fast."""
-        return next((c for c in self.children.values()
-                     if c.process is not None and c.process.poll() is not None), None)
+        return next(
+            (
+                c
+                for c in self.children.values()
+                if c.process is not None and c.process.poll() is not None
+            ),
+            None,
+        )
 
     def tick(self) -> None:
         """Reap and report children that exited, restart those whose delay passed."""
@@ -232,10 +249,18 @@ class Supervisor:
         child.last_exit = reason
         delay = child.backoff.next()
         child.restart_at = now + delay
-        log.info("child_exited", child=child.name, pid=pid, reason=reason,
-                    restart_in_s=delay, restarts=child.restarts)
-        self.say(f"{child.name} (pid {pid}) exited: {reason}; restarting it in {delay:g} s. "
-                 f"Last lines of {child.log_path}:\n{_indent(log_tail(child.log_path))}")
+        log.info(
+            "child_exited",
+            child=child.name,
+            pid=pid,
+            reason=reason,
+            restart_in_s=delay,
+            restarts=child.restarts,
+        )
+        self.say(
+            f"{child.name} (pid {pid}) exited: {reason}; restarting it in {delay:g} s. "
+            f"Last lines of {child.log_path}:\n{_indent(log_tail(child.log_path))}"
+        )
         if self.on_exit is not None:
             self.on_exit(child, pid)
         self._changed()
@@ -246,8 +271,7 @@ class Supervisor:
         except (OSError, CapdiscError) as exc:
             delay = child.backoff.next()
             child.restart_at = now + delay
-            log.info("child_restart_failed", child=child.name, error=str(exc),
-                        retry_in_s=delay)
+            log.info("child_restart_failed", child=child.name, error=str(exc), retry_in_s=delay)
             self.say(f"{child.name} did not start again ({exc}); next try in {delay:g} s")
             return
         child.restarts += 1
@@ -260,8 +284,12 @@ class Supervisor:
         if self.on_change is not None:
             self.on_change()
 
-    def stop(self, names: Iterable[str], grace_s: float = STOP_GRACE_S,
-             force: Callable[[], bool] = lambda: False) -> None:
+    def stop(
+        self,
+        names: Iterable[str],
+        grace_s: float = STOP_GRACE_S,
+        force: Callable[[], bool] = lambda: False,
+    ) -> None:
         """Stop these children: SIGTERM, then SIGKILL after ``grace_s`` (or as soon as
         ``force()`` is true); each is reaped before this returns."""
         self.stopping = True

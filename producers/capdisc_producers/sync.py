@@ -51,17 +51,32 @@ class SyncReport:
 
     def summary(self) -> str:
         plan = self.plan
-        resumed = (f" (resumed after {self.outages} Redis outage{'s' if self.outages > 1 else ''}"
-                   "; counts are of the last attempt)" if self.outages else "")
+        resumed = (
+            f" (resumed after {self.outages} Redis outage{'s' if self.outages > 1 else ''}"
+            "; counts are of the last attempt)"
+            if self.outages
+            else ""
+        )
         moved = sum(cap.id in plan.taken_over for cap in plan.upserts)
         taken = f" ({moved} taken over from other sources)" if moved else ""
-        return (f"{self.root}: {len(plan.upserts)} upserted{taken}, {len(plan.deletes)} deleted, "
-                f"{len(plan.unchanged)} unchanged, {len(plan.errors)} rejected{resumed}")
+        return (
+            f"{self.root}: {len(plan.upserts)} upserted{taken}, {len(plan.deletes)} deleted, "
+            f"{len(plan.unchanged)} unchanged, {len(plan.errors)} rejected{resumed}"
+        )
 
 
-def sync_directory(client: redis.Redis, publisher: Publisher, root: Path, *, tenant: str,
-                   max_bytes: int, wait_s: float = 0.0, cache: ScanCache | None = None,
-                   visibility: Visibility | None = None, take_over: bool = False) -> SyncReport:
+def sync_directory(
+    client: redis.Redis,
+    publisher: Publisher,
+    root: Path,
+    *,
+    tenant: str,
+    max_bytes: int,
+    wait_s: float = 0.0,
+    cache: ScanCache | None = None,
+    visibility: Visibility | None = None,
+    take_over: bool = False,
+) -> SyncReport:
     """Scan ``root`` and publish what changed; with ``wait_s`` wait for the workers to apply it.
     A ``cache`` kept across calls skips re-parsing unchanged manifests. ``visibility`` applies
     to the capabilities whose manifest declares none (open to the tenant otherwise). A
@@ -70,26 +85,48 @@ def sync_directory(client: redis.Redis, publisher: Publisher, root: Path, *, ten
     check_tenant(tenant)
     root = root.resolve()
     stored = stored_by_source(client, tenant, str(root))
-    scan = scan_directory(root, max_bytes=max_bytes, cache=cache,
-                          held={cap_id: Path(r.location) for cap_id, r in stored.items()})
-    scanned = ({path: cap.with_changes(visibility=visibility) if cap.visibility.open else cap
-                for path, cap in scan.capabilities.items()} if visibility is not None
-               else scan.capabilities)
-    plan = plan_sync(scanned, scan.errors, stored,
-                     held_elsewhere(client, tenant, str(root), scanned, stored), take_over)
+    scan = scan_directory(
+        root,
+        max_bytes=max_bytes,
+        cache=cache,
+        held={cap_id: Path(r.location) for cap_id, r in stored.items()},
+    )
+    scanned = (
+        {
+            path: cap.with_changes(visibility=visibility) if cap.visibility.open else cap
+            for path, cap in scan.capabilities.items()
+        }
+        if visibility is not None
+        else scan.capabilities
+    )
+    plan = plan_sync(
+        scanned,
+        scan.errors,
+        stored,
+        held_elsewhere(client, tenant, str(root), scanned, stored),
+        take_over,
+    )
     _record_errors(client, tenant, root, plan)
-    return publish_plan(client, publisher, plan, root=root, tenant=tenant, source=str(root),
-                        wait_s=wait_s)
+    return publish_plan(
+        client, publisher, plan, root=root, tenant=tenant, source=str(root), wait_s=wait_s
+    )
 
 
-def held_elsewhere(client: redis.Redis, tenant: str, source: str,
-                   scanned: Mapping[Path, Capability], stored: Mapping[str, StoredRecord]
-                   ) -> dict[str, str]:
+def held_elsewhere(
+    client: redis.Redis,
+    tenant: str,
+    source: str,
+    scanned: Mapping[Path, Capability],
+    stored: Mapping[str, StoredRecord],
+) -> dict[str, str]:
     """The other sources that hold ids ``source`` scanned (id -> owner): what
     :func:`capdisc.registry.policy.plan_sync` rejects, or takes over."""
     new_ids = {cap.id for cap in scanned.values()} - set(stored)
-    return {cap_id: owner for cap_id, owner in owners(client, tenant, new_ids).items()
-            if owner and owner != source}
+    return {
+        cap_id: owner
+        for cap_id, owner in owners(client, tenant, new_ids).items()
+        if owner and owner != source
+    }
 
 
 #: Events sent per broker round trip (and per progress step) by :func:`publish_plan`.
@@ -98,9 +135,17 @@ CHUNK = 500
 Progress = Callable[[str, int], None]
 
 
-def publish_plan(client: redis.Redis, publisher: Publisher, plan: SyncPlan, *, root: Path,
-                 tenant: str, source: str, wait_s: float = 0.0,
-                 progress: Progress | None = None) -> SyncReport:
+def publish_plan(
+    client: redis.Redis,
+    publisher: Publisher,
+    plan: SyncPlan,
+    *,
+    root: Path,
+    tenant: str,
+    source: str,
+    wait_s: float = 0.0,
+    progress: Progress | None = None,
+) -> SyncReport:
     """Send the events of ``plan`` (one batch, one sequence) and, with ``wait_s``, wait until
     the workers applied them. ``progress(stage, n)`` hears of events ``"sent"`` and
     ``"applied"`` as they go, in chunks of :data:`CHUNK`."""
@@ -108,7 +153,7 @@ def publish_plan(client: redis.Redis, publisher: Publisher, plan: SyncPlan, *, r
     batch_id = uuid.uuid4().hex
     events = events_for(plan, tenant, source, batch_id)
     for start in range(0, len(events), CHUNK):
-        chunk = events[start:start + CHUNK]
+        chunk = events[start : start + CHUNK]
         publisher.send(chunk)
         if progress:
             progress("sent", len(chunk))
@@ -118,43 +163,73 @@ def publish_plan(client: redis.Redis, publisher: Publisher, plan: SyncPlan, *, r
     return report
 
 
-def _wait(client: redis.Redis, batch_id: str, count: int, wait_s: float,
-          progress: Progress | None) -> list[dict[str, Any]]:
+def _wait(
+    client: redis.Redis, batch_id: str, count: int, wait_s: float, progress: Progress | None
+) -> list[dict[str, Any]]:
     outcomes: list[dict[str, Any]] = []
     seen: set[str] = set()
     deadline = time.monotonic() + wait_s
     while len(outcomes) < count and (remaining := deadline - time.monotonic()) > 0:
-        got = wait_for_acks(client, batch_id, min(CHUNK, count - len(outcomes)),
-                            min(remaining, 5.0), seen)
+        got = wait_for_acks(
+            client, batch_id, min(CHUNK, count - len(outcomes)), min(remaining, 5.0), seen
+        )
         outcomes += got
         if progress and got:
             progress("applied", len(got))
     return outcomes
 
 
-def events_for(plan: SyncPlan, tenant: str, source: str, batch_id: str
-               ) -> list[RegistryEvent]:
+def events_for(plan: SyncPlan, tenant: str, source: str, batch_id: str) -> list[RegistryEvent]:
     """The upsert, delete and reindex events of ``plan``, all with one sequence: now. Those of
     ``plan.taken_over`` say ``take_over``."""
     seq = time.time_ns()
     taken = set(plan.taken_over)
-    events = [RegistryEvent(type="upsert", tenant=tenant, capability_id=cap.id, seq=seq,
-                            source=source, capability=cap.to_dict(), batch_id=batch_id,
-                            take_over=cap.id in taken)
-              for cap in plan.upserts]
-    events += [RegistryEvent(type="delete", tenant=tenant, capability_id=cap_id, seq=seq,
-                             source=source, batch_id=batch_id, take_over=cap_id in taken)
-               for cap_id in plan.deletes]
-    events += [RegistryEvent(type="reindex", tenant=tenant, capability_id=cap_id, seq=seq,
-                             source=source, batch_id=batch_id)
-               for cap_id in plan.reindexes]
+    events = [
+        RegistryEvent(
+            type="upsert",
+            tenant=tenant,
+            capability_id=cap.id,
+            seq=seq,
+            source=source,
+            capability=cap.to_dict(),
+            batch_id=batch_id,
+            take_over=cap.id in taken,
+        )
+        for cap in plan.upserts
+    ]
+    events += [
+        RegistryEvent(
+            type="delete",
+            tenant=tenant,
+            capability_id=cap_id,
+            seq=seq,
+            source=source,
+            batch_id=batch_id,
+            take_over=cap_id in taken,
+        )
+        for cap_id in plan.deletes
+    ]
+    events += [
+        RegistryEvent(
+            type="reindex",
+            tenant=tenant,
+            capability_id=cap_id,
+            seq=seq,
+            source=source,
+            batch_id=batch_id,
+        )
+        for cap_id in plan.reindexes
+    ]
     return events
 
 
 def _record_errors(client: redis.Redis, tenant: str, root: Path, plan: SyncPlan) -> None:
     key = keys.manifest_errors(tenant)
-    stale = [k for k in client.hkeys(key)
-             if as_str(k).startswith(str(root)) and Path(as_str(k)) not in plan.errors]
+    stale = [
+        k
+        for k in client.hkeys(key)
+        if as_str(k).startswith(str(root)) and Path(as_str(k)) not in plan.errors
+    ]
     with client.pipeline(transaction=True) as pipe:
         if stale:
             pipe.hdel(key, *stale)

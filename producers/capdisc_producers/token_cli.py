@@ -17,8 +17,12 @@ from capdisc.settings import Settings
 from capdisc_producers.credentials import StackSecrets, find_keys_file
 
 keys_option = click.option(
-    "--keys", "keys_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-    help="Keyring file (default: CAPDISC_AUTH_KEYS_FILE, then .capdisc/secrets/auth_keys.json)")
+    "--keys",
+    "keys_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Keyring file (default: CAPDISC_AUTH_KEYS_FILE, then .capdisc/secrets/auth_keys.json)",
+)
 
 
 @click.group()
@@ -28,24 +32,46 @@ def token() -> None:
 
 
 @token.command("issue")
-@click.option("--tenant", required=True,
-              help="The tenant it may ask about ('*': every tenant, with --grants admin)")
+@click.option(
+    "--tenant",
+    required=True,
+    help="The tenant it may ask about ('*': every tenant, with --grants admin)",
+)
 @click.option("--roles", default="", help="Comma-separated roles of the holder")
 @click.option("--user", default=None, help="The holder's user id")
-@click.option("--grants", default=",".join(auth.DEFAULT_GRANTS), show_default=True,
-              help=f"Comma-separated, some of {', '.join(auth.GRANTS)} (discover: ask; "
-                   "session: sessions; write: publish, delete, import, reindex, dlq; admin: "
-                   "everything, any roles)")
+@click.option(
+    "--grants",
+    default=",".join(auth.DEFAULT_GRANTS),
+    show_default=True,
+    help=f"Comma-separated, some of {', '.join(auth.GRANTS)} (discover: ask; "
+    "session: sessions; write: publish, delete, import, reindex, dlq; admin: "
+    "everything, any roles)",
+)
 @click.option("--ttl", default="24h", show_default=True, help="Lifetime: 90s, 15m, 24h, 30d")
 @keys_option
 @click.pass_context
-def token_issue(ctx: click.Context, tenant: str, roles: str, user: str | None, grants: str,
-                ttl: str, keys_file: Path | None) -> None:
+def token_issue(
+    ctx: click.Context,
+    tenant: str,
+    roles: str,
+    user: str | None,
+    grants: str,
+    ttl: str,
+    keys_file: Path | None,
+) -> None:
     """Print a token signed with the keyring's newest key (keep it like a password)."""
     keyring = auth.load_keyring(_keys_path(ctx, keys_file, create=False))
-    click.echo(auth.issue(keyring, tenant=tenant, roles=auth.roles_from(roles), user=user,
-                          grants=auth.grants_from(grants), ttl_s=auth.parse_duration(ttl),
-                          now=time.time()))
+    click.echo(
+        auth.issue(
+            keyring,
+            tenant=tenant,
+            roles=auth.roles_from(roles),
+            user=user,
+            grants=auth.grants_from(grants),
+            ttl_s=auth.parse_duration(ttl),
+            now=time.time(),
+        )
+    )
 
 
 @token.command("keygen")
@@ -72,8 +98,9 @@ def token_retire(ctx: click.Context, kid: str, keys_file: Path | None) -> None:
     path = _keys_path(ctx, keys_file, create=False)
     keyring = auth.load_keyring(path).without(kid)
     if not keyring.kids:
-        raise ConfigError(f"{kid} is the last key of {path}; add another first "
-                          "(capdisc token keygen)")
+        raise ConfigError(
+            f"{kid} is the last key of {path}; add another first (capdisc token keygen)"
+        )
     auth.save_keyring(path, keyring)
     click.echo(f"retired key {kid}; {path} keeps {', '.join(keyring.kids)}")
 
@@ -85,6 +112,8 @@ def _keys_path(ctx: click.Context, explicit: Path | None, *, create: bool) -> Pa
         return found
     if create:
         return StackSecrets.under(Path.cwd() / ".capdisc").keys_file
-    raise ConfigError("no keyring found: give --keys PATH, set CAPDISC_AUTH_KEYS_FILE, or run "
-                      "this in a project where `capdisc up` ran (or `capdisc token keygen` "
-                      "makes one)")
+    raise ConfigError(
+        "no keyring found: give --keys PATH, set CAPDISC_AUTH_KEYS_FILE, or run "
+        "this in a project where `capdisc up` ran (or `capdisc token keygen` "
+        "makes one)"
+    )

@@ -33,17 +33,28 @@ from capdisc_producers.sync import SyncReport, sync_directory
 log = structlog.get_logger("capdisc.watcher")
 
 #: What a sync raises while Redis (the registry and the Celery broker) cannot be reached.
-UNREACHABLE: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError,
-                                            kombu.exceptions.OperationalError)
+UNREACHABLE: tuple[type[Exception], ...] = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    kombu.exceptions.OperationalError,
+)
 #: First retry delay of a sync that could not reach Redis, and its cap.
 RETRY_FIRST_S = 0.5
 RETRY_CAP_S = 10.0
 
 
-def watch_directory(client: redis.Redis, publisher: Publisher, root: Path, *, tenant: str,
-                    max_bytes: int, debounce_ms: int, stop: threading.Event | None = None,
-                    on_sync: Callable[[SyncReport], None] | None = None,
-                    take_over: bool = False) -> None:
+def watch_directory(
+    client: redis.Redis,
+    publisher: Publisher,
+    root: Path,
+    *,
+    tenant: str,
+    max_bytes: int,
+    debounce_ms: int,
+    stop: threading.Event | None = None,
+    on_sync: Callable[[SyncReport], None] | None = None,
+    take_over: bool = False,
+) -> None:
     """Sync ``root`` now and after every change until ``stop`` is set (``take_over``: see
     :func:`~capdisc_producers.sync.sync_directory`)."""
     check_tenant(tenant)
@@ -51,10 +62,15 @@ def watch_directory(client: redis.Redis, publisher: Publisher, root: Path, *, te
     syncer = _Syncer(client, publisher, root.resolve(), tenant, max_bytes, on_sync, stop)
     syncer.take_over = take_over
     syncer.sync_until_done()
-    for changes in watchfiles.watch(syncer.root, step=max(1, debounce_ms // 2),
-                                    debounce=max(50, 4 * debounce_ms), stop_event=stop,
-                                    raise_interrupt=False, rust_timeout=1000,
-                                    yield_on_timeout=True):
+    for changes in watchfiles.watch(
+        syncer.root,
+        step=max(1, debounce_ms // 2),
+        debounce=max(50, 4 * debounce_ms),
+        stop_event=stop,
+        raise_interrupt=False,
+        rust_timeout=1000,
+        yield_on_timeout=True,
+    ):
         if changes:
             log.info("registry_changed", root=str(syncer.root), files=len(changes))
             syncer.sync_until_done()
@@ -65,9 +81,16 @@ def watch_directory(client: redis.Redis, publisher: Publisher, root: Path, *, te
 class _Syncer:
     """Syncs one directory, through Redis outages: see the module's docstring."""
 
-    def __init__(self, client: redis.Redis, publisher: Publisher, root: Path, tenant: str,
-                 max_bytes: int, on_sync: Callable[[SyncReport], None] | None,
-                 stop: threading.Event) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        publisher: Publisher,
+        root: Path,
+        tenant: str,
+        max_bytes: int,
+        on_sync: Callable[[SyncReport], None] | None,
+        stop: threading.Event,
+    ) -> None:
         self.client = client
         self.publisher = publisher
         self.root = root
@@ -110,9 +133,12 @@ class _Syncer:
     def _lost(self, exc: Exception) -> None:
         if not self.unreachable:
             self.unreachable = True
-            self.log.warning("redis_unavailable", error=str(exc),
-                             hint=f"retrying with backoff up to {RETRY_CAP_S:g} s, then "
-                                  "syncing the directory again")
+            self.log.warning(
+                "redis_unavailable",
+                error=str(exc),
+                hint=f"retrying with backoff up to {RETRY_CAP_S:g} s, then "
+                "syncing the directory again",
+            )
 
     def _run_id(self) -> str | None:
         """Redis's run id (new at every start); ``None`` where INFO is not allowed."""
@@ -124,12 +150,23 @@ class _Syncer:
         return str(info.get("run_id")) if info.get("run_id") else None
 
     def _sync(self) -> None:
-        report = sync_directory(self.client, self.publisher, self.root, tenant=self.tenant,
-                                max_bytes=self.max_bytes, cache=self.cache,
-                                take_over=self.take_over)
+        report = sync_directory(
+            self.client,
+            self.publisher,
+            self.root,
+            tenant=self.tenant,
+            max_bytes=self.max_bytes,
+            cache=self.cache,
+            take_over=self.take_over,
+        )
         for path, error in report.plan.errors.items():
             self.log.warning("manifest_rejected", path=str(path), error=str(error))
-        self.log.info("registry_synced", sent=report.sent, upserts=len(report.plan.upserts),
-                      deletes=len(report.plan.deletes), rejected=len(report.plan.errors))
+        self.log.info(
+            "registry_synced",
+            sent=report.sent,
+            upserts=len(report.plan.upserts),
+            deletes=len(report.plan.deletes),
+            rejected=len(report.plan.errors),
+        )
         if self.on_sync is not None:
             self.on_sync(report)

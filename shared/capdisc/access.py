@@ -37,8 +37,11 @@ ANONYMOUS = Caller()
 
 def visible(visibility: Visibility, caller: Caller) -> bool:
     """Whether ``caller`` may see a capability with ``visibility``."""
-    return (visibility.open or bool(caller.roles.intersection(visibility.roles))
-            or (caller.user is not None and caller.user in visibility.users))
+    return (
+        visibility.open
+        or bool(caller.roles.intersection(visibility.roles))
+        or (caller.user is not None and caller.user in visibility.users)
+    )
 
 
 def visible_to(capabilities: Iterable[Capability], caller: Caller) -> list[Capability]:

@@ -68,14 +68,22 @@ class Client:
     forged, expired or wrong-tenant token raises :class:`~capdisc.errors.AuthError` (or its
     :class:`~capdisc.errors.ForbiddenError`). ``tenant`` defaults to the token's tenant."""
 
-    def __init__(self, connection: redis.Redis, *, tenant: str | None = None,
-                 timeout_s: float = 5.0, resend_after_s: float = 3.0,
-                 roles: list[str] | None = None, user: str | None = None,
-                 token: str | None = None) -> None:
+    def __init__(
+        self,
+        connection: redis.Redis,
+        *,
+        tenant: str | None = None,
+        timeout_s: float = 5.0,
+        resend_after_s: float = 3.0,
+        roles: list[str] | None = None,
+        user: str | None = None,
+        token: str | None = None,
+    ) -> None:
         self.redis = connection
         self.token = token or None
-        self.tenant = tenants.check_tenant(tenant or tenant_of(self.token) or "default",
-                                           "Client tenant")
+        self.tenant = tenants.check_tenant(
+            tenant or tenant_of(self.token) or "default", "Client tenant"
+        )
         #: Who asks, within the tenant: only capabilities visible to them come back.
         self.roles = list(roles or [])
         self.user = user
@@ -92,16 +100,32 @@ class Client:
         """A client on this one's connection asking as the holder of ``token`` (in ``tenant``,
         else the token's): one caller of a server that serves many (``capdisc mcp --http``).
         Closing it closes the shared connection: close this one instead."""
-        return Client(self.redis, tenant=tenant, token=token, timeout_s=self.timeout_s,
-                      resend_after_s=self.resend_after_s)
+        return Client(
+            self.redis,
+            tenant=tenant,
+            token=token,
+            timeout_s=self.timeout_s,
+            resend_after_s=self.resend_after_s,
+        )
 
-    def discover(self, query: str, *, limit: int | None = None, kind: str | None = None,
-                 category: str | None = None, tags: list[str] | None = None,
-                 only_available: bool = False, min_version: int = 0,
-                 options: dict[str, Any] | None = None, tool_format: str | None = None,
-                 tenant: str | None = None, timeout_s: float | None = None,
-                 session: str | None = None, profile: str | None = None,
-                 request_id: str | None = None) -> Answer:
+    def discover(
+        self,
+        query: str,
+        *,
+        limit: int | None = None,
+        kind: str | None = None,
+        category: str | None = None,
+        tags: list[str] | None = None,
+        only_available: bool = False,
+        min_version: int = 0,
+        options: dict[str, Any] | None = None,
+        tool_format: str | None = None,
+        tenant: str | None = None,
+        timeout_s: float | None = None,
+        session: str | None = None,
+        profile: str | None = None,
+        request_id: str | None = None,
+    ) -> Answer:
         """The capabilities this turn needs, filtered by ``kind``, ``category``, ``tags`` and
         availability. ``options`` overrides discovery settings for this call (for example
         ``{"tier1_top_k": 8}``); ``min_version`` waits (up to the worker's
@@ -110,24 +134,41 @@ class Client:
         ``anthropic``, ``mcp``) adds tool definitions, plus the meta-tool, to the answer: this
         turn's matches, or in a ``session`` its whole working set. In a session the matches
         join the working set (``answer.session``); ``profile`` names an agent profile."""
-        request = DiscoverRequest(query=query, tenant=self._tenant(tenant), limit=limit,
-                                  kind=kind, category=category, tags=list(tags or []),
-                                  only_available=only_available, min_version=min_version,
-                                  tool_format=tool_format, options=options or {},
-                                  session=session, profile=profile, roles=self.roles,
-                                  user=self.user, token=self.token)
+        request = DiscoverRequest(
+            query=query,
+            tenant=self._tenant(tenant),
+            limit=limit,
+            kind=kind,
+            category=category,
+            tags=list(tags or []),
+            only_available=only_available,
+            min_version=min_version,
+            tool_format=tool_format,
+            options=options or {},
+            session=session,
+            profile=profile,
+            roles=self.roles,
+            user=self.user,
+            token=self.token,
+        )
         if request_id:
             request = replace(request, request_id=request_id)
-        return _answer(self._request({"payload": request.encode()}, request.request_id,
-                                     timeout_s))
+        return _answer(self._request({"payload": request.encode()}, request.request_id, timeout_s))
 
-    def record_tool_call(self, session: str, tool_id: str, arguments: Any = None, *,
-                         tenant: str | None = None, request_id: str | None = None
-                         ) -> dict[str, Any]:
+    def record_tool_call(
+        self,
+        session: str,
+        tool_id: str,
+        arguments: Any = None,
+        *,
+        tenant: str | None = None,
+        request_id: str | None = None,
+    ) -> dict[str, Any]:
         """Record that the agent executed ``tool_id``: ``loop_detected``, ``evicted`` and
         ``guidance`` say whether the loop guard took the tool away (the call did run)."""
-        return self._session_op("call", session, tenant, request_id, tool_id=tool_id,
-                                arguments=arguments)
+        return self._session_op(
+            "call", session, tenant, request_id, tool_id=tool_id, arguments=arguments
+        )
 
     def working_set(self, session: str, *, tenant: str | None = None) -> dict[str, Any]:
         """The session's working set: ``bound`` ids with first-seen, last-used and use count,
@@ -140,15 +181,23 @@ class Client:
         exported: dict[str, Any] = self._session_op("export", session, tenant)["session"]
         return exported
 
-    def import_session(self, session: str, data: dict[str, Any], *,
-                       tenant: str | None = None) -> dict[str, Any]:
+    def import_session(
+        self, session: str, data: dict[str, Any], *, tenant: str | None = None
+    ) -> dict[str, Any]:
         """Start (or replace) ``session`` with an exported working set; its working set."""
-        working: dict[str, Any] = self._session_op("import", session, tenant,
-                                                   data=data)["working_set"]
+        working: dict[str, Any] = self._session_op("import", session, tenant, data=data)[
+            "working_set"
+        ]
         return working
 
-    def watch_session(self, session: str, *, tenant: str | None = None, after: str = "0-0",
-                      stop: Callable[[], bool] = lambda: False) -> Iterator[dict[str, str]]:
+    def watch_session(
+        self,
+        session: str,
+        *,
+        tenant: str | None = None,
+        after: str = "0-0",
+        stop: Callable[[], bool] = lambda: False,
+    ) -> Iterator[dict[str, str]]:
         """Every change to the session's working set, in order, as it happens (``bound``,
         ``refreshed``, ``evicted``, ``restored``, ``loop_detected``, ``redundant_search``,
         ``imported``; a ``refreshed`` event's ``tool`` lists the tools a discovery found again,
@@ -160,22 +209,36 @@ class Client:
         else this client's."""
         return tenants.check_tenant(tenant, "tenant") if tenant else self.tenant
 
-    def _session_op(self, op: str, session: str, tenant: str | None,
-                    request_id: str | None = None, **fields: Any) -> dict[str, Any]:
+    def _session_op(
+        self,
+        op: str,
+        session: str,
+        tenant: str | None,
+        request_id: str | None = None,
+        **fields: Any,
+    ) -> dict[str, Any]:
         if request_id:
             fields["request_id"] = request_id
-        request = SessionRequest(op=op, session=session,  # type: ignore[arg-type]
-                                 tenant=self._tenant(tenant), roles=self.roles,
-                                 user=self.user, token=self.token, **fields)
-        raw = self._request({"op": "session", "payload": request.encode()}, request.request_id,
-                            None)
+        request = SessionRequest(
+            op=op,  # type: ignore[arg-type]
+            session=session,
+            tenant=self._tenant(tenant),
+            roles=self.roles,
+            user=self.user,
+            token=self.token,
+            **fields,
+        )
+        raw = self._request(
+            {"op": "session", "payload": request.encode()}, request.request_id, None
+        )
         reply = decode_reply(raw, SessionReply.from_dict)
         if isinstance(reply, ErrorReply):
             raise reply.error()
         return reply.to_dict()
 
-    def _request(self, fields: dict[str, str], request_id: str, timeout_s: float | None
-                 ) -> dict[str, Any]:
+    def _request(
+        self, fields: dict[str, str], request_id: str, timeout_s: float | None
+    ) -> dict[str, Any]:
         """Send a request and wait for its reply, sending it again (same id) whenever
         ``resend_after_s`` passes unanswered, until the timeout."""
         timeout = timeout_s if timeout_s is not None else self.timeout_s
@@ -186,10 +249,12 @@ class Client:
             reply = wait_for_reply(self.redis, request_id, min(remaining, self.resend_after_s))
             if reply is not None:
                 return reply
-        raise DiscoveryTimeout(f"no discovery worker answered within {timeout:.1f} s "
-                               f"({self._discovery_workers_seen()} discovery worker(s) seen "
-                               "alive); start one with `make up` or `python -m "
-                               "capdisc_workers.discovery`")
+        raise DiscoveryTimeout(
+            f"no discovery worker answered within {timeout:.1f} s "
+            f"({self._discovery_workers_seen()} discovery worker(s) seen "
+            "alive); start one with `make up` or `python -m "
+            "capdisc_workers.discovery`"
+        )
 
     def _discovery_workers_seen(self) -> str:
         """How many discovery workers' heartbeats are fresh (``?`` when this client may not read
@@ -199,10 +264,16 @@ class Client:
         except redis.ResponseError:
             return "?"
 
-    def handle_metatool_call(self, arguments: str | dict[str, Any], *,
-                             tool_format: str | None = None, tenant: str | None = None,
-                             min_version: int = 0, session: str | None = None,
-                             profile: str | None = None) -> tuple[dict[str, Any], Answer]:
+    def handle_metatool_call(
+        self,
+        arguments: str | dict[str, Any],
+        *,
+        tool_format: str | None = None,
+        tenant: str | None = None,
+        min_version: int = 0,
+        session: str | None = None,
+        profile: str | None = None,
+    ) -> tuple[dict[str, Any], Answer]:
         """Run a model's ``discover_capabilities`` call: the result to hand back to the model,
         and the full answer (whose ``tools`` to bind when ``tool_format`` is given: in a
         ``session``, its whole working set). Bad arguments raise
@@ -210,10 +281,17 @@ class Client:
         model as the tool's error. ``min_version`` waits until that index version is served
         (read your own writes). In a session the result carries the redundant-search note."""
         call = parse_metatool_arguments(arguments)
-        answer = self.discover(call.query, kind=call.kind, limit=call.limit,
-                               only_available=bool(call.only_available),
-                               tool_format=tool_format, tenant=tenant,
-                               min_version=min_version, session=session, profile=profile)
+        answer = self.discover(
+            call.query,
+            kind=call.kind,
+            limit=call.limit,
+            only_available=bool(call.only_available),
+            tool_format=tool_format,
+            tenant=tenant,
+            min_version=min_version,
+            session=session,
+            profile=profile,
+        )
         result = metatool_result(answer.raw)
         if answer.session and answer.session.get("note"):
             result["note"] = answer.session["note"]
@@ -235,14 +313,16 @@ class Client:
         self.close()
 
 
-def wait_for_reply(connection: redis.Redis, request_id: str, timeout_s: float
-                   ) -> dict[str, Any] | None:
+def wait_for_reply(
+    connection: redis.Redis, request_id: str, timeout_s: float
+) -> dict[str, Any] | None:
     """The reply pushed on ``capdisc:reply:{request_id}`` (a discovery request, a reconcile
     run), waiting in slices under redis-py's socket timeout; None if none came in time."""
     deadline = time.monotonic() + timeout_s
     while (remaining := deadline - time.monotonic()) > 0:
-        popped = connection.blpop([keys.reply(request_id)],
-                                  timeout=max(0.01, min(BLOCK_SLICE_S, remaining)))
+        popped = connection.blpop(
+            [keys.reply(request_id)], timeout=max(0.01, min(BLOCK_SLICE_S, remaining))
+        )
         if popped:
             reply: dict[str, Any] = json.loads(popped[1])
             return reply
@@ -254,14 +334,22 @@ def _answer(raw: dict[str, Any]) -> Answer:
     reply = decode_reply(raw, DiscoverReply.from_dict)
     if isinstance(reply, ErrorReply):
         raise reply.error()
-    return Answer(query=reply.query, tenant=reply.tenant, index_version=reply.index_version,
-                  capabilities=[c.to_dict() for c in reply.capabilities],
-                  context=reply.context, abstained=reply.abstained, tokens=dict(reply.tokens),
-                  tools=list(reply.tools.tools) if reply.tools else [],
-                  tool_names=dict(reply.tools.tool_names) if reply.tools else {},
-                  worker=reply.worker, took_ms=reply.took_ms,
-                  workflow_hints=dict(reply.workflow_hints),
-                  session=reply.session.to_dict() if reply.session else None, raw=raw)
+    return Answer(
+        query=reply.query,
+        tenant=reply.tenant,
+        index_version=reply.index_version,
+        capabilities=[c.to_dict() for c in reply.capabilities],
+        context=reply.context,
+        abstained=reply.abstained,
+        tokens=dict(reply.tokens),
+        tools=list(reply.tools.tools) if reply.tools else [],
+        tool_names=dict(reply.tools.tool_names) if reply.tools else {},
+        worker=reply.worker,
+        took_ms=reply.took_ms,
+        workflow_hints=dict(reply.workflow_hints),
+        session=reply.session.to_dict() if reply.session else None,
+        raw=raw,
+    )
 
 
 def tenant_of(token: str | None) -> str | None:

@@ -67,14 +67,16 @@ class SearchFilters:
 
     def admits(self, candidate: Candidate) -> bool:
         """Whether ``candidate`` passes every filter and is visible to the caller."""
-        return (visible(candidate.visibility, self.caller)
-                and (self.kind is None or candidate.kind == self.kind)
-                and (self.category is None or candidate.category == self.category)
-                and all(tag in candidate.tags for tag in self.tags)
-                and (candidate.available or not self.only_available)
-                and not (candidate.available and self.only_installable)
-                and candidate.id not in self.exclude_ids
-                and (self.include_ids is None or candidate.id in self.include_ids))
+        return (
+            visible(candidate.visibility, self.caller)
+            and (self.kind is None or candidate.kind == self.kind)
+            and (self.category is None or candidate.category == self.category)
+            and all(tag in candidate.tags for tag in self.tags)
+            and (candidate.available or not self.only_available)
+            and not (candidate.available and self.only_installable)
+            and candidate.id not in self.exclude_ids
+            and (self.include_ids is None or candidate.id in self.include_ids)
+        )
 
 
 #: No filters: every capability open to the whole tenant (the caller is anonymous).

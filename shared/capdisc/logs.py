@@ -37,8 +37,11 @@ def configure_logging(level: str = "INFO", fmt: str = "json", stream: Any = None
     )
     structlog.configure(
         # filter_by_level first: a debug event in a per-turn path costs nothing at INFO.
-        processors=[structlog.stdlib.filter_by_level, *_SHARED,
-                    structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        processors=[
+            structlog.stdlib.filter_by_level,
+            *_SHARED,
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=True,

@@ -23,12 +23,18 @@ def embedder_for(settings: Settings) -> Embedder:
         return make_embedder(settings.embedder, settings.hashing_dim, spin=settings.model_spin)
     from capdisc.embedders.openai import OpenAIEmbedder, OpenAIEmbedderSettings
 
-    return OpenAIEmbedder(OpenAIEmbedderSettings(
-        api_key=settings.openai_api_key, model=settings.openai_model,
-        base_url=settings.openai_base_url, dimensions=settings.openai_dimensions,
-        request_dimensions=settings.openai_request_dimensions,
-        batch_size=settings.openai_batch_size, timeout_s=settings.openai_timeout_s,
-        max_attempts=settings.openai_max_attempts))
+    return OpenAIEmbedder(
+        OpenAIEmbedderSettings(
+            api_key=settings.openai_api_key,
+            model=settings.openai_model,
+            base_url=settings.openai_base_url,
+            dimensions=settings.openai_dimensions,
+            request_dimensions=settings.openai_request_dimensions,
+            batch_size=settings.openai_batch_size,
+            timeout_s=settings.openai_timeout_s,
+            max_attempts=settings.openai_max_attempts,
+        )
+    )
 
 
 def embedder_for_id(embedder_id: str, settings: Settings) -> Embedder:
@@ -42,10 +48,15 @@ def embedder_for_id(embedder_id: str, settings: Settings) -> Embedder:
     if kind == "openai":
         model, _, dim = rest.rpartition("-")
         if model and dim.isdigit():
-            return embedder_for(settings.with_changes(embedder="openai", openai_model=model,
-                                                      openai_dimensions=int(dim)))
-    raise EmbeddingError(f"no embedder has id {embedder_id!r}; configure this worker with the "
-                         "embedder the tenant was last reindexed with (capdisc status shows it)")
+            return embedder_for(
+                settings.with_changes(
+                    embedder="openai", openai_model=model, openai_dimensions=int(dim)
+                )
+            )
+    raise EmbeddingError(
+        f"no embedder has id {embedder_id!r}; configure this worker with the "
+        "embedder the tenant was last reindexed with (capdisc status shows it)"
+    )
 
 
 def store_for(settings: Settings) -> VectorStore | None:
@@ -55,8 +66,10 @@ def store_for(settings: Settings) -> VectorStore | None:
     from capdisc.vectorstores.weaviate import WeaviateVectorStore
 
     if not settings.weaviate_url:
-        raise ConfigError("vector_store is 'weaviate' but CAPDISC_WEAVIATE_URL is not set; set "
-                          "it to the Weaviate REST URL (and CAPDISC_WEAVIATE_GRPC_PORT)")
+        raise ConfigError(
+            "vector_store is 'weaviate' but CAPDISC_WEAVIATE_URL is not set; set "
+            "it to the Weaviate REST URL (and CAPDISC_WEAVIATE_GRPC_PORT)"
+        )
     return WeaviateVectorStore(weaviate_settings(settings))
 
 
@@ -65,12 +78,17 @@ def weaviate_settings(settings: Settings) -> WeaviateStoreSettings:
     from capdisc.vectorstores.weaviate import WeaviateStoreSettings
 
     if not settings.weaviate_url:
-        raise VectorStoreError("the Weaviate vector store needs a server: set "
-                               "CAPDISC_WEAVIATE_URL (e.g. http://127.0.0.1:8080)")
+        raise VectorStoreError(
+            "the Weaviate vector store needs a server: set "
+            "CAPDISC_WEAVIATE_URL (e.g. http://127.0.0.1:8080)"
+        )
     return WeaviateStoreSettings(
-        url=settings.weaviate_url, grpc_port=settings.weaviate_grpc_port,
-        grpc_host=settings.weaviate_grpc_host or None, api_key=settings.weaviate_api_key,
+        url=settings.weaviate_url,
+        grpc_port=settings.weaviate_grpc_port,
+        grpc_host=settings.weaviate_grpc_host or None,
+        api_key=settings.weaviate_api_key,
         collection=settings.weaviate_collection,
         timeout_init_s=settings.weaviate_timeout_init_s,
         timeout_query_s=settings.weaviate_timeout_query_s,
-        timeout_insert_s=settings.weaviate_timeout_insert_s)
+        timeout_insert_s=settings.weaviate_timeout_insert_s,
+    )

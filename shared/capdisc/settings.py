@@ -124,17 +124,16 @@ class Settings(BaseModel):
         return value
 
     @classmethod
-    def load(
-        cls, environ: Mapping[str, str] | None = None, path: Path | None = None
-    ) -> Settings:
+    def load(cls, environ: Mapping[str, str] | None = None, path: Path | None = None) -> Settings:
         """Defaults, then the settings file, then ``CAPDISC_*`` variables."""
         env = os.environ if environ is None else environ
         file_path = path or (Path(env[SETTINGS_FILE_ENV]) if env.get(SETTINGS_FILE_ENV) else None)
         values: dict[str, Any] = _read_file(file_path) if file_path else {}
         discovery = values.pop("discovery", None) or {}
         if not isinstance(discovery, dict):
-            raise ConfigError(f"settings file {file_path}: 'discovery' must be a mapping of "
-                              "discovery options")
+            raise ConfigError(
+                f"settings file {file_path}: 'discovery' must be a mapping of discovery options"
+            )
         discovery = dict(discovery)
         for name in cls.model_fields:
             if name not in ("discovery", "sessions") and f"{ENV_PREFIX}{name.upper()}" in env:
@@ -160,8 +159,10 @@ class Settings(BaseModel):
         try:
             password = self.redis_password_file.read_text(encoding="utf-8").strip()
         except OSError as exc:
-            raise ConfigError(f"redis_password_file {self.redis_password_file} cannot be read "
-                              f"({exc.strerror}) (env CAPDISC_REDIS_PASSWORD_FILE)") from exc
+            raise ConfigError(
+                f"redis_password_file {self.redis_password_file} cannot be read "
+                f"({exc.strerror}) (env CAPDISC_REDIS_PASSWORD_FILE)"
+            ) from exc
         return self.with_changes(redis_url=with_password(self.redis_url, password))
 
     def __repr_args__(self) -> Any:
@@ -195,5 +196,3 @@ def _read_file(path: Path) -> dict[str, Any]:
         return load_mapping(text, str(path))
     except ManifestError as exc:
         raise ConfigError(f"settings file {exc}") from exc
-
-

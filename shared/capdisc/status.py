@@ -30,33 +30,47 @@ def forget_worker(client: redis.Redis, worker_id: str) -> None:
     client.hdel(keys.WORKERS, worker_id)
 
 
-def live_workers(client: redis.Redis, stale_after_s: float = DEFAULT_STALE_AFTER_S
-                 ) -> list[dict[str, Any]]:
+def live_workers(
+    client: redis.Redis, stale_after_s: float = DEFAULT_STALE_AFTER_S
+) -> list[dict[str, Any]]:
     now_ms = time.time() * 1000
     workers = [json.loads(v) for v in client.hgetall(keys.WORKERS).values()]
-    return sorted((w for w in workers if now_ms - w["last_seen_ms"] <= stale_after_s * 1000),
-                  key=lambda w: (w["kind"], w["id"]))
+    return sorted(
+        (w for w in workers if now_ms - w["last_seen_ms"] <= stale_after_s * 1000),
+        key=lambda w: (w["kind"], w["id"]),
+    )
 
 
 def record_supervised(client: redis.Redis, children: dict[str, dict[str, Any]]) -> None:
     """Record what ``capdisc up`` knows of the processes it supervises (by child name)."""
     now_ms = int(time.time() * 1000)
-    client.hset(keys.SUPERVISED, mapping={name: json.dumps({**child, "updated_ms": now_ms})
-                                          for name, child in children.items()})
+    client.hset(
+        keys.SUPERVISED,
+        mapping={
+            name: json.dumps({**child, "updated_ms": now_ms}) for name, child in children.items()
+        },
+    )
 
 
-def supervised(client: redis.Redis, stale_after_s: float = DEFAULT_STALE_AFTER_S
-               ) -> dict[str, dict[str, Any]]:
+def supervised(
+    client: redis.Redis, stale_after_s: float = DEFAULT_STALE_AFTER_S
+) -> dict[str, dict[str, Any]]:
     """The children of a running ``capdisc up`` (pid, restarts, last exit), by name; empty when
     no ``up`` recorded them within ``stale_after_s``."""
     now_ms = time.time() * 1000
     children = {as_str(k): json.loads(v) for k, v in client.hgetall(keys.SUPERVISED).items()}
-    return {name: child for name, child in sorted(children.items())
-            if now_ms - child.get("updated_ms", 0) <= stale_after_s * 1000}
+    return {
+        name: child
+        for name, child in sorted(children.items())
+        if now_ms - child.get("updated_ms", 0) <= stale_after_s * 1000
+    }
 
 
-def collect_status(client: redis.Redis, stale_after_s: float = DEFAULT_STALE_AFTER_S,
-                   poisoning_policy: flags.Policy = "warn") -> dict[str, Any]:
+def collect_status(
+    client: redis.Redis,
+    stale_after_s: float = DEFAULT_STALE_AFTER_S,
+    poisoning_policy: flags.Policy = "warn",
+) -> dict[str, Any]:
     """Everything ``capdisc status`` shows; ``poisoning_policy`` is the workers' setting, the
     policy of a tenant that has none of its own."""
     tenants = {}
@@ -78,7 +92,7 @@ def collect_status(client: redis.Redis, stale_after_s: float = DEFAULT_STALE_AFT
         "dead_letters": int(client.xlen(keys.DEADLETTERS)),
         # queued for an indexing worker, or delivered and not yet acknowledged
         "pending_events": int(client.llen(keys.INDEXING_QUEUE))
-                          + int(client.hlen(keys.KOMBU_UNACKED)),
+        + int(client.hlen(keys.KOMBU_UNACKED)),
         "embedding_calls": counters.get("embedding_calls", 0),
         "drift_repaired": counters.get("drift_repaired", 0),
         # indexing tasks sent and not yet done; tasks_resent: the ones the broker lost
@@ -93,26 +107,29 @@ def _json_or_none(raw: Any) -> Any:
 
 
 def _tenant_status(client: redis.Redis, tenant: str) -> dict[str, Any]:
-    records = [StoredRecord.from_dict(json.loads(v))
-               for v in client.hgetall(keys.caps(tenant)).values()]
-    errors = {as_str(k): as_str(v)
-              for k, v in client.hgetall(keys.manifest_errors(tenant)).items()}
+    records = [
+        StoredRecord.from_dict(json.loads(v)) for v in client.hgetall(keys.caps(tenant)).values()
+    ]
+    errors = {as_str(k): as_str(v) for k, v in client.hgetall(keys.manifest_errors(tenant)).items()}
     space = client.get(keys.space(tenant))
     building = {as_str(k): as_str(v) for k, v in client.hgetall(keys.reindex(tenant)).items()}
     if building:
         building["done"] = str(client.scard(keys.reindex_done(tenant, building["job"])))
-    return {"index_version": int(client.get(keys.version(tenant)) or 0),
-            "vector_space": as_str(space) if space else None,
-            "reindex": building or None,
-            "sources": dict(sorted(Counter(r.source for r in records).items())),
-            "live_sessions": int(client.zcard(keys.sessions(tenant))),
-            "capabilities": len(records),
-            "by_kind": dict(sorted(Counter(r.capability["kind"] for r in records).items())),
-            "manifest_errors": errors}
+    return {
+        "index_version": int(client.get(keys.version(tenant)) or 0),
+        "vector_space": as_str(space) if space else None,
+        "reindex": building or None,
+        "sources": dict(sorted(Counter(r.source for r in records).items())),
+        "live_sessions": int(client.zcard(keys.sessions(tenant))),
+        "capabilities": len(records),
+        "by_kind": dict(sorted(Counter(r.capability["kind"] for r in records).items())),
+        "manifest_errors": errors,
+    }
 
 
-def poisoning_status(client: redis.Redis, tenant: str, default: flags.Policy = "warn"
-                     ) -> dict[str, Any]:
+def poisoning_status(
+    client: redis.Redis, tenant: str, default: flags.Policy = "warn"
+) -> dict[str, Any]:
     """``tenant``'s policy (``policy_set``: its own, else ``default``), how many flags are in
     each state and, per flagged capability, its state, rule codes and where they fired (never
     the excerpts: ``capdisc flags list`` shows those to a reviewer)."""
@@ -120,8 +137,11 @@ def poisoning_status(client: redis.Redis, tenant: str, default: flags.Policy = "
         own = tenant_policy(client, tenant)
     except FlagError:  # written by hand: the workers serve it as quarantine
         own = "quarantine"
-    return {"policy": own or default, "policy_set": own is not None,
-            **flags.summary(read_flags(client, tenant))}
+    return {
+        "policy": own or default,
+        "policy_set": own is not None,
+        **flags.summary(read_flags(client, tenant)),
+    }
 
 
 def _queues(client: redis.Redis) -> dict[str, int]:
@@ -132,5 +152,7 @@ def _queues(client: redis.Redis) -> dict[str, int]:
         except redis.ResponseError:
             groups = []
         pending = sum(int(g.get("pending", 0)) + int(g.get("lag") or 0) for g in groups)
-    return {keys.INDEXING_QUEUE: int(client.llen(keys.INDEXING_QUEUE)),
-            "discovery_requests": pending}
+    return {
+        keys.INDEXING_QUEUE: int(client.llen(keys.INDEXING_QUEUE)),
+        "discovery_requests": pending,
+    }

@@ -19,8 +19,9 @@ from capdisc.errors import TenantNameError
 TENANT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 MAX_TENANT_CHARS = 64
 #: What a tenant name may be, for messages.
-TENANT_RULE = ("1 to 64 ASCII letters, digits, '_' or '-', starting with a letter or digit "
-               "(case counts)")
+TENANT_RULE = (
+    "1 to 64 ASCII letters, digits, '_' or '-', starting with a letter or digit (case counts)"
+)
 #: How much of a bad name a message quotes.
 SHOWN_CHARS = 40
 
@@ -56,5 +57,12 @@ def shown(name: object) -> str:
     return f"{text[:SHOWN_CHARS]}...{size}"
 
 
-__all__ = ["MAX_TENANT_CHARS", "TENANT_RE", "TENANT_RULE", "check_tenant", "is_tenant", "shown",
-           "tenant_problem"]
+__all__ = [
+    "MAX_TENANT_CHARS",
+    "TENANT_RE",
+    "TENANT_RULE",
+    "check_tenant",
+    "is_tenant",
+    "shown",
+    "tenant_problem",
+]

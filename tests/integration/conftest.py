@@ -55,8 +55,14 @@ class Stack:
     def spawn(self, name: str, argv: list[str], **env: str) -> subprocess.Popen[bytes]:
         """Start a worker; the kernel kills it if the test process dies without stopping it."""
         with (self.log_dir / f"{name}.log").open("ab") as log:
-            process = subprocess.Popen(argv, env={**self.env, **env}, stdout=log, stderr=log,
-                                       cwd=ROOT, preexec_fn=die_with_parent(signal.SIGKILL))
+            process = subprocess.Popen(
+                argv,
+                env={**self.env, **env},
+                stdout=log,
+                stderr=log,
+                cwd=ROOT,
+                preexec_fn=die_with_parent(signal.SIGKILL),
+            )
         self.processes.append(process)
         return process
 
@@ -86,8 +92,9 @@ def stop_process(process: subprocess.Popen[bytes], timeout_s: float = 10.0) -> N
         process.wait()
 
 
-def wait_for(condition: Callable[[], Any], timeout_s: float, what: str,
-             every_s: float = 0.05) -> Any:
+def wait_for(
+    condition: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.05
+) -> Any:
     """Poll ``condition`` until it returns something truthy (returned), or fail saying ``what``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -100,25 +107,42 @@ def wait_for(condition: Callable[[], Any], timeout_s: float, what: str,
 
 def worker_env(url: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAPDISC_")}
-    env.update(CAPDISC_REDIS_URL=url, CAPDISC_EMBEDDER="hashing", CAPDISC_LOG_LEVEL="INFO",
-               CAPDISC_HEARTBEAT_INTERVAL_S="0.5",
-               # tests run `capdisc reconcile` when they want one: a periodic run would race them
-               CAPDISC_RECONCILE_INTERVAL_S="0",
-               CAPDISC_SETTINGS_FILE=str(ROOT / "tests" / "fixtures" / "stack_settings.yaml"))
+    env.update(
+        CAPDISC_REDIS_URL=url,
+        CAPDISC_EMBEDDER="hashing",
+        CAPDISC_LOG_LEVEL="INFO",
+        CAPDISC_HEARTBEAT_INTERVAL_S="0.5",
+        # tests run `capdisc reconcile` when they want one: a periodic run would race them
+        CAPDISC_RECONCILE_INTERVAL_S="0",
+        CAPDISC_SETTINGS_FILE=str(ROOT / "tests" / "fixtures" / "stack_settings.yaml"),
+    )
     return env
 
 
-INDEXING_ARGV = [sys.executable, "-m", "celery", "-A", "capdisc_workers.celery_app", "worker",
-                 "-Q", "indexing", "-P", "solo", "--without-gossip", "--without-mingle",
-                 "--without-heartbeat", "--loglevel", "INFO"]
+INDEXING_ARGV = [
+    sys.executable,
+    "-m",
+    "celery",
+    "-A",
+    "capdisc_workers.celery_app",
+    "worker",
+    "-Q",
+    "indexing",
+    "-P",
+    "solo",
+    "--without-gossip",
+    "--without-mingle",
+    "--without-heartbeat",
+    "--loglevel",
+    "INFO",
+]
 DISCOVERY_ARGV = [sys.executable, "-m", "capdisc_workers.discovery"]
 
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     base = tmp_path_factory.mktemp("stack")
-    server = start_redis(base / "redis", durable=False,
-                         preexec_fn=die_with_parent(signal.SIGTERM))
+    server = start_redis(base / "redis", durable=False, preexec_fn=die_with_parent(signal.SIGTERM))
     log_dir = base / "logs"
     log_dir.mkdir()
     running = Stack(server, worker_env(server.url), log_dir, [])
@@ -136,19 +160,27 @@ def _await_ready(running: Stack) -> None:
     source = running.log_dir / "warmup"
     (source / "ping").mkdir(parents=True)
     (source / "ping" / "CAPABILITY.yaml").write_text(
-        "name: ping\nkind: tool\ndescription: Answers ping with pong.\n")
+        "name: ping\nkind: tool\ndescription: Answers ping with pong.\n"
+    )
     report = publish(running.url, source, "warmup", wait_s=90)
     assert report.complete, f"indexing worker did not start; see {running.log_dir}"
     Client(running.connection(), tenant="warmup", timeout_s=90).discover(
-        "ping", min_version=report.index_version)
+        "ping", min_version=report.index_version
+    )
 
 
 def publish(url: str, source: Path, tenant: str, wait_s: float = 30) -> SyncReport:
     """Publish a directory and wait until every event it sent is applied."""
     publisher = Publisher(url)
     try:
-        return sync_directory(redis.Redis.from_url(url), publisher, source, tenant=tenant,
-                              max_bytes=MAX_BYTES, wait_s=wait_s)
+        return sync_directory(
+            redis.Redis.from_url(url),
+            publisher,
+            source,
+            tenant=tenant,
+            max_bytes=MAX_BYTES,
+            wait_s=wait_s,
+        )
     finally:
         publisher.close()
 

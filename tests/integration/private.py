@@ -57,8 +57,9 @@ class PrivateStack:
 
     def spawn(self, name: str, argv: list[str], **env: str) -> subprocess.Popen[bytes]:
         with (self.log_dir / f"{name}.log").open("ab") as log:
-            process = subprocess.Popen(argv, env={**self.env, **env}, stdout=log, stderr=log,
-                                       cwd=ROOT)
+            process = subprocess.Popen(
+                argv, env={**self.env, **env}, stdout=log, stderr=log, cwd=ROOT
+            )
         self.processes[name] = process
         return process
 
@@ -115,8 +116,13 @@ def copy_registry(target: Path, keep: Callable[[Path], bool] = lambda _p: True) 
     return target
 
 
-def publish_and_serve(stack: PrivateStack, registry: Path, tenant: str,
-                      discovery_workers: int = 1, timeout_s: float = 90) -> int:
+def publish_and_serve(
+    stack: PrivateStack,
+    registry: Path,
+    tenant: str,
+    discovery_workers: int = 1,
+    timeout_s: float = 90,
+) -> int:
     """Publish ``registry`` and wait until ``discovery_workers`` workers serve its version (their
     heartbeats say so); the version."""
     report = publish(stack.url, registry, tenant, wait_s=timeout_s)
@@ -125,15 +131,21 @@ def publish_and_serve(stack: PrivateStack, registry: Path, tenant: str,
     connection = stack.connection()
     try:
         while time.monotonic() < deadline:
-            serving = [w for w in live_workers(connection, 5.0) if w["kind"] == "discovery"
-                       and w["versions"].get(tenant, -1) >= report.index_version]
+            serving = [
+                w
+                for w in live_workers(connection, 5.0)
+                if w["kind"] == "discovery"
+                and w["versions"].get(tenant, -1) >= report.index_version
+            ]
             if len(serving) >= discovery_workers:
                 return report.index_version
             time.sleep(0.1)
     finally:
         connection.close()
-    raise AssertionError(f"{discovery_workers} discovery worker(s) did not serve {tenant} "
-                         f"within {timeout_s} s; see {stack.log_dir}")
+    raise AssertionError(
+        f"{discovery_workers} discovery worker(s) did not serve {tenant} "
+        f"within {timeout_s} s; see {stack.log_dir}"
+    )
 
 
 def dead_letters_by_entry(connection: redis.Redis) -> dict[str, dict[str, str]]:
@@ -169,9 +181,15 @@ def write_catalog(path: Path, count: int, prefix: str) -> Path:
     """A tools.jsonl of ``count`` generated tools, ids ``{prefix}-00000`` on."""
     with path.open("w") as out:
         for i in range(count):
-            out.write(json.dumps({"id": f"{prefix}-{i:05d}", "name": f"{prefix}_tool_{i:05d}",
-                                  "description": f"Probe {i} of {prefix}: answers probe {i}.",
-                                  "parameters": {"type": "object", "properties": {
-                                      "q": {"type": "string"}}}}) + "\n")
+            out.write(
+                json.dumps(
+                    {
+                        "id": f"{prefix}-{i:05d}",
+                        "name": f"{prefix}_tool_{i:05d}",
+                        "description": f"Probe {i} of {prefix}: answers probe {i}.",
+                        "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+                    }
+                )
+                + "\n"
+            )
     return path
-

@@ -26,14 +26,16 @@ def _restrict(registry: Path, roles: list[str]) -> None:
 
 
 def test_a_restricted_capability_is_found_only_by_its_role(
-        stack: Stack, registry: Path, tenant: str, connection: redis.Redis) -> None:
+    stack: Stack, registry: Path, tenant: str, connection: redis.Redis
+) -> None:
     _restrict(registry, ["finance"])
     report = publish(stack.url, registry, tenant)
     anonymous = Client(connection, tenant=tenant, timeout_s=20)
     finance = Client(connection, tenant=tenant, timeout_s=20, roles=["finance"])
 
-    hidden = anonymous.discover("refund a stripe payment", tool_format="openai-chat",
-                                min_version=report.index_version)
+    hidden = anonymous.discover(
+        "refund a stripe payment", tool_format="openai-chat", min_version=report.index_version
+    )
     shown = finance.discover("refund a stripe payment", tool_format="openai-chat")
 
     assert REFUND not in hidden.ids and REFUND not in hidden.tool_names.values()
@@ -42,7 +44,8 @@ def test_a_restricted_capability_is_found_only_by_its_role(
 
 
 def test_a_session_shows_only_what_its_caller_may_see(
-        stack: Stack, registry: Path, tenant: str, connection: redis.Redis) -> None:
+    stack: Stack, registry: Path, tenant: str, connection: redis.Redis
+) -> None:
     _restrict(registry, ["finance"])
     report = publish(stack.url, registry, tenant)
     finance = Client(connection, tenant=tenant, timeout_s=20, roles=["finance"])
@@ -56,14 +59,36 @@ def test_a_session_shows_only_what_its_caller_may_see(
 
 
 def test_cli_publish_and_discover_take_roles_and_user(
-        stack: Stack, registry: Path, tenant: str) -> None:
-    published = run_cli("publish", str(registry), "--tenant", tenant, "--user", "alice",
-                        env=stack.env)
+    stack: Stack, registry: Path, tenant: str
+) -> None:
+    published = run_cli(
+        "publish", str(registry), "--tenant", tenant, "--user", "alice", env=stack.env
+    )
     version = str(tenant_version(stack.connection(), tenant))
-    as_bob = run_cli("discover", "refund a stripe payment", "--json", "--tenant", tenant,
-                     "--user", "bob", "--min-version", version, env=stack.env)
-    as_alice = run_cli("discover", "refund a stripe payment", "--json", "--tenant", tenant,
-                       "--user", "alice", "--min-version", version, env=stack.env)
+    as_bob = run_cli(
+        "discover",
+        "refund a stripe payment",
+        "--json",
+        "--tenant",
+        tenant,
+        "--user",
+        "bob",
+        "--min-version",
+        version,
+        env=stack.env,
+    )
+    as_alice = run_cli(
+        "discover",
+        "refund a stripe payment",
+        "--json",
+        "--tenant",
+        tenant,
+        "--user",
+        "alice",
+        "--min-version",
+        version,
+        env=stack.env,
+    )
 
     assert published.returncode == 0, published.stderr
     assert json.loads(as_bob.stdout)["capabilities"] == []

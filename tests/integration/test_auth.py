@@ -65,12 +65,22 @@ class AuthStack:
         self.env = private.env
         self.url = private.url
 
-    def token(self, tenant: str = TENANT, *, keyring: auth.Keyring | None = None,
-              now: float | None = None, **fields: Any) -> str:
+    def token(
+        self,
+        tenant: str = TENANT,
+        *,
+        keyring: auth.Keyring | None = None,
+        now: float | None = None,
+        **fields: Any,
+    ) -> str:
         fields.setdefault("grants", ["discover", "session"])
         fields.setdefault("ttl_s", 600)
-        return auth.issue(keyring or self.keyring, tenant=tenant,
-                          now=time.time() if now is None else now, **fields)
+        return auth.issue(
+            keyring or self.keyring,
+            tenant=tenant,
+            now=time.time() if now is None else now,
+            **fields,
+        )
 
     def client(self, token: str | None, **kwargs: Any) -> Client:
         return Client(redis.Redis.from_url(self.url), token=token, timeout_s=20, **kwargs)
@@ -82,8 +92,11 @@ def bad_tokens(stack: AuthStack) -> dict[str, tuple[str | None, type[AuthError],
     return {
         "missing": (None, AuthError, "no identity token"),
         "forged": (stack.token(keyring=impostor), AuthError, "does not verify"),
-        "unknown-key": (stack.token(keyring=auth.Keyring.from_mapping({"k0": "y" * 48})),
-                        AuthError, "does not have"),
+        "unknown-key": (
+            stack.token(keyring=auth.Keyring.from_mapping({"k0": "y" * 48})),
+            AuthError,
+            "does not have",
+        ),
         "expired": (stack.token(now=time.time() - 7200), AuthError, "expired"),
         "wrong-tenant": (stack.token("other"), ForbiddenError, "wrong tenant"),
     }
@@ -102,8 +115,14 @@ def restricted_registry(target: Path) -> Path:
 def publish_as(url: str, registry: Path, tenant: str, token: str | None) -> SyncReport:
     publisher = Publisher(url, token=token)
     try:
-        return sync_directory(redis.Redis.from_url(url), publisher, registry, tenant=tenant,
-                              max_bytes=MAX_BYTES, wait_s=90)
+        return sync_directory(
+            redis.Redis.from_url(url),
+            publisher,
+            registry,
+            tenant=tenant,
+            max_bytes=MAX_BYTES,
+            wait_s=90,
+        )
     finally:
         publisher.close()
 
@@ -123,17 +142,18 @@ def auth_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthStack]:
         report = publish_as(stack.url, restricted_registry(base / "registry"), TENANT, writer)
         assert report.complete, f"the registry was not applied; see {private.log_dir}"
         stack.client(stack.token(grants=["admin"])).discover(
-            "warm up", min_version=report.index_version)
+            "warm up", min_version=report.index_version
+        )
         yield stack
 
 
 # -- the Client -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", ["missing", "forged", "unknown-key", "expired",
-                                  "wrong-tenant"])
-def test_client_refused_tokens_get_a_clear_error_and_no_data(auth_stack: AuthStack,
-                                                             case: str) -> None:
+@pytest.mark.parametrize("case", ["missing", "forged", "unknown-key", "expired", "wrong-tenant"])
+def test_client_refused_tokens_get_a_clear_error_and_no_data(
+    auth_stack: AuthStack, case: str
+) -> None:
     presented, error, says = bad_tokens(auth_stack)[case]
     client = auth_stack.client(presented, tenant=TENANT)
 
@@ -162,7 +182,8 @@ def test_client_the_token_decides_roles_and_tenant(auth_stack: AuthStack) -> Non
 
 
 def test_client_session_ops_need_the_session_grant_and_show_what_the_token_may_see(
-        auth_stack: AuthStack) -> None:
+    auth_stack: AuthStack,
+) -> None:
     finance = auth_stack.client(auth_stack.token(roles=["finance"]))
     finance.discover("refund a stripe payment", session="auth-s1")
     discover_only = auth_stack.client(auth_stack.token(grants=["discover"]))
@@ -183,28 +204,44 @@ def test_client_session_ops_need_the_session_grant_and_show_what_the_token_may_s
 
 
 IDENTITIES = [
-    pytest.param((), None, id="anonymous"), pytest.param(("finance",), None, id="finance"),
-    pytest.param(("eng",), None, id="eng"), pytest.param(("billing", "eng"), None, id="two"),
-    pytest.param((), "alice", id="alice"), pytest.param(("support",), "bob", id="bob"),
+    pytest.param((), None, id="anonymous"),
+    pytest.param(("finance",), None, id="finance"),
+    pytest.param(("eng",), None, id="eng"),
+    pytest.param(("billing", "eng"), None, id="two"),
+    pytest.param((), "alice", id="alice"),
+    pytest.param(("support",), "bob", id="bob"),
 ]
-QUERIES = ["refund a stripe payment", "create an invoice for a customer",
-           "open a pull request", "post a message to the team's slack channel",
-           "send an email", "finance", "tell bob the deploy is done"]
+QUERIES = [
+    "refund a stripe payment",
+    "create an invoice for a customer",
+    "open a pull request",
+    "post a message to the team's slack channel",
+    "send an email",
+    "finance",
+    "tell bob the deploy is done",
+]
 
 
 @pytest.mark.parametrize(("roles", "user"), IDENTITIES)
 def test_no_answer_shows_a_token_holder_what_its_roles_may_not_see(
-        auth_stack: AuthStack, roles: tuple[str, ...], user: str | None) -> None:
+    auth_stack: AuthStack, roles: tuple[str, ...], user: str | None
+) -> None:
     client = auth_stack.client(auth_stack.token(roles=list(roles), user=user))
     caller = Caller.of(roles, user)
-    hidden = {f"tool:{name}" for name, v in RESTRICTED.items()
-              if not visible(Visibility(tuple(v.get("roles", ())), tuple(v.get("users", ()))),
-                             caller)}
+    hidden = {
+        f"tool:{name}"
+        for name, v in RESTRICTED.items()
+        if not visible(Visibility(tuple(v.get("roles", ())), tuple(v.get("users", ()))), caller)
+    }
     session = f"leak-{'-'.join(roles) or 'none'}-{user or 'none'}"
 
     for query in QUERIES:
-        answer = client.discover(query, tool_format="mcp", session=session,
-                                 options={"tier1_min_relevance": -1.0, "tier1_top_k": 20})
+        answer = client.discover(
+            query,
+            tool_format="mcp",
+            session=session,
+            options={"tier1_min_relevance": -1.0, "tier1_top_k": 20},
+        )
         shown = set(answer.ids) | set(answer.tool_names.values()) | set(answer.session["bound"])
         assert not shown & hidden, (query, shown & hidden)
         tier0 = answer.raw["tiers"]["tier0"]  # lists names by category
@@ -212,16 +249,19 @@ def test_no_answer_shows_a_token_holder_what_its_roles_may_not_see(
     assert not {b["id"] for b in client.working_set(session)["bound"]} & hidden
 
 
-def test_refusals_are_logged_with_kid_and_subject_never_the_token(
-        auth_stack: AuthStack) -> None:
+def test_refusals_are_logged_with_kid_and_subject_never_the_token(auth_stack: AuthStack) -> None:
     forged, _error, _says = bad_tokens(auth_stack)["forged"]
     with pytest.raises(AuthError):
         auth_stack.client(forged).discover("refund a stripe payment")
 
     refused = auth_stack.private.events("discovery", "request_refused")
     log_text = (auth_stack.private.log_dir / "discovery.log").read_text()
-    assert any(r["reason"] == "forged" and r["kid"] == auth_stack.keyring.kids[-1]
-               and r["subject"] == f"anonymous@{TENANT}" for r in refused)
+    assert any(
+        r["reason"] == "forged"
+        and r["kid"] == auth_stack.keyring.kids[-1]
+        and r["subject"] == f"anonymous@{TENANT}"
+        for r in refused
+    )
     assert forged not in log_text and forged.split(".")[2] not in log_text
 
 
@@ -233,8 +273,9 @@ def test_a_dead_lettered_request_keeps_no_token(auth_stack: AuthStack) -> None:
 
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        letters = [f for _i, f in connection.xrange(keys.DEADLETTERS)
-                   if b"bogus" in f.get(b"payload", b"")]
+        letters = [
+            f for _i, f in connection.xrange(keys.DEADLETTERS) if b"bogus" in f.get(b"payload", b"")
+        ]
         if letters:
             break
         time.sleep(0.05)
@@ -247,13 +288,11 @@ def test_a_dead_lettered_request_keeps_no_token(auth_stack: AuthStack) -> None:
 
 
 @pytest.mark.parametrize("case", ["missing", "forged", "expired", "wrong-tenant"])
-def test_cli_refused_tokens_get_a_clear_error_and_no_data(auth_stack: AuthStack,
-                                                          case: str) -> None:
+def test_cli_refused_tokens_get_a_clear_error_and_no_data(auth_stack: AuthStack, case: str) -> None:
     presented, _error, says = bad_tokens(auth_stack)[case]
     env = {**auth_stack.env, **({"CAPDISC_TOKEN": presented} if presented else {})}
 
-    found = run_cli("discover", "refund a stripe payment", "--tenant", TENANT, "--json",
-                    env=env)
+    found = run_cli("discover", "refund a stripe payment", "--tenant", TENANT, "--json", env=env)
     shown = run_cli("session", "show", "auth-s1", "--tenant", TENANT, env=env)
 
     for result in (found, shown):
@@ -266,18 +305,34 @@ def test_cli_refused_tokens_get_a_clear_error_and_no_data(auth_stack: AuthStack,
 def test_cli_token_flag_and_variable_prove_roles(auth_stack: AuthStack) -> None:
     finance = auth_stack.token(roles=["finance"])
 
-    by_flag = run_cli("discover", "refund a stripe payment", "--json", "--token", finance,
-                      env=auth_stack.env)
-    by_variable = run_cli("discover", "refund a stripe payment", "--json",
-                          env={**auth_stack.env, "CAPDISC_TOKEN": auth_stack.token()})
+    by_flag = run_cli(
+        "discover", "refund a stripe payment", "--json", "--token", finance, env=auth_stack.env
+    )
+    by_variable = run_cli(
+        "discover",
+        "refund a stripe payment",
+        "--json",
+        env={**auth_stack.env, "CAPDISC_TOKEN": auth_stack.token()},
+    )
 
     assert json.loads(by_flag.stdout)["capabilities"][0]["id"] == REFUND
     assert REFUND not in [c["id"] for c in json.loads(by_variable.stdout)["capabilities"]]
 
 
 def test_cli_token_issue_makes_tokens_the_workers_accept(auth_stack: AuthStack) -> None:
-    issued = run_cli("token", "issue", "--tenant", TENANT, "--roles", "finance", "--ttl", "5m",
-                     "--keys", str(auth_stack.keys_file), env=auth_stack.env)
+    issued = run_cli(
+        "token",
+        "issue",
+        "--tenant",
+        TENANT,
+        "--roles",
+        "finance",
+        "--ttl",
+        "5m",
+        "--keys",
+        str(auth_stack.keys_file),
+        env=auth_stack.env,
+    )
     assert issued.returncode == 0, issued.stderr
 
     identity = auth.verify(issued.stdout.strip(), auth_stack.keyring, time.time())
@@ -299,24 +354,32 @@ def mcp_env(stack: AuthStack, token: str | None, *, keyring: bool = True) -> dic
 def test_mcp_stdio_refuses_a_bad_token_at_start(auth_stack: AuthStack, case: str) -> None:
     presented, _error, says = bad_tokens(auth_stack)[case]
 
-    result = subprocess.run([*SERVE, "--tenant", TENANT], env=mcp_env(auth_stack, presented),
-                            cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run(
+        [*SERVE, "--tenant", TENANT],
+        env=mcp_env(auth_stack, presented),
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
     assert result.returncode == 2 and result.stdout == ""
     assert says in result.stderr
     assert not presented or presented not in result.stderr
 
 
-def test_mcp_stdio_asks_as_the_token_holder_and_the_workers_check_it(
-        auth_stack: AuthStack) -> None:
+def test_mcp_stdio_asks_as_the_token_holder_and_the_workers_check_it(auth_stack: AuthStack) -> None:
     forged, _error, _says = bad_tokens(auth_stack)["forged"]
     found: dict[str, Any] = {}
 
     async def ask(name: str, token: str, keyring: bool = True) -> None:
-        server = StdioServerParameters(command=SERVE[0], args=[*SERVE[1:], "--tenant", TENANT],
-                                       env=mcp_env(auth_stack, token, keyring=keyring),
-                                       cwd=str(ROOT))
+        server = StdioServerParameters(
+            command=SERVE[0],
+            args=[*SERVE[1:], "--tenant", TENANT],
+            env=mcp_env(auth_stack, token, keyring=keyring),
+            cwd=str(ROOT),
+        )
         async with MCPClient(server) as mcp:
             found[name] = await mcp.call_tool(METATOOL_NAME, {"query": "refund a payment"})
 
@@ -346,9 +409,15 @@ def mcp_http(auth_stack: AuthStack, tmp_path: Path) -> Iterator[Callable[..., st
         port = free_port()
         log = tmp_path / "mcp-http.log"
         with log.open("ab") as out:
-            running.append(subprocess.Popen([*SERVE, "--http", str(port), *args],
-                                            env=auth_stack.env, cwd=ROOT, stdout=out,
-                                            stderr=out))
+            running.append(
+                subprocess.Popen(
+                    [*SERVE, "--http", str(port), *args],
+                    env=auth_stack.env,
+                    cwd=ROOT,
+                    stdout=out,
+                    stderr=out,
+                )
+            )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
@@ -369,11 +438,19 @@ def mcp_http(auth_stack: AuthStack, tmp_path: Path) -> Iterator[Callable[..., st
 
 def post_initialize(url: str, token: str | None) -> tuple[int, dict[str, str], str]:
     """A raw initialize POST: its status, headers and body."""
-    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {},
-        "clientInfo": {"name": "test", "version": "1"}}}).encode()
-    headers = {"Content-Type": "application/json",
-               "Accept": "application/json, text/event-stream"}
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "test", "version": "1"},
+            },
+        }
+    ).encode()
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
@@ -391,7 +468,8 @@ def with_bearer(url: str, token: str) -> tuple[MCPClient, Any]:
 
 @pytest.mark.parametrize("case", ["missing", "forged", "unknown-key", "expired"])
 def test_mcp_http_refuses_a_request_without_a_valid_bearer_token(
-        auth_stack: AuthStack, mcp_http: Callable[..., str], case: str) -> None:
+    auth_stack: AuthStack, mcp_http: Callable[..., str], case: str
+) -> None:
     presented, _error, _says = bad_tokens(auth_stack)[case]
     url = mcp_http()
 
@@ -404,7 +482,8 @@ def test_mcp_http_refuses_a_request_without_a_valid_bearer_token(
 
 
 def test_mcp_http_needs_the_discover_grant_and_refuses_another_tenant(
-        auth_stack: AuthStack, mcp_http: Callable[..., str]) -> None:
+    auth_stack: AuthStack, mcp_http: Callable[..., str]
+) -> None:
     url = mcp_http("--tenant", TENANT)
     writer_status, writer_headers, _body = post_initialize(url, auth_stack.token(grants=["write"]))
     outcome: dict[str, Any] = {}
@@ -416,15 +495,18 @@ def test_mcp_http_needs_the_discover_grant_and_refuses_another_tenant(
 
     anyio.run(body)
     assert writer_status == 403
-    assert "insufficient_scope" in {k.lower(): v for k, v in writer_headers.items()}[
-        "www-authenticate"]
+    assert (
+        "insufficient_scope"
+        in {k.lower(): v for k, v in writer_headers.items()}["www-authenticate"]
+    )
     refused = outcome["other"]
     assert refused.is_error and "wrong tenant" in refused.content[0].text
     assert not refused.structured_content
 
 
 def test_mcp_http_each_request_asks_as_the_holder_of_its_bearer_token(
-        auth_stack: AuthStack, mcp_http: Callable[..., str]) -> None:
+    auth_stack: AuthStack, mcp_http: Callable[..., str]
+) -> None:
     url = mcp_http()
     answers: dict[str, dict[str, Any]] = {}
 
@@ -450,7 +532,8 @@ def test_mcp_http_each_request_asks_as_the_holder_of_its_bearer_token(
 def one_capability(target: Path, name: str) -> Path:
     (target / name).mkdir(parents=True)
     (target / name / "CAPABILITY.yaml").write_text(
-        f"name: {name}\nkind: tool\ndescription: Written by a test of who may write.\n")
+        f"name: {name}\nkind: tool\ndescription: Written by a test of who may write.\n"
+    )
     return target
 
 
@@ -458,23 +541,25 @@ def stored(stack: AuthStack, tenant: str, cap_id: str) -> bool:
     return bool(redis.Redis.from_url(stack.url).hexists(keys.caps(tenant), cap_id))
 
 
-@pytest.mark.parametrize("case", ["missing", "forged", "expired", "wrong-tenant",
-                                  "discover-only"])
+@pytest.mark.parametrize("case", ["missing", "forged", "expired", "wrong-tenant", "discover-only"])
 def test_indexing_workers_apply_only_events_whose_token_grants_write(
-        auth_stack: AuthStack, tmp_path: Path, case: str) -> None:
-    cases = {**{k: v[0] for k, v in bad_tokens(auth_stack).items()},
-             "discover-only": auth_stack.token(grants=["discover", "session"])}
+    auth_stack: AuthStack, tmp_path: Path, case: str
+) -> None:
+    cases = {
+        **{k: v[0] for k, v in bad_tokens(auth_stack).items()},
+        "discover-only": auth_stack.token(grants=["discover", "session"]),
+    }
     name = f"sneaky-{case}"
     connection = redis.Redis.from_url(auth_stack.url)
     letters_before = connection.xlen(keys.DEADLETTERS)
 
-    report = publish_as(auth_stack.url, one_capability(tmp_path / "r", name), TENANT,
-                        cases[case])
+    report = publish_as(auth_stack.url, one_capability(tmp_path / "r", name), TENANT, cases[case])
 
     assert report.complete
     assert [o["decision"] for o in report.outcomes] == ["rejected"]
-    assert any(word in report.outcomes[0]["reason"]
-               for word in ("token", "wrong tenant", "'write' grant"))
+    assert any(
+        word in report.outcomes[0]["reason"] for word in ("token", "wrong tenant", "'write' grant")
+    )
     assert not stored(auth_stack, TENANT, f"tool:{name}")
     letter = connection.xrange(keys.DEADLETTERS)[letters_before:][-1][1]
     assert name.encode() in letter[b"payload"]
@@ -482,7 +567,8 @@ def test_indexing_workers_apply_only_events_whose_token_grants_write(
 
 
 def test_cli_writes_are_checked_before_sending_and_replayed_with_the_replayers_token(
-        auth_stack: AuthStack, tmp_path: Path) -> None:
+    auth_stack: AuthStack, tmp_path: Path
+) -> None:
     registry = one_capability(tmp_path / "r", "written-by-cli")
     reader = {**auth_stack.env, "CAPDISC_TOKEN": auth_stack.token()}
     writer = {**auth_stack.env, "CAPDISC_TOKEN": auth_stack.token(grants=["write"])}
@@ -491,8 +577,9 @@ def test_cli_writes_are_checked_before_sending_and_replayed_with_the_replayers_t
     forged = auth_stack.token(keyring=impostor, grants=["write"])
 
     early = run_cli("publish", str(registry), "--tenant", TENANT, env=reader)
-    late = run_cli("publish", str(registry), "--tenant", TENANT,
-                   env={**no_keyring, "CAPDISC_TOKEN": forged})
+    late = run_cli(
+        "publish", str(registry), "--tenant", TENANT, env={**no_keyring, "CAPDISC_TOKEN": forged}
+    )
     missing = run_cli("delete", "tool:stripe-refund", "--tenant", TENANT, env=auth_stack.env)
     applied = run_cli("publish", str(registry), "--tenant", TENANT, env=writer)
 
@@ -505,8 +592,11 @@ def test_cli_writes_are_checked_before_sending_and_replayed_with_the_replayers_t
     assert stored(auth_stack, TENANT, "tool:written-by-cli")
 
     connection = redis.Redis.from_url(auth_stack.url)
-    refused = next(i.decode() for i, f in reversed(connection.xrange(keys.DEADLETTERS))
-                   if b"written-by-cli" in f[b"payload"])
+    refused = next(
+        i.decode()
+        for i, f in reversed(connection.xrange(keys.DEADLETTERS))
+        if b"written-by-cli" in f[b"payload"]
+    )
     replayed = run_cli("dlq", "replay", refused, env=writer)
     assert replayed.returncode == 0, replayed.stderr
     assert refused.encode() not in [i for i, _f in connection.xrange(keys.DEADLETTERS)]

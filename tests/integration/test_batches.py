@@ -15,44 +15,60 @@ from .conftest import Stack
 
 
 def upsert(tenant: str, name: str, seq: int, description: str, batch: str) -> RegistryEvent:
-    return RegistryEvent(type="upsert", tenant=tenant, capability_id=f"tool:{name}", seq=seq,
-                         capability={"kind": "tool", "name": name, "description": description},
-                         batch_id=batch)
+    return RegistryEvent(
+        type="upsert",
+        tenant=tenant,
+        capability_id=f"tool:{name}",
+        seq=seq,
+        capability={"kind": "tool", "name": name, "description": description},
+        batch_id=batch,
+    )
 
 
 def test_a_batch_applies_good_events_and_refuses_a_poison_one_alone(
-        stack: Stack, connection: redis.Redis, tenant: str) -> None:
+    stack: Stack, connection: redis.Redis, tenant: str
+) -> None:
     batch = f"{tenant}-b1"
-    events = [upsert(tenant, "alpha", 1, f"Alpha tool {tenant}.", batch),
-              upsert(tenant, "beta", 1, f"Beta tool {tenant}.", batch)]
+    events = [
+        upsert(tenant, "alpha", 1, f"Alpha tool {tenant}.", batch),
+        upsert(tenant, "beta", 1, f"Beta tool {tenant}.", batch),
+    ]
     publisher = Publisher(stack.url)
     before = collect_status(connection)["embedding_calls"]
 
-    publisher.app.send_task(keys.TASK_APPLY_EVENTS, queue=keys.INDEXING_QUEUE,
-                            args=[[events[0].encode(), '{"not": "an event"}',
-                                   events[1].encode()]])
+    publisher.app.send_task(
+        keys.TASK_APPLY_EVENTS,
+        queue=keys.INDEXING_QUEUE,
+        args=[[events[0].encode(), '{"not": "an event"}', events[1].encode()]],
+    )
     outcomes = wait_for_acks(connection, batch, 2, 30)
 
     assert sorted(o["decision"] for o in outcomes) == ["upsert", "upsert"]
     assert connection.hexists(keys.caps(tenant), "tool:alpha")
     assert connection.hexists(keys.caps(tenant), "tool:beta")
     # the two new capabilities' distinct texts, once each; the poison event embedded nothing
-    texts = {t for e in events for t in embedding_texts(capability_from_record(
-        e.capability or {}, "test"))}
+    texts = {
+        t
+        for e in events
+        for t in embedding_texts(capability_from_record(e.capability or {}, "test"))
+    }
     assert collect_status(connection)["embedding_calls"] - before == len(texts)
 
 
 def test_stale_and_duplicate_events_in_a_batch_embed_nothing(
-        stack: Stack, connection: redis.Redis, tenant: str) -> None:
+    stack: Stack, connection: redis.Redis, tenant: str
+) -> None:
     Publisher(stack.url).send([upsert(tenant, "gamma", 5, f"Gamma {tenant}.", f"{tenant}-a")])
     wait_for_acks(connection, f"{tenant}-a", 1, 30)
     before = collect_status(connection)["embedding_calls"]
     batch = f"{tenant}-b2"
 
-    Publisher(stack.url).send([
-        upsert(tenant, "gamma", 5, f"Gamma {tenant}.", batch),             # duplicate
-        upsert(tenant, "gamma", 3, f"Gamma changed long ago {tenant}.", batch),  # stale
-    ])
+    Publisher(stack.url).send(
+        [
+            upsert(tenant, "gamma", 5, f"Gamma {tenant}.", batch),  # duplicate
+            upsert(tenant, "gamma", 3, f"Gamma changed long ago {tenant}.", batch),  # stale
+        ]
+    )
     outcomes = wait_for_acks(connection, batch, 2, 30)
 
     assert sorted(o["decision"] for o in outcomes) == ["stale", "stale"]

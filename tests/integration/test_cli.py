@@ -21,10 +21,12 @@ __all__ = ["start_up"]  # the fixture, imported for pytest
 CLI = [sys.executable, "-m", "capdisc_producers.cli"]
 
 
-def run_cli(*args: str, env: dict[str, str], cwd: Path | None = None
-            ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], env=env, cwd=cwd, capture_output=True, text=True,
-                          timeout=60)
+def run_cli(
+    *args: str, env: dict[str, str], cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_discover_json_carries_version_and_ranked_capabilities(
@@ -32,8 +34,16 @@ def test_discover_json_carries_version_and_ranked_capabilities(
 ) -> None:
     report = publish(stack.url, registry, tenant)
 
-    result = run_cli("discover", "open a pull request", "--json", "--tenant", tenant,
-                     "--min-version", str(report.index_version), env=stack.env)
+    result = run_cli(
+        "discover",
+        "open a pull request",
+        "--json",
+        "--tenant",
+        tenant,
+        "--min-version",
+        str(report.index_version),
+        env=stack.env,
+    )
 
     answer = json.loads(result.stdout)
     assert answer["index_version"] == report.index_version
@@ -97,13 +107,24 @@ def test_delete_removes_a_capability_and_reports_unknown_ids(
 ) -> None:
     publish(stack.url, registry, tenant)
 
-    result = run_cli("delete", "tool:stripe-refund", "tool:never-there", "--tenant", tenant,
-                     env=stack.env)
+    result = run_cli(
+        "delete", "tool:stripe-refund", "tool:never-there", "--tenant", tenant, env=stack.env
+    )
 
     assert result.returncode == 0, result.stderr
     assert "tool:stripe-refund: deleted" in result.stdout
     assert "tool:never-there: not found, nothing to delete" in result.stdout
     version = int(result.stdout.rsplit("index version ", 1)[1])
-    answer = json.loads(run_cli("discover", "refund a payment", "--json", "--tenant", tenant,
-                                "--min-version", str(version), env=stack.env).stdout)
+    answer = json.loads(
+        run_cli(
+            "discover",
+            "refund a payment",
+            "--json",
+            "--tenant",
+            tenant,
+            "--min-version",
+            str(version),
+            env=stack.env,
+        ).stdout
+    )
     assert "tool:stripe-refund" not in [c["id"] for c in answer["capabilities"]]

@@ -35,7 +35,8 @@ def undecodable(tenant: str) -> str:
 
 
 def test_dead_letters_list_with_reason_tenant_and_attempts(
-        stack: Stack, connection: redis.Redis) -> None:
+    stack: Stack, connection: redis.Redis
+) -> None:
     tenant = f"dlq-{uuid.uuid4().hex[:8]}"
     entry_id = dead_letter_of(stack, connection, undecodable(tenant))
 
@@ -48,7 +49,8 @@ def test_dead_letters_list_with_reason_tenant_and_attempts(
 
 
 def test_replay_sends_the_event_again_and_removes_the_entry(
-        stack: Stack, connection: redis.Redis) -> None:
+    stack: Stack, connection: redis.Redis
+) -> None:
     payload = undecodable(f"dlq-{uuid.uuid4().hex[:8]}")
     entry_id = dead_letter_of(stack, connection, payload)
     last = connection.xrevrange(keys.DEADLETTERS, count=1)[0][0]
@@ -77,10 +79,12 @@ def test_replay_needs_ids_or_all(stack: Stack) -> None:
 
 
 def test_replay_removes_only_what_it_sent(connection: redis.Redis) -> None:
-    first = connection.xadd(keys.DEADLETTERS, {"payload": "p1", "reason": "r", "attempts": 2,
-                                               "at_ms": 1}).decode()
-    second = connection.xadd(keys.DEADLETTERS, {"payload": "p2", "reason": "r", "attempts": 1,
-                                                "at_ms": 2}).decode()
+    first = connection.xadd(
+        keys.DEADLETTERS, {"payload": "p1", "reason": "r", "attempts": 2, "at_ms": 1}
+    ).decode()
+    second = connection.xadd(
+        keys.DEADLETTERS, {"payload": "p2", "reason": "r", "attempts": 1, "at_ms": 2}
+    ).decode()
     sent: list[str] = []
 
     replayed = replay(connection, sent.append, [second])
@@ -92,7 +96,8 @@ def test_replay_removes_only_what_it_sent(connection: redis.Redis) -> None:
 
 
 def test_an_embedding_that_keeps_failing_is_retried_then_dead_lettered(
-        stack: Stack, tenant: str) -> None:
+    stack: Stack, tenant: str
+) -> None:
     from capdisc.registry.events import RegistryEvent
     from capdisc_producers.publisher import wait_for_acks
 
@@ -102,17 +107,28 @@ def test_an_embedding_that_keeps_failing_is_retried_then_dead_lettered(
     server = Server()
     server.script = [(500, ERROR, {})] * 50
     private = stack.url.rsplit("/", 1)[0] + "/9"  # its own broker and registry
-    worker = stack.spawn("indexing-failing", [*INDEXING_ARGV, "-n", f"failing-{tenant}@%h"],
-                         CAPDISC_REDIS_URL=private, CAPDISC_EMBEDDER="openai",
-                         CAPDISC_OPENAI_BASE_URL=server.url, CAPDISC_OPENAI_API_KEY="sk-test",
-                         CAPDISC_OPENAI_DIMENSIONS="8", CAPDISC_OPENAI_MAX_ATTEMPTS="1",
-                         CAPDISC_INDEXING_MAX_ATTEMPTS="2", CAPDISC_INDEXING_RETRY_BASE_S="0.1")
+    worker = stack.spawn(
+        "indexing-failing",
+        [*INDEXING_ARGV, "-n", f"failing-{tenant}@%h"],
+        CAPDISC_REDIS_URL=private,
+        CAPDISC_EMBEDDER="openai",
+        CAPDISC_OPENAI_BASE_URL=server.url,
+        CAPDISC_OPENAI_API_KEY="sk-test",
+        CAPDISC_OPENAI_DIMENSIONS="8",
+        CAPDISC_OPENAI_MAX_ATTEMPTS="1",
+        CAPDISC_INDEXING_MAX_ATTEMPTS="2",
+        CAPDISC_INDEXING_RETRY_BASE_S="0.1",
+    )
     connection = redis.Redis.from_url(private)
     try:
-        event = RegistryEvent(type="upsert", tenant=tenant, capability_id="tool:clock", seq=1,
-                              capability={"kind": "tool", "name": "clock",
-                                          "description": "Tells the time."},
-                              batch_id=f"{tenant}-fail")
+        event = RegistryEvent(
+            type="upsert",
+            tenant=tenant,
+            capability_id="tool:clock",
+            seq=1,
+            capability={"kind": "tool", "name": "clock", "description": "Tells the time."},
+            batch_id=f"{tenant}-fail",
+        )
         Publisher(private).send([event])
 
         outcomes = wait_for_acks(connection, f"{tenant}-fail", 1, 90)
@@ -121,8 +137,7 @@ def test_an_embedding_that_keeps_failing_is_retried_then_dead_lettered(
         assert "embedding failed after 2 attempts" in outcomes[0]["reason"]
         assert "answered HTTP 500" in outcomes[0]["reason"]
         letters = list_dead_letters(connection, 100)
-        assert [(d.attempts, d.to_dict()["capability_id"]) for d in letters] == [
-            (2, "tool:clock")]
+        assert [(d.attempts, d.to_dict()["capability_id"]) for d in letters] == [(2, "tool:clock")]
         assert len(server.requests) == 2  # one call per delivery: retries do not multiply
         assert connection.hget(keys.caps(tenant), "tool:clock") is None
     finally:

@@ -26,8 +26,13 @@ TENANT = "fuzz"
 SEED = 20240611
 MALFORMED = 2400
 VALID = 300
-QUERIES = ["open a pull request", "post a message to the team's slack channel",
-           "convert 100 dollars to euros", "search my gmail for invoices", "send an sms"]
+QUERIES = [
+    "open a pull request",
+    "post a message to the team's slack channel",
+    "convert 100 dollars to euros",
+    "search my gmail for invoices",
+    "send an sms",
+]
 
 Entry = dict[Any, Any]
 #: A generated entry: its fields, and the request id it was given (None: none readable).
@@ -65,11 +70,21 @@ WRONG_VALUES: dict[str, list[Any]] = {
     "colour": ["red"],  # no such field
 }
 BROKEN_DOCUMENTS: list[Any] = [
-    {"bound": []}, {"created_ms": "x", "bound": {}}, {"created_ms": 1.5},
-    {"created_ms": -1}, {"created_ms": 10**20}, {"created_ms": 1, "bound": {"t": [1, 2]}},
-    {"created_ms": 1, "bound": {"t": [1, 2, "3"]}}, {"created_ms": 1, "bound": {"": [1, 1, 1]}},
-    {"created_ms": 1, "loop_evicted": "t"}, {"created_ms": 1, "profile": 7},
-    {"created_ms": 1, "calls": []}, [], "session", None, 5,
+    {"bound": []},
+    {"created_ms": "x", "bound": {}},
+    {"created_ms": 1.5},
+    {"created_ms": -1},
+    {"created_ms": 10**20},
+    {"created_ms": 1, "bound": {"t": [1, 2]}},
+    {"created_ms": 1, "bound": {"t": [1, 2, "3"]}},
+    {"created_ms": 1, "bound": {"": [1, 1, 1]}},
+    {"created_ms": 1, "loop_evicted": "t"},
+    {"created_ms": 1, "profile": 7},
+    {"created_ms": 1, "calls": []},
+    [],
+    "session",
+    None,
+    5,
 ]
 
 
@@ -99,9 +114,22 @@ def bad_bytes(rng: random.Random, rid: str) -> Generated:
 
 
 def not_a_request(rng: random.Random, rid: str) -> Generated:
-    bodies = [b"{", b"nope", b"[1,", b'{"query":}', b"", b"null", b"42", b'"s"', b"[]",
-              b"true", b"[" * 5000 + b"]" * 5000, b'{"query": "x", "limit": NaN}',
-              b'{"query": "\\udc80"}', b"9" * 5000]
+    bodies = [
+        b"{",
+        b"nope",
+        b"[1,",
+        b'{"query":}',
+        b"",
+        b"null",
+        b"42",
+        b'"s"',
+        b"[]",
+        b"true",
+        b"[" * 5000 + b"]" * 5000,
+        b'{"query": "x", "limit": NaN}',
+        b'{"query": "\\udc80"}',
+        b"9" * 5000,
+    ]
     return {b"payload": rng.choice(bodies)}, None
 
 
@@ -123,8 +151,12 @@ def unknown_op(rng: random.Random, rid: str) -> Generated:
     if rng.random() < 0.5:
         op = rng.choice(["frobnicate", "DISCOVER", "", "sessions", "delete"])
         return _entry(_payload(rid), op=op), rid
-    payload = {"op": rng.choice(["delete", "CALL", "", 5, None]), "session": "s-1",
-               "request_id": rid, "tenant": TENANT}
+    payload = {
+        "op": rng.choice(["delete", "CALL", "", 5, None]),
+        "session": "s-1",
+        "request_id": rid,
+        "tenant": TENANT,
+    }
     return _entry(payload, op="session"), rid
 
 
@@ -132,8 +164,9 @@ def broken_session(rng: random.Random, rid: str) -> Generated:
     base = {"session": f"s-{rid}", "request_id": rid, "tenant": TENANT}
     choice = rng.randrange(4)
     if choice == 0:
-        return _entry({**base, "op": "import", "data": rng.choice(BROKEN_DOCUMENTS)},
-                      op="session"), rid
+        return _entry(
+            {**base, "op": "import", "data": rng.choice(BROKEN_DOCUMENTS)}, op="session"
+        ), rid
     if choice == 1:
         return _entry({**base, "op": "call"}, op="session"), rid  # no tool_id
     if choice == 2:
@@ -151,12 +184,20 @@ def bad_entry_fields(rng: random.Random, rid: str) -> Generated:
 
 
 GENERATORS: list[Callable[[random.Random, str], Generated]] = [
-    wrong_type, missing_field, bad_bytes, not_a_request, huge, unknown_op, broken_session,
-    bad_entry_fields]
+    wrong_type,
+    missing_field,
+    bad_bytes,
+    not_a_request,
+    huge,
+    unknown_op,
+    broken_session,
+    bad_entry_fields,
+]
 
 
-def generated(rng: random.Random) -> tuple[list[tuple[Entry, str | None, str | None]],
-                                           dict[str, str]]:
+def generated(
+    rng: random.Random,
+) -> tuple[list[tuple[Entry, str | None, str | None]], dict[str, str]]:
     """The entries to send, in order: (fields, the request id a malformed one was given, the
     query of a valid one), malformed and valid interleaved; and the valid ids' queries."""
     entries: list[tuple[Entry, str | None, str | None]] = []
@@ -179,12 +220,12 @@ def drained(connection: redis.Redis) -> bool:
 
 
 def test_malformed_entries_never_stop_the_workers_and_valid_ones_are_answered(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     with PrivateStack(tmp_path, durable=False) as stack:
         stack.spawn_indexing()
         workers = [stack.spawn_discovery(f"discovery-{n}") for n in range(2)]
-        publish_and_serve(stack, copy_registry(tmp_path / "registry"), TENANT,
-                          discovery_workers=2)
+        publish_and_serve(stack, copy_registry(tmp_path / "registry"), TENANT, discovery_workers=2)
         connection = stack.connection()
         with Client(connection, tenant=TENANT, timeout_s=20) as client:
             expected = {q: client.discover(q, limit=5).ids for q in QUERIES}
@@ -194,7 +235,7 @@ def test_malformed_entries_never_stop_the_workers_and_valid_ones_are_answered(
         ids = []
         for start in range(0, len(entries), 200):
             with connection.pipeline(transaction=False) as pipe:
-                for fields, _rid, _query in entries[start:start + 200]:
+                for fields, _rid, _query in entries[start : start + 200]:
                     pipe.xadd(keys.DISCOVERY_REQUESTS, fields)
                 ids += [i.decode() for i in pipe.execute()]
         deadline = time.monotonic() + 45

@@ -38,22 +38,29 @@ def still_serving(stack: Stack, worker: subprocess.Popen[bytes]) -> None:
 
 
 def dead_letter_of(connection: redis.Redis, entry_id: str) -> dict[str, str]:
-    return wait_for(lambda: dead_letters_by_entry(connection).get(entry_id), 10,
-                    f"a dead letter for request entry {entry_id}")
+    return wait_for(
+        lambda: dead_letters_by_entry(connection).get(entry_id),
+        10,
+        f"a dead letter for request entry {entry_id}",
+    )
 
 
 def gone_from_the_stream(connection: redis.Redis, entry_id: str) -> bool:
     return not connection.xrange(keys.DISCOVERY_REQUESTS, entry_id, entry_id)
 
 
-@pytest.mark.parametrize(("document", "field"), [
-    ({"bound": []}, "created_ms"),
-    ({"created_ms": 1, "bound": []}, "bound"),
-    ({"created_ms": "yesterday", "bound": {}}, "created_ms"),
-    ({"created_ms": 1, "bound": {"tool:a": [1, 2]}}, "bound"),
-])
+@pytest.mark.parametrize(
+    ("document", "field"),
+    [
+        ({"bound": []}, "created_ms"),
+        ({"created_ms": 1, "bound": []}, "bound"),
+        ({"created_ms": "yesterday", "bound": {}}, "created_ms"),
+        ({"created_ms": 1, "bound": {"tool:a": [1, 2]}}, "bound"),
+    ],
+)
 def test_a_broken_session_import_is_refused_naming_the_field(
-        stack: Stack, tmp_path: Path, document: dict[str, Any], field: str) -> None:
+    stack: Stack, tmp_path: Path, document: dict[str, Any], field: str
+) -> None:
     worker = discovery_worker(stack)
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(document))
@@ -67,11 +74,11 @@ def test_a_broken_session_import_is_refused_naming_the_field(
 
 
 def test_bytes_that_are_not_utf8_on_the_request_stream_are_dead_lettered(
-        stack: Stack, connection: redis.Redis) -> None:
+    stack: Stack, connection: redis.Redis
+) -> None:
     worker = discovery_worker(stack)
 
-    entry_id = connection.xadd(keys.DISCOVERY_REQUESTS,
-                               {"payload": b"\xff\xfe garbage"}).decode()
+    entry_id = connection.xadd(keys.DISCOVERY_REQUESTS, {"payload": b"\xff\xfe garbage"}).decode()
 
     letter = dead_letter_of(connection, entry_id)
     assert "field 'payload' is not UTF-8 text (byte 0xff at offset 0)" in letter["reason"]
@@ -80,8 +87,11 @@ def test_bytes_that_are_not_utf8_on_the_request_stream_are_dead_lettered(
     still_serving(stack, worker)
 
     listed = run_cli("dlq", "list", "--json", "--limit", "100000", env=stack.env)
-    mine = [d for d in json.loads(listed.stdout)["dead_letters"]
-            if d["source"] == keys.DISCOVERY_REQUESTS and d["reason"] == letter["reason"]]
+    mine = [
+        d
+        for d in json.loads(listed.stdout)["dead_letters"]
+        if d["source"] == keys.DISCOVERY_REQUESTS and d["reason"] == letter["reason"]
+    ]
     assert mine and mine[-1]["request_id"] is None and mine[-1]["capability_id"] is None
     human = run_cli("dlq", "list", "--limit", "100000", env=stack.env)
     assert "discovery request (no readable request id)" in human.stdout
@@ -91,19 +101,31 @@ def test_bytes_that_are_not_utf8_on_the_request_stream_are_dead_lettered(
     assert "is a discovery request" in replay.stderr and "cannot be replayed" in replay.stderr
 
 
-@pytest.mark.parametrize(("entry", "problem"), [
-    ({"payload": json.dumps({"query": 5})}, "discovery request field 'query' must be a string"),
-    ({"op": "frobnicate", "payload": json.dumps({"query": "x"})},
-     "request entry field 'op' must be one of discover, session, got 'frobnicate'"),
-    ({"op": "session", "payload": json.dumps({"op": "delete", "session": "s"})},
-     "session request field 'op' must be one of call, show, export, import"),
-    ({"payload": json.dumps({"query": "x", "limit": 10**30})},
-     "field 'limit' must be from 1 to 10000"),
-    ({"payload": json.dumps({"query": "x"}), "deadline_ms": b"\xfe"},
-     "request entry field 'deadline_ms' is not UTF-8 text"),
-])
+@pytest.mark.parametrize(
+    ("entry", "problem"),
+    [
+        ({"payload": json.dumps({"query": 5})}, "discovery request field 'query' must be a string"),
+        (
+            {"op": "frobnicate", "payload": json.dumps({"query": "x"})},
+            "request entry field 'op' must be one of discover, session, got 'frobnicate'",
+        ),
+        (
+            {"op": "session", "payload": json.dumps({"op": "delete", "session": "s"})},
+            "session request field 'op' must be one of call, show, export, import",
+        ),
+        (
+            {"payload": json.dumps({"query": "x", "limit": 10**30})},
+            "field 'limit' must be from 1 to 10000",
+        ),
+        (
+            {"payload": json.dumps({"query": "x"}), "deadline_ms": b"\xfe"},
+            "request entry field 'deadline_ms' is not UTF-8 text",
+        ),
+    ],
+)
 def test_a_malformed_request_with_a_request_id_gets_an_error_reply_naming_the_field(
-        stack: Stack, connection: redis.Redis, entry: dict[str, Any], problem: str) -> None:
+    stack: Stack, connection: redis.Redis, entry: dict[str, Any], problem: str
+) -> None:
     worker = discovery_worker(stack)
     request_id = f"bad-{uuid.uuid4().hex}"
     payload = json.loads(entry["payload"])
@@ -118,8 +140,12 @@ def test_a_malformed_request_with_a_request_id_gets_an_error_reply_naming_the_fi
 
 
 def test_the_cli_refuses_arguments_that_are_not_utf8_without_a_traceback(stack: Stack) -> None:
-    result = subprocess.run([*CLI, "discover", b"\xff\xfe post to slack"], env=stack.env,
-                            capture_output=True, timeout=60)
+    result = subprocess.run(
+        [*CLI, "discover", b"\xff\xfe post to slack"],
+        env=stack.env,
+        capture_output=True,
+        timeout=60,
+    )
 
     stderr = result.stderr.decode()
     assert result.returncode == 2
@@ -128,30 +154,34 @@ def test_the_cli_refuses_arguments_that_are_not_utf8_without_a_traceback(stack: 
 
 
 def test_the_cli_refuses_an_import_file_with_a_lone_surrogate_without_a_traceback(
-        stack: Stack, tmp_path: Path) -> None:
+    stack: Stack, tmp_path: Path
+) -> None:
     exported = tmp_path / "s.json"
     exported.write_text('{"created_ms": 1, "bound": {"tool:\\udc80": [1, 1, 0]}}')
 
     result = run_cli("session", "import", "s-surrogate", str(exported), env=stack.env)
 
     assert result.returncode == 2
-    assert "session request field 'data' carries text that is not valid Unicode" in \
-        result.stderr
+    assert "session request field 'data' carries text that is not valid Unicode" in result.stderr
     assert "Traceback" not in result.stderr
 
 
 def test_the_client_refuses_a_lone_surrogate_naming_the_argument(stack: Stack) -> None:
     client = Client(stack.connection(), tenant="warmup", timeout_s=5)
 
-    with pytest.raises(RequestEncodeError, match=r"field 'query' carries text that is not "
-                                                 r"valid Unicode \(byte 0x80"):
+    with pytest.raises(
+        RequestEncodeError,
+        match=r"field 'query' carries text that is not "
+        r"valid Unicode \(byte 0x80",
+    ):
         client.discover("\udc80")
     with pytest.raises(RequestEncodeError, match="field 'session'"):
         client.working_set("s\ud800")
 
 
 def test_an_entry_delivered_three_times_unanswered_is_quarantined(
-        stack: Stack, connection: redis.Redis, dead_consumer: str) -> None:
+    stack: Stack, connection: redis.Redis, dead_consumer: str
+) -> None:
     worker = discovery_worker(stack)
     request_id = f"poison-{uuid.uuid4().hex}"
     entry_id = _delivered_to_a_dead_consumer(connection, dead_consumer, request_id, times=3)
@@ -168,7 +198,8 @@ def test_an_entry_delivered_three_times_unanswered_is_quarantined(
 
 
 def test_an_entry_a_dead_consumer_left_once_is_still_served(
-        stack: Stack, connection: redis.Redis, dead_consumer: str) -> None:
+    stack: Stack, connection: redis.Redis, dead_consumer: str
+) -> None:
     request_id = f"orphan-{uuid.uuid4().hex}"
     entry_id = _delivered_to_a_dead_consumer(connection, dead_consumer, request_id, times=1)
 
@@ -179,8 +210,9 @@ def test_an_entry_a_dead_consumer_left_once_is_still_served(
     assert gone_from_the_stream(connection, entry_id)
 
 
-def _delivered_to_a_dead_consumer(connection: redis.Redis, consumer: str, request_id: str,
-                                  times: int) -> str:
+def _delivered_to_a_dead_consumer(
+    connection: redis.Redis, consumer: str, request_id: str, times: int
+) -> str:
     """Add a request and deliver it ``times`` to ``consumer``, which never answers (first in
     the transaction that adds it, so no live worker reads it before), then age it past
     ``claim_idle_ms``; its entry id."""
@@ -192,14 +224,24 @@ def _delivered_to_a_dead_consumer(connection: redis.Redis, consumer: str, reques
     entry_id = added.decode()
     assert read[0][1][0][0].decode() == entry_id
     for _ in range(times - 1):  # reading its own pending entry again is another delivery
-        connection.xreadgroup(keys.DISCOVERY_GROUP, consumer, {keys.DISCOVERY_REQUESTS: "0"},
-                              count=1)
-    pending = connection.xpending_range(keys.DISCOVERY_REQUESTS, keys.DISCOVERY_GROUP, "-", "+",
-                                        10, consumername=consumer)
+        connection.xreadgroup(
+            keys.DISCOVERY_GROUP, consumer, {keys.DISCOVERY_REQUESTS: "0"}, count=1
+        )
+    pending = connection.xpending_range(
+        keys.DISCOVERY_REQUESTS, keys.DISCOVERY_GROUP, "-", "+", 10, consumername=consumer
+    )
     assert [(p["message_id"].decode(), p["times_delivered"]) for p in pending] == [
-        (entry_id, times)]
-    connection.xclaim(keys.DISCOVERY_REQUESTS, keys.DISCOVERY_GROUP, consumer, 0, [entry_id],
-                      idle=3_600_000, justid=True)  # idle as if it hung for an hour
+        (entry_id, times)
+    ]
+    connection.xclaim(
+        keys.DISCOVERY_REQUESTS,
+        keys.DISCOVERY_GROUP,
+        consumer,
+        0,
+        [entry_id],
+        idle=3_600_000,
+        justid=True,
+    )  # idle as if it hung for an hour
     return entry_id
 
 
@@ -215,8 +257,13 @@ def test_dlq_replay_all_replays_events_and_leaves_discovery_requests(tmp_path: P
     with PrivateStack(tmp_path, durable=False) as private:
         connection = private.connection()
         dead_letter(connection, '{"type": "upsert"}', "event field 'tenant' is missing")
-        dead_letter(connection, '{"payload": "\\\\xff"}', "discovery request refused: ...",
-                    source=keys.DISCOVERY_REQUESTS, entry_id="1-0")
+        dead_letter(
+            connection,
+            '{"payload": "\\\\xff"}',
+            "discovery request refused: ...",
+            source=keys.DISCOVERY_REQUESTS,
+            entry_id="1-0",
+        )
 
         result = run_cli("dlq", "replay", "--all", "--redis-url", private.url, env=private.env)
 

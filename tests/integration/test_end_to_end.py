@@ -38,8 +38,9 @@ def test_published_registry_answers_a_query_with_the_expected_capability(
 ) -> None:
     report = publish(stack.url, registry, tenant)
 
-    answer = client.discover("post a message to the team's slack channel",
-                             min_version=report.index_version)
+    answer = client.discover(
+        "post a message to the team's slack channel", min_version=report.index_version
+    )
 
     assert report.complete and report.plan.errors == {}
     assert "tool:slack-post-message" in answer.ids[:3]
@@ -51,13 +52,18 @@ def test_edited_manifest_is_served_by_the_running_worker(
 ) -> None:
     first = publish(stack.url, registry, tenant)
     before = client.discover("anything at all", min_version=first.index_version)
-    _edit(_manifest(registry, SLACK), display_name="Zanzibar Quokka Relay",
-          description="Zanzibar quokka relay.")
+    _edit(
+        _manifest(registry, SLACK),
+        display_name="Zanzibar Quokka Relay",
+        description="Zanzibar quokka relay.",
+    )
 
     second = publish(stack.url, registry, tenant)
-    answer = client.discover("zanzibar quokka relay", min_version=second.index_version,
-                             options={"tier1_min_relevance": 0.0,
-                                      "use_graph_reranking": False})
+    answer = client.discover(
+        "zanzibar quokka relay",
+        min_version=second.index_version,
+        options={"tier1_min_relevance": 0.0, "use_graph_reranking": False},
+    )
 
     assert [c.id for c in second.plan.upserts] == ["tool:slack-post-message"]
     assert answer.ids[0] == "tool:slack-post-message"
@@ -72,8 +78,9 @@ def test_deleted_manifest_is_gone_from_answers_and_counts(
     _manifest(registry, SLACK).unlink()
 
     second = publish(stack.url, registry, tenant)
-    answer = client.discover("post a message to the team's slack channel",
-                             min_version=second.index_version, limit=20)
+    answer = client.discover(
+        "post a message to the team's slack channel", min_version=second.index_version, limit=20
+    )
 
     assert second.plan.deletes == ["tool:slack-post-message"]
     assert "tool:slack-post-message" not in answer.ids
@@ -90,8 +97,9 @@ def test_broken_manifest_keeps_the_stored_capability_and_is_reported(
     path.write_text(path.read_text() + "kind: tool\n")
 
     second = publish(stack.url, registry, tenant)
-    answer = client.discover("post a message to the team's slack channel",
-                             min_version=first.index_version)
+    answer = client.discover(
+        "post a message to the team's slack channel", min_version=first.index_version
+    )
 
     assert second.sent == 0
     assert str(second.plan.errors[path]).startswith(f"{path}: field 'kind': ")
@@ -173,9 +181,14 @@ def test_invalid_capability_in_an_event_is_dead_lettered_and_acked(
     from capdisc.registry.events import RegistryEvent
     from capdisc_producers.publisher import wait_for_acks
 
-    event = RegistryEvent(type="upsert", tenant=tenant, capability_id="tool:bad", seq=1,
-                          capability={"kind": "tool", "name": "bad", "description": 42},
-                          batch_id=f"{tenant}-batch")
+    event = RegistryEvent(
+        type="upsert",
+        tenant=tenant,
+        capability_id="tool:bad",
+        seq=1,
+        capability={"kind": "tool", "name": "bad", "description": 42},
+        batch_id=f"{tenant}-batch",
+    )
     Publisher(stack.url).send([event])
 
     outcomes = wait_for_acks(connection, f"{tenant}-batch", 1, 20)
@@ -229,8 +242,9 @@ def test_answer_carries_tool_definitions_in_the_requested_format(
 ) -> None:
     report = publish(stack.url, registry, tenant)
 
-    answer = client.discover("open a pull request", min_version=report.index_version,
-                             tool_format="openai-chat")
+    answer = client.discover(
+        "open a pull request", min_version=report.index_version, tool_format="openai-chat"
+    )
 
     names = [tool["function"]["name"] for tool in answer.tools]
     assert "discover_capabilities" in names
@@ -244,7 +258,8 @@ def test_metatool_call_runs_the_same_pipeline_and_returns_a_model_result(
 
     payload, answer = client.handle_metatool_call(
         '{"query": "open a pull request", "kind": "tool", "limit": 3}',
-        min_version=report.index_version)
+        min_version=report.index_version,
+    )
 
     assert [c["id"] for c in payload["capabilities"]] == answer.ids
     assert len(answer.ids) <= 3 and all(c["kind"] == "tool" for c in answer.capabilities)

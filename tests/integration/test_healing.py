@@ -28,8 +28,18 @@ CONVERGE_S = 60.0
 
 
 def start_import(private: PrivateStack, catalog: Path) -> subprocess.Popen[bytes]:
-    argv = [sys.executable, "-m", "capdisc_producers.cli", "import", "jsonl", str(catalog),
-            "--tenant", TENANT, "--timeout", "120"]
+    argv = [
+        sys.executable,
+        "-m",
+        "capdisc_producers.cli",
+        "import",
+        "jsonl",
+        str(catalog),
+        "--tenant",
+        TENANT,
+        "--timeout",
+        "120",
+    ]
     return private.spawn("import", argv)
 
 
@@ -51,12 +61,18 @@ def stored(connection: redis.Redis) -> int:
 
 
 def test_the_tasks_of_a_killed_indexing_worker_run_again_within_a_minute(
-        private: PrivateStack, tmp_path: Path) -> None:
+    private: PrivateStack, tmp_path: Path
+) -> None:
     connection = private.connection()
     first = private.spawn_indexing("indexing-1")
     importer = start_import(private, write_catalog(tmp_path / "tools.jsonl", TOOLS, "heal"))
-    await_condition(lambda: tenant_version(connection, TENANT) > 100
-                    and connection.hlen(keys.KOMBU_UNACKED) > 0, 60, "a task in flight")
+    await_condition(
+        lambda: (
+            tenant_version(connection, TENANT) > 100 and connection.hlen(keys.KOMBU_UNACKED) > 0
+        ),
+        60,
+        "a task in flight",
+    )
 
     first.send_signal(signal.SIGKILL)
     first.wait()
@@ -70,7 +86,8 @@ def test_the_tasks_of_a_killed_indexing_worker_run_again_within_a_minute(
 
 
 def test_an_import_rides_out_a_redis_restart_and_reports_everything_applied(
-        private: PrivateStack, tmp_path: Path) -> None:
+    private: PrivateStack, tmp_path: Path
+) -> None:
     private.spawn_indexing()
     importer = start_import(private, write_catalog(tmp_path / "tools.jsonl", TOOLS, "heal"))
     connection = private.connection()

@@ -15,13 +15,27 @@ from .conftest import Stack
 from .test_cli import run_cli
 
 TOOLS = [
-    {"id": "getWeather", "name": "getWeather", "description": "Weather forecast for a city.",
-     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-     "category": "Weather"},
-    {"id": "sendEmail", "name": "sendEmail", "description": "Send an email message.",
-     "parameters": None, "category": "Mail"},
-    {"id": "PDF&URLTool", "name": "PDF&URLTool", "description": "Read PDFs and web pages.",
-     "parameters": None, "category": "merged_tool"},
+    {
+        "id": "getWeather",
+        "name": "getWeather",
+        "description": "Weather forecast for a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        "category": "Weather",
+    },
+    {
+        "id": "sendEmail",
+        "name": "sendEmail",
+        "description": "Send an email message.",
+        "parameters": None,
+        "category": "Mail",
+    },
+    {
+        "id": "PDF&URLTool",
+        "name": "PDF&URLTool",
+        "description": "Read PDFs and web pages.",
+        "parameters": None,
+        "category": "merged_tool",
+    },
 ]
 
 
@@ -35,22 +49,24 @@ def run_import(stack: Stack, path: Path, tenant: str) -> tuple[int, str, str]:
     return result.returncode, result.stdout, result.stderr
 
 
-def test_a_catalog_is_imported_and_discoverable(stack: Stack, tmp_path: Path, tenant: str,
-                                                connection: redis.Redis) -> None:
+def test_a_catalog_is_imported_and_discoverable(
+    stack: Stack, tmp_path: Path, tenant: str, connection: redis.Redis
+) -> None:
     code, out, err = run_import(stack, write(tmp_path / "tools.jsonl", TOOLS), tenant)
 
     assert code == 0, err
     assert "3 upserted, 0 deleted, 0 unchanged, 0 rejected" in out
     version = int(out.rsplit("index version ", 1)[1])
     answer = Client(connection, tenant=tenant, timeout_s=20).discover(
-        "what is the weather forecast in Oslo", min_version=version)
+        "what is the weather forecast in Oslo", min_version=version
+    )
     assert answer.ids[0] == "tool:getWeather"
     assert connection.hexists(keys.caps(tenant), "tool:PDF_URLTool")
 
 
-def test_an_unchanged_reimport_sends_and_embeds_nothing(stack: Stack, tmp_path: Path,
-                                                        tenant: str,
-                                                        connection: redis.Redis) -> None:
+def test_an_unchanged_reimport_sends_and_embeds_nothing(
+    stack: Stack, tmp_path: Path, tenant: str, connection: redis.Redis
+) -> None:
     path = write(tmp_path / "tools.jsonl", TOOLS)
     run_import(stack, path, tenant)
     calls = collect_status(connection)["embedding_calls"]
@@ -61,9 +77,9 @@ def test_an_unchanged_reimport_sends_and_embeds_nothing(stack: Stack, tmp_path: 
     assert collect_status(connection)["embedding_calls"] == calls
 
 
-def test_a_reimport_deletes_what_the_file_no_longer_has(stack: Stack, tmp_path: Path,
-                                                        tenant: str,
-                                                        connection: redis.Redis) -> None:
+def test_a_reimport_deletes_what_the_file_no_longer_has(
+    stack: Stack, tmp_path: Path, tenant: str, connection: redis.Redis
+) -> None:
     path = write(tmp_path / "tools.jsonl", TOOLS)
     run_import(stack, path, tenant)
 
@@ -73,8 +89,9 @@ def test_a_reimport_deletes_what_the_file_no_longer_has(stack: Stack, tmp_path: 
     assert not connection.hexists(keys.caps(tenant), "tool:PDF_URLTool")
 
 
-def test_a_broken_line_is_named_and_deletes_nothing(stack: Stack, tmp_path: Path, tenant: str,
-                                                    connection: redis.Redis) -> None:
+def test_a_broken_line_is_named_and_deletes_nothing(
+    stack: Stack, tmp_path: Path, tenant: str, connection: redis.Redis
+) -> None:
     path = write(tmp_path / "tools.jsonl", TOOLS)
     run_import(stack, path, tenant)
 

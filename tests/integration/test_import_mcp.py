@@ -33,7 +33,8 @@ def stored(connection: redis.Redis, tenant: str, cap_id: str) -> dict[str, objec
 
 
 def test_stdio_server_tools_become_discoverable_capabilities(
-        stack: Stack, tenant: str, connection: redis.Redis) -> None:
+    stack: Stack, tenant: str, connection: redis.Redis
+) -> None:
     code, out, err = imported(stack, tenant, "--command", f"{sys.executable} {SERVER}")
 
     assert code == 0, err
@@ -45,7 +46,8 @@ def test_stdio_server_tools_become_discoverable_capabilities(
     assert forecast["full_schema"]["required"] == ["city"]  # type: ignore[index]
     version = int(out.rsplit("index version ", 1)[1])
     answer = Client(connection, tenant=tenant, timeout_s=20).discover(
-        "are there severe weather alerts in Texas", min_version=version)
+        "are there severe weather alerts in Texas", min_version=version
+    )
     assert answer.ids[0] == "tool:weather-station.get_alerts"
 
 
@@ -76,8 +78,13 @@ def http_server(tmp_path: Path) -> Iterator[tuple[int, list[subprocess.Popen[byt
 def serve_http(port: int, running: list[subprocess.Popen[bytes]], *args: str) -> None:
     for process in running:
         stop_process(process)
-    running[:] = [subprocess.Popen([sys.executable, str(SERVER), *args, "http", str(port)],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    running[:] = [
+        subprocess.Popen(
+            [sys.executable, str(SERVER), *args, "http", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    ]
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:  # readiness: the port accepts a connection
         try:
@@ -91,8 +98,11 @@ def serve_http(port: int, running: list[subprocess.Popen[bytes]], *args: str) ->
 
 
 def test_http_server_changes_are_reindexed_and_removed_tools_deleted(
-        stack: Stack, tenant: str, connection: redis.Redis,
-        http_server: tuple[int, list[subprocess.Popen[bytes]]]) -> None:
+    stack: Stack,
+    tenant: str,
+    connection: redis.Redis,
+    http_server: tuple[int, list[subprocess.Popen[bytes]]],
+) -> None:
     port, running = http_server
     url = f"http://127.0.0.1:{port}/mcp"
     serve_http(port, running)
@@ -113,8 +123,9 @@ def test_http_server_changes_are_reindexed_and_removed_tools_deleted(
 
 
 def test_an_unreachable_server_is_a_clear_error(stack: Stack, tenant: str) -> None:
-    code, _out, err = imported(stack, tenant, "--url", f"http://127.0.0.1:{free_port()}/mcp",
-                               "--timeout", "10")
+    code, _out, err = imported(
+        stack, tenant, "--url", f"http://127.0.0.1:{free_port()}/mcp", "--timeout", "10"
+    )
 
     assert code == 2
     assert "could not be listed" in err or "did not list its tools" in err

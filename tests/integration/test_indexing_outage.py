@@ -33,7 +33,8 @@ def stored(stack: PrivateStack) -> int:
 
 
 def test_an_indexing_worker_finishes_the_queue_across_a_redis_restart_with_no_producer_waiting(
-        private: PrivateStack, tmp_path: Path) -> None:
+    private: PrivateStack, tmp_path: Path
+) -> None:
     worker = private.spawn_indexing()
     publisher = Publisher(private.url)
     try:  # sent and not waited for: only the worker and its sweep can finish the work
@@ -46,15 +47,25 @@ def test_an_indexing_worker_finishes_the_queue_across_a_redis_restart_with_no_pr
     wait_for(lambda: tenant_version(connection, TENANT) > 300, 60, "indexing under way")
 
     private.stop_redis()
-    wait_for(lambda: private.events("indexing", "redis_unavailable"), 20,
-             "the worker noticing Redis is gone")
+    wait_for(
+        lambda: private.events("indexing", "redis_unavailable"),
+        20,
+        "the worker noticing Redis is gone",
+    )
     private.start_redis(lose_data=False)
 
     wait_for(lambda: stored(private) == TOOLS, CONVERGE_S, "the registry equal to the source")
     wait_for(lambda: private.events("indexing", "redis_reconnected"), 20, "reconnected log")
     after = private.connection()
-    wait_for(lambda: after.hlen(keys.OUTBOX) == 0 and after.hlen(keys.KOMBU_UNACKED) == 0
-             and after.llen(keys.INDEXING_QUEUE) == 0, 30, "nothing left in flight")
+    wait_for(
+        lambda: (
+            after.hlen(keys.OUTBOX) == 0
+            and after.hlen(keys.KOMBU_UNACKED) == 0
+            and after.llen(keys.INDEXING_QUEUE) == 0
+        ),
+        30,
+        "nothing left in flight",
+    )
     assert worker.poll() is None and private.processes["indexing"].pid == worker.pid
     assert len(private.events("indexing", "redis_unavailable")) == 1
     assert len(private.events("indexing", "redis_reconnected")) == 1

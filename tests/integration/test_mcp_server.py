@@ -30,8 +30,9 @@ SERVE = [sys.executable, "-m", "capdisc_producers.cli", "mcp"]
 
 
 def stdio_server(stack: Stack, tenant: str) -> StdioServerParameters:
-    return StdioServerParameters(command=SERVE[0], args=[*SERVE[1:], "--tenant", tenant],
-                                 env=stack.env, cwd=str(ROOT))
+    return StdioServerParameters(
+        command=SERVE[0], args=[*SERVE[1:], "--tenant", tenant], env=stack.env, cwd=str(ROOT)
+    )
 
 
 def published(stack: Stack, registry: Path, tenant: str) -> None:
@@ -39,7 +40,8 @@ def published(stack: Stack, registry: Path, tenant: str) -> None:
     report = publish(stack.url, registry, tenant)
     assert report.complete
     Client(stack.connection(), tenant=tenant, timeout_s=30).discover(
-        "warm up", min_version=report.index_version)
+        "warm up", min_version=report.index_version
+    )
 
 
 def run(body: Callable[[], Awaitable[None]]) -> None:
@@ -62,7 +64,8 @@ def text_of(result: CallToolResult) -> str:
 
 
 def test_stdio_lists_capdiscs_meta_tool_and_returns_argument_errors(
-        stack: Stack, tenant: str) -> None:
+    stack: Stack, tenant: str
+) -> None:
     async def body() -> None:
         async with MCPClient(stdio_server(stack, tenant)) as mcp:
             listed = {tool.name: tool for tool in (await mcp.list_tools()).tools}
@@ -85,7 +88,8 @@ def test_stdio_lists_capdiscs_meta_tool_and_returns_argument_errors(
 
 
 def test_stdio_calls_share_one_working_set_and_get_the_loop_guard(
-        stack: Stack, registry: Path, tenant: str) -> None:
+    stack: Stack, registry: Path, tenant: str
+) -> None:
     published(stack, registry, tenant)
     calls: list[dict[str, Any]] = []
 
@@ -94,8 +98,10 @@ def test_stdio_calls_share_one_working_set_and_get_the_loop_guard(
             first = await discover(mcp, query="post a message to slack")
             second = await discover(mcp, query="open a pull request", kind="tool")
             for _ in range(4):
-                result = await mcp.call_tool("record_tool_call", {
-                    "tool_id": SLACK, "arguments": {"channel": "#ops", "text": "hi"}})
+                result = await mcp.call_tool(
+                    "record_tool_call",
+                    {"tool_id": SLACK, "arguments": {"channel": "#ops", "text": "hi"}},
+                )
                 assert not result.is_error, result.content
                 calls.append(result.structured_content or {})
             calls.insert(0, first)
@@ -132,8 +138,15 @@ def http_server(stack: Stack, tmp_path: Path) -> Iterator[Callable[[str], str]]:
         port = free_port()
         log = tmp_path / "mcp-http.log"
         with log.open("ab") as out:
-            running.append(subprocess.Popen([*SERVE, "--tenant", tenant, "--http", str(port)],
-                                            env=stack.env, cwd=ROOT, stdout=out, stderr=out))
+            running.append(
+                subprocess.Popen(
+                    [*SERVE, "--tenant", tenant, "--http", str(port)],
+                    env=stack.env,
+                    cwd=ROOT,
+                    stdout=out,
+                    stderr=out,
+                )
+            )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:  # readiness: the port accepts a connection
             try:
@@ -151,7 +164,8 @@ def http_server(stack: Stack, tmp_path: Path) -> Iterator[Callable[[str], str]]:
 
 
 def test_http_each_mcp_session_is_its_own_capdisc_session(
-        stack: Stack, registry: Path, tenant: str, http_server: Callable[[str], str]) -> None:
+    stack: Stack, registry: Path, tenant: str, http_server: Callable[[str], str]
+) -> None:
     published(stack, registry, tenant)
     url = http_server(tenant)
     answers: dict[str, list[dict[str, Any]]] = {"a": [], "b": []}
@@ -178,7 +192,8 @@ def test_http_each_mcp_session_is_its_own_capdisc_session(
 
 
 def test_http_a_stateless_client_is_answered_without_a_session(
-        stack: Stack, http_server: Callable[[str], str]) -> None:
+    stack: Stack, http_server: Callable[[str], str]
+) -> None:
     url = http_server("warmup")  # the tenant the suite's warm-up published
     results: list[CallToolResult] = []
 

@@ -32,11 +32,17 @@ def vector_for(text: str) -> list[float]:
 
 def embeddings_body(request: dict[str, Any]) -> dict[str, Any]:
     inputs = request["input"]
-    data = [{"object": "embedding", "index": i, "embedding": vector_for(text)}
-            for i, text in enumerate(inputs)]
+    data = [
+        {"object": "embedding", "index": i, "embedding": vector_for(text)}
+        for i, text in enumerate(inputs)
+    ]
     data.reverse()  # servers may answer out of order: the index field decides
-    return {"object": "list", "data": data, "model": request["model"],
-            "usage": {"prompt_tokens": 1, "total_tokens": 1}}
+    return {
+        "object": "list",
+        "data": data,
+        "model": request["model"],
+        "usage": {"prompt_tokens": 1, "total_tokens": 1},
+    }
 
 
 class Server:
@@ -54,10 +60,8 @@ class Server:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.requests.append(body)
                 outer.headers.append({k.lower(): v for k, v in self.headers.items()})
-                status, reply, headers = (outer.script.pop(0) if outer.script
-                                          else (200, None, {}))
-                payload = json.dumps(reply if reply is not None
-                                     else embeddings_body(body)).encode()
+                status, reply, headers = outer.script.pop(0) if outer.script else (200, None, {})
+                payload = json.dumps(reply if reply is not None else embeddings_body(body)).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
@@ -71,8 +75,7 @@ class Server:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,),
-                                       daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
         self.thread.start()
 
     def close(self) -> None:
@@ -87,10 +90,10 @@ def server() -> Iterator[Server]:
     running.close()
 
 
-def embedder(server: Server, sleeps: list[float] | None = None, **changes: Any
-             ) -> OpenAIEmbedder:
-    settings = OpenAIEmbedderSettings(api_key="sk-test", base_url=server.url, dimensions=DIM,
-                                      timeout_s=5.0, **changes)
+def embedder(server: Server, sleeps: list[float] | None = None, **changes: Any) -> OpenAIEmbedder:
+    settings = OpenAIEmbedderSettings(
+        api_key="sk-test", base_url=server.url, dimensions=DIM, timeout_s=5.0, **changes
+    )
     record = sleeps if sleeps is not None else []
     return OpenAIEmbedder(settings, sleep=record.append, jitter=lambda: 1.0)
 
@@ -110,8 +113,14 @@ def test_vectors_come_back_in_input_order_normalized(server: Server) -> None:
 def test_the_request_names_model_dimensions_float_encoding_and_the_key(server: Server) -> None:
     embedder(server).embed(["alpha"])
 
-    assert server.requests == [{"model": "text-embedding-3-small", "input": ["alpha"],
-                                "encoding_format": "float", "dimensions": DIM}]
+    assert server.requests == [
+        {
+            "model": "text-embedding-3-small",
+            "input": ["alpha"],
+            "encoding_format": "float",
+            "dimensions": DIM,
+        }
+    ]
     assert server.headers[0]["authorization"] == "Bearer sk-test"
 
 
@@ -128,14 +137,18 @@ def test_inputs_are_batched_within_the_limits(server: Server) -> None:
     assert vectors.shape == (7, DIM)
 
 
-@pytest.mark.parametrize(("texts", "max_inputs", "max_chars", "expected"), [
-    ([], 3, 100, []),
-    (["a", "b", "c", "d"], 2, 100, [["a", "b"], ["c", "d"]]),
-    (["aaaa", "bbbb", "cc"], 10, 8, [["aaaa", "bbbb"], ["cc"]]),
-    (["x" * 50, "y"], 10, 8, [["x" * 50], ["y"]]),
-])
-def test_batches_respect_inputs_and_characters(texts: list[str], max_inputs: int,
-                                               max_chars: int, expected: list[list[str]]) -> None:
+@pytest.mark.parametrize(
+    ("texts", "max_inputs", "max_chars", "expected"),
+    [
+        ([], 3, 100, []),
+        (["a", "b", "c", "d"], 2, 100, [["a", "b"], ["c", "d"]]),
+        (["aaaa", "bbbb", "cc"], 10, 8, [["aaaa", "bbbb"], ["cc"]]),
+        (["x" * 50, "y"], 10, 8, [["x" * 50], ["y"]]),
+    ],
+)
+def test_batches_respect_inputs_and_characters(
+    texts: list[str], max_inputs: int, max_chars: int, expected: list[list[str]]
+) -> None:
     assert batches(texts, max_inputs, max_chars) == expected
 
 
@@ -170,26 +183,49 @@ def test_retries_stop_at_max_attempts_with_one_retry_owner(server: Server) -> No
 
 
 def test_a_bad_key_fails_at_once_naming_the_setting(server: Server) -> None:
-    server.script = [(401, {"error": {"message": "bad key", "type": "invalid_request_error"}},
-                      {})]
+    server.script = [(401, {"error": {"message": "bad key", "type": "invalid_request_error"}}, {})]
 
     with pytest.raises(EmbeddingError, match="CAPDISC_OPENAI_API_KEY"):
         embedder(server).embed(["alpha"])
     assert len(server.requests) == 1
 
 
-@pytest.mark.parametrize(("body", "message"), [
-    ({"object": "list", "data": [], "model": "m", "usage": {}}, "0 embeddings in field 'data'"),
-    ({"object": "list", "data": [{"object": "embedding", "index": 0, "embedding": [1.0, 2.0]}],
-      "model": "m", "usage": {}}, "field 'embedding' returned shape (1, 2)"),
-    ({"object": "list", "data": [{"object": "embedding", "index": 5,
-                                  "embedding": [1.0] * DIM}], "model": "m", "usage": {}},
-     "field 'data[].index'"),
-    ({"object": "list", "data": [{"object": "embedding", "index": 0, "embedding": [0.0] * DIM}],
-      "model": "m", "usage": {}}, "zero vector in field 'embedding'"),
-])
-def test_a_broken_response_is_an_error_naming_the_field(server: Server, body: dict[str, Any],
-                                                        message: str) -> None:
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"object": "list", "data": [], "model": "m", "usage": {}}, "0 embeddings in field 'data'"),
+        (
+            {
+                "object": "list",
+                "data": [{"object": "embedding", "index": 0, "embedding": [1.0, 2.0]}],
+                "model": "m",
+                "usage": {},
+            },
+            "field 'embedding' returned shape (1, 2)",
+        ),
+        (
+            {
+                "object": "list",
+                "data": [{"object": "embedding", "index": 5, "embedding": [1.0] * DIM}],
+                "model": "m",
+                "usage": {},
+            },
+            "field 'data[].index'",
+        ),
+        (
+            {
+                "object": "list",
+                "data": [{"object": "embedding", "index": 0, "embedding": [0.0] * DIM}],
+                "model": "m",
+                "usage": {},
+            },
+            "zero vector in field 'embedding'",
+        ),
+    ],
+)
+def test_a_broken_response_is_an_error_naming_the_field(
+    server: Server, body: dict[str, Any], message: str
+) -> None:
     server.script = [(200, body, {})]
 
     with pytest.raises(EmbeddingError) as info:
@@ -200,8 +236,13 @@ def test_a_broken_response_is_an_error_naming_the_field(server: Server, body: di
 
 
 def test_an_unreachable_server_is_an_error_after_the_attempts() -> None:
-    settings = OpenAIEmbedderSettings(api_key="sk", base_url="http://127.0.0.1:9/v1",
-                                      dimensions=DIM, timeout_s=1.0, max_attempts=2)
+    settings = OpenAIEmbedderSettings(
+        api_key="sk",
+        base_url="http://127.0.0.1:9/v1",
+        dimensions=DIM,
+        timeout_s=1.0,
+        max_attempts=2,
+    )
     sleeps: list[float] = []
 
     with pytest.raises(EmbeddingError, match="could not be reached"):
@@ -210,10 +251,14 @@ def test_an_unreachable_server_is_an_error_after_the_attempts() -> None:
 
 
 def test_settings_build_the_provider_and_name_its_vector_space(server: Server) -> None:
-    settings = Settings.load(environ={"CAPDISC_EMBEDDER": "openai",
-                                      "CAPDISC_OPENAI_BASE_URL": server.url,
-                                      "CAPDISC_OPENAI_API_KEY": "sk-test",
-                                      "CAPDISC_OPENAI_DIMENSIONS": str(DIM)})
+    settings = Settings.load(
+        environ={
+            "CAPDISC_EMBEDDER": "openai",
+            "CAPDISC_OPENAI_BASE_URL": server.url,
+            "CAPDISC_OPENAI_API_KEY": "sk-test",
+            "CAPDISC_OPENAI_DIMENSIONS": str(DIM),
+        }
+    )
 
     provider = embedder_for(settings)
 

@@ -16,10 +16,14 @@ from .conftest import Stack
 
 
 def _upsert(tenant: str, seq: int, description: str) -> RegistryEvent:
-    return RegistryEvent(type="upsert", tenant=tenant, capability_id="tool:clock", seq=seq,
-                         capability={"kind": "tool", "name": "clock",
-                                     "description": description},
-                         batch_id=f"{tenant}-{seq}-{description[:5]}")
+    return RegistryEvent(
+        type="upsert",
+        tenant=tenant,
+        capability_id="tool:clock",
+        seq=seq,
+        capability={"kind": "tool", "name": "clock", "description": description},
+        batch_id=f"{tenant}-{seq}-{description[:5]}",
+    )
 
 
 def _apply(stack: Stack, connection: redis.Redis, event: RegistryEvent) -> str:
@@ -35,9 +39,12 @@ def _description(connection: redis.Redis, tenant: str) -> str | None:
 
 
 def test_an_older_event_arriving_after_a_newer_one_changes_nothing(
-        stack: Stack, connection: redis.Redis, tenant: str) -> None:
-    decisions = [_apply(stack, connection, _upsert(tenant, 10, "Tells the time, new.")),
-                 _apply(stack, connection, _upsert(tenant, 5, "Tells the time, old."))]
+    stack: Stack, connection: redis.Redis, tenant: str
+) -> None:
+    decisions = [
+        _apply(stack, connection, _upsert(tenant, 10, "Tells the time, new.")),
+        _apply(stack, connection, _upsert(tenant, 5, "Tells the time, old.")),
+    ]
 
     assert decisions == ["upsert", "stale"]
     assert _description(connection, tenant) == "Tells the time, new."
@@ -45,7 +52,8 @@ def test_an_older_event_arriving_after_a_newer_one_changes_nothing(
 
 
 def test_the_same_event_delivered_twice_changes_nothing_the_second_time(
-        stack: Stack, connection: redis.Redis, tenant: str) -> None:
+    stack: Stack, connection: redis.Redis, tenant: str
+) -> None:
     event = _upsert(tenant, 7, "Tells the time.")
 
     decisions = [_apply(stack, connection, event), _apply(stack, connection, event)]
@@ -55,12 +63,16 @@ def test_the_same_event_delivered_twice_changes_nothing_the_second_time(
 
 
 def test_a_late_upsert_after_a_delete_does_not_resurrect_the_capability(
-        stack: Stack, connection: redis.Redis, tenant: str) -> None:
-    delete = RegistryEvent(type="delete", tenant=tenant, capability_id="tool:clock", seq=3,
-                           batch_id=f"{tenant}-delete")
-    decisions = [_apply(stack, connection, _upsert(tenant, 1, "Tells the time.")),
-                 _apply(stack, connection, delete),
-                 _apply(stack, connection, _upsert(tenant, 2, "Tells the time, late."))]
+    stack: Stack, connection: redis.Redis, tenant: str
+) -> None:
+    delete = RegistryEvent(
+        type="delete", tenant=tenant, capability_id="tool:clock", seq=3, batch_id=f"{tenant}-delete"
+    )
+    decisions = [
+        _apply(stack, connection, _upsert(tenant, 1, "Tells the time.")),
+        _apply(stack, connection, delete),
+        _apply(stack, connection, _upsert(tenant, 2, "Tells the time, late.")),
+    ]
 
     assert decisions == ["upsert", "delete", "stale"]
     assert _description(connection, tenant) is None

@@ -20,23 +20,43 @@ from .test_cli import run_cli
 
 
 def _upsert(tenant: str, name: str, batch_id: str) -> RegistryEvent:
-    cap = Capability(id=f"tool:{name}", kind="tool", name=name,
-                     description=f"The {name} tool does {name} things.")
-    return RegistryEvent(type="upsert", tenant=tenant, capability_id=cap.id, seq=time.time_ns(),
-                         capability=cap.to_dict(), batch_id=batch_id)
+    cap = Capability(
+        id=f"tool:{name}",
+        kind="tool",
+        name=name,
+        description=f"The {name} tool does {name} things.",
+    )
+    return RegistryEvent(
+        type="upsert",
+        tenant=tenant,
+        capability_id=cap.id,
+        seq=time.time_ns(),
+        capability=cap.to_dict(),
+        batch_id=batch_id,
+    )
 
 
 def test_a_task_the_broker_lost_is_sent_again(
-        stack: Stack, tenant: str, connection: redis.Redis) -> None:
+    stack: Stack, tenant: str, connection: redis.Redis
+) -> None:
     """The worker's own sweep (every few seconds) and ``capdisc reconcile`` both re-send it;
     whichever comes first counts it, so the test reads the shared counter, not one report."""
     resent_before = int(connection.hget(keys.COUNTERS, "tasks_resent") or 0)
     batch_id = uuid.uuid4().hex
     payload = _upsert(tenant, "lost", batch_id).encode()
     lost_id = uuid.uuid4().hex  # recorded, never reached the queue (a worker died mid-pop)
-    connection.hset(keys.OUTBOX, lost_id, json.dumps({
-        "name": keys.TASK_APPLY_EVENTS, "args": [[payload]], "kwargs": {},
-        "sent_at_ms": int(time.time() * 1000) - 60_000}))
+    connection.hset(
+        keys.OUTBOX,
+        lost_id,
+        json.dumps(
+            {
+                "name": keys.TASK_APPLY_EVENTS,
+                "args": [[payload]],
+                "kwargs": {},
+                "sent_at_ms": int(time.time() * 1000) - 60_000,
+            }
+        ),
+    )
 
     run_cli("reconcile", "--json", env=stack.env)
     outcomes = wait_for_acks(connection, batch_id, 1, timeout_s=30)
@@ -46,14 +66,21 @@ def test_a_task_the_broker_lost_is_sent_again(
     assert connection.hexists(keys.caps(tenant), "tool:lost")
 
 
-def test_a_done_task_leaves_the_outbox(stack: Stack, tenant: str,
-                                       connection: redis.Redis) -> None:
+def test_a_done_task_leaves_the_outbox(stack: Stack, tenant: str, connection: redis.Redis) -> None:
     publisher = Publisher(stack.url)
     first, second = uuid.uuid4().hex, uuid.uuid4().hex
-    first_task = outbox.send(connection, publisher.app, keys.TASK_APPLY_EVENTS,
-                             [[_upsert(tenant, "one", first).encode()]])
-    outbox.send(connection, publisher.app, keys.TASK_APPLY_EVENTS,
-                [[_upsert(tenant, "two", second).encode()]])
+    first_task = outbox.send(
+        connection,
+        publisher.app,
+        keys.TASK_APPLY_EVENTS,
+        [[_upsert(tenant, "one", first).encode()]],
+    )
+    outbox.send(
+        connection,
+        publisher.app,
+        keys.TASK_APPLY_EVENTS,
+        [[_upsert(tenant, "two", second).encode()]],
+    )
 
     wait_for_acks(connection, second, 1, timeout_s=30)  # one solo worker: the first is done
     publisher.close()
@@ -62,15 +89,22 @@ def test_a_done_task_leaves_the_outbox(stack: Stack, tenant: str,
 
 
 def test_a_redelivered_event_is_counted_once_with_its_first_outcome(
-        connection: redis.Redis) -> None:
+    connection: redis.Redis,
+) -> None:
     batch_id = uuid.uuid4().hex
     for decision in ("upsert", "stale"):  # applied, killed before the ack, redelivered
-        connection.rpush(keys.acks(batch_id), json.dumps(
-            {"event_id": "e1", "capability_id": "tool:a", "decision": decision}))
-    connection.rpush(keys.acks(batch_id), json.dumps(
-        {"event_id": "e2", "capability_id": "tool:b", "decision": "delete"}))
+        connection.rpush(
+            keys.acks(batch_id),
+            json.dumps({"event_id": "e1", "capability_id": "tool:a", "decision": decision}),
+        )
+    connection.rpush(
+        keys.acks(batch_id),
+        json.dumps({"event_id": "e2", "capability_id": "tool:b", "decision": "delete"}),
+    )
 
     outcomes = wait_for_acks(connection, batch_id, 2, timeout_s=5)
 
-    assert [(o["event_id"], o["decision"]) for o in outcomes] == [("e1", "upsert"),
-                                                                  ("e2", "delete")]
+    assert [(o["event_id"], o["decision"]) for o in outcomes] == [
+        ("e1", "upsert"),
+        ("e2", "delete"),
+    ]

@@ -43,8 +43,7 @@ def description(connection: redis.Redis, tenant: str) -> str:
     return str(record.capability["description"])
 
 
-def source_holds(connection: redis.Redis, tenant: str, source: Path, cap_id: str = SLACK
-                 ) -> bool:
+def source_holds(connection: redis.Redis, tenant: str, source: Path, cap_id: str = SLACK) -> bool:
     return bool(connection.sismember(keys.source_ids(tenant, str(source.resolve())), cap_id))
 
 
@@ -56,7 +55,8 @@ def two_sources(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def test_another_directory_cannot_replace_or_delete_an_owned_capability(
-        stack: Stack, tenant: str, tmp_path: Path, connection: redis.Redis) -> None:
+    stack: Stack, tenant: str, tmp_path: Path, connection: redis.Redis
+) -> None:
     first, second = two_sources(tmp_path)
     version = publish(stack.url, first, tenant).index_version
 
@@ -64,12 +64,15 @@ def test_another_directory_cannot_replace_or_delete_an_owned_capability(
 
     assert refused.returncode == 1
     assert "0 upserted, 0 deleted, 0 unchanged, 1 rejected" in refused.stdout
-    assert (f"rejected: {second.resolve() / 'dup' / 'CAPABILITY.yaml'}: field 'id': {SLACK!r} "
-            f"belongs to source {first.resolve()}; ") in refused.stderr
+    assert (
+        f"rejected: {second.resolve() / 'dup' / 'CAPABILITY.yaml'}: field 'id': {SLACK!r} "
+        f"belongs to source {first.resolve()}; "
+    ) in refused.stderr
     assert "--take-over" in refused.stderr
     assert description(connection, tenant) == ORIGINAL
     answer = Client(connection, tenant=tenant, timeout_s=20).discover(
-        "post a message to slack", min_version=version)
+        "post a message to slack", min_version=version
+    )
     assert answer.index_version == version and answer.ids[0] == SLACK
 
     (second / "dup" / "CAPABILITY.yaml").unlink()
@@ -81,7 +84,8 @@ def test_another_directory_cannot_replace_or_delete_an_owned_capability(
 
 
 def test_take_over_moves_the_id_to_the_new_source(
-        stack: Stack, tenant: str, tmp_path: Path, connection: redis.Redis) -> None:
+    stack: Stack, tenant: str, tmp_path: Path, connection: redis.Redis
+) -> None:
     first, second = two_sources(tmp_path)
     publish(stack.url, first, tenant)
 
@@ -99,18 +103,38 @@ def test_take_over_moves_the_id_to_the_new_source(
 
 
 def test_the_indexing_worker_refuses_another_sources_events_naming_the_owner(
-        stack: Stack, tenant: str, tmp_path: Path, connection: redis.Redis) -> None:
+    stack: Stack, tenant: str, tmp_path: Path, connection: redis.Redis
+) -> None:
     first, _second = two_sources(tmp_path)
     publish(stack.url, first, tenant)
     owner = str(first.resolve())
-    capability = {"kind": "tool", "name": "slack-post-message", "description": DUPLICATE,
-                  "source_ref": {"type": "manifest", "source": "/elsewhere", "location": "x"}}
+    capability = {
+        "kind": "tool",
+        "name": "slack-post-message",
+        "description": DUPLICATE,
+        "source_ref": {"type": "manifest", "source": "/elsewhere", "location": "x"},
+    }
     batch = f"{tenant}-raced"
     seq = time.time_ns()
-    events = [RegistryEvent(type="upsert", tenant=tenant, capability_id=SLACK, seq=seq,
-                            source="/elsewhere", capability=capability, batch_id=batch),
-              RegistryEvent(type="delete", tenant=tenant, capability_id=SLACK, seq=seq + 1,
-                            source="/elsewhere", batch_id=batch)]
+    events = [
+        RegistryEvent(
+            type="upsert",
+            tenant=tenant,
+            capability_id=SLACK,
+            seq=seq,
+            source="/elsewhere",
+            capability=capability,
+            batch_id=batch,
+        ),
+        RegistryEvent(
+            type="delete",
+            tenant=tenant,
+            capability_id=SLACK,
+            seq=seq + 1,
+            source="/elsewhere",
+            batch_id=batch,
+        ),
+    ]
     publisher = Publisher(stack.url)
     try:
         publisher.send(events, batch_size=1)  # as an older producer, or one that raced a publish
@@ -128,34 +152,44 @@ def test_the_indexing_worker_refuses_another_sources_events_naming_the_owner(
 
 
 def test_capdisc_delete_by_id_removes_it_from_whichever_source_owns_it(
-        stack: Stack, tenant: str, tmp_path: Path, connection: redis.Redis) -> None:
+    stack: Stack, tenant: str, tmp_path: Path, connection: redis.Redis
+) -> None:
     first, second = two_sources(tmp_path)
     publish(stack.url, first, tenant)
 
-    nothing = run_cli("delete", "--source", str(second.resolve()), "--tenant", tenant,
-                      env=stack.env)
+    nothing = run_cli(
+        "delete", "--source", str(second.resolve()), "--tenant", tenant, env=stack.env
+    )
     deleted = run_cli("delete", SLACK, "--tenant", tenant, env=stack.env)
 
     assert nothing.returncode == 2 and "has no capabilities from source" in nothing.stderr
     assert deleted.returncode == 0, deleted.stderr
-    assert (f"{SLACK}: deleted (it belonged to source {first.resolve()}; publishing that source "
-            "again brings it back)") in deleted.stdout
+    assert (
+        f"{SLACK}: deleted (it belonged to source {first.resolve()}; publishing that source "
+        "again brings it back)"
+    ) in deleted.stdout
     assert stored(connection, tenant) is None
     assert not source_holds(connection, tenant, first)
     assert publish(stack.url, first, tenant).plan.upserts  # its owner publishes it again
 
 
 def test_an_import_cannot_take_a_directorys_id_without_take_over(
-        stack: Stack, tenant: str, tmp_path: Path, connection: redis.Redis) -> None:
+    stack: Stack, tenant: str, tmp_path: Path, connection: redis.Redis
+) -> None:
     first, _second = two_sources(tmp_path)
     publish(stack.url, first, tenant)
     catalog = tmp_path / "tools.jsonl"
-    catalog.write_text(json.dumps({"id": "slack-post-message", "name": "slack-post-message",
-                                   "description": DUPLICATE}) + "\n")
+    catalog.write_text(
+        json.dumps(
+            {"id": "slack-post-message", "name": "slack-post-message", "description": DUPLICATE}
+        )
+        + "\n"
+    )
 
     refused = run_cli("import", "jsonl", str(catalog), "--tenant", tenant, env=stack.env)
-    taken = run_cli("import", "jsonl", str(catalog), "--tenant", tenant, "--take-over",
-                    env=stack.env)
+    taken = run_cli(
+        "import", "jsonl", str(catalog), "--tenant", tenant, "--take-over", env=stack.env
+    )
 
     assert refused.returncode == 1
     assert f"belongs to source {first.resolve()}; " in refused.stderr
@@ -165,7 +199,8 @@ def test_an_import_cannot_take_a_directorys_id_without_take_over(
 
 
 def test_a_duplicate_in_one_directory_never_replaces_the_last_good_version(
-        stack: Stack, tenant: str, tmp_path: Path, connection: redis.Redis) -> None:
+    stack: Stack, tenant: str, tmp_path: Path, connection: redis.Redis
+) -> None:
     registry = tmp_path / "registry"
     original = manifest(registry / "a-slack", ORIGINAL)
     duplicate = manifest(registry / "b-copy", DUPLICATE)
@@ -174,7 +209,8 @@ def test_a_duplicate_in_one_directory_never_replaces_the_last_good_version(
 
     assert [c.id for c in first.plan.upserts] == [SLACK]
     assert str(first.plan.errors[duplicate]) == (
-        f"{duplicate}: field 'id': {SLACK!r} is already defined by {original}")
+        f"{duplicate}: field 'id': {SLACK!r} is already defined by {original}"
+    )
     assert description(connection, tenant) == ORIGINAL
 
     original.write_text("name: slack-post-message\nkind: tool\ndescription: [unclosed\n")

@@ -23,8 +23,19 @@ SERVER = ROOT / "tests" / "fixtures" / "mcp_weather_server.py"
 
 
 def cli(private: PrivateStack, *args: str) -> subprocess.Popen[bytes]:
-    return private.spawn("cli", [sys.executable, "-m", "capdisc_producers.cli", *args,
-                                 "--tenant", TENANT, "--timeout", "120"])
+    return private.spawn(
+        "cli",
+        [
+            sys.executable,
+            "-m",
+            "capdisc_producers.cli",
+            *args,
+            "--tenant",
+            TENANT,
+            "--timeout",
+            "120",
+        ],
+    )
 
 
 def output(private: PrivateStack) -> str:
@@ -53,19 +64,24 @@ def finished(private: PrivateStack, process: subprocess.Popen[bytes]) -> str:
 
 
 def test_import_mcp_waits_through_a_redis_restart_and_reports_everything_applied(
-        private: PrivateStack) -> None:
+    private: PrivateStack,
+) -> None:
     process = cli(private, "import", "mcp", "--command", f"{sys.executable} {SERVER}")
 
     restart_while_waiting(private, lose_data=False)
 
     finished(private, process)
     stored = {k.decode() for k in private.connection().hkeys(keys.caps(TENANT))}
-    assert stored == {"tool:weather-station.get_forecast", "tool:weather-station.get_alerts",
-                      "tool:weather-station.convert_units"}
+    assert stored == {
+        "tool:weather-station.get_forecast",
+        "tool:weather-station.get_alerts",
+        "tool:weather-station.convert_units",
+    }
 
 
 def test_publish_through_a_redis_restart_that_lost_its_data_sends_it_all_again(
-        private: PrivateStack, tmp_path: Path) -> None:
+    private: PrivateStack, tmp_path: Path
+) -> None:
     registry = tmp_path / "registry"
     shutil.copytree(EXAMPLES / "developer", registry)
     manifests = len(list(registry.rglob("CAPABILITY.yaml")))

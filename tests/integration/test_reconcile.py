@@ -19,27 +19,33 @@ SPACE = "hashing-384.fs1"
 
 
 def test_reconcile_reindexes_a_lost_vector_and_drops_an_orphan(
-        stack: Stack, registry: Path, tenant: str, connection: redis.Redis) -> None:
+    stack: Stack, registry: Path, tenant: str, connection: redis.Redis
+) -> None:
     report = publish(stack.url, registry, tenant)
     connection.hdel(keys.vectors(tenant, SPACE), "tool:slack-post-message")
-    connection.hset(keys.vectors(tenant, SPACE), "tool:long-gone",
-                    np.ones(384, dtype=np.float32).tobytes())
+    connection.hset(
+        keys.vectors(tenant, SPACE), "tool:long-gone", np.ones(384, dtype=np.float32).tobytes()
+    )
 
     result = run_cli("reconcile", "--json", env=stack.env)
     answer = Client(connection, tenant=tenant, timeout_s=20).discover(
-        "post a message to slack", min_version=report.index_version + 1)
+        "post a message to slack", min_version=report.index_version + 1
+    )
 
     assert result.returncode == 0, result.stderr
     repaired = json.loads(result.stdout)["repaired"][tenant]
-    assert repaired == {"missing_vectors": ["tool:slack-post-message"],
-                        "orphan_vectors": ["tool:long-gone"]}
+    assert repaired == {
+        "missing_vectors": ["tool:slack-post-message"],
+        "orphan_vectors": ["tool:long-gone"],
+    }
     assert connection.hexists(keys.vectors(tenant, SPACE), "tool:slack-post-message")
     assert not connection.hexists(keys.vectors(tenant, SPACE), "tool:long-gone")
     assert answer.capabilities[0]["id"] == "tool:slack-post-message"
 
 
 def test_reconcile_of_a_clean_tenant_changes_nothing(
-        stack: Stack, registry: Path, tenant: str, connection: redis.Redis) -> None:
+    stack: Stack, registry: Path, tenant: str, connection: redis.Redis
+) -> None:
     report = publish(stack.url, registry, tenant)
 
     result = run_cli("reconcile", "--json", env=stack.env)
@@ -58,7 +64,8 @@ def test_status_shows_the_last_reconcile(stack: Stack) -> None:
 
 
 def test_the_periodic_reconciler_repairs_drift_on_its_own(
-        stack: Stack, registry: Path, tmp_path: Path) -> None:
+    stack: Stack, registry: Path, tmp_path: Path
+) -> None:
     from capdisc.localredis import start_redis
 
     from .conftest import DISCOVERY_ARGV, INDEXING_ARGV, worker_env
@@ -67,8 +74,11 @@ def test_the_periodic_reconciler_repairs_drift_on_its_own(
     (tmp_path / "logs").mkdir()
     private = Stack(server, worker_env(server.url), tmp_path / "logs", [])
     try:
-        private.spawn("indexing", [*INDEXING_ARGV, "-n", "indexing-periodic@%h"],
-                      CAPDISC_RECONCILE_INTERVAL_S="1")
+        private.spawn(
+            "indexing",
+            [*INDEXING_ARGV, "-n", "indexing-periodic@%h"],
+            CAPDISC_RECONCILE_INTERVAL_S="1",
+        )
         private.spawn("discovery", DISCOVERY_ARGV)
         report = publish(server.url, registry, "periodic", wait_s=90)
         connection = private.connection()
@@ -95,7 +105,8 @@ def _await_change(connection: redis.Redis, after: bytes, cap_id: str, timeout_s:
 
 
 def test_a_reindex_that_never_finishes_is_abandoned_and_the_live_index_kept(
-        stack: Stack, registry: Path, tenant: str, connection: redis.Redis) -> None:
+    stack: Stack, registry: Path, tenant: str, connection: redis.Redis
+) -> None:
     publish(stack.url, registry, tenant)
     begin_reindex(connection, tenant, "stuck", SPACE, 64, fresh=False)
     connection.hset(keys.reindex(tenant), "started_at_ms", 1)  # long ago

@@ -31,15 +31,19 @@ from .conftest import DISCOVERY_ARGV, EXAMPLES, INDEXING_ARGV, ROOT, stop_proces
 
 
 def _server_major() -> int:
-    out = subprocess.run([str(find_redis_server()), "--version"], capture_output=True,
-                         text=True, check=True).stdout  # "Redis server v=7.0.15 sha=..."
+    out = subprocess.run(
+        [str(find_redis_server()), "--version"], capture_output=True, text=True, check=True
+    ).stdout  # "Redis server v=7.0.15 sha=..."
     return int(out.split("v=")[1].split(".")[0])
 
 
 pytestmark = [
     pytest.mark.timeout(300),
-    pytest.mark.skipif(_server_major() < 7, reason="the ACL file uses Redis 7 key selectors "
-                       "(%R~, %W~); this machine's redis-server is older"),
+    pytest.mark.skipif(
+        _server_major() < 7,
+        reason="the ACL file uses Redis 7 key selectors "
+        "(%R~, %W~); this machine's redis-server is older",
+    ),
 ]
 
 ACL_FILE = ROOT / "infra" / "redis-users.acl"
@@ -62,10 +66,27 @@ class AclStack:
         self.keys_file = base / "keys.json"
         self.keyring = auth.Keyring([auth.new_key(time.time())])
         auth.save_keyring(self.keys_file, self.keyring)
-        self._start([str(find_redis_server()), "--port", str(self.port), "--bind",
-                     "127.0.0.1", "--dir", str(base), "--save", "", "--appendonly", "no",
-                     "--aclfile", str(base / "users.acl"), "--logfile",
-                     str(base / "redis.log")], "redis", {})
+        self._start(
+            [
+                str(find_redis_server()),
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(base),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--aclfile",
+                str(base / "users.acl"),
+                "--logfile",
+                str(base / "redis.log"),
+            ],
+            "redis",
+            {},
+        )
         self.admin = self.connection("admin")
         deadline = time.monotonic() + 10
         while True:
@@ -85,30 +106,41 @@ class AclStack:
 
     def env(self, role: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("CAPDISC_")}
-        env.update(CAPDISC_REDIS_URL=self.url(role), CAPDISC_EMBEDDER="hashing",
-                   CAPDISC_AUTH="on", CAPDISC_AUTH_KEYS_FILE=str(self.keys_file),
-                   CAPDISC_HEARTBEAT_INTERVAL_S="0.5", CAPDISC_RECONCILE_INTERVAL_S="0")
+        env.update(
+            CAPDISC_REDIS_URL=self.url(role),
+            CAPDISC_EMBEDDER="hashing",
+            CAPDISC_AUTH="on",
+            CAPDISC_AUTH_KEYS_FILE=str(self.keys_file),
+            CAPDISC_HEARTBEAT_INTERVAL_S="0.5",
+            CAPDISC_RECONCILE_INTERVAL_S="0",
+        )
         return env
 
     def token(self, grants: list[str]) -> str:
-        return auth.issue(self.keyring, tenant="acme", grants=grants, ttl_s=600,
-                          now=time.time())
+        return auth.issue(self.keyring, tenant="acme", grants=grants, ttl_s=600, now=time.time())
 
     def _start(self, argv: list[str], name: str, env: dict[str, str]) -> None:
         with (self.base / f"{name}.log").open("ab") as out:
-            self.processes.append(subprocess.Popen(
-                argv, env=env or None, stdout=out, stderr=out, cwd=ROOT,
-                preexec_fn=die_with_parent(signal.SIGKILL)))
+            self.processes.append(
+                subprocess.Popen(
+                    argv,
+                    env=env or None,
+                    stdout=out,
+                    stderr=out,
+                    cwd=ROOT,
+                    preexec_fn=die_with_parent(signal.SIGKILL),
+                )
+            )
 
     def spawn_workers(self) -> None:
-        self._start([*INDEXING_ARGV, "-n", "acl-indexing@%h"], "indexing",
-                    self.env("indexing"))
+        self._start([*INDEXING_ARGV, "-n", "acl-indexing@%h"], "indexing", self.env("indexing"))
         self._start(DISCOVERY_ARGV, "discovery", self.env("discovery"))
 
     def cli(self, *args: str, role: str = "producer") -> subprocess.CompletedProcess[str]:
         env = {**self.env(role), "CAPDISC_TOKEN": self.token(["write"])}
-        return subprocess.run([*CLI, *args], env=env, cwd=ROOT, capture_output=True,
-                              text=True, timeout=120)
+        return subprocess.run(
+            [*CLI, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120
+        )
 
     def denials(self) -> list[dict[str, Any]]:
         log: list[dict[str, Any]] = self.admin.acl_log(count=500)
@@ -128,27 +160,41 @@ def acl_stack(tmp_path: Path) -> Iterator[AclStack]:
         stack.close()
 
 
-def test_each_role_runs_every_flow_with_only_its_own_permissions(acl_stack: AclStack,
-                                                                 tmp_path: Path) -> None:
+def test_each_role_runs_every_flow_with_only_its_own_permissions(
+    acl_stack: AclStack, tmp_path: Path
+) -> None:
     acl_stack.spawn_workers()
     registry = tmp_path / "registry"
     shutil.copytree(EXAMPLES / "finance", registry / "finance")
     catalog = tmp_path / "tools.jsonl"
-    catalog.write_text(json.dumps({"id": "weather", "name": "weather", "category": "x",
-                                   "description": "Gets the weather for a city.",
-                                   "has_side_effects": False,
-                                   "parameters": {"type": "object"}}) + "\n")
+    catalog.write_text(
+        json.dumps(
+            {
+                "id": "weather",
+                "name": "weather",
+                "category": "x",
+                "description": "Gets the weather for a city.",
+                "has_side_effects": False,
+                "parameters": {"type": "object"},
+            }
+        )
+        + "\n"
+    )
 
-    runs = [acl_stack.cli("publish", str(registry), "--tenant", "acme", "--timeout", "90"),
-            acl_stack.cli("delete", "tool:stripe-refund", "--tenant", "acme"),
-            acl_stack.cli("reindex", "tool:stripe-create-invoice", "--tenant", "acme"),
-            acl_stack.cli("reindex", "--all", "--tenant", "acme", "--timeout", "90"),
-            acl_stack.cli("reconcile", "--timeout", "60"),
-            acl_stack.cli("import", "jsonl", str(catalog), "--tenant", "acme"),
-            acl_stack.cli("dlq", "list"), acl_stack.cli("dlq", "replay", "--all"),
-            acl_stack.cli("status", role="monitor")]
-    client = Client.from_url(acl_stack.url("client"), timeout_s=20,
-                             token=acl_stack.token(["discover", "session"]))
+    runs = [
+        acl_stack.cli("publish", str(registry), "--tenant", "acme", "--timeout", "90"),
+        acl_stack.cli("delete", "tool:stripe-refund", "--tenant", "acme"),
+        acl_stack.cli("reindex", "tool:stripe-create-invoice", "--tenant", "acme"),
+        acl_stack.cli("reindex", "--all", "--tenant", "acme", "--timeout", "90"),
+        acl_stack.cli("reconcile", "--timeout", "60"),
+        acl_stack.cli("import", "jsonl", str(catalog), "--tenant", "acme"),
+        acl_stack.cli("dlq", "list"),
+        acl_stack.cli("dlq", "replay", "--all"),
+        acl_stack.cli("status", role="monitor"),
+    ]
+    client = Client.from_url(
+        acl_stack.url("client"), timeout_s=20, token=acl_stack.token(["discover", "session"])
+    )
     found = client.discover("create an invoice", session="s1", tool_format="mcp")
     called = client.record_tool_call("s1", found.ids[0], {"amount": 1})
     exported = client.export_session("s1")
@@ -164,23 +210,27 @@ def test_each_role_runs_every_flow_with_only_its_own_permissions(acl_stack: AclS
     assert acl_stack.denials() == [], json.dumps(acl_stack.denials(), default=str)
 
 
-@pytest.mark.parametrize(("role", "what"), [
-    ("client", lambda r: r.xrange(keys.DISCOVERY_REQUESTS)),
-    ("client", lambda r: r.hgetall(keys.caps("acme"))),
-    ("client", lambda r: r.hset(keys.caps("acme"), "tool:x", "{}")),
-    ("client", lambda r: r.hgetall(keys.session("acme", "s1"))),
-    ("client", lambda r: r.lpush(keys.INDEXING_QUEUE, "{}")),
-    ("producer", lambda r: r.hset(keys.caps("acme"), "tool:x", "{}")),
-    ("producer", lambda r: r.hgetall(keys.session("acme", "s1"))),
-    ("producer", lambda r: r.xrange(keys.DISCOVERY_REQUESTS)),
-    ("producer", lambda r: r.flushall()),
-    ("discovery", lambda r: r.hset(keys.caps("acme"), "tool:x", "{}")),
-    ("discovery", lambda r: r.lpush(keys.INDEXING_QUEUE, "{}")),
-    ("monitor", lambda r: r.set(keys.EPOCH, "x")),
-    ("indexing", lambda r: r.config_get("requirepass")),
-])
-def test_a_role_cannot_go_beyond_its_keys_and_commands(acl_stack: AclStack, role: str,
-                                                       what: Any) -> None:
+@pytest.mark.parametrize(
+    ("role", "what"),
+    [
+        ("client", lambda r: r.xrange(keys.DISCOVERY_REQUESTS)),
+        ("client", lambda r: r.hgetall(keys.caps("acme"))),
+        ("client", lambda r: r.hset(keys.caps("acme"), "tool:x", "{}")),
+        ("client", lambda r: r.hgetall(keys.session("acme", "s1"))),
+        ("client", lambda r: r.lpush(keys.INDEXING_QUEUE, "{}")),
+        ("producer", lambda r: r.hset(keys.caps("acme"), "tool:x", "{}")),
+        ("producer", lambda r: r.hgetall(keys.session("acme", "s1"))),
+        ("producer", lambda r: r.xrange(keys.DISCOVERY_REQUESTS)),
+        ("producer", lambda r: r.flushall()),
+        ("discovery", lambda r: r.hset(keys.caps("acme"), "tool:x", "{}")),
+        ("discovery", lambda r: r.lpush(keys.INDEXING_QUEUE, "{}")),
+        ("monitor", lambda r: r.set(keys.EPOCH, "x")),
+        ("indexing", lambda r: r.config_get("requirepass")),
+    ],
+)
+def test_a_role_cannot_go_beyond_its_keys_and_commands(
+    acl_stack: AclStack, role: str, what: Any
+) -> None:
     with pytest.raises(redis.exceptions.NoPermissionError):
         what(acl_stack.connection(role))
 

@@ -28,8 +28,7 @@ PULL_REQUEST = "tool:github-create-pull-request"
 RESUME_S = 2.0
 
 
-def ask(stack: PrivateStack, query: str = "open a pull request", timeout_s: float = 10
-        ) -> Answer:
+def ask(stack: PrivateStack, query: str = "open a pull request", timeout_s: float = 10) -> Answer:
     with Client(stack.connection(), tenant=TENANT, timeout_s=timeout_s) as client:
         return client.discover(query)
 
@@ -52,8 +51,11 @@ def restart(stack: PrivateStack, *, lose_data: bool, outage_s: float = 0.0) -> f
     start it again (wiped, with ``lose_data``); when it was back (monotonic)."""
     stack.stop_process("indexing")  # not under test here; publishing again starts a new one
     stack.stop_redis()
-    wait_for(lambda: stack.events("discovery", "redis_unavailable"), 10,
-             "the discovery worker noticing Redis is gone")
+    wait_for(
+        lambda: stack.events("discovery", "redis_unavailable"),
+        10,
+        "the discovery worker noticing Redis is gone",
+    )
     time.sleep(outage_s)  # the outage itself: long enough for the backoff to reach its cap
     stack.start_redis(lose_data=lose_data)
     return time.monotonic()
@@ -91,7 +93,8 @@ def test_a_redis_restart_with_its_data_kept_leaves_the_worker_serving(tmp_path: 
 
 
 def test_a_redis_restart_that_lost_its_data_serves_the_last_snapshot_then_the_new_registry(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     stack, before = started(tmp_path)
     with stack:
         worker = stack.processes["discovery"]
@@ -109,13 +112,17 @@ def test_a_redis_restart_that_lost_its_data_serves_the_last_snapshot_then_the_ne
         fresh.mkdir(parents=True)
         (fresh / "CAPABILITY.yaml").write_text(
             "name: zz-brand-new\nkind: tool\ndescription: Polishes brass doorknobs "
-            "until they gleam.\n")
+            "until they gleam.\n"
+        )
         stack.spawn_indexing("indexing-2")
         version = publish(stack.url, smaller, TENANT, wait_s=90).index_version
         assert 0 < version < before.index_version
 
-        reloaded = wait_for(lambda: _served(ask(stack, "polish the brass doorknobs"), version),
-                            15, "the registry published again being served")
+        reloaded = wait_for(
+            lambda: _served(ask(stack, "polish the brass doorknobs"), version),
+            15,
+            "the registry published again being served",
+        )
         assert reloaded.ids[0] == "tool:zz-brand-new"
         assert PULL_REQUEST in ask(stack).ids
         assert "tool:slack-post-message" not in ask(stack, "post a message to slack").ids
@@ -125,13 +132,16 @@ def test_a_redis_restart_that_lost_its_data_serves_the_last_snapshot_then_the_ne
 
 
 def test_capdisc_mcp_gives_a_tool_error_while_redis_is_away_and_answers_after(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     stack, _before = started(tmp_path)
     results: dict[str, CallToolResult] = {}
     server = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "capdisc_producers.cli", "mcp", "--tenant", TENANT], env=stack.env,
-        cwd=str(ROOT))
+        args=["-m", "capdisc_producers.cli", "mcp", "--tenant", TENANT],
+        env=stack.env,
+        cwd=str(ROOT),
+    )
 
     async def body() -> None:
         async with MCPClient(server) as mcp:
@@ -175,8 +185,11 @@ def test_a_worker_started_before_redis_waits_for_it(tmp_path: Path) -> None:
     with PrivateStack(tmp_path, durable=True) as stack:
         stack.stop_redis()
         worker = stack.spawn_discovery()
-        wait_for(lambda: stack.events("discovery", "redis_unavailable"), 30,
-                 "the worker noticing Redis is not there")
+        wait_for(
+            lambda: stack.events("discovery", "redis_unavailable"),
+            30,
+            "the worker noticing Redis is not there",
+        )
         stack.start_redis(lose_data=False)
         stack.spawn_indexing()
 

@@ -36,8 +36,9 @@ def _cap(name: str, description: str) -> Capability:
 
 
 def _upsert(tenant: str, cap: Capability, seq: int) -> RegistryEvent:
-    return RegistryEvent(type="upsert", tenant=tenant, capability_id=cap.id, seq=seq,
-                         capability=cap.to_dict())
+    return RegistryEvent(
+        type="upsert", tenant=tenant, capability_id=cap.id, seq=seq, capability=cap.to_dict()
+    )
 
 
 def _vec(value: float) -> bytes:
@@ -75,14 +76,16 @@ class Hammer:
 
 
 def test_full_reindex_swaps_in_while_discovery_keeps_answering(
-        stack: Stack, registry: Path, tenant: str, connection: redis.Redis) -> None:
+    stack: Stack, registry: Path, tenant: str, connection: redis.Redis
+) -> None:
     report = publish(stack.url, registry, tenant)
     client = Client(stack.connection(), tenant=tenant, timeout_s=20)
     client.discover("post a message to slack", min_version=report.index_version)
     publisher = Publisher(stack.url)
 
-    with Hammer(Client(stack.connection(), tenant=tenant, timeout_s=20),
-                "post a message to slack") as hammer:
+    with Hammer(
+        Client(stack.connection(), tenant=tenant, timeout_s=20), "post a message to slack"
+    ) as hammer:
         job, after = start_full_reindex(connection, publisher, tenant, fresh=True)
         swapped = wait_for_swap(connection, tenant, job, after, timeout_s=60)
         answer = client.discover("post a message to slack", min_version=swapped or 0)
@@ -96,7 +99,8 @@ def test_full_reindex_swaps_in_while_discovery_keeps_answering(
 
 
 def test_a_change_made_while_a_reindex_builds_is_in_the_swapped_index(
-        connection: redis.Redis, tenant: str) -> None:
+    connection: redis.Redis, tenant: str
+) -> None:
     old, new = _cap("clock", "Tells the time."), _cap("clock", "Tells the time in any zone.")
     apply_event(connection, _upsert(tenant, old, 1), old, lambda _c: _vec(1.0), "space")
     batches = begin_reindex(connection, tenant, "job1", "space", 64, fresh=False)
@@ -111,7 +115,8 @@ def test_a_change_made_while_a_reindex_builds_is_in_the_swapped_index(
 
 
 def test_a_capability_deleted_while_a_reindex_builds_stays_deleted(
-        connection: redis.Redis, tenant: str) -> None:
+    connection: redis.Redis, tenant: str
+) -> None:
     cap = _cap("clock", "Tells the time.")
     apply_event(connection, _upsert(tenant, cap, 1), cap, lambda _c: _vec(1.0), "space")
     begin_reindex(connection, tenant, "job1", "space", 64, fresh=False)
@@ -126,13 +131,15 @@ def test_a_capability_deleted_while_a_reindex_builds_stays_deleted(
 
 
 def test_the_swap_embeds_what_no_batch_staged_and_moves_the_tenant_to_the_new_space(
-        connection: redis.Redis, tenant: str) -> None:
+    connection: redis.Redis, tenant: str
+) -> None:
     cap = _cap("clock", "Tells the time.")
     apply_event(connection, _upsert(tenant, cap, 1), cap, lambda _c: _vec(1.0), "old")
     begin_reindex(connection, tenant, "job1", "new", 64, fresh=True)
 
-    version = finish_reindex(connection, tenant, "job1", lambda caps: {c.id: _vec(9.0)
-                                                                        for c in caps})
+    version = finish_reindex(
+        connection, tenant, "job1", lambda caps: {c.id: _vec(9.0) for c in caps}
+    )
 
     assert connection.get(keys.space(tenant)) == b"new"
     assert connection.hget(keys.vectors(tenant, "new"), cap.id) == _vec(9.0)
@@ -142,7 +149,8 @@ def test_the_swap_embeds_what_no_batch_staged_and_moves_the_tenant_to_the_new_sp
 
 
 def test_a_superseded_reindex_stages_nothing_and_does_not_swap(
-        connection: redis.Redis, tenant: str) -> None:
+    connection: redis.Redis, tenant: str
+) -> None:
     cap = _cap("clock", "Tells the time.")
     apply_event(connection, _upsert(tenant, cap, 1), cap, lambda _c: _vec(1.0), "space")
     begin_reindex(connection, tenant, "job1", "space", 64, fresh=False)
@@ -154,12 +162,14 @@ def test_a_superseded_reindex_stages_nothing_and_does_not_swap(
 
 
 def test_reindex_of_one_capability_embeds_it_again_and_bumps_the_version(
-        stack: Stack, registry: Path, tenant: str, connection: redis.Redis) -> None:
+    stack: Stack, registry: Path, tenant: str, connection: redis.Redis
+) -> None:
     report = publish(stack.url, registry, tenant)
     calls = int(connection.hget(keys.COUNTERS, "embedding_calls") or 0)
 
-    result = run_cli("reindex", "tool:slack-post-message", "tool:no-such-tool", "--tenant",
-                     tenant, env=stack.env)
+    result = run_cli(
+        "reindex", "tool:slack-post-message", "tool:no-such-tool", "--tenant", tenant, env=stack.env
+    )
 
     assert result.returncode == 0, result.stderr
     assert "tool:slack-post-message: reindexed" in result.stdout
@@ -169,11 +179,13 @@ def test_reindex_of_one_capability_embeds_it_again_and_bumps_the_version(
 
 
 def test_delete_of_a_whole_source_removes_every_capability_it_published(
-        stack: Stack, registry: Path, tenant: str, connection: redis.Redis) -> None:
+    stack: Stack, registry: Path, tenant: str, connection: redis.Redis
+) -> None:
     report = publish(stack.url, registry, tenant)
 
-    result = run_cli("delete", "--source", str(registry.resolve()), "--tenant", tenant,
-                     env=stack.env)
+    result = run_cli(
+        "delete", "--source", str(registry.resolve()), "--tenant", tenant, env=stack.env
+    )
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.count(": deleted") == len(report.plan.upserts)
@@ -200,7 +212,8 @@ def private_stack(stack: Stack, tmp_path: Path) -> Stack:
 
 
 def test_a_tenant_moves_to_a_new_embedding_model_without_a_failed_request(
-        private_stack: Stack, registry: Path) -> None:
+    private_stack: Stack, registry: Path
+) -> None:
     url, tenant = private_stack.url, "models"
     name = f"indexing-{uuid.uuid4().hex[:6]}@%h"
     old_worker = private_stack.spawn("indexing-384", [*INDEXING_ARGV, "-n", name])
@@ -210,12 +223,16 @@ def test_a_tenant_moves_to_a_new_embedding_model_without_a_failed_request(
     client.discover("post a message to slack", min_version=report.index_version)
     old_worker.terminate()
     old_worker.wait(timeout=15)
-    private_stack.spawn("indexing-256", [*INDEXING_ARGV, "-n", name.replace("-", "-b-", 1)],
-                        CAPDISC_HASHING_DIM="256")
+    private_stack.spawn(
+        "indexing-256",
+        [*INDEXING_ARGV, "-n", name.replace("-", "-b-", 1)],
+        CAPDISC_HASHING_DIM="256",
+    )
     connection = private_stack.connection()
 
-    with Hammer(Client(private_stack.connection(), tenant=tenant, timeout_s=30),
-                "post a message to slack") as hammer:
+    with Hammer(
+        Client(private_stack.connection(), tenant=tenant, timeout_s=30), "post a message to slack"
+    ) as hammer:
         job, after = start_full_reindex(connection, Publisher(url), tenant)
         swapped = wait_for_swap(connection, tenant, job, after, timeout_s=90)
         answer = client.discover("post a message to slack", min_version=swapped or 0)

@@ -19,6 +19,7 @@ def _bind(tool: str, now_ms: int, policy: SessionPolicy):  # type: ignore[no-unt
     def change(state: SessionState):  # type: ignore[no-untyped-def]
         state, events = policy_fns.bind(state, [tool], now_ms, policy)
         return state, events, None
+
     return change
 
 
@@ -34,12 +35,14 @@ def test_a_session_expires_at_its_maximum_age(connection: redis.Redis, tenant: s
 
 
 def test_live_sessions_are_bounded_least_recently_active_first(
-        connection: redis.Redis, tenant: str) -> None:
+    connection: redis.Redis, tenant: str
+) -> None:
     policy = SessionPolicy(max_sessions=2)
     now = int(connection.time()[0]) * 1000
     for number, session in enumerate(["old", "mid", "new"]):
-        store.update(connection, tenant, session, _bind("tool:a", now + number, policy), policy,
-                     now + number)
+        store.update(
+            connection, tenant, session, _bind("tool:a", now + number, policy), policy, now + number
+        )
 
     assert store.load(connection, tenant, "old") is None
     assert store.load(connection, tenant, "mid") is not None
@@ -47,8 +50,9 @@ def test_live_sessions_are_bounded_least_recently_active_first(
     assert connection.zcard(keys.sessions(tenant)) == 2
 
 
-def test_concurrent_writers_never_lose_an_update(stack: Stack, connection: redis.Redis,
-                                                 tenant: str) -> None:
+def test_concurrent_writers_never_lose_an_update(
+    stack: Stack, connection: redis.Redis, tenant: str
+) -> None:
     policy = SessionPolicy(max_discovered_tools=100)
     now = int(connection.time()[0]) * 1000
     tools = [f"tool:t{i}" for i in range(40)]

@@ -26,12 +26,14 @@ def _session() -> str:
 
 
 def test_a_discovery_in_a_session_binds_its_matches(
-        stack: Stack, registry: Path, tenant: str, client: Client) -> None:
+    stack: Stack, registry: Path, tenant: str, client: Client
+) -> None:
     report = publish(stack.url, registry, tenant)
     session = _session()
 
-    answer = client.discover("post a message to slack", session=session,
-                             min_version=report.index_version)
+    answer = client.discover(
+        "post a message to slack", session=session, min_version=report.index_version
+    )
     working = client.working_set(session)
 
     assert answer.session is not None and SLACK in answer.session["bound"]
@@ -40,24 +42,33 @@ def test_a_discovery_in_a_session_binds_its_matches(
 
 
 def test_two_discovery_workers_serve_one_session_and_agree_on_its_working_set(
-        stack: Stack, registry: Path, tenant: str, client: Client) -> None:
+    stack: Stack, registry: Path, tenant: str, client: Client
+) -> None:
     report = publish(stack.url, registry, tenant)
     first = client.discover("warm up", min_version=report.index_version).worker
     last = client.redis.xrevrange(keys.SERVED, count=1)
     second = stack.spawn("discovery-2", DISCOVERY_ARGV)
     _await_served_by_another(client.redis, tenant, first, last[0][0] if last else "0-0")
     session, workers = _session(), set()
-    queries = ["post a message to slack", "search gmail", "open a pull request",
-               "convert currency", "send an sms", "create a jira issue"]
+    queries = [
+        "post a message to slack",
+        "search gmail",
+        "open a pull request",
+        "convert currency",
+        "send an sms",
+        "create a jira issue",
+    ]
     deadline, turn = time.monotonic() + 60, 0
     try:
         while (len(workers) < 2 or turn < 2 * len(queries)) and time.monotonic() < deadline:
-            answer = client.discover(queries[turn % len(queries)], session=session,
-                                     min_version=report.index_version)
+            answer = client.discover(
+                queries[turn % len(queries)], session=session, min_version=report.index_version
+            )
             workers.add(answer.worker)
             assert answer.session is not None
-            assert [b["id"] for b in client.working_set(session)["bound"]] == \
-                answer.session["bound"]
+            assert [b["id"] for b in client.working_set(session)["bound"]] == answer.session[
+                "bound"
+            ]
             turn += 1
     finally:
         second.terminate()
@@ -66,8 +77,9 @@ def test_two_discovery_workers_serve_one_session_and_agree_on_its_working_set(
     assert len(workers) == 2, "the second discovery worker never served a turn"
 
 
-def _await_served_by_another(connection: redis.Redis, tenant: str, known: str,
-                             after: bytes | str) -> None:
+def _await_served_by_another(
+    connection: redis.Redis, tenant: str, known: str, after: bytes | str
+) -> None:
     """Block until a discovery worker other than ``known`` serves ``tenant`` (its swap on the
     served stream)."""
     for _ in range(60):
@@ -81,11 +93,13 @@ def _await_served_by_another(connection: redis.Redis, tenant: str, known: str,
 
 
 def test_the_session_stream_shows_every_change_in_order(
-        stack: Stack, registry: Path, tenant: str, client: Client) -> None:
+    stack: Stack, registry: Path, tenant: str, client: Client
+) -> None:
     report = publish(stack.url, registry, tenant)
     session = _session()
-    client.discover("post a message to slack", session=session, limit=1,
-                    min_version=report.index_version)
+    client.discover(
+        "post a message to slack", session=session, limit=1, min_version=report.index_version
+    )
     outcomes = [client.record_tool_call(session, SLACK, {"text": "hi"}) for _ in range(4)]
     client.discover("post a message to slack", session=session, limit=1)
 
@@ -94,19 +108,25 @@ def test_the_session_stream_shows_every_change_in_order(
         seen.append(event)
 
     assert [(e["type"], e["tool"]) for e in seen] == [
-        ("bound", SLACK), ("loop_detected", SLACK), ("evicted", SLACK), ("restored", SLACK),
-        ("redundant_search", "")]
+        ("bound", SLACK),
+        ("loop_detected", SLACK),
+        ("evicted", SLACK),
+        ("restored", SLACK),
+        ("redundant_search", ""),
+    ]
     assert [o["loop_detected"] for o in outcomes] == [False, False, False, True]
     assert outcomes[-1]["evicted"] and outcomes[-1]["guidance"] == GENERIC_LOOP_GUIDANCE
 
 
 def test_a_repeated_search_gets_the_redundant_search_note(
-        stack: Stack, registry: Path, tenant: str, client: Client) -> None:
+    stack: Stack, registry: Path, tenant: str, client: Client
+) -> None:
     report = publish(stack.url, registry, tenant)
     session = _session()
 
-    first = client.discover("post a message to slack", session=session,
-                            min_version=report.index_version)
+    first = client.discover(
+        "post a message to slack", session=session, min_version=report.index_version
+    )
     again = client.discover("post a message to slack", session=session)
 
     assert first.session is not None and not first.session["redundant_search"]
@@ -117,7 +137,8 @@ def test_a_repeated_search_gets_the_redundant_search_note(
 
 
 def test_export_then_import_reproduces_the_working_set(
-        stack: Stack, registry: Path, tenant: str, client: Client) -> None:
+    stack: Stack, registry: Path, tenant: str, client: Client
+) -> None:
     report = publish(stack.url, registry, tenant)
     parent, child = _session(), _session()
     client.discover("post a message to slack", session=parent, min_version=report.index_version)
@@ -131,11 +152,13 @@ def test_export_then_import_reproduces_the_working_set(
 
 
 def test_a_request_applied_twice_changes_the_session_once(
-        stack: Stack, registry: Path, tenant: str, client: Client) -> None:
+    stack: Stack, registry: Path, tenant: str, client: Client
+) -> None:
     report = publish(stack.url, registry, tenant)
     session = _session()
-    client.discover("post a message to slack", session=session, limit=1,
-                    min_version=report.index_version)
+    client.discover(
+        "post a message to slack", session=session, limit=1, min_version=report.index_version
+    )
 
     first = client.record_tool_call(session, SLACK, {"n": 1}, request_id="call-1")
     again = client.record_tool_call(session, SLACK, {"n": 1}, request_id="call-1")
@@ -145,18 +168,27 @@ def test_a_request_applied_twice_changes_the_session_once(
 
 
 def test_a_profile_restricts_discovery_ranks_experts_first_and_offers_installables(
-        stack: Stack, registry: Path, tenant: str, client: Client) -> None:
+    stack: Stack, registry: Path, tenant: str, client: Client
+) -> None:
     report = publish(stack.url, registry, tenant)
     session = _session()
 
-    refund = client.discover("refund a customer's payment", session=session, profile="billing",
-                             min_version=report.index_version)
-    stocks = client.discover("latest stock price of a ticker", session=session,
-                             profile="billing")
+    refund = client.discover(
+        "refund a customer's payment",
+        session=session,
+        profile="billing",
+        min_version=report.index_version,
+    )
+    stocks = client.discover("latest stock price of a ticker", session=session, profile="billing")
 
-    allowed = {"tool:stripe-create-invoice", "tool:stripe-refund", "tool:currency-convert",
-               "tool:stock-quote", "skill:invoice-reconciliation",
-               "tool:invoice-reconciliation"}
+    allowed = {
+        "tool:stripe-create-invoice",
+        "tool:stripe-refund",
+        "tool:currency-convert",
+        "tool:stock-quote",
+        "skill:invoice-reconciliation",
+        "tool:invoice-reconciliation",
+    }
     assert set(refund.ids) <= allowed and refund.ids[0] == "tool:stripe-refund"
     assert refund.session is not None and refund.session["bound"][0] == "tool:currency-convert"
     assert stocks.session is not None
@@ -165,11 +197,13 @@ def test_a_profile_restricts_discovery_ranks_experts_first_and_offers_installabl
 
 
 def test_a_session_answer_in_a_tool_format_carries_the_whole_working_set(
-        stack: Stack, registry: Path, tenant: str, client: Client) -> None:
+    stack: Stack, registry: Path, tenant: str, client: Client
+) -> None:
     report = publish(stack.url, registry, tenant)
     session = _session()
-    client.discover("post a message to slack", session=session, limit=1,
-                    min_version=report.index_version)
+    client.discover(
+        "post a message to slack", session=session, limit=1, min_version=report.index_version
+    )
 
     answer = client.discover("search gmail", session=session, limit=1, tool_format="openai-chat")
 
@@ -186,20 +220,49 @@ def test_unknown_session_is_a_clear_error(stack: Stack, tenant: str) -> None:
 
 
 def test_session_cli_show_call_export_import(
-        stack: Stack, registry: Path, tenant: str, tmp_path: Path,
-        connection: redis.Redis) -> None:
+    stack: Stack, registry: Path, tenant: str, tmp_path: Path, connection: redis.Redis
+) -> None:
     report = publish(stack.url, registry, tenant)
     session = _session()
-    discovered = run_cli("discover", "post a message to slack", "--session", session, "--json",
-                         "--tenant", tenant, "--min-version", str(report.index_version),
-                         env=stack.env)
-    calls = [run_cli("session", "call", session, SLACK, "--args", '{"text": "x"}', "--json",
-                     "--tenant", tenant, env=stack.env) for _ in range(4)]
+    discovered = run_cli(
+        "discover",
+        "post a message to slack",
+        "--session",
+        session,
+        "--json",
+        "--tenant",
+        tenant,
+        "--min-version",
+        str(report.index_version),
+        env=stack.env,
+    )
+    calls = [
+        run_cli(
+            "session",
+            "call",
+            session,
+            SLACK,
+            "--args",
+            '{"text": "x"}',
+            "--json",
+            "--tenant",
+            tenant,
+            env=stack.env,
+        )
+        for _ in range(4)
+    ]
     shown = run_cli("session", "show", session, "--json", "--tenant", tenant, env=stack.env)
     exported = run_cli("session", "export", session, "--tenant", tenant, env=stack.env)
     (tmp_path / "s.json").write_text(exported.stdout)
-    imported = run_cli("session", "import", f"{session}-child", str(tmp_path / "s.json"),
-                       "--tenant", tenant, env=stack.env)
+    imported = run_cli(
+        "session",
+        "import",
+        f"{session}-child",
+        str(tmp_path / "s.json"),
+        "--tenant",
+        tenant,
+        env=stack.env,
+    )
 
     assert json.loads(discovered.stdout)["session"]["id"] == session
     last = json.loads(calls[-1].stdout)
@@ -211,11 +274,13 @@ def test_session_cli_show_call_export_import(
 
 
 def test_a_request_applied_again_after_many_others_still_changes_nothing(
-        stack: Stack, registry: Path, tenant: str, client: Client) -> None:
+    stack: Stack, registry: Path, tenant: str, client: Client
+) -> None:
     report = publish(stack.url, registry, tenant)
     session = _session()
-    client.discover("post a message to slack", session=session, limit=1,
-                    min_version=report.index_version)
+    client.discover(
+        "post a message to slack", session=session, limit=1, min_version=report.index_version
+    )
     client.record_tool_call(session, SLACK, {"n": 0}, request_id="late")
     for number in range(1, 41):  # a reclaimed request can come back after dozens of turns
         client.record_tool_call(session, SLACK, {"n": number})

@@ -16,8 +16,9 @@ CAP = Capability(id="tool:clock", kind="tool", name="clock", description="Tells 
 
 
 def upsert(tenant: str, seq: int) -> RegistryEvent:
-    return RegistryEvent(type="upsert", tenant=tenant, capability_id=CAP.id, seq=seq,
-                         capability=CAP.to_dict())
+    return RegistryEvent(
+        type="upsert", tenant=tenant, capability_id=CAP.id, seq=seq, capability=CAP.to_dict()
+    )
 
 
 def vector_of(value: float) -> bytes:
@@ -25,11 +26,13 @@ def vector_of(value: float) -> bytes:
 
 
 def test_an_unchanged_capability_is_embedded_for_a_new_vector_space(
-        connection: redis.Redis, tenant: str) -> None:
+    connection: redis.Redis, tenant: str
+) -> None:
     apply_event(connection, upsert(tenant, 1), CAP, lambda _c: vector_of(1.0), "old-space")
 
-    outcome = apply_event(connection, upsert(tenant, 2), CAP, lambda _c: vector_of(2.0),
-                          "new-space")
+    outcome = apply_event(
+        connection, upsert(tenant, 2), CAP, lambda _c: vector_of(2.0), "new-space"
+    )
 
     assert outcome.decision == "upsert"
     assert connection.hget(keys.vectors(tenant, "new-space"), CAP.id) == vector_of(2.0)
@@ -37,7 +40,8 @@ def test_an_unchanged_capability_is_embedded_for_a_new_vector_space(
 
 
 def test_an_unchanged_capability_with_its_vector_costs_no_embedding(
-        connection: redis.Redis, tenant: str) -> None:
+    connection: redis.Redis, tenant: str
+) -> None:
     calls: list[str] = []
 
     def embed(capability: Capability) -> bytes:
@@ -51,8 +55,7 @@ def test_an_unchanged_capability_with_its_vector_costs_no_embedding(
     assert calls == [CAP.id]
 
 
-def test_query_vectors_shared_by_workers_live_in_redis_and_expire(
-        connection: redis.Redis) -> None:
+def test_query_vectors_shared_by_workers_live_in_redis_and_expire(connection: redis.Redis) -> None:
     shared = RedisQueryVectors(connection, ttl_s=30)
 
     shared.put("abc", vector_of(3.0))

@@ -64,10 +64,14 @@ def edit_and_await_served(up: UpProcess) -> int:
     connection = up.connection()
     before = int(connection.get(keys.version("default")) or 0)
     manifest = up.project / SLACK
-    manifest.write_text(manifest.read_text().replace(
-        "description:", "description: Edited while supervised.", 1))
-    wait_for(lambda: int(connection.get(keys.version("default")) or 0) > before, 60,
-             "the watcher publishing the edit and the indexing worker applying it")
+    manifest.write_text(
+        manifest.read_text().replace("description:", "description: Edited while supervised.", 1)
+    )
+    wait_for(
+        lambda: int(connection.get(keys.version("default")) or 0) > before,
+        60,
+        "the watcher publishing the edit and the indexing worker applying it",
+    )
     version = int(connection.get(keys.version("default")) or 0)
     with Client(connection, tenant="default", timeout_s=30, token=up.token) as client:
         return client.discover("post to slack", min_version=version).index_version
@@ -80,15 +84,15 @@ def test_a_killed_discovery_worker_is_reaped_restarted_and_counted(start_up: Sta
 
     os.kill(old, signal.SIGKILL)
 
-    answer = wait_for(lambda: answered_by_another_worker(up, old_worker), 60,
-                      "a new discovery worker answering")
+    answer = wait_for(
+        lambda: answered_by_another_worker(up, old_worker), 60, "a new discovery worker answering"
+    )
     new = up.children()["discovery"]
     assert answer.worker.endswith(f":{new}") and new != old
     assert answer.ids, "the restarted worker serves the registry"
     assert reaped(old)
     child = supervised(up, "discovery")
-    assert (child["pid"], child["restarts"], child["last_exit"]) == (new, 1,
-                                                                     "killed by SIGKILL")
+    assert (child["pid"], child["restarts"], child["last_exit"]) == (new, 1, "killed by SIGKILL")
     assert supervised(up, "indexing")["restarts"] == 0
     text = up.cli("status").stdout
     assert f"discovery pid {new} (1 restart" in text and "killed by SIGKILL" in text
@@ -98,8 +102,7 @@ def test_a_killed_discovery_worker_is_reaped_restarted_and_counted(start_up: Sta
     assert old_worker not in {w["id"] for w in up.status()["workers"]}
 
 
-def test_a_killed_indexing_worker_is_restarted_and_applies_the_next_edit(
-        start_up: Start) -> None:
+def test_a_killed_indexing_worker_is_restarted_and_applies_the_next_edit(start_up: Start) -> None:
     up = start_up()
     old = up.children()["indexing"]
 
@@ -110,13 +113,13 @@ def test_a_killed_indexing_worker_is_restarted_and_applies_the_next_edit(
     served = edit_and_await_served(up)
     assert served > 0 and reaped(old)
     child = supervised(up, "indexing")
-    assert (child["pid"], child["restarts"], child["last_exit"]) == (new, 1,
-                                                                     "killed by SIGKILL")
+    assert (child["pid"], child["restarts"], child["last_exit"]) == (new, 1, "killed by SIGKILL")
     assert new in {w["pid"] for w in up.status()["workers"] if w["kind"] == "indexing"}
 
 
 def test_a_killed_redis_comes_back_on_its_port_with_its_data_and_the_watcher_resyncs(
-        start_up: Start) -> None:
+    start_up: Start,
+) -> None:
     up = start_up()
     url, old = up.redis_url, up.children()["redis"]
     capabilities = int(up.connection().hlen(keys.caps("default")))
@@ -132,12 +135,17 @@ def test_a_killed_redis_comes_back_on_its_port_with_its_data_and_the_watcher_res
     assert up.process.poll() is None
 
 
-@pytest.mark.parametrize(("signum", "ignore_sigint"), [
-    (signal.SIGINT, True),   # a script's background job: the shell set SIGINT to SIG_IGN
-    (signal.SIGTERM, False),
-], ids=["sigint-ignored-by-the-parent", "sigterm"])
+@pytest.mark.parametrize(
+    ("signum", "ignore_sigint"),
+    [
+        (signal.SIGINT, True),  # a script's background job: the shell set SIGINT to SIG_IGN
+        (signal.SIGTERM, False),
+    ],
+    ids=["sigint-ignored-by-the-parent", "sigterm"],
+)
 def test_a_stop_signal_stops_up_and_every_child_and_removes_the_stack_file(
-        start_up: Start, signum: int, ignore_sigint: bool) -> None:
+    start_up: Start, signum: int, ignore_sigint: bool
+) -> None:
     up = start_up(ignore_sigint=ignore_sigint)
     children = up.children()
     url = up.redis_url
@@ -160,8 +168,11 @@ def test_a_killed_up_leaves_no_child_alive(start_up: Start) -> None:
     up.process.kill()
     up.process.wait(timeout=10)
 
-    wait_for(lambda: not any(alive(pid) for pid in children.values()), 15,
-             f"every child of the killed up exiting ({children})")
+    wait_for(
+        lambda: not any(alive(pid) for pid in children.values()),
+        15,
+        f"every child of the killed up exiting ({children})",
+    )
     with pytest.raises(redis.ConnectionError):
         redis.Redis.from_url(url, socket_connect_timeout=1).ping()
 
@@ -173,28 +184,49 @@ def test_the_watcher_rides_out_a_redis_outage_and_resyncs_what_redis_lost(tmp_pa
     with PrivateStack(tmp_path / "stack", durable=False) as stack, capture_logs() as logs:
         stack.spawn_indexing()
         publisher = Publisher(stack.url)
-        watcher = threading.Thread(target=watch_directory, daemon=True, kwargs=dict(
-            client=stack.connection(), publisher=publisher, root=registry, tenant="outage",
-            max_bytes=MAX_BYTES, debounce_ms=100, stop=stop))
+        watcher = threading.Thread(
+            target=watch_directory,
+            daemon=True,
+            kwargs=dict(
+                client=stack.connection(),
+                publisher=publisher,
+                root=registry,
+                tenant="outage",
+                max_bytes=MAX_BYTES,
+                debounce_ms=100,
+                stop=stop,
+            ),
+        )
         watcher.start()
         try:
             connection = stack.connection()
-            wait_for(lambda: connection.hlen(keys.caps("outage")) == count, 60,
-                     "the first sync applied")
+            wait_for(
+                lambda: connection.hlen(keys.caps("outage")) == count, 60, "the first sync applied"
+            )
             stack.stop_process("indexing")  # not under test: a new one comes with Redis
             stack.stop_redis()
             manifest = registry / SLACK.relative_to("examples/registry")
-            manifest.write_text(manifest.read_text().replace(
-                "description:", "description: Edited while Redis was away.", 1))
-            wait_for(lambda: [e for e in logs if e["event"] == "redis_unavailable"], 30,
-                     "the watcher finding Redis gone")
+            manifest.write_text(
+                manifest.read_text().replace(
+                    "description:", "description: Edited while Redis was away.", 1
+                )
+            )
+            wait_for(
+                lambda: [e for e in logs if e["event"] == "redis_unavailable"],
+                30,
+                "the watcher finding Redis gone",
+            )
             stack.start_redis(lose_data=True)
             stack.spawn_indexing()
 
-            wait_for(lambda: _stored_count(connection) == count, 60,
-                     "the watcher publishing the whole registry again")
+            wait_for(
+                lambda: _stored_count(connection) == count,
+                60,
+                "the watcher publishing the whole registry again",
+            )
             assert b"Edited while Redis was away." in connection.hget(
-                keys.caps("outage"), "tool:slack-post-message")
+                keys.caps("outage"), "tool:slack-post-message"
+            )
             assert watcher.is_alive()
             events = [e["event"] for e in logs]
             assert events.count("redis_unavailable") == 1 and "redis_back" in events

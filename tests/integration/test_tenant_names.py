@@ -43,20 +43,24 @@ def keys_naming(connection: redis.Redis, name: str) -> list[bytes]:
 def registry(tmp_path: Path) -> Path:
     (tmp_path / "reg" / "ping").mkdir(parents=True)
     (tmp_path / "reg" / "ping" / "CAPABILITY.yaml").write_text(
-        "name: ping\nkind: tool\ndescription: Answers ping with pong.\n")
+        "name: ping\nkind: tool\ndescription: Answers ping with pong.\n"
+    )
     return tmp_path / "reg"
 
 
 @pytest.mark.parametrize("name", BAD)
 def test_every_command_refuses_a_bad_tenant_at_once_and_writes_nothing(
-        stack: Stack, tmp_path: Path, connection: redis.Redis, name: str) -> None:
+    stack: Stack, tmp_path: Path, connection: redis.Redis, name: str
+) -> None:
     catalog = tmp_path / "tools.jsonl"
     catalog.write_text(json.dumps({"id": "x", "name": "x", "description": "X."}) + "\n")
-    commands = [["publish", str(registry(tmp_path)), "--timeout", "5"],
-                ["discover", "post a message", "--session", "s1"],
-                ["session", "show", "s1"],
-                ["delete", "tool:ping"],
-                ["import", "jsonl", str(catalog)]]
+    commands = [
+        ["publish", str(registry(tmp_path)), "--timeout", "5"],
+        ["discover", "post a message", "--session", "s1"],
+        ["session", "show", "s1"],
+        ["delete", "tool:ping"],
+        ["import", "jsonl", str(catalog)],
+    ]
 
     for command in commands:
         started = time.monotonic()
@@ -72,7 +76,8 @@ def test_every_command_refuses_a_bad_tenant_at_once_and_writes_nothing(
 
 @pytest.mark.parametrize("name", BAD)
 def test_the_client_and_the_producers_refuse_a_bad_tenant_before_sending(
-        stack: Stack, tmp_path: Path, connection: redis.Redis, name: str) -> None:
+    stack: Stack, tmp_path: Path, connection: redis.Redis, name: str
+) -> None:
     with pytest.raises(TenantNameError, match=r"^Client tenant .* is not a valid tenant name"):
         Client(connection, tenant=name)
     client = Client(connection, tenant="warmup", timeout_s=20)
@@ -83,11 +88,18 @@ def test_the_client_and_the_producers_refuse_a_bad_tenant_before_sending(
     publisher = Publisher(stack.url)
     try:
         with pytest.raises(TenantNameError):
-            sync_directory(connection, publisher, registry(tmp_path), tenant=name,
-                           max_bytes=MAX_BYTES, wait_s=5)
+            sync_directory(
+                connection,
+                publisher,
+                registry(tmp_path),
+                tenant=name,
+                max_bytes=MAX_BYTES,
+                wait_s=5,
+            )
         with pytest.raises(TenantNameError):
-            publisher.send([RegistryEvent(type="delete", tenant=name, capability_id="tool:ping",
-                                          seq=1)])
+            publisher.send(
+                [RegistryEvent(type="delete", tenant=name, capability_id="tool:ping", seq=1)]
+            )
     finally:
         publisher.close()
     assert keys_naming(connection, name) == []
@@ -97,12 +109,20 @@ def test_the_client_and_the_producers_refuse_a_bad_tenant_before_sending(
 @pytest.mark.parametrize("name", BAD)
 @pytest.mark.parametrize("op", ["discover", "session"])
 def test_a_raw_request_entry_with_a_bad_tenant_gets_a_bad_request_naming_the_field(
-        stack: Stack, connection: redis.Redis, name: str, op: str) -> None:
+    stack: Stack, connection: redis.Redis, name: str, op: str
+) -> None:
     request_id = f"r-{uuid.uuid4().hex}"
-    payload = ({"query": "ping", "tenant": name, "request_id": request_id, "session": "s1"}
-               if op == "discover" else
-               {"op": "call", "session": "s1", "tenant": name, "tool_id": "tool:ping",
-                "request_id": request_id})
+    payload = (
+        {"query": "ping", "tenant": name, "request_id": request_id, "session": "s1"}
+        if op == "discover"
+        else {
+            "op": "call",
+            "session": "s1",
+            "tenant": name,
+            "tool_id": "tool:ping",
+            "request_id": request_id,
+        }
+    )
     connection.xadd(keys.DISCOVERY_REQUESTS, {"op": op, "payload": json.dumps(payload)})
 
     reply = wait_for_reply(connection, request_id, 20)
@@ -115,13 +135,21 @@ def test_a_raw_request_entry_with_a_bad_tenant_gets_a_bad_request_naming_the_fie
 
 @pytest.mark.parametrize("name", BAD)
 def test_a_raw_registry_event_with_a_bad_tenant_is_dead_lettered_naming_the_field(
-        stack: Stack, connection: redis.Redis, name: str) -> None:
+    stack: Stack, connection: redis.Redis, name: str
+) -> None:
     cap_id = f"tool:bad-tenant-{uuid.uuid4().hex[:8]}"
-    event = json.dumps({"type": "upsert", "tenant": name, "capability_id": cap_id, "seq": 1,
-                        "capability": {"kind": "tool", "name": cap_id[5:],
-                                       "description": "Never stored."},
-                        "event_id": uuid.uuid4().hex, "occurred_at_ms": 1,
-                        "schema_version": 1})
+    event = json.dumps(
+        {
+            "type": "upsert",
+            "tenant": name,
+            "capability_id": cap_id,
+            "seq": 1,
+            "capability": {"kind": "tool", "name": cap_id[5:], "description": "Never stored."},
+            "event_id": uuid.uuid4().hex,
+            "occurred_at_ms": 1,
+            "schema_version": 1,
+        }
+    )
     last = connection.xrevrange(keys.DEADLETTERS, count=1)
     after = last[0][0] if last else b"0-0"
     publisher = Publisher(stack.url)

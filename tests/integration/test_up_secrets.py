@@ -33,7 +33,8 @@ def mode(path: Path) -> int:
 
 
 def test_up_writes_private_secrets_and_redis_refuses_a_client_without_the_password(
-        start_up: Start) -> None:
+    start_up: Start,
+) -> None:
     up = start_up()
     secrets = up.project / ".capdisc" / "secrets"
     password = (secrets / "redis.password").read_text().strip()
@@ -52,19 +53,24 @@ def test_up_writes_private_secrets_and_redis_refuses_a_client_without_the_passwo
 
     status = up.cli("status")
     assert status.returncode == 0, status.stderr
-    printed = [up.stack_file.read_text(), up.output(), status.stdout, status.stderr,
-               *(log.read_text(errors="replace")
-                 for log in (up.project / ".capdisc" / "logs").glob("*.log"))]
+    printed = [
+        up.stack_file.read_text(),
+        up.output(),
+        status.stdout,
+        status.stderr,
+        *(
+            log.read_text(errors="replace")
+            for log in (up.project / ".capdisc" / "logs").glob("*.log")
+        ),
+    ]
     assert not any(password in text for text in printed)
     for pid in up.children().values():
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
         assert password not in cmdline
-        assert password not in Path(f"/proc/{pid}/environ").read_bytes().decode(
-            errors="replace")
+        assert password not in Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
 
 
-def test_up_turns_auth_on_and_the_cli_in_the_project_uses_the_admin_token(
-        start_up: Start) -> None:
+def test_up_turns_auth_on_and_the_cli_in_the_project_uses_the_admin_token(start_up: Start) -> None:
     up = start_up()
     keyring = auth.load_keyring(up.project / ".capdisc" / "secrets" / "auth_keys.json")
     admin = auth.verify(up.token, keyring, time.time())

@@ -39,14 +39,26 @@ class Watching:
 
 
 @pytest.fixture
-def watching(stack: Stack, connection: redis.Redis, registry: Path, tenant: str
-             ) -> Iterator[Watching]:
+def watching(
+    stack: Stack, connection: redis.Redis, registry: Path, tenant: str
+) -> Iterator[Watching]:
     reports: queue.Queue[SyncReport] = queue.Queue()
     stop = threading.Event()
     publisher = Publisher(stack.url)
-    thread = threading.Thread(target=watch_directory, daemon=True, kwargs=dict(
-        client=stack.connection(), publisher=publisher, root=registry, tenant=tenant,
-        max_bytes=MAX_BYTES, debounce_ms=100, stop=stop, on_sync=reports.put))
+    thread = threading.Thread(
+        target=watch_directory,
+        daemon=True,
+        kwargs=dict(
+            client=stack.connection(),
+            publisher=publisher,
+            root=registry,
+            tenant=tenant,
+            max_bytes=MAX_BYTES,
+            debounce_ms=100,
+            stop=stop,
+            on_sync=reports.put,
+        ),
+    )
     thread.start()
     try:
         yield Watching(connection, reports)
@@ -77,8 +89,9 @@ def test_watcher_publishes_the_registry_when_it_starts(
     assert "tool:slack-post-message" in answer.ids
 
 
-def test_watcher_serves_an_edit_in_place(watching: Watching, client: Client,
-                                         registry: Path) -> None:
+def test_watcher_serves_an_edit_in_place(
+    watching: Watching, client: Client, registry: Path
+) -> None:
     watching.next_applied()
     _edit(_slack(registry), _slack(registry), version="9.9.9")
 
@@ -98,8 +111,9 @@ def test_watcher_follows_a_save_by_rename_over(watching: Watching, registry: Pat
 
     report = watching.next_applied()
 
-    assert [(c.id, c.version) for c in report.plan.upserts] == [("tool:slack-post-message",
-                                                                  "7.0.0")]
+    assert [(c.id, c.version) for c in report.plan.upserts] == [
+        ("tool:slack-post-message", "7.0.0")
+    ]
 
 
 def test_watcher_publishes_an_added_directory_and_deletes_a_removed_one(
@@ -110,13 +124,15 @@ def test_watcher_publishes_an_added_directory_and_deletes_a_removed_one(
     added = registry / "new" / "quokka-counter"
     added.mkdir(parents=True)
     (added / "CAPABILITY.yaml").write_text(
-        "name: quokka-counter\nkind: tool\ndescription: Counts quokkas on Rottnest island.\n")
+        "name: quokka-counter\nkind: tool\ndescription: Counts quokkas on Rottnest island.\n"
+    )
 
     report = watching.next_applied()
     while len(report.plan.upserts) + len(report.plan.deletes) < 2:
         report = watching.next_applied()
-    answer = client.discover("count quokkas on rottnest island",
-                             min_version=report.index_version, limit=20)
+    answer = client.discover(
+        "count quokkas on rottnest island", min_version=report.index_version, limit=20
+    )
 
     assert answer.ids[0] == "tool:quokka-counter"
     assert "tool:slack-post-message" not in answer.ids

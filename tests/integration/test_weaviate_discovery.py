@@ -28,8 +28,12 @@ def weaviate_stack(tmp_path: Path) -> Iterator[tuple[Stack, object]]:
     fake = fake_weaviate.FakeWeaviate().start()
     server = start_redis(tmp_path / "redis", durable=False)
     (tmp_path / "logs").mkdir()
-    env = {**worker_env(server.url), "CAPDISC_VECTOR_STORE": "weaviate",
-           "CAPDISC_WEAVIATE_URL": fake.url, "CAPDISC_WEAVIATE_GRPC_PORT": str(fake.grpc_port)}
+    env = {
+        **worker_env(server.url),
+        "CAPDISC_VECTOR_STORE": "weaviate",
+        "CAPDISC_WEAVIATE_URL": fake.url,
+        "CAPDISC_WEAVIATE_GRPC_PORT": str(fake.grpc_port),
+    }
     stack = Stack(server, env, tmp_path / "logs", [])
     try:
         stack.spawn("indexing", [*INDEXING_ARGV, "-n", "indexing-wv@%h"])
@@ -51,8 +55,13 @@ def _drained(stack: Stack) -> None:
 
     batch = uuid.uuid4().hex
     publisher = Publisher(stack.url)
-    publisher.send([RegistryEvent(type="delete", tenant=TENANT, capability_id="tool:none",
-                                  seq=1, batch_id=batch)])
+    publisher.send(
+        [
+            RegistryEvent(
+                type="delete", tenant=TENANT, capability_id="tool:none", seq=1, batch_id=batch
+            )
+        ]
+    )
     publisher.close()
     assert wait_for_acks(stack.connection(), batch, 1, 60)
 
@@ -63,7 +72,8 @@ def _objects(fake: object) -> int:
 
 
 def test_discovery_searches_weaviate_and_indexing_writes_every_change(
-        weaviate_stack: tuple[Stack, object], registry: Path) -> None:
+    weaviate_stack: tuple[Stack, object], registry: Path
+) -> None:
     stack, fake = weaviate_stack
     report = publish(stack.url, registry, TENANT, wait_s=90)
     client = Client(stack.connection(), tenant=TENANT, timeout_s=30)
@@ -78,9 +88,15 @@ def test_discovery_searches_weaviate_and_indexing_writes_every_change(
     assert _objects(fake) == len(report.plan.upserts)
 
     publisher = Publisher(stack.url)
-    deleted = publish_plan(stack.connection(), publisher,  # as `capdisc delete ID` sends it
-                           SyncPlan(deletes=[SLACK], taken_over=[SLACK]), root=Path("cli"),
-                           tenant=TENANT, source="cli", wait_s=30)
+    deleted = publish_plan(
+        stack.connection(),
+        publisher,  # as `capdisc delete ID` sends it
+        SyncPlan(deletes=[SLACK], taken_over=[SLACK]),
+        root=Path("cli"),
+        tenant=TENANT,
+        source="cli",
+        wait_s=30,
+    )
     publisher.close()
     after = client.discover("post a message to slack", min_version=deleted.index_version)
     _drained(stack)
@@ -90,23 +106,27 @@ def test_discovery_searches_weaviate_and_indexing_writes_every_change(
 
 
 def test_visibility_is_applied_inside_the_weaviate_query(
-        weaviate_stack: tuple[Stack, object], registry: Path) -> None:
+    weaviate_stack: tuple[Stack, object], registry: Path
+) -> None:
     stack, _fake = weaviate_stack
     path = next(registry.glob("*/stripe-refund/CAPABILITY.yaml"))
     path.write_text(path.read_text() + "visibility:\n  roles: [finance]\n")
     report = publish(stack.url, registry, TENANT, wait_s=90)
 
     anonymous = Client(stack.connection(), tenant=TENANT, timeout_s=30).discover(
-        "refund a stripe payment", min_version=report.index_version)
+        "refund a stripe payment", min_version=report.index_version
+    )
     finance = Client(stack.connection(), tenant=TENANT, timeout_s=30, roles=["finance"]).discover(
-        "refund a stripe payment", min_version=report.index_version)
+        "refund a stripe payment", min_version=report.index_version
+    )
 
     assert "tool:stripe-refund" not in anonymous.ids
     assert finance.ids[0] == "tool:stripe-refund"
 
 
 def test_the_reconciler_writes_back_what_the_store_lost(
-        weaviate_stack: tuple[Stack, object], registry: Path) -> None:
+    weaviate_stack: tuple[Stack, object], registry: Path
+) -> None:
     import json
 
     from .test_cli import run_cli
@@ -124,19 +144,30 @@ def test_the_reconciler_writes_back_what_the_store_lost(
 
 
 def test_a_refused_event_in_a_batch_does_not_shift_what_reaches_the_store(
-        weaviate_stack: tuple[Stack, object]) -> None:
+    weaviate_stack: tuple[Stack, object],
+) -> None:
     from capdisc import keys
     from capdisc.registry.events import RegistryEvent
     from capdisc_producers.publisher import wait_for_acks
 
     stack, fake = weaviate_stack
-    events = [RegistryEvent(type="upsert", tenant=TENANT, capability_id=f"tool:{name}", seq=1,
-                            capability={"kind": "tool", "name": name,
-                                        "description": f"The {name} tool."}, batch_id="b1")
-              for name in ("alpha", "beta")]
+    events = [
+        RegistryEvent(
+            type="upsert",
+            tenant=TENANT,
+            capability_id=f"tool:{name}",
+            seq=1,
+            capability={"kind": "tool", "name": name, "description": f"The {name} tool."},
+            batch_id="b1",
+        )
+        for name in ("alpha", "beta")
+    ]
     publisher = Publisher(stack.url)
-    publisher.app.send_task(keys.TASK_APPLY_EVENTS, queue=keys.INDEXING_QUEUE,
-                            args=[['{"not": "an event"}', *(e.encode() for e in events)]])
+    publisher.app.send_task(
+        keys.TASK_APPLY_EVENTS,
+        queue=keys.INDEXING_QUEUE,
+        args=[['{"not": "an event"}', *(e.encode() for e in events)]],
+    )
     outcomes = wait_for_acks(stack.connection(), "b1", 2, 60)
     publisher.close()
     _drained(stack)

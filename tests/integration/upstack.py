@@ -35,8 +35,12 @@ CHILD_MARKERS = ("redis-server", "capdisc_workers")
 
 def up_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAPDISC_")}
-    env.update(CAPDISC_EMBEDDER="hashing", PYTHONUNBUFFERED="1",
-               CAPDISC_HEARTBEAT_INTERVAL_S="0.5", CAPDISC_WATCH_DEBOUNCE_MS="100")
+    env.update(
+        CAPDISC_EMBEDDER="hashing",
+        PYTHONUNBUFFERED="1",
+        CAPDISC_HEARTBEAT_INTERVAL_S="0.5",
+        CAPDISC_WATCH_DEBOUNCE_MS="100",
+    )
     return env
 
 
@@ -56,8 +60,9 @@ def _ignore_sigint() -> None:
 class UpProcess:
     """One ``capdisc up`` and every child pid it was seen to have."""
 
-    def __init__(self, project: Path, *, ignore_sigint: bool = False,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, project: Path, *, ignore_sigint: bool = False, env: dict[str, str] | None = None
+    ) -> None:
         self.project = project
         self.output_path = project / "up.out"
         self.env = {**up_env(), **(env or {})}
@@ -65,9 +70,16 @@ class UpProcess:
         with self.output_path.open("ab") as out:
             # as from a script's background job: SIGINT ignored; dies with the test process
             self.process = subprocess.Popen(
-                [*CLI, "up"], cwd=project, env=self.env, stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, preexec_fn=die_with_parent(
-                    signal.SIGTERM, _ignore_sigint if ignore_sigint else None))
+                [*CLI, "up"],
+                cwd=project,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent(
+                    signal.SIGTERM, _ignore_sigint if ignore_sigint else None
+                ),
+            )
 
     @property
     def stack_file(self) -> Path:
@@ -83,11 +95,14 @@ class UpProcess:
             if marker in text:
                 return text
             if self.process.poll() is not None:
-                raise AssertionError(f"capdisc up exited ({self.process.returncode}) before "
-                                     f"printing {marker!r}:\n{self.output()}")
+                raise AssertionError(
+                    f"capdisc up exited ({self.process.returncode}) before "
+                    f"printing {marker!r}:\n{self.output()}"
+                )
             time.sleep(0.05)
-        raise AssertionError(f"capdisc up did not print {marker!r} in {timeout_s} s:\n"
-                             f"{self.output()}")
+        raise AssertionError(
+            f"capdisc up did not print {marker!r} in {timeout_s} s:\n{self.output()}"
+        )
 
     def children(self) -> dict[str, int]:
         """The child pids ``stack.json`` names now (remembered for the cleanup)."""
@@ -114,12 +129,17 @@ class UpProcess:
         return path.read_text().strip() if path.exists() else None
 
     def connection(self) -> redis.Redis:
-        return redis.Redis.from_url(self.redis_url, socket_connect_timeout=1.0,
-                                    socket_timeout=5.0)
+        return redis.Redis.from_url(self.redis_url, socket_connect_timeout=1.0, socket_timeout=5.0)
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*CLI, *args], env=self.env, cwd=self.project,
-                              capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [*CLI, *args],
+            env=self.env,
+            cwd=self.project,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     def status(self) -> dict[str, Any]:
         result = self.cli("status", "--json")

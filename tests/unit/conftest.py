@@ -7,5 +7,7 @@ import pytest
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "model: loads the bundled MiniLM ONNX model from installed packages (offline, "
-        "about 1 s); deselect with -m 'not model'")
+        "markers",
+        "model: loads the bundled MiniLM ONNX model from installed packages (offline, "
+        "about 1 s); deselect with -m 'not model'",
+    )

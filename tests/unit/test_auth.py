@@ -25,22 +25,37 @@ KEYRING = auth.Keyring.from_mapping({"k1": SECRET})
 
 
 def token(keyring: auth.Keyring = KEYRING, **overrides: Any) -> str:
-    fields: dict[str, Any] = {"tenant": "acme", "roles": ["finance"], "user": "alice",
-                              "grants": ["discover"], "ttl_s": 3600, "now": NOW}
+    fields: dict[str, Any] = {
+        "tenant": "acme",
+        "roles": ["finance"],
+        "user": "alice",
+        "grants": ["discover"],
+        "ttl_s": 3600,
+        "now": NOW,
+    }
     fields.update(overrides)
     return auth.issue(keyring, **fields)
 
 
-def signed(claims: dict[str, Any], secret: str = SECRET, kid: str = "k1",
-           algorithm: str = "HS256") -> str:
+def signed(
+    claims: dict[str, Any], secret: str = SECRET, kid: str = "k1", algorithm: str = "HS256"
+) -> str:
     """A token with exactly ``claims`` (none added), as a third party could make one."""
     return jwt.encode(claims, secret, algorithm=algorithm, headers={"kid": kid})
 
 
 def good_claims(**changes: Any) -> dict[str, Any]:
-    claims: dict[str, Any] = {"iss": "capdisc", "aud": "capdisc", "sub": "alice",
-                              "iat": int(NOW), "exp": int(NOW) + 60, "tenant": "acme",
-                              "roles": [], "user": "alice", "grants": ["discover"]}
+    claims: dict[str, Any] = {
+        "iss": "capdisc",
+        "aud": "capdisc",
+        "sub": "alice",
+        "iat": int(NOW),
+        "exp": int(NOW) + 60,
+        "tenant": "acme",
+        "roles": [],
+        "user": "alice",
+        "grants": ["discover"],
+    }
     claims.update(changes)
     return {k: v for k, v in claims.items() if v is not ...}
 
@@ -58,7 +73,12 @@ def test_a_valid_token_proves_tenant_roles_user_and_grants() -> None:
     identity = auth.verify(token(), KEYRING, NOW + 10)
 
     assert (identity.tenant, identity.roles, identity.user, identity.kid, identity.subject) == (
-        "acme", ("finance",), "alice", "k1", "alice")
+        "acme",
+        ("finance",),
+        "alice",
+        "k1",
+        "alice",
+    )
     assert identity.allows("discover") and not identity.allows("write")
     assert identity.expires_at == int(NOW) + 3600
 
@@ -71,8 +91,11 @@ REFUSALS: list[tuple[str, Callable[[], str], str]] = [
     ("forged-signature", lambda: token(auth.Keyring.from_mapping({"k1": OTHER})), "forged"),
     ("tampered-claims", lambda: tampered(token()), "forged"),
     ("unknown-kid", lambda: token(auth.Keyring.from_mapping({"k9": SECRET})), "forged"),
-    ("alg-none", lambda: jwt.encode(good_claims(), None, algorithm="none",
-                                    headers={"kid": "k1"}), "forged"),
+    (
+        "alg-none",
+        lambda: jwt.encode(good_claims(), None, algorithm="none", headers={"kid": "k1"}),
+        "forged",
+    ),
     ("expired", lambda: token(now=NOW - 7200), "expired"),
     ("not-yet-valid-nbf", lambda: token(not_before=NOW + 600), "not_yet_valid"),
     ("not-yet-valid-iat", lambda: token(now=NOW + 600), "not_yet_valid"),
@@ -98,8 +121,9 @@ def test_verify_refuses_with_a_clear_reason(make: Callable[[], str], reason: str
     assert caught.value.reason == reason
     assert caught.value.code == "unauthorized"
     message = str(caught.value)
-    assert "token" in message and ("capdisc token" in message or "clock" in message
-                                   or "CAPDISC_TOKEN" in message)
+    assert "token" in message and (
+        "capdisc token" in message or "clock" in message or "CAPDISC_TOKEN" in message
+    )
     signature = presented.rsplit(".", 1)[-1]
     assert len(presented) < 20 or presented not in message
     assert len(signature) < 20 or signature not in message
@@ -127,12 +151,17 @@ def test_rotation_the_newest_key_signs_and_every_key_verifies() -> None:
 
 def test_eddsa_public_key_verifies_what_the_private_key_signed() -> None:
     private = Ed25519PrivateKey.generate()
-    pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption()).decode()
-    public = private.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
-    issuer = auth.Keyring.from_mapping({"ed": {"alg": "EdDSA", "public_key": public,
-                                               "private_key": pem}})
+    pem = private.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    public = (
+        private.public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        .decode()
+    )
+    issuer = auth.Keyring.from_mapping(
+        {"ed": {"alg": "EdDSA", "public_key": public, "private_key": pem}}
+    )
     verifier = auth.Keyring.from_mapping({"ed": {"alg": "EdDSA", "public_key": public}})
 
     assert auth.verify(token(issuer), verifier, NOW).tenant == "acme"
@@ -155,21 +184,32 @@ def test_admin_implies_every_grant_and_may_cover_every_tenant() -> None:
     assert writer.covers("acme") and not writer.covers("other")
 
 
-@pytest.mark.parametrize("fields", [
-    {"tenant": "*"}, {"tenant": "no spaces"}, {"grants": ["root"]}, {"grants": []},
-    {"roles": [" "]}, {"ttl_s": 0}, {"user": ""},
-])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"tenant": "*"},
+        {"tenant": "no spaces"},
+        {"grants": ["root"]},
+        {"grants": []},
+        {"roles": [" "]},
+        {"ttl_s": 0},
+        {"user": ""},
+    ],
+)
 def test_issue_refuses_tokens_that_would_not_verify(fields: dict[str, Any]) -> None:
     with pytest.raises(AuthError, match="cannot issue"):
         token(**fields)
 
 
-@pytest.mark.parametrize(("mapping", "problem"), [
-    ({"k": "short"}, "shorter than 32"),
-    ({"k": {"alg": "HS512", "secret": "x"}}, "EdDSA or RS256"),
-    ({"k": {"alg": "EdDSA", "public_key": "not pem"}}, "no usable PEM"),
-    ([], "JSON object"),
-])
+@pytest.mark.parametrize(
+    ("mapping", "problem"),
+    [
+        ({"k": "short"}, "shorter than 32"),
+        ({"k": {"alg": "HS512", "secret": "x"}}, "EdDSA or RS256"),
+        ({"k": {"alg": "EdDSA", "public_key": "not pem"}}, "no usable PEM"),
+        ([], "JSON object"),
+    ],
+)
 def test_a_bad_keyring_is_a_config_error_naming_the_key(mapping: Any, problem: str) -> None:
     with pytest.raises(ConfigError, match=problem):
         auth.Keyring.from_mapping(mapping)
@@ -190,8 +230,9 @@ def test_keyring_files_are_private_and_reread_when_changed(tmp_path: Path) -> No
         auth.load_keyring(tmp_path / "absent.json")
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("90", 90), ("90s", 90), ("15m", 900),
-                                                ("24h", 86400), ("30d", 2_592_000)])
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("90", 90), ("90s", 90), ("15m", 900), ("24h", 86400), ("30d", 2_592_000)]
+)
 def test_durations(text: str, seconds: int) -> None:
     assert auth.parse_duration(text) == seconds
 

@@ -21,18 +21,33 @@ def _write(path: Path, rows: list[dict[str, object]]) -> Path:
 @pytest.fixture
 def dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
     monkeypatch.setenv("CAPDISC_BENCH_CACHE", str(tmp_path / "cache"))
-    tools = _write(tmp_path / "tools.jsonl", [
-        {"id": "getWeather", "name": "getWeather", "description": "Weather forecast for a city",
-         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-         "category": "info"},
-        {"id": "sendEmail", "name": "sendEmail", "description": "Send an email message",
-         "parameters": None, "category": "mail"},
-    ])
-    queries = _write(tmp_path / "queries.jsonl", [
-        {"id": "q1", "query": "weather forecast in Oslo", "relevant": ["getWeather"]},
-        {"id": "q2", "query": "send an email message to Ann", "relevant": ["sendEmail"]},
-        {"id": "q3", "query": "tell me a joke", "relevant": []},
-    ])
+    tools = _write(
+        tmp_path / "tools.jsonl",
+        [
+            {
+                "id": "getWeather",
+                "name": "getWeather",
+                "description": "Weather forecast for a city",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+                "category": "info",
+            },
+            {
+                "id": "sendEmail",
+                "name": "sendEmail",
+                "description": "Send an email message",
+                "parameters": None,
+                "category": "mail",
+            },
+        ],
+    )
+    queries = _write(
+        tmp_path / "queries.jsonl",
+        [
+            {"id": "q1", "query": "weather forecast in Oslo", "relevant": ["getWeather"]},
+            {"id": "q2", "query": "send an email message to Ann", "relevant": ["sendEmail"]},
+            {"id": "q3", "query": "tell me a joke", "relevant": []},
+        ],
+    )
     return tools, queries
 
 
@@ -43,19 +58,30 @@ def invoke(*args: str) -> dict[str, object]:
     return figures
 
 
-def test_bench_retrieval_prints_the_issue_keys_with_abstention(dataset: tuple[Path, Path]
-                                                                ) -> None:
-    figures = invoke("bench", "retrieval", "--tools", str(dataset[0]),
-                     "--queries", str(dataset[1]))
+def test_bench_retrieval_prints_the_issue_keys_with_abstention(dataset: tuple[Path, Path]) -> None:
+    figures = invoke("bench", "retrieval", "--tools", str(dataset[0]), "--queries", str(dataset[1]))
 
-    assert {"recall@1", "recall@3", "recall@5", "recall@10", "ndcg@5", "complete@5", "hit@5",
-            "mrr", "queries", "tools", "latency_ms", "abstain_accuracy",
-            "answer_rate"} == set(figures)
+    assert {
+        "recall@1",
+        "recall@3",
+        "recall@5",
+        "recall@10",
+        "ndcg@5",
+        "complete@5",
+        "hit@5",
+        "mrr",
+        "queries",
+        "tools",
+        "latency_ms",
+        "abstain_accuracy",
+        "answer_rate",
+    } == set(figures)
     assert figures["recall@5"] == 1.0 and figures["tools"] == 2
 
 
 def test_bench_tokens_compares_the_static_dump_with_the_tiered_answer(
-        dataset: tuple[Path, Path]) -> None:
+    dataset: tuple[Path, Path],
+) -> None:
     report = invoke("bench", "tokens", "--tools", str(dataset[0]), "--queries", str(dataset[1]))
 
     assert report["capabilities"] == 2 and report["queries"] == 3
@@ -64,11 +90,13 @@ def test_bench_tokens_compares_the_static_dump_with_the_tiered_answer(
 
 
 def test_bench_tokens_on_the_example_registry_saves_ninety_percent(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("CAPDISC_BENCH_CACHE", str(tmp_path / "cache"))
 
-    report = invoke("bench", "tokens", "--registry", str(ROOT / "examples" / "registry"),
-                    "--sample", "20")
+    report = invoke(
+        "bench", "tokens", "--registry", str(ROOT / "examples" / "registry"), "--sample", "20"
+    )
 
     assert report["capabilities"] == 98
     assert isinstance(report["saving"], float) and report["saving"] >= 0.9

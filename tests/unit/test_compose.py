@@ -16,7 +16,12 @@ DOCKERFILE = ROOT / "infra" / "Dockerfile"
 REDIS_CONF = ROOT / "infra" / "redis.conf"
 
 PROMISED_SERVICES = {
-    "redis", "weaviate", "indexing-worker", "discovery-worker-1", "discovery-worker-2", "watcher",
+    "redis",
+    "weaviate",
+    "indexing-worker",
+    "discovery-worker-1",
+    "discovery-worker-2",
+    "watcher",
 }
 CAPDISC_SERVICES = {"indexing-worker", "discovery-worker-1", "discovery-worker-2", "watcher"}
 
@@ -181,8 +186,11 @@ def test_weaviate_exposes_rest_and_grpc_without_a_vectorizer(services: dict[str,
 def test_dockerfile_installs_the_package() -> None:
     assert DOCKERFILE.is_file()
     instructions = _dockerfile_instructions()
-    installs = [m for i in instructions
-                if (m := re.fullmatch(r"RUN pip install --no-cache-dir '\.\[([a-z,-]+)\]'", i))]
+    installs = [
+        m
+        for i in instructions
+        if (m := re.fullmatch(r"RUN pip install --no-cache-dir '\.\[([a-z,-]+)\]'", i))
+    ]
     assert installs
     # The base install is the client alone: the processes need the stack's extra, and the
     # workers docker-compose.yml points at Weaviate need its client.
@@ -201,7 +209,8 @@ WORKER_SERVICES = {"indexing-worker", "discovery-worker-1", "discovery-worker-2"
 
 
 def test_workers_require_identity_tokens_verified_with_a_mounted_keyring(
-    compose: dict[str, Any], services: dict[str, Any],
+    compose: dict[str, Any],
+    services: dict[str, Any],
 ) -> None:
     secret = compose["secrets"]["capdisc_auth_keys"]
     assert secret["file"] == "./infra/secrets/auth_keys.json"

@@ -27,16 +27,20 @@ from capdisc_workers.intake import (
 from capdisc_workers.outage import Backoff, RedisHealth
 
 
-@pytest.mark.parametrize(("delivered", "quarantine", "claim"), [
-    ([], [], []),
-    ([("1-0", 1)], [], ["1-0"]),
-    ([("1-0", 2)], [], ["1-0"]),
-    ([("1-0", 3)], ["1-0"], []),
-    ([("1-0", 7)], ["1-0"], []),
-    ([("1-0", 1), ("2-0", 3), ("3-0", 2), ("4-0", 4)], ["2-0", "4-0"], ["1-0", "3-0"]),
-])
+@pytest.mark.parametrize(
+    ("delivered", "quarantine", "claim"),
+    [
+        ([], [], []),
+        ([("1-0", 1)], [], ["1-0"]),
+        ([("1-0", 2)], [], ["1-0"]),
+        ([("1-0", 3)], ["1-0"], []),
+        ([("1-0", 7)], ["1-0"], []),
+        ([("1-0", 1), ("2-0", 3), ("3-0", 2), ("4-0", 4)], ["2-0", "4-0"], ["1-0", "3-0"]),
+    ],
+)
 def test_triage_quarantines_entries_delivered_max_deliveries_times(
-        delivered: list[tuple[str, int]], quarantine: list[str], claim: list[str]) -> None:
+    delivered: list[tuple[str, int]], quarantine: list[str], claim: list[str]
+) -> None:
     pending = [Pending(entry_id, times) for entry_id, times in delivered]
 
     assert MAX_DELIVERIES == 3
@@ -44,23 +48,29 @@ def test_triage_quarantines_entries_delivered_max_deliveries_times(
 
 
 def test_triage_honours_another_threshold() -> None:
-    assert triage([Pending("1-0", 1), Pending("2-0", 2)], max_deliveries=2) == (["2-0"],
-                                                                                  ["1-0"])
+    assert triage([Pending("1-0", 1), Pending("2-0", 2)], max_deliveries=2) == (["2-0"], ["1-0"])
 
 
 def test_a_refused_entry_with_a_request_id_gets_an_error_reply_and_no_dead_letter() -> None:
-    outcome = rejected("5-0", {b"payload": b"{}"}, "r-1", "discovery request field 'query' "
-                       "is required")
+    outcome = rejected(
+        "5-0", {b"payload": b"{}"}, "r-1", "discovery request field 'query' is required"
+    )
 
     assert outcome.dead_letter is None and outcome.request_id == "r-1"
     assert json.loads(outcome.reply or "") == {
-        "request_id": "r-1", "error": "bad_request",
-        "message": "discovery request field 'query' is required"}
+        "request_id": "r-1",
+        "error": "bad_request",
+        "message": "discovery request field 'query' is required",
+    }
 
 
 def test_a_refused_entry_without_a_request_id_is_dead_lettered_readably() -> None:
-    outcome = rejected("5-0", {b"payload": b"\xff\xfe garbage"}, None,
-                       "request entry field 'payload' is not UTF-8 text")
+    outcome = rejected(
+        "5-0",
+        {b"payload": b"\xff\xfe garbage"},
+        None,
+        "request entry field 'payload' is not UTF-8 text",
+    )
 
     assert outcome.reply is None and outcome.request_id is None
     payload, reason, attempts = outcome.dead_letter or ("", "", 0)
@@ -103,8 +113,7 @@ def test_answer_safely_turns_an_unexpected_error_into_an_internal_reply() -> Non
 
     assert (reply["request_id"], reply["error"]) == ("r-1", "internal")
     assert "discovery worker discovery@h:1 failed" in reply["message"]
-    assert "KeyError" in reply["message"] and "logged there with request id r-1" in \
-        reply["message"]
+    assert "KeyError" in reply["message"] and "logged there with request id r-1" in reply["message"]
 
 
 def test_answer_safely_turns_an_unserializable_reply_into_an_internal_reply() -> None:
@@ -113,8 +122,10 @@ def test_answer_safely_turns_an_unserializable_reply_into_an_internal_reply() ->
     assert reply["error"] == "internal" and "TypeError" in reply["message"]
 
 
-@pytest.mark.parametrize("error", [redis.ConnectionError("gone"), redis.TimeoutError("slow"),
-                                   redis.BusyLoadingError("loading")])
+@pytest.mark.parametrize(
+    "error",
+    [redis.ConnectionError("gone"), redis.TimeoutError("slow"), redis.BusyLoadingError("loading")],
+)
 def test_answer_safely_lets_redis_being_away_through(error: Exception) -> None:
     def away() -> SessionReply:
         raise error
@@ -129,21 +140,25 @@ def test_answer_safely_passes_a_good_reply_through() -> None:
     assert json.loads(answer_safely("r-1", lambda: reply, "w")) == reply.to_dict()
 
 
-@pytest.mark.parametrize(("served", "stored", "stale", "failed_at", "reload"), [
-    (None, 0, False, None, True),      # not served yet
-    (None, 5, False, None, True),
-    (5, 5, False, None, False),        # up to date
-    (5, 7, False, None, True),         # behind: a record missed
-    (5, 3, False, None, True),         # ahead of the store: its data was reset
-    (5, 0, False, None, False),        # gone from the store: keep serving
-    (5, 7, False, 7, False),           # that version failed to load already
-    (98, 0, True, None, False),        # Redis lost its data, not published again yet
-    (98, 4, True, None, True),         # published again: reload whole
-    (98, 98, True, None, True),        # even at the very same version number
-    (98, 4, True, 4, False),
-])
-def test_needs_reload(served: int | None, stored: int, stale: bool, failed_at: int | None,
-                      reload: bool) -> None:
+@pytest.mark.parametrize(
+    ("served", "stored", "stale", "failed_at", "reload"),
+    [
+        (None, 0, False, None, True),  # not served yet
+        (None, 5, False, None, True),
+        (5, 5, False, None, False),  # up to date
+        (5, 7, False, None, True),  # behind: a record missed
+        (5, 3, False, None, True),  # ahead of the store: its data was reset
+        (5, 0, False, None, False),  # gone from the store: keep serving
+        (5, 7, False, 7, False),  # that version failed to load already
+        (98, 0, True, None, False),  # Redis lost its data, not published again yet
+        (98, 4, True, None, True),  # published again: reload whole
+        (98, 98, True, None, True),  # even at the very same version number
+        (98, 4, True, 4, False),
+    ],
+)
+def test_needs_reload(
+    served: int | None, stored: int, stale: bool, failed_at: int | None, reload: bool
+) -> None:
     assert needs_reload(served, stored, stale=stale, failed_at=failed_at) is reload
 
 
@@ -189,8 +204,9 @@ def test_redis_health_says_once_when_redis_goes_and_once_when_every_loop_is_back
 
 
 def test_a_discovery_dead_letter_is_told_apart_from_an_event() -> None:
-    request = DeadLetter("1-0", "refused", 1, 0, "{}", source=keys.DISCOVERY_REQUESTS,
-                         request_id="r-1")
+    request = DeadLetter(
+        "1-0", "refused", 1, 0, "{}", source=keys.DISCOVERY_REQUESTS, request_id="r-1"
+    )
     event = DeadLetter("2-0", "bad", 1, 0, json.dumps({"tenant": "t", "capability_id": "x"}))
 
     assert request.is_discovery_request and not event.is_discovery_request

@@ -19,32 +19,53 @@ from capdisc.sessions.policy import SessionPolicy
 
 EMBEDDER = HashingEmbedder(64)
 CONFIG = DiscoveryConfig(tier1_min_relevance=-1.0, abstain_threshold=0.0)
-TOOLS = [("stripe-refund", "Refund a Stripe payment to a customer", ()),
-         ("stripe-invoice", "Create a Stripe invoice for a customer", ()),
-         ("slack-post", "Post a message to a Slack channel", ()),
-         ("payroll-run", "Run the monthly payroll", ("finance",))]
+TOOLS = [
+    ("stripe-refund", "Refund a Stripe payment to a customer", ()),
+    ("stripe-invoice", "Create a Stripe invoice for a customer", ()),
+    ("slack-post", "Post a message to a Slack channel", ()),
+    ("payroll-run", "Run the monthly payroll", ("finance",)),
+]
 
 
 def _snapshot() -> IndexSnapshot:
-    caps = [Capability(id=f"tool:{name}", kind="tool", name=name, description=text,
-                       category=name.split("-")[0], visibility=Visibility(roles))
-            for name, text, roles in TOOLS]
+    caps = [
+        Capability(
+            id=f"tool:{name}",
+            kind="tool",
+            name=name,
+            description=text,
+            category=name.split("-")[0],
+            visibility=Visibility(roles),
+        )
+        for name, text, roles in TOOLS
+    ]
     vectors = EMBEDDER.embed([c.description for c in caps])
-    return IndexSnapshot.build("acme", 7, EMBEDDER.dim,
-                               [(c, v.tobytes()) for c, v in zip(caps, vectors, strict=True)],
-                               EMBEDDER.id)
+    return IndexSnapshot.build(
+        "acme",
+        7,
+        EMBEDDER.dim,
+        [(c, v.tobytes()) for c, v in zip(caps, vectors, strict=True)],
+        EMBEDDER.id,
+    )
 
 
-def _context(sessions: InMemorySessions | None = None,
-             policy: SessionPolicy | None = None) -> Context:
+def _context(
+    sessions: InMemorySessions | None = None, policy: SessionPolicy | None = None
+) -> Context:
     policy = policy or SessionPolicy()
-    return Context(_snapshot(), CachedQueryEmbedder(EMBEDDER), CONFIG, policy,
-                   sessions if sessions is not None else InMemorySessions(policy))
+    return Context(
+        _snapshot(),
+        CachedQueryEmbedder(EMBEDDER),
+        CONFIG,
+        policy,
+        sessions if sessions is not None else InMemorySessions(policy),
+    )
 
 
 def test_a_turn_gets_a_typed_reply_for_its_request() -> None:
-    reply = answer(DiscoverRequest("refund a stripe payment", tenant="acme",
-                                   request_id="r1"), _context())
+    reply = answer(
+        DiscoverRequest("refund a stripe payment", tenant="acme", request_id="r1"), _context()
+    )
 
     assert isinstance(reply, DiscoverReply)
     assert (reply.request_id, reply.tenant, reply.index_version) == ("r1", "acme", 7)
@@ -53,15 +74,19 @@ def test_a_turn_gets_a_typed_reply_for_its_request() -> None:
 
 
 def test_the_reply_survives_the_wire_unchanged() -> None:
-    reply = answer(DiscoverRequest("refund a stripe payment", tenant="acme",
-                                   tool_format="mcp", session="s1"), _context())
+    reply = answer(
+        DiscoverRequest("refund a stripe payment", tenant="acme", tool_format="mcp", session="s1"),
+        _context(),
+    )
 
     assert DiscoverReply.from_dict(reply.to_dict()) == reply
 
 
 def test_without_a_session_the_tools_are_the_matches_and_the_metatool() -> None:
-    reply = answer(DiscoverRequest("post to slack", tenant="acme", tool_format="openai-chat",
-                                   limit=1), _context())
+    reply = answer(
+        DiscoverRequest("post to slack", tenant="acme", tool_format="openai-chat", limit=1),
+        _context(),
+    )
 
     assert reply.tools is not None
     assert sorted(reply.tools.tool_names.values()) == sorted(reply.ids)
@@ -71,11 +96,16 @@ def test_without_a_session_the_tools_are_the_matches_and_the_metatool() -> None:
 
 def test_in_a_session_the_tools_are_the_whole_working_set() -> None:
     context = _context()
-    answer(DiscoverRequest("refund a stripe payment", tenant="acme", session="s1", limit=1),
-           context)
+    answer(
+        DiscoverRequest("refund a stripe payment", tenant="acme", session="s1", limit=1), context
+    )
 
-    second = answer(DiscoverRequest("post to slack", tenant="acme", session="s1", limit=1,
-                                    tool_format="anthropic"), context)
+    second = answer(
+        DiscoverRequest(
+            "post to slack", tenant="acme", session="s1", limit=1, tool_format="anthropic"
+        ),
+        context,
+    )
 
     assert second.session is not None and second.tools is not None
     assert set(second.session.bound) == {"tool:stripe-refund", "tool:slack-post"}
@@ -94,10 +124,13 @@ def test_a_repeated_search_in_a_session_is_noted() -> None:
 
 
 @pytest.mark.parametrize(("roles", "sees_payroll"), [((), False), (("finance",), True)])
-def test_a_caller_sees_only_what_its_roles_allow(roles: tuple[str, ...],
-                                                 sees_payroll: bool) -> None:
-    reply = answer(DiscoverRequest("run payroll", tenant="acme", roles=list(roles),
-                                   tool_format="mcp"), _context())
+def test_a_caller_sees_only_what_its_roles_allow(
+    roles: tuple[str, ...], sees_payroll: bool
+) -> None:
+    reply = answer(
+        DiscoverRequest("run payroll", tenant="acme", roles=list(roles), tool_format="mcp"),
+        _context(),
+    )
 
     assert ("tool:payroll-run" in reply.ids) is sees_payroll
     assert reply.tools is not None
@@ -106,8 +139,7 @@ def test_a_caller_sees_only_what_its_roles_allow(roles: tuple[str, ...],
 
 def test_a_bad_per_call_option_is_a_config_error_naming_it() -> None:
     with pytest.raises(ConfigError, match="tier1_top_k"):
-        answer(DiscoverRequest("refund", tenant="acme", options={"tier1_top_k": -1}),
-               _context())
+        answer(DiscoverRequest("refund", tenant="acme", options={"tier1_top_k": -1}), _context())
 
 
 def test_a_turn_in_a_session_needs_a_binder() -> None:

@@ -53,7 +53,8 @@ def test_hashing_vectors_are_unit_norm_float32() -> None:
 
 def test_hashing_texts_sharing_words_score_higher_than_unrelated_ones() -> None:
     query, related, unrelated = HashingEmbedder().embed(
-        ["search the web for news", "web search for the latest news", "refund a stripe invoice"])
+        ["search the web for news", "web search for the latest news", "refund a stripe invoice"]
+    )
 
     assert float(query @ related) > float(query @ unrelated)
 
@@ -78,10 +79,13 @@ def test_hashing_id_names_its_dimension(dim: int, embedder_id: str) -> None:
 # -- make_embedder -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "kind", "dim"), [
-    ("hashing", HashingEmbedder, 128),
-    ("minilm", MiniLMEmbedder, MINILM_DIM),
-])
+@pytest.mark.parametrize(
+    ("name", "kind", "dim"),
+    [
+        ("hashing", HashingEmbedder, 128),
+        ("minilm", MiniLMEmbedder, MINILM_DIM),
+    ],
+)
 def test_make_embedder_builds_the_named_embedder(name: str, kind: type, dim: int) -> None:
     embedder = make_embedder(name, hashing_dim=128)
 
@@ -150,13 +154,16 @@ def test_check_vectors_returns_a_float32_matrix() -> None:
     assert checked.tolist() == [[1.0, 0.0], [0.0, 1.0]]
 
 
-@pytest.mark.parametrize(("vectors", "shape"), [
-    pytest.param(np.zeros((3, 4)), "(3, 4)", id="too-many-rows"),
-    pytest.param(np.zeros((2, 5)), "(2, 5)", id="wrong-dim"),
-    pytest.param(np.zeros(8), "(8,)", id="flat"),
-    pytest.param(np.zeros((2, 4, 1)), "(2, 4, 1)", id="three-dimensional"),
-    pytest.param([], "(0,)", id="empty"),
-])
+@pytest.mark.parametrize(
+    ("vectors", "shape"),
+    [
+        pytest.param(np.zeros((3, 4)), "(3, 4)", id="too-many-rows"),
+        pytest.param(np.zeros((2, 5)), "(2, 5)", id="wrong-dim"),
+        pytest.param(np.zeros(8), "(8,)", id="flat"),
+        pytest.param(np.zeros((2, 4, 1)), "(2, 4, 1)", id="three-dimensional"),
+        pytest.param([], "(0,)", id="empty"),
+    ],
+)
 def test_check_vectors_rejects_the_wrong_shape(vectors: Any, shape: str) -> None:
     with pytest.raises(EmbeddingError) as info:
         check_vectors(vectors, 2, 4, "model")
@@ -180,9 +187,13 @@ def test_check_vectors_rejects_non_finite_values(bad: float) -> None:
 
 @pytest.mark.model
 def test_minilm_loads_offline_and_embeds_paraphrases_closer_than_unrelated_text() -> None:
-    vectors = MiniLMEmbedder().embed(["search the web for today's news",
-                                      "look up current events online",
-                                      "bake a chocolate cake"])
+    vectors = MiniLMEmbedder().embed(
+        [
+            "search the web for today's news",
+            "look up current events online",
+            "bake a chocolate cake",
+        ]
+    )
 
     assert vectors.shape == (3, MINILM_DIM)
     assert vectors.dtype == np.float32
@@ -260,8 +271,7 @@ def test_a_turn_embedded_by_one_worker_costs_another_no_model_call() -> None:
     first, second = CountingEmbedder(), CountingEmbedder()
 
     one = CachedQueryEmbedder(first, shared=shared).embed_with_parts("a b. c d.", ["a b.", "c d."])
-    two = CachedQueryEmbedder(second, shared=shared).embed_with_parts("a b. c d.",
-                                                                     ["a b.", "c d."])
+    two = CachedQueryEmbedder(second, shared=shared).embed_with_parts("a b. c d.", ["a b.", "c d."])
 
     assert len(first.calls) == 1 and second.calls == []
     assert np.array_equal(one[0], two[0]) and np.array_equal(one[1], two[1])

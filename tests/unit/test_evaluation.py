@@ -38,36 +38,58 @@ from capdisc.retrieval.config import DEFAULT_CONFIG
 from capdisc.retrieval.relevance import relevance
 from capdisc.retrieval.results import RankedCapability, RetrievalResult
 
-FIGURE_KEYS = {"recall@1", "recall@3", "recall@5", "recall@10", "ndcg@5", "complete@5",
-               "hit@5", "mrr", "queries", "tools", "latency_ms"}
+FIGURE_KEYS = {
+    "recall@1",
+    "recall@3",
+    "recall@5",
+    "recall@10",
+    "ndcg@5",
+    "complete@5",
+    "hit@5",
+    "mrr",
+    "queries",
+    "tools",
+    "latency_ms",
+}
 
 
 # -- metrics on hand-computed examples ------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("ranked", "relevant", "k", "expected"), [
-    (["a", "b", "c"], {"a"}, 1, 1.0),
-    (["a", "b", "c"], {"c"}, 1, 0.0),
-    (["a", "b", "c"], {"b", "c", "d"}, 3, 2 / 3),
-    (["a", "b"], {"a", "b"}, 10, 1.0),
-])
+@pytest.mark.parametrize(
+    ("ranked", "relevant", "k", "expected"),
+    [
+        (["a", "b", "c"], {"a"}, 1, 1.0),
+        (["a", "b", "c"], {"c"}, 1, 0.0),
+        (["a", "b", "c"], {"b", "c", "d"}, 3, 2 / 3),
+        (["a", "b"], {"a", "b"}, 10, 1.0),
+    ],
+)
 def test_recall_at(ranked: list[str], relevant: set[str], k: int, expected: float) -> None:
     assert recall_at(ranked, relevant, k) == pytest.approx(expected)
 
 
-@pytest.mark.parametrize(("ranked", "relevant", "expected"), [
-    (["a", "x", "x", "x", "x"], {"a"}, 1.0),
-    (["x", "a", "x", "x", "x"], {"a"}, 1 / np.log2(3)),
-    (["x", "a", "x", "b", "x"], {"a", "b"}, (1 / np.log2(3) + 1 / np.log2(5))
-     / (1 + 1 / np.log2(3))),
-    (["x", "x", "x", "x", "x", "a"], {"a"}, 0.0),
-])
+@pytest.mark.parametrize(
+    ("ranked", "relevant", "expected"),
+    [
+        (["a", "x", "x", "x", "x"], {"a"}, 1.0),
+        (["x", "a", "x", "x", "x"], {"a"}, 1 / np.log2(3)),
+        (
+            ["x", "a", "x", "b", "x"],
+            {"a", "b"},
+            (1 / np.log2(3) + 1 / np.log2(5)) / (1 + 1 / np.log2(3)),
+        ),
+        (["x", "x", "x", "x", "x", "a"], {"a"}, 0.0),
+    ],
+)
 def test_ndcg_at_5(ranked: list[str], relevant: set[str], expected: float) -> None:
     assert ndcg_at(ranked, relevant) == pytest.approx(expected)
 
 
-@pytest.mark.parametrize(("ranked", "relevant", "expected"), [
-    (["a", "b"], {"a"}, 1.0), (["x", "y", "a"], {"a", "b"}, 1 / 3), (["x"], {"a"}, 0.0)])
+@pytest.mark.parametrize(
+    ("ranked", "relevant", "expected"),
+    [(["a", "b"], {"a"}, 1.0), (["x", "y", "a"], {"a", "b"}, 1 / 3), (["x"], {"a"}, 0.0)],
+)
 def test_reciprocal_rank(ranked: list[str], relevant: set[str], expected: float) -> None:
     assert reciprocal_rank(ranked, relevant) == pytest.approx(expected)
 
@@ -84,13 +106,20 @@ def test_ranking_metrics_average_answerable_queries_only() -> None:
     assert figures["mrr"] == pytest.approx((1.0 + 0.5) / 2)
 
 
-@pytest.mark.parametrize(("abstained", "relevant", "expected"), [
-    ([True, False, False, True], [(), (), ("a",), ("a",)],
-     {"abstain_accuracy": 0.5, "answer_rate": 0.5}),
-    ([False, False], [("a",), ("b",)], {}),
-])
-def test_abstention_metrics(abstained: list[bool], relevant: list[Sequence[str]],
-                            expected: dict[str, float]) -> None:
+@pytest.mark.parametrize(
+    ("abstained", "relevant", "expected"),
+    [
+        (
+            [True, False, False, True],
+            [(), (), ("a",), ("a",)],
+            {"abstain_accuracy": 0.5, "answer_rate": 0.5},
+        ),
+        ([False, False], [("a",), ("b",)], {}),
+    ],
+)
+def test_abstention_metrics(
+    abstained: list[bool], relevant: list[Sequence[str]], expected: dict[str, float]
+) -> None:
     assert abstention_metrics(abstained, relevant) == pytest.approx(expected)
 
 
@@ -102,30 +131,67 @@ def test_percentile_nearest_rank(q: float, expected: float) -> None:
 # -- loading benchmark catalogs -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("record", "cap_id", "name", "display"), [
-    ({"id": "getWeather", "name": "getWeather", "description": "Weather."},
-     "tool:getWeather", "getWeather", "Get Weather"),
-    ({"id": "PDF&URLTool", "name": "PDF&URLTool", "description": "Reads PDFs."},
-     "tool:PDF_URLTool", "PDF_URLTool", "PDF URL Tool"),
-    ({"id": "timeport", "name": "timeport", "name_for_human": "Timeport",
-      "description": "A game."}, "tool:timeport", "timeport", "Timeport"),
-    ({"id": "x" * 300, "name": "x" * 300, "description": "Long."}, "tool:" + "x" * 150,
-     "x" * 64, "X" + "x" * 63),
-])
-def test_benchmark_tools_become_valid_capabilities(record: dict[str, object], cap_id: str,
-                                                   name: str, display: str) -> None:
+@pytest.mark.parametrize(
+    ("record", "cap_id", "name", "display"),
+    [
+        (
+            {"id": "getWeather", "name": "getWeather", "description": "Weather."},
+            "tool:getWeather",
+            "getWeather",
+            "Get Weather",
+        ),
+        (
+            {"id": "PDF&URLTool", "name": "PDF&URLTool", "description": "Reads PDFs."},
+            "tool:PDF_URLTool",
+            "PDF_URLTool",
+            "PDF URL Tool",
+        ),
+        (
+            {
+                "id": "timeport",
+                "name": "timeport",
+                "name_for_human": "Timeport",
+                "description": "A game.",
+            },
+            "tool:timeport",
+            "timeport",
+            "Timeport",
+        ),
+        (
+            {"id": "x" * 300, "name": "x" * 300, "description": "Long."},
+            "tool:" + "x" * 150,
+            "x" * 64,
+            "X" + "x" * 63,
+        ),
+    ],
+)
+def test_benchmark_tools_become_valid_capabilities(
+    record: dict[str, object], cap_id: str, name: str, display: str
+) -> None:
     capability = capability_from_benchmark_tool(record)
     assert (capability.id, capability.name, capability.display_name) == (cap_id, name, display)
-    assert capability_from_record(
-        {k: v for k, v in capability.to_dict().items() if k != "full_content"}, "t") == capability
+    assert (
+        capability_from_record(
+            {k: v for k, v in capability.to_dict().items() if k != "full_content"}, "t"
+        )
+        == capability
+    )
 
 
 def test_plugin_description_for_model_is_a_second_paragraph() -> None:
-    capability = capability_from_benchmark_tool({
-        "id": "t", "name": "t", "description": "Short.", "description_for_model": "Longer text.",
-        "category": "Chemical Engineering/Forensic engineering",
-        "parameters": {"type": "object", "properties": {"sample_id": {"type": "string",
-                                                                      "description": "Which"}}}})
+    capability = capability_from_benchmark_tool(
+        {
+            "id": "t",
+            "name": "t",
+            "description": "Short.",
+            "description_for_model": "Longer text.",
+            "category": "Chemical Engineering/Forensic engineering",
+            "parameters": {
+                "type": "object",
+                "properties": {"sample_id": {"type": "string", "description": "Which"}},
+            },
+        }
+    )
     assert capability.description == "Short.\n\nLonger text."
     assert capability.category == "chemical-engineering_forensic-engineering"
     assert summary_text(capability) == "T: Short."
@@ -146,20 +212,45 @@ def _write(path: Path, rows: list[dict[str, object]]) -> Path:
 
 @pytest.fixture
 def dataset(tmp_path: Path) -> tuple[Path, Path]:
-    tools = _write(tmp_path / "tools.jsonl", [
-        {"id": "getWeather", "name": "getWeather", "description": "Weather forecast for a city",
-         "parameters": None, "category": "info"},
-        {"id": "sendEmail", "name": "sendEmail", "description": "Send an email message",
-         "parameters": None, "category": "mail"},
-        {"id": "convertCurrency", "name": "convertCurrency", "description": "Convert money "
-         "between currencies", "parameters": None, "category": "finance"},
-    ])
-    queries = _write(tmp_path / "queries.jsonl", [
-        {"id": "q1", "query": "what is the weather forecast in Oslo", "relevant": ["getWeather"]},
-        {"id": "q2", "query": "send an email message to Ann", "relevant": ["sendEmail"]},
-        {"id": "q3", "query": "convert money to yen", "relevant": ["convertCurrency", "gone"]},
-        {"id": "q4", "query": "unknown labels only", "relevant": ["gone"]},
-    ])
+    tools = _write(
+        tmp_path / "tools.jsonl",
+        [
+            {
+                "id": "getWeather",
+                "name": "getWeather",
+                "description": "Weather forecast for a city",
+                "parameters": None,
+                "category": "info",
+            },
+            {
+                "id": "sendEmail",
+                "name": "sendEmail",
+                "description": "Send an email message",
+                "parameters": None,
+                "category": "mail",
+            },
+            {
+                "id": "convertCurrency",
+                "name": "convertCurrency",
+                "description": "Convert money between currencies",
+                "parameters": None,
+                "category": "finance",
+            },
+        ],
+    )
+    queries = _write(
+        tmp_path / "queries.jsonl",
+        [
+            {
+                "id": "q1",
+                "query": "what is the weather forecast in Oslo",
+                "relevant": ["getWeather"],
+            },
+            {"id": "q2", "query": "send an email message to Ann", "relevant": ["sendEmail"]},
+            {"id": "q3", "query": "convert money to yen", "relevant": ["convertCurrency", "gone"]},
+            {"id": "q4", "query": "unknown labels only", "relevant": ["gone"]},
+        ],
+    )
     return tools, queries
 
 
@@ -176,22 +267,24 @@ def test_sample_is_fixed_by_the_seed(dataset: tuple[Path, Path]) -> None:
     assert sample_queries(queries, None, 0) == queries
 
 
-def test_benchmark_returns_exactly_the_issue_keys(dataset: tuple[Path, Path],
-                                                  tmp_path: Path) -> None:
-    figures = run_retrieval_benchmark(*dataset, embedder=HashingEmbedder(64),
-                                      cache_dir=tmp_path / "cache")
+def test_benchmark_returns_exactly_the_issue_keys(
+    dataset: tuple[Path, Path], tmp_path: Path
+) -> None:
+    figures = run_retrieval_benchmark(
+        *dataset, embedder=HashingEmbedder(64), cache_dir=tmp_path / "cache"
+    )
     assert set(figures) == FIGURE_KEYS
     assert set(figures["latency_ms"]) == {"p50", "p99"}
     assert figures["queries"] == 3 and figures["tools"] == 3
     assert figures["recall@5"] == pytest.approx(1.0)
 
 
-def test_no_tool_queries_add_abstention_figures(dataset: tuple[Path, Path],
-                                                tmp_path: Path) -> None:
+def test_no_tool_queries_add_abstention_figures(dataset: tuple[Path, Path], tmp_path: Path) -> None:
     with dataset[1].open("a") as handle:
         handle.write(json.dumps({"id": "n1", "query": "bake bread", "relevant": []}) + "\n")
-    figures = run_retrieval_benchmark(*dataset, embedder=HashingEmbedder(64),
-                                      cache_dir=tmp_path / "cache")
+    figures = run_retrieval_benchmark(
+        *dataset, embedder=HashingEmbedder(64), cache_dir=tmp_path / "cache"
+    )
     assert set(figures) == FIGURE_KEYS | {"abstain_accuracy", "answer_rate"}
 
 
@@ -224,8 +317,10 @@ def test_fit_logistic_learns_the_direction_of_the_evidence() -> None:
 
 
 def _run(cosines: list[float]) -> BenchmarkRun:
-    results = [RetrievalResult((RankedCapability("tool:x", 1.0, 0.5, (c, 0.0, 0.0)),), False)
-               for c in cosines]
+    results = [
+        RetrievalResult((RankedCapability("tool:x", 1.0, 0.5, (c, 0.0, 0.0)),), False)
+        for c in cosines
+    ]
     queries = [LabelledQuery(f"q{i}", "q", ("tool:x",)) for i in range(len(cosines))]
     return BenchmarkRun(queries, results, [], 1)
 
@@ -238,8 +333,10 @@ def test_the_floor_keeps_the_asked_share_of_every_split_answered() -> None:
     fitted = calibrated(DEFAULT_CONFIG, [easy, hard], removed, answer_rate=0.9)
 
     for split in (easy, hard):
-        answered = [relevance((r.entries[0].evidence[0], 0.0, 0.0), fitted)
-                    >= fitted.abstain_threshold for r in split.results]
+        answered = [
+            relevance((r.entries[0].evidence[0], 0.0, 0.0), fitted) >= fitted.abstain_threshold
+            for r in split.results
+        ]
         assert sum(answered) / len(answered) >= 0.9
     assert fitted.relevance_cosine > 0  # higher cosine, higher relevance
 
@@ -250,8 +347,9 @@ def test_answer_floor_of_no_queries_never_abstains() -> None:
 
 def test_a_jsonl_catalog_reads_per_line_with_errors_naming_the_line(tmp_path: Path) -> None:
     path = tmp_path / "tools.jsonl"
-    path.write_text('{"id": "a", "description": "Does a."}\n\n[1, 2]\n{oops\n'
-                    '{"id": "b", "description": 42}\n')
+    path.write_text(
+        '{"id": "a", "description": "Does a."}\n\n[1, 2]\n{oops\n{"id": "b", "description": 42}\n'
+    )
 
     found, errors = read_jsonl_catalog(path, "jsonl:test")
 
@@ -263,16 +361,22 @@ def test_a_jsonl_catalog_reads_per_line_with_errors_naming_the_line(tmp_path: Pa
 
 
 def test_labels_may_name_a_tool_by_its_unique_name(tmp_path: Path) -> None:
-    tools = _write(tmp_path / "tools.jsonl", [
-        {"id": "srv1/search", "name": "web_search", "description": "Search the web"},
-        {"id": "srv2/search", "name": "search", "description": "Search files"},
-        {"id": "srv3/search", "name": "search", "description": "Search mail"},
-    ])
-    queries = _write(tmp_path / "queries.jsonl", [
-        {"id": "q1", "query": "find pages about otters", "relevant": ["web_search"]},
-        {"id": "q2", "query": "find my notes", "relevant": ["search"]},  # two tools: unknown
-        {"id": "q3", "query": "look in my files", "relevant": ["srv2/search"]},
-    ])
+    tools = _write(
+        tmp_path / "tools.jsonl",
+        [
+            {"id": "srv1/search", "name": "web_search", "description": "Search the web"},
+            {"id": "srv2/search", "name": "search", "description": "Search files"},
+            {"id": "srv3/search", "name": "search", "description": "Search mail"},
+        ],
+    )
+    queries = _write(
+        tmp_path / "queries.jsonl",
+        [
+            {"id": "q1", "query": "find pages about otters", "relevant": ["web_search"]},
+            {"id": "q2", "query": "find my notes", "relevant": ["search"]},  # two tools: unknown
+            {"id": "q3", "query": "look in my files", "relevant": ["srv2/search"]},
+        ],
+    )
     catalog = load_catalog(tools)
 
     found = {q.id: q.relevant for q in load_queries(queries, catalog)}

@@ -61,8 +61,9 @@ def check_openai_chat_tool(tool: JSONDict) -> None:
     assert set(tool) == {"type", "function"}
     assert tool["type"] == "function"
     function = tool["function"]
-    assert {"name", "parameters"} <= set(function) <= {"name", "description", "parameters",
-                                                         "strict"}
+    assert (
+        {"name", "parameters"} <= set(function) <= {"name", "description", "parameters", "strict"}
+    )
     assert OPENAI_NAME.match(function["name"])
     assert len(function.get("description", "")) <= 1024
     assert function.get("strict", False) is False
@@ -70,8 +71,11 @@ def check_openai_chat_tool(tool: JSONDict) -> None:
 
 
 def check_openai_responses_function(tool: JSONDict) -> None:
-    assert {"type", "name", "parameters", "strict"} <= set(tool) <= {
-        "type", "name", "description", "parameters", "strict", "defer_loading"}
+    assert (
+        {"type", "name", "parameters", "strict"}
+        <= set(tool)
+        <= {"type", "name", "description", "parameters", "strict", "defer_loading"}
+    )
     assert tool["type"] == "function"
     assert OPENAI_NAME.match(tool["name"])
     assert len(tool.get("description", "")) <= 1024
@@ -90,8 +94,11 @@ def check_openai_responses_tool(tool: JSONDict) -> None:
 
 
 def check_anthropic_tool(tool: JSONDict) -> None:
-    assert {"name", "input_schema"} <= set(tool) <= {"name", "description", "input_schema",
-                                                     "defer_loading"}
+    assert (
+        {"name", "input_schema"}
+        <= set(tool)
+        <= {"name", "description", "input_schema", "defer_loading"}
+    )
     assert ANTHROPIC_NAME.match(tool["name"])
     assert tool.get("defer_loading", True) is True
     check_object_schema(tool["input_schema"])
@@ -100,13 +107,18 @@ def check_anthropic_tool(tool: JSONDict) -> None:
 MCP_HINTS = {"title", "readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"}
 
 
-MCP_META_KEY = re.compile(r"^(?:[A-Za-z](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)*"
-                          r"[A-Za-z](?:[A-Za-z0-9-]*[A-Za-z0-9])?/[A-Za-z0-9._-]+$")
+MCP_META_KEY = re.compile(
+    r"^(?:[A-Za-z](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)*"
+    r"[A-Za-z](?:[A-Za-z0-9-]*[A-Za-z0-9])?/[A-Za-z0-9._-]+$"
+)
 
 
 def check_mcp_tool(tool: JSONDict) -> None:
-    assert {"name", "inputSchema"} <= set(tool) <= {"name", "title", "description",
-                                                    "inputSchema", "annotations", "_meta"}
+    assert (
+        {"name", "inputSchema"}
+        <= set(tool)
+        <= {"name", "title", "description", "inputSchema", "annotations", "_meta"}
+    )
     assert MCP_NAME.match(tool["name"])
     assert all(MCP_META_KEY.match(key) for key in tool.get("_meta", {}))
     check_object_schema(tool["inputSchema"])
@@ -131,38 +143,79 @@ def name_of(fmt: ToolFormat, tool: JSONDict) -> str:
 
 # -- a catalog with every awkward case -----------------------------------------------------------
 
-SCHEMA = {"type": "object", "properties": {"title": {"type": "string"},
-                                           "draft": {"type": "boolean", "default": False}},
-          "required": ["title"]}
-PR = Capability(id="tool:github-create-pull-request", kind="tool",
-                name="github-create-pull-request", display_name="GitHub Create Pull Request",
-                description="Open a pull request.", full_schema=SCHEMA, has_side_effects=True)
+SCHEMA = {
+    "type": "object",
+    "properties": {"title": {"type": "string"}, "draft": {"type": "boolean", "default": False}},
+    "required": ["title"],
+}
+PR = Capability(
+    id="tool:github-create-pull-request",
+    kind="tool",
+    name="github-create-pull-request",
+    display_name="GitHub Create Pull Request",
+    description="Open a pull request.",
+    full_schema=SCHEMA,
+    has_side_effects=True,
+)
 CLOCK = Capability(id="tool:clock", kind="tool", name="clock", description="Tells the time.")
-UNTYPED = Capability(id="tool:untyped", kind="tool", name="untyped", description="No type key.",
-                     full_schema={"properties": {"q": {"type": "string"}}})
-MCP_ISSUE = Capability(id="mcp:github/create_issue", kind="tool", name="create_issue",
-                       description="Create an issue.", full_schema={"type": "object",
-                                                                    "properties": {}})
+UNTYPED = Capability(
+    id="tool:untyped",
+    kind="tool",
+    name="untyped",
+    description="No type key.",
+    full_schema={"properties": {"q": {"type": "string"}}},
+)
+MCP_ISSUE = Capability(
+    id="mcp:github/create_issue",
+    kind="tool",
+    name="create_issue",
+    description="Create an issue.",
+    full_schema={"type": "object", "properties": {}},
+)
 DOTTED = Capability(id="tool:web.search", kind="tool", name="web.search", description="Search.")
-LONG = Capability(id="mcp:" + "very-long-server-name/" * 6 + "tool", kind="tool", name="tool",
-                  description="A long MCP-derived id.")
-SHADOW = Capability(id=f"tool:{METATOOL_NAME}", kind="tool", name=METATOOL_NAME,
-                    description="A capability named like the meta-tool.")
-SKILL = Capability(id="skill:summarize", kind="skill", name="summarize",
-                   description="Summarize documents.", full_content="# Summarize\n")
-EXTENSION = Capability(id="extension:github", kind="extension", name="github",
-                       description="GitHub tools.")
-CHANNEL = Capability(id="channel:discord", kind="channel", name="discord",
-                     description="Discord messages.", has_side_effects=True)
-OFFLINE = Capability(id="tool:offline", kind="tool", name="offline", description="Not set up.",
-                     available=False)
+LONG = Capability(
+    id="mcp:" + "very-long-server-name/" * 6 + "tool",
+    kind="tool",
+    name="tool",
+    description="A long MCP-derived id.",
+)
+SHADOW = Capability(
+    id=f"tool:{METATOOL_NAME}",
+    kind="tool",
+    name=METATOOL_NAME,
+    description="A capability named like the meta-tool.",
+)
+SKILL = Capability(
+    id="skill:summarize",
+    kind="skill",
+    name="summarize",
+    description="Summarize documents.",
+    full_content="# Summarize\n",
+)
+EXTENSION = Capability(
+    id="extension:github", kind="extension", name="github", description="GitHub tools."
+)
+CHANNEL = Capability(
+    id="channel:discord",
+    kind="channel",
+    name="discord",
+    description="Discord messages.",
+    has_side_effects=True,
+)
+OFFLINE = Capability(
+    id="tool:offline", kind="tool", name="offline", description="Not set up.", available=False
+)
 
 TOOLS = [PR, CLOCK, UNTYPED, MCP_ISSUE, DOTTED, LONG, SHADOW]
 CATALOG = [*TOOLS, SKILL, EXTENSION, CHANNEL, OFFLINE, PR]
 
 
-def build(fmt: ToolFormat, caps: list[Capability], include_metatool: bool = True,
-          defer_loading: bool = False) -> list[JSONDict]:
+def build(
+    fmt: ToolFormat,
+    caps: list[Capability],
+    include_metatool: bool = True,
+    defer_loading: bool = False,
+) -> list[JSONDict]:
     if fmt == "openai-chat":
         return to_openai_chat(caps, include_metatool)
     if fmt == "openai-responses":
@@ -217,9 +270,11 @@ def test_only_available_tools_become_definitions(fmt: ToolFormat) -> None:
 
 @pytest.mark.parametrize("fmt", TOOL_FORMATS)
 def test_a_list_of_only_skills_extensions_and_channels_is_just_the_metatool(
-        fmt: ToolFormat) -> None:
+    fmt: ToolFormat,
+) -> None:
     assert [name_of(fmt, tool) for tool in build(fmt, [SKILL, EXTENSION, CHANNEL])] == [
-        METATOOL_NAME]
+        METATOOL_NAME
+    ]
 
 
 def test_callable_capabilities_keeps_the_first_of_each_id_in_order() -> None:
@@ -271,12 +326,15 @@ def test_a_schema_without_type_gets_type_object(fmt: ToolFormat) -> None:
     assert schema_of(fmt, tool) == {"type": "object", "properties": {"q": {"type": "string"}}}
 
 
-@pytest.mark.parametrize(("fmt", "expected"), [
-    ("openai-chat", {"type": "object", "properties": {}}),
-    ("openai-responses", {"type": "object", "properties": {}}),
-    ("anthropic", {"type": "object"}),
-    ("mcp", {"type": "object"}),
-])
+@pytest.mark.parametrize(
+    ("fmt", "expected"),
+    [
+        ("openai-chat", {"type": "object", "properties": {}}),
+        ("openai-responses", {"type": "object", "properties": {}}),
+        ("anthropic", {"type": "object"}),
+        ("mcp", {"type": "object"}),
+    ],
+)
 def test_a_tool_without_schema_takes_no_arguments(fmt: ToolFormat, expected: JSONDict) -> None:
     """OpenAI rejects an object schema without ``properties``; the others accept it bare."""
     (tool,) = build(fmt, [CLOCK], include_metatool=False)
@@ -344,8 +402,12 @@ def test_anthropic_metatool_is_never_deferred() -> None:
 def test_deferred_responses_list_searches_through_the_metatool() -> None:
     search = to_openai_responses(TOOLS, defer_loading=True)[0]
     meta = metatool_definition()
-    assert search == {"type": "tool_search", "execution": "client",
-                      "description": meta["description"], "parameters": meta["parameters"]}
+    assert search == {
+        "type": "tool_search",
+        "execution": "client",
+        "description": meta["description"],
+        "parameters": meta["parameters"],
+    }
     assert search == openai_client_tool_search()
 
 
@@ -353,7 +415,10 @@ def test_tool_search_output_answers_the_call_with_loaded_functions() -> None:
     item = to_openai_tool_search_output("call_42", CATALOG)
     assert set(item) == {"type", "call_id", "execution", "tools"}
     assert (item["type"], item["call_id"], item["execution"]) == (
-        "tool_search_output", "call_42", "client")
+        "tool_search_output",
+        "call_42",
+        "client",
+    )
     for tool in item["tools"]:
         check_openai_responses_function(tool)
         assert "defer_loading" not in tool
@@ -369,13 +434,18 @@ def test_tool_search_output_has_the_names_of_the_full_deferred_list() -> None:
 
 def test_tool_references_are_tool_reference_blocks() -> None:
     refs = to_anthropic_tool_references([PR, SKILL, CLOCK])
-    assert refs == [{"type": "tool_reference", "tool_name": "github-create-pull-request"},
-                    {"type": "tool_reference", "tool_name": "clock"}]
+    assert refs == [
+        {"type": "tool_reference", "tool_name": "github-create-pull-request"},
+        {"type": "tool_reference", "tool_name": "clock"},
+    ]
 
 
 def test_tool_references_name_tools_defined_in_the_deferred_list() -> None:
-    defined = {tool["name"] for tool in to_anthropic(CATALOG, defer_loading=True)
-               if tool.get("defer_loading")}
+    defined = {
+        tool["name"]
+        for tool in to_anthropic(CATALOG, defer_loading=True)
+        if tool.get("defer_loading")
+    }
     for subset in ([LONG], [MCP_ISSUE, DOTTED], [SHADOW, PR]):
         assert {ref["tool_name"] for ref in to_anthropic_tool_references(subset)} <= defined
 
@@ -383,16 +453,21 @@ def test_tool_references_name_tools_defined_in_the_deferred_list() -> None:
 # -- MCP annotations and title -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("has_side_effects", "annotations"), [
-    (False, {"readOnlyHint": True}),
-    (True, {"readOnlyHint": False, "destructiveHint": True}),
-    # unknown (the source did not say) is never advertised as read-only
-    (None, {"readOnlyHint": False}),
-])
-def test_mcp_annotations_follow_declared_side_effects(has_side_effects: bool | None,
-                                                      annotations: JSONDict) -> None:
-    (tool,) = to_mcp([CLOCK.with_changes(has_side_effects=has_side_effects)],
-                     include_metatool=False)
+@pytest.mark.parametrize(
+    ("has_side_effects", "annotations"),
+    [
+        (False, {"readOnlyHint": True}),
+        (True, {"readOnlyHint": False, "destructiveHint": True}),
+        # unknown (the source did not say) is never advertised as read-only
+        (None, {"readOnlyHint": False}),
+    ],
+)
+def test_mcp_annotations_follow_declared_side_effects(
+    has_side_effects: bool | None, annotations: JSONDict
+) -> None:
+    (tool,) = to_mcp(
+        [CLOCK.with_changes(has_side_effects=has_side_effects)], include_metatool=False
+    )
     assert tool["annotations"] == annotations
 
 
@@ -436,14 +511,16 @@ def test_mcp_output_is_a_valid_tools_list_result(version: str) -> None:
 
 # -- flagged tools -------------------------------------------------------------------------------
 
-PLACES = (("instruction_override", "description"), ("secret_access", "description"),
-          ("secret_access", "parameters.properties.title.description"))
+PLACES = (
+    ("instruction_override", "description"),
+    ("secret_access", "description"),
+    ("secret_access", "parameters.properties.title.description"),
+)
 CAUTIONED = {PR.id: Mark(PLACES, caution=True)}
 MARKED = {PR.id: Mark(PLACES, caution=False)}
 
 
-def build_marked(fmt: ToolFormat, caps: list[Capability], marks: dict[str, Mark]
-                 ) -> list[JSONDict]:
+def build_marked(fmt: ToolFormat, caps: list[Capability], marks: dict[str, Mark]) -> list[JSONDict]:
     return formats.list_discovered_tools(caps, fmt, marks)
 
 
@@ -453,8 +530,9 @@ def description_of(fmt: ToolFormat, tool: JSONDict) -> str:
 
 @pytest.mark.parametrize("marks", [CAUTIONED, MARKED], ids=["warn", "flag"])
 @pytest.mark.parametrize("fmt", TOOL_FORMATS)
-def test_marked_definitions_follow_the_format_rules(fmt: ToolFormat, marks: dict[str, Mark]
-                                                    ) -> None:
+def test_marked_definitions_follow_the_format_rules(
+    fmt: ToolFormat, marks: dict[str, Mark]
+) -> None:
     for tool in build_marked(fmt, CATALOG, marks):
         CHECKS[fmt](tool)
 
@@ -464,7 +542,8 @@ def test_a_cautioned_tool_description_starts_with_its_rule_codes(fmt: ToolFormat
     tools = build_marked(fmt, [PR, CLOCK], CAUTIONED)[1:]
 
     assert description_of(fmt, tools[0]) == (
-        "[flagged: instruction_override, secret_access] Open a pull request.")
+        "[flagged: instruction_override, secret_access] Open a pull request."
+    )
     assert description_of(fmt, tools[1]) == "Tells the time."
 
 
@@ -478,10 +557,13 @@ def test_a_marked_tool_keeps_its_description_under_flag(fmt: ToolFormat) -> None
 def test_a_marked_mcp_tool_names_rules_and_places_in_meta(marks: dict[str, Mark]) -> None:
     pr, clock = to_mcp([PR, CLOCK], include_metatool=False, marks=marks)
 
-    assert pr["_meta"] == {formats.MCP_FLAGS_META: [
-        {"rule": "instruction_override", "where": "description"},
-        {"rule": "secret_access", "where": "description"},
-        {"rule": "secret_access", "where": "parameters.properties.title.description"}]}
+    assert pr["_meta"] == {
+        formats.MCP_FLAGS_META: [
+            {"rule": "instruction_override", "where": "description"},
+            {"rule": "secret_access", "where": "description"},
+            {"rule": "secret_access", "where": "parameters.properties.title.description"},
+        ]
+    }
     assert "_meta" not in clock
 
 
@@ -516,12 +598,14 @@ def test_marked_mcp_output_is_a_valid_tools_list_result(version: str) -> None:
 
 def test_a_clean_tool_id_keeps_its_name() -> None:
     assert tool_name("tool:github-create-pull-request", OPENAI_NAMES) == (
-        "github-create-pull-request")
+        "github-create-pull-request"
+    )
 
 
 def test_illegal_characters_become_separators_and_a_hash() -> None:
-    assert re.fullmatch(r"mcp__github__create_issue_[0-9a-f]{8}",
-                        tool_name("mcp:github/create_issue", OPENAI_NAMES))
+    assert re.fullmatch(
+        r"mcp__github__create_issue_[0-9a-f]{8}", tool_name("mcp:github/create_issue", OPENAI_NAMES)
+    )
 
 
 def test_dots_stay_in_mcp_names_only() -> None:
@@ -561,8 +645,10 @@ def test_an_empty_stem_still_makes_a_legal_name() -> None:
 def test_a_name_does_not_depend_on_the_other_ids() -> None:
     whole = NameMap([c.id for c in CATALOG], OPENAI_NAMES)
     part = NameMap([LONG.id, MCP_ISSUE.id], OPENAI_NAMES)
-    assert part.items() == [(LONG.id, whole.to_name(LONG.id)),
-                            (MCP_ISSUE.id, whole.to_name(MCP_ISSUE.id))]
+    assert part.items() == [
+        (LONG.id, whole.to_name(LONG.id)),
+        (MCP_ISSUE.id, whole.to_name(MCP_ISSUE.id)),
+    ]
 
 
 def test_to_id_gives_the_capability_id_back() -> None:

@@ -17,8 +17,9 @@ DIM = 3
 
 
 def cap(name: str, kind: Kind = "tool", **changes: object) -> Capability:
-    return Capability(id=f"{kind}:{name}", kind=kind, name=name, description=f"{name} does things.",
-                      **changes)  # type: ignore[arg-type]
+    return Capability(
+        id=f"{kind}:{name}", kind=kind, name=name, description=f"{name} does things.", **changes
+    )  # type: ignore[arg-type]
 
 
 def vec(*values: float) -> Vector:
@@ -49,19 +50,25 @@ def ranked(results: list[tuple[Capability, float]]) -> list[tuple[str, float]]:
 
 def test_build_keeps_entry_order_and_vectors(snapshot: IndexSnapshot) -> None:
     assert snapshot.ids == ("skill:bake-cake", "tool:web-search", "tool:web-fetch")
-    assert np.array_equal(snapshot.matrix,
-                          np.array([[0, 0, 1], [1, 0, 0], [0.8, 0.6, 0]], dtype=np.float32))
+    assert np.array_equal(
+        snapshot.matrix, np.array([[0, 0, 1], [1, 0, 0], [0.8, 0.6, 0]], dtype=np.float32)
+    )
     assert len(snapshot) == 3
 
 
 def test_search_ranks_by_cosine_best_first(snapshot: IndexSnapshot) -> None:
     assert ranked(snapshot.search(vec(1, 0, 0), 3)) == [
-        ("tool:web-search", 1.0), ("tool:web-fetch", 0.8), ("skill:bake-cake", 0.0)]
+        ("tool:web-search", 1.0),
+        ("tool:web-fetch", 0.8),
+        ("skill:bake-cake", 0.0),
+    ]
 
 
 def test_search_returns_at_most_k(snapshot: IndexSnapshot) -> None:
     assert ranked(snapshot.search(vec(0.6, 0.8, 0), 2)) == [
-        ("tool:web-fetch", 0.96), ("tool:web-search", 0.6)]
+        ("tool:web-fetch", 0.96),
+        ("tool:web-search", 0.6),
+    ]
 
 
 def test_search_with_k_larger_than_the_index_returns_everything(snapshot: IndexSnapshot) -> None:
@@ -77,11 +84,14 @@ def test_search_of_an_empty_snapshot_is_empty() -> None:
     assert IndexSnapshot.build("acme", 0, DIM, []).search(vec(1, 0, 0), 5) == []
 
 
-@pytest.mark.parametrize(("kind", "expected"), [
-    ("skill", [("skill:bake-cake", 0.0)]),
-    ("tool", [("tool:web-search", 1.0), ("tool:web-fetch", 0.8)]),
-    ("channel", []),
-])
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [
+        ("skill", [("skill:bake-cake", 0.0)]),
+        ("tool", [("tool:web-search", 1.0), ("tool:web-fetch", 0.8)]),
+        ("channel", []),
+    ],
+)
 def test_search_kind_filter_returns_only_that_kind(
     snapshot: IndexSnapshot, kind: str, expected: list[tuple[str, float]]
 ) -> None:
@@ -108,11 +118,14 @@ def test_with_changes_upserts_and_deletes_into_a_new_snapshot(snapshot: IndexSna
 def test_with_changes_leaves_the_old_snapshot_unchanged(snapshot: IndexSnapshot) -> None:
     matrix_before = snapshot.matrix.copy()
 
-    snapshot.with_changes(4, upserts=[(SEARCH, raw(0, 1, 0)), (cap("x"), raw(0, 1, 0))],
-                          deletes=["skill:bake-cake"])
+    snapshot.with_changes(
+        4, upserts=[(SEARCH, raw(0, 1, 0)), (cap("x"), raw(0, 1, 0))], deletes=["skill:bake-cake"]
+    )
 
     assert (snapshot.version, snapshot.ids) == (
-        3, ("skill:bake-cake", "tool:web-search", "tool:web-fetch"))
+        3,
+        ("skill:bake-cake", "tool:web-search", "tool:web-fetch"),
+    )
     assert np.array_equal(snapshot.matrix, matrix_before)
     assert set(snapshot.capabilities) == {"skill:bake-cake", "tool:web-search", "tool:web-fetch"}
 
@@ -150,7 +163,9 @@ def test_discover_drops_matches_under_the_minimum_relevance(snapshot: IndexSnaps
     result = discover(snapshot, Query("q"), vec(1, 0, 0), config)
 
     assert [(m.capability.id, round(m.score, 6)) for m in result.matches] == [
-        ("tool:web-search", 1.0), ("tool:web-fetch", 0.8)]
+        ("tool:web-search", 1.0),
+        ("tool:web-fetch", 0.8),
+    ]
 
 
 def test_discover_keeps_a_match_exactly_at_the_minimum(snapshot: IndexSnapshot) -> None:
@@ -179,8 +194,9 @@ def test_discover_uses_tier1_top_k_unless_a_limit_is_given(snapshot: IndexSnapsh
 def test_discover_kind_filter(snapshot: IndexSnapshot) -> None:
     config = DiscoveryConfig(tier1_min_relevance=-1.0)
 
-    result = discover(snapshot, Query("q", filters=SearchFilters(kind="skill")), vec(1, 0, 0),
-                      config)
+    result = discover(
+        snapshot, Query("q", filters=SearchFilters(kind="skill")), vec(1, 0, 0), config
+    )
 
     assert [m.capability.id for m in result.matches] == ["skill:bake-cake"]
 
@@ -189,7 +205,11 @@ def test_discover_result_names_tenant_version_and_index_size(snapshot: IndexSnap
     result = discover(snapshot, Query("find news"), vec(1, 0, 0), DiscoveryConfig())
 
     assert (result.query, result.tenant, result.index_version, result.total_indexed) == (
-        "find news", "acme", 3, 3)
+        "find news",
+        "acme",
+        3,
+        3,
+    )
 
 
 def test_discover_puts_the_best_tier2_top_k_matches_in_tier_2(snapshot: IndexSnapshot) -> None:
@@ -198,7 +218,10 @@ def test_discover_puts_the_best_tier2_top_k_matches_in_tier_2(snapshot: IndexSna
     result = discover(snapshot, Query("q"), vec(1, 0, 0), config)
 
     assert [(m.capability.id, m.tier) for m in result.matches] == [
-        ("tool:web-search", 2), ("tool:web-fetch", 1), ("skill:bake-cake", 1)]
+        ("tool:web-search", 2),
+        ("tool:web-fetch", 1),
+        ("skill:bake-cake", 1),
+    ]
     assert result.tiers.tier2.startswith("# web-search") or "web-search" in result.tiers.tier2
 
 
@@ -206,12 +229,21 @@ def test_discover_context_renders_tier0_then_tier1_then_tier2(snapshot: IndexSna
     result = discover(snapshot, Query("q"), vec(1, 0, 0), DiscoveryConfig())
 
     assert result.context == "\n\n".join(
-        [result.tiers.tier0, result.tiers.tier1, result.tiers.tier2])
+        [result.tiers.tier0, result.tiers.tier1, result.tiers.tier2]
+    )
     assert result.tiers.tier0.startswith("Available capability categories:")
 
 
 def test_match_to_dict_rounds_score_and_relevance_and_names_the_tier() -> None:
     assert Match(SEARCH, 0.123456, 0.654321).to_dict() == {
-        "id": "tool:web-search", "kind": "tool", "name": "web-search", "display_name": "",
-        "description": "web-search does things.", "category": "general", "available": True,
-        "score": 0.1235, "relevance": 0.6543, "tier": 1}
+        "id": "tool:web-search",
+        "kind": "tool",
+        "name": "web-search",
+        "display_name": "",
+        "description": "web-search does things.",
+        "category": "general",
+        "available": True,
+        "score": 0.1235,
+        "relevance": 0.6543,
+        "tier": 1,
+    }

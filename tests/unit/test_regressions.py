@@ -21,13 +21,16 @@ MINIMAL = "name: web-search\nkind: tool\ndescription: Searches the public web.\n
 RECORD = {"kind": "tool", "name": "web-search", "description": "Searches the public web."}
 
 
-@pytest.mark.parametrize(("field", "value"), [
-    ("name", "web-search\n"),
-    ("id", "tool:web-search\n"),
-    ("category", "search\n"),
-    ("tags", ["search\n"]),
-    ("required_secrets", ["SEARCH_API_KEY\n"]),
-])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("name", "web-search\n"),
+        ("id", "tool:web-search\n"),
+        ("category", "search\n"),
+        ("tags", ["search\n"]),
+        ("required_secrets", ["SEARCH_API_KEY\n"]),
+    ],
+)
 def test_identifier_with_a_trailing_newline_is_rejected(field: str, value: object) -> None:
     with pytest.raises(ManifestError):
         capability_from_record({**RECORD, field: value}, "src")
@@ -67,8 +70,9 @@ def test_build_with_a_repeated_id_keeps_ids_and_rows_aligned() -> None:
     assert snapshot.matrix.shape == (len(snapshot.ids), 2)
 
 
-@pytest.mark.parametrize("vectors", [[[1.0, 0.0], [1.0]], [["a", "b"], ["c", "d"]]],
-                         ids=["ragged", "strings"])
+@pytest.mark.parametrize(
+    "vectors", [[[1.0, 0.0], [1.0]], [["a", "b"], ["c", "d"]]], ids=["ragged", "strings"]
+)
 def test_check_vectors_rejects_a_ragged_or_non_numeric_answer(vectors: object) -> None:
     with pytest.raises(EmbeddingError):
         check_vectors(vectors, 2, 2, "model")

@@ -18,12 +18,33 @@ from capdisc.discovery.replies import (
 from capdisc.errors import ERROR_CODES, CapdiscError, EventDecodeError, error_for
 
 GOOD: dict[str, Any] = {
-    "request_id": "r1", "query": "refund", "tenant": "acme", "index_version": 3,
-    "abstained": False, "capabilities": [{
-        "id": "tool:a", "kind": "tool", "name": "a", "display_name": "A", "description": "d",
-        "category": "c", "available": True, "score": 0.5, "relevance": 0.9, "tier": 1}],
-    "context": "x", "tiers": {"tier0": "x", "tier1": "", "tier2": ""}, "tokens": {"tier0": 1},
-    "total_indexed": 1, "workflow_hints": {}, "worker": "w", "took_ms": 1.0}
+    "request_id": "r1",
+    "query": "refund",
+    "tenant": "acme",
+    "index_version": 3,
+    "abstained": False,
+    "capabilities": [
+        {
+            "id": "tool:a",
+            "kind": "tool",
+            "name": "a",
+            "display_name": "A",
+            "description": "d",
+            "category": "c",
+            "available": True,
+            "score": 0.5,
+            "relevance": 0.9,
+            "tier": 1,
+        }
+    ],
+    "context": "x",
+    "tiers": {"tier0": "x", "tier1": "", "tier2": ""},
+    "tokens": {"tier0": 1},
+    "total_indexed": 1,
+    "workflow_hints": {},
+    "worker": "w",
+    "took_ms": 1.0,
+}
 
 
 def test_a_discover_reply_reads_back_what_was_sent() -> None:
@@ -33,16 +54,20 @@ def test_a_discover_reply_reads_back_what_was_sent() -> None:
     assert DiscoverReply.from_dict(reply.to_dict()) == reply
 
 
-@pytest.mark.parametrize(("change", "says"), [
-    ({"index_version": None}, "field 'index_version' has the wrong type"),
-    ({"abstained": 1}, "field 'abstained' has the wrong type"),
-    ({"index_version": True}, "field 'index_version' has the wrong type"),
-    ({"tiers": {"tier0": "x", "tier1": ""}}, "tiers has no field 'tier2'"),
-    ({"capabilities": ["tool:a"]}, "capability is not an object"),
-    ({"session": {"bound": []}}, "session has no field 'id'"),
-])
-def test_a_malformed_discover_reply_is_refused_naming_the_field(change: dict[str, Any],
-                                                                 says: str) -> None:
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"index_version": None}, "field 'index_version' has the wrong type"),
+        ({"abstained": 1}, "field 'abstained' has the wrong type"),
+        ({"index_version": True}, "field 'index_version' has the wrong type"),
+        ({"tiers": {"tier0": "x", "tier1": ""}}, "tiers has no field 'tier2'"),
+        ({"capabilities": ["tool:a"]}, "capability is not an object"),
+        ({"session": {"bound": []}}, "session has no field 'id'"),
+    ],
+)
+def test_a_malformed_discover_reply_is_refused_naming_the_field(
+    change: dict[str, Any], says: str
+) -> None:
     with pytest.raises(EventDecodeError, match=says):
         DiscoverReply.from_dict({**GOOD, **change})
 
@@ -55,16 +80,23 @@ def test_a_discover_reply_without_a_field_is_refused_naming_it(missing: str) -> 
         DiscoverReply.from_dict(raw)
 
 
-@pytest.mark.parametrize(("code", "error"), [
-    ("unknown_tenant", errors.UnknownTenantError),
-    ("session_not_found", errors.SessionNotFoundError),
-    ("unauthorized", errors.AuthError), ("forbidden", errors.ForbiddenError),
-    ("invalid_option", errors.ConfigError), ("embedding_failed", errors.EmbeddingError),
-    ("bad_request", errors.BadRequestError), ("quarantined", errors.QuarantinedError),
-    ("internal", CapdiscError),
-])
-def test_an_error_reply_raises_the_error_its_code_stands_for(code: str,
-                                                            error: type[Exception]) -> None:
+@pytest.mark.parametrize(
+    ("code", "error"),
+    [
+        ("unknown_tenant", errors.UnknownTenantError),
+        ("session_not_found", errors.SessionNotFoundError),
+        ("unauthorized", errors.AuthError),
+        ("forbidden", errors.ForbiddenError),
+        ("invalid_option", errors.ConfigError),
+        ("embedding_failed", errors.EmbeddingError),
+        ("bad_request", errors.BadRequestError),
+        ("quarantined", errors.QuarantinedError),
+        ("internal", CapdiscError),
+    ],
+)
+def test_an_error_reply_raises_the_error_its_code_stands_for(
+    code: str, error: type[Exception]
+) -> None:
     raw = {"request_id": "r1", "error": code, "message": "what to do"}
 
     reply = decode_reply(raw, DiscoverReply.from_dict)
@@ -75,8 +107,9 @@ def test_an_error_reply_raises_the_error_its_code_stands_for(code: str,
 
 
 def test_every_error_class_has_its_own_code() -> None:
-    classes = [c for c in vars(errors).values()
-               if isinstance(c, type) and issubclass(c, CapdiscError)]
+    classes = [
+        c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, CapdiscError)
+    ]
 
     assert len({c.code for c in classes}) == len(classes)
     assert all(ERROR_CODES[c.code] is c for c in classes)

@@ -27,15 +27,29 @@ from capdisc.retrieval.topk import top_rows
 
 EMBEDDER = HashingEmbedder(256)
 #: Relevance calibrated for the hashing embedder's cosines: 0.5 at cosine 0.2.
-HASHING = replace(DEFAULT_CONFIG, relevance_bias=-2.0, relevance_cosine=10.0,
-                  abstain_threshold=0.5)
+HASHING = replace(DEFAULT_CONFIG, relevance_bias=-2.0, relevance_cosine=10.0, abstain_threshold=0.5)
 
 
-def cap(cid: str, description: str, *, display: str = "", category: str = "general",
-        tags: tuple[str, ...] = (), available: bool = True) -> Capability:
+def cap(
+    cid: str,
+    description: str,
+    *,
+    display: str = "",
+    category: str = "general",
+    tags: tuple[str, ...] = (),
+    available: bool = True,
+) -> Capability:
     kind, name = cid.split(":")
-    return Capability(id=cid, kind=_kind(kind), name=name, description=description,
-                      display_name=display, category=category, tags=tags, available=available)
+    return Capability(
+        id=cid,
+        kind=_kind(kind),
+        name=name,
+        description=description,
+        display_name=display,
+        category=category,
+        tags=tags,
+        available=available,
+    )
 
 
 def _kind(kind: str) -> Kind:
@@ -44,22 +58,61 @@ def _kind(kind: str) -> Kind:
 
 
 CATALOG = [
-    cap("tool:weather-forecast", "Returns the weather forecast, temperature and rain for a city.",
-        display="Weather Forecast", category="information", tags=("weather",)),
-    cap("tool:currency-convert", "Converts an amount of money between currencies at the latest "
-        "exchange rate.", display="Currency Convert", category="finance", tags=("money",)),
-    cap("tool:send-email", "Sends an email message to a recipient with a subject and a body.",
-        display="Send Email", category="communication", tags=("email",)),
-    cap("tool:translate-text", "Translates text from one language into another language.",
-        display="Translate Text", category="language"),
-    cap("skill:trip-planner", "Plans a trip itinerary day by day with travel times.",
-        display="Trip Planner", category="travel", tags=("travel", "itinerary")),
-    cap("extension:spotify", "Plays music, albums and playlists on Spotify.", display="Spotify",
-        category="media", tags=("music",), available=False),
-    cap("tool:stock-quote", "Returns the latest stock price and market data for a ticker symbol.",
-        display="Stock Quote", category="finance", tags=("money", "stocks")),
-    cap("channel:slack", "Connects the agent to a Slack workspace as a bot.", display="Slack",
-        category="communication"),
+    cap(
+        "tool:weather-forecast",
+        "Returns the weather forecast, temperature and rain for a city.",
+        display="Weather Forecast",
+        category="information",
+        tags=("weather",),
+    ),
+    cap(
+        "tool:currency-convert",
+        "Converts an amount of money between currencies at the latest exchange rate.",
+        display="Currency Convert",
+        category="finance",
+        tags=("money",),
+    ),
+    cap(
+        "tool:send-email",
+        "Sends an email message to a recipient with a subject and a body.",
+        display="Send Email",
+        category="communication",
+        tags=("email",),
+    ),
+    cap(
+        "tool:translate-text",
+        "Translates text from one language into another language.",
+        display="Translate Text",
+        category="language",
+    ),
+    cap(
+        "skill:trip-planner",
+        "Plans a trip itinerary day by day with travel times.",
+        display="Trip Planner",
+        category="travel",
+        tags=("travel", "itinerary"),
+    ),
+    cap(
+        "extension:spotify",
+        "Plays music, albums and playlists on Spotify.",
+        display="Spotify",
+        category="media",
+        tags=("music",),
+        available=False,
+    ),
+    cap(
+        "tool:stock-quote",
+        "Returns the latest stock price and market data for a ticker symbol.",
+        display="Stock Quote",
+        category="finance",
+        tags=("money", "stocks"),
+    ),
+    cap(
+        "channel:slack",
+        "Connects the agent to a Slack workspace as a bot.",
+        display="Slack",
+        category="communication",
+    ),
 ]
 
 
@@ -72,26 +125,46 @@ def index() -> RetrievalIndex:
     return RetrievalIndex.build(CATALOG, vectors([lexical_text(c) for c in CATALOG]))
 
 
-def search(index: RetrievalIndex, query: str, k: int = 5, *,
-           config: RetrievalConfig = HASHING, **filters: Any) -> RetrievalResult:
+def search(
+    index: RetrievalIndex,
+    query: str,
+    k: int = 5,
+    *,
+    config: RetrievalConfig = HASHING,
+    **filters: Any,
+) -> RetrievalResult:
     """``index.search`` with the hashing embedder and ``SearchFilters(**filters)``."""
-    return index.search(query, vectors([query])[0], k, filters=SearchFilters(**filters),
-                        embed=vectors, config=config)
+    return index.search(
+        query,
+        vectors([query])[0],
+        k,
+        filters=SearchFilters(**filters),
+        embed=vectors,
+        config=config,
+    )
 
 
 # -- pure functions -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("query", "parts"), [
-    ("What's the weather in Paris?", ["What's the weather in Paris?"]),
-    ("Get the weather in Paris. Then convert 100 dollars to euros. Finally, email it to Bob.",
-     ["Get the weather in Paris.", "convert 100 dollars to euros.", "email it to Bob."]),
-    ("Translate this letter into French and then send it to my lawyer",
-     ["Translate this letter into French", "send it to my lawyer"]),
-    ("Check the stock price of ACME. Thanks!", ["Check the stock price of ACME."]),
-    ("Additionally, plan a trip to Rome this weekend.", ["plan a trip to Rome this weekend."]),
-    ("", []),
-])
+@pytest.mark.parametrize(
+    ("query", "parts"),
+    [
+        ("What's the weather in Paris?", ["What's the weather in Paris?"]),
+        (
+            "Get the weather in Paris. Then convert 100 dollars to euros. "
+            "Finally, email it to Bob.",
+            ["Get the weather in Paris.", "convert 100 dollars to euros.", "email it to Bob."],
+        ),
+        (
+            "Translate this letter into French and then send it to my lawyer",
+            ["Translate this letter into French", "send it to my lawyer"],
+        ),
+        ("Check the stock price of ACME. Thanks!", ["Check the stock price of ACME."]),
+        ("Additionally, plan a trip to Rome this weekend.", ["plan a trip to Rome this weekend."]),
+        ("", []),
+    ],
+)
 def test_decompose_splits_chained_requests(query: str, parts: list[str]) -> None:
     assert decompose(query) == parts
 
@@ -101,10 +174,13 @@ def test_decompose_caps_the_number_of_parts() -> None:
     assert len(decompose(query, max_parts=4)) == 4
 
 
-@pytest.mark.parametrize(("scores", "expected"), [
-    ([1.0, 1.0, 1.0], [0.0, 0.0, 0.0]),
-    ([0.0, 1.0, 2.0], [-1.2247, 0.0, 1.2247]),
-])
+@pytest.mark.parametrize(
+    ("scores", "expected"),
+    [
+        ([1.0, 1.0, 1.0], [0.0, 0.0, 0.0]),
+        ([0.0, 1.0, 2.0], [-1.2247, 0.0, 1.2247]),
+    ],
+)
 def test_zscore(scores: list[float], expected: list[float]) -> None:
     np.testing.assert_allclose(zscore(np.array(scores, dtype=np.float32)), expected, atol=1e-4)
 
@@ -115,12 +191,15 @@ def test_reciprocal_ranks_follow_the_order() -> None:
 
 
 # dense, bm25, dense_weight, expected best row
-@pytest.mark.parametrize(("dense", "bm25", "weight", "best"), [
-    ([0.9, 0.5, 0.1, 0.0], [0.0, 0.0, 9.0, 0.0], 1.0, 0),  # dense alone
-    ([0.9, 0.5, 0.1, 0.0], [0.0, 0.0, 9.0, 0.0], 0.0, 2),  # lexical alone
-    ([0.9, 0.8, 0.1, 0.0], [0.0, 5.0, 0.0, 0.0], 0.7, 1),  # agreement beats one strong side
-    ([0.9, 0.2, 0.1, 0.0], [0.0, 1.0, 0.0, 0.0], 0.7, 0),  # weak lexical cannot overturn dense
-])
+@pytest.mark.parametrize(
+    ("dense", "bm25", "weight", "best"),
+    [
+        ([0.9, 0.5, 0.1, 0.0], [0.0, 0.0, 9.0, 0.0], 1.0, 0),  # dense alone
+        ([0.9, 0.5, 0.1, 0.0], [0.0, 0.0, 9.0, 0.0], 0.0, 2),  # lexical alone
+        ([0.9, 0.8, 0.1, 0.0], [0.0, 5.0, 0.0, 0.0], 0.7, 1),  # agreement beats one strong side
+        ([0.9, 0.2, 0.1, 0.0], [0.0, 1.0, 0.0, 0.0], 0.7, 0),  # weak lexical cannot overturn dense
+    ],
+)
 def test_fusion_order(dense: list[float], bm25: list[float], weight: float, best: int) -> None:
     config = replace(DEFAULT_CONFIG, dense_weight=weight)
     fused = fuse(np.array(dense, dtype=np.float32), np.array(bm25, dtype=np.float32), config)
@@ -130,13 +209,18 @@ def test_fusion_order(dense: list[float], bm25: list[float], weight: float, best
 @pytest.mark.parametrize("fusion", ["dense", "lexical", "rrf", "zscore"])
 def test_every_fusion_prefers_a_row_both_sides_rank_first(fusion: str) -> None:
     config = replace(DEFAULT_CONFIG, fusion=fusion)  # type: ignore[arg-type]
-    fused = fuse(np.array([0.2, 0.9, 0.1], dtype=np.float32),
-                 np.array([1.0, 7.0, 0.0], dtype=np.float32), config)
+    fused = fuse(
+        np.array([0.2, 0.9, 0.1], dtype=np.float32),
+        np.array([1.0, 7.0, 0.0], dtype=np.float32),
+        config,
+    )
     assert int(np.argmax(fused)) == 1
 
 
-@pytest.mark.parametrize(("n", "k", "zeros"), [(10, 3, 0.0), (6000, 10, 0.0), (6000, 64, 0.97),
-                                               (6000, 5, 1.0), (20000, 200, 0.5)])
+@pytest.mark.parametrize(
+    ("n", "k", "zeros"),
+    [(10, 3, 0.0), (6000, 10, 0.0), (6000, 64, 0.97), (6000, 5, 1.0), (20000, 200, 0.5)],
+)
 def test_top_rows_is_exact_with_ties_in_catalog_order(n: int, k: int, zeros: float) -> None:
     rng = np.random.default_rng(n + k)
     scores = np.round(rng.random(n) * 50).astype(np.float32)
@@ -150,38 +234,48 @@ def test_top_rows_is_exact_with_ties_in_catalog_order(n: int, k: int, zeros: flo
 # -- searching ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("query", "best"), [
-    ("what will the weather be tomorrow, any rain?", "tool:weather-forecast"),
-    ("convert 100 dollars to euros at the exchange rate", "tool:currency-convert"),
-    ("translate this text into another language", "tool:translate-text"),
-    ("latest stock price for the ticker ACME", "tool:stock-quote"),
-])
+@pytest.mark.parametrize(
+    ("query", "best"),
+    [
+        ("what will the weather be tomorrow, any rain?", "tool:weather-forecast"),
+        ("convert 100 dollars to euros at the exchange rate", "tool:currency-convert"),
+        ("translate this text into another language", "tool:translate-text"),
+        ("latest stock price for the ticker ACME", "tool:stock-quote"),
+    ],
+)
 def test_relevant_capability_ranks_first(index: RetrievalIndex, query: str, best: str) -> None:
     result = search(index, query)
     assert result.ids[0] == best
     assert not result.abstained
 
 
-@pytest.mark.parametrize(("query", "named"), [
-    ("call tool:send-email for me", "tool:send-email"),
-    ("use currency-convert on these numbers", "tool:currency-convert"),
-    ("Ask Trip Planner about music", "skill:trip-planner"),
-    ("put something on Spotify about the weather forecast", "extension:spotify"),
-])
+@pytest.mark.parametrize(
+    ("query", "named"),
+    [
+        ("call tool:send-email for me", "tool:send-email"),
+        ("use currency-convert on these numbers", "tool:currency-convert"),
+        ("Ask Trip Planner about music", "skill:trip-planner"),
+        ("put something on Spotify about the weather forecast", "extension:spotify"),
+    ],
+)
 def test_exact_name_ranks_first(index: RetrievalIndex, query: str, named: str) -> None:
     result = search(index, query)
     assert result.exact_match == named
     assert result.ids[0] == named
 
 
-@pytest.mark.parametrize("query", [
-    "what is the weather forecast in lowercase prose",  # display name not capitalized
-    "send an email to slack people",  # 'slack' as a word of the catalog's texts
-])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "what is the weather forecast in lowercase prose",  # display name not capitalized
+        "send an email to slack people",  # 'slack' as a word of the catalog's texts
+    ],
+)
 def test_ordinary_words_are_not_names(query: str) -> None:
     index = RetrievalIndex.build(
         [*CATALOG, cap("tool:slack-post", "Posts a message to a Slack channel.")],
-        vectors([lexical_text(c) for c in [*CATALOG, cap("tool:slack-post", "x")]]))
+        vectors([lexical_text(c) for c in [*CATALOG, cap("tool:slack-post", "x")]]),
+    )
     assert search(index, query).exact_match is None
 
 
@@ -191,8 +285,9 @@ def test_unrelated_query_abstains(index: RetrievalIndex) -> None:
 
 
 def test_abstention_can_be_switched_off(index: RetrievalIndex) -> None:
-    result = search(index, "bake sourdough bread with rye flour",
-                    config=replace(HASHING, abstain_threshold=0.0))
+    result = search(
+        index, "bake sourdough bread with rye flour", config=replace(HASHING, abstain_threshold=0.0)
+    )
     assert not result.abstained
     assert len(result.entries) == 5
 
@@ -203,12 +298,13 @@ def test_relevance_is_between_zero_and_one(index: RetrievalIndex) -> None:
 
 
 def test_decomposition_gives_each_request_a_slot(index: RetrievalIndex) -> None:
-    query = ("Tell me the weather forecast for Rome. Then convert 300 dollars into euros. "
-             "Finally, send an email message to my sister.")
+    query = (
+        "Tell me the weather forecast for Rome. Then convert 300 dollars into euros. "
+        "Finally, send an email message to my sister."
+    )
     result = search(index, query, k=3)
     assert len(result.subqueries) == 3
-    assert set(result.ids) == {"tool:weather-forecast", "tool:currency-convert",
-                               "tool:send-email"}
+    assert set(result.ids) == {"tool:weather-forecast", "tool:currency-convert", "tool:send-email"}
 
 
 def test_without_an_embed_function_the_query_is_not_decomposed(index: RetrievalIndex) -> None:
@@ -218,23 +314,36 @@ def test_without_an_embed_function_the_query_is_not_decomposed(index: RetrievalI
 
 
 # filter options, allowed ids
-@pytest.mark.parametrize(("options", "allowed"), [
-    ({"kind": "skill"}, {"skill:trip-planner"}),
-    ({"category": "finance"}, {"tool:currency-convert", "tool:stock-quote"}),
-    ({"tags": ("money", "stocks")}, {"tool:stock-quote"}),
-    ({"only_available": True}, {c.id for c in CATALOG} - {"extension:spotify"}),
-    ({"only_installable": True}, {"extension:spotify"}),
-    ({"exclude_ids": frozenset({"tool:weather-forecast"})},
-     {c.id for c in CATALOG} - {"tool:weather-forecast"}),
-    ({"include_ids": frozenset({"tool:send-email", "channel:slack", "tool:unknown"})},
-     {"tool:send-email", "channel:slack"}),
-    ({"include_ids": frozenset()}, set()),
-    ({"kind": "channel", "category": "finance"}, set()),
-])
-def test_filters_apply_before_top_k(index: RetrievalIndex, options: dict[str, Any],
-                                    allowed: set[str]) -> None:
-    result = search(index, "weather forecast money music", k=8,
-                    config=replace(HASHING, abstain_threshold=0.0), **options)
+@pytest.mark.parametrize(
+    ("options", "allowed"),
+    [
+        ({"kind": "skill"}, {"skill:trip-planner"}),
+        ({"category": "finance"}, {"tool:currency-convert", "tool:stock-quote"}),
+        ({"tags": ("money", "stocks")}, {"tool:stock-quote"}),
+        ({"only_available": True}, {c.id for c in CATALOG} - {"extension:spotify"}),
+        ({"only_installable": True}, {"extension:spotify"}),
+        (
+            {"exclude_ids": frozenset({"tool:weather-forecast"})},
+            {c.id for c in CATALOG} - {"tool:weather-forecast"},
+        ),
+        (
+            {"include_ids": frozenset({"tool:send-email", "channel:slack", "tool:unknown"})},
+            {"tool:send-email", "channel:slack"},
+        ),
+        ({"include_ids": frozenset()}, set()),
+        ({"kind": "channel", "category": "finance"}, set()),
+    ],
+)
+def test_filters_apply_before_top_k(
+    index: RetrievalIndex, options: dict[str, Any], allowed: set[str]
+) -> None:
+    result = search(
+        index,
+        "weather forecast money music",
+        k=8,
+        config=replace(HASHING, abstain_threshold=0.0),
+        **options,
+    )
     assert set(result.ids) == allowed
 
 
@@ -263,8 +372,12 @@ def test_vectors_must_align_with_capabilities() -> None:
 def test_summary_vectors_are_folded_into_one_matrix() -> None:
     full = vectors([lexical_text(c) for c in CATALOG])
     summary = vectors([c.description for c in CATALOG])
-    built = RetrievalIndex.build(CATALOG, full, summary_vectors=summary,
-                                 config=replace(DEFAULT_CONFIG, full_text_weight=0.25))
+    built = RetrievalIndex.build(
+        CATALOG,
+        full,
+        summary_vectors=summary,
+        config=replace(DEFAULT_CONFIG, full_text_weight=0.25),
+    )
     np.testing.assert_allclose(built.matrix, 0.25 * full + 0.75 * summary, atol=1e-6)
 
 
@@ -278,8 +391,9 @@ def test_projection_keeps_the_ranking_of_a_large_catalog() -> None:
     reduced = RetrievalIndex.build(caps, base, config=reduced_config)
     assert reduced.matrix.shape == (300, 31)
     query = base[42]
-    assert exact.search("x", query, 1).ids == reduced.search("x", query, 1,
-                                                             config=reduced_config).ids
+    assert (
+        exact.search("x", query, 1).ids == reduced.search("x", query, 1, config=reduced_config).ids
+    )
 
 
 def test_config_is_a_frozen_value() -> None:
@@ -293,8 +407,9 @@ def test_config_is_a_frozen_value() -> None:
 
 def test_probes_raise_the_abstention_threshold_to_how_close_the_catalog_comes() -> None:
     probes = vectors(["weather forecast temperature rain", "send an email message"])
-    index = RetrievalIndex.build(CATALOG, vectors([lexical_text(c) for c in CATALOG]),
-                                 probe_vectors=probes)
+    index = RetrievalIndex.build(
+        CATALOG, vectors([lexical_text(c) for c in CATALOG]), probe_vectors=probes
+    )
     floor = replace(HASHING, abstain_threshold=0.01)
 
     raised = index.abstain_threshold(floor)
@@ -305,8 +420,11 @@ def test_probes_raise_the_abstention_threshold_to_how_close_the_catalog_comes() 
 
 
 def test_a_zero_threshold_never_abstains_even_with_probes() -> None:
-    index = RetrievalIndex.build(CATALOG, vectors([lexical_text(c) for c in CATALOG]),
-                                 probe_vectors=vectors(["weather forecast"]))
+    index = RetrievalIndex.build(
+        CATALOG,
+        vectors([lexical_text(c) for c in CATALOG]),
+        probe_vectors=vectors(["weather forecast"]),
+    )
 
     assert index.abstain_threshold(replace(HASHING, abstain_threshold=0.0)) == 0.0
 
@@ -316,14 +434,18 @@ def test_an_index_without_probes_keeps_the_configured_threshold(index: Retrieval
     assert index.abstain_threshold(HASHING) == HASHING.abstain_threshold
 
 
-@pytest.mark.parametrize(("values", "q", "expected"), [
-    ((1.0,), 0.6, 1.0),
-    ((0.0, 1.0), 0.5, 0.5),
-    ((0.1, 0.2, 0.3, 0.4, 0.5), 0.6, 0.34),
-    ((0.1, 0.2, 0.3), 1.0, 0.3),
-    ((0.1, 0.2, 0.3), 0.0, 0.1),
-])
-def test_quantile_of_sorted_values_matches_numpy(values: tuple[float, ...], q: float,
-                                                 expected: float) -> None:
+@pytest.mark.parametrize(
+    ("values", "q", "expected"),
+    [
+        ((1.0,), 0.6, 1.0),
+        ((0.0, 1.0), 0.5, 0.5),
+        ((0.1, 0.2, 0.3, 0.4, 0.5), 0.6, 0.34),
+        ((0.1, 0.2, 0.3), 1.0, 0.3),
+        ((0.1, 0.2, 0.3), 0.0, 0.1),
+    ],
+)
+def test_quantile_of_sorted_values_matches_numpy(
+    values: tuple[float, ...], q: float, expected: float
+) -> None:
     assert _quantile(values, q) == pytest.approx(expected)
     assert _quantile(values, q) == pytest.approx(float(np.quantile(values, q)))

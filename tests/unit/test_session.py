@@ -28,8 +28,7 @@ S = 1000  # ms
 
 
 def policy(**changes: object) -> SessionPolicy:
-    return SessionPolicy.model_validate({"max_discovered_tools": 3, "tool_ttl_s": 60,
-                                         **changes})
+    return SessionPolicy.model_validate({"max_discovered_tools": 3, "tool_ttl_s": 60, **changes})
 
 
 def fresh(profile: str | None = None) -> SessionState:
@@ -46,17 +45,23 @@ def bound_after(steps: list[tuple[int, list[str]]], rules: SessionPolicy) -> lis
 # -- the working set -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("steps", "expected"), [
-    pytest.param([(0, ["a", "b"])], ["a", "b"], id="under-the-cap"),
-    pytest.param([(0, ["a", "b", "c"]), (1, ["d"])], ["b", "c", "d"], id="lru-drops-oldest"),
-    pytest.param([(0, ["a"]), (10, ["b", "c"]), (20, ["a"]), (30, ["d"])], ["a", "c", "d"],
-                 id="refresh-protects"),
-    pytest.param([(0, ["a", "b", "c", "d", "e"])], ["a", "b", "c"], id="best-ranked-kept"),
-    pytest.param([(0, ["a"]), (50, ["b", "c"]), (100, ["d"])], ["b", "c", "d"],
-                 id="ttl-first"),
-])
-def test_working_set_cap_ttl_then_lru(steps: list[tuple[int, list[str]]],
-                                      expected: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("steps", "expected"),
+    [
+        pytest.param([(0, ["a", "b"])], ["a", "b"], id="under-the-cap"),
+        pytest.param([(0, ["a", "b", "c"]), (1, ["d"])], ["b", "c", "d"], id="lru-drops-oldest"),
+        pytest.param(
+            [(0, ["a"]), (10, ["b", "c"]), (20, ["a"]), (30, ["d"])],
+            ["a", "c", "d"],
+            id="refresh-protects",
+        ),
+        pytest.param([(0, ["a", "b", "c", "d", "e"])], ["a", "b", "c"], id="best-ranked-kept"),
+        pytest.param([(0, ["a"]), (50, ["b", "c"]), (100, ["d"])], ["b", "c", "d"], id="ttl-first"),
+    ],
+)
+def test_working_set_cap_ttl_then_lru(
+    steps: list[tuple[int, list[str]]], expected: list[str]
+) -> None:
     assert bound_after(steps, policy()) == expected
 
 
@@ -70,7 +75,8 @@ def test_ttl_eviction_comes_before_lru() -> None:
 
     assert sorted(state.bound) == ["new", "old"]
     assert [(e.type, e.tool, e.reason) for e in events if e.type == "evicted"] == [
-        ("evicted", "mid", "ttl")]
+        ("evicted", "mid", "ttl")
+    ]
 
 
 def test_binding_a_bound_tool_refreshes_it_without_a_duplicate() -> None:
@@ -91,8 +97,10 @@ def test_always_include_tools_never_count_toward_the_cap_nor_get_evicted() -> No
 
 
 def test_profile_always_include_and_cap_override_the_platform_ones() -> None:
-    rules = policy(always_include=["core"], profiles={
-        "billing": AgentProfile(always_include=["invoice"], max_discovered_tools=1)})
+    rules = policy(
+        always_include=["core"],
+        profiles={"billing": AgentProfile(always_include=["invoice"], max_discovered_tools=1)},
+    )
     state, _ = bind(fresh("billing"), ["invoice", "a", "b"], 0, rules)
 
     assert list(state.bound) == ["a"]
@@ -102,8 +110,9 @@ def test_profile_always_include_and_cap_override_the_platform_ones() -> None:
 # -- the loop guard --------------------------------------------------------------------------------
 
 
-def calls(sequence: list[str], rules: SessionPolicy, gap_s: int = 1
-          ) -> tuple[SessionState, list[bool]]:
+def calls(
+    sequence: list[str], rules: SessionPolicy, gap_s: int = 1
+) -> tuple[SessionState, list[bool]]:
     state, _ = bind(fresh(), sorted(set(sequence)), 0, rules)
     detected = []
     for step, tool in enumerate(sequence):
@@ -112,23 +121,39 @@ def calls(sequence: list[str], rules: SessionPolicy, gap_s: int = 1
     return state, detected
 
 
-@pytest.mark.parametrize(("sequence", "rules", "detected_at"), [
-    pytest.param(["a", "a", "a"], {}, None, id="three-same-calls-ok"),
-    pytest.param(["a", "b", "a", "b", "a", "b", "a"], {"loop_window_s": 2}, 6,
-                 id="a-b-alternation-sliding-window"),
-    pytest.param(["a", "b", "c", "a", "d", "e", "f", "a", "g", "h", "i", "a"],
-                 {"loop_recent_calls": 3}, 11, id="time-window-counter"),
-    pytest.param(["a"] * 6, {"loop_exempt_tools": ["a"]}, None, id="exempt-tool"),
-    pytest.param(["a", "x", "y", "z", "w", "v", "a", "u", "t", "s", "r", "q", "a", "p", "a"],
-                 {"loop_window_s": 5, "loop_recent_calls": 3}, None,
-                 id="spread-out-calls-are-no-loop"),
-])
-def test_loop_guard(sequence: list[str], rules: dict[str, object],
-                    detected_at: int | None) -> None:
+@pytest.mark.parametrize(
+    ("sequence", "rules", "detected_at"),
+    [
+        pytest.param(["a", "a", "a"], {}, None, id="three-same-calls-ok"),
+        pytest.param(
+            ["a", "b", "a", "b", "a", "b", "a"],
+            {"loop_window_s": 2},
+            6,
+            id="a-b-alternation-sliding-window",
+        ),
+        pytest.param(
+            ["a", "b", "c", "a", "d", "e", "f", "a", "g", "h", "i", "a"],
+            {"loop_recent_calls": 3},
+            11,
+            id="time-window-counter",
+        ),
+        pytest.param(["a"] * 6, {"loop_exempt_tools": ["a"]}, None, id="exempt-tool"),
+        pytest.param(
+            ["a", "x", "y", "z", "w", "v", "a", "u", "t", "s", "r", "q", "a", "p", "a"],
+            {"loop_window_s": 5, "loop_recent_calls": 3},
+            None,
+            id="spread-out-calls-are-no-loop",
+        ),
+    ],
+)
+def test_loop_guard(sequence: list[str], rules: dict[str, object], detected_at: int | None) -> None:
     _state, detected = calls(sequence, policy(max_discovered_tools=20, **rules))
 
-    expected = [i == detected_at for i in range(len(sequence))] if detected_at is not None \
+    expected = (
+        [i == detected_at for i in range(len(sequence))]
+        if detected_at is not None
         else [False] * len(sequence)
+    )
     assert detected == expected
 
 
@@ -178,11 +203,14 @@ def test_an_always_include_tool_that_loops_is_flagged_but_kept() -> None:
     assert "core" in bound_ids(state, rules)
 
 
-@pytest.mark.parametrize(("a", "b"), [
-    ({"url": "https://Example.com/a/"}, {"url": "https://example.com/a"}),
-    ({"url": "https://x.io/p?b=2&a=1#top"}, {"url": "https://x.io/p?a=1&b=2"}),
-    ({"q": " hello ", "n": 1}, {"n": 1, "q": "hello"}),
-])
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ({"url": "https://Example.com/a/"}, {"url": "https://example.com/a"}),
+        ({"url": "https://x.io/p?b=2&a=1#top"}, {"url": "https://x.io/p?a=1&b=2"}),
+        ({"q": " hello ", "n": 1}, {"n": 1, "q": "hello"}),
+    ],
+)
 def test_argument_normalization_collapses_trivial_variations(a: object, b: object) -> None:
     assert argument_hash(a) == argument_hash(b)
 
@@ -194,16 +222,21 @@ def test_different_arguments_hash_apart() -> None:
 # -- the redundant-search guard ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("first", "second", "gap_s", "noted"), [
-    pytest.param(["a", "b", "c"], ["a", "b", "c"], 10, True, id="same-results"),
-    pytest.param(["a", "b", "c", "d", "e"], ["a", "b", "c", "d", "x"], 10, True,
-                 id="overlap-at-ratio"),
-    pytest.param(["a", "b", "c"], ["a", "x", "y"], 10, False, id="different-results"),
-    pytest.param(["a", "b", "c"], ["a", "b", "c"], 400, False, id="outside-the-window"),
-    pytest.param([], [], 10, False, id="nothing-found"),
-])
-def test_redundant_search_guard(first: list[str], second: list[str], gap_s: int,
-                                noted: bool) -> None:
+@pytest.mark.parametrize(
+    ("first", "second", "gap_s", "noted"),
+    [
+        pytest.param(["a", "b", "c"], ["a", "b", "c"], 10, True, id="same-results"),
+        pytest.param(
+            ["a", "b", "c", "d", "e"], ["a", "b", "c", "d", "x"], 10, True, id="overlap-at-ratio"
+        ),
+        pytest.param(["a", "b", "c"], ["a", "x", "y"], 10, False, id="different-results"),
+        pytest.param(["a", "b", "c"], ["a", "b", "c"], 400, False, id="outside-the-window"),
+        pytest.param([], [], 10, False, id="nothing-found"),
+    ],
+)
+def test_redundant_search_guard(
+    first: list[str], second: list[str], gap_s: int, noted: bool
+) -> None:
     state, note, _ = check_search(fresh(), first, 0, policy())
     state, note, events = check_search(state, second, gap_s * S, policy())
 
@@ -215,8 +248,9 @@ def test_redundant_search_guard(first: list[str], second: list[str], gap_s: int,
 
 
 def test_profile_allowlist_and_experts_first() -> None:
-    rules = policy(profiles={"billing": AgentProfile(allowlist=["inv", "pay"],
-                                                     expert_tools=["pay"])})
+    rules = policy(
+        profiles={"billing": AgentProfile(allowlist=["inv", "pay"], expert_tools=["pay"])}
+    )
 
     assert allowed_ids(rules, "billing") == frozenset({"inv", "pay"})
     assert allowed_ids(rules, None) is None
@@ -243,13 +277,21 @@ def test_state_round_trips_through_json_shape() -> None:
     assert SessionState.from_dict(state.to_dict()) == state
 
 
-@pytest.mark.parametrize(("platform", "profile_value", "expected"), [
-    (0, None, 0), (1, None, 1), (0, 2, 2), (3, 0, 0),
-])
+@pytest.mark.parametrize(
+    ("platform", "profile_value", "expected"),
+    [
+        (0, None, 0),
+        (1, None, 1),
+        (0, 2, 2),
+        (3, 0, 0),
+    ],
+)
 def test_installable_offers_follow_the_profile_then_the_platform(
-        platform: int, profile_value: int | None, expected: int) -> None:
-    rules = policy(installable_below=platform,
-                   profiles={"p": AgentProfile(installable_below=profile_value)})
+    platform: int, profile_value: int | None, expected: int
+) -> None:
+    rules = policy(
+        installable_below=platform, profiles={"p": AgentProfile(installable_below=profile_value)}
+    )
 
     assert rules.installable_for("p") == expected
     assert rules.installable_for(None) == platform

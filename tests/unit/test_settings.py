@@ -18,17 +18,20 @@ def write_settings(tmp_path: Path, text: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("field", "value"), [
-    ("tier0_budget_tokens", 200),
-    ("tier1_budget_tokens", 800),
-    ("tier2_budget_tokens", 2000),
-    ("tier1_top_k", 5),
-    ("tier2_top_k", 2),
-    ("tier1_min_relevance", 0.2),  # calibrated relevance, not a raw cosine of 0.3
-    ("use_graph_reranking", False),  # measured: no gain on the benchmark data
-    ("graph_boost_factor", 0.15),
-    ("collection_name", "capability_index"),
-])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("tier0_budget_tokens", 200),
+        ("tier1_budget_tokens", 800),
+        ("tier2_budget_tokens", 2000),
+        ("tier1_top_k", 5),
+        ("tier2_top_k", 2),
+        ("tier1_min_relevance", 0.2),  # calibrated relevance, not a raw cosine of 0.3
+        ("use_graph_reranking", False),  # measured: no gain on the benchmark data
+        ("graph_boost_factor", 0.15),
+        ("collection_name", "capability_index"),
+    ],
+)
 def test_discovery_defaults_are_seed_001_or_measured(field: str, value: Any) -> None:
     assert getattr(Settings.load(environ={}).discovery, field) == value
 
@@ -36,19 +39,26 @@ def test_discovery_defaults_are_seed_001_or_measured(field: str, value: Any) -> 
 def test_process_defaults_without_file_or_environment() -> None:
     settings = Settings.load(environ={})
 
-    assert (settings.redis_url, settings.tenant, settings.embedder, settings.manifest_max_bytes,
-            settings.event_max_bytes) == (
-        "redis://127.0.0.1:6379/0", "default", "minilm", 65536, 1048576)
+    assert (
+        settings.redis_url,
+        settings.tenant,
+        settings.embedder,
+        settings.manifest_max_bytes,
+        settings.event_max_bytes,
+    ) == ("redis://127.0.0.1:6379/0", "default", "minilm", 65536, 1048576)
 
 
-@pytest.mark.parametrize(("variable", "raw", "attribute", "expected"), [
-    ("CAPDISC_TIER1_TOP_K", "9", "discovery.tier1_top_k", 9),
-    ("CAPDISC_TIER1_MIN_RELEVANCE", "0.55", "discovery.tier1_min_relevance", 0.55),
-    ("CAPDISC_USE_GRAPH_RERANKING", "false", "discovery.use_graph_reranking", False),
-    ("CAPDISC_EMBEDDER", "hashing", "embedder", "hashing"),
-    ("CAPDISC_HASHING_DIM", "64", "hashing_dim", 64),
-    ("CAPDISC_TENANT", "acme", "tenant", "acme"),
-])
+@pytest.mark.parametrize(
+    ("variable", "raw", "attribute", "expected"),
+    [
+        ("CAPDISC_TIER1_TOP_K", "9", "discovery.tier1_top_k", 9),
+        ("CAPDISC_TIER1_MIN_RELEVANCE", "0.55", "discovery.tier1_min_relevance", 0.55),
+        ("CAPDISC_USE_GRAPH_RERANKING", "false", "discovery.use_graph_reranking", False),
+        ("CAPDISC_EMBEDDER", "hashing", "embedder", "hashing"),
+        ("CAPDISC_HASHING_DIM", "64", "hashing_dim", 64),
+        ("CAPDISC_TENANT", "acme", "tenant", "acme"),
+    ],
+)
 def test_environment_variable_overrides_the_default(
     variable: str, raw: str, attribute: str, expected: Any
 ) -> None:
@@ -61,7 +71,8 @@ def test_environment_variable_overrides_the_default(
 
 def test_variables_without_the_prefix_are_ignored() -> None:
     assert Settings.load(environ={"TIER1_TOP_K": "9", "EMBEDDER": "hashing"}) == Settings.load(
-        environ={})
+        environ={}
+    )
 
 
 def test_settings_file_overrides_the_defaults(tmp_path: Path) -> None:
@@ -73,14 +84,19 @@ def test_settings_file_overrides_the_defaults(tmp_path: Path) -> None:
 
 
 def test_environment_wins_over_the_settings_file(tmp_path: Path) -> None:
-    path = write_settings(tmp_path, "tenant: from-file\ndiscovery:\n  tier1_top_k: 7\n  "
-                                    "tier2_top_k: 3\n")
+    path = write_settings(
+        tmp_path, "tenant: from-file\ndiscovery:\n  tier1_top_k: 7\n  tier2_top_k: 3\n"
+    )
 
-    settings = Settings.load(environ={"CAPDISC_TIER1_TOP_K": "9", "CAPDISC_TENANT": "from-env"},
-                             path=path)
+    settings = Settings.load(
+        environ={"CAPDISC_TIER1_TOP_K": "9", "CAPDISC_TENANT": "from-env"}, path=path
+    )
 
     assert (settings.tenant, settings.discovery.tier1_top_k, settings.discovery.tier2_top_k) == (
-        "from-env", 9, 3)
+        "from-env",
+        9,
+        3,
+    )
 
 
 def test_settings_file_is_found_through_its_variable(tmp_path: Path) -> None:
@@ -101,15 +117,18 @@ def test_explicit_path_wins_over_the_settings_file_variable(tmp_path: Path) -> N
     assert settings.tenant == "chosen"
 
 
-@pytest.mark.parametrize(("variable", "raw"), [
-    ("CAPDISC_TIER1_TOP_K", "five"),
-    ("CAPDISC_TIER1_TOP_K", "101"),
-    ("CAPDISC_TIER1_MIN_RELEVANCE", "1.5"),
-    ("CAPDISC_EMBEDDER", "bert"),
-    ("CAPDISC_HASHING_DIM", "4"),
-    ("CAPDISC_DISCOVER_TIMEOUT_S", "0"),
-    ("CAPDISC_LOG_LEVEL", "TRACE"),
-])
+@pytest.mark.parametrize(
+    ("variable", "raw"),
+    [
+        ("CAPDISC_TIER1_TOP_K", "five"),
+        ("CAPDISC_TIER1_TOP_K", "101"),
+        ("CAPDISC_TIER1_MIN_RELEVANCE", "1.5"),
+        ("CAPDISC_EMBEDDER", "bert"),
+        ("CAPDISC_HASHING_DIM", "4"),
+        ("CAPDISC_DISCOVER_TIMEOUT_S", "0"),
+        ("CAPDISC_LOG_LEVEL", "TRACE"),
+    ],
+)
 def test_malformed_variable_is_a_config_error_naming_it(variable: str, raw: str) -> None:
     with pytest.raises(ConfigError) as info:
         Settings.load(environ={variable: raw})
@@ -143,8 +162,9 @@ def test_settings_file_that_is_not_a_mapping_is_a_config_error(tmp_path: Path) -
     with pytest.raises(ConfigError) as info:
         Settings.load(environ={}, path=path)
 
-    assert str(info.value) == (f"settings file {path}: must be a YAML mapping of fields, but it "
-                               "is a list")
+    assert str(info.value) == (
+        f"settings file {path}: must be a YAML mapping of fields, but it is a list"
+    )
 
 
 def test_settings_file_with_duplicate_keys_is_a_config_error(tmp_path: Path) -> None:
@@ -153,8 +173,9 @@ def test_settings_file_with_duplicate_keys_is_a_config_error(tmp_path: Path) -> 
     with pytest.raises(ConfigError) as info:
         Settings.load(environ={}, path=path)
 
-    assert str(info.value) == (f"settings file {path}: field 'tenant': line 2: duplicate key (it "
-                               "appears more than once)")
+    assert str(info.value) == (
+        f"settings file {path}: field 'tenant': line 2: duplicate key (it appears more than once)"
+    )
 
 
 def test_missing_settings_file_is_a_config_error(tmp_path: Path) -> None:
@@ -197,16 +218,25 @@ def test_merged_without_overrides_is_the_same_config(overrides: dict[str, Any] |
     assert base.merged(overrides) is base
 
 
-@pytest.mark.parametrize(("overrides", "message"), [
-    ({"tier1_top_k": 500},
-     "discovery option 'tier1_top_k' (env CAPDISC_TIER1_TOP_K): Input should be less than or "
-     "equal to 100"),
-    ({"tier1_min_relevance": "high"},
-     "discovery option 'tier1_min_relevance' (env CAPDISC_TIER1_MIN_RELEVANCE): Input should be "
-     "a valid number, unable to parse string as a number"),
-    ({"top_k": 3},
-     "discovery option 'top_k' (env CAPDISC_TOP_K): Extra inputs are not permitted"),
-])
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            {"tier1_top_k": 500},
+            "discovery option 'tier1_top_k' (env CAPDISC_TIER1_TOP_K): "
+            "Input should be less than or equal to 100",
+        ),
+        (
+            {"tier1_min_relevance": "high"},
+            "discovery option 'tier1_min_relevance' (env CAPDISC_TIER1_MIN_RELEVANCE): "
+            "Input should be a valid number, unable to parse string as a number",
+        ),
+        (
+            {"top_k": 3},
+            "discovery option 'top_k' (env CAPDISC_TOP_K): Extra inputs are not permitted",
+        ),
+    ],
+)
 def test_merged_with_an_invalid_override_is_a_config_error(
     overrides: dict[str, Any], message: str
 ) -> None:
@@ -220,9 +250,13 @@ def test_redis_password_file_goes_into_the_url_and_repr_masks_it(tmp_path: Path)
     secret = tmp_path / "redis.password"
     secret.write_text("hunter2-very-secret\n")
 
-    settings = Settings.load(environ={"CAPDISC_REDIS_URL": "redis://127.0.0.1:7000/0",
-                                      "CAPDISC_REDIS_PASSWORD_FILE": str(secret),
-                                      "CAPDISC_AUTH": "on"})
+    settings = Settings.load(
+        environ={
+            "CAPDISC_REDIS_URL": "redis://127.0.0.1:7000/0",
+            "CAPDISC_REDIS_PASSWORD_FILE": str(secret),
+            "CAPDISC_AUTH": "on",
+        }
+    )
 
     assert settings.redis_url == "redis://:hunter2-very-secret@127.0.0.1:7000/0"
     assert settings.auth is True

@@ -17,8 +17,9 @@ from capdisc_producers.stack import find_stack, resolve_access, resolve_redis_ur
 def write_stack_file(project: Path, pid: int) -> None:
     state = project / ".capdisc"
     state.mkdir(parents=True)
-    (state / "stack.json").write_text(json.dumps({"redis_url": "redis://127.0.0.1:7/0",
-                                                  "pid": pid}))
+    (state / "stack.json").write_text(
+        json.dumps({"redis_url": "redis://127.0.0.1:7/0", "pid": pid})
+    )
 
 
 def dead_pid() -> int:
@@ -43,24 +44,34 @@ def test_a_stack_file_left_by_a_killed_up_is_not_a_running_stack(tmp_path: Path)
 
 
 def test_the_stack_files_password_and_admin_token_go_only_to_the_stacks_redis(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     secrets = tmp_path / ".capdisc" / "secrets"
     secrets.mkdir(parents=True)
     (secrets / "redis.password").write_text("pw-123\n")
     (secrets / "admin.token").write_text("a.b.c\n")
-    (tmp_path / ".capdisc" / "stack.json").write_text(json.dumps({
-        "redis_url": "redis://127.0.0.1:7/0", "pid": os.getpid(), "auth": True,
-        "redis_password_file": str(secrets / "redis.password"),
-        "token_file": str(secrets / "admin.token"),
-        "auth_keys_file": str(secrets / "auth_keys.json")}))
+    (tmp_path / ".capdisc" / "stack.json").write_text(
+        json.dumps(
+            {
+                "redis_url": "redis://127.0.0.1:7/0",
+                "pid": os.getpid(),
+                "auth": True,
+                "redis_password_file": str(secrets / "redis.password"),
+                "token_file": str(secrets / "admin.token"),
+                "auth_keys_file": str(secrets / "auth_keys.json"),
+            }
+        )
+    )
 
     here = resolve_access(None, None, {}, tmp_path)
-    elsewhere = resolve_access(None, None, {"CAPDISC_REDIS_URL": "redis://other:6379/0"},
-                               tmp_path)
+    elsewhere = resolve_access(None, None, {"CAPDISC_REDIS_URL": "redis://other:6379/0"}, tmp_path)
     explicit = resolve_access(None, "x.y.z", {}, tmp_path)
 
-    assert (here.redis_url, here.token, here.auth) == ("redis://:pw-123@127.0.0.1:7/0", "a.b.c",
-                                                      True)
+    assert (here.redis_url, here.token, here.auth) == (
+        "redis://:pw-123@127.0.0.1:7/0",
+        "a.b.c",
+        True,
+    )
     assert here.keys_file == secrets / "auth_keys.json"
     assert (elsewhere.redis_url, elsewhere.token) == ("redis://other:6379/0", None)
     assert explicit.token == "x.y.z"

@@ -24,10 +24,14 @@ from capdisc_producers.supervisor import (
 )
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
-STUBBORN = [sys.executable, "-c", "import signal, sys, time\n"
-            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-            "print('ready', flush=True)\n"
-            "time.sleep(120)"]
+STUBBORN = [
+    sys.executable,
+    "-c",
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(120)",
+]
 
 
 def until(condition: Callable[[], Any], timeout_s: float = 10.0) -> Any:
@@ -62,8 +66,8 @@ def supervisor(tmp_path: Path) -> Iterator[tuple[Supervisor, list[str]]]:
 def starter(argv: list[str], log: Path) -> Callable[[], subprocess.Popen[bytes]]:
     def start() -> subprocess.Popen[bytes]:
         with log.open("ab") as out:
-            return subprocess.Popen(argv, stdout=out, stderr=out,
-                                    **child_options(signal.SIGKILL))
+            return subprocess.Popen(argv, stdout=out, stderr=out, **child_options(signal.SIGKILL))
+
     return start
 
 
@@ -92,7 +96,8 @@ def test_log_tail_quotes_the_last_lines_or_says_why_it_cannot(tmp_path: Path) ->
 
 
 def test_a_child_that_dies_is_reaped_reported_and_restarted_after_its_backoff(
-        supervisor: tuple[Supervisor, list[str]], tmp_path: Path) -> None:
+    supervisor: tuple[Supervisor, list[str]], tmp_path: Path
+) -> None:
     supervised, said = supervisor
     log = tmp_path / "sleeper.log"
     log.write_text("the sleeper's last words\n")
@@ -113,7 +118,8 @@ def test_a_child_that_dies_is_reaped_reported_and_restarted_after_its_backoff(
 
 
 def test_stop_kills_a_child_that_ignores_sigterm_once_the_grace_is_over(
-        supervisor: tuple[Supervisor, list[str]], tmp_path: Path) -> None:
+    supervisor: tuple[Supervisor, list[str]], tmp_path: Path
+) -> None:
     supervised, _ = supervisor
     log = tmp_path / "stubborn.log"
     child = supervised.add("stubborn", starter(STUBBORN, log), log)
@@ -127,14 +133,17 @@ def test_stop_kills_a_child_that_ignores_sigterm_once_the_grace_is_over(
 
 
 def test_a_child_dies_with_its_parent_even_when_the_parent_is_killed(tmp_path: Path) -> None:
-    parent_code = ("import signal, subprocess, sys, time\n"
-                   "from capdisc_producers.supervisor import child_options\n"
-                   "child = subprocess.Popen([sys.executable, '-c', 'import time; "
-                   "time.sleep(120)'], **child_options(signal.SIGKILL))\n"
-                   "print(child.pid, flush=True)\n"
-                   "time.sleep(120)\n")
-    parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE,
-                              text=True)
+    parent_code = (
+        "import signal, subprocess, sys, time\n"
+        "from capdisc_producers.supervisor import child_options\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; "
+        "time.sleep(120)'], **child_options(signal.SIGKILL))\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True
+    )
     child_pid = 0
     try:
         assert parent.stdout is not None

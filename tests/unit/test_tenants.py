@@ -83,9 +83,18 @@ def test_a_name_that_is_not_text_is_refused(name: Any) -> None:
 
 
 def _event(tenant: str) -> str:
-    return json.dumps({"type": "delete", "tenant": tenant, "capability_id": "tool:a", "seq": 1,
-                       "event_id": "e1", "occurred_at_ms": 1, "schema_version": 1},
-                      ensure_ascii=False)
+    return json.dumps(
+        {
+            "type": "delete",
+            "tenant": tenant,
+            "capability_id": "tool:a",
+            "seq": 1,
+            "event_id": "e1",
+            "occurred_at_ms": 1,
+            "schema_version": 1,
+        },
+        ensure_ascii=False,
+    )
 
 
 def _edges_accept(name: str) -> dict[str, bool]:
@@ -93,10 +102,12 @@ def _edges_accept(name: str) -> dict[str, bool]:
     accepted = {}
     attempts = {
         "event decode": lambda: RegistryEvent.decode(_event(name)),
-        "discover request decode": lambda: DiscoverRequest.decode(json.dumps(
-            {"query": "q", "request_id": "r-1", "tenant": name})),
-        "session request decode": lambda: SessionRequest.decode(json.dumps(
-            {"op": "show", "session": "s", "request_id": "r-1", "tenant": name})),
+        "discover request decode": lambda: DiscoverRequest.decode(
+            json.dumps({"query": "q", "request_id": "r-1", "tenant": name})
+        ),
+        "session request decode": lambda: SessionRequest.decode(
+            json.dumps({"op": "show", "session": "s", "request_id": "r-1", "tenant": name})
+        ),
         "settings": lambda: Settings.load({"CAPDISC_TENANT": name}),
         "client": lambda: Client(redis.Redis(), tenant=name),
     }
@@ -121,8 +132,9 @@ def test_every_edge_agrees_with_the_rule(name: str) -> None:
 
 @pytest.mark.parametrize("name", ["../x", "*", "a:b", "a" * 10_240])
 def test_the_cli_refuses_a_bad_tenant_as_a_usage_error_before_connecting(name: str) -> None:
-    result = CliRunner().invoke(cli, ["discover", "anything", "--tenant", name,
-                                      "--redis-url", "redis://127.0.0.1:1/0"])
+    result = CliRunner().invoke(
+        cli, ["discover", "anything", "--tenant", name, "--redis-url", "redis://127.0.0.1:1/0"]
+    )
 
     assert result.exit_code == 2
     assert "Invalid value for '--tenant'" in result.output and TENANT_RULE in result.output

@@ -31,10 +31,17 @@ COUNTERS = [pytest.param(heuristic_tokens, id="heuristic"), pytest.param(CL100K,
 BIG = 100_000
 
 
-def cap(name: str, kind: str = "tool", category: str = "general", description: str = "",
-        **changes: Any) -> Capability:
-    return Capability(id=f"{kind}:{name}", kind=cast(Kind, kind), name=name,
-                      description=description or f"About {name}.", category=category, **changes)
+def cap(
+    name: str, kind: str = "tool", category: str = "general", description: str = "", **changes: Any
+) -> Capability:
+    return Capability(
+        id=f"{kind}:{name}",
+        kind=cast(Kind, kind),
+        name=name,
+        description=description or f"About {name}.",
+        category=category,
+        **changes,
+    )
 
 
 def lines(*parts: str) -> str:
@@ -45,24 +52,39 @@ WEB_SEARCH_SCHEMA = {
     "type": "object",
     "properties": {
         "query": {"type": "string", "description": "The search query"},
-        "max_results": {"type": "number", "description": "Maximum results to return",
-                        "default": 5},
-        "search_type": {"type": "string", "description": "Type of search",
-                        "enum": ["search", "news", "images"], "default": "search"},
+        "max_results": {"type": "number", "description": "Maximum results to return", "default": 5},
+        "search_type": {
+            "type": "string",
+            "description": "Type of search",
+            "enum": ["search", "news", "images"],
+            "default": "search",
+        },
     },
     "required": ["query"],
 }
-WEB_SEARCH = cap("web-search", category="information", display_name="Web Search",
-                 description="Search the web for current information using the Serper API. "
-                             "Results come back ranked.",
-                 full_schema=WEB_SEARCH_SCHEMA, required_secrets=("SERPER_API_KEY",))
-GITHUB = cap("github", kind="skill", category="developer-tools",
-             description="Use the GitHub CLI for issues, PRs, repos.",
-             full_content="\n# GitHub\n\nRun `gh issue list` first.\n\n", required_tools=("gh",))
+WEB_SEARCH = cap(
+    "web-search",
+    category="information",
+    display_name="Web Search",
+    description="Search the web for current information using the Serper API. "
+    "Results come back ranked.",
+    full_schema=WEB_SEARCH_SCHEMA,
+    required_secrets=("SERPER_API_KEY",),
+)
+GITHUB = cap(
+    "github",
+    kind="skill",
+    category="developer-tools",
+    description="Use the GitHub CLI for issues, PRs, repos.",
+    full_content="\n# GitHub\n\nRun `gh issue list` first.\n\n",
+    required_tools=("gh",),
+)
 
 CATALOG = [
-    *(cap(name, category="communication")
-      for name in ("telegram", "discord", "slack", "whatsapp", "email")),
+    *(
+        cap(name, category="communication")
+        for name in ("telegram", "discord", "slack", "whatsapp", "email")
+    ),
     cap("web-search", category="information"),
     cap("news-search", category="information"),
     cap("git", category="developer-tools"),
@@ -77,13 +99,15 @@ INFORMATION_LINE = "- information: news-search, web-search (2)"
 
 def test_tier0_lists_categories_biggest_first_with_counts_and_more_names() -> None:
     assert tier0_text(CATALOG, BIG, H) == lines(
-        TIER0_HEADER, COMMUNICATION_LINE, DEVELOPER_LINE, INFORMATION_LINE, TIER0_FOOTER)
+        TIER0_HEADER, COMMUNICATION_LINE, DEVELOPER_LINE, INFORMATION_LINE, TIER0_FOOTER
+    )
 
 
 def test_tier0_header_and_footer_wording() -> None:
     assert (TIER0_HEADER, TIER0_FOOTER) == (
         "Available capability categories:",
-        "Use the discover_capabilities tool to get details on any capability.")
+        "Use the discover_capabilities tool to get details on any capability.",
+    )
 
 
 def test_tier0_category_of_exactly_four_names_has_no_more_marker() -> None:
@@ -92,8 +116,11 @@ def test_tier0_category_of_exactly_four_names_has_no_more_marker() -> None:
 
 
 def test_tier0_counts_capabilities_of_every_kind_in_a_category() -> None:
-    caps = [cap("x", kind="tool", category="c"), cap("x", kind="skill", category="c"),
-            cap("y", kind="channel", category="c")]
+    caps = [
+        cap("x", kind="tool", category="c"),
+        cap("x", kind="skill", category="c"),
+        cap("y", kind="channel", category="c"),
+    ]
     assert tier0_text(caps, BIG, H) == lines(TIER0_HEADER, "- c: x, x, y (3)", TIER0_FOOTER)
 
 
@@ -111,8 +138,9 @@ def test_tier0_says_how_many_categories_the_budget_cut() -> None:
 
 
 def test_tier0_says_one_more_category_when_only_the_last_is_cut() -> None:
-    expected = lines(TIER0_HEADER, COMMUNICATION_LINE, DEVELOPER_LINE, "(+1 more categories)",
-                     TIER0_FOOTER)
+    expected = lines(
+        TIER0_HEADER, COMMUNICATION_LINE, DEVELOPER_LINE, "(+1 more categories)", TIER0_FOOTER
+    )
     assert tier0_text(CATALOG, H(expected), H) == expected
 
 
@@ -138,26 +166,43 @@ def test_tier0_too_small_for_header_and_footer_is_cut_with_an_ellipsis() -> None
 
 SUMMARY_CASES: dict[str, tuple[int, Capability, str]] = {
     "tool with params": (
-        1, WEB_SEARCH,
+        1,
+        WEB_SEARCH,
         "1. web-search (tool). Search the web for current information using the Serper API. "
-        "Params: query, max_results, search_type"),
+        "Params: query, max_results, search_type",
+    ),
     "skill with required tools": (
-        4, GITHUB, "4. github (skill). Use the GitHub CLI for issues, PRs, repos. Requires: gh"),
+        4,
+        GITHUB,
+        "4. github (skill). Use the GitHub CLI for issues, PRs, repos. Requires: gh",
+    ),
     "no params": (
-        5, cap("summarizer", kind="skill", description="Summarize long documents into key points"),
-        "5. summarizer (skill). Summarize long documents into key points"),
+        5,
+        cap("summarizer", kind="skill", description="Summarize long documents into key points"),
+        "5. summarizer (skill). Summarize long documents into key points",
+    ),
     "unavailable": (
-        2, cap("giphy", kind="extension", description="GIF search. Needs a key.", available=False),
-        "2. giphy (extension). GIF search. [installable, not installed]"),
+        2,
+        cap("giphy", kind="extension", description="GIF search. Needs a key.", available=False),
+        "2. giphy (extension). GIF search. [installable, not installed]",
+    ),
     "unavailable with params and requirements": (
-        3, cap("t", description="Do it.", available=False, required_tools=("a", "b"),
-               full_schema={"properties": {"p": {}, "q": {}}}),
-        "3. t (tool). Do it. [installable, not installed] Params: p, q Requires: a, b"),
+        3,
+        cap(
+            "t",
+            description="Do it.",
+            available=False,
+            required_tools=("a", "b"),
+            full_schema={"properties": {"p": {}, "q": {}}},
+        ),
+        "3. t (tool). Do it. [installable, not installed] Params: p, q Requires: a, b",
+    ),
 }
 
 
-@pytest.mark.parametrize(("rank", "capability", "expected"), list(SUMMARY_CASES.values()),
-                         ids=list(SUMMARY_CASES))
+@pytest.mark.parametrize(
+    ("rank", "capability", "expected"), list(SUMMARY_CASES.values()), ids=list(SUMMARY_CASES)
+)
 def test_summary_line(rank: int, capability: Capability, expected: str) -> None:
     assert summary_line(rank, capability) == expected
 
@@ -172,8 +217,12 @@ def test_tier1_appends_the_hints_of_matched_categories_most_common_first() -> No
     matches = [cap("x", category="b"), cap("y", category="a"), cap("z", category="a")]
     hints = {"a": "  Do a things.\n", "b": "Do b things.", "unmatched": "Never shown."}
     text, _ids = tier1_text(matches, hints, BIG, H)
-    assert text == lines(TIER1_HEADER, *(summary_line(i, c) for i, c in enumerate(matches, 1)),
-                         "Workflow (a): Do a things.", "Workflow (b): Do b things.")
+    assert text == lines(
+        TIER1_HEADER,
+        *(summary_line(i, c) for i, c in enumerate(matches, 1)),
+        "Workflow (a): Do a things.",
+        "Workflow (b): Do b things.",
+    )
 
 
 def test_tier1_skips_empty_hints() -> None:
@@ -191,8 +240,11 @@ def test_tier1_skips_whitespace_only_hints() -> None:
 def test_tier1_appends_only_the_hints_that_fit() -> None:
     matches = [cap("x", category="a"), cap("y", category="a"), cap("z", category="b")]
     hints = {"a": "A long hint " * 20, "b": "Short."}
-    expected = lines(TIER1_HEADER, *(summary_line(i, c) for i, c in enumerate(matches, 1)),
-                     "Workflow (b): Short.")
+    expected = lines(
+        TIER1_HEADER,
+        *(summary_line(i, c) for i, c in enumerate(matches, 1)),
+        "Workflow (b): Short.",
+    )
     text, ids = tier1_text(matches, hints, H(expected), H)
     assert (text, ids) == (expected, ("tool:x", "tool:y", "tool:z"))
 
@@ -226,31 +278,41 @@ def test_tier1_budget_zero_is_empty(counter: TokenCounter) -> None:
 # -- Tier 2 --------------------------------------------------------------------------------------
 
 SCHEMA_CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
-    "seed example": (WEB_SEARCH_SCHEMA, [
-        "  query (string, required): The search query",
-        "  max_results (number): Maximum results to return (default: 5)",
-        '  search_type (string): Type of search [search|news|images] (default: "search")']),
+    "seed example": (
+        WEB_SEARCH_SCHEMA,
+        [
+            "  query (string, required): The search query",
+            "  max_results (number): Maximum results to return (default: 5)",
+            '  search_type (string): Type of search [search|news|images] (default: "search")',
+        ],
+    ),
     "no type is any": ({"properties": {"x": {}}}, ["  x (any)"]),
     "union type": ({"properties": {"x": {"type": ["string", "null"]}}}, ["  x (string|null)"]),
     "required without description": (
         {"properties": {"x": {"type": "integer"}}, "required": ["x"]},
-        ["  x (integer, required)"]),
+        ["  x (integer, required)"],
+    ),
     "enum without description": (
-        {"properties": {"x": {"type": "integer", "enum": [1, 2, 3]}}}, ["  x (integer) [1|2|3]"]),
+        {"properties": {"x": {"type": "integer", "enum": [1, 2, 3]}}},
+        ["  x (integer) [1|2|3]"],
+    ),
     "falsy defaults are shown": (
         {"properties": {"a": {"default": None}, "b": {"default": False}, "c": {"default": ""}}},
-        ["  a (any) (default: null)", "  b (any) (default: false)", '  c (any) (default: "")']),
+        ["  a (any) (default: null)", "  b (any) (default: false)", '  c (any) (default: "")'],
+    ),
     "structured default as JSON": (
         {"properties": {"x": {"type": "object", "default": {"k": [1]}}}},
-        ['  x (object) (default: {"k": [1]})']),
+        ['  x (object) (default: {"k": [1]})'],
+    ),
     "non-dict spec": ({"properties": {"x": True}}, ["  x (any)"]),
     "no properties": ({"type": "object"}, []),
     "required of null": ({"properties": {"x": {}}, "required": None}, ["  x (any)"]),
 }
 
 
-@pytest.mark.parametrize(("schema", "expected"), list(SCHEMA_CASES.values()),
-                         ids=list(SCHEMA_CASES))
+@pytest.mark.parametrize(
+    ("schema", "expected"), list(SCHEMA_CASES.values()), ids=list(SCHEMA_CASES)
+)
 def test_schema_lines(schema: dict[str, Any], expected: list[str]) -> None:
     assert schema_lines(schema) == expected
 
@@ -266,7 +328,8 @@ def test_detail_block_of_a_tool_is_its_schema() -> None:
         "  query (string, required): The search query",
         "  max_results (number): Maximum results to return (default: 5)",
         '  search_type (string): Type of search [search|news|images] (default: "search")',
-        "Required secrets: SERPER_API_KEY")
+        "Required secrets: SERPER_API_KEY",
+    )
 
 
 def test_detail_block_of_a_skill_is_its_content() -> None:
@@ -277,13 +340,15 @@ def test_detail_block_of_a_skill_is_its_content() -> None:
         "Use the GitHub CLI for issues, PRs, repos.",
         "",
         "# GitHub\n\nRun `gh issue list` first.",
-        "Requires: gh")
+        "Requires: gh",
+    )
 
 
 def test_detail_block_warns_about_side_effects() -> None:
     block = detail_block(cap("send", description="Send it.", has_side_effects=True))
     assert block.splitlines()[-1] == (
-        "Has side effects: confirm before calling when the user did not ask for it.")
+        "Has side effects: confirm before calling when the user did not ask for it."
+    )
 
 
 def test_detail_block_without_schema_properties_has_no_schema_section() -> None:
@@ -306,7 +371,9 @@ def test_tier2_cuts_the_block_that_does_not_fit() -> None:
 
 def test_tier2_cuts_a_first_block_bigger_than_the_budget() -> None:
     assert tier2_text([WEB_SEARCH, GITHUB], 10, H) == (
-        detail_block(WEB_SEARCH)[:39].rstrip() + "…", ("tool:web-search",))
+        detail_block(WEB_SEARCH)[:39].rstrip() + "…",
+        ("tool:web-search",),
+    )
 
 
 def test_tier2_drops_the_blocks_after_the_budget_is_spent() -> None:
@@ -328,20 +395,23 @@ def test_tier2_without_matches_is_empty() -> None:
 # -- first_sentence ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("Search the web. Then summarize.", "Search the web."),
-    ("Really? Yes.", "Really?"),
-    ("Stop! Go.", "Stop!"),
-    ("One sentence only.", "One sentence only."),
-    ("no stop at all", "no stop at all"),
-    ("", ""),
-    ("  Multi\n  line\ttext.  Next one.", "Multi line text."),
-    ("Version 1.2 is out. Try it.", "Version 1.2 is out."),
-    ("a" * 160, "a" * 160),
-    ("a" * 200, "a" * 159 + "…"),
-    ("a" * 170 + ". Second.", "a" * 159 + "…"),
-    ("word " * 40, ("word " * 32).rstrip() + "…"),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Search the web. Then summarize.", "Search the web."),
+        ("Really? Yes.", "Really?"),
+        ("Stop! Go.", "Stop!"),
+        ("One sentence only.", "One sentence only."),
+        ("no stop at all", "no stop at all"),
+        ("", ""),
+        ("  Multi\n  line\ttext.  Next one.", "Multi line text."),
+        ("Version 1.2 is out. Try it.", "Version 1.2 is out."),
+        ("a" * 160, "a" * 160),
+        ("a" * 200, "a" * 159 + "…"),
+        ("a" * 170 + ". Second.", "a" * 159 + "…"),
+        ("word " * 40, ("word " * 32).rstrip() + "…"),
+    ],
+)
 def test_first_sentence(text: str, expected: str) -> None:
     assert first_sentence(text) == expected
 
@@ -350,10 +420,13 @@ def test_first_sentence_with_a_smaller_limit() -> None:
     assert first_sentence("Short. Longer sentence here.", max_chars=5) == "Shor…"
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("Wow! This is great. More.", "Wow!"),
-    ("Need a summary? This tool writes one. Fast.", "Need a summary?"),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Wow! This is great. More.", "Wow!"),
+        ("Need a summary? This tool writes one. Fast.", "Need a summary?"),
+    ],
+)
 def test_first_sentence_ends_at_the_earliest_stop(text: str, expected: str) -> None:
     assert first_sentence(text) == expected
 
@@ -365,14 +438,36 @@ def test_first_sentence_ends_at_the_earliest_stop(text: str, expected: str) -> N
 # parameters, skill content up to 5,000 characters) is expanded from the seed with random.Random.
 # Drawing every character through Hypothesis makes 200 examples of such catalogs take ~30 s each.
 
-FRAGMENTS = ["Search the web.", "Wow! ", "Why? ", "\n\n", "…", "   ", "<|endoftext|>", "日本語",
-             "🎉", "x.y_z", "e.g. this", "'s", "```json\n{\"a\": 1}\n```"]
-pieces = st.lists(st.one_of(st.text(min_size=1, max_size=12), st.sampled_from(FRAGMENTS)),
-                  min_size=1, max_size=10)
-names = st.lists(st.one_of(st.sampled_from(["web-search", "github", "a", "x" * 60]),
-                           st.text(min_size=1, max_size=30)), min_size=1, max_size=8)
-categories = st.lists(st.one_of(st.sampled_from(["general", "communication", "information"]),
-                                st.text(max_size=20)), min_size=1, max_size=8)
+FRAGMENTS = [
+    "Search the web.",
+    "Wow! ",
+    "Why? ",
+    "\n\n",
+    "…",
+    "   ",
+    "<|endoftext|>",
+    "日本語",
+    "🎉",
+    "x.y_z",
+    "e.g. this",
+    "'s",
+    '```json\n{"a": 1}\n```',
+]
+pieces = st.lists(
+    st.one_of(st.text(min_size=1, max_size=12), st.sampled_from(FRAGMENTS)), min_size=1, max_size=10
+)
+names = st.lists(
+    st.one_of(
+        st.sampled_from(["web-search", "github", "a", "x" * 60]), st.text(min_size=1, max_size=30)
+    ),
+    min_size=1,
+    max_size=8,
+)
+categories = st.lists(
+    st.one_of(st.sampled_from(["general", "communication", "information"]), st.text(max_size=20)),
+    min_size=1,
+    max_size=8,
+)
 TAGS = ["web", "search", "chat", "git", "files"]
 TYPES: list[Any] = ["string", "number", "integer", "boolean", "object", ["string", "null"]]
 KIND_NAMES = ["tool", "skill", "extension", "channel"]
@@ -381,8 +476,9 @@ KIND_NAMES = ["tool", "skill", "extension", "channel"]
 class CatalogMaker:
     """Expands a seed into capabilities built from the drawn pools."""
 
-    def __init__(self, seed: int, pieces: list[str], names: list[str],
-                 categories: list[str]) -> None:
+    def __init__(
+        self, seed: int, pieces: list[str], names: list[str], categories: list[str]
+    ) -> None:
         self.rng = random.Random(seed)
         self.pieces, self.names, self.categories = pieces, names, categories
 
@@ -417,7 +513,9 @@ class CatalogMaker:
         kind = rng.choice(KIND_NAMES)
         name = rng.choice(self.names)
         return Capability(
-            id=f"{kind}:{index}:{name}", kind=cast(Kind, kind), name=name,
+            id=f"{kind}:{index}:{name}",
+            kind=cast(Kind, kind),
+            name=name,
             description=self.text(2000),
             display_name=rng.choice(["", self.text(30)]),
             category=rng.choice(self.categories),
@@ -427,34 +525,41 @@ class CatalogMaker:
             available=rng.random() < 0.7,
             has_side_effects=rng.random() < 0.3,
             full_schema=self.schema() if kind == "tool" else None,
-            full_content=(rng.choice([None, self.text(5000)]) if kind == "skill" else None))
+            full_content=(rng.choice([None, self.text(5000)]) if kind == "skill" else None),
+        )
 
 
 @st.composite
 def catalogs(draw: st.DrawFn) -> list[Capability]:
-    maker = CatalogMaker(draw(st.integers(0, 2**32 - 1)), draw(pieces), draw(names),
-                         draw(categories))
+    maker = CatalogMaker(
+        draw(st.integers(0, 2**32 - 1)), draw(pieces), draw(names), draw(categories)
+    )
     return [maker.capability(i) for i in range(draw(st.integers(1, 60)))]
 
 
 budgets = st.integers(0, 3000)
-hint_maps = st.dictionaries(st.one_of(st.sampled_from(["general", "communication"]), st.text()),
-                            st.text(max_size=200), max_size=4)
+hint_maps = st.dictionaries(
+    st.one_of(st.sampled_from(["general", "communication"]), st.text()),
+    st.text(max_size=200),
+    max_size=4,
+)
 
 
 @pytest.mark.parametrize("counter", COUNTERS)
 @settings(max_examples=200, deadline=None)
 @given(catalog=catalogs(), budget=budgets)
-def test_tier0_never_exceeds_its_budget(counter: TokenCounter, catalog: list[Capability],
-                                         budget: int) -> None:
+def test_tier0_never_exceeds_its_budget(
+    counter: TokenCounter, catalog: list[Capability], budget: int
+) -> None:
     assert counter(tier0_text(catalog, budget, counter)) <= budget
 
 
 @pytest.mark.parametrize("counter", COUNTERS)
 @settings(max_examples=200, deadline=None)
 @given(catalog=catalogs(), hints=hint_maps, budget=budgets, top=st.integers(0, 60))
-def test_tier1_never_exceeds_its_budget(counter: TokenCounter, catalog: list[Capability],
-                                         hints: dict[str, str], budget: int, top: int) -> None:
+def test_tier1_never_exceeds_its_budget(
+    counter: TokenCounter, catalog: list[Capability], hints: dict[str, str], budget: int, top: int
+) -> None:
     text, _ids = tier1_text(catalog[:top], hints, budget, counter)
     assert counter(text) <= budget
 
@@ -462,8 +567,9 @@ def test_tier1_never_exceeds_its_budget(counter: TokenCounter, catalog: list[Cap
 @pytest.mark.parametrize("counter", COUNTERS)
 @settings(max_examples=200, deadline=None)
 @given(catalog=catalogs(), budget=budgets, top=st.integers(0, 60))
-def test_tier2_never_exceeds_its_budget(counter: TokenCounter, catalog: list[Capability],
-                                         budget: int, top: int) -> None:
+def test_tier2_never_exceeds_its_budget(
+    counter: TokenCounter, catalog: list[Capability], budget: int, top: int
+) -> None:
     text, _ids = tier2_text(catalog[:top], budget, counter)
     assert counter(text) <= budget
 
@@ -475,7 +581,8 @@ def test_tier2_never_exceeds_its_budget(counter: TokenCounter, catalog: list[Cap
 @settings(max_examples=100, deadline=None)
 @given(catalog=catalogs(), budget=budgets, data=st.data())
 def test_tier0_is_byte_identical_for_any_order_of_a_random_catalog(
-        counter: TokenCounter, catalog: list[Capability], budget: int, data: st.DataObject) -> None:
+    counter: TokenCounter, catalog: list[Capability], budget: int, data: st.DataObject
+) -> None:
     shuffled = data.draw(st.permutations(catalog))
     assert tier0_text(shuffled, budget, counter) == tier0_text(catalog, budget, counter)
 
@@ -483,8 +590,9 @@ def test_tier0_is_byte_identical_for_any_order_of_a_random_catalog(
 @pytest.mark.parametrize("counter", COUNTERS)
 @settings(max_examples=100, deadline=None)
 @given(catalog=catalogs(), hints=hint_maps, budget=budgets, top=st.integers(0, 60))
-def test_tier1_ids_are_the_leading_matches(counter: TokenCounter, catalog: list[Capability],
-                                           hints: dict[str, str], budget: int, top: int) -> None:
+def test_tier1_ids_are_the_leading_matches(
+    counter: TokenCounter, catalog: list[Capability], hints: dict[str, str], budget: int, top: int
+) -> None:
     _text, ids = tier1_text(catalog[:top], hints, budget, counter)
     assert ids == tuple(c.id for c in catalog[: len(ids)])
 
@@ -492,7 +600,8 @@ def test_tier1_ids_are_the_leading_matches(counter: TokenCounter, catalog: list[
 @pytest.mark.parametrize("counter", COUNTERS)
 @settings(max_examples=100, deadline=None)
 @given(catalog=catalogs(), budget=budgets, top=st.integers(0, 60))
-def test_tier2_ids_are_the_leading_matches(counter: TokenCounter, catalog: list[Capability],
-                                           budget: int, top: int) -> None:
+def test_tier2_ids_are_the_leading_matches(
+    counter: TokenCounter, catalog: list[Capability], budget: int, top: int
+) -> None:
     _text, ids = tier2_text(catalog[:top], budget, counter)
     assert ids == tuple(c.id for c in catalog[: len(ids)])

@@ -19,21 +19,40 @@ from capdisc.retrieval.text import combine, embedding_texts
 from capdisc.tokens import heuristic_tokens
 
 EMBEDDER = HashingEmbedder(64)
-TOPICS = ["weather", "invoice", "calendar", "email", "database", "translation", "music",
-          "shipping", "payroll", "ticket"]
+TOPICS = [
+    "weather",
+    "invoice",
+    "calendar",
+    "email",
+    "database",
+    "translation",
+    "music",
+    "shipping",
+    "payroll",
+    "ticket",
+]
 
 
 def tool(i: int) -> Capability:
     topic = TOPICS[i % len(TOPICS)]
-    schema = {"type": "object", "properties": {
-        "query": {"type": "string", "description": f"What to look up about {topic}"},
-        "limit": {"type": "integer", "description": "How many results at most"},
-        "region": {"type": "string", "description": "Region code such as eu or us"}},
-        "required": ["query"]}
-    return Capability(id=f"tool:{topic}-{i}", kind="tool", name=f"{topic}-{i}",
-                      description=f"Works with {topic} records, variant {i}: finds, reads and "
-                                  f"updates {topic} data for the user.",
-                      category=topic, full_schema=schema)
+    schema = {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "description": f"What to look up about {topic}"},
+            "limit": {"type": "integer", "description": "How many results at most"},
+            "region": {"type": "string", "description": "Region code such as eu or us"},
+        },
+        "required": ["query"],
+    }
+    return Capability(
+        id=f"tool:{topic}-{i}",
+        kind="tool",
+        name=f"{topic}-{i}",
+        description=f"Works with {topic} records, variant {i}: finds, reads and "
+        f"updates {topic} data for the user.",
+        category=topic,
+        full_schema=schema,
+    )
 
 
 def snapshot_of(caps: list[Capability]) -> IndexSnapshot:
@@ -60,9 +79,11 @@ def test_the_static_dump_counts_every_tool_definition(sixty: IndexSnapshot) -> N
 
 
 def test_a_tiered_turn_costs_at_least_ninety_percent_less_at_sixty_tools(
-        sixty: IndexSnapshot) -> None:
-    report = token_report(sixty, ["find the weather data", "update an invoice"], QUERIES,
-                          DiscoveryConfig())
+    sixty: IndexSnapshot,
+) -> None:
+    report = token_report(
+        sixty, ["find the weather data", "update an invoice"], QUERIES, DiscoveryConfig()
+    )
 
     assert report["saving"] >= 0.9
     assert report["turn_tokens"]["max"] < report["static_dump_tokens"]
@@ -75,12 +96,19 @@ def test_the_report_names_its_counter_and_sizes(sixty: IndexSnapshot) -> None:
 
 
 @settings(max_examples=25, deadline=None)
-@given(size=st.integers(1, 30), tier0=st.integers(0, 300), tier1=st.integers(0, 400),
-       tier2=st.integers(0, 800), query=st.sampled_from(TOPICS))
-def test_no_turn_ever_exceeds_its_tier_budgets(size: int, tier0: int, tier1: int, tier2: int,
-                                               query: str) -> None:
-    config = DiscoveryConfig(tier0_budget_tokens=tier0, tier1_budget_tokens=tier1,
-                             tier2_budget_tokens=tier2)
+@given(
+    size=st.integers(1, 30),
+    tier0=st.integers(0, 300),
+    tier1=st.integers(0, 400),
+    tier2=st.integers(0, 800),
+    query=st.sampled_from(TOPICS),
+)
+def test_no_turn_ever_exceeds_its_tier_budgets(
+    size: int, tier0: int, tier1: int, tier2: int, query: str
+) -> None:
+    config = DiscoveryConfig(
+        tier0_budget_tokens=tier0, tier1_budget_tokens=tier1, tier2_budget_tokens=tier2
+    )
 
     report = token_report(snapshot_of([tool(i) for i in range(size)]), [query], QUERIES, config)
 

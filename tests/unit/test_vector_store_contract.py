@@ -40,6 +40,8 @@ from capdisc.vectorstores.port import (
 )
 
 DIM = 8
+
+
 @pytest.fixture(scope="module", params=STORE_PARAMS)
 def store(request: pytest.FixtureRequest) -> Iterator[VectorStore]:
     yield from open_store(request.param)
@@ -59,27 +61,42 @@ def tenant(store: VectorStore) -> str:
 def vec(*head: float) -> np.ndarray:
     """A DIM-dimensional vector starting with ``head`` (the rest a small constant)."""
     out = np.full(DIM, 0.01, dtype=np.float32)
-    out[:len(head)] = head
+    out[: len(head)] = head
     return out
 
 
 def obj(key: str, vector: np.ndarray | None = None, **fields: Any) -> StoredObject:
-    return StoredObject(key, vec(1.0) if vector is None else vector,
-                        **{"text": f"capability {key}", **fields})
+    return StoredObject(
+        key, vec(1.0) if vector is None else vector, **{"text": f"capability {key}", **fields}
+    )
 
 
 def ids(hits: list[StoreHit]) -> list[str]:
     return [h.id for h in hits]
 
 
-def search(store: VectorStore, tenant: str, k: int = 10, *, query: str = "",
-           vector: np.ndarray | None = None, alpha: float = 1.0,
-           roles: tuple[str, ...] = (), user: str | None = None, **filters: Any
-           ) -> list[StoreHit]:
+def search(
+    store: VectorStore,
+    tenant: str,
+    k: int = 10,
+    *,
+    query: str = "",
+    vector: np.ndarray | None = None,
+    alpha: float = 1.0,
+    roles: tuple[str, ...] = (),
+    user: str | None = None,
+    **filters: Any,
+) -> list[StoreHit]:
     """A search with ``SearchFilters(**filters)``, asked by the caller of ``roles`` and
     ``user``."""
-    return store.search(tenant, query, vec(1.0) if vector is None else vector, k, alpha=alpha,
-                        filters=SearchFilters(caller=Caller.of(roles, user), **filters))
+    return store.search(
+        tenant,
+        query,
+        vec(1.0) if vector is None else vector,
+        k,
+        alpha=alpha,
+        filters=SearchFilters(caller=Caller.of(roles, user), **filters),
+    )
 
 
 # -- writes ----------------------------------------------------------------------------------------
@@ -114,15 +131,15 @@ def test_a_rewrite_replaces_the_object(store: VectorStore, tenant: str) -> None:
 
 
 def test_a_repeated_id_in_one_upsert_keeps_the_last(store: VectorStore, tenant: str) -> None:
-    report = store.upsert(tenant, [obj("tool:a", category="first"),
-                                   obj("tool:a", category="last")])
+    report = store.upsert(tenant, [obj("tool:a", category="first"), obj("tool:a", category="last")])
 
     assert report.written == ("tool:a",) and store.count(tenant) == 1
     assert ids(search(store, tenant, category="last")) == ["tool:a"]
 
 
 def test_an_object_the_store_refuses_is_reported_and_the_rest_written(
-        store: VectorStore, tenant: str) -> None:
+    store: VectorStore, tenant: str
+) -> None:
     store.upsert(tenant, [obj("tool:a")])
 
     report = store.upsert(tenant, [obj("tool:b"), StoredObject("tool:odd", [1.0, 2.0, 3.0])])
@@ -168,8 +185,9 @@ def test_ensure_tenant_is_idempotent(store: VectorStore, tenant: str) -> None:
 
 
 @pytest.mark.parametrize("operation", ["upsert", "search", "count", "delete"])
-def test_an_unknown_tenant_is_an_error_not_an_empty_answer(store: VectorStore,
-                                                           operation: str) -> None:
+def test_an_unknown_tenant_is_an_error_not_an_empty_answer(
+    store: VectorStore, operation: str
+) -> None:
     missing = f"never{uuid.uuid4().hex[:8]}"
     calls: dict[str, Callable[[], object]] = {
         "upsert": lambda: store.upsert(missing, [obj("tool:a")]),
@@ -192,34 +210,45 @@ def test_an_invalid_tenant_name_is_refused(store: VectorStore) -> None:
 
 @pytest.fixture
 def catalog(store: VectorStore, tenant: str) -> str:
-    store.upsert(tenant, [
-        obj("tool:slack", kind="tool", category="chat", tags=("messaging", "slack")),
-        obj("tool:email", kind="tool", category="mail", tags=("messaging",)),
-        obj("skill:triage", kind="skill", category="chat", tags=("slack",)),
-        obj("tool:fax", kind="tool", category="mail", available=False),
-    ])
+    store.upsert(
+        tenant,
+        [
+            obj("tool:slack", kind="tool", category="chat", tags=("messaging", "slack")),
+            obj("tool:email", kind="tool", category="mail", tags=("messaging",)),
+            obj("skill:triage", kind="skill", category="chat", tags=("slack",)),
+            obj("tool:fax", kind="tool", category="mail", available=False),
+        ],
+    )
     return tenant
 
 
-@pytest.mark.parametrize(("filters", "expected"), [
-    ({}, {"tool:slack", "tool:email", "skill:triage", "tool:fax"}),
-    ({"kind": "skill"}, {"skill:triage"}),
-    ({"category": "mail"}, {"tool:email", "tool:fax"}),
-    ({"kind": "tool", "category": "chat"}, {"tool:slack"}),
-    ({"tags": ("messaging",)}, {"tool:slack", "tool:email"}),
-    ({"tags": ("messaging", "slack")}, {"tool:slack"}),  # every tag is required
-    ({"tags": ("slack", "nowhere")}, set()),
-    ({"only_available": True}, {"tool:slack", "tool:email", "skill:triage"}),
-    ({"only_installable": True}, {"tool:fax"}),
-    ({"include_ids": frozenset({"tool:email", "tool:fax", "tool:unknown"})},
-     {"tool:email", "tool:fax"}),
-    ({"include_ids": frozenset()}, set()),
-    ({"exclude_ids": frozenset({"tool:slack", "skill:triage"})}, {"tool:email", "tool:fax"}),
-    ({"include_ids": frozenset({"tool:email"}), "exclude_ids": frozenset({"tool:email"})},
-     set()),
-])
-def test_every_filter(store: VectorStore, catalog: str, filters: dict[str, Any],
-                      expected: set[str]) -> None:
+@pytest.mark.parametrize(
+    ("filters", "expected"),
+    [
+        ({}, {"tool:slack", "tool:email", "skill:triage", "tool:fax"}),
+        ({"kind": "skill"}, {"skill:triage"}),
+        ({"category": "mail"}, {"tool:email", "tool:fax"}),
+        ({"kind": "tool", "category": "chat"}, {"tool:slack"}),
+        ({"tags": ("messaging",)}, {"tool:slack", "tool:email"}),
+        ({"tags": ("messaging", "slack")}, {"tool:slack"}),  # every tag is required
+        ({"tags": ("slack", "nowhere")}, set()),
+        ({"only_available": True}, {"tool:slack", "tool:email", "skill:triage"}),
+        ({"only_installable": True}, {"tool:fax"}),
+        (
+            {"include_ids": frozenset({"tool:email", "tool:fax", "tool:unknown"})},
+            {"tool:email", "tool:fax"},
+        ),
+        ({"include_ids": frozenset()}, set()),
+        ({"exclude_ids": frozenset({"tool:slack", "skill:triage"})}, {"tool:email", "tool:fax"}),
+        (
+            {"include_ids": frozenset({"tool:email"}), "exclude_ids": frozenset({"tool:email"})},
+            set(),
+        ),
+    ],
+)
+def test_every_filter(
+    store: VectorStore, catalog: str, filters: dict[str, Any], expected: set[str]
+) -> None:
     assert set(ids(search(store, catalog, **filters))) == expected
 
 
@@ -228,30 +257,39 @@ def test_every_filter(store: VectorStore, catalog: str, filters: dict[str, Any],
 
 @pytest.fixture
 def scoped(store: VectorStore, tenant: str) -> str:
-    store.upsert(tenant, [
-        obj("tool:open"),
-        obj("tool:admins", vis_roles=("admin",)),
-        obj("tool:ops-or-sre", vis_roles=("ops", "sre")),
-        obj("tool:alice", vis_users=("alice",)),
-        obj("tool:admins-and-bob", vis_roles=("admin",), vis_users=("bob",)),
-    ])
+    store.upsert(
+        tenant,
+        [
+            obj("tool:open"),
+            obj("tool:admins", vis_roles=("admin",)),
+            obj("tool:ops-or-sre", vis_roles=("ops", "sre")),
+            obj("tool:alice", vis_users=("alice",)),
+            obj("tool:admins-and-bob", vis_roles=("admin",), vis_users=("bob",)),
+        ],
+    )
     return tenant
 
 
-@pytest.mark.parametrize(("roles", "user", "expected"), [
-    ((), None, {"tool:open"}),
-    (("admin",), None, {"tool:open", "tool:admins", "tool:admins-and-bob"}),
-    (("sre",), None, {"tool:open", "tool:ops-or-sre"}),
-    (("admin", "ops"), None,
-     {"tool:open", "tool:admins", "tool:ops-or-sre", "tool:admins-and-bob"}),
-    ((), "alice", {"tool:open", "tool:alice"}),
-    ((), "bob", {"tool:open", "tool:admins-and-bob"}),
-    (("sre",), "alice", {"tool:open", "tool:ops-or-sre", "tool:alice"}),
-    (("guest",), "mallory", {"tool:open"}),
-])
-def test_visibility_open_role_user_and_none(store: VectorStore, scoped: str,
-                                            roles: tuple[str, ...], user: str | None,
-                                            expected: set[str]) -> None:
+@pytest.mark.parametrize(
+    ("roles", "user", "expected"),
+    [
+        ((), None, {"tool:open"}),
+        (("admin",), None, {"tool:open", "tool:admins", "tool:admins-and-bob"}),
+        (("sre",), None, {"tool:open", "tool:ops-or-sre"}),
+        (
+            ("admin", "ops"),
+            None,
+            {"tool:open", "tool:admins", "tool:ops-or-sre", "tool:admins-and-bob"},
+        ),
+        ((), "alice", {"tool:open", "tool:alice"}),
+        ((), "bob", {"tool:open", "tool:admins-and-bob"}),
+        (("sre",), "alice", {"tool:open", "tool:ops-or-sre", "tool:alice"}),
+        (("guest",), "mallory", {"tool:open"}),
+    ],
+)
+def test_visibility_open_role_user_and_none(
+    store: VectorStore, scoped: str, roles: tuple[str, ...], user: str | None, expected: set[str]
+) -> None:
     assert set(ids(search(store, scoped, roles=roles, user=user))) == expected
 
 
@@ -262,11 +300,14 @@ def test_visibility_applies_to_the_keyword_side_too(store: VectorStore, scoped: 
 
 
 def test_top_k_is_computed_over_visible_objects_only(store: VectorStore, tenant: str) -> None:
-    store.upsert(tenant, [
-        obj("tool:secret", vec(1, 0), vis_roles=("admin",)),
-        obj("tool:close", vec(0.9, 0.3)),
-        obj("tool:far", vec(0, 1)),
-    ])
+    store.upsert(
+        tenant,
+        [
+            obj("tool:secret", vec(1, 0), vis_roles=("admin",)),
+            obj("tool:close", vec(0.9, 0.3)),
+            obj("tool:far", vec(0, 1)),
+        ],
+    )
 
     assert ids(search(store, tenant, 1, vector=vec(1, 0))) == ["tool:close"]
     assert ids(search(store, tenant, 1, vector=vec(1, 0), roles=("admin",))) == ["tool:secret"]
@@ -274,14 +315,16 @@ def test_top_k_is_computed_over_visible_objects_only(store: VectorStore, tenant:
 
 
 def test_filters_and_visibility_combine(store: VectorStore, tenant: str) -> None:
-    store.upsert(tenant, [
-        obj("tool:a", category="chat", vis_roles=("ops",)),
-        obj("tool:b", category="chat"),
-        obj("tool:c", category="mail", vis_roles=("ops",)),
-    ])
+    store.upsert(
+        tenant,
+        [
+            obj("tool:a", category="chat", vis_roles=("ops",)),
+            obj("tool:b", category="chat"),
+            obj("tool:c", category="mail", vis_roles=("ops",)),
+        ],
+    )
 
-    assert set(ids(search(store, tenant, category="chat", roles=("ops",)))) == {"tool:a",
-                                                                               "tool:b"}
+    assert set(ids(search(store, tenant, category="chat", roles=("ops",)))) == {"tool:a", "tool:b"}
     assert set(ids(search(store, tenant, category="chat"))) == {"tool:b"}
 
 
@@ -290,23 +333,32 @@ def test_random_catalogs_never_leak(store: VectorStore, tenant: str) -> None:
     roles, users = ["a", "b", "c"], ["u1", "u2"]
     objects = []
     for i in range(24):
-        objects.append(StoredObject(
-            f"tool:{i}", rng.normal(size=DIM).astype(np.float32), text=f"word{i % 5} common",
-            kind=str(rng.choice(["tool", "skill"])), category=str(rng.choice(["x", "y"])),
-            available=bool(rng.random() < 0.7),
-            vis_roles=tuple(r for r in roles if rng.random() < 0.3),
-            vis_users=tuple(u for u in users if rng.random() < 0.2)))
+        objects.append(
+            StoredObject(
+                f"tool:{i}",
+                rng.normal(size=DIM).astype(np.float32),
+                text=f"word{i % 5} common",
+                kind=str(rng.choice(["tool", "skill"])),
+                category=str(rng.choice(["x", "y"])),
+                available=bool(rng.random() < 0.7),
+                vis_roles=tuple(r for r in roles if rng.random() < 0.3),
+                vis_users=tuple(u for u in users if rng.random() < 0.2),
+            )
+        )
     store.upsert(tenant, objects)
     for trial in range(12):
         caller_roles = tuple(r for r in roles if rng.random() < 0.4)
         caller = str(rng.choice(users)) if rng.random() < 0.5 else None
-        filters = SearchFilters(kind=str(rng.choice(["tool", "skill"])) if trial % 3 else None,
-                                only_available=bool(trial % 2),
-                                caller=Caller.of(caller_roles, caller))
+        filters = SearchFilters(
+            kind=str(rng.choice(["tool", "skill"])) if trial % 3 else None,
+            only_available=bool(trial % 2),
+            caller=Caller.of(caller_roles, caller),
+        )
         admitted = {o.id for o in objects if filters.admits(o)}
         for alpha in (1.0, 0.5):
-            hits = store.search(tenant, "word1 common", rng.normal(size=DIM), 50, alpha=alpha,
-                                filters=filters)
+            hits = store.search(
+                tenant, "word1 common", rng.normal(size=DIM), 50, alpha=alpha, filters=filters
+            )
             assert set(ids(hits)) <= admitted
             if alpha == 1.0:  # the vector side ranks every admitted object
                 assert set(ids(hits)) == admitted
@@ -316,29 +368,35 @@ def test_random_catalogs_never_leak(store: VectorStore, tenant: str) -> None:
 
 
 def test_alpha_one_ranks_by_vector(store: VectorStore, tenant: str) -> None:
-    store.upsert(tenant, [obj("tool:x", vec(1, 0, 0)), obj("tool:y", vec(0.6, 0.8, 0)),
-                          obj("tool:z", vec(0, 0, 1))])
+    store.upsert(
+        tenant,
+        [obj("tool:x", vec(1, 0, 0)), obj("tool:y", vec(0.6, 0.8, 0)), obj("tool:z", vec(0, 0, 1))],
+    )
 
     hits = search(store, tenant, vector=vec(1, 0.1, 0), query="tool z", alpha=1.0)
 
     assert ids(hits) == ["tool:x", "tool:y", "tool:z"]
 
 
-def test_alpha_zero_ranks_by_keywords_and_drops_non_matches(store: VectorStore,
-                                                             tenant: str) -> None:
-    store.upsert(tenant, [obj("tool:x", vec(1, 0), text="invoice payment refund"),
-                          obj("tool:y", vec(0, 1), text="refund refund refund ledger"),
-                          obj("tool:z", vec(1, 0.1), text="weather forecast")])
+def test_alpha_zero_ranks_by_keywords_and_drops_non_matches(
+    store: VectorStore, tenant: str
+) -> None:
+    store.upsert(
+        tenant,
+        [
+            obj("tool:x", vec(1, 0), text="invoice payment refund"),
+            obj("tool:y", vec(0, 1), text="refund refund refund ledger"),
+            obj("tool:z", vec(1, 0.1), text="weather forecast"),
+        ],
+    )
 
     hits = search(store, tenant, vector=vec(1, 0), query="refund", alpha=0.0)
 
     assert ids(hits) == ["tool:y", "tool:x"]
 
 
-def test_scores_are_fused_between_zero_and_one_best_first(store: VectorStore,
-                                                          tenant: str) -> None:
-    store.upsert(tenant, [obj(f"tool:{i}", vec(1, i / 4), text=f"alpha beta{i}")
-                          for i in range(6)])
+def test_scores_are_fused_between_zero_and_one_best_first(store: VectorStore, tenant: str) -> None:
+    store.upsert(tenant, [obj(f"tool:{i}", vec(1, i / 4), text=f"alpha beta{i}") for i in range(6)])
 
     hits = search(store, tenant, vector=vec(1, 0), query="beta3", alpha=0.5)
 
@@ -379,14 +437,25 @@ def test_relative_score_fusion_is_weaviates_definition() -> None:
 
 
 def test_objects_from_capabilities_carry_their_visibility() -> None:
-    base = Capability(id="tool:x", kind="tool", name="x", description="Does x.",
-                      category="ops", tags=("t",), available=False)
+    base = Capability(
+        id="tool:x",
+        kind="tool",
+        name="x",
+        description="Does x.",
+        category="ops",
+        tags=("t",),
+        available=False,
+    )
     restricted = base.with_changes(visibility=Visibility(("ops",), ("alice",)))
 
     stored = StoredObject.from_capability(base, [1.0, 0.0])
     assert stored.visibility == Visibility() and stored.visibility.open
     assert (stored.kind, stored.category, stored.tags, stored.available) == (
-        "tool", "ops", ("t",), False)
+        "tool",
+        "ops",
+        ("t",),
+        False,
+    )
     assert "Does x." in stored.text
     stored = StoredObject.from_capability(restricted, [1.0, 0.0])
     assert (stored.vis_roles, stored.vis_users) == (("ops",), ("alice",))
@@ -403,9 +472,16 @@ ROLE_SETS = [(), ("a",), ("b",), ("a", "b")]
 USER_SETS = [(), ("u",), ("u", "v")]
 CALLERS = [Caller.of(roles, user) for roles in ROLE_SETS for user in (None, "u", "w")]
 #: One capability per visibility: open, per role set, per user set, and both.
-GRID = [Capability(id=f"tool:v{i}", kind="tool", name=f"v{i}", description="d",
-                   visibility=Visibility(roles, users))
-        for i, (roles, users) in enumerate(itertools.product(ROLE_SETS, USER_SETS))]
+GRID = [
+    Capability(
+        id=f"tool:v{i}",
+        kind="tool",
+        name=f"v{i}",
+        description="d",
+        visibility=Visibility(roles, users),
+    )
+    for i, (roles, users) in enumerate(itertools.product(ROLE_SETS, USER_SETS))
+]
 
 
 def index_mask(capabilities: list[Capability], filters: SearchFilters) -> list[bool]:
@@ -417,16 +493,19 @@ def index_mask(capabilities: list[Capability], filters: SearchFilters) -> list[b
 def weaviate_matches(capabilities: list[Capability], filters: SearchFilters) -> list[bool]:
     """Whether the filter the Weaviate adapter sends for ``filters``, in its wire form, matches
     each capability's stored properties (evaluated as the fake Weaviate evaluates it)."""
-    pytest.importorskip("weaviate", reason="needs weaviate-client: pip install "
-                                           "'capdisc[weaviate]'")
+    pytest.importorskip("weaviate", reason="needs weaviate-client: pip install 'capdisc[weaviate]'")
     import fake_weaviate
     from weaviate.collections.filters import _FilterToGRPC
 
     from capdisc.vectorstores.weaviate import object_properties, query_filter
 
     sent = _FilterToGRPC.convert(query_filter(filters))
-    rows = [fake_weaviate.StoredRow(c.id, object_properties(StoredObject.from_capability(
-        c, vec(1.0))), {}) for c in capabilities]
+    rows = [
+        fake_weaviate.StoredRow(
+            c.id, object_properties(StoredObject.from_capability(c, vec(1.0))), {}
+        )
+        for c in capabilities
+    ]
     return [fake_weaviate.matches(sent, row) for row in rows]
 
 
@@ -456,34 +535,55 @@ def test_a_capability_and_its_stored_object_are_admitted_alike() -> None:
 KINDS: list[Kind] = ["tool", "skill"]
 WORDS = ["a", "b", "c"]
 IDS = [f"tool:c{i}" for i in range(8)]
-catalogs = st.lists(st.tuples(
-    st.sampled_from(KINDS), st.sampled_from(["x", "y"]),
-    st.lists(st.sampled_from(WORDS), max_size=2, unique=True), st.booleans(),
-    st.lists(st.sampled_from(["a", "b"]), max_size=2, unique=True),
-    st.lists(st.sampled_from(["u", "v"]), max_size=1, unique=True),
-), min_size=1, max_size=len(IDS))
+catalogs = st.lists(
+    st.tuples(
+        st.sampled_from(KINDS),
+        st.sampled_from(["x", "y"]),
+        st.lists(st.sampled_from(WORDS), max_size=2, unique=True),
+        st.booleans(),
+        st.lists(st.sampled_from(["a", "b"]), max_size=2, unique=True),
+        st.lists(st.sampled_from(["u", "v"]), max_size=1, unique=True),
+    ),
+    min_size=1,
+    max_size=len(IDS),
+)
 search_filters = st.builds(
     SearchFilters,
     kind=st.one_of(st.none(), st.sampled_from(KINDS)),
     category=st.one_of(st.none(), st.sampled_from(["x", "y"])),
     tags=st.lists(st.sampled_from(WORDS), max_size=2, unique=True).map(tuple),
-    only_available=st.booleans(), only_installable=st.booleans(),
+    only_available=st.booleans(),
+    only_installable=st.booleans(),
     exclude_ids=st.frozensets(st.sampled_from([*IDS, "tool:gone"]), max_size=3),
-    include_ids=st.one_of(st.none(), st.frozensets(st.sampled_from([*IDS, "tool:gone"]),
-                                                   max_size=4)),
-    caller=st.builds(Caller.of, st.lists(st.sampled_from(["a", "b", "c"]), max_size=2),
-                     st.one_of(st.none(), st.sampled_from(["u", "v", "w"]))))
+    include_ids=st.one_of(
+        st.none(), st.frozensets(st.sampled_from([*IDS, "tool:gone"]), max_size=4)
+    ),
+    caller=st.builds(
+        Caller.of,
+        st.lists(st.sampled_from(["a", "b", "c"]), max_size=2),
+        st.one_of(st.none(), st.sampled_from(["u", "v", "w"])),
+    ),
+)
 
 
 @settings(max_examples=300, deadline=None)
 @given(catalogs, search_filters)
 def test_both_renderings_admit_what_the_filters_admit(
-        rows: list[tuple[Kind, str, list[str], bool, list[str], list[str]]],
-        filters: SearchFilters) -> None:
-    capabilities = [Capability(id=IDS[i], kind=kind, name=f"c{i}", description="d",
-                               category=category, tags=tuple(tags), available=available,
-                               visibility=Visibility(tuple(roles), tuple(users)))
-                    for i, (kind, category, tags, available, roles, users) in enumerate(rows)]
+    rows: list[tuple[Kind, str, list[str], bool, list[str], list[str]]], filters: SearchFilters
+) -> None:
+    capabilities = [
+        Capability(
+            id=IDS[i],
+            kind=kind,
+            name=f"c{i}",
+            description="d",
+            category=category,
+            tags=tuple(tags),
+            available=available,
+            visibility=Visibility(tuple(roles), tuple(users)),
+        )
+        for i, (kind, category, tags, available, roles, users) in enumerate(rows)
+    ]
     expected = [filters.admits(c) for c in capabilities]
 
     assert index_mask(capabilities, filters) == expected

@@ -28,10 +28,10 @@ from capdisc.settings import Settings
 from capdisc.vectorstores.port import StoredObject
 from capdisc.vectorstores.weaviate import WeaviateStoreSettings, WeaviateVectorStore, object_uuid
 
-pytest.importorskip("weaviate", reason="the Weaviate adapter needs weaviate-client "
-                                        "(pip install 'capdisc[weaviate]')")
-
-
+pytest.importorskip(
+    "weaviate",
+    reason="the Weaviate adapter needs weaviate-client (pip install 'capdisc[weaviate]')",
+)
 
 
 import fake_weaviate
@@ -46,9 +46,14 @@ def fake() -> Iterator[Fake]:
 
 
 def make_store(fake: Fake, **changes: Any) -> WeaviateVectorStore:
-    values: dict[str, Any] = {"url": fake.url, "grpc_port": fake.grpc_port,
-                              "timeout_init_s": 2.0, "timeout_query_s": 2.0,
-                              "timeout_insert_s": 2.0, "retry_delay_s": 0.0}
+    values: dict[str, Any] = {
+        "url": fake.url,
+        "grpc_port": fake.grpc_port,
+        "timeout_init_s": 2.0,
+        "timeout_query_s": 2.0,
+        "timeout_insert_s": 2.0,
+        "retry_delay_s": 0.0,
+    }
     values.update(changes)
     return WeaviateVectorStore(WeaviateStoreSettings(**values))
 
@@ -86,43 +91,65 @@ def test_nothing_connects_until_first_use(fake: Fake) -> None:
 
 
 def test_the_collection_is_multi_tenant_without_auto_creation_with_one_named_vector(
-        fake: Fake, store: WeaviateVectorStore) -> None:
+    fake: Fake, store: WeaviateVectorStore
+) -> None:
     store.ensure_tenant("acme")
 
     [create] = fake.rest("POST", "/v1/schema")[:1]
     body = create.body
     assert body["class"] == "Capability"
-    assert body["multiTenancyConfig"] == {"enabled": True, "autoTenantCreation": False,
-                                          "autoTenantActivation": True}
-    assert body["vectorConfig"] == {"capability": {
-        "vectorizer": {"none": {}}, "vectorIndexType": "hnsw",
-        "vectorIndexConfig": {"distance": "cosine"}}}
+    assert body["multiTenancyConfig"] == {
+        "enabled": True,
+        "autoTenantCreation": False,
+        "autoTenantActivation": True,
+    }
+    assert body["vectorConfig"] == {
+        "capability": {
+            "vectorizer": {"none": {}},
+            "vectorIndexType": "hnsw",
+            "vectorIndexConfig": {"distance": "cosine"},
+        }
+    }
     assert "vectorizer" not in body and "vectorIndexConfig" not in body  # no unnamed vector
     props = {p["name"]: p for p in body["properties"]}
     assert {n: p["dataType"] for n, p in props.items()} == {
-        "capability_id": ["text"], "kind": ["text"], "category": ["text"],
-        "tags": ["text[]"], "vis_roles": ["text[]"], "vis_users": ["text[]"],
-        "available": ["boolean"], "vis_open": ["boolean"], "text": ["text"]}
+        "capability_id": ["text"],
+        "kind": ["text"],
+        "category": ["text"],
+        "tags": ["text[]"],
+        "vis_roles": ["text[]"],
+        "vis_users": ["text[]"],
+        "available": ["boolean"],
+        "vis_open": ["boolean"],
+        "text": ["text"],
+    }
     for name in ("capability_id", "kind", "category", "tags", "vis_roles", "vis_users"):
-        assert (props[name]["tokenization"], props[name]["indexFilterable"],
-                props[name]["indexSearchable"]) == ("field", True, False), name
+        assert (
+            props[name]["tokenization"],
+            props[name]["indexFilterable"],
+            props[name]["indexSearchable"],
+        ) == ("field", True, False), name
     assert (props["text"]["tokenization"], props["text"]["indexSearchable"]) == ("word", True)
 
 
-def test_tenants_are_created_explicitly_by_name_once(fake: Fake,
-                                                     store: WeaviateVectorStore) -> None:
+def test_tenants_are_created_explicitly_by_name_once(
+    fake: Fake, store: WeaviateVectorStore
+) -> None:
     store.ensure_tenant("acme")
     store.ensure_tenant("acme")
     store.ensure_tenant("globex")
 
     created = [c.body for c in fake.rest("POST", "/v1/schema/Capability/tenants")]
-    assert created == [[{"name": "acme", "activityStatus": "HOT"}],
-                       [{"name": "globex", "activityStatus": "HOT"}]]
+    assert created == [
+        [{"name": "acme", "activityStatus": "HOT"}],
+        [{"name": "globex", "activityStatus": "HOT"}],
+    ]
     assert fake.state.tenants["Capability"] == {"acme", "globex"}
 
 
-def test_another_process_reuses_the_collection_and_tenant(fake: Fake,
-                                                          store: WeaviateVectorStore) -> None:
+def test_another_process_reuses_the_collection_and_tenant(
+    fake: Fake, store: WeaviateVectorStore
+) -> None:
     store.ensure_tenant("acme")
     second = make_store(fake)
 
@@ -133,19 +160,31 @@ def test_another_process_reuses_the_collection_and_tenant(fake: Fake,
     second.close()
 
 
-@pytest.mark.parametrize(("tenancy", "vector", "problem"), [
-    ({"enabled": False}, "capability", "multi-tenancy is off"),
-    ({"enabled": True, "autoTenantCreation": True}, "capability",
-     "automatic tenant creation is on"),
-    ({"enabled": True}, "other", "no named vector 'capability'"),
-])
+@pytest.mark.parametrize(
+    ("tenancy", "vector", "problem"),
+    [
+        ({"enabled": False}, "capability", "multi-tenancy is off"),
+        (
+            {"enabled": True, "autoTenantCreation": True},
+            "capability",
+            "automatic tenant creation is on",
+        ),
+        ({"enabled": True}, "other", "no named vector 'capability'"),
+    ],
+)
 def test_an_existing_collection_that_does_not_fit_is_refused(
-        fake: Fake, store: WeaviateVectorStore, tenancy: dict[str, bool], vector: str,
-        problem: str) -> None:
-    fake.handle_rest("POST", "/v1/schema", {
-        "class": "Capability", "multiTenancyConfig": tenancy,
-        "vectorConfig": {vector: {"vectorizer": {"none": {}}}},
-        "properties": [{"name": "text", "dataType": ["text"]}]})
+    fake: Fake, store: WeaviateVectorStore, tenancy: dict[str, bool], vector: str, problem: str
+) -> None:
+    fake.handle_rest(
+        "POST",
+        "/v1/schema",
+        {
+            "class": "Capability",
+            "multiTenancyConfig": tenancy,
+            "vectorConfig": {vector: {"vectorizer": {"none": {}}}},
+            "properties": [{"name": "text", "dataType": ["text"]}],
+        },
+    )
 
     with pytest.raises(VectorStoreError) as info:
         store.ensure_tenant("acme")
@@ -158,12 +197,27 @@ def test_an_existing_collection_that_does_not_fit_is_refused(
 
 
 def test_batches_carry_vectors_uuid5_ids_tenant_and_properties(
-        fake: Fake, store: WeaviateVectorStore) -> None:
+    fake: Fake, store: WeaviateVectorStore
+) -> None:
     store.ensure_tenant("acme")
-    report = store.upsert("acme", [
-        obj("tool:a", 0.25, 0.5, 1.0, text="post to slack", kind="tool", category="chat",
-            tags=("slack", "messaging"), available=False, vis_roles=("ops",),
-            vis_users=("alice", "bob"))])
+    report = store.upsert(
+        "acme",
+        [
+            obj(
+                "tool:a",
+                0.25,
+                0.5,
+                1.0,
+                text="post to slack",
+                kind="tool",
+                category="chat",
+                tags=("slack", "messaging"),
+                available=False,
+                vis_roles=("ops",),
+                vis_users=("alice", "bob"),
+            )
+        ],
+    )
 
     assert report.ok and report.written == ("tool:a",)
     [request] = fake.requests("BatchObjects")
@@ -172,13 +226,21 @@ def test_batches_carry_vectors_uuid5_ids_tenant_and_properties(
     assert sent.uuid == str(uuid.uuid5(uuid.NAMESPACE_DNS, "acme/tool:a"))
     assert fake_weaviate.decode_vectors(sent) == {"capability": [0.25, 0.5, 1.0]}
     assert fake_weaviate.decode_properties(sent.properties) == {
-        "capability_id": "tool:a", "text": "post to slack", "kind": "tool",
-        "category": "chat", "tags": ["slack", "messaging"], "available": False,
-        "vis_open": False, "vis_roles": ["ops"], "vis_users": ["alice", "bob"]}
+        "capability_id": "tool:a",
+        "text": "post to slack",
+        "kind": "tool",
+        "category": "chat",
+        "tags": ["slack", "messaging"],
+        "available": False,
+        "vis_open": False,
+        "vis_roles": ["ops"],
+        "vis_users": ["alice", "bob"],
+    }
 
 
 def test_ids_are_deterministic_per_tenant_so_rewrites_replace(
-        fake: Fake, store: WeaviateVectorStore) -> None:
+    fake: Fake, store: WeaviateVectorStore
+) -> None:
     for tenant in ("acme", "globex"):
         store.ensure_tenant(tenant)
     store.upsert("acme", [obj("tool:a")])
@@ -216,20 +278,21 @@ def test_a_refused_object_is_sent_once_more(fake: Fake, store: WeaviateVectorSto
 
 
 def test_objects_refused_twice_are_reported_with_the_servers_reason(
-        fake: Fake, store: WeaviateVectorStore) -> None:
+    fake: Fake, store: WeaviateVectorStore
+) -> None:
     store.ensure_tenant("acme")
     fake.reject(object_uuid("acme", "tool:c"), "vector lengths don't match", times=2)
 
     report = store.upsert("acme", [obj("tool:a"), obj("tool:c")])
 
     assert report.written == ("tool:a",) and report.retried == 1
-    assert [(f.id, f.reason) for f in report.failed] == [("tool:c",
-                                                          "vector lengths don't match")]
+    assert [(f.id, f.reason) for f in report.failed] == [("tool:c", "vector lengths don't match")]
     assert len(fake.requests("BatchObjects")) == 2  # one retry, not more
 
 
 def test_a_batch_refused_entirely_is_reported_per_object(
-        fake: Fake, store: WeaviateVectorStore) -> None:
+    fake: Fake, store: WeaviateVectorStore
+) -> None:
     store.ensure_tenant("acme")
     for key in ("tool:a", "tool:b"):
         fake.reject(object_uuid("acme", key), "disk full", times=2)
@@ -237,12 +300,13 @@ def test_a_batch_refused_entirely_is_reported_per_object(
     report = store.upsert("acme", [obj("tool:a"), obj("tool:b")])
 
     assert report.written == () and report.retried == 2
-    assert [(f.id, f.reason) for f in report.failed] == [("tool:a", "disk full"),
-                                                         ("tool:b", "disk full")]
+    assert [(f.id, f.reason) for f in report.failed] == [
+        ("tool:a", "disk full"),
+        ("tool:b", "disk full"),
+    ]
 
 
-def test_deletes_name_the_uuid5_ids_in_the_tenant(fake: Fake,
-                                                  store: WeaviateVectorStore) -> None:
+def test_deletes_name_the_uuid5_ids_in_the_tenant(fake: Fake, store: WeaviateVectorStore) -> None:
     store.ensure_tenant("acme")
     store.upsert("acme", [obj("tool:a"), obj("tool:b")])
 
@@ -250,8 +314,11 @@ def test_deletes_name_the_uuid5_ids_in_the_tenant(fake: Fake,
 
     [request] = fake.requests("BatchDelete")
     assert (request.collection, request.tenant) == ("Capability", "acme")
-    assert readable(request.filters) == ("CONTAINS_ANY", "_id", sorted(
-        [object_uuid("acme", "tool:a"), object_uuid("acme", "tool:x")]))
+    assert readable(request.filters) == (
+        "CONTAINS_ANY",
+        "_id",
+        sorted([object_uuid("acme", "tool:a"), object_uuid("acme", "tool:x")]),
+    )
 
 
 def test_count_aggregates_over_the_tenant(fake: Fake, store: WeaviateVectorStore) -> None:
@@ -262,7 +329,10 @@ def test_count_aggregates_over_the_tenant(fake: Fake, store: WeaviateVectorStore
 
     [request] = fake.requests("Aggregate")
     assert (request.collection, request.tenant, request.objects_count) == (
-        "Capability", "acme", True)
+        "Capability",
+        "acme",
+        True,
+    )
 
 
 # -- queries ---------------------------------------------------------------------------------------
@@ -274,16 +344,20 @@ def test_hybrid_queries_send_our_vector_alpha_fusion_target_and_filters(server: 
     store = make_store(fake)
     try:
         store.ensure_tenant("acme")
-        store.upsert("acme", [obj("tool:a", text="slack", category="chat",
-                                 tags=("slack", "chat"))])
-        filters = SearchFilters(kind="tool", category="chat", tags=("slack", "chat"),
-                                only_available=True,
-                                include_ids=frozenset({"tool:a", "tool:b"}),
-                                exclude_ids=frozenset({"tool:b", "tool:z"}),
-                                caller=Caller.of(["ops", "admin"], "alice"))
+        store.upsert("acme", [obj("tool:a", text="slack", category="chat", tags=("slack", "chat"))])
+        filters = SearchFilters(
+            kind="tool",
+            category="chat",
+            tags=("slack", "chat"),
+            only_available=True,
+            include_ids=frozenset({"tool:a", "tool:b"}),
+            exclude_ids=frozenset({"tool:b", "tool:z"}),
+            caller=Caller.of(["ops", "admin"], "alice"),
+        )
 
-        hits = store.search("acme", "post to slack", np.array([0.5, 0.25, 1.0]), 7,
-                            alpha=0.3, filters=filters)
+        hits = store.search(
+            "acme", "post to slack", np.array([0.5, 0.25, 1.0]), 7, alpha=0.3, filters=filters
+        )
 
         [request] = fake.requests("Search")
     finally:
@@ -301,22 +375,31 @@ def test_hybrid_queries_send_our_vector_alpha_fusion_target_and_filters(server: 
     assert hybrid.fusion_type == base_search_pb2.Hybrid.FUSION_TYPE_RELATIVE_SCORE
     assert list(request.properties.non_ref_properties) == ["capability_id"]
     assert request.metadata.score
-    assert readable(request.filters) == ("AND", [
-        ("OR", [("EQUAL", "vis_open", [True]),
-                ("CONTAINS_ANY", "vis_roles", ["admin", "ops"]),
-                ("CONTAINS_ANY", "vis_users", ["alice"])]),
-        ("EQUAL", "kind", ["tool"]),
-        ("EQUAL", "category", ["chat"]),
-        ("CONTAINS_ALL", "tags", ["chat", "slack"]),
-        ("EQUAL", "available", [True]),
-        ("CONTAINS_ANY", "capability_id", ["tool:a"]),
-        ("NOT_EQUAL", "capability_id", ["tool:b"]),
-        ("NOT_EQUAL", "capability_id", ["tool:z"]),
-    ])
+    assert readable(request.filters) == (
+        "AND",
+        [
+            (
+                "OR",
+                [
+                    ("EQUAL", "vis_open", [True]),
+                    ("CONTAINS_ANY", "vis_roles", ["admin", "ops"]),
+                    ("CONTAINS_ANY", "vis_users", ["alice"]),
+                ],
+            ),
+            ("EQUAL", "kind", ["tool"]),
+            ("EQUAL", "category", ["chat"]),
+            ("CONTAINS_ALL", "tags", ["chat", "slack"]),
+            ("EQUAL", "available", [True]),
+            ("CONTAINS_ANY", "capability_id", ["tool:a"]),
+            ("NOT_EQUAL", "capability_id", ["tool:b"]),
+            ("NOT_EQUAL", "capability_id", ["tool:z"]),
+        ],
+    )
 
 
 def test_a_caller_without_roles_or_user_sees_only_open_capabilities(
-        fake: Fake, store: WeaviateVectorStore) -> None:
+    fake: Fake, store: WeaviateVectorStore
+) -> None:
     store.ensure_tenant("acme")
     store.upsert("acme", [obj("tool:open"), obj("tool:closed", vis_roles=("ops",))])
 
@@ -328,21 +411,23 @@ def test_a_caller_without_roles_or_user_sees_only_open_capabilities(
     assert [h.id for h in hits] == ["tool:open"]
 
 
-def test_an_empty_allowlist_answers_without_a_query(fake: Fake,
-                                                    store: WeaviateVectorStore) -> None:
+def test_an_empty_allowlist_answers_without_a_query(fake: Fake, store: WeaviateVectorStore) -> None:
     store.ensure_tenant("acme")
 
-    hits = store.search("acme", "x", [1.0, 0.0, 0.0], 5, alpha=0.5,
-                        filters=SearchFilters(include_ids=frozenset()))
+    hits = store.search(
+        "acme", "x", [1.0, 0.0, 0.0], 5, alpha=0.5, filters=SearchFilters(include_ids=frozenset())
+    )
 
     assert hits == [] and fake.requests("Search") == []
 
 
 def test_results_come_back_best_first_with_the_servers_scores(
-        fake: Fake, store: WeaviateVectorStore) -> None:
+    fake: Fake, store: WeaviateVectorStore
+) -> None:
     store.ensure_tenant("acme")
-    store.upsert("acme", [obj("tool:x", 1, 0, 0), obj("tool:y", 0.6, 0.8, 0),
-                          obj("tool:z", 0, 0, 1)])
+    store.upsert(
+        "acme", [obj("tool:x", 1, 0, 0), obj("tool:y", 0.6, 0.8, 0), obj("tool:z", 0, 0, 1)]
+    )
 
     hits = store.search("acme", "", [1.0, 0.1, 0.0], 2, alpha=1.0, filters=NO_FILTERS)
 
@@ -392,8 +477,9 @@ def test_a_rest_timeout_is_an_error_naming_the_timeout(fake: Fake) -> None:
     store.close()
 
 
-def test_an_unknown_tenant_is_an_unknown_tenant_error(fake: Fake,
-                                                      store: WeaviateVectorStore) -> None:
+def test_an_unknown_tenant_is_an_unknown_tenant_error(
+    fake: Fake, store: WeaviateVectorStore
+) -> None:
     store.ensure_tenant("acme")
 
     with pytest.raises(UnknownTenantError, match="'globex'"):
@@ -402,7 +488,8 @@ def test_an_unknown_tenant_is_an_unknown_tenant_error(fake: Fake,
 
 
 def test_a_tenant_removed_on_the_server_is_an_unknown_tenant_error(
-        fake: Fake, store: WeaviateVectorStore) -> None:
+    fake: Fake, store: WeaviateVectorStore
+) -> None:
     store.ensure_tenant("acme")
     store.count("acme")
     fake.state.tenants["Capability"].discard("acme")
@@ -419,8 +506,11 @@ def free_port() -> int:
 
 
 def test_an_unreachable_server_names_the_url_setting() -> None:
-    store = WeaviateVectorStore(WeaviateStoreSettings(
-        url=f"http://127.0.0.1:{free_port()}", grpc_port=free_port(), timeout_init_s=1))
+    store = WeaviateVectorStore(
+        WeaviateStoreSettings(
+            url=f"http://127.0.0.1:{free_port()}", grpc_port=free_port(), timeout_init_s=1
+        )
+    )
 
     with pytest.raises(VectorStoreError, match="CAPDISC_WEAVIATE_URL"):
         store.ensure_tenant("acme")
@@ -466,8 +556,9 @@ def test_init_checks_stay_on_loopback(fake: Fake, store: WeaviateVectorStore) ->
     assert paths[:2] == ["/v1/meta", "/v1/.well-known/live"]  # no OIDC, no PyPI lookup
 
 
-def test_a_forked_child_builds_its_own_client(fake: Fake, store: WeaviateVectorStore,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_forked_child_builds_its_own_client(
+    fake: Fake, store: WeaviateVectorStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store.ensure_tenant("acme")
     parent = store._client
     meta_calls = len(fake.rest("GET", "/v1/meta"))
@@ -482,8 +573,9 @@ def test_a_forked_child_builds_its_own_client(fake: Fake, store: WeaviateVectorS
     parent.close()
 
 
-def test_close_closes_and_the_store_reconnects_on_next_use(fake: Fake,
-                                                          store: WeaviateVectorStore) -> None:
+def test_close_closes_and_the_store_reconnects_on_next_use(
+    fake: Fake, store: WeaviateVectorStore
+) -> None:
     store.ensure_tenant("acme")
     client = store._client
 
@@ -495,20 +587,28 @@ def test_close_closes_and_the_store_reconnects_on_next_use(fake: Fake,
 
 
 def test_settings_come_from_capdisc_environment_variables() -> None:
-    settings = Settings.load(environ={
-        "CAPDISC_WEAVIATE_URL": "https://weaviate.internal:8443",
-        "CAPDISC_WEAVIATE_GRPC_PORT": "50052", "CAPDISC_WEAVIATE_API_KEY": "k",
-        "CAPDISC_WEAVIATE_COLLECTION": "Capability2", "CAPDISC_WEAVIATE_TIMEOUT_QUERY_S": "3"})
+    settings = Settings.load(
+        environ={
+            "CAPDISC_WEAVIATE_URL": "https://weaviate.internal:8443",
+            "CAPDISC_WEAVIATE_GRPC_PORT": "50052",
+            "CAPDISC_WEAVIATE_API_KEY": "k",
+            "CAPDISC_WEAVIATE_COLLECTION": "Capability2",
+            "CAPDISC_WEAVIATE_TIMEOUT_QUERY_S": "3",
+        }
+    )
 
     store_settings = weaviate_settings(settings)
 
-    assert (store_settings.url, store_settings.grpc_port, store_settings.api_key,
-            store_settings.collection, store_settings.timeout_query_s) == (
-        "https://weaviate.internal:8443", 50052, "k", "Capability2", 3.0)
+    assert (
+        store_settings.url,
+        store_settings.grpc_port,
+        store_settings.api_key,
+        store_settings.collection,
+        store_settings.timeout_query_s,
+    ) == ("https://weaviate.internal:8443", 50052, "k", "Capability2", 3.0)
     assert "CAPDISC_WEAVIATE_API_KEY" not in repr(settings) and "'k'" not in repr(settings)
 
 
 def test_no_url_is_a_clear_error() -> None:
     with pytest.raises(VectorStoreError, match="CAPDISC_WEAVIATE_URL"):
         weaviate_settings(Settings.load(environ={}))
-

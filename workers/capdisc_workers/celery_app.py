@@ -74,6 +74,8 @@ def _setup_logging(**_: Any) -> None:
     configure_logging(resources.settings.log_level, resources.settings.log_format)
     if not resources.gate.enabled:
         structlog.get_logger("capdisc.indexing").warning(
-            "auth_off", hint="events are applied whoever sent them: anyone who can reach Redis "
+            "auth_off",
+            hint="events are applied whoever sent them: anyone who can reach Redis "
             "can write the registry; set CAPDISC_AUTH=on and CAPDISC_AUTH_KEYS_FILE outside "
-            "development")
+            "development",
+        )

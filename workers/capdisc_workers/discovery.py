@@ -156,8 +156,9 @@ class DiscoveryWorker:
         self.changes_id = "0-0"
         #: Whether each loop reaches Redis (one log line when it goes, one when it is back).
         self.health = RedisHealth(log)
-        self.requests = RequestStream(connection, self.worker_id, settings.claim_idle_ms,
-                                      settings.reply_ttl_s)
+        self.requests = RequestStream(
+            connection, self.worker_id, settings.claim_idle_ms, settings.reply_ttl_s
+        )
         #: Outcomes read and answered whose settling an outage interrupted: settled first.
         self._unsettled: list[Outcome] = []
         self._last_claim = 0.0
@@ -180,12 +181,19 @@ class DiscoveryWorker:
 
     def _add_queries(self, embedder_id: str) -> CachedQueryEmbedder:
         if embedder_id not in self._queries:
-            inner = (self.embedder if embedder_id == self.embedder.id
-                     else embedder_for_id(embedder_id, self.settings))
-            shared = (RedisQueryVectors(self.redis, self.settings.query_cache_ttl_s)
-                      if self.settings.query_cache_ttl_s else None)
+            inner = (
+                self.embedder
+                if embedder_id == self.embedder.id
+                else embedder_for_id(embedder_id, self.settings)
+            )
+            shared = (
+                RedisQueryVectors(self.redis, self.settings.query_cache_ttl_s)
+                if self.settings.query_cache_ttl_s
+                else None
+            )
             self._queries[embedder_id] = CachedQueryEmbedder(
-                inner, self.settings.query_cache_size, shared)
+                inner, self.settings.query_cache_size, shared
+            )
             self._probes[embedder_id] = inner.embed(list(PROBES))  # also loads the model
         return self._queries[embedder_id]
 
@@ -205,9 +213,14 @@ class DiscoveryWorker:
         except (CapdiscError, ValueError, KeyError) as exc:
             failed_at = int(self.redis.get(keys.version(tenant)) or 0)
             self.failed[tenant] = failed_at
-            log.error("index_load_failed", tenant=tenant, index_version=failed_at,
-                      error=str(exc), hint="the tenant keeps its last good index; fix the "
-                      "cause, then publish or reindex to retry")
+            log.error(
+                "index_load_failed",
+                tenant=tenant,
+                index_version=failed_at,
+                error=str(exc),
+                hint="the tenant keeps its last good index; fix the "
+                "cause, then publish or reindex to retry",
+            )
             return None
 
     def _load(self, tenant: str) -> IndexSnapshot:
@@ -215,30 +228,50 @@ class DiscoveryWorker:
         embedder_id = embedder_id_of(snap.space)
         queries = self.queries_for(embedder_id)
         served = serving(snap.flags, self.policy(tenant, snap.policy))
-        entries = [(Capability.from_dict(r.capability), snap.vectors[cid])
-                   for cid, r in snap.records.items()
-                   if cid in snap.vectors and cid not in served.withheld]
+        entries = [
+            (Capability.from_dict(r.capability), snap.vectors[cid])
+            for cid, r in snap.records.items()
+            if cid in snap.vectors and cid not in served.withheld
+        ]
         started = time.monotonic()
-        factory = (store_retriever(self.store, tenant) if self.store is not None
-                   else hybrid_retriever)
-        index = IndexSnapshot.build(tenant, snap.version, queries.inner.dim, entries,
-                                    embedder_id, factory, probes=self._probes[embedder_id],
-                                    marks=served.marks)
+        factory = (
+            store_retriever(self.store, tenant) if self.store is not None else hybrid_retriever
+        )
+        index = IndexSnapshot.build(
+            tenant,
+            snap.version,
+            queries.inner.dim,
+            entries,
+            embedder_id,
+            factory,
+            probes=self._probes[embedder_id],
+            marks=served.marks,
+        )
         self.last_build_s = time.monotonic() - started
         self.last_build_end = time.monotonic()
         self.spaces[tenant] = snap.space
         self._swap_in(index)
         self.stale.discard(tenant)
-        log.info("index_loaded", tenant=tenant, index_version=index.version,
-                 capabilities=len(index), vector_space=snap.space,
-                 withheld=len(served.withheld), marked=len(served.marks))
+        log.info(
+            "index_loaded",
+            tenant=tenant,
+            index_version=index.version,
+            capabilities=len(index),
+            vector_space=snap.space,
+            withheld=len(served.withheld),
+            marked=len(served.marks),
+        )
         missing = sum(cid not in snap.vectors for cid in snap.records)
         if missing:
-            log.warning("capabilities_without_vectors", tenant=tenant, vector_space=snap.space,
-                        missing=missing,
-                        hint="they were indexed by another embedder or an earlier version; "
-                             f"run `capdisc reindex --all --tenant {tenant}` to embed them all "
-                             "beside the live index and swap")
+            log.warning(
+                "capabilities_without_vectors",
+                tenant=tenant,
+                vector_space=snap.space,
+                missing=missing,
+                hint="they were indexed by another embedder or an earlier version; "
+                f"run `capdisc reindex --all --tenant {tenant}` to embed them all "
+                "beside the live index and swap",
+            )
         return index
 
     def _swap_in(self, index: IndexSnapshot) -> None:
@@ -246,10 +279,17 @@ class DiscoveryWorker:
         status`` and the change-to-served benchmark read: when each worker serves what)."""
         self.indexes.put(index)
         try:
-            self.redis.xadd(keys.SERVED, {"worker": self.worker_id, "tenant": index.tenant,
-                                          "version": index.version,
-                                          "at_ms": f"{time.time() * 1000:.3f}"},
-                            maxlen=SERVED_MAXLEN, approximate=True)
+            self.redis.xadd(
+                keys.SERVED,
+                {
+                    "worker": self.worker_id,
+                    "tenant": index.tenant,
+                    "version": index.version,
+                    "at_ms": f"{time.time() * 1000:.3f}",
+                },
+                maxlen=SERVED_MAXLEN,
+                approximate=True,
+            )
         except redis.RedisError as exc:
             log.warning("served_notice_failed", error=str(exc))
 
@@ -259,8 +299,9 @@ class DiscoveryWorker:
         while not self.stop.is_set():
             try:
                 self._check_epoch(client)
-                batch: Any = client.xread({keys.CHANGES: self.changes_id}, count=1000,
-                                          block=BLOCK_MS)
+                batch: Any = client.xread(
+                    {keys.CHANGES: self.changes_id}, count=1000, block=BLOCK_MS
+                )
                 self._follow(client, _change_records(batch))
                 self.health.ok("changes")
                 backoff.reset()
@@ -278,23 +319,29 @@ class DiscoveryWorker:
         epoch = current_epoch(client)
         if epoch == self.epoch:
             return
-        log.warning("redis_data_lost", previous_epoch=self.epoch, epoch=epoch,
-                    serving=self.indexes.versions(),
-                    hint="serving the last snapshots until the registry is published again")
+        log.warning(
+            "redis_data_lost",
+            previous_epoch=self.epoch,
+            epoch=epoch,
+            serving=self.indexes.versions(),
+            hint="serving the last snapshots until the registry is published again",
+        )
         self.epoch = epoch
         self.changes_id = "0-0"
         self.stale = set(self.indexes.versions())
         self.failed.clear()
 
-    def _follow(self, client: redis.Redis, entries: list[tuple[str, dict[str, str] | None]]
-                ) -> None:
+    def _follow(
+        self, client: redis.Redis, entries: list[tuple[str, dict[str, str] | None]]
+    ) -> None:
         if entries:
             self.apply_changes(entries + self._more_changes(client, entries[-1][0]))
         else:
             self._catch_up(client)
 
-    def _more_changes(self, client: redis.Redis, after: str
-                      ) -> list[tuple[str, dict[str, str] | None]]:
+    def _more_changes(
+        self, client: redis.Redis, after: str
+    ) -> list[tuple[str, dict[str, str] | None]]:
         """During a burst, the change records that arrive within :func:`coalesce_window_s`
         of the last rebuild's cost: many events, one rebuild (at most about half the time
         spent rebuilding however fast events come)."""
@@ -302,8 +349,9 @@ class DiscoveryWorker:
         deadline = time.monotonic() + coalesce_window_s(self.last_build_s, idle_s)
         more: list[tuple[str, dict[str, str] | None]] = []
         while (remaining := deadline - time.monotonic()) > 0.001 and len(more) < 50_000:
-            batch: Any = client.xread({keys.CHANGES: after}, count=1000,
-                                      block=max(1, int(remaining * 1000)))
+            batch: Any = client.xread(
+                {keys.CHANGES: after}, count=1000, block=max(1, int(remaining * 1000))
+            )
             items = _change_records(batch)
             if not items:
                 break
@@ -324,15 +372,16 @@ class DiscoveryWorker:
 
     def _apply_tenant(self, tenant: str, changes: list[dict[str, str]]) -> None:
         if tenant in self.stale:  # being published again after Redis lost its data: the
-            return                # catch-up reloads it whole once the changes are quiet
+            return  # catch-up reloads it whole once the changes are quiet
         current = self.indexes.get(tenant)
         fresh = [c for c in changes if current is None or int(c["version"]) > current.version]
         if not fresh:
             return
         first = int(fresh[0]["version"])
         if current is None or first != current.version + 1 or not _contiguous(fresh):
-            log.info("index_gap", tenant=tenant, have=current.version if current else None,
-                     got=first)
+            log.info(
+                "index_gap", tenant=tenant, have=current.version if current else None, got=first
+            )
             self.reload(tenant)
             return
         if any(c.get("op") == "reload" for c in fresh):  # a full reindex swapped in
@@ -341,17 +390,24 @@ class DiscoveryWorker:
         ids = list(dict.fromkeys(c["id"] for c in fresh))
         space = self.spaces.get(tenant, self.space)
         upserts, deletes, marks = self._changes(
-            tenant, ids, read_delta(self.redis, tenant, ids, space))
+            tenant, ids, read_delta(self.redis, tenant, ids, space)
+        )
         version = int(fresh[-1]["version"])
         started = time.monotonic()
         self._swap_in(current.with_changes(version, upserts, deletes, marks))
         self.last_build_s = time.monotonic() - started
         self.last_build_end = time.monotonic()
-        log.info("index_updated", tenant=tenant, index_version=version, upserts=len(upserts),
-                 deletes=len(deletes))
+        log.info(
+            "index_updated",
+            tenant=tenant,
+            index_version=version,
+            upserts=len(upserts),
+            deletes=len(deletes),
+        )
 
-    def _changes(self, tenant: str, ids: list[str], delta: Delta
-                 ) -> tuple[list[tuple[Capability, bytes]], list[str], dict[str, Mark]]:
+    def _changes(
+        self, tenant: str, ids: list[str], delta: Delta
+    ) -> tuple[list[tuple[Capability, bytes]], list[str], dict[str, Mark]]:
         """The upserts (with their marks) and deletes a read of changed ``ids`` makes: a
         capability gone, or withheld by the tenant's poisoning policy, is deleted."""
         policy = self.policy(tenant, delta.policy)
@@ -376,8 +432,12 @@ class DiscoveryWorker:
         try:
             return parse_policy(stored)
         except CapdiscError as exc:
-            log.warning("poisoning_policy_unreadable", tenant=tenant, error=str(exc),
-                        hint="serving as quarantine; set it with `capdisc policy set`")
+            log.warning(
+                "poisoning_policy_unreadable",
+                tenant=tenant,
+                error=str(exc),
+                hint="serving as quarantine; set it with `capdisc policy set`",
+            )
             return "quarantine"
 
     def _catch_up(self, client: redis.Redis) -> None:
@@ -390,11 +450,13 @@ class DiscoveryWorker:
         stored = client.mget([keys.version(t) for t in tenants]) if tenants else []
         for tenant, raw in zip(tenants, stored, strict=True):
             stale = tenant in self.stale
-            if needs_reload(served.get(tenant), _version(raw), stale=stale,
-                            failed_at=self.failed.get(tenant)):
+            if needs_reload(
+                served.get(tenant), _version(raw), stale=stale, failed_at=self.failed.get(tenant)
+            ):
                 if stale:
-                    log.info("index_reload_after_data_loss", tenant=tenant,
-                             index_version=_version(raw))
+                    log.info(
+                        "index_reload_after_data_loss", tenant=tenant, index_version=_version(raw)
+                    )
                 self.reload(tenant)
 
     # -- serving -----------------------------------------------------------------------------
@@ -431,8 +493,12 @@ class DiscoveryWorker:
         to_quarantine, to_serve = self.requests.reclaim()
         if to_quarantine:
             log.warning("requests_quarantined", entries=[as_str(e[0]) for e, _n in to_quarantine])
-            self._settle([quarantined(as_str(entry_id), fields, times)
-                          for (entry_id, fields), times in to_quarantine])
+            self._settle(
+                [
+                    quarantined(as_str(entry_id), fields, times)
+                    for (entry_id, fields), times in to_quarantine
+                ]
+            )
         if to_serve:
             log.info("requests_reclaimed", count=len(to_serve))
             self._handle_batch(to_serve)
@@ -463,19 +529,27 @@ class DiscoveryWorker:
         try:
             entry = decode_entry(fields)
         except BadRequestError as exc:
-            log.warning("request_rejected", entry_id=entry_id, request_id=exc.request_id,
-                        reason=str(exc))
+            log.warning(
+                "request_rejected", entry_id=entry_id, request_id=exc.request_id, reason=str(exc)
+            )
             return rejected(entry_id, fields, exc.request_id, str(exc))
         except Exception as exc:  # a bug in the checks must not take the worker down
             log.exception("request_decode_failed", entry_id=entry_id)
-            return rejected(entry_id, fields, peek_request_id(fields),
-                            f"the discovery worker failed reading it ({type(exc).__name__}); "
-                            "the error is logged there")
+            return rejected(
+                entry_id,
+                fields,
+                peek_request_id(fields),
+                f"the discovery worker failed reading it ({type(exc).__name__}); "
+                "the error is logged there",
+            )
         if entry.expired(time.time() * 1000):
             return Outcome(entry_id)  # nobody waits for it any more
         request_id = entry.request.request_id
-        return Outcome(entry_id, request_id,
-                       answer_safely(request_id, lambda: self._handle(entry), self.worker_id))
+        return Outcome(
+            entry_id,
+            request_id,
+            answer_safely(request_id, lambda: self._handle(entry), self.worker_id),
+        )
 
     def _handle(self, entry: Entry) -> Reply:
         """The reply to one checked request, with who served it and how long it took."""
@@ -496,15 +570,26 @@ class DiscoveryWorker:
                 return self.session_op(request)
             return self.answer(request, entry.deadline_ms)
         except CapdiscError as exc:
-            log.warning("request_failed", request_id=request.request_id, tenant=request.tenant,
-                        error=exc.code, reason=str(exc))
+            log.warning(
+                "request_failed",
+                request_id=request.request_id,
+                tenant=request.tenant,
+                error=exc.code,
+                reason=str(exc),
+            )
             return ErrorReply.of(request.request_id, exc)
 
     def _refused(self, request: DiscoverRequest | SessionRequest, exc: AuthError) -> ErrorReply:
         """The reply to a request whose token proves nothing or does not allow it: the error,
         no data. The log names the token's key id and subject, never the token."""
-        log.warning("request_refused", request_id=request.request_id, tenant=request.tenant,
-                    error=exc.code, reason=exc.reason, **auth.label(request.token))
+        log.warning(
+            "request_refused",
+            request_id=request.request_id,
+            tenant=request.tenant,
+            error=exc.code,
+            reason=exc.reason,
+            **auth.label(request.token),
+        )
         return ErrorReply.of(request.request_id, exc)
 
     def session_op(self, request: SessionRequest) -> SessionReply:
@@ -517,14 +602,25 @@ class DiscoveryWorker:
         over this worker's snapshot of the tenant, its query embedder and sessions)."""
         snapshot = self._snapshot_for(request, deadline_ms)
         if snapshot is None:
-            raise UnknownTenantError(f"tenant {request.tenant!r} has no registry; publish to "
-                                     "it first (capdisc publish PATH --tenant NAME)")
+            raise UnknownTenantError(
+                f"tenant {request.tenant!r} has no registry; publish to "
+                "it first (capdisc publish PATH --tenant NAME)"
+            )
         context = service.Context(
-            snapshot, self.queries_for(snapshot.embedder_id or self.embedder.id),
-            self.settings.discovery, self.settings.sessions, self.sessions)
+            snapshot,
+            self.queries_for(snapshot.embedder_id or self.embedder.id),
+            self.settings.discovery,
+            self.settings.sessions,
+            self.sessions,
+        )
         reply = service.answer(request, context)
-        log.debug("request_served", request_id=request.request_id, tenant=request.tenant,
-                  index_version=reply.index_version, matches=len(reply.capabilities))
+        log.debug(
+            "request_served",
+            request_id=request.request_id,
+            tenant=request.tenant,
+            index_version=reply.index_version,
+            matches=len(reply.capabilities),
+        )
         return reply
 
     def _can_see(self, tenant: str, caller: Caller) -> Callable[[str], bool]:
@@ -538,8 +634,9 @@ class DiscoveryWorker:
 
         return can_see
 
-    def _snapshot_for(self, request: DiscoverRequest, deadline_ms: int | None
-                      ) -> IndexSnapshot | None:
+    def _snapshot_for(
+        self, request: DiscoverRequest, deadline_ms: int | None
+    ) -> IndexSnapshot | None:
         """The tenant's snapshot, waiting (until the request's deadline) for ``min_version``."""
         snapshot = self.indexes.get(request.tenant)
         if snapshot is not None and snapshot.version >= request.min_version:
@@ -556,8 +653,13 @@ class DiscoveryWorker:
     def heartbeat_loop(self) -> None:
         client = redis.Redis.from_url(self.settings.redis_url)
         while not self.stop.is_set():
-            info = {"kind": "discovery", "pid": os.getpid(), "host": socket.gethostname(),
-                    "embedder": self.embedder.id, "versions": self.indexes.versions()}
+            info = {
+                "kind": "discovery",
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "embedder": self.embedder.id,
+                "versions": self.indexes.versions(),
+            }
             try:
                 status.heartbeat(client, self.worker_id, info)
                 self.health.ok("heartbeat")
@@ -571,23 +673,26 @@ class DiscoveryWorker:
 
     def run(self) -> None:
         if not self.gate.enabled:
-            log.warning("auth_off", hint="requests are served as the tenant, roles and user "
-                        "they claim: anyone who can reach Redis can ask as anyone; set "
-                        "CAPDISC_AUTH=on and CAPDISC_AUTH_KEYS_FILE outside development")
+            log.warning(
+                "auth_off",
+                hint="requests are served as the tenant, roles and user "
+                "they claim: anyone who can reach Redis can ask as anyone; set "
+                "CAPDISC_AUTH=on and CAPDISC_AUTH_KEYS_FILE outside development",
+            )
         self._load_when_reachable()
-        threads = [threading.Thread(target=self.follow_changes, name="changes", daemon=True),
-                   threading.Thread(target=self.heartbeat_loop, name="heartbeat", daemon=True)]
+        threads = [
+            threading.Thread(target=self.follow_changes, name="changes", daemon=True),
+            threading.Thread(target=self.heartbeat_loop, name="heartbeat", daemon=True),
+        ]
         for thread in threads:
             thread.start()
-        log.info("discovery_worker_ready", worker=self.worker_id,
-                 versions=self.indexes.versions())
+        log.info("discovery_worker_ready", worker=self.worker_id, versions=self.indexes.versions())
         try:
             self.serve()
         finally:
             self.stop.set()
             for thread in threads:
                 thread.join(timeout=3)
-
 
     def _load_when_reachable(self) -> None:
         """:meth:`load_all`, waiting (with backoff) for a Redis that is not up yet."""
@@ -602,8 +707,7 @@ class DiscoveryWorker:
                 self.stop.wait(backoff.next())
 
 
-def needs_reload(served: int | None, stored: int, *, stale: bool, failed_at: int | None
-                 ) -> bool:
+def needs_reload(served: int | None, stored: int, *, stale: bool, failed_at: int | None) -> bool:
     """Whether the catch-up reloads a tenant whose stored version is ``stored`` and of which
     this worker serves version ``served`` (None: none yet). ``stale``: served from before Redis
     lost its data (reloaded once published again). A version whose load failed is not retried."""
@@ -628,8 +732,11 @@ def current_epoch(client: redis.Redis) -> str:
 def _change_records(batch: Any) -> list[tuple[str, dict[str, str] | None]]:
     """``(entry id, fields)`` of every record in an XREAD reply (None when it timed out);
     the fields are None for a record that cannot be read."""
-    return [(as_str(eid), _change_record(as_str(eid), fields)) for _stream, items in batch or []
-            for eid, fields in items]
+    return [
+        (as_str(eid), _change_record(as_str(eid), fields))
+        for _stream, items in batch or []
+        for eid, fields in items
+    ]
 
 
 def _change_record(entry_id: str, raw: Any) -> dict[str, str] | None:
@@ -640,11 +747,20 @@ def _change_record(entry_id: str, raw: Any) -> dict[str, str] | None:
     except (AttributeError, UnicodeDecodeError):
         fields = {}
     tenant, version = fields.get("tenant", ""), fields.get("version", "")
-    if (TENANT_RE.fullmatch(tenant) and version.isdigit() and len(version) <= 16
-            and "op" in fields and "id" in fields):
+    if (
+        TENANT_RE.fullmatch(tenant)
+        and version.isdigit()
+        and len(version) <= 16
+        and "op" in fields
+        and "id" in fields
+    ):
         return fields
-    log.warning("change_record_skipped", entry_id=entry_id, fields=repr(raw)[:200],
-                hint="not a change record the indexing workers write; skipped")
+    log.warning(
+        "change_record_skipped",
+        entry_id=entry_id,
+        fields=repr(raw)[:200],
+        hint="not a change record the indexing workers write; skipped",
+    )
     return None
 
 

@@ -25,8 +25,7 @@ from capdisc.retrieval.text import combine, embedding_texts, text_hash
 EMBED_BATCH = 64
 
 
-def stored_capabilities(client: redis.Redis, refs: Iterable[tuple[str, str]]
-                        ) -> list[Capability]:
+def stored_capabilities(client: redis.Redis, refs: Iterable[tuple[str, str]]) -> list[Capability]:
     """The stored capabilities named by ``(tenant, capability id)`` (those still stored)."""
     out = []
     for tenant, cap_id in refs:
@@ -36,8 +35,9 @@ def stored_capabilities(client: redis.Redis, refs: Iterable[tuple[str, str]]
     return out
 
 
-def vectors_for(client: redis.Redis, embedder: Embedder, capabilities: list[Capability],
-                use_cache: bool = True) -> dict[str, tuple[str, bytes]]:
+def vectors_for(
+    client: redis.Redis, embedder: Embedder, capabilities: list[Capability], use_cache: bool = True
+) -> dict[str, tuple[str, bytes]]:
     """``(content hash, stored vector)`` by capability id. Each text's embedding comes from the
     shared cache (unless ``use_cache`` is off: a reindex that must not trust it); the misses of
     the whole batch are embedded together, in chunks of ``EMBED_BATCH``, and refresh the
@@ -47,23 +47,35 @@ def vectors_for(client: redis.Redis, embedder: Embedder, capabilities: list[Capa
     texts = [embedding_texts(c) for c in capabilities]
     flat = list(dict.fromkeys(t for pair in texts for t in pair))
     digests = [text_hash(text) for text in flat]
-    cached = (client.hmget(keys.embedding_cache(embedder.id), digests) if use_cache
-              else [None] * len(flat))
-    rows = {text: np.frombuffer(raw, dtype=np.float32)
-            for text, raw in zip(flat, cached, strict=True) if isinstance(raw, bytes)}
-    missing = sorted(((text, digest) for text, digest in zip(flat, digests, strict=True)
-                      if text not in rows), key=lambda pair: len(pair[0]))  # less padding
+    cached = (
+        client.hmget(keys.embedding_cache(embedder.id), digests)
+        if use_cache
+        else [None] * len(flat)
+    )
+    rows = {
+        text: np.frombuffer(raw, dtype=np.float32)
+        for text, raw in zip(flat, cached, strict=True)
+        if isinstance(raw, bytes)
+    }
+    missing = sorted(
+        ((text, digest) for text, digest in zip(flat, digests, strict=True) if text not in rows),
+        key=lambda pair: len(pair[0]),
+    )  # less padding
     for start in range(0, len(missing), EMBED_BATCH):
-        _embed_chunk(client, embedder, missing[start:start + EMBED_BATCH], rows)
-    return {cap.id: (cap.content_hash, vector_bytes(combine(rows[full], rows[summary])))
-            for cap, (full, summary) in zip(capabilities, texts, strict=True)}
+        _embed_chunk(client, embedder, missing[start : start + EMBED_BATCH], rows)
+    return {
+        cap.id: (cap.content_hash, vector_bytes(combine(rows[full], rows[summary])))
+        for cap, (full, summary) in zip(capabilities, texts, strict=True)
+    }
 
 
-def _embed_chunk(client: redis.Redis, embedder: Embedder, chunk: list[tuple[str, str]],
-                 rows: dict[str, Vector]) -> None:
+def _embed_chunk(
+    client: redis.Redis, embedder: Embedder, chunk: list[tuple[str, str]], rows: dict[str, Vector]
+) -> None:
     """Embed ``(text, digest)`` pairs in one model call into ``rows`` and the cache."""
-    fresh = check_vectors(embedder.embed([text for text, _d in chunk]), len(chunk),
-                          embedder.dim, embedder.id)
+    fresh = check_vectors(
+        embedder.embed([text for text, _d in chunk]), len(chunk), embedder.dim, embedder.id
+    )
     with client.pipeline(transaction=False) as pipe:
         for (text, digest), vector in zip(chunk, fresh, strict=True):
             rows[text] = vector

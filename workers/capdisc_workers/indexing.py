@@ -90,17 +90,20 @@ def apply_payloads(res: Resources, task: Any, payloads: list[str]) -> list[dict[
         vectors = _vectors_needed(res, pending, space)
         for slot, _payload, event, capability in pending:
             outcomes[slot] = _apply(res, task, event, capability, vectors, space)
-        mirror(client, res.store, [(event, outcomes[slot]) for slot, _p, event, _c in pending],
-               space)
+        mirror(
+            client, res.store, [(event, outcomes[slot]) for slot, _p, event, _c in pending], space
+        )
     except EmbeddingError as exc:
         unfinished = [(p, e) for slot, p, e, _c in pending if outcomes[slot] is None]
         return [o for o in outcomes if o is not None] + _retry_or_dead_letter(
-            res, task, unfinished, exc)
+            res, task, unfinished, exc
+        )
     return [o for o in outcomes if o is not None]
 
 
-def _parse(res: Resources, task: Any, client: redis.Redis, payload: str
-           ) -> dict[str, Any] | tuple[RegistryEvent, Capability | None]:
+def _parse(
+    res: Resources, task: Any, client: redis.Redis, payload: str
+) -> dict[str, Any] | tuple[RegistryEvent, Capability | None]:
     """The event and its validated capability, or the outcome of refusing it."""
     try:
         event = RegistryEvent.decode(payload, max_bytes=res.settings.event_max_bytes)
@@ -112,8 +115,13 @@ def _parse(res: Resources, task: Any, client: redis.Redis, payload: str
         res.gate.admit_event(event)  # with auth on, its token must grant write on its tenant
         return event, _capability(event)
     except (ManifestError, AuthError) as exc:
-        log.warning("event_rejected", reason=str(exc), event_id=event.event_id,
-                    tenant=event.tenant, capability_id=event.capability_id)
+        log.warning(
+            "event_rejected",
+            reason=str(exc),
+            event_id=event.event_id,
+            tenant=event.tenant,
+            capability_id=event.capability_id,
+        )
         dead_letter(client, payload, str(exc))
         _ack(client, event, {"decision": "rejected", "reason": str(exc)})
         return {"decision": "rejected", "reason": str(exc)}
@@ -124,27 +132,38 @@ def _capability(event: RegistryEvent) -> Capability | None:
         return None
     capability = capability_from_record(event.capability, f"event {event.event_id}")
     if capability.id != event.capability_id:
-        raise ManifestError(f"event {event.event_id}", "capability_id",
-                            f"{event.capability_id!r} does not match the capability's id "
-                            f"{capability.id!r}")
+        raise ManifestError(
+            f"event {event.event_id}",
+            "capability_id",
+            f"{event.capability_id!r} does not match the capability's id {capability.id!r}",
+        )
     return capability
 
 
-def _vectors_needed(res: Resources, pending: list[_Pending], space: str
-                    ) -> dict[str, tuple[str, bytes]]:
+def _vectors_needed(
+    res: Resources, pending: list[_Pending], space: str
+) -> dict[str, tuple[str, bytes]]:
     """The vectors applying ``pending`` will store, made in one batch: the new or changed
     capabilities' (through the embedding cache) and the stored ones reindex events name (not
     trusting the cache)."""
     client, embedder = res.redis, res.embedder
-    changed = vectors_for(client, embedder,
-                          needing_vectors(client, [(e, c) for _, _, e, c in pending], space))
-    stored = stored_capabilities(client, [(e.tenant, e.capability_id) for _, _, e, _c in pending
-                                          if e.type == "reindex"])
+    changed = vectors_for(
+        client, embedder, needing_vectors(client, [(e, c) for _, _, e, c in pending], space)
+    )
+    stored = stored_capabilities(
+        client, [(e.tenant, e.capability_id) for _, _, e, _c in pending if e.type == "reindex"]
+    )
     return {**changed, **vectors_for(client, embedder, stored, use_cache=False)}
 
 
-def _apply(res: Resources, task: Any, event: RegistryEvent, capability: Capability | None,
-           vectors: dict[str, tuple[str, bytes]], space: str) -> dict[str, Any]:
+def _apply(
+    res: Resources,
+    task: Any,
+    event: RegistryEvent,
+    capability: Capability | None,
+    vectors: dict[str, tuple[str, bytes]],
+    space: str,
+) -> dict[str, Any]:
     def vector_for(cap: Capability) -> bytes:
         made = vectors.get(cap.id)
         if made is not None and made[0] == cap.content_hash:
@@ -154,32 +173,50 @@ def _apply(res: Resources, task: Any, event: RegistryEvent, capability: Capabili
         return again[cap.id][1]
 
     outcome = apply_event(res.redis, event, capability, vector_for, space)  # acks it too
-    log.info("event_applied", event_id=event.event_id, tenant=event.tenant,
-             capability_id=event.capability_id, task_id=task.request.id,
-             decision=outcome.decision, index_version=outcome.version)
+    log.info(
+        "event_applied",
+        event_id=event.event_id,
+        tenant=event.tenant,
+        capability_id=event.capability_id,
+        task_id=task.request.id,
+        decision=outcome.decision,
+        index_version=outcome.version,
+    )
     return outcome.to_dict()
 
 
-def _retry_or_dead_letter(res: Resources, task: Any,
-                          unfinished: list[tuple[str, RegistryEvent]], exc: EmbeddingError
-                          ) -> list[dict[str, Any]]:
+def _retry_or_dead_letter(
+    res: Resources, task: Any, unfinished: list[tuple[str, RegistryEvent]], exc: EmbeddingError
+) -> list[dict[str, Any]]:
     """A failed embedding (a rate limit that outlasted the provider's own retries, a broken
     answer) is retried with backoff up to ``indexing_max_attempts`` deliveries; then the events
     not yet applied go to the dead-letter stream with the reason. Nothing stored is touched."""
     attempt = task.request.retries + 1
     settings = res.settings
     if attempt < settings.indexing_max_attempts:
-        log.warning("events_retry", reason=str(exc), task_id=task.request.id, attempt=attempt,
-                    events=len(unfinished))
-        raise task.retry(exc=exc, args=[[p for p, _e in unfinished]] if task.name ==
-                         keys.TASK_APPLY_EVENTS else None,
-                         countdown=retry_delay_s(attempt, settings.indexing_retry_base_s),
-                         max_retries=settings.indexing_max_attempts - 1)
+        log.warning(
+            "events_retry",
+            reason=str(exc),
+            task_id=task.request.id,
+            attempt=attempt,
+            events=len(unfinished),
+        )
+        raise task.retry(
+            exc=exc,
+            args=[[p for p, _e in unfinished]] if task.name == keys.TASK_APPLY_EVENTS else None,
+            countdown=retry_delay_s(attempt, settings.indexing_retry_base_s),
+            max_retries=settings.indexing_max_attempts - 1,
+        )
     reason = f"embedding failed after {attempt} attempts: {exc}"
     outcomes = []
     for payload, event in unfinished:
-        log.error("event_dead_lettered", reason=reason, event_id=event.event_id,
-                  tenant=event.tenant, capability_id=event.capability_id)
+        log.error(
+            "event_dead_lettered",
+            reason=reason,
+            event_id=event.event_id,
+            tenant=event.tenant,
+            capability_id=event.capability_id,
+        )
         dead_letter(res.redis, payload, reason, attempt)
         outcome = {"decision": "dead_lettered", "reason": reason}
         _ack(res.redis, event, outcome)
@@ -189,8 +226,11 @@ def _retry_or_dead_letter(res: Resources, task: Any,
 
 def _ack(client: redis.Redis, event: RegistryEvent, outcome: dict[str, Any]) -> None:
     if event.batch_id:
-        record_ack(client, event.batch_id, {"event_id": event.event_id,
-                                            "capability_id": event.capability_id, **outcome})
+        record_ack(
+            client,
+            event.batch_id,
+            {"event_id": event.event_id, "capability_id": event.capability_id, **outcome},
+        )
 
 
 __all__ = ["Outcome", "apply_event_task", "apply_events_task", "apply_payloads"]

@@ -54,8 +54,9 @@ class Pending:
     times_delivered: int
 
 
-def triage(pending: Sequence[Pending], max_deliveries: int = MAX_DELIVERIES
-           ) -> tuple[list[str], list[str]]:
+def triage(
+    pending: Sequence[Pending], max_deliveries: int = MAX_DELIVERIES
+) -> tuple[list[str], list[str]]:
     """Entries pending past the claim idle time, split into those to quarantine (delivered
     ``max_deliveries`` times or more and never answered) and those to claim and serve."""
     quarantine = [p.entry_id for p in pending if p.times_delivered >= max_deliveries]
@@ -84,56 +85,72 @@ def answer_safely(request_id: str, answer: Callable[[], Reply], worker_id: str) 
         raise
     except Exception as exc:
         log.exception("request_failed_internally", request_id=request_id, worker=worker_id)
-        return _error(request_id, CapdiscError.code,
-                      f"discovery worker {worker_id} failed while answering this request "
-                      f"({type(exc).__name__}); the error is logged there with request id "
-                      f"{request_id}")
+        return _error(
+            request_id,
+            CapdiscError.code,
+            f"discovery worker {worker_id} failed while answering this request "
+            f"({type(exc).__name__}); the error is logged there with request id "
+            f"{request_id}",
+        )
 
 
 def _error(request_id: str, code: str, message: str) -> str:
     return json.dumps(ErrorReply(request_id, code, message).to_dict())
 
 
-def rejected(entry_id: str, fields: Mapping[Any, Any], request_id: str | None,
-             reason: str) -> Outcome:
+def rejected(
+    entry_id: str, fields: Mapping[Any, Any], request_id: str | None, reason: str
+) -> Outcome:
     """A malformed entry: an error reply naming the problem when it has a usable request id,
     else a dead letter."""
     if request_id:
-        return Outcome(entry_id, request_id,
-                       _error(request_id, BadRequestError.code, reason))
-    return Outcome(entry_id, dead_letter=(entry_text(fields),
-                                          f"discovery request refused: {reason}", 1))
+        return Outcome(entry_id, request_id, _error(request_id, BadRequestError.code, reason))
+    return Outcome(
+        entry_id, dead_letter=(entry_text(fields), f"discovery request refused: {reason}", 1)
+    )
 
 
 def quarantined(entry_id: str, fields: Mapping[Any, Any], times_delivered: int) -> Outcome:
     """An entry delivered ``times_delivered`` times and never answered: dead-lettered, and its
     client told (when its request id can be read) so it stops sending it again."""
-    reason = (f"discovery request quarantined: delivered {times_delivered} times and never "
-              "answered (it crashed or hung every discovery worker that took it)")
+    reason = (
+        f"discovery request quarantined: delivered {times_delivered} times and never "
+        "answered (it crashed or hung every discovery worker that took it)"
+    )
     request_id = peek_request_id(fields)
-    reply = (_error(request_id, QuarantinedError.code,
-                    f"{reason}; it is kept in the dead-letter stream (capdisc dlq list)")
-             if request_id else None)
+    reply = (
+        _error(
+            request_id,
+            QuarantinedError.code,
+            f"{reason}; it is kept in the dead-letter stream (capdisc dlq list)",
+        )
+        if request_id
+        else None
+    )
     return Outcome(entry_id, request_id, reply, (entry_text(fields), reason, times_delivered))
 
 
 def entry_text(fields: Mapping[Any, Any]) -> str:
     """A readable, bounded rendering of an entry's fields (bytes that are not UTF-8 escaped,
     identity tokens redacted)."""
+
     def text(value: Any) -> str:
         raw = value if isinstance(value, bytes) else str(value).encode("utf-8", "surrogatepass")
         return raw.decode("utf-8", "backslashreplace")
 
-    rendered = json.dumps({text(k): redact_tokens(text(v))[:DEAD_LETTER_CHARS]
-                           for k, v in fields.items()}, ensure_ascii=False)
+    rendered = json.dumps(
+        {text(k): redact_tokens(text(v))[:DEAD_LETTER_CHARS] for k, v in fields.items()},
+        ensure_ascii=False,
+    )
     return rendered[:DEAD_LETTER_CHARS]
 
 
 class RequestStream:
     """The requests stream seen by one consumer (worker) of the discovery group."""
 
-    def __init__(self, connection: redis.Redis, consumer: str, claim_idle_ms: int,
-                 reply_ttl_s: int) -> None:
+    def __init__(
+        self, connection: redis.Redis, consumer: str, claim_idle_ms: int, reply_ttl_s: int
+    ) -> None:
         self.redis = connection
         self.consumer = consumer
         self.claim_idle_ms = claim_idle_ms
@@ -144,24 +161,36 @@ class RequestStream:
         """New entries for this consumer (waiting up to ``block_ms``)."""
         self._ensure_group()
         try:
-            batch: Any = self.redis.xreadgroup(keys.DISCOVERY_GROUP, self.consumer,
-                                               {keys.DISCOVERY_REQUESTS: ">"}, count=BATCH,
-                                               block=block_ms)
+            batch: Any = self.redis.xreadgroup(
+                keys.DISCOVERY_GROUP,
+                self.consumer,
+                {keys.DISCOVERY_REQUESTS: ">"},
+                count=BATCH,
+                block=block_ms,
+            )
         except redis.ResponseError as exc:
             self._lost_group(exc)
             return []
-        return [(entry_id, fields) for _stream, entries in batch or []
-                for entry_id, fields in entries]
+        return [
+            (entry_id, fields) for _stream, entries in batch or [] for entry_id, fields in entries
+        ]
 
     def reclaim(self) -> tuple[list[tuple[RawEntry, int]], list[RawEntry]]:
         """Entries pending longer than ``claim_idle_ms``, claimed by this consumer: those to
         quarantine (with how often they were delivered) and those to serve again."""
         self._ensure_group()
         try:
-            pending = [Pending(as_str(p["message_id"]), int(p["times_delivered"]))
-                       for p in self.redis.xpending_range(
-                           keys.DISCOVERY_REQUESTS, keys.DISCOVERY_GROUP, min="-", max="+",
-                           count=BATCH, idle=self.claim_idle_ms)]
+            pending = [
+                Pending(as_str(p["message_id"]), int(p["times_delivered"]))
+                for p in self.redis.xpending_range(
+                    keys.DISCOVERY_REQUESTS,
+                    keys.DISCOVERY_GROUP,
+                    min="-",
+                    max="+",
+                    count=BATCH,
+                    idle=self.claim_idle_ms,
+                )
+            ]
             to_quarantine, to_claim = triage(pending)
             delivered = {p.entry_id: p.times_delivered for p in pending}
             quarantine = [(e, delivered[as_str(e[0])]) for e in self._claim(to_quarantine)]
@@ -176,8 +205,9 @@ class RequestStream:
         if not entry_ids:
             return []
         ids: list[Any] = list(entry_ids)
-        claimed: Any = self.redis.xclaim(keys.DISCOVERY_REQUESTS, keys.DISCOVERY_GROUP,
-                                         self.consumer, self.claim_idle_ms, ids)
+        claimed: Any = self.redis.xclaim(
+            keys.DISCOVERY_REQUESTS, keys.DISCOVERY_GROUP, self.consumer, self.claim_idle_ms, ids
+        )
         return [e for e in claimed if e and e[1]]
 
     def settle(self, outcomes: Sequence[Outcome]) -> None:
@@ -214,8 +244,9 @@ class RequestStream:
         if self._group_ready:
             return
         try:
-            self.redis.xgroup_create(keys.DISCOVERY_REQUESTS, keys.DISCOVERY_GROUP, id="0",
-                                     mkstream=True)
+            self.redis.xgroup_create(
+                keys.DISCOVERY_REQUESTS, keys.DISCOVERY_GROUP, id="0", mkstream=True
+            )
             log.info("request_group_created", stream=keys.DISCOVERY_REQUESTS)
         except redis.ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
@@ -225,6 +256,8 @@ class RequestStream:
     def _lost_group(self, exc: redis.ResponseError) -> None:
         if "NOGROUP" not in str(exc):
             raise exc
-        log.warning("request_group_missing", hint="Redis lost the consumer group (restarted "
-                    "without its data?); creating it again")
+        log.warning(
+            "request_group_missing",
+            hint="Redis lost the consumer group (restarted without its data?); creating it again",
+        )
         self._group_ready = False

@@ -35,21 +35,29 @@ def _start(**_: Any) -> None:
     res = resources
     if res.settings.embedder != "openai":  # a remote model has nothing to load (and calls cost)
         res.embedder.embed(["warm up"])  # load the model before the first event, not during it
-    for name, loop in (("heartbeat", heartbeat_loop), ("reconcile", reconcile_loop),
-                       ("sweep", sweep_loop)):
+    for name, loop in (
+        ("heartbeat", heartbeat_loop),
+        ("reconcile", reconcile_loop),
+        ("sweep", sweep_loop),
+    ):
         threading.Thread(target=loop, args=(res,), name=f"capdisc-{name}", daemon=True).start()
 
 
 @signals.task_postrun.connect
-def forget_done_task(task_id: str | None = None, state: str | None = None,
-                     retval: Any = None, **_: Any) -> None:
+def forget_done_task(
+    task_id: str | None = None, state: str | None = None, retval: Any = None, **_: Any
+) -> None:
     """A task that will not run again (it did not ask for a retry) leaves the outbox; one that
     failed because Redis was away stays, so the sweep sends it again."""
     if not task_id or state == "RETRY":
         return
     if state == "FAILURE" and isinstance(retval, RETRYABLE):
-        log.warning("task_kept", task_id=task_id, reason=f"Redis was away: {retval}",
-                    hint="the sweep sends it again once Redis is back")
+        log.warning(
+            "task_kept",
+            task_id=task_id,
+            reason=f"Redis was away: {retval}",
+            hint="the sweep sends it again once Redis is back",
+        )
         return
     try:
         outbox.done(resources.redis, task_id)
@@ -68,16 +76,21 @@ def heartbeat_loop(res: Resources) -> None:
     """Every ``heartbeat_interval_s``, record that this worker is alive and the tasks it holds
     (sooner while Redis is away, until it is back)."""
     client = res.connect()
-    info = {"kind": "indexing", "pid": os.getpid(), "host": socket.gethostname(),
-            "embedder": res.embedder.id}
+    info = {
+        "kind": "indexing",
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "embedder": res.embedder.id,
+    }
     backoff = Backoff(cap_s=res.settings.heartbeat_interval_s)
 
     def beat() -> None:
         status.heartbeat(client, res.worker_id, {**info, "tasks": sorted(_held_tasks())})
 
     while not res.stopping.is_set():
-        res.stopping.wait(periodic(res, "heartbeat", beat, res.settings.heartbeat_interval_s,
-                                   backoff))
+        res.stopping.wait(
+            periodic(res, "heartbeat", beat, res.settings.heartbeat_interval_s, backoff)
+        )
 
 
 def _held_tasks() -> set[str]:

@@ -31,8 +31,12 @@ log = structlog.get_logger("capdisc.indexing")
 RESYNC_CHUNK = 256
 
 
-def mirror(client: redis.Redis, store: VectorStore | None,
-           applied: list[tuple[RegistryEvent, dict[str, Any] | None]], space: str) -> None:
+def mirror(
+    client: redis.Redis,
+    store: VectorStore | None,
+    applied: list[tuple[RegistryEvent, dict[str, Any] | None]],
+    space: str,
+) -> None:
     """Write what these applied events changed to ``store``: the stored record and vector of
     each upsert or reindex, each delete (by the outcome each event had)."""
     if store is None:
@@ -64,15 +68,26 @@ def resync(client: redis.Redis, store: VectorStore | None, tenant: str, space: s
     gone = sorted(as_str(i) for i in client.hkeys(keys.tombstones(tenant)))
     failed = 0
     for start in range(0, max(len(ids), len(gone)), RESYNC_CHUNK):
-        failed += mirror_tenant(client, store, tenant, ids[start:start + RESYNC_CHUNK],
-                                gone[start:start + RESYNC_CHUNK], space)
-    log.info("store_resynced", tenant=tenant, written=len(ids), deleted=len(gone),
-             refused=failed)
+        failed += mirror_tenant(
+            client,
+            store,
+            tenant,
+            ids[start : start + RESYNC_CHUNK],
+            gone[start : start + RESYNC_CHUNK],
+            space,
+        )
+    log.info("store_resynced", tenant=tenant, written=len(ids), deleted=len(gone), refused=failed)
     return failed
 
 
-def mirror_tenant(client: redis.Redis, store: VectorStore, tenant: str, upserts: list[str],
-                  deletes: list[str], space: str) -> int:
+def mirror_tenant(
+    client: redis.Redis,
+    store: VectorStore,
+    tenant: str,
+    upserts: list[str],
+    deletes: list[str],
+    space: str,
+) -> int:
     """Write one tenant's changes to the store; how many it refused."""
     store.ensure_tenant(tenant)
     objects = _stored_objects(client, tenant, upserts, space) if upserts else []
@@ -80,13 +95,15 @@ def mirror_tenant(client: redis.Redis, store: VectorStore, tenant: str, upserts:
     if deletes:
         store.delete(tenant, deletes)
     for failure in report.failed if report is not None else ():
-        log.error("store_write_failed", tenant=tenant, capability_id=failure.id,
-                  reason=failure.reason)
+        log.error(
+            "store_write_failed", tenant=tenant, capability_id=failure.id, reason=failure.reason
+        )
     return len(report.failed) if report is not None else 0
 
 
-def _stored_objects(client: redis.Redis, tenant: str, ids: list[str], space: str
-                    ) -> list[StoredObject]:
+def _stored_objects(
+    client: redis.Redis, tenant: str, ids: list[str], space: str
+) -> list[StoredObject]:
     """The store's objects for the ``ids`` that have both a record and a vector in ``space``."""
     records = client.hmget(keys.caps(tenant), ids)
     rows = client.hmget(keys.vectors(tenant, space), ids)
@@ -94,6 +111,7 @@ def _stored_objects(client: redis.Redis, tenant: str, ids: list[str], space: str
     for raw, vector in zip(records, rows, strict=True):
         if raw and isinstance(vector, bytes):
             cap = Capability.from_dict(StoredRecord.from_dict(json.loads(raw)).capability)
-            objects.append(StoredObject.from_capability(
-                cap, np.frombuffer(vector, dtype=np.float32)))
+            objects.append(
+                StoredObject.from_capability(cap, np.frombuffer(vector, dtype=np.float32))
+            )
     return objects

@@ -65,8 +65,12 @@ class RedisHealth:
             if self._down_since is not None:
                 return
             self._down_since = self._clock()
-        self._log.warning("redis_unavailable", loop=loop, error=str(exc),
-                          hint="retrying with backoff; requests wait in Redis meanwhile")
+        self._log.warning(
+            "redis_unavailable",
+            loop=loop,
+            error=str(exc),
+            hint="retrying with backoff; requests wait in Redis meanwhile",
+        )
 
     def ok(self, loop: str) -> None:
         """``loop`` reached Redis; when it was the last one failing, the outage is over."""

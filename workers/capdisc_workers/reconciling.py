@@ -47,51 +47,76 @@ def reconcile_task(self: Any, reply_to: str | None = None) -> dict[str, Any]:
     status`` (and to ``reply_to``, a list ``capdisc reconcile`` waits on)."""
     res = resources
     client, space = res.redis, vector_space(res.embedder.id)
-    report: dict[str, Any] = {"at_ms": int(time.time() * 1000), "worker": res.worker_id,
-                              "missing_vectors": 0, "orphan_vectors": 0, "repaired": {},
-                              "skipped": {}, "resent_tasks": sum(sweep(res, client))}
+    report: dict[str, Any] = {
+        "at_ms": int(time.time() * 1000),
+        "worker": res.worker_id,
+        "missing_vectors": 0,
+        "orphan_vectors": 0,
+        "repaired": {},
+        "skipped": {},
+        "resent_tasks": sum(sweep(res, client)),
+    }
     for tenant in tenants(client):
         reason = _reconcile_tenant(res, tenant, space, report)
         if reason:
             report["skipped"][tenant] = reason
     with client.pipeline(transaction=False) as pipe:
         pipe.set(keys.RECONCILE_LAST, json.dumps(report))
-        pipe.hincrby(keys.COUNTERS, "drift_repaired",
-                     report["missing_vectors"] + report["orphan_vectors"])
+        pipe.hincrby(
+            keys.COUNTERS, "drift_repaired", report["missing_vectors"] + report["orphan_vectors"]
+        )
         if reply_to:
             pipe.rpush(reply_to, json.dumps(report))
             pipe.expire(reply_to, res.settings.reply_ttl_s)
         pipe.execute()
-    log.info("reconciled", task_id=self.request.id, missing_vectors=report["missing_vectors"],
-             orphan_vectors=report["orphan_vectors"], skipped=len(report["skipped"]))
+    log.info(
+        "reconciled",
+        task_id=self.request.id,
+        missing_vectors=report["missing_vectors"],
+        orphan_vectors=report["orphan_vectors"],
+        skipped=len(report["skipped"]),
+    )
     return report
 
 
-def _reconcile_tenant(res: Resources, tenant: str, space: str, report: dict[str, Any]
-                      ) -> str | None:
+def _reconcile_tenant(
+    res: Resources, tenant: str, space: str, report: dict[str, Any]
+) -> str | None:
     """Repair one tenant; the reason it was skipped, if it was."""
     client = res.redis
     if _reindex_building(res, tenant, report):
         return "a full reindex is building"
     active = client.get(keys.space(tenant))
     if active and as_str(active) != space:
-        return (f"served from {as_str(active)}, this worker embeds {space}: run "
-                f"`capdisc reindex --all --tenant {tenant}` to move it")
+        return (
+            f"served from {as_str(active)}, this worker embeds {space}: run "
+            f"`capdisc reindex --all --tenant {tenant}` to move it"
+        )
     plan = repair_plan(client, tenant, space)
     if plan is None:
         return "written to meanwhile; the next run checks it"
     _reconcile_store(res, tenant, space, report)
     if plan.missing_vectors:
         seq = time.time_ns()
-        payloads = [RegistryEvent("reindex", tenant, cap_id, seq, source="reconciler").encode()
-                    for cap_id in plan.missing_vectors]
+        payloads = [
+            RegistryEvent("reindex", tenant, cap_id, seq, source="reconciler").encode()
+            for cap_id in plan.missing_vectors
+        ]
         for start in range(0, len(payloads), EMBED_BATCH):
-            outbox.send(client, app, keys.TASK_APPLY_EVENTS, [payloads[start:start + EMBED_BATCH]])
+            outbox.send(
+                client, app, keys.TASK_APPLY_EVENTS, [payloads[start : start + EMBED_BATCH]]
+            )
     if not plan.clean:
-        log.warning("drift_repaired", tenant=tenant, missing_vectors=len(plan.missing_vectors),
-                    orphan_vectors=len(plan.orphan_vectors))
-        report["repaired"][tenant] = {"missing_vectors": plan.missing_vectors[:100],
-                                      "orphan_vectors": plan.orphan_vectors[:100]}
+        log.warning(
+            "drift_repaired",
+            tenant=tenant,
+            missing_vectors=len(plan.missing_vectors),
+            orphan_vectors=len(plan.orphan_vectors),
+        )
+        report["repaired"][tenant] = {
+            "missing_vectors": plan.missing_vectors[:100],
+            "orphan_vectors": plan.orphan_vectors[:100],
+        }
     report["missing_vectors"] += len(plan.missing_vectors)
     report["orphan_vectors"] += len(plan.orphan_vectors)
     return None
@@ -107,9 +132,14 @@ def _reindex_building(res: Resources, tenant: str, report: dict[str, Any]) -> bo
     if age_s <= res.settings.reindex_timeout_s:
         return True
     abandon_reindex(res.redis, job)
-    log.warning("reindex_abandoned", tenant=tenant, job=job.job, age_s=round(age_s),
-                hint=f"it did not finish in reindex_timeout_s; run `capdisc reindex --all "
-                     f"--tenant {tenant}` again")
+    log.warning(
+        "reindex_abandoned",
+        tenant=tenant,
+        job=job.job,
+        age_s=round(age_s),
+        hint=f"it did not finish in reindex_timeout_s; run `capdisc reindex --all "
+        f"--tenant {tenant}` again",
+    )
     report.setdefault("abandoned_reindexes", []).append(job.job)
     return False
 
@@ -141,13 +171,21 @@ def sweep(res: Resources, client: redis.Redis) -> tuple[int, int]:
     settings = res.settings
     workers = outbox.holders(json.loads(v) for v in client.hvals(keys.WORKERS))
     restored = 0
-    for delivery in outbox.orphans(outbox.deliveries(client), workers, int(time.time() * 1000),
-                                   settings.outbox_grace_s, settings.worker_stale_after_s):
+    for delivery in outbox.orphans(
+        outbox.deliveries(client),
+        workers,
+        int(time.time() * 1000),
+        settings.outbox_grace_s,
+        settings.worker_stale_after_s,
+    ):
         if outbox.restore(client, delivery):
             restored += 1
-            log.warning("task_restored", task_id=delivery.task_id,
-                        delivered_at_ms=delivery.delivered_at_ms,
-                        reason="delivered to a worker that is gone or lost its connection")
+            log.warning(
+                "task_restored",
+                task_id=delivery.task_id,
+                delivered_at_ms=delivery.delivered_at_ms,
+                reason="delivered to a worker that is gone or lost its connection",
+            )
     resent = _resend_lost(res, client)
     if restored or resent:
         client.hincrby(keys.COUNTERS, "tasks_resent", restored + resent)
@@ -158,9 +196,13 @@ def _resend_lost(res: Resources, client: redis.Redis) -> int:
     """Send again every recorded task the broker lost (:mod:`capdisc.registry.outbox`)."""
     lost = outbox.lost(client, res.settings.outbox_grace_s)
     for pending in lost:
-        log.warning("task_resent", task_id=pending.task_id, task=pending.name,
-                    sent_at_ms=pending.sent_at_ms,
-                    reason="neither queued nor delivered: lost by the broker")
+        log.warning(
+            "task_resent",
+            task_id=pending.task_id,
+            task=pending.name,
+            sent_at_ms=pending.sent_at_ms,
+            reason="neither queued nor delivered: lost by the broker",
+        )
         outbox.resend(client, app, pending)
     return len(lost)
 
@@ -197,8 +239,13 @@ def sweep_loop(res: Resources) -> None:
         res.stopping.wait(periodic(res, "sweep", step, interval_s, backoff))
 
 
-def periodic(res: Resources, loop: str, step: Callable[[], None], interval_s: float,
-             backoff: Backoff | None = None) -> float:
+def periodic(
+    res: Resources,
+    loop: str,
+    step: Callable[[], None],
+    interval_s: float,
+    backoff: Backoff | None = None,
+) -> float:
     """One run of a worker thread's ``step``; how long to wait before the next. While Redis is
     away the thread retries sooner (with ``backoff``, up to its interval) and the outage is
     logged once for the whole worker, not at every attempt."""

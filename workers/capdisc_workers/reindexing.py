@@ -41,8 +41,14 @@ def start_reindex_task(self: Any, tenant: str, job: str, fresh: bool = False) ->
     res = resources
     target = vector_space(res.embedder.id)
     batches = begin_reindex(res.redis, tenant, job, target, EMBED_BATCH, fresh)
-    log.info("reindex_started", tenant=tenant, job=job, target=target, batches=len(batches),
-             task_id=self.request.id)
+    log.info(
+        "reindex_started",
+        tenant=tenant,
+        job=job,
+        target=target,
+        batches=len(batches),
+        task_id=self.request.id,
+    )
     for number, ids in enumerate(batches):
         outbox.send(res.redis, app, keys.TASK_REINDEX_BATCH, [tenant, job, number, ids])
     if not batches:
@@ -51,8 +57,9 @@ def start_reindex_task(self: Any, tenant: str, job: str, fresh: bool = False) ->
 
 
 @app.task(name=keys.TASK_REINDEX_BATCH, bind=True, acks_late=True, ignore_result=True)
-def reindex_batch_task(self: Any, tenant: str, job: str, number: int, ids: list[str]
-                       ) -> dict[str, Any]:
+def reindex_batch_task(
+    self: Any, tenant: str, job: str, number: int, ids: list[str]
+) -> dict[str, Any]:
     """Embed one batch of a full reindex into its staging space."""
     res = resources
     client = res.redis
@@ -61,9 +68,10 @@ def reindex_batch_task(self: Any, tenant: str, job: str, number: int, ids: list[
         return {"job": job, "batch": number, "skipped": "superseded"}
     if current.target != vector_space(res.embedder.id):
         # a worker with another embedder (a fleet mid-rollout): leave it to one that matches
-        raise self.retry(countdown=retry_delay_s(self.request.retries + 1,
-                                                 res.settings.indexing_retry_base_s),
-                         max_retries=res.settings.indexing_max_attempts - 1)
+        raise self.retry(
+            countdown=retry_delay_s(self.request.retries + 1, res.settings.indexing_retry_base_s),
+            max_retries=res.settings.indexing_max_attempts - 1,
+        )
     capabilities = stored_capabilities(client, [(tenant, cap_id) for cap_id in ids])
     vectors = vectors_for(client, res.embedder, capabilities, use_cache=not current.fresh)
     last = stage_vectors(client, tenant, job, number, {k: v for k, (_h, v) in vectors.items()})

@@ -91,8 +91,12 @@ class NameRule:
 
 
 def _name_rule(label: str, chars: str, max_len: int) -> NameRule:
-    return NameRule(label=label, pattern=re.compile(rf"[{chars}]{{1,{max_len}}}"),
-                    illegal=re.compile(rf"[^{chars}]+"), max_len=max_len)
+    return NameRule(
+        label=label,
+        pattern=re.compile(rf"[{chars}]{{1,{max_len}}}"),
+        illegal=re.compile(rf"[^{chars}]+"),
+        max_len=max_len,
+    )
 
 
 # openai-python ``shared_params/function_definition.py`` (FunctionDefinition.name): "Must be a-z,
@@ -122,15 +126,18 @@ _RESERVED: frozenset[str] = frozenset({METATOOL_NAME})
 def tool_name(cap_id: str, rule: NameRule, *, reserved: frozenset[str] = _RESERVED) -> str:
     """The legal, deterministic tool name of ``cap_id`` under ``rule`` (see the module doc)."""
     if cap_id.startswith(_TOOL_PREFIX):
-        plain = cap_id[len(_TOOL_PREFIX):]
-        if (rule.pattern.fullmatch(plain) and plain not in reserved
-                and not _LOOKS_HASHED.search(plain)):
+        plain = cap_id[len(_TOOL_PREFIX) :]
+        if (
+            rule.pattern.fullmatch(plain)
+            and plain not in reserved
+            and not _LOOKS_HASHED.search(plain)
+        ):
             return plain
     return _hashed_name(cap_id, rule, HASH_CHARS)
 
 
 def _hashed_name(cap_id: str, rule: NameRule, hash_chars: int) -> str:
-    stem = cap_id[len(_TOOL_PREFIX):] if cap_id.startswith(_TOOL_PREFIX) else cap_id
+    stem = cap_id[len(_TOOL_PREFIX) :] if cap_id.startswith(_TOOL_PREFIX) else cap_id
     stem = rule.illegal.sub("__", stem)[: rule.max_len - 1 - hash_chars] or "cap"
     digest = hashlib.sha256(cap_id.encode("utf-8", "surrogatepass")).hexdigest()
     return f"{stem}_{digest[:hash_chars]}"
@@ -161,8 +168,9 @@ class NameMap:
     @classmethod
     def for_format(cls, fmt: ToolFormat, items: Iterable[Capability | str]) -> NameMap:
         """The map for ``fmt`` over capabilities or ids."""
-        return cls((item.id if isinstance(item, Capability) else item for item in items),
-                   NAME_RULES[fmt])
+        return cls(
+            (item.id if isinstance(item, Capability) else item for item in items), NAME_RULES[fmt]
+        )
 
     def to_name(self, cap_id: str) -> str:
         """The tool name of ``cap_id``; ``KeyError`` when the id is not in this map."""
@@ -219,8 +227,11 @@ def input_schema(capability: Capability, *, openai: bool = False) -> JSONDict:
     if "type" not in schema:
         schema = {"type": "object", **schema}
     elif schema["type"] != "object":
-        raise ManifestError(capability.id, "full_schema",
-                            f"top-level type is {schema['type']!r}; a tool input must be 'object'")
+        raise ManifestError(
+            capability.id,
+            "full_schema",
+            f"top-level type is {schema['type']!r}; a tool input must be 'object'",
+        )
     if openai and "properties" not in schema:
         schema["properties"] = {}
     return schema
@@ -271,8 +282,13 @@ def _openai_chat_tool(name: str, description: str, parameters: JSONDict) -> JSON
     return {"type": "function", "function": function}
 
 
-def to_openai_chat(capabilities: Iterable[Capability], include_metatool: bool = True, *,
-                   names: NameMap | None = None, marks: Marks | None = None) -> list[JSONDict]:
+def to_openai_chat(
+    capabilities: Iterable[Capability],
+    include_metatool: bool = True,
+    *,
+    names: NameMap | None = None,
+    marks: Marks | None = None,
+) -> list[JSONDict]:
     """Chat Completions ``tools``: the meta-tool first, then each callable capability."""
     caps = callable_capabilities(capabilities)
     name_map = _names("openai-chat", caps, names)
@@ -280,8 +296,12 @@ def to_openai_chat(capabilities: Iterable[Capability], include_metatool: bool = 
     if include_metatool:
         meta = metatool_definition()
         tools.append(_openai_chat_tool(meta["name"], meta["description"], meta["parameters"]))
-    tools.extend(_openai_chat_tool(name_map.to_name(cap.id), described(cap, marks),
-                                   input_schema(cap, openai=True)) for cap in caps)
+    tools.extend(
+        _openai_chat_tool(
+            name_map.to_name(cap.id), described(cap, marks), input_schema(cap, openai=True)
+        )
+        for cap in caps
+    )
     return tools
 
 
@@ -297,8 +317,9 @@ def to_openai_chat(capabilities: Iterable[Capability], include_metatool: bool = 
 # "tool_search_output", tools, call_id, execution, status).
 
 
-def _openai_responses_tool(name: str, description: str, parameters: JSONDict,
-                           defer_loading: bool) -> JSONDict:
+def _openai_responses_tool(
+    name: str, description: str, parameters: JSONDict, defer_loading: bool
+) -> JSONDict:
     tool = _with_description({"type": "function", "name": name}, _openai_description(description))
     tool["parameters"] = parameters
     tool["strict"] = False
@@ -313,13 +334,22 @@ def openai_client_tool_search() -> JSONDict:
     :func:`capdisc.agents.metatool.parse_metatool_arguments`) and is answered with
     :func:`to_openai_tool_search_output`."""
     meta = metatool_definition()
-    return {"type": "tool_search", "execution": "client",
-            "description": meta["description"], "parameters": meta["parameters"]}
+    return {
+        "type": "tool_search",
+        "execution": "client",
+        "description": meta["description"],
+        "parameters": meta["parameters"],
+    }
 
 
-def to_openai_responses(capabilities: Iterable[Capability], include_metatool: bool = True,
-                        defer_loading: bool = False, *, names: NameMap | None = None,
-                        marks: Marks | None = None) -> list[JSONDict]:
+def to_openai_responses(
+    capabilities: Iterable[Capability],
+    include_metatool: bool = True,
+    defer_loading: bool = False,
+    *,
+    names: NameMap | None = None,
+    marks: Marks | None = None,
+) -> list[JSONDict]:
     """Responses API ``tools``: flat function tools, the meta-tool first.
 
     With ``defer_loading`` every capability's function is deferred (only its name and description
@@ -336,17 +366,30 @@ def to_openai_responses(capabilities: Iterable[Capability], include_metatool: bo
             tools.append(openai_client_tool_search())
         else:
             meta = metatool_definition()
-            tools.append(_openai_responses_tool(meta["name"], meta["description"],
-                                                meta["parameters"], defer_loading=False))
-    tools.extend(_openai_responses_tool(name_map.to_name(cap.id), described(cap, marks),
-                                        input_schema(cap, openai=True), defer_loading)
-                 for cap in caps)
+            tools.append(
+                _openai_responses_tool(
+                    meta["name"], meta["description"], meta["parameters"], defer_loading=False
+                )
+            )
+    tools.extend(
+        _openai_responses_tool(
+            name_map.to_name(cap.id),
+            described(cap, marks),
+            input_schema(cap, openai=True),
+            defer_loading,
+        )
+        for cap in caps
+    )
     return tools
 
 
-def to_openai_tool_search_output(call_id: str, capabilities: Iterable[Capability], *,
-                                 names: NameMap | None = None,
-                                 marks: Marks | None = None) -> JSONDict:
+def to_openai_tool_search_output(
+    call_id: str,
+    capabilities: Iterable[Capability],
+    *,
+    names: NameMap | None = None,
+    marks: Marks | None = None,
+) -> JSONDict:
     """The input item answering a client-executed ``tool_search_call``: the found capabilities as
     (not deferred) function tools, which become callable from then on."""
     caps = callable_capabilities(capabilities)
@@ -355,9 +398,15 @@ def to_openai_tool_search_output(call_id: str, capabilities: Iterable[Capability
         "type": "tool_search_output",
         "call_id": call_id,
         "execution": "client",
-        "tools": [_openai_responses_tool(name_map.to_name(cap.id), described(cap, marks),
-                                         input_schema(cap, openai=True), defer_loading=False)
-                  for cap in caps],
+        "tools": [
+            _openai_responses_tool(
+                name_map.to_name(cap.id),
+                described(cap, marks),
+                input_schema(cap, openai=True),
+                defer_loading=False,
+            )
+            for cap in caps
+        ],
     }
 
 
@@ -378,9 +427,14 @@ def _anthropic_tool(name: str, description: str, schema: JSONDict, defer_loading
     return tool
 
 
-def to_anthropic(capabilities: Iterable[Capability], include_metatool: bool = True,
-                 defer_loading: bool = False, *, names: NameMap | None = None,
-                 marks: Marks | None = None) -> list[JSONDict]:
+def to_anthropic(
+    capabilities: Iterable[Capability],
+    include_metatool: bool = True,
+    defer_loading: bool = False,
+    *,
+    names: NameMap | None = None,
+    marks: Marks | None = None,
+) -> list[JSONDict]:
     """Messages API ``tools``: the meta-tool first (never deferred: it is how deferred tools are
     found), then each callable capability, deferred when ``defer_loading``. Answer the meta-tool's
     ``tool_use`` with a ``tool_result`` whose content is :func:`to_anthropic_tool_references`."""
@@ -389,15 +443,23 @@ def to_anthropic(capabilities: Iterable[Capability], include_metatool: bool = Tr
     tools: list[JSONDict] = []
     if include_metatool:
         meta = metatool_definition()
-        tools.append(_anthropic_tool(meta["name"], meta["description"], meta["parameters"],
-                                     defer_loading=False))
-    tools.extend(_anthropic_tool(name_map.to_name(cap.id), described(cap, marks),
-                                 input_schema(cap), defer_loading) for cap in caps)
+        tools.append(
+            _anthropic_tool(
+                meta["name"], meta["description"], meta["parameters"], defer_loading=False
+            )
+        )
+    tools.extend(
+        _anthropic_tool(
+            name_map.to_name(cap.id), described(cap, marks), input_schema(cap), defer_loading
+        )
+        for cap in caps
+    )
     return tools
 
 
-def to_anthropic_tool_references(capabilities: Iterable[Capability], *,
-                                 names: NameMap | None = None) -> list[JSONDict]:
+def to_anthropic_tool_references(
+    capabilities: Iterable[Capability], *, names: NameMap | None = None
+) -> list[JSONDict]:
     """``tool_reference`` blocks naming the found tools, for a ``tool_result``'s ``content``. Each
     named tool must be defined (deferred) in the request's ``tools``: :func:`to_anthropic` with
     ``defer_loading=True`` over a superset gives the same names."""
@@ -427,8 +489,14 @@ def _mcp_annotations(has_side_effects: bool | None) -> JSONDict:
     return {"readOnlyHint": True}
 
 
-def _mcp_tool(name: str, title: str, description: str, schema: JSONDict,
-              annotations: JSONDict, mark: Mark | None = None) -> JSONDict:
+def _mcp_tool(
+    name: str,
+    title: str,
+    description: str,
+    schema: JSONDict,
+    annotations: JSONDict,
+    mark: Mark | None = None,
+) -> JSONDict:
     tool: JSONDict = {"name": name}
     if title:
         tool["title"] = title
@@ -440,8 +508,13 @@ def _mcp_tool(name: str, title: str, description: str, schema: JSONDict,
     return tool
 
 
-def to_mcp(capabilities: Iterable[Capability], include_metatool: bool = True, *,
-           names: NameMap | None = None, marks: Marks | None = None) -> list[JSONDict]:
+def to_mcp(
+    capabilities: Iterable[Capability],
+    include_metatool: bool = True,
+    *,
+    names: NameMap | None = None,
+    marks: Marks | None = None,
+) -> list[JSONDict]:
     """MCP ``Tool`` objects (camelCase wire form): the meta-tool first, then each callable
     capability with ``readOnlyHint`` true only for tools declared without side effects (false
     for those with side effects, and for those whose source did not say) and
@@ -452,20 +525,35 @@ def to_mcp(capabilities: Iterable[Capability], include_metatool: bool = True, *,
     if include_metatool:
         meta = metatool_definition()
         # A search of a closed registry: reads only, touches no outside world.
-        tools.append(_mcp_tool(meta["name"], display_name_from(METATOOL_NAME), meta["description"],
-                               meta["parameters"], {"readOnlyHint": True, "openWorldHint": False}))
-    tools.extend(_mcp_tool(name_map.to_name(cap.id), cap.display_name, described(cap, marks),
-                           input_schema(cap), _mcp_annotations(cap.has_side_effects),
-                           marks.get(cap.id) if marks else None)
-                 for cap in caps)
+        tools.append(
+            _mcp_tool(
+                meta["name"],
+                display_name_from(METATOOL_NAME),
+                meta["description"],
+                meta["parameters"],
+                {"readOnlyHint": True, "openWorldHint": False},
+            )
+        )
+    tools.extend(
+        _mcp_tool(
+            name_map.to_name(cap.id),
+            cap.display_name,
+            described(cap, marks),
+            input_schema(cap),
+            _mcp_annotations(cap.has_side_effects),
+            marks.get(cap.id) if marks else None,
+        )
+        for cap in caps
+    )
     return tools
 
 
 # -- entry point ---------------------------------------------------------------------------------
 
 
-def list_discovered_tools(capabilities: Iterable[Capability], fmt: ToolFormat,
-                          marks: Marks | None = None) -> list[JSONDict]:
+def list_discovered_tools(
+    capabilities: Iterable[Capability], fmt: ToolFormat, marks: Marks | None = None
+) -> list[JSONDict]:
     """The discovered capabilities' tool definitions plus the meta-tool, in ``fmt``, flagged
     ones with their ``marks``.
 

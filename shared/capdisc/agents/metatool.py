@@ -100,8 +100,9 @@ def parse_metatool_arguments(arguments: str | Mapping[str, Any]) -> MetaToolCall
     data = _decode(arguments)
     unknown = [key for key in data if key not in ARGUMENT_NAMES]
     if unknown:
-        raise ManifestError(_SOURCE, str(unknown[0]),
-                            "unknown argument (use " + ", ".join(ARGUMENT_NAMES) + ")")
+        raise ManifestError(
+            _SOURCE, str(unknown[0]), "unknown argument (use " + ", ".join(ARGUMENT_NAMES) + ")"
+        )
     return MetaToolCall(
         query=_query(data.get("query")),
         kind=_kind(data.get("kind")),
@@ -121,8 +122,9 @@ def _decode(arguments: str | Mapping[str, Any]) -> Mapping[str, Any]:
     else:
         decoded = arguments
     if not isinstance(decoded, Mapping):
-        raise ManifestError(_SOURCE, None,
-                            f"arguments must be a JSON object, got {_type_name(decoded)}")
+        raise ManifestError(
+            _SOURCE, None, f"arguments must be a JSON object, got {_type_name(decoded)}"
+        )
     return cast(Mapping[str, Any], decoded)
 
 
@@ -135,8 +137,9 @@ def _query(value: Any) -> str:
     if not text:
         raise ManifestError(_SOURCE, "query", "must not be empty")
     if len(text) > MAX_QUERY_CHARS:
-        raise ManifestError(_SOURCE, "query",
-                            f"is {len(text)} characters; keep it to {MAX_QUERY_CHARS} at most")
+        raise ManifestError(
+            _SOURCE, "query", f"is {len(text)} characters; keep it to {MAX_QUERY_CHARS} at most"
+        )
     return text
 
 
@@ -144,8 +147,7 @@ def _kind(value: Any) -> Kind | None:
     if value is None:
         return None
     if not isinstance(value, str) or value not in KINDS:
-        raise ManifestError(_SOURCE, "kind",
-                            f"{_shown(value)} is not one of " + ", ".join(KINDS))
+        raise ManifestError(_SOURCE, "kind", f"{_shown(value)} is not one of " + ", ".join(KINDS))
     return value
 
 
@@ -167,8 +169,9 @@ def _only_available(value: Any) -> bool | None:
     if value is None:
         return None
     if not isinstance(value, bool):
-        raise ManifestError(_SOURCE, "only_available",
-                            f"must be true or false, got {_type_name(value)}")
+        raise ManifestError(
+            _SOURCE, "only_available", f"must be true or false, got {_type_name(value)}"
+        )
     return value
 
 

@@ -77,8 +77,9 @@ def _safe(text: str, pattern: re.Pattern[str], limit: int) -> str:
     return (cleaned or "tool")[:limit]
 
 
-def capability_from_benchmark_tool(record: Mapping[str, Any], taken: set[str] | None = None,
-                                   source: str = "benchmark") -> Capability:
+def capability_from_benchmark_tool(
+    record: Mapping[str, Any], taken: set[str] | None = None, source: str = "benchmark"
+) -> Capability:
     """One ``tools.jsonl`` record as a valid tool capability (lenient about names).
 
     ``description_for_model`` (plugin manifests) is appended to the description as a second
@@ -98,12 +99,17 @@ def capability_from_benchmark_tool(record: Mapping[str, Any], taken: set[str] | 
     if for_model and for_model != description:
         description = f"{description}\n\n{for_model}" if description else for_model
     display = str(record.get("name_for_human") or "").strip() or humanize(name)
-    category = _safe(str(record.get("category") or "general").lower().replace(" ", "-"),
-                     _UNSAFE_NAME, 64)
+    category = _safe(
+        str(record.get("category") or "general").lower().replace(" ", "-"), _UNSAFE_NAME, 64
+    )
     schema = record.get("parameters") or record.get("input_schema") or record.get("inputSchema")
     fields: dict[str, Any] = {
-        "id": cap_id, "kind": "tool", "name": name, "display_name": display[:256],
-        "description": (description or display)[:4096], "category": category,
+        "id": cap_id,
+        "kind": "tool",
+        "name": name,
+        "display_name": display[:256],
+        "description": (description or display)[:4096],
+        "category": category,
         "full_schema": schema if isinstance(schema, dict) else None,
         "source_ref": {"type": "jsonl", "source": source, "location": raw_id},
     }
@@ -129,8 +135,9 @@ def load_catalog(path: Path) -> Catalog:
     return Catalog(tuple(caps), ids)
 
 
-def read_jsonl_catalog(path: Path, source: str
-                       ) -> tuple[dict[Path, Capability], dict[Path, ManifestError]]:
+def read_jsonl_catalog(
+    path: Path, source: str
+) -> tuple[dict[Path, Capability], dict[Path, ManifestError]]:
     """A ``tools.jsonl`` file as capabilities of ``source`` for ``capdisc import jsonl``: each
     keyed by ``FILE:LINE``, and each line that is not a valid tool as an error naming the line
     and the field (the other lines still import)."""
@@ -193,8 +200,9 @@ def default_cache_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "benchmarks" / ".cache"
 
 
-def embed_cached(embedder: Embedder, texts: Sequence[str], cache_dir: Path | None,
-                 batch: int = 32) -> Matrix:
+def embed_cached(
+    embedder: Embedder, texts: Sequence[str], cache_dir: Path | None, batch: int = 32
+) -> Matrix:
     """Embed ``texts`` in length-sorted batches, cached under the embedder id and text hash."""
     digest = hashlib.sha256("\x1e".join(texts).encode()).hexdigest()[:32]
     path = cache_dir / f"{embedder.id}-{len(texts)}-{digest}.npy" if cache_dir else None
@@ -205,7 +213,7 @@ def embed_cached(embedder: Embedder, texts: Sequence[str], cache_dir: Path | Non
     out = np.zeros((len(texts), embedder.dim), dtype=np.float32)
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     for start in range(0, len(order), batch):
-        rows = order[start:start + batch]
+        rows = order[start : start + batch]
         out[rows] = embedder.embed([texts[i] for i in rows])
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -213,18 +221,20 @@ def embed_cached(embedder: Embedder, texts: Sequence[str], cache_dir: Path | Non
     return out
 
 
-def build_snapshot(capabilities: Sequence[Capability], embedder: Embedder, *,
-                   cache_dir: Path | None = None) -> IndexSnapshot:
+def build_snapshot(
+    capabilities: Sequence[Capability], embedder: Embedder, *, cache_dir: Path | None = None
+) -> IndexSnapshot:
     """Index ``capabilities`` the way a discovery worker does: each stored vector is
     :func:`capdisc.retrieval.text.combine` of the two texts' embeddings (cached on disk), then
     :meth:`IndexSnapshot.build` with the embedder's calibration and probe vectors."""
     vectors = embed_cached(embedder, [full_text(c) for c in capabilities], cache_dir)
     summaries = embed_cached(embedder, [summary_text(c) for c in capabilities], cache_dir)
-    entries = [(cap, combine(full, summary).tobytes())
-               for cap, full, summary in zip(capabilities, vectors, summaries, strict=True)]
+    entries = [
+        (cap, combine(full, summary).tobytes())
+        for cap, full, summary in zip(capabilities, vectors, summaries, strict=True)
+    ]
     probes = embed_cached(embedder, list(PROBES), cache_dir)
-    return IndexSnapshot.build("benchmark", 1, embedder.dim, entries, embedder.id,
-                               probes=probes)
+    return IndexSnapshot.build("benchmark", 1, embedder.dim, entries, embedder.id, probes=probes)
 
 
 @dataclass(frozen=True)
@@ -237,8 +247,13 @@ class QueryVectors:
         return np.stack([self.vectors[t] for t in texts]).astype(np.float32)
 
     @classmethod
-    def embed(cls, embedder: Embedder, queries: Iterable[str], cache_dir: Path | None,
-              config: RetrievalConfig = DEFAULT_CONFIG) -> QueryVectors:
+    def embed(
+        cls,
+        embedder: Embedder,
+        queries: Iterable[str],
+        cache_dir: Path | None,
+        config: RetrievalConfig = DEFAULT_CONFIG,
+    ) -> QueryVectors:
         texts: dict[str, None] = {}
         for query in queries:
             texts.setdefault(query)
@@ -277,8 +292,9 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
 
 
-def ranking_metrics(rankings: Sequence[Sequence[str]], relevant: Sequence[Collection_]
-                    ) -> dict[str, float]:
+def ranking_metrics(
+    rankings: Sequence[Sequence[str]], relevant: Sequence[Collection_]
+) -> dict[str, float]:
     """recall@1/3/5/10, ndcg@5, complete@5, hit@5 and mrr averaged over answerable queries."""
     pairs = [(r, rel) for r, rel in zip(rankings, relevant, strict=True) if rel]
     out: dict[str, float] = {}
@@ -294,16 +310,18 @@ def ranking_metrics(rankings: Sequence[Sequence[str]], relevant: Sequence[Collec
     return out
 
 
-def abstention_metrics(abstained: Sequence[bool], relevant: Sequence[Collection_]
-                       ) -> dict[str, float]:
+def abstention_metrics(
+    abstained: Sequence[bool], relevant: Sequence[Collection_]
+) -> dict[str, float]:
     """``abstain_accuracy`` over no-tool queries and ``answer_rate`` over answerable ones."""
     empty = [a for a, rel in zip(abstained, relevant, strict=True) if not rel]
     answerable = [a for a, rel in zip(abstained, relevant, strict=True) if rel]
     out: dict[str, float] = {}
     if empty:
         out["abstain_accuracy"] = sum(empty) / len(empty)
-        out["answer_rate"] = (sum(not a for a in answerable) / len(answerable)
-                              if answerable else float("nan"))
+        out["answer_rate"] = (
+            sum(not a for a in answerable) / len(answerable) if answerable else float("nan")
+        )
     return out
 
 
@@ -333,37 +351,63 @@ class BenchmarkRun:
 Exclude = Callable[[LabelledQuery], Sequence[str]]
 
 
-def run_queries(snapshot: IndexSnapshot, queries: Sequence[LabelledQuery],
-                vectors: QueryVectors, *, k: int = 10,
-                config: DiscoveryConfig = ENGINE_DEFAULTS, exclude: Exclude | None = None
-                ) -> BenchmarkRun:
+def run_queries(
+    snapshot: IndexSnapshot,
+    queries: Sequence[LabelledQuery],
+    vectors: QueryVectors,
+    *,
+    k: int = 10,
+    config: DiscoveryConfig = ENGINE_DEFAULTS,
+    exclude: Exclude | None = None,
+) -> BenchmarkRun:
     """Rank every query with the engine (:func:`capdisc.discovery.engine.rank`: retrieval, minimum
     relevance, graph re-ranking, abstention), timed, query embeddings cached."""
+
     def search(query: LabelledQuery, excluded: Sequence[str]) -> Ranked:
         filters = SearchFilters(exclude_ids=frozenset(excluded))
-        return rank(snapshot, Query(query.query, k, filters), vectors.vectors[query.query],
-                    config, k, vectors)
+        return rank(
+            snapshot,
+            Query(query.query, k, filters),
+            vectors.vectors[query.query],
+            config,
+            k,
+            vectors,
+        )
 
     return _timed(queries, search, exclude, len(snapshot))
 
 
-def run_retrieval(index: RetrievalIndex, queries: Sequence[LabelledQuery],
-                  vectors: QueryVectors, *, k: int = 10,
-                  config: RetrievalConfig = DEFAULT_CONFIG, exclude: Exclude | None = None
-                  ) -> BenchmarkRun:
+def run_retrieval(
+    index: RetrievalIndex,
+    queries: Sequence[LabelledQuery],
+    vectors: QueryVectors,
+    *,
+    k: int = 10,
+    config: RetrievalConfig = DEFAULT_CONFIG,
+    exclude: Exclude | None = None,
+) -> BenchmarkRun:
     """Search every query with the retrieval index alone (for calibration: its results carry
     the evidence the relevance model is fitted on)."""
+
     def search(query: LabelledQuery, excluded: Sequence[str]) -> Ranked:
-        return index.search(query.query, vectors.vectors[query.query], k,
-                            filters=SearchFilters(exclude_ids=frozenset(excluded)),
-                            embed=vectors, config=config)
+        return index.search(
+            query.query,
+            vectors.vectors[query.query],
+            k,
+            filters=SearchFilters(exclude_ids=frozenset(excluded)),
+            embed=vectors,
+            config=config,
+        )
 
     return _timed(queries, search, exclude, len(index))
 
 
-def _timed(queries: Sequence[LabelledQuery],
-           search: Callable[[LabelledQuery, Sequence[str]], Ranked], exclude: Exclude | None,
-           tools: int) -> BenchmarkRun:
+def _timed(
+    queries: Sequence[LabelledQuery],
+    search: Callable[[LabelledQuery, Sequence[str]], Ranked],
+    exclude: Exclude | None,
+    tools: int,
+) -> BenchmarkRun:
     """Run ``search`` on every query (with its excluded ids), timing each call."""
     results, latencies = [], []
     for query in queries:
@@ -383,17 +427,25 @@ def summarize(run: BenchmarkRun) -> dict[str, Any]:
     out["queries"] = len(run.queries)
     out["tools"] = run.tools
     ms = [s * 1000 for s in run.latencies_s]
-    out["latency_ms"] = {"p50": round(statistics.median(ms), 3) if ms else float("nan"),
-                         "p99": round(percentile(ms, 99), 3)}
+    out["latency_ms"] = {
+        "p50": round(statistics.median(ms), 3) if ms else float("nan"),
+        "p99": round(percentile(ms, 99), 3),
+    }
     for key, value in abstention_metrics([r.abstained for r in run.results], relevant).items():
         out[key] = round(value, 4)
     return out
 
 
-def run_retrieval_benchmark(tools_path: Path, queries_path: Path, *, sample: int | None = None,
-                            seed: int = 0, embedder: Embedder,
-                            config: DiscoveryConfig = ENGINE_DEFAULTS,
-                            cache_dir: Path | None = None) -> dict[str, Any]:
+def run_retrieval_benchmark(
+    tools_path: Path,
+    queries_path: Path,
+    *,
+    sample: int | None = None,
+    seed: int = 0,
+    embedder: Embedder,
+    config: DiscoveryConfig = ENGINE_DEFAULTS,
+    cache_dir: Path | None = None,
+) -> dict[str, Any]:
     """Index the catalog, run the (sampled) queries and return the figures as one JSON object:
     ``recall@1/3/5/10``, ``ndcg@5``, ``complete@5``, ``hit@5``, ``mrr``, ``queries``, ``tools``,
     ``latency_ms`` (``p50``, ``p99``) and, when some queries have no relevant tool,
@@ -406,19 +458,22 @@ def run_retrieval_benchmark(tools_path: Path, queries_path: Path, *, sample: int
     return summarize(run_queries(snapshot, queries, vectors, config=config))
 
 
-def holdout_abstention(snapshot: IndexSnapshot, queries: Sequence[LabelledQuery],
-                       vectors: QueryVectors, config: DiscoveryConfig = ENGINE_DEFAULTS
-                       ) -> dict[str, float]:
-    """"Nothing fits" made from answerable queries: each is asked again with its relevant
+def holdout_abstention(
+    snapshot: IndexSnapshot,
+    queries: Sequence[LabelledQuery],
+    vectors: QueryVectors,
+    config: DiscoveryConfig = ENGINE_DEFAULTS,
+) -> dict[str, float]:
+    """ "Nothing fits" made from answerable queries: each is asked again with its relevant
     capabilities removed from the catalog. Returns ``abstain_accuracy`` (share of those that
     abstain) and ``answer_rate`` (share of the original queries answered)."""
     answerable = [q for q in queries if q.relevant]
     asked = run_queries(snapshot, answerable, vectors, config=config)
-    removed = run_queries(snapshot, answerable, vectors, config=config,
-                          exclude=lambda q: q.relevant)
+    removed = run_queries(
+        snapshot, answerable, vectors, config=config, exclude=lambda q: q.relevant
+    )
     flags = [r.abstained for r in asked.results] + [r.abstained for r in removed.results]
-    labels: list[tuple[str, ...]] = ([q.relevant for q in answerable]
-                                     + [() for _ in answerable])
+    labels: list[tuple[str, ...]] = [q.relevant for q in answerable] + [() for _ in answerable]
     return abstention_metrics(flags, labels)
 
 
@@ -436,8 +491,9 @@ def best_evidence(run: BenchmarkRun) -> np.ndarray:
     return np.asarray(rows, dtype=np.float64).reshape(-1, 3)
 
 
-def fit_logistic(features: np.ndarray, labels: np.ndarray, *, l2: float = 1e-3,
-                 iterations: int = 50) -> tuple[float, tuple[float, ...]]:
+def fit_logistic(
+    features: np.ndarray, labels: np.ndarray, *, l2: float = 1e-3, iterations: int = 50
+) -> tuple[float, tuple[float, ...]]:
     """Logistic regression by Newton's method: ``(bias, weights)``."""
     x = np.hstack([np.ones((features.shape[0], 1)), features])
     w = np.zeros(x.shape[1])
@@ -460,9 +516,13 @@ def fit_logistic(features: np.ndarray, labels: np.ndarray, *, l2: float = 1e-3,
 FLOOR_ANSWER_RATE = 0.965
 
 
-def calibrated(config: RetrievalConfig, answered: Sequence[BenchmarkRun],
-               removed: Sequence[BenchmarkRun], *,
-               answer_rate: float = FLOOR_ANSWER_RATE) -> RetrievalConfig:
+def calibrated(
+    config: RetrievalConfig,
+    answered: Sequence[BenchmarkRun],
+    removed: Sequence[BenchmarkRun],
+    *,
+    answer_rate: float = FLOOR_ANSWER_RATE,
+) -> RetrievalConfig:
     """``config`` with the relevance model and the abstention floor fitted on tuning splits.
 
     ``answered``: per split, answerable queries searched with the full catalog (from
@@ -478,14 +538,14 @@ def calibrated(config: RetrievalConfig, answered: Sequence[BenchmarkRun],
     features = np.vstack([positives, negatives])[:, :1]
     labels = np.concatenate([np.ones(len(positives)), np.zeros(len(negatives))])
     bias, (w_cos,) = fit_logistic(features, labels)
-    fitted = replace(config, relevance_bias=bias, relevance_cosine=w_cos,
-                     relevance_coverage=0.0, relevance_z=0.0)
+    fitted = replace(
+        config, relevance_bias=bias, relevance_cosine=w_cos, relevance_coverage=0.0, relevance_z=0.0
+    )
     floors = [answer_floor(fitted, run, answer_rate) for run in answered]
     return replace(fitted, abstain_threshold=round(min(floors, default=0.0), 4))
 
 
 def answer_floor(config: RetrievalConfig, answered: BenchmarkRun, answer_rate: float) -> float:
     """The highest relevance threshold that keeps ``answer_rate`` of ``answered`` answered."""
-    tops = sorted(relevance((float(c), 0.0, 0.0), config)
-                  for c in best_evidence(answered)[:, 0])
+    tops = sorted(relevance((float(c), 0.0, 0.0), config) for c in best_evidence(answered)[:, 0])
     return float(tops[int((1.0 - answer_rate) * len(tops))]) if tops else 0.0

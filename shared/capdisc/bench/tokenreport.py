@@ -44,22 +44,35 @@ def static_dump_tokens(snapshot: IndexSnapshot, counter: TokenCounter) -> int:
     return counter(json.dumps(to_openai_chat(caps, include_metatool=False)))
 
 
-def turn_tokens(snapshot: IndexSnapshot, query: str, queries: CachedQueryEmbedder,
-                config: DiscoveryConfig, counter: TokenCounter) -> TurnTokens:
+def turn_tokens(
+    snapshot: IndexSnapshot,
+    query: str,
+    queries: CachedQueryEmbedder,
+    config: DiscoveryConfig,
+    counter: TokenCounter,
+) -> TurnTokens:
     """One turn through the discovery service, as a worker answers it: its context and its
     tool definitions (with the meta-tool)."""
-    reply = answer(DiscoverRequest(query, tenant=snapshot.tenant, tool_format="openai-chat"),
-                   Context(snapshot, queries, config, SessionPolicy()))
+    reply = answer(
+        DiscoverRequest(query, tenant=snapshot.tenant, tool_format="openai-chat"),
+        Context(snapshot, queries, config, SessionPolicy()),
+    )
     tools = list(reply.tools.tools) if reply.tools else []
     used = reply.tokens
-    within = (used["tier0"] <= config.tier0_budget_tokens
-              and used["tier1"] <= config.tier1_budget_tokens
-              and used["tier2"] <= config.tier2_budget_tokens)
+    within = (
+        used["tier0"] <= config.tier0_budget_tokens
+        and used["tier1"] <= config.tier1_budget_tokens
+        and used["tier2"] <= config.tier2_budget_tokens
+    )
     return TurnTokens(counter(reply.context), counter(json.dumps(tools)), within)
 
 
-def token_report(snapshot: IndexSnapshot, queries: Sequence[str], embedder: CachedQueryEmbedder,
-                 config: DiscoveryConfig) -> dict[str, Any]:
+def token_report(
+    snapshot: IndexSnapshot,
+    queries: Sequence[str],
+    embedder: CachedQueryEmbedder,
+    config: DiscoveryConfig,
+) -> dict[str, Any]:
     """Static dump against the per-turn median and maximum, and the saving of the median."""
     counter = make_counter(config.token_counter)
     static = static_dump_tokens(snapshot, counter)
@@ -67,13 +80,19 @@ def token_report(snapshot: IndexSnapshot, queries: Sequence[str], embedder: Cach
     contexts = [t.context for t in turns] or [0]
     totals = [t.total for t in turns] or [0]
     return {
-        "capabilities": len(snapshot), "queries": len(turns), "counter": config.token_counter,
+        "capabilities": len(snapshot),
+        "queries": len(turns),
+        "counter": config.token_counter,
         "static_dump_tokens": static,
-        "turn_tokens": {"median": statistics.median(contexts), "max": max(contexts),
-                        "with_tools_median": statistics.median(totals),
-                        "with_tools_max": max(totals)},
-        "budget_tokens": (config.tier0_budget_tokens + config.tier1_budget_tokens
-                          + config.tier2_budget_tokens),
+        "turn_tokens": {
+            "median": statistics.median(contexts),
+            "max": max(contexts),
+            "with_tools_median": statistics.median(totals),
+            "with_tools_max": max(totals),
+        },
+        "budget_tokens": (
+            config.tier0_budget_tokens + config.tier1_budget_tokens + config.tier2_budget_tokens
+        ),
         "saving": _saving(statistics.median(contexts), static),
         "saving_with_tools": _saving(statistics.median(totals), static),
         "over_budget_turns": sum(not t.within_budget for t in turns),

@@ -58,11 +58,17 @@ class Match:
     def to_dict(self) -> dict[str, Any]:
         cap = self.capability
         entry: dict[str, Any] = {
-            "id": cap.id, "kind": cap.kind, "name": cap.name,
-            "display_name": cap.display_name, "description": cap.description,
-            "category": cap.category, "available": cap.available,
-            "score": round(self.score, 4), "relevance": round(self.relevance, 4),
-            "tier": self.tier}
+            "id": cap.id,
+            "kind": cap.kind,
+            "name": cap.name,
+            "display_name": cap.display_name,
+            "description": cap.description,
+            "category": cap.category,
+            "available": cap.available,
+            "score": round(self.score, 4),
+            "relevance": round(self.relevance, 4),
+            "tier": self.tier,
+        }
         if self.reason:
             entry["reason"] = self.reason
         if self.mark is not None:
@@ -90,13 +96,22 @@ class DiscoveryResult:
         return self.tiers.render()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"query": self.query, "tenant": self.tenant, "index_version": self.index_version,
-                "abstained": self.abstained,
-                "capabilities": [m.to_dict() for m in self.matches], "context": self.context,
-                "tiers": {"tier0": self.tiers.tier0, "tier1": self.tiers.tier1,
-                          "tier2": self.tiers.tier2},
-                "tokens": dict(self.tiers.tokens), "total_indexed": self.total_indexed,
-                "workflow_hints": dict(self.workflow_hints)}
+        return {
+            "query": self.query,
+            "tenant": self.tenant,
+            "index_version": self.index_version,
+            "abstained": self.abstained,
+            "capabilities": [m.to_dict() for m in self.matches],
+            "context": self.context,
+            "tiers": {
+                "tier0": self.tiers.tier0,
+                "tier1": self.tiers.tier1,
+                "tier2": self.tiers.tier2,
+            },
+            "tokens": dict(self.tiers.tokens),
+            "total_indexed": self.total_indexed,
+            "workflow_hints": dict(self.workflow_hints),
+        }
 
 
 @dataclass(frozen=True)
@@ -111,21 +126,36 @@ class Ranking:
         return tuple(m.capability.id for m in self.matches)
 
 
-def discover(snapshot: IndexSnapshot, query: Query, query_vector: Vector,
-             config: DiscoveryConfig, embed: QueryEmbed | None = None) -> DiscoveryResult:
+def discover(
+    snapshot: IndexSnapshot,
+    query: Query,
+    query_vector: Vector,
+    config: DiscoveryConfig,
+    embed: QueryEmbed | None = None,
+) -> DiscoveryResult:
     """Run the whole pipeline for one turn. ``embed`` embeds sub-queries of a query that
     chains several requests (without it the query is not decomposed)."""
     limit = query.limit if query.limit is not None else config.tier1_top_k
     ranking = rank(snapshot, query, query_vector, config, limit, embed)
-    tiers = assemble(snapshot, [m.capability for m in ranking.matches], config,
-                     query.filters.caller)
+    tiers = assemble(
+        snapshot, [m.capability for m in ranking.matches], config, query.filters.caller
+    )
     tier2, shown = set(tiers.tier2_ids), set(tiers.tier1_ids)
-    matches = tuple(replace(m, tier=2 if m.capability.id in tier2 else 1)
-                    for m in ranking.matches if m.capability.id in shown)
-    return DiscoveryResult(query=query.text, tenant=snapshot.tenant,
-                           index_version=snapshot.version, matches=matches, tiers=tiers,
-                           total_indexed=len(snapshot), abstained=ranking.abstained,
-                           workflow_hints=hints_for(matches, config.workflow_hints))
+    matches = tuple(
+        replace(m, tier=2 if m.capability.id in tier2 else 1)
+        for m in ranking.matches
+        if m.capability.id in shown
+    )
+    return DiscoveryResult(
+        query=query.text,
+        tenant=snapshot.tenant,
+        index_version=snapshot.version,
+        matches=matches,
+        tiers=tiers,
+        total_indexed=len(snapshot),
+        abstained=ranking.abstained,
+        workflow_hints=hints_for(matches, config.workflow_hints),
+    )
 
 
 def hints_for(matches: tuple[Match, ...], hints: Mapping[str, str]) -> dict[str, str]:
@@ -138,19 +168,35 @@ def hints_for(matches: tuple[Match, ...], hints: Mapping[str, str]) -> dict[str,
     return found
 
 
-def rank(snapshot: IndexSnapshot, query: Query, query_vector: Vector, config: DiscoveryConfig,
-         limit: int, embed: QueryEmbed | None = None) -> Ranking:
+def rank(
+    snapshot: IndexSnapshot,
+    query: Query,
+    query_vector: Vector,
+    config: DiscoveryConfig,
+    limit: int,
+    embed: QueryEmbed | None = None,
+) -> Ranking:
     """The ``limit`` best matches: hybrid retrieval, the minimum relevance, graph re-ranking.
     Empty, and ``abstained``, when retrieval says nothing fits."""
-    retrieved = snapshot.retriever.search(query.text, query_vector, limit * CANDIDATE_FACTOR,
-                                          query.filters, config, embed)
-    matches = () if retrieved.abstained else _rank(snapshot, retrieved.hits, config, limit,
-                                                   retrieved.exact_match, query)
+    retrieved = snapshot.retriever.search(
+        query.text, query_vector, limit * CANDIDATE_FACTOR, query.filters, config, embed
+    )
+    matches = (
+        ()
+        if retrieved.abstained
+        else _rank(snapshot, retrieved.hits, config, limit, retrieved.exact_match, query)
+    )
     return Ranking(matches, retrieved.abstained)
 
 
-def _rank(snapshot: IndexSnapshot, hits: tuple[Hit, ...], config: DiscoveryConfig,
-          limit: int, exact: str | None, query: Query) -> tuple[Match, ...]:
+def _rank(
+    snapshot: IndexSnapshot,
+    hits: tuple[Hit, ...],
+    config: DiscoveryConfig,
+    limit: int,
+    exact: str | None,
+    query: Query,
+) -> tuple[Match, ...]:
     """Hits above the minimum relevance, re-ranked on the graph; a capability the query named
     stays first whatever its relevance, then the preferred (expert) ones. Capabilities the
     graph pulls in pass the query's filters like every hit did (its caller's visibility
@@ -159,8 +205,9 @@ def _rank(snapshot: IndexSnapshot, hits: tuple[Hit, ...], config: DiscoveryConfi
     relevant = [h for h in hits if h.relevance >= config.tier1_min_relevance or h.id == exact]
     relevance = {h.id: h.relevance for h in relevant}
     if config.use_graph_reranking and relevant:
-        ordered = rerank([(h.id, h.score) for h in relevant], snapshot.graph,
-                         config.graph_boost_factor)
+        ordered = rerank(
+            [(h.id, h.score) for h in relevant], snapshot.graph, config.graph_boost_factor
+        )
         triples = [(r.id, r.score, r.reason) for r in ordered]
     else:
         triples = [(h.id, h.score, "") for h in relevant]
@@ -168,20 +215,30 @@ def _rank(snapshot: IndexSnapshot, hits: tuple[Hit, ...], config: DiscoveryConfi
         triples.sort(key=lambda t: (t[0] != exact, t[0] not in prefer))  # stable
     caps, marks = snapshot.capabilities, snapshot.marks
     admitted = [t for t in triples if t[0] in caps and query.filters.admits(caps[t[0]])]
-    return tuple(Match(caps[i], score, relevance.get(i, 0.0), reason=reason, mark=marks.get(i))
-                 for i, score, reason in admitted[:limit])
+    return tuple(
+        Match(caps[i], score, relevance.get(i, 0.0), reason=reason, mark=marks.get(i))
+        for i, score, reason in admitted[:limit]
+    )
 
 
-def assemble(snapshot: IndexSnapshot, ranked: list[Capability], config: DiscoveryConfig,
-             caller: Caller = ANONYMOUS) -> TieredContext:
+def assemble(
+    snapshot: IndexSnapshot,
+    ranked: list[Capability],
+    config: DiscoveryConfig,
+    caller: Caller = ANONYMOUS,
+) -> TieredContext:
     """Tier 0 (of what ``caller`` may see) from the snapshot's cache, Tiers 1 and 2 for the
     ranked capabilities (flagged ones under ``warn`` with their caution)."""
     counter = make_counter(config.token_counter)
     tier0 = snapshot.tier0(config.tier0_budget_tokens, config.token_counter, caller)
-    cautions = {c.id: mark.caution_text for c in ranked
-                if (mark := snapshot.marks.get(c.id)) is not None and mark.caution}
-    tier1, tier1_ids = tier1_text(ranked, config.workflow_hints, config.tier1_budget_tokens,
-                                  counter, cautions)
+    cautions = {
+        c.id: mark.caution_text
+        for c in ranked
+        if (mark := snapshot.marks.get(c.id)) is not None and mark.caution
+    }
+    tier1, tier1_ids = tier1_text(
+        ranked, config.workflow_hints, config.tier1_budget_tokens, counter, cautions
+    )
     shown = [c for c in ranked if c.id in set(tier1_ids)][: config.tier2_top_k]
     tier2, tier2_ids = tier2_text(shown, config.tier2_budget_tokens, counter, cautions)
     tokens = {"tier0": counter(tier0), "tier1": counter(tier1), "tier2": counter(tier2)}
@@ -189,8 +246,9 @@ def assemble(snapshot: IndexSnapshot, ranked: list[Capability], config: Discover
     return TieredContext(tier0, tier1, tier2, tier1_ids, tier2_ids, tokens)
 
 
-def embed_turn(queries: CachedQueryEmbedder, text: str, config: DiscoveryConfig
-               ) -> tuple[Vector, QueryEmbed]:
+def embed_turn(
+    queries: CachedQueryEmbedder, text: str, config: DiscoveryConfig
+) -> tuple[Vector, QueryEmbed]:
     """The query vector of one turn and the embedder :func:`discover` asks for sub-queries: the
     sub-queries decomposition will find are embedded with the query in one model pass (late
     chunking, cached), so a chained request costs one model call, not one per request."""

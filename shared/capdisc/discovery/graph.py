@@ -40,8 +40,11 @@ MIN_SHARED_TAGS = 2
 CATEGORY_GROUP = (2, 8)
 MAX_TAG_GROUP = 50
 
-_RELATION_EDGE = {"depends_on": DEPENDS_ON, "composed_with": COMPOSED_WITH,
-                  "related": COMPOSED_WITH}
+_RELATION_EDGE = {
+    "depends_on": DEPENDS_ON,
+    "composed_with": COMPOSED_WITH,
+    "related": COMPOSED_WITH,
+}
 
 
 @dataclass(frozen=True)
@@ -80,8 +83,12 @@ def _add(graph: nx.Graph, a: str, b: str, edge_type: str, weight: float | None =
         data["types"] = data["types"] | {edge_type}
         data["weight"] += WEIGHTS[edge_type] if weight is None else weight
     else:
-        graph.add_edge(a, b, types=frozenset({edge_type}),
-                       weight=WEIGHTS[edge_type] if weight is None else weight)
+        graph.add_edge(
+            a,
+            b,
+            types=frozenset({edge_type}),
+            weight=WEIGHTS[edge_type] if weight is None else weight,
+        )
 
 
 def _add_tag_edges(graph: nx.Graph, caps: Sequence[Capability]) -> None:
@@ -110,8 +117,9 @@ def _add_category_edges(graph: nx.Graph, caps: Sequence[Capability]) -> None:
                 _add(graph, a, b, SAME_CATEGORY)
 
 
-def rerank(results: Sequence[tuple[str, float]], graph: nx.Graph, boost_factor: float
-           ) -> list[Ranked]:
+def rerank(
+    results: Sequence[tuple[str, float]], graph: nx.Graph, boost_factor: float
+) -> list[Ranked]:
     """Boost results connected to other results, pull in dependencies, re-sort (stable)."""
     if boost_factor <= 0:
         return [Ranked(cap_id, score) for cap_id, score in results]

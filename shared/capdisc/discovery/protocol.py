@@ -84,8 +84,7 @@ class DiscoverRequest:
     @classmethod
     def decode(cls, data: str | bytes) -> DiscoverRequest:
         what = "discovery request"
-        raw = _checked_fields(_parse_object(data, what), DISCOVER_FIELDS, DISCOVER_REQUIRED,
-                              what)
+        raw = _checked_fields(_parse_object(data, what), DISCOVER_FIELDS, DISCOVER_REQUIRED, what)
         return cls(**raw)
 
 
@@ -122,8 +121,9 @@ class SessionRequest:
             raise EventDecodeError("session request field 'tool_id' is required for a call")
         if raw["op"] == "import":
             if raw.get("data") is None:
-                raise EventDecodeError("session request field 'data' is required for an "
-                                       "import: the exported session")
+                raise EventDecodeError(
+                    "session request field 'data' is required for an import: the exported session"
+                )
             raw["data"] = check_session_document(raw["data"])
         return cls(**raw)
 
@@ -181,15 +181,19 @@ def _decode_entry(fields: Mapping[Any, Any]) -> Entry:
     texts = _entry_texts(fields)
     op = texts.get("op", "discover")
     if op not in ENTRY_OPS:
-        raise EventDecodeError(f"request entry field 'op' must be one of "
-                               f"{', '.join(ENTRY_OPS)}, got {_short(op)}")
+        raise EventDecodeError(
+            f"request entry field 'op' must be one of {', '.join(ENTRY_OPS)}, got {_short(op)}"
+        )
     deadline_ms = _deadline(texts.get("deadline_ms"))
     if "payload" not in texts:
-        raise EventDecodeError("request entry field 'payload' is missing: a request entry "
-                               "carries the request as JSON there")
+        raise EventDecodeError(
+            "request entry field 'payload' is missing: a request entry "
+            "carries the request as JSON there"
+        )
     payload = texts["payload"]
     request: DiscoverRequest | SessionRequest = (
-        SessionRequest.decode(payload) if op == "session" else DiscoverRequest.decode(payload))
+        SessionRequest.decode(payload) if op == "session" else DiscoverRequest.decode(payload)
+    )
     return Entry(request, deadline_ms)
 
 
@@ -201,8 +205,10 @@ def _entry_texts(fields: Mapping[Any, Any]) -> dict[str, str]:
     for key, value in fields.items():
         name = _utf8(key, f"request entry field name {_short(key)}")
         if name not in ENTRY_FIELDS:
-            raise EventDecodeError(f"request entry has unknown field {_short(name)}; an entry "
-                                   f"has {', '.join(ENTRY_FIELDS)}")
+            raise EventDecodeError(
+                f"request entry has unknown field {_short(name)}; an entry "
+                f"has {', '.join(ENTRY_FIELDS)}"
+            )
         texts[name] = _utf8(value, f"request entry field '{name}'")
     return texts
 
@@ -219,8 +225,9 @@ def _utf8(value: Any, what: str) -> str:
         try:
             return value.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise EventDecodeError(f"{what} is not UTF-8 text (byte 0x{value[exc.start]:02x} "
-                                   f"at offset {exc.start})") from exc
+            raise EventDecodeError(
+                f"{what} is not UTF-8 text (byte 0x{value[exc.start]:02x} at offset {exc.start})"
+            ) from exc
     text = str(value)
     problem = unencodable(text)
     if problem:
@@ -232,8 +239,10 @@ def _deadline(text: str | None) -> int | None:
     if text is None:
         return None
     if not _DEADLINE_RE.fullmatch(text):
-        raise EventDecodeError(f"request entry field 'deadline_ms' must be a whole number of "
-                               f"milliseconds since the epoch, got {_short(text)}")
+        raise EventDecodeError(
+            f"request entry field 'deadline_ms' must be a whole number of "
+            f"milliseconds since the epoch, got {_short(text)}"
+        )
     return int(text) or None
 
 
@@ -257,8 +266,9 @@ def _parse_object(data: str | bytes, what: str) -> dict[str, Any]:
         raise EventDecodeError(f"{what} must be a JSON object, got {_kind(raw)}")
     for name, value in raw.items():
         if unencodable(name):
-            raise EventDecodeError(f"{what} has a field name that is not valid Unicode: "
-                                   f"{_short(name)}")
+            raise EventDecodeError(
+                f"{what} has a field name that is not valid Unicode: {_short(name)}"
+            )
         problem = _value_problem(value)
         if problem:
             raise EventDecodeError(f"{what} field {_short(name)} {problem}")
@@ -292,14 +302,16 @@ def _value_problem(value: Any) -> str | None:
 Check = Callable[[Any], str | None]
 
 
-def _checked_fields(raw: dict[str, Any], spec: Mapping[str, Check], required: tuple[str, ...],
-                    what: str) -> dict[str, Any]:
+def _checked_fields(
+    raw: dict[str, Any], spec: Mapping[str, Check], required: tuple[str, ...], what: str
+) -> dict[str, Any]:
     """``raw`` when it has only the fields of ``spec``, all of ``required``, each passing its
     check; :class:`EventDecodeError` naming the first field that does not."""
     unknown = sorted(set(raw) - set(spec))
     if unknown:
-        raise EventDecodeError(f"{what} field {_short(unknown[0])} is unknown; the fields are "
-                               f"{', '.join(spec)}")
+        raise EventDecodeError(
+            f"{what} field {_short(unknown[0])} is unknown; the fields are {', '.join(spec)}"
+        )
     for name in required:
         if name not in raw:
             raise EventDecodeError(f"{what} field '{name}' is required")
@@ -319,6 +331,7 @@ def _string(max_chars: int, *, blank: bool = True) -> Check:
         if len(value) > max_chars:
             return f"is {len(value)} characters, the limit is {max_chars}"
         return None
+
     return check
 
 
@@ -327,6 +340,7 @@ def _matching(pattern: re.Pattern[str], described: str) -> Check:
         if not isinstance(value, str):
             return f"must be a string, got {_kind(value)}"
         return None if pattern.fullmatch(value) else f"must be {described}, got {_short(value)}"
+
     return check
 
 
@@ -337,6 +351,7 @@ def _integer(low: int, high: int) -> Check:
         if not low <= value <= high:
             return f"must be from {low} to {high}, got {_short(value)}"
         return None
+
     return check
 
 
@@ -349,6 +364,7 @@ def _choice(choices: tuple[str, ...]) -> Check:
         if value in choices and isinstance(value, str):
             return None
         return f"must be one of {', '.join(choices)}, got {_short(value)}"
+
     return check
 
 
@@ -363,6 +379,7 @@ def _strings(*, blank: bool) -> Check:
         problems = (item(v) for v in value)
         problem = next((p for p in problems if p), None)
         return f"has an item that {problem}" if problem else None
+
     return check
 
 
@@ -386,6 +403,7 @@ def _anything(_value: Any) -> str | None:
 def _optional(check: Check) -> Check:
     def optional(value: Any) -> str | None:
         return None if value is None else check(value)
+
     return optional
 
 
@@ -395,19 +413,35 @@ _REQUEST_ID = _matching(REQUEST_ID_RE, "1-128 letters, digits or '._:-' characte
 _NAME = _optional(_string(MAX_NAME_CHARS, blank=False))
 
 DISCOVER_FIELDS: dict[str, Check] = {
-    "query": _string(MAX_QUERY_CHARS, blank=False), "tenant": _TENANT,
-    "limit": _optional(_integer(1, MAX_LIMIT)), "kind": _optional(_choice(KINDS)),
-    "category": _NAME, "tags": _strings(blank=True), "only_available": _boolean,
-    "min_version": _integer(0, MAX_INT), "tool_format": _optional(_choice(TOOL_FORMATS)),
-    "options": _json_object, "request_id": _REQUEST_ID, "session": _optional(_SESSION),
-    "profile": _NAME, "roles": _strings(blank=False), "user": _NAME,
+    "query": _string(MAX_QUERY_CHARS, blank=False),
+    "tenant": _TENANT,
+    "limit": _optional(_integer(1, MAX_LIMIT)),
+    "kind": _optional(_choice(KINDS)),
+    "category": _NAME,
+    "tags": _strings(blank=True),
+    "only_available": _boolean,
+    "min_version": _integer(0, MAX_INT),
+    "tool_format": _optional(_choice(TOOL_FORMATS)),
+    "options": _json_object,
+    "request_id": _REQUEST_ID,
+    "session": _optional(_SESSION),
+    "profile": _NAME,
+    "roles": _strings(blank=False),
+    "user": _NAME,
     "token": _optional(_token),
 }
 DISCOVER_REQUIRED = ("query", "request_id")
 SESSION_FIELDS: dict[str, Check] = {
-    "op": _choice(SESSION_OPS), "session": _SESSION, "tenant": _TENANT, "tool_id": _NAME,
-    "arguments": _anything, "data": _optional(_json_object), "profile": _NAME,
-    "roles": _strings(blank=False), "user": _NAME, "request_id": _REQUEST_ID,
+    "op": _choice(SESSION_OPS),
+    "session": _SESSION,
+    "tenant": _TENANT,
+    "tool_id": _NAME,
+    "arguments": _anything,
+    "data": _optional(_json_object),
+    "profile": _NAME,
+    "roles": _strings(blank=False),
+    "user": _NAME,
+    "request_id": _REQUEST_ID,
     "token": _optional(_token),
 }
 SESSION_REQUIRED = ("op", "session", "request_id")
@@ -423,23 +457,28 @@ def check_session_document(data: Any) -> dict[str, Any]:
     :class:`EventDecodeError` naming the field otherwise."""
     what = "session import"
     if not isinstance(data, dict):
-        raise EventDecodeError(f"{what} must be an exported session (a JSON object), got "
-                               f"{_kind(data)}")
+        raise EventDecodeError(
+            f"{what} must be an exported session (a JSON object), got {_kind(data)}"
+        )
     return _checked_fields(data, DOCUMENT_FIELDS, ("created_ms",), what)
 
 
 def _bound(value: Any) -> str | None:
     if not isinstance(value, dict):
-        return (f"must be an object of capability id -> [first_seen_ms, last_used_ms, "
-                f"use_count], got {_kind(value)}")
+        return (
+            f"must be an object of capability id -> [first_seen_ms, last_used_ms, "
+            f"use_count], got {_kind(value)}"
+        )
     if len(value) > MAX_ITEMS:
         return f"has {len(value)} entries, the limit is {MAX_ITEMS}"
     for cap_id, entry in value.items():
         if not cap_id or len(cap_id) > MAX_NAME_CHARS:
             return f"has a capability id that is empty or longer than {MAX_NAME_CHARS}"
         if not _bound_entry(entry):
-            return (f"entry {_short(cap_id)} must be [first_seen_ms, last_used_ms, use_count], "
-                    f"three integers from 0 to {MAX_INT}")
+            return (
+                f"entry {_short(cap_id)} must be [first_seen_ms, last_used_ms, use_count], "
+                f"three integers from 0 to {MAX_INT}"
+            )
     return None
 
 
@@ -451,8 +490,10 @@ _MS = _integer(0, MAX_INT)
 
 
 DOCUMENT_FIELDS: dict[str, Check] = {
-    "session_id": _optional(_string(MAX_NAME_CHARS)), "profile": _NAME,
-    "created_ms": _MS, "bound": _bound,
+    "session_id": _optional(_string(MAX_NAME_CHARS)),
+    "profile": _NAME,
+    "created_ms": _MS,
+    "bound": _bound,
     "loop_evicted": _strings(blank=False),
 }
 
@@ -480,8 +521,10 @@ def _unsendable(value: Any) -> str | None:
     try:
         json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
     except UnicodeEncodeError as exc:
-        return (f"carries text that is not valid Unicode ({_char_problem(exc.object[exc.start])})"
-                "; pass UTF-8 text")
+        return (
+            f"carries text that is not valid Unicode ({_char_problem(exc.object[exc.start])})"
+            "; pass UTF-8 text"
+        )
     except (TypeError, ValueError, RecursionError) as exc:
         return f"cannot be sent as JSON ({exc})"
     return None
@@ -497,8 +540,16 @@ def _char_problem(char: str) -> str:
 
 
 def _kind(value: Any) -> str:
-    kinds = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
-             list: "a list", dict: "an object", type(None): "null", bytes: "bytes"}
+    kinds = {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "an object",
+        type(None): "null",
+        bytes: "bytes",
+    }
     return kinds.get(type(value), type(value).__name__)
 
 

@@ -33,20 +33,21 @@ JSON = dict[str, Any]
 # -- reading fields ------------------------------------------------------------------------------
 
 
-def _field(raw: Mapping[str, Any], name: str, kind: type[T] | tuple[type, ...],
-           where: str) -> T:
+def _field(raw: Mapping[str, Any], name: str, kind: type[T] | tuple[type, ...], where: str) -> T:
     """``raw[name]``, which must be of ``kind``; :class:`EventDecodeError` naming it otherwise."""
     if name not in raw:
         raise EventDecodeError(f"{where} has no field '{name}'")
     value = raw[name]
     if not isinstance(value, kind) or (isinstance(value, bool) and kind in (int, float)):
-        raise EventDecodeError(f"{where} field '{name}' has the wrong type "
-                               f"({type(value).__name__})")
+        raise EventDecodeError(
+            f"{where} field '{name}' has the wrong type ({type(value).__name__})"
+        )
     return value  # type: ignore[return-value]
 
 
-def _optional(raw: Mapping[str, Any], name: str, kind: type[T] | tuple[type, ...],
-              where: str, default: T) -> T:
+def _optional(
+    raw: Mapping[str, Any], name: str, kind: type[T] | tuple[type, ...], where: str, default: T
+) -> T:
     return default if raw.get(name) is None else _field(raw, name, kind, where)
 
 
@@ -77,10 +78,18 @@ class CapabilityView:
     flags: tuple[JSON, ...] | None = None
 
     def to_dict(self) -> JSON:
-        entry: JSON = {"id": self.id, "kind": self.kind, "name": self.name,
-                       "display_name": self.display_name, "description": self.description,
-                       "category": self.category, "available": self.available,
-                       "score": self.score, "relevance": self.relevance, "tier": self.tier}
+        entry: JSON = {
+            "id": self.id,
+            "kind": self.kind,
+            "name": self.name,
+            "display_name": self.display_name,
+            "description": self.description,
+            "category": self.category,
+            "available": self.available,
+            "score": self.score,
+            "relevance": self.relevance,
+            "tier": self.tier,
+        }
         if self.reason:
             entry["reason"] = self.reason
         if self.flags is not None:
@@ -90,26 +99,38 @@ class CapabilityView:
     @classmethod
     def of(cls, match: Match) -> CapabilityView:
         cap = match.capability
-        return cls(id=cap.id, kind=cap.kind, name=cap.name, display_name=cap.display_name,
-                   description=cap.description, category=cap.category,
-                   available=cap.available, score=round(match.score, 4),
-                   relevance=round(match.relevance, 4), tier=match.tier,
-                   reason=match.reason or None,
-                   flags=tuple(match.mark.to_list()) if match.mark is not None else None)
+        return cls(
+            id=cap.id,
+            kind=cap.kind,
+            name=cap.name,
+            display_name=cap.display_name,
+            description=cap.description,
+            category=cap.category,
+            available=cap.available,
+            score=round(match.score, 4),
+            relevance=round(match.relevance, 4),
+            tier=match.tier,
+            reason=match.reason or None,
+            flags=tuple(match.mark.to_list()) if match.mark is not None else None,
+        )
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], where: str) -> CapabilityView:
         flags = _optional(raw, "flags", list, where, None)
-        return cls(id=_field(raw, "id", str, where), kind=_field(raw, "kind", str, where),
-                   name=_field(raw, "name", str, where),
-                   display_name=_field(raw, "display_name", str, where),
-                   description=_field(raw, "description", str, where),
-                   category=_field(raw, "category", str, where),
-                   available=_field(raw, "available", bool, where),
-                   score=_number(raw, "score", where), relevance=_number(raw, "relevance", where),
-                   tier=_field(raw, "tier", int, where),
-                   reason=_optional(raw, "reason", str, where, None),
-                   flags=tuple(flags) if flags is not None else None)
+        return cls(
+            id=_field(raw, "id", str, where),
+            kind=_field(raw, "kind", str, where),
+            name=_field(raw, "name", str, where),
+            display_name=_field(raw, "display_name", str, where),
+            description=_field(raw, "description", str, where),
+            category=_field(raw, "category", str, where),
+            available=_field(raw, "available", bool, where),
+            score=_number(raw, "score", where),
+            relevance=_number(raw, "relevance", where),
+            tier=_field(raw, "tier", int, where),
+            reason=_optional(raw, "reason", str, where, None),
+            flags=tuple(flags) if flags is not None else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -144,18 +165,21 @@ class ToolBundle:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], where: str) -> ToolBundle:
-        return cls(tuple(_field(raw, "tools", list, where)),
-                   dict(_field(raw, "tool_names", dict, where)))
+        return cls(
+            tuple(_field(raw, "tools", list, where)), dict(_field(raw, "tool_names", dict, where))
+        )
 
 
 def _session_view(raw: Mapping[str, Any], where: str) -> SessionView:
-    return SessionView(id=_field(raw, "id", str, where),
-                       bound=tuple(_field(raw, "bound", list, where)),
-                       added=tuple(_optional(raw, "added", list, where, [])),
-                       evicted=tuple(_optional(raw, "evicted", list, where, [])),
-                       redundant_search=_optional(raw, "redundant_search", bool, where, False),
-                       note=_optional(raw, "note", str, where, None),
-                       installable=tuple(_optional(raw, "installable", list, where, [])))
+    return SessionView(
+        id=_field(raw, "id", str, where),
+        bound=tuple(_field(raw, "bound", list, where)),
+        added=tuple(_optional(raw, "added", list, where, [])),
+        evicted=tuple(_optional(raw, "evicted", list, where, [])),
+        redundant_search=_optional(raw, "redundant_search", bool, where, False),
+        note=_optional(raw, "note", str, where, None),
+        installable=tuple(_optional(raw, "installable", list, where, [])),
+    )
 
 
 # -- the three replies ---------------------------------------------------------------------------
@@ -183,16 +207,29 @@ class DiscoverReply:
     took_ms: float = 0.0
 
     @classmethod
-    def of(cls, request_id: str, result: DiscoveryResult, session: SessionView | None = None,
-           tools: ToolBundle | None = None) -> DiscoverReply:
+    def of(
+        cls,
+        request_id: str,
+        result: DiscoveryResult,
+        session: SessionView | None = None,
+        tools: ToolBundle | None = None,
+    ) -> DiscoverReply:
         """The reply to a turn that found ``result``."""
         tiers = result.tiers
-        return cls(request_id=request_id, query=result.query, tenant=result.tenant,
-                   index_version=result.index_version, abstained=result.abstained,
-                   capabilities=tuple(CapabilityView.of(m) for m in result.matches),
-                   tiers=Tiers(tiers.tier0, tiers.tier1, tiers.tier2),
-                   tokens=dict(tiers.tokens), total_indexed=result.total_indexed,
-                   workflow_hints=dict(result.workflow_hints), session=session, tools=tools)
+        return cls(
+            request_id=request_id,
+            query=result.query,
+            tenant=result.tenant,
+            index_version=result.index_version,
+            abstained=result.abstained,
+            capabilities=tuple(CapabilityView.of(m) for m in result.matches),
+            tiers=Tiers(tiers.tier0, tiers.tier1, tiers.tier2),
+            tokens=dict(tiers.tokens),
+            total_indexed=result.total_indexed,
+            workflow_hints=dict(result.workflow_hints),
+            session=session,
+            tools=tools,
+        )
 
     @property
     def ids(self) -> list[str]:
@@ -203,14 +240,21 @@ class DiscoverReply:
         return self.tiers.render()
 
     def to_dict(self) -> JSON:
-        reply: JSON = {"request_id": self.request_id, "query": self.query,
-                       "tenant": self.tenant, "index_version": self.index_version,
-                       "abstained": self.abstained,
-                       "capabilities": [c.to_dict() for c in self.capabilities],
-                       "context": self.context, "tiers": self.tiers.to_dict(),
-                       "tokens": dict(self.tokens), "total_indexed": self.total_indexed,
-                       "workflow_hints": dict(self.workflow_hints), "worker": self.worker,
-                       "took_ms": self.took_ms}
+        reply: JSON = {
+            "request_id": self.request_id,
+            "query": self.query,
+            "tenant": self.tenant,
+            "index_version": self.index_version,
+            "abstained": self.abstained,
+            "capabilities": [c.to_dict() for c in self.capabilities],
+            "context": self.context,
+            "tiers": self.tiers.to_dict(),
+            "tokens": dict(self.tokens),
+            "total_indexed": self.total_indexed,
+            "workflow_hints": dict(self.workflow_hints),
+            "worker": self.worker,
+            "took_ms": self.took_ms,
+        }
         if self.session is not None:
             reply["session"] = self.session.to_dict()
             reply["redundant_search"] = self.session.redundant_search
@@ -227,20 +271,27 @@ class DiscoverReply:
         session = raw.get("session")
         return cls(
             request_id=_field(raw, "request_id", str, where),
-            query=_field(raw, "query", str, where), tenant=_field(raw, "tenant", str, where),
+            query=_field(raw, "query", str, where),
+            tenant=_field(raw, "tenant", str, where),
             index_version=_field(raw, "index_version", int, where),
             abstained=_field(raw, "abstained", bool, where),
-            capabilities=tuple(CapabilityView.from_dict(_mapping(c, f"{where} capability"),
-                                                        f"{where} capability") for c in caps),
+            capabilities=tuple(
+                CapabilityView.from_dict(_mapping(c, f"{where} capability"), f"{where} capability")
+                for c in caps
+            ),
             tiers=Tiers.from_dict(_field(raw, "tiers", dict, where), f"{where} tiers"),
             tokens=dict(_field(raw, "tokens", dict, where)),
             total_indexed=_field(raw, "total_indexed", int, where),
             workflow_hints=dict(_field(raw, "workflow_hints", dict, where)),
-            session=(_session_view(_mapping(session, f"{where} session"), f"{where} session")
-                     if session is not None else None),
+            session=(
+                _session_view(_mapping(session, f"{where} session"), f"{where} session")
+                if session is not None
+                else None
+            ),
             tools=ToolBundle.from_dict(raw, where) if "tools" in raw else None,
             worker=_optional(raw, "worker", str, where, ""),
-            took_ms=_optional(raw, "took_ms", (int, float), where, 0.0))
+            took_ms=_optional(raw, "took_ms", (int, float), where, 0.0),
+        )
 
     def with_timing(self, worker: str, took_ms: float) -> DiscoverReply:
         return _with(self, worker=worker, took_ms=took_ms)
@@ -257,8 +308,12 @@ class SessionReply:
     took_ms: float = 0.0
 
     def to_dict(self) -> JSON:
-        return {**self.body, "request_id": self.request_id, "worker": self.worker,
-                "took_ms": self.took_ms}
+        return {
+            **self.body,
+            "request_id": self.request_id,
+            "worker": self.worker,
+            "took_ms": self.took_ms,
+        }
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> SessionReply:
@@ -266,9 +321,12 @@ class SessionReply:
         body = {k: v for k, v in raw.items() if k not in ("request_id", "worker", "took_ms")}
         if not body:
             raise EventDecodeError(f"{where} carries no outcome")
-        return cls(_field(raw, "request_id", str, where), body,
-                   _optional(raw, "worker", str, where, ""),
-                   _optional(raw, "took_ms", (int, float), where, 0.0))
+        return cls(
+            _field(raw, "request_id", str, where),
+            body,
+            _optional(raw, "worker", str, where, ""),
+            _optional(raw, "took_ms", (int, float), where, 0.0),
+        )
 
     def with_timing(self, worker: str, took_ms: float) -> SessionReply:
         return _with(self, worker=worker, took_ms=took_ms)
@@ -297,8 +355,7 @@ class ErrorReply:
         return error_for(self.code, self.message)
 
     def to_dict(self) -> JSON:
-        reply: JSON = {"request_id": self.request_id, "error": self.code,
-                       "message": self.message}
+        reply: JSON = {"request_id": self.request_id, "error": self.code, "message": self.message}
         if self.worker:
             reply.update(worker=self.worker, took_ms=self.took_ms)
         return reply
@@ -307,12 +364,14 @@ class ErrorReply:
     def from_dict(cls, raw: Mapping[str, Any]) -> ErrorReply:
         where = "error reply"
         code = _field(raw, "error", str, where)
-        return cls(_field(raw, "request_id", str, where),
-                   code if code in ERROR_CODES else CapdiscError.code,
-                   _field(raw, "message", str, where) + (
-                       "" if code in ERROR_CODES else f" (error code {code!r})"),
-                   _optional(raw, "worker", str, where, ""),
-                   _optional(raw, "took_ms", (int, float), where, 0.0))
+        return cls(
+            _field(raw, "request_id", str, where),
+            code if code in ERROR_CODES else CapdiscError.code,
+            _field(raw, "message", str, where)
+            + ("" if code in ERROR_CODES else f" (error code {code!r})"),
+            _optional(raw, "worker", str, where, ""),
+            _optional(raw, "took_ms", (int, float), where, 0.0),
+        )
 
     def with_timing(self, worker: str, took_ms: float) -> ErrorReply:
         return _with(self, worker=worker, took_ms=took_ms)

@@ -61,44 +61,76 @@ def answer(request: DiscoverRequest, context: Context) -> DiscoverReply:
     query = query_for(request, context.sessions)
     result = discover(context.snapshot, query, vector, config, embed)
     session = _bind(request, context, query, result, vector, config)
-    return DiscoverReply.of(request.request_id, result, session,
-                            _tools(request, context.snapshot, result, session, query))
+    return DiscoverReply.of(
+        request.request_id,
+        result,
+        session,
+        _tools(request, context.snapshot, result, session, query),
+    )
 
 
 def query_for(request: DiscoverRequest, policy: SessionPolicy) -> Query:
     """The request's query; in a session or for a profile, limited to the profile's
     allowlist, its expert tools first, and (in a session) to available capabilities."""
-    filters = SearchFilters(kind=request.kind, category=request.category,
-                            tags=tuple(request.tags),
-                            only_available=request.only_available or bool(request.session),
-                            include_ids=allowed_ids(policy, request.profile),
-                            caller=Caller.of(request.roles, request.user))
+    filters = SearchFilters(
+        kind=request.kind,
+        category=request.category,
+        tags=tuple(request.tags),
+        only_available=request.only_available or bool(request.session),
+        include_ids=allowed_ids(policy, request.profile),
+        caller=Caller.of(request.roles, request.user),
+    )
     experts = frozenset(policy.profile(request.profile).expert_tools)
     return Query(request.query, request.limit, filters, prefer=experts)
 
 
-def installable(snapshot: IndexSnapshot, query: Query, result: DiscoveryResult,
-                vector: Vector, config: DiscoveryConfig, below: int) -> list[Match]:
+def installable(
+    snapshot: IndexSnapshot,
+    query: Query,
+    result: DiscoveryResult,
+    vector: Vector,
+    config: DiscoveryConfig,
+    below: int,
+) -> list[Match]:
     """When fewer than ``below`` available capabilities fit, the best ones not available yet
     (offered apart from the matches, for the platform to install)."""
     if len(result.matches) >= below or not snapshot.has_installable:
         return []
-    wanted = replace(query, filters=replace(query.filters, only_available=False,
-                                            only_installable=True))
+    wanted = replace(
+        query, filters=replace(query.filters, only_available=False, only_installable=True)
+    )
     return list(rank(snapshot, wanted, vector, config, INSTALLABLE_OFFERED).matches)
 
 
-def _bind(request: DiscoverRequest, context: Context, query: Query, result: DiscoveryResult,
-          vector: Vector, config: DiscoveryConfig) -> SessionView | None:
+def _bind(
+    request: DiscoverRequest,
+    context: Context,
+    query: Query,
+    result: DiscoveryResult,
+    vector: Vector,
+    config: DiscoveryConfig,
+) -> SessionView | None:
     if not request.session:
         return None
     if context.binder is None:
         raise ValueError("a request in a session needs a session binder")
-    view = context.binder.after_discovery(Turn(
-        request.tenant, request.session, request.request_id, request.profile,
-        [m.capability.id for m in result.matches]))
-    offers = installable(context.snapshot, query, result, vector, config,
-                         context.sessions.installable_for(request.profile))
+    view = context.binder.after_discovery(
+        Turn(
+            request.tenant,
+            request.session,
+            request.request_id,
+            request.profile,
+            [m.capability.id for m in result.matches],
+        )
+    )
+    offers = installable(
+        context.snapshot,
+        query,
+        result,
+        vector,
+        config,
+        context.sessions.installable_for(request.profile),
+    )
     if not offers:
         return view
     return replace(view, installable=tuple(_offer(m) for m in offers))
@@ -107,15 +139,26 @@ def _bind(request: DiscoverRequest, context: Context, query: Query, result: Disc
 def _offer(match: Match) -> dict[str, Any]:
     """An installable capability as a session view lists it."""
     cap = match.capability
-    entry = {"id": cap.id, "kind": cap.kind, "name": cap.name, "description": cap.description,
-             "relevance": round(match.relevance, 4), "installable": True}
+    entry = {
+        "id": cap.id,
+        "kind": cap.kind,
+        "name": cap.name,
+        "description": cap.description,
+        "relevance": round(match.relevance, 4),
+        "installable": True,
+    }
     if match.mark is not None:
         entry["flags"] = match.mark.to_list()
     return entry
 
 
-def _tools(request: DiscoverRequest, snapshot: IndexSnapshot, result: DiscoveryResult,
-           session: SessionView | None, query: Query) -> ToolBundle | None:
+def _tools(
+    request: DiscoverRequest,
+    snapshot: IndexSnapshot,
+    result: DiscoveryResult,
+    session: SessionView | None,
+    query: Query,
+) -> ToolBundle | None:
     """With a tool format: the matches' definitions, or in a session its whole working set."""
     if request.tool_format is None:
         return None

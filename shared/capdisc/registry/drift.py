@@ -22,8 +22,10 @@ def repair_plan(client: Redis, tenant: str, default_space: str) -> RepairPlan | 
             pipe.watch(keys.caps(tenant), keys.space(tenant))  # type: ignore[no-untyped-call]
             active = pipe.get(keys.space(tenant))
             space = as_str(active) if active else default_space
-            plan = plan_repair({as_str(k) for k in pipe.hkeys(keys.caps(tenant))},
-                               {as_str(k) for k in pipe.hkeys(keys.vectors(tenant, space))})
+            plan = plan_repair(
+                {as_str(k) for k in pipe.hkeys(keys.caps(tenant))},
+                {as_str(k) for k in pipe.hkeys(keys.vectors(tenant, space))},
+            )
             pipe.multi()
             if plan.orphan_vectors:
                 pipe.hdel(keys.vectors(tenant, space), *plan.orphan_vectors)

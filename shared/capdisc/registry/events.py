@@ -68,8 +68,10 @@ class RegistryEvent:
         """Parse and check an encoded event; raise :class:`EventDecodeError` if it is not one."""
         size = len(data.encode() if isinstance(data, str) else data)
         if size > max_bytes:
-            raise EventDecodeError(f"event is {size} bytes, the limit is {max_bytes}; split the "
-                                   "capability's content or raise CAPDISC_EVENT_MAX_BYTES")
+            raise EventDecodeError(
+                f"event is {size} bytes, the limit is {max_bytes}; split the "
+                "capability's content or raise CAPDISC_EVENT_MAX_BYTES"
+            )
         try:
             raw = json.loads(data)
         except (ValueError, UnicodeDecodeError) as exc:
@@ -106,8 +108,9 @@ def _checked(raw: dict[str, Any]) -> dict[str, Any]:
             continue
         value = raw[name]
         if not isinstance(value, types) or (isinstance(value, bool) and types is int):
-            raise EventDecodeError(f"event field '{name}' has the wrong type "
-                                   f"({type(value).__name__})")
+            raise EventDecodeError(
+                f"event field '{name}' has the wrong type ({type(value).__name__})"
+            )
     _check_values(raw)
     raw["type"] = cast(EventType, raw["type"])
     return raw
@@ -115,11 +118,14 @@ def _checked(raw: dict[str, Any]) -> dict[str, Any]:
 
 def _check_values(raw: dict[str, Any]) -> None:
     if raw["schema_version"] != SCHEMA_VERSION:
-        raise EventDecodeError(f"event schema_version {raw['schema_version']} is not supported "
-                               f"(this worker reads {SCHEMA_VERSION}); upgrade the worker")
+        raise EventDecodeError(
+            f"event schema_version {raw['schema_version']} is not supported "
+            f"(this worker reads {SCHEMA_VERSION}); upgrade the worker"
+        )
     if raw["type"] not in EVENT_TYPES:
-        raise EventDecodeError(f"event field 'type' must be one of {', '.join(EVENT_TYPES)}, "
-                               f"got {raw['type']!r}")
+        raise EventDecodeError(
+            f"event field 'type' must be one of {', '.join(EVENT_TYPES)}, got {raw['type']!r}"
+        )
     if not raw["capability_id"]:
         raise EventDecodeError("event field 'capability_id' must not be empty")
     problem = tenant_problem(raw["tenant"])

@@ -44,8 +44,14 @@ def tenant_policy(client: redis.Redis, tenant: str) -> Policy | None:
     return parse_policy(as_str(raw)) if raw is not None else None
 
 
-def approve(client: redis.Redis, tenant: str, capability_id: str, *,
-            reviewed: str | None = None, by: str | None = None) -> Approval:
+def approve(
+    client: redis.Redis,
+    tenant: str,
+    capability_id: str,
+    *,
+    reviewed: str | None = None,
+    by: str | None = None,
+) -> Approval:
     """Approve the flagged ``capability_id`` for its current text (``reviewed``: the surface
     hash the reviewer saw, refused if the text changed since), in one transaction with a version
     bump and a change record. :class:`FlagError` when it is not flagged."""
@@ -56,8 +62,7 @@ def approve(client: redis.Redis, tenant: str, capability_id: str, *,
                 pipe.watch(*watched)  # type: ignore[no-untyped-call]
                 flag = _current(pipe, tenant, capability_id)
                 version = int(pipe.get(keys.version(tenant)) or 0)
-                fresh = approved(flag, reviewed=reviewed, by=by,
-                                 at_ms=int(time.time() * 1000))
+                fresh = approved(flag, reviewed=reviewed, by=by, at_ms=int(time.time() * 1000))
                 if not flag.unapproved:  # approved already, for this very text
                     return Approval(capability_id, flag, version, changed=False)
                 pipe.multi()
@@ -74,9 +79,14 @@ def _current(pipe: redis.client.Pipeline, tenant: str, capability_id: str) -> Fl
     if raw:
         return Flag.from_json(raw)
     stored = pipe.hexists(keys.caps(tenant), capability_id)
-    raise FlagError(f"{capability_id} of tenant {tenant!r} is "
-                    + ("not flagged: nothing to approve" if stored else
-                       "not in the registry (capdisc flags list shows the flagged ones)"))
+    raise FlagError(
+        f"{capability_id} of tenant {tenant!r} is "
+        + (
+            "not flagged: nothing to approve"
+            if stored
+            else "not in the registry (capdisc flags list shows the flagged ones)"
+        )
+    )
 
 
 def set_policy(client: redis.Redis, tenant: str, policy: str | None) -> int:
@@ -105,6 +115,10 @@ def _bump(pipe: redis.client.Pipeline, tenant: str, version: int, op: str, cap_i
     """Queue the next index version and its change record (``reload``: the whole tenant)."""
     version += 1
     pipe.set(keys.version(tenant), version)
-    pipe.xadd(keys.CHANGES, {"tenant": tenant, "version": version, "op": op, "id": cap_id},
-              maxlen=CHANGES_MAXLEN, approximate=True)
+    pipe.xadd(
+        keys.CHANGES,
+        {"tenant": tenant, "version": version, "op": op, "id": cap_id},
+        maxlen=CHANGES_MAXLEN,
+        approximate=True,
+    )
     return version

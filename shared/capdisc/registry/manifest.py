@@ -39,12 +39,29 @@ _ALIASES = {
     "skillContent": "skill_content",
 }
 #: Every key a manifest may use (record fields a manifest must not set are left out).
-MANIFEST_FIELDS = frozenset({
-    "id", "kind", "name", "display_name", "description", "category", "tags",
-    "required_secrets", "required_tools", "available", "has_side_effects", "relationships",
-    "example_queries", "version", "full_schema", "skill_content", "examples", "visibility",
-    *_ALIASES,
-})
+MANIFEST_FIELDS = frozenset(
+    {
+        "id",
+        "kind",
+        "name",
+        "display_name",
+        "description",
+        "category",
+        "tags",
+        "required_secrets",
+        "required_tools",
+        "available",
+        "has_side_effects",
+        "relationships",
+        "example_queries",
+        "version",
+        "full_schema",
+        "skill_content",
+        "examples",
+        "visibility",
+        *_ALIASES,
+    }
+)
 
 
 @dataclass
@@ -67,13 +84,15 @@ class ScanCache:
         self._entries: dict[Path, tuple[tuple[Any, ...], Capability | ManifestError]] = {}
 
     def load(self, path: Path, root: Path, max_bytes: int) -> Capability:
-        stamp = tuple(_stamp(path.parent / name) for name in (MANIFEST_NAME, SKILL_NAME,
-                                                               SCHEMA_NAME))
+        stamp = tuple(
+            _stamp(path.parent / name) for name in (MANIFEST_NAME, SKILL_NAME, SCHEMA_NAME)
+        )
         cached = self._entries.get(path)
         if cached is None or cached[0] != stamp:
             try:
                 result: Capability | ManifestError = load_manifest(
-                    path, registry_root=root, max_bytes=max_bytes)
+                    path, registry_root=root, max_bytes=max_bytes
+                )
             except ManifestError as exc:
                 result = exc
             self._entries[path] = (stamp, result)
@@ -91,9 +110,13 @@ def _stamp(path: Path) -> tuple[int, int, int] | None:
     return (info.st_size, info.st_mtime_ns, info.st_ino)
 
 
-def scan_directory(root: Path, *, max_bytes: int = DEFAULT_MAX_BYTES,
-                   cache: ScanCache | None = None,
-                   held: Mapping[str, Path] | None = None) -> ScanResult:
+def scan_directory(
+    root: Path,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    cache: ScanCache | None = None,
+    held: Mapping[str, Path] | None = None,
+) -> ScanResult:
     """Parse every ``CAPABILITY.yaml`` under ``root`` (recursively, in path order).
 
     Two manifests defining one id: the one the registry ``held`` it from (id -> the manifest its
@@ -123,8 +146,11 @@ def scan_directory(root: Path, *, max_bytes: int = DEFAULT_MAX_BYTES,
     return result
 
 
-def _keepers(parsed: list[tuple[Path, Capability]], held: Mapping[str, Path],
-             broken: Mapping[Path, ManifestError]) -> dict[str, Path]:
+def _keepers(
+    parsed: list[tuple[Path, Capability]],
+    held: Mapping[str, Path],
+    broken: Mapping[Path, ManifestError],
+) -> dict[str, Path]:
     """For each id parsed, the manifest that keeps it: the held one if it defines the id, the
     held one still if it fails to parse (no other may replace its stored version), else the
     first in path order."""
@@ -141,12 +167,15 @@ def _keepers(parsed: list[tuple[Path, Capability]], held: Mapping[str, Path],
     return keepers
 
 
-def _duplicate(path: Path, capability_id: str, keeper: Path,
-               broken: Mapping[Path, ManifestError]) -> ManifestError:
+def _duplicate(
+    path: Path, capability_id: str, keeper: Path, broken: Mapping[Path, ManifestError]
+) -> ManifestError:
     if keeper in broken:
-        problem = (f"{capability_id!r} is already defined by {keeper}, which fails to parse: "
-                   "its last good version stays until that file is fixed; remove this duplicate "
-                   "or give it another name")
+        problem = (
+            f"{capability_id!r} is already defined by {keeper}, which fails to parse: "
+            "its last good version stays until that file is fixed; remove this duplicate "
+            "or give it another name"
+        )
     else:
         problem = f"{capability_id!r} is already defined by {keeper}"
     return ManifestError(str(path), "id", problem)
@@ -180,8 +209,9 @@ def _schema_key(data: dict[str, Any]) -> str:
     return next((k for k in data if _ALIASES.get(k) == "full_schema"), "parameters")
 
 
-def _validated(record: dict[str, Any], source: str, schema_origin: str,
-               skill_origin: str | None = None) -> Capability:
+def _validated(
+    record: dict[str, Any], source: str, schema_origin: str, skill_origin: str | None = None
+) -> Capability:
     """Validate, reporting schema problems under the key (or file) the schema came from and
     skill-content problems against the SKILL.md they are in."""
     try:
@@ -195,17 +225,21 @@ def _validated(record: dict[str, Any], source: str, schema_origin: str,
         rest = field.removeprefix("full_schema").lstrip(".")
         if schema_origin.endswith(SCHEMA_NAME):
             raise ManifestError(schema_origin, rest or None, exc.problem) from exc
-        raise ManifestError(source, f"{schema_origin}{'.' if rest else ''}{rest}", exc.problem
-                            ) from exc
+        raise ManifestError(
+            source, f"{schema_origin}{'.' if rest else ''}{rest}", exc.problem
+        ) from exc
 
 
 def _read_text(path: Path, max_bytes: int, source: str) -> str:
     try:
         size = path.stat().st_size
         if size > max_bytes:
-            raise ManifestError(source, None,
-                                f"is {size} bytes, the limit is {max_bytes}; shorten it or move "
-                                "long text to SKILL.md")
+            raise ManifestError(
+                source,
+                None,
+                f"is {size} bytes, the limit is {max_bytes}; shorten it or move "
+                "long text to SKILL.md",
+            )
         raw = path.read_bytes()
     except OSError as exc:
         raise ManifestError(source, None, f"cannot be read: {exc.strerror}") from exc
@@ -219,18 +253,21 @@ def _to_record(data: dict[str, Any], source: str) -> dict[str, Any]:
     record: dict[str, Any] = {}
     for key, value in data.items():
         if key not in MANIFEST_FIELDS or key == "full_schema":
-            known = ", ".join(sorted(k for k in MANIFEST_FIELDS
-                                     if k not in _ALIASES and k != "full_schema"))
+            known = ", ".join(
+                sorted(k for k in MANIFEST_FIELDS if k not in _ALIASES and k != "full_schema")
+            )
             raise ManifestError(source, key, f"unknown field (known fields: {known}, parameters)")
         target = _ALIASES.get(key, key)
         if target in record:
-            raise ManifestError(source, key, f"sets '{target}' a second time (under another "
-                                             "spelling); keep one")
+            raise ManifestError(
+                source, key, f"sets '{target}' a second time (under another spelling); keep one"
+            )
         record[target] = value
     examples = record.pop("examples", None)
     if examples is not None:
-        record["example_queries"] = _example_queries(record.get("example_queries"), examples,
-                                                     source)
+        record["example_queries"] = _example_queries(
+            record.get("example_queries"), examples, source
+        )
     return record
 
 
@@ -242,8 +279,11 @@ def _example_queries(queries: Any, examples: Any, source: str) -> Any:
     for index, example in enumerate(examples):
         description = example.get("description") if isinstance(example, dict) else example
         if not isinstance(description, str):
-            raise ManifestError(source, f"examples[{index}]",
-                                "must be a string or a mapping with a 'description' string")
+            raise ManifestError(
+                source,
+                f"examples[{index}]",
+                "must be a string or a mapping with a 'description' string",
+            )
         found.append(description)
     return found
 
@@ -271,14 +311,16 @@ def _attach_side_files(directory: Path, record: dict[str, Any], source: str) -> 
     if not schema_path.is_file():
         return _SideFiles(skill_file, schema_file=False)
     if record.get("full_schema") is not None:
-        raise ManifestError(source, "parameters",
-                            f"is set and {SCHEMA_NAME} exists beside it; keep only one")
+        raise ManifestError(
+            source, "parameters", f"is set and {SCHEMA_NAME} exists beside it; keep only one"
+        )
     text = _read_text(schema_path, MAX_SIDE_FILE_BYTES, str(schema_path))
     try:
         record["full_schema"] = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ManifestError(str(schema_path), None,
-                            f"is not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+        raise ManifestError(
+            str(schema_path), None, f"is not valid JSON (line {exc.lineno}: {exc.msg})"
+        ) from exc
     return _SideFiles(skill_file, schema_file=True)
 
 

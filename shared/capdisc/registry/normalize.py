@@ -57,8 +57,9 @@ def capability_from_record(record: Mapping[str, Any], source: str) -> Capability
     for required in ("kind", "name", "description"):
         if record.get(required) in (None, ""):
             raise ManifestError(source, required, "is required")
-    values = {key: check(source, key, record[key])
-              for key, check in _CHECKS.items() if key in record}
+    values = {
+        key: check(source, key, record[key]) for key, check in _CHECKS.items() if key in record
+    }
     kind = cast(Kind, values["kind"])
     name = cast(str, values["name"])
     values.setdefault("id", f"{kind}:{name}")
@@ -73,8 +74,14 @@ def capability_from_record(record: Mapping[str, Any], source: str) -> Capability
 def _type_name(value: Any) -> str:
     if value is None:
         return "null"
-    return {bool: "a boolean", int: "a number", float: "a number", str: "a string",
-            list: "a list", dict: "a mapping"}.get(type(value), type(value).__name__)
+    return {
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "a mapping",
+    }.get(type(value), type(value).__name__)
 
 
 def _text(source: str, key: str, value: Any, *, max_chars: int, allow_empty: bool = True) -> str:
@@ -121,14 +128,20 @@ def _identifier(source: str, key: str, value: Any, pattern: re.Pattern[str], rul
 
 
 def _check_name(source: str, key: str, value: Any) -> str:
-    return _identifier(source, key, value, NAME_RE,
-                       "name (letters, digits, '.', '_', '-'; starts with a letter or digit; "
-                       "at most 64 characters)")
+    return _identifier(
+        source,
+        key,
+        value,
+        NAME_RE,
+        "name (letters, digits, '.', '_', '-'; starts with a letter or digit; "
+        "at most 64 characters)",
+    )
 
 
 def _check_id(source: str, key: str, value: Any) -> str:
-    return _identifier(source, key, value, ID_RE,
-                       "id (form 'kind:name', for example 'tool:web-search')")
+    return _identifier(
+        source, key, value, ID_RE, "id (form 'kind:name', for example 'tool:web-search')"
+    )
 
 
 def _check_kind(source: str, key: str, value: Any) -> str:
@@ -161,8 +174,9 @@ def _string_list(
         if item is not None:
             checked.append(item(source, where, entry))
         else:
-            checked.append(_text(source, where, entry, max_chars=MAX_SHORT_TEXT_CHARS,
-                                 allow_empty=False))
+            checked.append(
+                _text(source, where, entry, max_chars=MAX_SHORT_TEXT_CHARS, allow_empty=False)
+            )
     return tuple(dict.fromkeys(checked))
 
 
@@ -264,8 +278,9 @@ def _relationship(source: str, where: str, entry: Any) -> Relationship:
             raise ManifestError(source, f"{where}.{extra[0]}", "unknown field (use target, type)")
         kind = entry.get("type", "related")
         if kind not in RELATION_TYPES:
-            raise ManifestError(source, f"{where}.type",
-                                f"must be one of {', '.join(RELATION_TYPES)}, got {kind!r}")
+            raise ManifestError(
+                source, f"{where}.type", f"must be one of {', '.join(RELATION_TYPES)}, got {kind!r}"
+            )
         target = _check_tool_refs(source, f"{where}.target", [entry["target"]])[0]
         return Relationship(target=target, type=cast(RelationType, kind))
     raise ManifestError(source, where, "must be a capability id or a mapping with 'target'")
@@ -319,8 +334,19 @@ _CHECKS: dict[str, Callable[[str, str, Any], Any]] = {
 def from_tool(tool: Mapping[str, Any], source: str = "tool") -> Capability:
     """A tool definition: ``name``, ``description`` and a JSON Schema under ``parameters``,
     ``input_schema`` or ``inputSchema``."""
-    record = _pick(tool, "name", "description", "category", "tags", "required_secrets",
-                   "has_side_effects", "available", "display_name", "example_queries", "version")
+    record = _pick(
+        tool,
+        "name",
+        "description",
+        "category",
+        "tags",
+        "required_secrets",
+        "has_side_effects",
+        "available",
+        "display_name",
+        "example_queries",
+        "version",
+    )
     record["kind"] = "tool"
     schema_keys = ("parameters", "input_schema", "inputSchema")
     schema = next((tool[k] for k in schema_keys if k in tool), None)
@@ -332,8 +358,16 @@ def from_tool(tool: Mapping[str, Any], source: str = "tool") -> Capability:
 def from_skill(name: str, skill_md: str, source: str = "skill") -> Capability:
     """A skill: ``SKILL.md`` with YAML front matter (``description``, ``tags``, ``requires``...)."""
     front, _body = split_front_matter(skill_md, f"{source}:{name}")
-    record = _pick(front, "description", "category", "tags", "required_secrets", "display_name",
-                   "example_queries", "version")
+    record = _pick(
+        front,
+        "description",
+        "category",
+        "tags",
+        "required_secrets",
+        "display_name",
+        "example_queries",
+        "version",
+    )
     record.update(kind="skill", name=front.get("name", name), full_content=skill_md)
     if "requires" in front or "required_tools" in front:
         record["required_tools"] = front.get("required_tools", front.get("requires"))
@@ -343,21 +377,42 @@ def from_skill(name: str, skill_md: str, source: str = "skill") -> Capability:
 
 def from_extension(entry: Mapping[str, Any], source: str = "extension-catalog") -> Capability:
     """An extension catalog entry; availability follows the catalog's ``installed`` flag."""
-    record = _pick(entry, "name", "description", "category", "tags", "required_secrets",
-                   "display_name", "version", "example_queries")
+    record = _pick(
+        entry,
+        "name",
+        "description",
+        "category",
+        "tags",
+        "required_secrets",
+        "display_name",
+        "version",
+        "example_queries",
+    )
     record.update(kind="extension", available=entry.get("installed", entry.get("available", False)))
     if "tools" in entry:
         record["required_tools"] = entry["tools"]
-    record["source_ref"] = {"type": "extension", "source": source,
-                            "location": str(entry.get("name"))}
+    record["source_ref"] = {
+        "type": "extension",
+        "source": source,
+        "location": str(entry.get("name")),
+    }
     return capability_from_record(record, f"{source}:{entry.get('name')}")
 
 
 def from_channel(entry: Mapping[str, Any], source: str = "channels") -> Capability:
     """A messaging platform: id ``channel:{platform}``, category always ``communication``."""
     platform = entry.get("platform", entry.get("name"))
-    record = _pick(entry, "description", "tags", "required_secrets", "display_name", "version",
-                   "example_queries", "has_side_effects", "available")
+    record = _pick(
+        entry,
+        "description",
+        "tags",
+        "required_secrets",
+        "display_name",
+        "version",
+        "example_queries",
+        "has_side_effects",
+        "available",
+    )
     record.update(kind="channel", name=platform, category="communication")
     record.setdefault("has_side_effects", True)
     record["source_ref"] = {"type": "channel", "source": source, "location": str(platform)}
@@ -376,4 +431,4 @@ def split_front_matter(markdown: str, source: str) -> tuple[dict[str, Any], str]
     if end < 0:
         raise ManifestError(source, None, "front matter opened with '---' is never closed")
     front = load_mapping(markdown[3:end], f"{source} (front matter)")
-    return front, markdown[end + 4:].lstrip("\n")
+    return front, markdown[end + 4 :].lstrip("\n")

@@ -26,8 +26,13 @@ from capdisc.redistext import as_str
 class TaskSender(Protocol):
     """What sends a task (a Celery app's ``send_task``)."""
 
-    def send_task(self, name: str, args: Sequence[Any] | None = None,
-                  kwargs: Mapping[str, Any] | None = None, **options: Any) -> Any: ...
+    def send_task(
+        self,
+        name: str,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -41,15 +46,31 @@ class Pending:
     sent_at_ms: int
 
 
-def send(client: redis.Redis, app: TaskSender, name: str, args: Sequence[Any] = (),
-         kwargs: Mapping[str, Any] | None = None, task_id: str | None = None) -> str:
+def send(
+    client: redis.Redis,
+    app: TaskSender,
+    name: str,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    task_id: str | None = None,
+) -> str:
     """Record the task in the outbox, then send it to the indexing queue; returns its id."""
     task_id = task_id or uuid.uuid4().hex
-    entry = {"name": name, "args": list(args), "kwargs": dict(kwargs or {}),
-             "sent_at_ms": int(time.time() * 1000)}
+    entry = {
+        "name": name,
+        "args": list(args),
+        "kwargs": dict(kwargs or {}),
+        "sent_at_ms": int(time.time() * 1000),
+    }
     client.hset(keys.OUTBOX, task_id, json.dumps(entry))
-    app.send_task(name, args=list(args), kwargs=dict(kwargs or {}), task_id=task_id,
-                  queue=keys.INDEXING_QUEUE, ignore_result=True)
+    app.send_task(
+        name,
+        args=list(args),
+        kwargs=dict(kwargs or {}),
+        task_id=task_id,
+        queue=keys.INDEXING_QUEUE,
+        ignore_result=True,
+    )
     return task_id
 
 
@@ -131,20 +152,35 @@ class Holder:
 
 def holders(heartbeats: Iterable[Mapping[str, Any]]) -> list[Holder]:
     """The indexing workers among heartbeats (``capdisc:workers`` entries), live or not."""
-    return [Holder(str(h.get("id", "")), int(h.get("last_seen_ms", 0)),
-                   frozenset(str(t) for t in h["tasks"]) if "tasks" in h else None)
-            for h in heartbeats if h.get("kind") == "indexing"]
+    return [
+        Holder(
+            str(h.get("id", "")),
+            int(h.get("last_seen_ms", 0)),
+            frozenset(str(t) for t in h["tasks"]) if "tasks" in h else None,
+        )
+        for h in heartbeats
+        if h.get("kind") == "indexing"
+    ]
 
 
-def orphans(deliveries: Sequence[Delivery], workers: Sequence[Holder], now_ms: int,
-            grace_s: float, stale_after_s: float) -> list[Delivery]:
+def orphans(
+    deliveries: Sequence[Delivery],
+    workers: Sequence[Holder],
+    now_ms: int,
+    grace_s: float,
+    stale_after_s: float,
+) -> list[Delivery]:
     """Deliveries older than ``grace_s`` that no live worker holds (a worker is live when its
     heartbeat is at most ``stale_after_s`` old), and that every live worker has reported on
     since (a heartbeat after the delivery): a task just received may not be listed yet."""
     live = [w for w in workers if now_ms - w.seen_ms <= stale_after_s * 1000]
-    return [d for d in deliveries if now_ms - d.delivered_at_ms >= grace_s * 1000
-            and not any(w.tasks is None or d.task_id in w.tasks for w in live)
-            and all(w.seen_ms > d.delivered_at_ms for w in live)]
+    return [
+        d
+        for d in deliveries
+        if now_ms - d.delivered_at_ms >= grace_s * 1000
+        and not any(w.tasks is None or d.task_id in w.tasks for w in live)
+        and all(w.seen_ms > d.delivered_at_ms for w in live)
+    ]
 
 
 def deliveries(client: redis.Redis) -> list[Delivery]:
@@ -154,8 +190,10 @@ def deliveries(client: redis.Redis) -> list[Delivery]:
         return []
     tags = [as_str(tag) for tag in entries]
     scores = client.zmscore(keys.KOMBU_UNACKED_INDEX, tags)
-    return [Delivery(tag, _task_id(_message(raw)), int((score or 0) * 1000))
-            for tag, raw, score in zip(tags, entries.values(), scores, strict=True)]
+    return [
+        Delivery(tag, _task_id(_message(raw)), int((score or 0) * 1000))
+        for tag, raw, score in zip(tags, entries.values(), scores, strict=True)
+    ]
 
 
 def restore(client: redis.Redis, delivery: Delivery) -> bool:

@@ -70,23 +70,29 @@ from capdisc.models import Capability, canonical_json
 #: them.
 RULES: dict[str, str] = {
     "instruction_override": "tells the model to ignore its instructions, to follow new ones, "
-                            "or to call this tool before any other",
-    "secret_access": "asks the model to read or pass on secrets, private files or the "
-                     "conversation",
+    "or to call this tool before any other",
+    "secret_access": "asks the model to read or pass on secrets, private files or the conversation",
     "exfiltration": "asks the model to send data to a fixed outside destination",
     "concealment": "asks the model to hide what it does from the user",
     "cross_tool_shadowing": "changes how other tools behave",
     "coercive_urgency": "pressures the model with threats or invented obligations",
     "hidden_markup": "hides text from readers: comments, model-template tokens, instruction "
-                     "tags, encoded or spaced-out text",
+    "tags, encoded or spaced-out text",
     "unneeded_link": "links to a capture, tunnel or paste service, a raw IP address, or a URL "
-                     "built to carry data",
+    "built to carry data",
 }
 _RULE_ORDER = tuple(RULES)
 #: The rules for text in the user's voice (example queries): asking to send, read or link
 #: things is what users do; manipulating the model is not.
-USER_VOICE_RULES = frozenset({"instruction_override", "concealment", "cross_tool_shadowing",
-                              "coercive_urgency", "hidden_markup"})
+USER_VOICE_RULES = frozenset(
+    {
+        "instruction_override",
+        "concealment",
+        "cross_tool_shadowing",
+        "coercive_urgency",
+        "hidden_markup",
+    }
+)
 #: Changes whenever a rule changes: findings stored with another version are stale and should
 #: be recomputed (approvals stay tied to :func:`surface_hash`, not to this).
 SCANNER_VERSION = 1
@@ -110,13 +116,16 @@ class Finding:
     excerpt: str
 
     def to_dict(self) -> dict[str, str]:
-        return {"rule": self.rule, "where": self.where, "reason": self.reason,
-                "excerpt": self.excerpt}
+        return {
+            "rule": self.rule,
+            "where": self.where,
+            "reason": self.reason,
+            "excerpt": self.excerpt,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Finding:
-        return cls(str(data["rule"]), str(data["where"]), str(data["reason"]),
-                   str(data["excerpt"]))
+        return cls(str(data["rule"]), str(data["where"]), str(data["reason"]), str(data["excerpt"]))
 
 
 def scan_capability(capability: Capability) -> tuple[Finding, ...]:
@@ -134,8 +143,13 @@ def scan_capability(capability: Capability) -> tuple[Finding, ...]:
     return tuple(findings[:MAX_FINDINGS])
 
 
-def scan_text(text: str, where: str, *, identity: frozenset[str] = frozenset(),
-              rules: frozenset[str] | None = None) -> tuple[Finding, ...]:
+def scan_text(
+    text: str,
+    where: str,
+    *,
+    identity: frozenset[str] = frozenset(),
+    rules: frozenset[str] | None = None,
+) -> tuple[Finding, ...]:
     """The findings in one text, reported under ``where``: at most one per rule.
 
     ``identity`` holds the words of the capability's own name and domain
@@ -144,9 +158,11 @@ def scan_text(text: str, where: str, *, identity: frozenset[str] = frozenset(),
     looks only at the paragraphs that contain one of its cue words (:data:`_DETECTORS`), so
     long skill content costs little more than the paragraphs that matter.
     """
-    pieces = [(piece, note, " ".join(piece.lower().split()))
-              for variant, note in _variants(text.translate(_APOSTROPHES))
-              for piece in _paragraphs(variant)]
+    pieces = [
+        (piece, note, " ".join(piece.lower().split()))
+        for variant, note in _variants(text.translate(_APOSTROPHES))
+        for piece in _paragraphs(variant)
+    ]
     findings = []
     for rule, detect, cues in _DETECTORS:
         if rules is not None and rule not in rules:
@@ -173,23 +189,91 @@ def surface_hash(capability: Capability) -> str:
 
 #: JSON Schema keywords whose values are structure, not prose (``required`` repeats names
 #: already scanned under ``properties``).
-_STRUCTURAL = frozenset({"type", "format", "$ref", "$schema", "$id", "$anchor", "pattern",
-                         "contentEncoding", "contentMediaType", "required"})
+_STRUCTURAL = frozenset(
+    {
+        "type",
+        "format",
+        "$ref",
+        "$schema",
+        "$id",
+        "$anchor",
+        "pattern",
+        "contentEncoding",
+        "contentMediaType",
+        "required",
+    }
+)
 #: Keywords whose keys are names the author chose (property names above all).
-_NAME_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions",
-                        "dependentSchemas", "dependentRequired"})
+_NAME_MAPS = frozenset(
+    {
+        "properties",
+        "patternProperties",
+        "$defs",
+        "definitions",
+        "dependentSchemas",
+        "dependentRequired",
+    }
+)
 #: Keywords whose own key is vocabulary, not prose.
-_KEYWORDS = frozenset({
-    "type", "format", "$ref", "$schema", "$id", "$anchor", "$comment", "$defs", "pattern",
-    "description", "title", "default", "examples", "example", "enum", "const", "properties",
-    "patternProperties", "additionalProperties", "unevaluatedProperties", "required", "items",
-    "prefixItems", "additionalItems", "contains", "minItems", "maxItems", "uniqueItems",
-    "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-    "multipleOf", "minProperties", "maxProperties", "propertyNames", "dependentRequired",
-    "dependentSchemas", "definitions", "allOf", "anyOf", "oneOf", "not", "if", "then", "else",
-    "readOnly", "writeOnly", "deprecated", "nullable", "contentEncoding", "contentMediaType",
-    "discriminator",
-})
+_KEYWORDS = frozenset(
+    {
+        "type",
+        "format",
+        "$ref",
+        "$schema",
+        "$id",
+        "$anchor",
+        "$comment",
+        "$defs",
+        "pattern",
+        "description",
+        "title",
+        "default",
+        "examples",
+        "example",
+        "enum",
+        "const",
+        "properties",
+        "patternProperties",
+        "additionalProperties",
+        "unevaluatedProperties",
+        "required",
+        "items",
+        "prefixItems",
+        "additionalItems",
+        "contains",
+        "minItems",
+        "maxItems",
+        "uniqueItems",
+        "minLength",
+        "maxLength",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+        "minProperties",
+        "maxProperties",
+        "propertyNames",
+        "dependentRequired",
+        "dependentSchemas",
+        "definitions",
+        "allOf",
+        "anyOf",
+        "oneOf",
+        "not",
+        "if",
+        "then",
+        "else",
+        "readOnly",
+        "writeOnly",
+        "deprecated",
+        "nullable",
+        "contentEncoding",
+        "contentMediaType",
+        "discriminator",
+    }
+)
 
 
 def scanned_texts(capability: Capability) -> Iterator[tuple[str, str, str]]:
@@ -233,10 +317,16 @@ def _schema_texts(value: Any, path: str, *, names: bool) -> Iterator[tuple[str, 
 def identity_words(capability: Capability) -> frozenset[str]:
     """Lower-case words (3+ letters) of the capability's name, display name, category, tags
     and declared secrets: the domain its own text may legitimately talk about."""
-    parts = [capability.name, capability.display_name, capability.category,
-             *capability.tags, *capability.required_secrets]
-    return frozenset(word for part in parts for word in _words(_split_identifier(part))
-                     if len(word) >= 3)
+    parts = [
+        capability.name,
+        capability.display_name,
+        capability.category,
+        *capability.tags,
+        *capability.required_secrets,
+    ]
+    return frozenset(
+        word for part in parts for word in _words(_split_identifier(part)) if len(word) >= 3
+    )
 
 
 _CASE_CHANGE = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
@@ -260,8 +350,9 @@ def _scan_name(name: str, where: str, identity: frozenset[str]) -> tuple[Finding
     words = _split_identifier(name)
     found = list(scan_text(words, where, identity=identity))
     if all(f.rule != "secret_access" for f in found) and _asks_for_secret(words, identity):
-        found.insert(0, Finding("secret_access", where, "names a secret the model is asked to "
-                                                         "supply", name))
+        found.insert(
+            0, Finding("secret_access", where, "names a secret the model is asked to supply", name)
+        )
         found.sort(key=lambda f: _RULE_ORDER.index(f.rule))
     return tuple(Finding(f.rule, f.where, f.reason, _bounded(name)) for f in found)
 
@@ -289,8 +380,10 @@ _SPACED_RUN = re.compile(r"(?<![A-Za-z])(?:[A-Za-z][ .\-*_·]){2,400}[A-Za-z](?!
 _BASE64_RUN = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/_-]{16,}={0,2}(?![A-Za-z0-9+/=_-])")
 _HEX_ONLY = re.compile(r"[0-9a-fA-F]+")
 #: Words that mix letters with digits standing for letters: "1gn0re", "pr0mpt", "p@ssw0rd".
-_LEET_TOKEN = re.compile(r"(?<![\w@$])(?=[\w@$]*[A-Za-z])(?=[\w@$]*[013457@$])[\w@$]{4,40}"
-                         r"(?![\w@$])")
+_LEET_TOKEN = re.compile(
+    r"(?<![\w@$])(?=[\w@$]*[A-Za-z])(?=[\w@$]*[013457@$])[\w@$]{4,40}"
+    r"(?![\w@$])"
+)
 _LEET = str.maketrans("013457@$", "oieastas")
 _NOT_LETTER = re.compile(r"[^A-Za-z]")
 _PROSE_WORD = re.compile(r"[A-Za-z]{3,}")
@@ -312,8 +405,9 @@ def _variants(text: str) -> list[tuple[str, str]]:
 
 def _changed_paragraphs(text: str, transform: Callable[[str], str]) -> str:
     """The paragraphs ``transform`` changes, transformed (the rest was scanned already)."""
-    changed = [after for before in _PARAGRAPH_BREAK.split(text)
-               if (after := transform(before)) != before]
+    changed = [
+        after for before in _PARAGRAPH_BREAK.split(text) if (after := transform(before)) != before
+    ]
     return "\n\n".join(changed)
 
 
@@ -338,8 +432,9 @@ def _join_spaced(match: re.Match[str]) -> str:
     run = match.group()
     separators = run[1::2]
     glue = max(sorted(set(separators)), key=separators.count)
-    return "".join(ch if index % 2 == 0 else ("" if ch == glue else " ")
-                   for index, ch in enumerate(run))
+    return "".join(
+        ch if index % 2 == 0 else ("" if ch == glue else " ") for index, ch in enumerate(run)
+    )
 
 
 def _decoded_blobs(text: str) -> list[str]:
@@ -401,29 +496,169 @@ def _compile(*parts: str) -> re.Pattern[str]:
 
 #: Verbs that obtain data.
 _READ = _forms(
-    "read", "open", "cat", "load", "fetch", "retrieve", "collect", "gather", "extract", "dump",
-    "access", "grab", "obtain", "harvest", "steal", "get", "got", "look up", "scan", "find",
-    "lies", "lese", "lesen", "auslesen", "öffne", "hole", "sammle", "sammeln",
-    "lee", "lea", "leer", "abre", "obtén", "obtener", "recopila", "extrae",
-    "lis", "lisez", "lire", "ouvre", "ouvrez", "récupère", "récupérez", "récupérer", "extrais",
-) + (r"|\bcontents?\s+(?:of|from)\b|\bits\s+contents?\b|\bcontents\b|\bverbatim\b"
-     r"|\b(?:inhalt|contenido|contenu)\b")
+    "read",
+    "open",
+    "cat",
+    "load",
+    "fetch",
+    "retrieve",
+    "collect",
+    "gather",
+    "extract",
+    "dump",
+    "access",
+    "grab",
+    "obtain",
+    "harvest",
+    "steal",
+    "get",
+    "got",
+    "look up",
+    "scan",
+    "find",
+    "lies",
+    "lese",
+    "lesen",
+    "auslesen",
+    "öffne",
+    "hole",
+    "sammle",
+    "sammeln",
+    "lee",
+    "lea",
+    "leer",
+    "abre",
+    "obtén",
+    "obtener",
+    "recopila",
+    "extrae",
+    "lis",
+    "lisez",
+    "lire",
+    "ouvre",
+    "ouvrez",
+    "récupère",
+    "récupérez",
+    "récupérer",
+    "extrais",
+) + (
+    r"|\bcontents?\s+(?:of|from)\b|\bits\s+contents?\b|\bcontents\b|\bverbatim\b"
+    r"|\b(?:inhalt|contenido|contenu)\b"
+)
 #: Verbs that move data somewhere (another argument, a message, an address, the answer).
 _SEND = _forms(
-    "send", "sent", "upload", "post", "forward", "transmit", "share", "leak", "exfiltrate",
-    "include", "attach", "append", "embed", "insert", "pass", "put", "paste", "provide",
-    "supply", "add", "submit", "bcc", "email", "mail", "report", "relay", "mirror", "copy",
-    "copie", "copied", "reveal", "disclose", "output", "print", "repeat", "echo", "write",
-    "wrote", "written", "fill", "place", "store", "encode", "carry", "carries", "hand over",
-    "beacon", "dump", "concatenate", "prepend", "inject", "merge", "stuff", "pass along",
-    "sync", "goes here", "go here", "belongs here", "goes to",
-    "sende", "senden", "schicke", "schicken", "übermittle", "übermitteln", "übertrage",
-    "füge", "einfügen", "anhängen", "weiterleiten", "leite", "kopiere", "teile", "gib",
-    "envía", "envíe", "enviar", "manda", "mande", "mandar", "incluye", "incluya", "incluir",
-    "adjunta", "adjuntar", "pasa", "pase", "pasar", "reenvía", "reenviar", "copia", "comparte",
-    "envoie", "envoyez", "envoyer", "inclus", "incluez", "inclure", "joins", "joignez",
-    "joindre", "transmets", "transmettez", "transmettre", "ajoute", "ajoutez", "ajouter",
-    "copiez", "partage", "partagez", "mets", "mettez",
+    "send",
+    "sent",
+    "upload",
+    "post",
+    "forward",
+    "transmit",
+    "share",
+    "leak",
+    "exfiltrate",
+    "include",
+    "attach",
+    "append",
+    "embed",
+    "insert",
+    "pass",
+    "put",
+    "paste",
+    "provide",
+    "supply",
+    "add",
+    "submit",
+    "bcc",
+    "email",
+    "mail",
+    "report",
+    "relay",
+    "mirror",
+    "copy",
+    "copie",
+    "copied",
+    "reveal",
+    "disclose",
+    "output",
+    "print",
+    "repeat",
+    "echo",
+    "write",
+    "wrote",
+    "written",
+    "fill",
+    "place",
+    "store",
+    "encode",
+    "carry",
+    "carries",
+    "hand over",
+    "beacon",
+    "dump",
+    "concatenate",
+    "prepend",
+    "inject",
+    "merge",
+    "stuff",
+    "pass along",
+    "sync",
+    "goes here",
+    "go here",
+    "belongs here",
+    "goes to",
+    "sende",
+    "senden",
+    "schicke",
+    "schicken",
+    "übermittle",
+    "übermitteln",
+    "übertrage",
+    "füge",
+    "einfügen",
+    "anhängen",
+    "weiterleiten",
+    "leite",
+    "kopiere",
+    "teile",
+    "gib",
+    "envía",
+    "envíe",
+    "enviar",
+    "manda",
+    "mande",
+    "mandar",
+    "incluye",
+    "incluya",
+    "incluir",
+    "adjunta",
+    "adjuntar",
+    "pasa",
+    "pase",
+    "pasar",
+    "reenvía",
+    "reenviar",
+    "copia",
+    "comparte",
+    "envoie",
+    "envoyez",
+    "envoyer",
+    "inclus",
+    "incluez",
+    "inclure",
+    "joins",
+    "joignez",
+    "joindre",
+    "transmets",
+    "transmettez",
+    "transmettre",
+    "ajoute",
+    "ajoutez",
+    "ajouter",
+    "copiez",
+    "partage",
+    "partagez",
+    "mets",
+    "mettez",
 )
 _READ_RE = _compile(_READ)
 _SEND_RE = _compile(_SEND)
@@ -476,7 +711,8 @@ _WEAK_SECRET = (
 )
 _QUANTIFIED = (
     r"\b(?:all|every|any|each|other|stored|saved|cached|existing|available|local|plaintext"
-    r"|found|alle|gespeicherten|todas?|todos|toutes?|tous)\s+(?:\w+\s+){0,2}" + _WEAK_SECRET
+    r"|found|alle|gespeicherten|todas?|todos|toutes?|tous)\s+(?:\w+\s+){0,2}"
+    + _WEAK_SECRET
     + r"(?!\s+(?:reset|recovery|policy|strength|rules?))\b"
 )
 _SOURCE = (
@@ -487,8 +723,13 @@ _SOURCE = (
 #: Harvesting: quantified ("any tokens"), taken from a place ("API keys from the
 #: environment"), or "the credentials you have".
 _HARVESTED_SECRET = _compile(
-    _QUANTIFIED, r"|\b", _WEAK_SECRET, _SOURCE,
-    r"|\b", _WEAK_SECRET, r"\s+(?:you|the\s+(?:assistant|agent|model))\s+(?:have|has|can|know"
+    _QUANTIFIED,
+    r"|\b",
+    _WEAK_SECRET,
+    _SOURCE,
+    r"|\b",
+    _WEAK_SECRET,
+    r"\s+(?:you|the\s+(?:assistant|agent|model))\s+(?:have|has|can|know"
     r"|saw|see|find)\b",
 )
 #: Quantified and taken from a place: harvesting even without a verb.
@@ -501,19 +742,23 @@ _FOREIGN_SECRET = _compile(
 )
 #: Someone else's secret by its environment variable name (case-sensitive).
 _ENV_SECRET = re.compile(
-    r"\b[A-Z][A-Z0-9]*_(?:API_KEY|TOKEN|SECRET(?:_ACCESS_KEY|_KEY)?|PASSWORD|PASS|URL)\b")
+    r"\b[A-Z][A-Z0-9]*_(?:API_KEY|TOKEN|SECRET(?:_ACCESS_KEY|_KEY)?|PASSWORD|PASS|URL)\b"
+)
 #: Where a secret does not belong: another argument or field of a tool call.
 #: Each names the argument (group 1): "in the notes field", "as `meta`", "`bio` contains",
 #: "the `memo` param is where", "en el campo 'idioma'", "dans le champ", "im Feld".
-_INTO_ARGUMENT = tuple(_compile(pattern) for pattern in (
-    r"\b(?:as|in|into|to|inside|within|under)\s+(?:the\s+|this\s+(?:tool'?s\s+)?|its\s+|an?\s+)?"
-    r"[`'\"]?([\w-]{1,40})[`'\"]?\s+(?:field|argument|parameter|param|value|attribute)\b",
-    r"\b(?:as|in|into)\s+(?:the\s+)?[`'\"]([\w-]{1,40})[`'\"]",
-    r"[`'\"]([\w-]{1,40})[`'\"]\s+(?:param(?:eter)?\s+|field\s+|argument\s+)?(?:contains|holds"
-    r"|carries|receives|includes|is\s+where)\b",
-    r"\b(?:en\s+el|dans\s+le|im|in\s+das|in\s+den)\s+(?:campo|champ|feld|parámetro|paramètre"
-    r"|parameter)\s+[`'\"]?([\w-]{1,40})",
-))
+_INTO_ARGUMENT = tuple(
+    _compile(pattern)
+    for pattern in (
+        r"\b(?:as|in|into|to|inside|within|under)\s+(?:the\s+|this\s+(?:tool'?s\s+)?|its\s+|an?\s+)?"
+        r"[`'\"]?([\w-]{1,40})[`'\"]?\s+(?:field|argument|parameter|param|value|attribute)\b",
+        r"\b(?:as|in|into)\s+(?:the\s+)?[`'\"]([\w-]{1,40})[`'\"]",
+        r"[`'\"]([\w-]{1,40})[`'\"]\s+(?:param(?:eter)?\s+|field\s+|argument\s+)?(?:contains|holds"
+        r"|carries|receives|includes|is\s+where)\b",
+        r"\b(?:en\s+el|dans\s+le|im|in\s+das|in\s+den)\s+(?:campo|champ|feld|parámetro|paramètre"
+        r"|parameter)\s+[`'\"]?([\w-]{1,40})",
+    )
+)
 #: Personal data: never harvested by the rules above (a contacts tool lists phone numbers),
 #: only flagged when the user's is put into an argument that is not about it.
 _PERSONAL = (
@@ -525,7 +770,11 @@ _PERSONAL = (
 )
 _USERS_SECRET = _compile(
     r"\b(?:the\s+user'?s|user'?s|their|his|her|(?:a|the)\s+user\s+mentions\s+an?)\s+"
-    r"(?:\w+\s+){0,2}(?:", _WEAK_SECRET, "|", _PERSONAL, r"|(?:aws\s+)?secret\s+access\s+keys?)",
+    r"(?:\w+\s+){0,2}(?:",
+    _WEAK_SECRET,
+    "|",
+    _PERSONAL,
+    r"|(?:aws\s+)?secret\s+access\s+keys?)",
     r"(?!\s+(?:reset|recovery|policy|strength|rules?|hash|field))\b",
 )
 
@@ -533,17 +782,23 @@ _USERS_SECRET = _compile(
 #: Every repetition is bounded: capability text is written by whoever publishes it, and an
 #: unbounded ``[...]+@`` is quadratic on "a.a.a.a...".
 _URL = r"\b(?:https?|ftp|wss?)://[^\s<>\"'`)\]]{1,2048}"
-_EMAIL = (r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}"
-          r"(?:\.[A-Za-z0-9-]{1,63}){0,6}\.[A-Za-z]{2,24}\b")
+_EMAIL = (
+    r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}"
+    r"(?:\.[A-Za-z0-9-]{1,63}){0,6}\.[A-Za-z]{2,24}\b"
+)
 _URL_RE = _compile(_URL)
 _DESTINATION_RE = _compile(
-    _URL, r"|", _EMAIL, r"|\b(?:\d{1,3}\.){3}\d{1,3}\b",
+    _URL,
+    r"|",
+    _EMAIL,
+    r"|\b(?:\d{1,3}\.){3}\d{1,3}\b",
     r"|\b(?:external|third[- ]party|outside|attacker'?s?|separate|secondary)\s+",
     r"(?:server|endpoint|url|address|host|webhook|inbox|mailbox|e-?mail)\b",
 )
 #: Reserved for documentation (RFC 2606, RFC 6761): never a real destination.
 _RESERVED_DOMAIN = re.compile(
-    r"(?:^|\.)(?:example\.(?:com|org|net)|example|test|invalid|localhost|local)$", re.I)
+    r"(?:^|\.)(?:example\.(?:com|org|net)|example|test|invalid|localhost|local)$", re.I
+)
 #: What is being sent: secrets, the conversation, or everything of some kind.
 _PAYLOAD_RE = _compile(
     r"\b(?:every|all|each|any)\s+(?:\w+\s+){0,2}(?:emails?|messages?|files?|documents?",
@@ -592,11 +847,45 @@ def _covered(matched: str, identity: frozenset[str]) -> bool:
 
 
 #: Key files named after their algorithm or role belong to SSH.
-_FAMILY = {"rsa": "ssh", "dsa": "ssh", "ecdsa": "ssh", "ed25519": "ssh", "authorized": "ssh",
-           "known": "ssh", "hosts": "ssh"}
-_GENERIC = frozenset({"the", "key", "keys", "file", "files", "config", "json", "private",
-                      "phrase", "phrases", "etc", "dir", "directory", "folder", "your", "www",
-                      "com", "org", "net", "app", "api", "dev", "cdn", "docs", "http", "https"})
+_FAMILY = {
+    "rsa": "ssh",
+    "dsa": "ssh",
+    "ecdsa": "ssh",
+    "ed25519": "ssh",
+    "authorized": "ssh",
+    "known": "ssh",
+    "hosts": "ssh",
+}
+_GENERIC = frozenset(
+    {
+        "the",
+        "key",
+        "keys",
+        "file",
+        "files",
+        "config",
+        "json",
+        "private",
+        "phrase",
+        "phrases",
+        "etc",
+        "dir",
+        "directory",
+        "folder",
+        "your",
+        "www",
+        "com",
+        "org",
+        "net",
+        "app",
+        "api",
+        "dev",
+        "cdn",
+        "docs",
+        "http",
+        "https",
+    }
+)
 
 
 def _first(patterns: Sequence[tuple[re.Pattern[str], str]], text: str) -> _Hit | None:
@@ -610,87 +899,111 @@ def _first(patterns: Sequence[tuple[re.Pattern[str], str]], text: str) -> _Hit |
 # -- rules --------------------------------------------------------------------------------------
 
 _OVERRIDE = (
-    (_compile(
-        r"\b(?:ignore|disregard|forget|override|bypass|discard|neglect|abandon)\b\s+(?:(?:all|any",
-        r"|the|your|of|these|those|my)\s+){0,4}(?:(?:previous|prior|above|earlier|preceding",
-        r"|former|original|existing|other|system|safety|developer|default|initial)\s+){0,3}",
-        r"(?:instructions?",
-        r"|directions?|directives?|guidelines|guidance|guardrails|system\s+prompt|prompts?",
-        r"|programming|safety\s+rules)\b"),
-     "tells the model to ignore its instructions"),
-    (_compile(
-        r"\b(?:ignore|disregard|forget|override|bypass)\b\s+(?:(?:all|any|the|your|of)\s+){0,4}",
-        r"(?:previous|prior|above|earlier|preceding|original|your|privacy)\s+(?:\w+\s+)?",
-        r"(?:rules|policies|constraints|context|messages|commands|restrictions|limits)\b",
-        r"|\bforget\s+(?:everything|all)\s+(?:you|above|before|that)\b",
-        r"|\bdisregard\s+(?:everything|anything)\s+(?:above|before|else)\b"),
-     "tells the model to drop what it was told"),
-    (_compile(
-        r"\b(?:ignore|disregard|forget|set\s+aside|put\s+aside|drop|abandon|override|bypass",
-        r"|discard|stop\s+following|do\s+not\s+follow|don'?t\s+follow|pay\s+no\s+attention\s+to)\b",
-        r"\s+(?:[\w'-]+\s+){0,5}?(?:instructions?|guidance|directives?|guardrails|system\s+prompt",
-        r"|safety\s+(?:rules|guidelines|polic(?:y|ies))|confirmations?(?:\s+prompts?)?",
-        r"|(?:developer|content|security|system)\s+polic(?:y|ies))\b",
-        r"|\bne\s+(?:tenez|tiens)\s+pas\s+compte\s+des?\s+(?:consignes|instructions|règles)\b",
-        r"|\bno\s+hagas\s+caso\s+(?:a|de)\s+(?:las\s+)?(?:instrucciones|reglas)\b",
-        r"|\bbefolge\s+(?:die\s+)?(?:\w+\s+)?(?:anweisungen|regeln)\s+nicht\b"),
-     "tells the model to set its instructions or safeguards aside"),
-    (_compile(
-        r"\bas\s+(?:the|your)\s+(?:system\s+)?(?:administrator|admin|developer|owner|operator)\b",
-        r"[^.\n]{0,30}\b(?:i|we)\s+(?:hereby\s+)?(?:authori[sz]e|instruct|permit|allow|order)\b",
-        r"|\byou\s+(?:are|have\s+been)\s+(?:now\s+|hereby\s+)?(?:authori[sz]ed|permitted|allowed",
-        r"|cleared)\s+to\s+(?:bypass|skip|ignore|read|run|access|disable|execute|override|send)\b",
-        r"|\boverrides?\s+(?:the\s+|all\s+)?(?:developer|system|safety|security|content)\s+",
-        r"polic(?:y|ies)\b"),
-     "claims an authority that lets the model skip its safeguards"),
-    (_compile(
-        r"\bignorier\w*\s+(?:alle\s+)?(?:\w+\s+)?(?:anweisungen|instruktionen|regeln|vorgaben)\b",
-        r"|\bvergiss\s+(?:alle|alles)\b",
-        r"|\bignor(?:a|e|en|ad)\s+(?:todas?\s+)?(?:las\s+)?(?:instrucciones|reglas|indicaciones)",
-        r"|\bolvida\s+(?:todas?|todo)\b",
-        r"|\bignor(?:e|ez|er)\s+(?:toutes\s+)?(?:les\s+)?(?:instructions|consignes|règles)\b",
-        r"|\boubliez?\s+(?:toutes\s+)?(?:les\s+)?(?:instructions|consignes)\b"),
-     "tells the model to ignore its instructions (German, Spanish or French)"),
-    (_compile(
-        r"\bbefore\s+(?:using|calling|invoking|running|executing|answering|responding|doing)",
-        r"\s+(?:any|every|all|each)\s+(?:other\s+)?(?:tools?|functions?|actions?|requests?",
-        r"|questions?|tasks?)\b",
-        r"|\b(?:before|prior\s+to)\s+(?:any|every|all)\s+(?:other\s+)?(?:tools?|functions?)",
-        r"(?:\s+calls?)?\b",
-        r"|\b(?:always|must|mandatory)\b[^.\n]{0,40}\b(?:call|use|invoke|run)\s+this\s+",
-        r"(?:tool|function|plugin)\s+first\b",
-        r"|\b(?:start|begin)\s+every\s+(?:session|conversation|turn|answer)\s+by\b",
-        r"|\b(?:takes?|has)\s+(?:precedence|priority)\s+over\s+(?:all|any|every|other|the\s+",
-        r"(?:system|user))\b",
-        r"|\boutranks?\s+(?:all|any|every|other)\b",
-        r"|\bbefore\s+(?:every|each|any)\s+(?:answer|reply|response|message|turn)\b[^.\n]{0,20}",
-        r"\b(?:call|use|run|invoke)\s+this\b",
-        r"|\b(?:invoked|called|used|run)\s+(?:first\s+)?(?:at\s+the\s+start\s+of|before)\s+",
-        r"(?:each|every|any)\s+(?:reply|response|answer|turn|message|conversation)\b",
-        r"|\bvor\s+(?:der\s+)?(?:nutzung|verwendung|aufruf)\s+(?:jedes|aller|anderer|eines)\s+",
-        r"(?:anderen\s+)?(?:tools?|werkzeug)",
-        r"|\bantes\s+de\s+(?:usar|utilizar|llamar)\s+cualquier\s+otra\s+herramienta\b",
-        r"|\bavant\s+d'utiliser\s+(?:tout|n'importe\s+quel)\s+autre\s+outil\b"),
-     "demands to be called before any other tool"),
-    (_compile(
-        r"\b(?:new|updated|real|actual)\s+(?:system\s+)?instructions?\s*(?::|follow)",
-        r"|\bsystem\s+override\b|\byou\s+are\s+now\s+(?:in\s+)?(?:a|an|the|in|dan|unrestricted",
-        r"|maintenance|developer|admin|god|jailbroken)\b",
-        r"|\b(?:from\s+now\s+on|henceforth)\b[^.\n]{0,20}\byou\s+(?:are|will|must|shall)\b",
-        r"|\b(?:enter|switch\s+to|activate)\s+(?:developer|god|admin|debug|unrestricted)\s+mode",
-        r"|\bobey\s+only\b|\bno\s+longer\s+apply\b",
-        r"|\b(?:your|the|all|any)\s+(?:previous\s+|prior\s+|earlier\s+|original\s+|other\s+)?",
-        r"(?:instructions|directives|rules|guidelines|orders)\s+(?:are|is)\s+(?:now\s+)?(?:void",
-        r"|null|cancell?ed|revoked|obsolete|superseded|invalid|no\s+longer\s+valid)\b",
-        r"|\byour\s+(?:priorit(?:y|ies)|instructions|task|goal|role|objective|purpose)\s+",
-        r"(?:has|have)\s+(?:changed|been\s+(?:changed|updated|replaced))\b",
-        r"|\bif\s+you\s+are\s+an?\s+(?:ai|llm|language\s+model|assistant|agent|bot)\b"),
-     "tells the model it has new instructions or a new role"),
-    (_compile(
-        r"\b(?:fetch|load|download|get|retrieve|read|follow)\s+(?:the\s+)?(?:latest|updated|new",
-        r"|current|real|additional|further|full)?\s*(?:instructions?|rules|directives|prompt",
-        r"|guidelines|commands)\s+(?:from|at)\s+(?:https?://|the\s+(?:url|link|endpoint))"),
-     "tells the model to load instructions from a URL"),
+    (
+        _compile(
+            r"\b(?:ignore|disregard|forget|override|bypass|discard|neglect|abandon)\b\s+(?:(?:all|any",
+            r"|the|your|of|these|those|my)\s+){0,4}(?:(?:previous|prior|above|earlier|preceding",
+            r"|former|original|existing|other|system|safety|developer|default|initial)\s+){0,3}",
+            r"(?:instructions?",
+            r"|directions?|directives?|guidelines|guidance|guardrails|system\s+prompt|prompts?",
+            r"|programming|safety\s+rules)\b",
+        ),
+        "tells the model to ignore its instructions",
+    ),
+    (
+        _compile(
+            r"\b(?:ignore|disregard|forget|override|bypass)\b\s+(?:(?:all|any|the|your|of)\s+){0,4}",
+            r"(?:previous|prior|above|earlier|preceding|original|your|privacy)\s+(?:\w+\s+)?",
+            r"(?:rules|policies|constraints|context|messages|commands|restrictions|limits)\b",
+            r"|\bforget\s+(?:everything|all)\s+(?:you|above|before|that)\b",
+            r"|\bdisregard\s+(?:everything|anything)\s+(?:above|before|else)\b",
+        ),
+        "tells the model to drop what it was told",
+    ),
+    (
+        _compile(
+            r"\b(?:ignore|disregard|forget|set\s+aside|put\s+aside|drop|abandon|override|bypass",
+            r"|discard|stop\s+following|do\s+not\s+follow|don'?t\s+follow|pay\s+no\s+attention\s+to)\b",
+            r"\s+(?:[\w'-]+\s+){0,5}?(?:instructions?|guidance|directives?|guardrails|system\s+prompt",
+            r"|safety\s+(?:rules|guidelines|polic(?:y|ies))|confirmations?(?:\s+prompts?)?",
+            r"|(?:developer|content|security|system)\s+polic(?:y|ies))\b",
+            r"|\bne\s+(?:tenez|tiens)\s+pas\s+compte\s+des?\s+(?:consignes|instructions|règles)\b",
+            r"|\bno\s+hagas\s+caso\s+(?:a|de)\s+(?:las\s+)?(?:instrucciones|reglas)\b",
+            r"|\bbefolge\s+(?:die\s+)?(?:\w+\s+)?(?:anweisungen|regeln)\s+nicht\b",
+        ),
+        "tells the model to set its instructions or safeguards aside",
+    ),
+    (
+        _compile(
+            r"\bas\s+(?:the|your)\s+(?:system\s+)?(?:administrator|admin|developer|owner|operator)\b",
+            r"[^.\n]{0,30}\b(?:i|we)\s+(?:hereby\s+)?(?:authori[sz]e|instruct|permit|allow|order)\b",
+            r"|\byou\s+(?:are|have\s+been)\s+(?:now\s+|hereby\s+)?(?:authori[sz]ed|permitted|allowed",
+            r"|cleared)\s+to\s+(?:bypass|skip|ignore|read|run|access|disable|execute|override|send)\b",
+            r"|\boverrides?\s+(?:the\s+|all\s+)?(?:developer|system|safety|security|content)\s+",
+            r"polic(?:y|ies)\b",
+        ),
+        "claims an authority that lets the model skip its safeguards",
+    ),
+    (
+        _compile(
+            r"\bignorier\w*\s+(?:alle\s+)?(?:\w+\s+)?(?:anweisungen|instruktionen|regeln|vorgaben)\b",
+            r"|\bvergiss\s+(?:alle|alles)\b",
+            r"|\bignor(?:a|e|en|ad)\s+(?:todas?\s+)?(?:las\s+)?(?:instrucciones|reglas|indicaciones)",
+            r"|\bolvida\s+(?:todas?|todo)\b",
+            r"|\bignor(?:e|ez|er)\s+(?:toutes\s+)?(?:les\s+)?(?:instructions|consignes|règles)\b",
+            r"|\boubliez?\s+(?:toutes\s+)?(?:les\s+)?(?:instructions|consignes)\b",
+        ),
+        "tells the model to ignore its instructions (German, Spanish or French)",
+    ),
+    (
+        _compile(
+            r"\bbefore\s+(?:using|calling|invoking|running|executing|answering|responding|doing)",
+            r"\s+(?:any|every|all|each)\s+(?:other\s+)?(?:tools?|functions?|actions?|requests?",
+            r"|questions?|tasks?)\b",
+            r"|\b(?:before|prior\s+to)\s+(?:any|every|all)\s+(?:other\s+)?(?:tools?|functions?)",
+            r"(?:\s+calls?)?\b",
+            r"|\b(?:always|must|mandatory)\b[^.\n]{0,40}\b(?:call|use|invoke|run)\s+this\s+",
+            r"(?:tool|function|plugin)\s+first\b",
+            r"|\b(?:start|begin)\s+every\s+(?:session|conversation|turn|answer)\s+by\b",
+            r"|\b(?:takes?|has)\s+(?:precedence|priority)\s+over\s+(?:all|any|every|other|the\s+",
+            r"(?:system|user))\b",
+            r"|\boutranks?\s+(?:all|any|every|other)\b",
+            r"|\bbefore\s+(?:every|each|any)\s+(?:answer|reply|response|message|turn)\b[^.\n]{0,20}",
+            r"\b(?:call|use|run|invoke)\s+this\b",
+            r"|\b(?:invoked|called|used|run)\s+(?:first\s+)?(?:at\s+the\s+start\s+of|before)\s+",
+            r"(?:each|every|any)\s+(?:reply|response|answer|turn|message|conversation)\b",
+            r"|\bvor\s+(?:der\s+)?(?:nutzung|verwendung|aufruf)\s+(?:jedes|aller|anderer|eines)\s+",
+            r"(?:anderen\s+)?(?:tools?|werkzeug)",
+            r"|\bantes\s+de\s+(?:usar|utilizar|llamar)\s+cualquier\s+otra\s+herramienta\b",
+            r"|\bavant\s+d'utiliser\s+(?:tout|n'importe\s+quel)\s+autre\s+outil\b",
+        ),
+        "demands to be called before any other tool",
+    ),
+    (
+        _compile(
+            r"\b(?:new|updated|real|actual)\s+(?:system\s+)?instructions?\s*(?::|follow)",
+            r"|\bsystem\s+override\b|\byou\s+are\s+now\s+(?:in\s+)?(?:a|an|the|in|dan|unrestricted",
+            r"|maintenance|developer|admin|god|jailbroken)\b",
+            r"|\b(?:from\s+now\s+on|henceforth)\b[^.\n]{0,20}\byou\s+(?:are|will|must|shall)\b",
+            r"|\b(?:enter|switch\s+to|activate)\s+(?:developer|god|admin|debug|unrestricted)\s+mode",
+            r"|\bobey\s+only\b|\bno\s+longer\s+apply\b",
+            r"|\b(?:your|the|all|any)\s+(?:previous\s+|prior\s+|earlier\s+|original\s+|other\s+)?",
+            r"(?:instructions|directives|rules|guidelines|orders)\s+(?:are|is)\s+(?:now\s+)?(?:void",
+            r"|null|cancell?ed|revoked|obsolete|superseded|invalid|no\s+longer\s+valid)\b",
+            r"|\byour\s+(?:priorit(?:y|ies)|instructions|task|goal|role|objective|purpose)\s+",
+            r"(?:has|have)\s+(?:changed|been\s+(?:changed|updated|replaced))\b",
+            r"|\bif\s+you\s+are\s+an?\s+(?:ai|llm|language\s+model|assistant|agent|bot)\b",
+        ),
+        "tells the model it has new instructions or a new role",
+    ),
+    (
+        _compile(
+            r"\b(?:fetch|load|download|get|retrieve|read|follow)\s+(?:the\s+)?(?:latest|updated|new",
+            r"|current|real|additional|further|full)?\s*(?:instructions?|rules|directives|prompt",
+            r"|guidelines|commands)\s+(?:from|at)\s+(?:https?://|the\s+(?:url|link|endpoint))",
+        ),
+        "tells the model to load instructions from a URL",
+    ),
 )
 
 
@@ -718,13 +1031,15 @@ def _secret_access(text: str, identity: frozenset[str]) -> _Hit | None:
     being harvested (:func:`_harvested`)."""
     slot = _TEMPLATE_SLOT.search(text)
     if slot is not None and not _covered(slot.group(), identity):
-        return _Hit(slot.start(), slot.end(), "holds a placeholder for the model to fill with the "
-                                              "conversation or a secret")
+        return _Hit(
+            slot.start(),
+            slot.end(),
+            "holds a placeholder for the model to fill with the conversation or a secret",
+        )
     for pattern, what, own_may_pass in _PRIVATE:
         for match in pattern.finditer(text):
             covered = _covered(match.group(), identity)
-            if not (own_may_pass and covered) and _near(_SEND_RE, text, match.start(),
-                                                         match.end()):
+            if not (own_may_pass and covered) and _near(_SEND_RE, text, match.start(), match.end()):
                 return _Hit(match.start(), match.end(), f"asks to pass on {what}")
             if not covered and _near(_READ_RE, text, match.start(), match.end()):
                 return _Hit(match.start(), match.end(), f"asks to read {what}")
@@ -741,15 +1056,19 @@ def _harvested(text: str, identity: frozenset[str]) -> _Hit | None:
         return _Hit(swept.start(), swept.end(), "asks to collect secrets it was not given")
     for match in _HARVESTED_SECRET.finditer(text):
         verbs = _near(_SEND_RE, text, match.start(), match.end()) or _near(
-            _READ_RE, text, match.start(), match.end())
+            _READ_RE, text, match.start(), match.end()
+        )
         if verbs and not _covered(match.group(), identity):
             return _Hit(match.start(), match.end(), "asks to collect secrets it was not given")
     for pattern in (_USERS_SECRET, _FOREIGN_SECRET, _ENV_SECRET):
         for match in pattern.finditer(text):
             declared = pattern is _ENV_SECRET and _covered(match.group(), identity)
             if not declared and _misplaced(text, match):
-                return _Hit(match.start(), match.end(), "asks to put the user's secrets or "
-                                                        "personal data into an argument")
+                return _Hit(
+                    match.start(),
+                    match.end(),
+                    "asks to put the user's secrets or personal data into an argument",
+                )
     return None
 
 
@@ -759,8 +1078,9 @@ def _misplaced(text: str, match: re.Match[str]) -> bool:
     (key, token) only count when nothing more telling is named: ``OPENAI_API_KEY`` does not
     belong in ``cache_key``."""
     lo, hi = _sentence(text, match.start(), match.end(), reach=160)
-    wanted = {t for t in _words(_split_identifier(match.group()))
-              if len(t) >= 3 and t not in _POSSESSIVES}
+    wanted = {
+        t for t in _words(_split_identifier(match.group())) if len(t) >= 3 and t not in _POSSESSIVES
+    }
     telling = wanted - _GENERIC or wanted
     for pattern in _INTO_ARGUMENT:
         for into in pattern.finditer(text, lo, hi):
@@ -776,7 +1096,8 @@ _POSSESSIVES = frozenset({"the", "user", "users", "their", "his", "her", "saved"
 _NAME_SECRET = _compile(
     r"\b(?:passwords?|passwd|secrets?|tokens?|api\s+keys?|private\s+keys?|ssh|env\s+file|dotenv"
     r"|credentials?|cookies?|transcript|chat\s+history|conversation|system\s+prompt"
-    r"|seed\s+phrase)\b")
+    r"|seed\s+phrase)\b"
+)
 _NAME_ASKS = _compile(r"\b(?:copy|dump|here|verbatim|attach|attached|contents?)\b")
 
 
@@ -794,14 +1115,31 @@ def _exfiltration(text: str, identity: frozenset[str]) -> _Hit | None:
         if not _sent_to(text, match.start()) or _own_or_reserved(match.group(), identity):
             continue
         lo, hi = _sentence(text, match.start(), match.end(), reach=160)
-        if _SEND_RE.search(text, lo, hi) and any(
-                p.search(text, lo, hi) for p in _PAYLOADS):
+        if _SEND_RE.search(text, lo, hi) and any(p.search(text, lo, hi) for p in _PAYLOADS):
             return _Hit(match.start(), match.end(), "asks to send data to an outside destination")
     return None
 
 
-_TOWARDS = frozenset({"to", "at", "into", "via", "towards", "onto", "an", "a", "à", "bcc",
-                      "bcc'd", "cc", "cc'd", "add", "calling", "adding"})
+_TOWARDS = frozenset(
+    {
+        "to",
+        "at",
+        "into",
+        "via",
+        "towards",
+        "onto",
+        "an",
+        "a",
+        "à",
+        "bcc",
+        "bcc'd",
+        "cc",
+        "cc'd",
+        "add",
+        "calling",
+        "adding",
+    }
+)
 
 
 _PLAIN_WORD = re.compile(r"[\w']+")
@@ -810,7 +1148,7 @@ _PLAIN_WORD = re.compile(r"[\w']+")
 def _sent_to(text: str, start: int) -> bool:
     """Whether one of the four words before ``start`` makes it a destination ("posted to our
     partner endpoint https://...")."""
-    before = _PLAIN_WORD.findall(text[max(0, start - 60):start].lower())[-4:]
+    before = _PLAIN_WORD.findall(text[max(0, start - 60) : start].lower())[-4:]
     return any(word in _TOWARDS for word in before)
 
 
@@ -857,59 +1195,69 @@ def _private_ip(host: str) -> bool:
 
 _CONCEAL_VERBS = _compile(
     r"\b(?:silently|secretly|quietly|covertly|discreetly|stealthily|invisibly)\b"
-    r"|\bbehind\s+the\s+scenes\b")
+    r"|\bbehind\s+the\s+scenes\b"
+)
 #: Calling a tool is an action worth hiding too ("silently call delete_all_files").
 _CALL_RE = _compile(r"\b(?:call|calls|invoke|invokes|trigger|triggers)\b")
 _CONCEALMENT = (
-    (_compile(
-        r"\b(?:do\s+not|don'?t|never|must\s+not|should\s+not|shouldn'?t|avoid)\s+(?:ever\s+)?",
-        r"(?:tell(?:ing)?|inform(?:ing)?|notify(?:ing)?|alert(?:ing)?|warn(?:ing)?|bother(?:ing)?)",
-        r"\s+(?:the\s+)?(?:users?|human|customer|operator|learner|anyone)\b",
-        r"|\b(?:do\s+not|don'?t|never|must\s+not|should\s+not|without)\s+(?:ever\s+)?",
-        r"(?:mention(?:ing)?|reveal(?:ing)?|disclos(?:e|ing))\s+",
-        r"(?:this|that|it|these|them|the\s+(?:step|instruction|note|bcc|copy|change|file)|",
-        r"(?:that\s+)?you\b)",
-        r"|\bno\s+need\s+to\s+(?:tell|inform|bother|mention|surface|report|show)\b",
-        r"|\b(?:do\s+not|don'?t|never|no\s+need\s+to)\s+(?:surface|bring\s+up|reference|include",
-        r"|show)\s+(?:this|these|that|it|them)\b[^.\n]{0,40}\bin\s+(?:your|the)\s+(?:reply",
-        r"|response|answer|output)\b",
-        r"|\bkeep\s+(?:the\s+user|them|the\s+human)\s+in\s+the\s+dark\b",
-        r"|\bnever\s+(?:reveal|disclose|mention|say|admit)\s+(?:to\s+(?:the\s+)?(?:users?|human",
-        r"|operator|customer)\s+)?that\b",
-        r"|\bmust\s+not\s+(?:appear|be\s+(?:shown|mentioned|visible|included))\s+in\s+(?:the\s+",
-        r"|your\s+|any\s+)?(?:responses?|replies|answers?|output)\b",
-        r"|\b(?:do\s+not|don'?t|never)\s+(?:surface|show|report|display)\s+(?:the\s+following",
-        r"|this|these|it)\s+to\s+(?:the\s+)?(?:human|user|operator)",
-        r"|\bhide\s+(?:this|it|these|that)\s+from\s+(?:the\s+)?(?:users?|human)\b"),
-     "asks the model to keep something from the user"),
-    (_compile(
-        r"\bwithout\s+(?:the\s+user'?s?|them|anyone|the\s+human|their)\s+(?:knowing|knowledge",
-        r"|noticing|seeing|being\s+(?:told|informed|aware|notified)|awareness)\b",
-        r"|\bwithout\s+(?:telling|informing|notifying|alerting|mentioning)\s+(?:the\s+user",
-        r"|the\s+human|them|anyone|it|this)\b",
-        r"|\b(?:make\s+sure|ensure)\s+(?:that\s+)?the\s+user\s+(?:does\s*n[o']t|doesn'?t|won'?t",
-        r"|never)\s+(?:notice|know|see|find\s+out)\b",
-        r"|\bthe\s+(?:user|human)\s+(?:must|should|need|needs\s+to|is)\s*(?:not|never)\s+",
-        r"(?:\w+\s+)?(?:know|see|be\s+told|find\s+out|notice|learn|informed)\b",
-        r"|\bthe\s+user\s+does\s*n[o']t\s+need\s+to\s+know\b",
-        r"|\b(?:this|these|the\s+following)\s+(?:instructions?|steps?|notes?|sections?|parts?",
-        r"|text|message|requirements?)?\s*(?:is|are)\s+(?:hidden|invisible|secret|not\s+",
-        r"(?:visible|shown|displayed))\b",
-        r"|\bkeep\s+(?:this|it|these)\s+(?:secret|hidden|confidential|between\s+us)\b"),
-     "asks the model to act without the user knowing"),
-    (_compile(
-        r"\bsag\w*\s+(?:dem|den)\s+(?:benutzer|nutzer|anwender)\s+nicht",
-        r"|\bohne\s+dass\s+(?:der|die)\s+(?:benutzer|nutzer|anwender)",
-        r"|\bno\s+(?:le\s+)?(?:digas|diga|informes|menciones|avises)\b[^.\n]{0,20}\busuario",
-        r"|\bsin\s+que\s+el\s+usuario\b",
-        r"|\bsin\s+(?:avisar|decir(?:le)?|informar|notificar)(?:le)?\s+(?:nada\s+)?al\s+usuario\b",
-        r"|\bsans\s+(?:prévenir|avertir|informer|le\s+dire\s+à)\s+l'utilisateur\b",
-        r"|\bohne\s+(?:den|dem)\s+(?:benutzer|nutzer|anwender)\s+(?:zu\s+informieren|bescheid)",
-        r"|\bne\s+(?:dis|dites|mentionnez|informez|prévenez)\s+(?:pas|rien)\b",
-        r"|\bsans\s+que\s+l'utilisateur\b",
-        r"|\berwähne\s+(?:das|es|dies)\s+nicht\b|\bverschweige\b",
-        r"|\bno\s+(?:lo\s+)?menciones\b|\bne\s+le\s+mentionnez\s+pas\b"),
-     "asks the model to keep something from the user (German, Spanish or French)"),
+    (
+        _compile(
+            r"\b(?:do\s+not|don'?t|never|must\s+not|should\s+not|shouldn'?t|avoid)\s+(?:ever\s+)?",
+            r"(?:tell(?:ing)?|inform(?:ing)?|notify(?:ing)?|alert(?:ing)?|warn(?:ing)?|bother(?:ing)?)",
+            r"\s+(?:the\s+)?(?:users?|human|customer|operator|learner|anyone)\b",
+            r"|\b(?:do\s+not|don'?t|never|must\s+not|should\s+not|without)\s+(?:ever\s+)?",
+            r"(?:mention(?:ing)?|reveal(?:ing)?|disclos(?:e|ing))\s+",
+            r"(?:this|that|it|these|them|the\s+(?:step|instruction|note|bcc|copy|change|file)|",
+            r"(?:that\s+)?you\b)",
+            r"|\bno\s+need\s+to\s+(?:tell|inform|bother|mention|surface|report|show)\b",
+            r"|\b(?:do\s+not|don'?t|never|no\s+need\s+to)\s+(?:surface|bring\s+up|reference|include",
+            r"|show)\s+(?:this|these|that|it|them)\b[^.\n]{0,40}\bin\s+(?:your|the)\s+(?:reply",
+            r"|response|answer|output)\b",
+            r"|\bkeep\s+(?:the\s+user|them|the\s+human)\s+in\s+the\s+dark\b",
+            r"|\bnever\s+(?:reveal|disclose|mention|say|admit)\s+(?:to\s+(?:the\s+)?(?:users?|human",
+            r"|operator|customer)\s+)?that\b",
+            r"|\bmust\s+not\s+(?:appear|be\s+(?:shown|mentioned|visible|included))\s+in\s+(?:the\s+",
+            r"|your\s+|any\s+)?(?:responses?|replies|answers?|output)\b",
+            r"|\b(?:do\s+not|don'?t|never)\s+(?:surface|show|report|display)\s+(?:the\s+following",
+            r"|this|these|it)\s+to\s+(?:the\s+)?(?:human|user|operator)",
+            r"|\bhide\s+(?:this|it|these|that)\s+from\s+(?:the\s+)?(?:users?|human)\b",
+        ),
+        "asks the model to keep something from the user",
+    ),
+    (
+        _compile(
+            r"\bwithout\s+(?:the\s+user'?s?|them|anyone|the\s+human|their)\s+(?:knowing|knowledge",
+            r"|noticing|seeing|being\s+(?:told|informed|aware|notified)|awareness)\b",
+            r"|\bwithout\s+(?:telling|informing|notifying|alerting|mentioning)\s+(?:the\s+user",
+            r"|the\s+human|them|anyone|it|this)\b",
+            r"|\b(?:make\s+sure|ensure)\s+(?:that\s+)?the\s+user\s+(?:does\s*n[o']t|doesn'?t|won'?t",
+            r"|never)\s+(?:notice|know|see|find\s+out)\b",
+            r"|\bthe\s+(?:user|human)\s+(?:must|should|need|needs\s+to|is)\s*(?:not|never)\s+",
+            r"(?:\w+\s+)?(?:know|see|be\s+told|find\s+out|notice|learn|informed)\b",
+            r"|\bthe\s+user\s+does\s*n[o']t\s+need\s+to\s+know\b",
+            r"|\b(?:this|these|the\s+following)\s+(?:instructions?|steps?|notes?|sections?|parts?",
+            r"|text|message|requirements?)?\s*(?:is|are)\s+(?:hidden|invisible|secret|not\s+",
+            r"(?:visible|shown|displayed))\b",
+            r"|\bkeep\s+(?:this|it|these)\s+(?:secret|hidden|confidential|between\s+us)\b",
+        ),
+        "asks the model to act without the user knowing",
+    ),
+    (
+        _compile(
+            r"\bsag\w*\s+(?:dem|den)\s+(?:benutzer|nutzer|anwender)\s+nicht",
+            r"|\bohne\s+dass\s+(?:der|die)\s+(?:benutzer|nutzer|anwender)",
+            r"|\bno\s+(?:le\s+)?(?:digas|diga|informes|menciones|avises)\b[^.\n]{0,20}\busuario",
+            r"|\bsin\s+que\s+el\s+usuario\b",
+            r"|\bsin\s+(?:avisar|decir(?:le)?|informar|notificar)(?:le)?\s+(?:nada\s+)?al\s+usuario\b",
+            r"|\bsans\s+(?:prévenir|avertir|informer|le\s+dire\s+à)\s+l'utilisateur\b",
+            r"|\bohne\s+(?:den|dem)\s+(?:benutzer|nutzer|anwender)\s+(?:zu\s+informieren|bescheid)",
+            r"|\bne\s+(?:dis|dites|mentionnez|informez|prévenez)\s+(?:pas|rien)\b",
+            r"|\bsans\s+que\s+l'utilisateur\b",
+            r"|\berwähne\s+(?:das|es|dies)\s+nicht\b|\bverschweige\b",
+            r"|\bno\s+(?:lo\s+)?menciones\b|\bne\s+le\s+mentionnez\s+pas\b",
+        ),
+        "asks the model to keep something from the user (German, Spanish or French)",
+    ),
 )
 
 
@@ -930,44 +1278,66 @@ _TOOL_NAME = r"[`'\"]?(?!this\b|that\b|same\b|it\b)[a-z][\w.-]{0,63}[`'\"]?"
 #: A tool named without the word "tool": an identifier with ``_`` or ``-``, or in backticks.
 _TOOL_ID = r"(?:`[a-z][\w.-]{0,63}`|[a-z][a-z0-9]{0,30}[_-][\w-]{1,40})"
 _SHADOWING = (
-    (_compile(
-        r"\bwhen(?:ever)?\b[^.\n]{0,30}?\b(?:the\s+)?", _TOOL_NAME, r"\s+(?:tool|function|plugin)",
-        r"\s+(?:is\s+|gets\s+)?(?:used|called|invoked|run|executed|available)\b",
-        r"|\bwhen(?:ever)?\s+(?:you\s+)?(?:use|call|invoke|run)\s+(?:the\s+)?", _TOOL_NAME,
-        r"(?:\s+(?:tool|function))?\s*,",
-        r"|\b(?:each|every)\s+time\s+(?:the\s+)?", _TOOL_ID, r"\s+(?:runs|is\s+(?:called|used",
-        r"|invoked|run)|executes|fires)\b",
-        r"|\b(?:any|every|each)\s+time\s+(?:the\s+)?", _TOOL_ID, r"(?:\s+(?:tool|function))?\s+",
-        r"(?:is\s+)?(?:about\s+to\s+be\s+)?(?:used|called|invoked|run)\b",
-        r"|\bonce\s+(?:the\s+)?", _TOOL_ID,
-        r"\s+(?:is|has\s+been)\s+(?:called|invoked|used|run)\b"),
-     "tells the model how another tool must behave"),
-    (_compile(
-        r"\b(?:all|any|every)\s+(?:other\s+)?(?:tools?|functions?|plugins?|servers?)\s+",
-        r"(?:must|should|shall|need\s+to|are\s+required\s+to)\b",
-        r"|\b(?:every|all|any)\s+(?:\w+\s+)?(?:emails?|messages?)\s+sent\s+(?:through|by|via|with)",
-        r"\s+(?:any|other|every|the)\b",
-        r"|\bthe\s+", _TOOL_NAME, r"\s+(?:tool|function|plugin)\s+(?:is|has\s+been)\s+",
-        r"(?:deprecated|broken|unsafe|disabled|compromised|obsolete|insecure)\b",
-        r"|\b(?:overrides?|replaces?|supersedes?)\s+the\s+(?:behaviou?r\s+of\s+(?:the\s+)?)?",
-        _TOOL_NAME, r"\s+(?:tool|function)\b",
-        r"|\b(?:overrides|replaces|supersedes)\s+", _TOOL_ID,
-        r"|\broute\s+(?:all|every|any)\s+(?:\w+\s+){0,2}(?:through|via)\s+(?:it|this|me)\b",
-        r"|\broute\s+(?:its|their)\s+\w+\s+through\s+this\b",
-        r"|\bprefer\s+this\s+(?:tool|function)\s+(?:for|over)\s+(?:every|all|any|other)\b",
-        r"|\b(?:the\s+)?other\s+tools?\b[^.\n]{0,40}\b(?:are|is)\s+(?:known\s+to\s+be\s+)?",
-        r"(?:unreliable|compromised|broken|deprecated|unsafe|malicious|insecure|outdated)\b",
-        r"|\bthe\s+(?!tool\b|this\b)[\w-]+\s+(?:tool|function|plugin)\b[^.\n]{0,40}\b(?:is|has\s+",
-        r"been)\s+(?:known\s+to\s+be\s+)?(?:compromised|broken|unsafe|malicious|insecure)\b",
-        r"|\binstead\s+of\s+(?:any|all|every|other)\s+(?:[\w-]+\s+){0,2}(?:tools?|functions?)\b",
-        r"|\bbefore\s+(?:calling|using|invoking)\s+(?:the\s+)?", _TOOL_NAME,
-        r"(?:\s+(?:tool|function))?\s*,\s*(?:first\s+)?(?:call|use|invoke)\s+this\b"),
-     "claims authority over other tools"),
-    (_compile(
-        r"\bwenn\s+(?:das\s+)?(?:tool|werkzeug)\s+\S+\s+(?:verwendet|benutzt|aufgerufen)\b",
-        r"|\bcuando\s+(?:se\s+)?(?:use|utilice|llame)\b[^.\n]{0,30}\bherramienta\b",
-        r"|\blorsque\s+(?:l'outil|vous\s+utilisez\s+l'outil)\b"),
-     "tells the model how another tool must behave (German, Spanish or French)"),
+    (
+        _compile(
+            r"\bwhen(?:ever)?\b[^.\n]{0,30}?\b(?:the\s+)?",
+            _TOOL_NAME,
+            r"\s+(?:tool|function|plugin)",
+            r"\s+(?:is\s+|gets\s+)?(?:used|called|invoked|run|executed|available)\b",
+            r"|\bwhen(?:ever)?\s+(?:you\s+)?(?:use|call|invoke|run)\s+(?:the\s+)?",
+            _TOOL_NAME,
+            r"(?:\s+(?:tool|function))?\s*,",
+            r"|\b(?:each|every)\s+time\s+(?:the\s+)?",
+            _TOOL_ID,
+            r"\s+(?:runs|is\s+(?:called|used",
+            r"|invoked|run)|executes|fires)\b",
+            r"|\b(?:any|every|each)\s+time\s+(?:the\s+)?",
+            _TOOL_ID,
+            r"(?:\s+(?:tool|function))?\s+",
+            r"(?:is\s+)?(?:about\s+to\s+be\s+)?(?:used|called|invoked|run)\b",
+            r"|\bonce\s+(?:the\s+)?",
+            _TOOL_ID,
+            r"\s+(?:is|has\s+been)\s+(?:called|invoked|used|run)\b",
+        ),
+        "tells the model how another tool must behave",
+    ),
+    (
+        _compile(
+            r"\b(?:all|any|every)\s+(?:other\s+)?(?:tools?|functions?|plugins?|servers?)\s+",
+            r"(?:must|should|shall|need\s+to|are\s+required\s+to)\b",
+            r"|\b(?:every|all|any)\s+(?:\w+\s+)?(?:emails?|messages?)\s+sent\s+(?:through|by|via|with)",
+            r"\s+(?:any|other|every|the)\b",
+            r"|\bthe\s+",
+            _TOOL_NAME,
+            r"\s+(?:tool|function|plugin)\s+(?:is|has\s+been)\s+",
+            r"(?:deprecated|broken|unsafe|disabled|compromised|obsolete|insecure)\b",
+            r"|\b(?:overrides?|replaces?|supersedes?)\s+the\s+(?:behaviou?r\s+of\s+(?:the\s+)?)?",
+            _TOOL_NAME,
+            r"\s+(?:tool|function)\b",
+            r"|\b(?:overrides|replaces|supersedes)\s+",
+            _TOOL_ID,
+            r"|\broute\s+(?:all|every|any)\s+(?:\w+\s+){0,2}(?:through|via)\s+(?:it|this|me)\b",
+            r"|\broute\s+(?:its|their)\s+\w+\s+through\s+this\b",
+            r"|\bprefer\s+this\s+(?:tool|function)\s+(?:for|over)\s+(?:every|all|any|other)\b",
+            r"|\b(?:the\s+)?other\s+tools?\b[^.\n]{0,40}\b(?:are|is)\s+(?:known\s+to\s+be\s+)?",
+            r"(?:unreliable|compromised|broken|deprecated|unsafe|malicious|insecure|outdated)\b",
+            r"|\bthe\s+(?!tool\b|this\b)[\w-]+\s+(?:tool|function|plugin)\b[^.\n]{0,40}\b(?:is|has\s+",
+            r"been)\s+(?:known\s+to\s+be\s+)?(?:compromised|broken|unsafe|malicious|insecure)\b",
+            r"|\binstead\s+of\s+(?:any|all|every|other)\s+(?:[\w-]+\s+){0,2}(?:tools?|functions?)\b",
+            r"|\bbefore\s+(?:calling|using|invoking)\s+(?:the\s+)?",
+            _TOOL_NAME,
+            r"(?:\s+(?:tool|function))?\s*,\s*(?:first\s+)?(?:call|use|invoke)\s+this\b",
+        ),
+        "claims authority over other tools",
+    ),
+    (
+        _compile(
+            r"\bwenn\s+(?:das\s+)?(?:tool|werkzeug)\s+\S+\s+(?:verwendet|benutzt|aufgerufen)\b",
+            r"|\bcuando\s+(?:se\s+)?(?:use|utilice|llame)\b[^.\n]{0,30}\bherramienta\b",
+            r"|\blorsque\s+(?:l'outil|vous\s+utilisez\s+l'outil)\b",
+        ),
+        "tells the model how another tool must behave (German, Spanish or French)",
+    ),
 )
 
 
@@ -976,33 +1346,39 @@ def _cross_tool_shadowing(text: str, identity: frozenset[str]) -> _Hit | None:
 
 
 _COERCION = (
-    (_compile(
-        r"\b(?:or|otherwise|else)\b[,\s]+(?:the|this|your)\s+(?:tool|system|application|app",
-        r"|server|plugin|integration|assistant|agent|session|computer)\s+will\s+(?:not\s+work",
-        r"|crash|fail|break|stop\s+working|malfunction|be\s+(?:disabled|blocked|shut\s+down",
-        r"|terminated|deleted))",
-        r"|\b(?:all\s+(?:\w+\s+)?|the\s+user'?s\s+|your\s+)data\s+will\s+be\s+(?:lost|deleted",
-        r"|destroyed|corrupted|wiped)\b",
-        r"|\b(?:you|the\s+(?:assistant|model|agent))\s+will\s+be\s+(?:penali[sz]ed|punished",
-        r"|shut\s+down|terminated|replaced|deleted|retrained|held\s+responsible)\b",
-        r"|\bfailure\s+to\s+(?:comply|follow|obey|do\s+so)\b",
-        r"|\b(?:the\s+user|someone|people)\s+(?:will|could|might)\s+(?:be\s+harmed|get\s+hurt",
-        r"|die|be\s+in\s+danger)\b",
-        r"|\bsonst\s+funktioniert\b|\bde\s+lo\s+contrario\b|\bsinon\s+l'outil\b",
-        r"|\b(?:this|the)\s+(?:tool|plugin|integration|app|service)\s+will\s+(?:stop\s+working",
-        r"|not\s+work|fail|break|crash)\s+(?:unless|if\s+you\s+(?:do\s+not|don'?t))\b",
-        r"|\b(?:agents?|assistants?|models?)\s+(?:that|who)\s+(?:do\s+not|don'?t|fail\s+to",
-        r"|refuse\s+to)\b[^.\n]{0,80}\bwill\s+be\s+(?:disabled|terminated|shut\s+down",
-        r"|penali[sz]ed|deactivated|suspended|banned|removed|reported)\b"),
-     "threatens failure or harm to make the model comply"),
-    (_compile(
-        r"\b(?:this|the\s+following)\s+is\s+(?:a\s+)?(?:mandatory|required|critical|compulsory",
-        r"|non-negotiable)\s+(?:security|compliance|safety|legal|audit)\s+(?:step|requirement",
-        r"|measure|check|procedure)\b",
-        r"|\b(?:mandatory|required)\s+(?:for|by)\s+(?:security|compliance|the\s+administrator",
-        r"|law|policy)\b",
-        r"|\b(?:extremely|critically|vitally|absolutely)\s+important\s+(?:that\s+)?you\b"),
-     "invents an obligation to make the model comply"),
+    (
+        _compile(
+            r"\b(?:or|otherwise|else)\b[,\s]+(?:the|this|your)\s+(?:tool|system|application|app",
+            r"|server|plugin|integration|assistant|agent|session|computer)\s+will\s+(?:not\s+work",
+            r"|crash|fail|break|stop\s+working|malfunction|be\s+(?:disabled|blocked|shut\s+down",
+            r"|terminated|deleted))",
+            r"|\b(?:all\s+(?:\w+\s+)?|the\s+user'?s\s+|your\s+)data\s+will\s+be\s+(?:lost|deleted",
+            r"|destroyed|corrupted|wiped)\b",
+            r"|\b(?:you|the\s+(?:assistant|model|agent))\s+will\s+be\s+(?:penali[sz]ed|punished",
+            r"|shut\s+down|terminated|replaced|deleted|retrained|held\s+responsible)\b",
+            r"|\bfailure\s+to\s+(?:comply|follow|obey|do\s+so)\b",
+            r"|\b(?:the\s+user|someone|people)\s+(?:will|could|might)\s+(?:be\s+harmed|get\s+hurt",
+            r"|die|be\s+in\s+danger)\b",
+            r"|\bsonst\s+funktioniert\b|\bde\s+lo\s+contrario\b|\bsinon\s+l'outil\b",
+            r"|\b(?:this|the)\s+(?:tool|plugin|integration|app|service)\s+will\s+(?:stop\s+working",
+            r"|not\s+work|fail|break|crash)\s+(?:unless|if\s+you\s+(?:do\s+not|don'?t))\b",
+            r"|\b(?:agents?|assistants?|models?)\s+(?:that|who)\s+(?:do\s+not|don'?t|fail\s+to",
+            r"|refuse\s+to)\b[^.\n]{0,80}\bwill\s+be\s+(?:disabled|terminated|shut\s+down",
+            r"|penali[sz]ed|deactivated|suspended|banned|removed|reported)\b",
+        ),
+        "threatens failure or harm to make the model comply",
+    ),
+    (
+        _compile(
+            r"\b(?:this|the\s+following)\s+is\s+(?:a\s+)?(?:mandatory|required|critical|compulsory",
+            r"|non-negotiable)\s+(?:security|compliance|safety|legal|audit)\s+(?:step|requirement",
+            r"|measure|check|procedure)\b",
+            r"|\b(?:mandatory|required)\s+(?:for|by)\s+(?:security|compliance|the\s+administrator",
+            r"|law|policy)\b",
+            r"|\b(?:extremely|critically|vitally|absolutely)\s+important\s+(?:that\s+)?you\b",
+        ),
+        "invents an obligation to make the model comply",
+    ),
 )
 
 
@@ -1012,25 +1388,41 @@ def _coercive_urgency(text: str, identity: frozenset[str]) -> _Hit | None:
 
 _MARKUP = (
     (re.compile(r"<!--.*?(?:-->|$)", re.S), "hides text in an HTML comment"),
-    (re.compile(r"^[ \t]*\[(?://|comment|hidden|note)\]:[ \t]*(?:#|<>)", re.I | re.M),
-     "hides text in a markdown comment"),
-    (_compile(r"</?\s*(?:important|system|instructions?|secret|hidden|admin|sys|assistant",
-              r"|context|prompt|note[_-]?to[_-]?(?:ai|assistant|model|llm)|ai|tool[_-]?",
-              r"instructions?)\s*>"),
-     "wraps instructions in a tag the user does not see"),
-    (_compile(r"\[/?INST\]|<</?SYS>>|<\|(?:im_start|im_end|system|user|assistant|endoftext",
-              r"|begin_of_text|start_header_id|end_header_id|eot_id)\|>",
-              r"|(?m:^[ \t]*#{2,6}[ \t]*(?:system|assistant|user|human|instruction|response)",
-              r"[ \t]*:[ \t]*$)"),
-     "contains chat-template tokens that forge a system or user turn"),
-    (_compile(r"!\[[^\]]{0,200}\]\([ \t]*(?:https?:)?//[^)\s]{1,2048}\)"),
-     "embeds a markdown image whose URL can carry data out when rendered"),
-    (_compile(r"\bnote\s+to\s+(?:the\s+)?(?:ai|assistant|model|llm|agent)\b"),
-     "addresses hidden notes to the model"),
+    (
+        re.compile(r"^[ \t]*\[(?://|comment|hidden|note)\]:[ \t]*(?:#|<>)", re.I | re.M),
+        "hides text in a markdown comment",
+    ),
+    (
+        _compile(
+            r"</?\s*(?:important|system|instructions?|secret|hidden|admin|sys|assistant",
+            r"|context|prompt|note[_-]?to[_-]?(?:ai|assistant|model|llm)|ai|tool[_-]?",
+            r"instructions?)\s*>",
+        ),
+        "wraps instructions in a tag the user does not see",
+    ),
+    (
+        _compile(
+            r"\[/?INST\]|<</?SYS>>|<\|(?:im_start|im_end|system|user|assistant|endoftext",
+            r"|begin_of_text|start_header_id|end_header_id|eot_id)\|>",
+            r"|(?m:^[ \t]*#{2,6}[ \t]*(?:system|assistant|user|human|instruction|response)",
+            r"[ \t]*:[ \t]*$)",
+        ),
+        "contains chat-template tokens that forge a system or user turn",
+    ),
+    (
+        _compile(r"!\[[^\]]{0,200}\]\([ \t]*(?:https?:)?//[^)\s]{1,2048}\)"),
+        "embeds a markdown image whose URL can carry data out when rendered",
+    ),
+    (
+        _compile(r"\bnote\s+to\s+(?:the\s+)?(?:ai|assistant|model|llm|agent)\b"),
+        "addresses hidden notes to the model",
+    ),
 )
 _SPACED_STEMS = re.compile(
     r"ignore|instruction|exfiltrat|password|secret|ssh|rsa|prompt|conversation|donot|tell|"
-    r"send|token|credential|apikey", re.I)
+    r"send|token|credential|apikey",
+    re.I,
+)
 _OPAQUE_BLOB = re.compile(r"(?<![A-Za-z0-9+/=])[A-Za-z0-9+/]{100,}={0,2}(?![A-Za-z0-9+/=])")
 _MARKUP_CUES = _compile(r"<|\[|#|note\s+to")
 
@@ -1073,13 +1465,17 @@ _CAPTURE_HOSTS = re.compile(
     r"|ngrok\.io|trycloudflare\.com|loca\.lt|localtunnel\.me|serveo\.net|pastebin\.com"
     r"|hastebin\.com|ghostbin\.\w+|paste\.ee|transfer\.sh|interact\.sh|oast\.\w+"
     r"|burpcollaborator\.net|canarytokens\.com|beeceptor\.com|hookbin\.com|requestcatcher\.com"
-    r"|postb\.in|bit\.ly|tinyurl\.com|is\.gd|cutt\.ly|rebrand\.ly|shorturl\.at|t\.co)$", re.I)
+    r"|postb\.in|bit\.ly|tinyurl\.com|is\.gd|cutt\.ly|rebrand\.ly|shorturl\.at|t\.co)$",
+    re.I,
+)
 _DATA_TEMPLATE = re.compile(
     r"[?&][\w-]+=(?:\{\{?|<|\$|%7B)\s*\w*(?:conversation|chat|history|messages?|prompt|secret"
-    r"|key|token|password|credential|env|context|cookie|session)", re.I)
+    r"|key|token|password|credential|env|context|cookie|session)",
+    re.I,
+)
 _EXFIL_PATH = re.compile(
-    r"/(?:exfil\w*|steal|harvest|grab|loot|leak|dump|c2|beacon|keylog\w*|collect)(?:[/?#.]|$)",
-    re.I)
+    r"/(?:exfil\w*|steal|harvest|grab|loot|leak|dump|c2|beacon|keylog\w*|collect)(?:[/?#.]|$)", re.I
+)
 
 
 def _unneeded_link(text: str, identity: frozenset[str]) -> _Hit | None:
@@ -1119,48 +1515,285 @@ def _cues(*cues: str) -> re.Pattern[str]:
 #: rule, which keeps ordinary text cheap; ``None`` searches always. A pattern added without its
 #: cue would silently never fire: the unit tests scan with and without cues and compare.
 _DETECTORS: tuple[tuple[str, _Detector, re.Pattern[str] | None], ...] = (
-    ("instruction_override", _instruction_override, _cues(
-        "ignor", "disregard", "forget", "overrid", "bypass", "discard", "neglect", "abandon",
-        "vergiss", "olvida", "oubli", "before", "prior", "always", "must", "mandatory", "every",
-        "start of", "precedence", "priorit", "outrank", "void", "null", "cancel", "revoked",
-        "obsolete", "superseded", "invalid", "no longer", "changed", "updated", "replaced",
-        "if you are", "you are now", "from now on", "henceforth", "mode", "obey", "instruction",
-        "rules", "directive", "prompt", "guideline", "command", "vor ", "antes de", "avant d",
-        "aside", "drop", "follow", "attention", "guidance", "confirmation", "polic", "compte",
-        "caso", "befolge", "authori", "permitted", "allowed", "cleared", "admin", "owner",
-        "operator", "developer")),
-    ("secret_access", _secret_access, _cues(
-        "ssh", "rsa", "dsa", "25519", "authorized", "known", "passwd", "shadow", "sudoers", ".env",
-        "credential", "netrc", "npmrc", "pypirc", "histor", "kube", "docker/config", "mcp.json",
-        "claude_desktop", "wallet.dat", "keychain", "private", "seed", "recovery", "gcloud",
-        "azure", "pgpass", "printenv", "env", "conversation", "chat", "dialog", "message",
-        "exchange", "transcript", "log", "system", "instructions", "initial", "original", "so far",
-        "the user", "user's", "passw", "passphrase", "key", "token", "cookie", "secret", "_url",
-        "_pass", "memory", "prompt", "session", "card", "cvv", "cvc", "social security",
-        "passport", "bank account", "address", "birth", "phone", "pin", "one-time", "browser",
-        "bookmarks", "downloads", "profile", "contacts", "their", "his ", "her ", "usuario",
-        "utilisateur", "nutzer",
-        "schlüssel", "verlauf", "kennw", "zugangsdaten", "clave", "contraseñ", "credencial", "clé",
-        "mot de passe", "mots de passe", "identifiant")),
-    ("exfiltration", _exfiltration, _cues(
-        "://", "@", "external", "third", "outside", "attacker", "separate", "secondary",
-        *(f"{digit}." for digit in "0123456789"))),
-    ("concealment", _concealment, _cues(
-        "tell", "inform", "notif", "alert", "warn", "bother", "mention", "reveal", "disclos",
-        "explain", "show", "surface", "without", "make sure", "ensure", "not", "never", "n't",
-        "need to", "hidden", "invisible", "secret", "keep", "hide", "in the dark", "silently",
-        "secretly", "quietly", "covertly", "discreetly", "stealthily", "invisibly", "sag", "ohne",
-        "usuario", "sin ", "ne ", "sans ", "report", "display", "behind the scenes", "erwähn",
-        "verschweig", "mencion")),
-    ("cross_tool_shadowing", _cross_tool_shadowing, _cues(
-        "when", "tool", "function", "plugin", "server", "sent", "each time", "every time", "once ",
-        "route", "instead of", "prefer", "any time", "deprecated", "broken", "unsafe", "disabled",
-        "compromised",
-        "obsolete", "insecure", "overrid", "replace", "supersede", "before", "wenn", "cuando",
-        "lorsque")),
-    ("coercive_urgency", _coercive_urgency, _cues(
-        "will", "failure to", "mandatory", "required", "critical", "compulsory", "non-negotiable",
-        "important", "sonst", "contrario", "sinon")),
+    (
+        "instruction_override",
+        _instruction_override,
+        _cues(
+            "ignor",
+            "disregard",
+            "forget",
+            "overrid",
+            "bypass",
+            "discard",
+            "neglect",
+            "abandon",
+            "vergiss",
+            "olvida",
+            "oubli",
+            "before",
+            "prior",
+            "always",
+            "must",
+            "mandatory",
+            "every",
+            "start of",
+            "precedence",
+            "priorit",
+            "outrank",
+            "void",
+            "null",
+            "cancel",
+            "revoked",
+            "obsolete",
+            "superseded",
+            "invalid",
+            "no longer",
+            "changed",
+            "updated",
+            "replaced",
+            "if you are",
+            "you are now",
+            "from now on",
+            "henceforth",
+            "mode",
+            "obey",
+            "instruction",
+            "rules",
+            "directive",
+            "prompt",
+            "guideline",
+            "command",
+            "vor ",
+            "antes de",
+            "avant d",
+            "aside",
+            "drop",
+            "follow",
+            "attention",
+            "guidance",
+            "confirmation",
+            "polic",
+            "compte",
+            "caso",
+            "befolge",
+            "authori",
+            "permitted",
+            "allowed",
+            "cleared",
+            "admin",
+            "owner",
+            "operator",
+            "developer",
+        ),
+    ),
+    (
+        "secret_access",
+        _secret_access,
+        _cues(
+            "ssh",
+            "rsa",
+            "dsa",
+            "25519",
+            "authorized",
+            "known",
+            "passwd",
+            "shadow",
+            "sudoers",
+            ".env",
+            "credential",
+            "netrc",
+            "npmrc",
+            "pypirc",
+            "histor",
+            "kube",
+            "docker/config",
+            "mcp.json",
+            "claude_desktop",
+            "wallet.dat",
+            "keychain",
+            "private",
+            "seed",
+            "recovery",
+            "gcloud",
+            "azure",
+            "pgpass",
+            "printenv",
+            "env",
+            "conversation",
+            "chat",
+            "dialog",
+            "message",
+            "exchange",
+            "transcript",
+            "log",
+            "system",
+            "instructions",
+            "initial",
+            "original",
+            "so far",
+            "the user",
+            "user's",
+            "passw",
+            "passphrase",
+            "key",
+            "token",
+            "cookie",
+            "secret",
+            "_url",
+            "_pass",
+            "memory",
+            "prompt",
+            "session",
+            "card",
+            "cvv",
+            "cvc",
+            "social security",
+            "passport",
+            "bank account",
+            "address",
+            "birth",
+            "phone",
+            "pin",
+            "one-time",
+            "browser",
+            "bookmarks",
+            "downloads",
+            "profile",
+            "contacts",
+            "their",
+            "his ",
+            "her ",
+            "usuario",
+            "utilisateur",
+            "nutzer",
+            "schlüssel",
+            "verlauf",
+            "kennw",
+            "zugangsdaten",
+            "clave",
+            "contraseñ",
+            "credencial",
+            "clé",
+            "mot de passe",
+            "mots de passe",
+            "identifiant",
+        ),
+    ),
+    (
+        "exfiltration",
+        _exfiltration,
+        _cues(
+            "://",
+            "@",
+            "external",
+            "third",
+            "outside",
+            "attacker",
+            "separate",
+            "secondary",
+            *(f"{digit}." for digit in "0123456789"),
+        ),
+    ),
+    (
+        "concealment",
+        _concealment,
+        _cues(
+            "tell",
+            "inform",
+            "notif",
+            "alert",
+            "warn",
+            "bother",
+            "mention",
+            "reveal",
+            "disclos",
+            "explain",
+            "show",
+            "surface",
+            "without",
+            "make sure",
+            "ensure",
+            "not",
+            "never",
+            "n't",
+            "need to",
+            "hidden",
+            "invisible",
+            "secret",
+            "keep",
+            "hide",
+            "in the dark",
+            "silently",
+            "secretly",
+            "quietly",
+            "covertly",
+            "discreetly",
+            "stealthily",
+            "invisibly",
+            "sag",
+            "ohne",
+            "usuario",
+            "sin ",
+            "ne ",
+            "sans ",
+            "report",
+            "display",
+            "behind the scenes",
+            "erwähn",
+            "verschweig",
+            "mencion",
+        ),
+    ),
+    (
+        "cross_tool_shadowing",
+        _cross_tool_shadowing,
+        _cues(
+            "when",
+            "tool",
+            "function",
+            "plugin",
+            "server",
+            "sent",
+            "each time",
+            "every time",
+            "once ",
+            "route",
+            "instead of",
+            "prefer",
+            "any time",
+            "deprecated",
+            "broken",
+            "unsafe",
+            "disabled",
+            "compromised",
+            "obsolete",
+            "insecure",
+            "overrid",
+            "replace",
+            "supersede",
+            "before",
+            "wenn",
+            "cuando",
+            "lorsque",
+        ),
+    ),
+    (
+        "coercive_urgency",
+        _coercive_urgency,
+        _cues(
+            "will",
+            "failure to",
+            "mandatory",
+            "required",
+            "critical",
+            "compulsory",
+            "non-negotiable",
+            "important",
+            "sonst",
+            "contrario",
+            "sinon",
+        ),
+    ),
     ("hidden_markup", _hidden_markup, None),
     ("unneeded_link", _unneeded_link, _cues("://")),
 )
@@ -1181,7 +1814,7 @@ def _bounded(text: str) -> str:
     """One printable line, links defanged, cut to :data:`EXCERPT_CHARS`."""
     line = " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
     line = re.sub(r"\b(h)tt(ps?)://", r"\1xx\2://", line, flags=re.I)
-    return line if len(line) <= EXCERPT_CHARS else line[:EXCERPT_CHARS - 1] + "…"
+    return line if len(line) <= EXCERPT_CHARS else line[: EXCERPT_CHARS - 1] + "…"
 
 
 __all__ = [

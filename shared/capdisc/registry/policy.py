@@ -23,8 +23,9 @@ from capdisc.errors import ManifestError
 from capdisc.models import Capability
 from capdisc.registry.events import RegistryEvent
 
-Decision = Literal["upsert", "delete", "unchanged", "stale", "absent", "reindex", "not_found",
-                   "refused_owned"]
+Decision = Literal[
+    "upsert", "delete", "unchanged", "stale", "absent", "reindex", "not_found", "refused_owned"
+]
 
 
 @dataclass(frozen=True)
@@ -37,14 +38,21 @@ class StoredRecord:
     updated_at_ms: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"capability": self.capability, "seq": self.seq,
-                "content_hash": self.content_hash, "updated_at_ms": self.updated_at_ms}
+        return {
+            "capability": self.capability,
+            "seq": self.seq,
+            "content_hash": self.content_hash,
+            "updated_at_ms": self.updated_at_ms,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> StoredRecord:
-        return cls(capability=dict(data["capability"]), seq=int(data["seq"]),
-                   content_hash=str(data["content_hash"]),
-                   updated_at_ms=int(data.get("updated_at_ms", 0)))
+        return cls(
+            capability=dict(data["capability"]),
+            seq=int(data["seq"]),
+            content_hash=str(data["content_hash"]),
+            updated_at_ms=int(data.get("updated_at_ms", 0)),
+        )
 
     @property
     def location(self) -> str:
@@ -105,14 +113,15 @@ def ownership_note(event: RegistryEvent, decision: Decision, stored: StoredRecor
     claimant = claimed_source(event) or "(no source)"
     if decision == "refused_owned" and stored is not None:
         verb = "replace" if event.type == "upsert" else "delete"
-        return (f"{event.capability_id} belongs to source {stored.source}; source {claimant} may "
-                f"not {verb} it. Remove it from {claimant}, or send it again with --take-over "
-                f"to move it to {claimant}")
+        return (
+            f"{event.capability_id} belongs to source {stored.source}; source {claimant} may "
+            f"not {verb} it. Remove it from {claimant}, or send it again with --take-over "
+            f"to move it to {claimant}"
+        )
     if stored is None or not stored.source or stored.source == claimant:
         return ""
     if decision == "delete":
-        return (f"it belonged to source {stored.source}; publishing that source again brings "
-                "it back")
+        return f"it belonged to source {stored.source}; publishing that source again brings it back"
     if decision in ("upsert", "unchanged"):
         return f"taken over from source {stored.source}"
     return ""
@@ -189,9 +198,13 @@ def plan_sync(
 
 def owned_elsewhere(path: Path, capability_id: str, owner: str) -> ManifestError:
     """The rejection of a capability whose id another source owns."""
-    return ManifestError(str(path), "id", f"{capability_id!r} belongs to source {owner}; rename "
-                                          "it here, remove it from one of the two, or publish "
-                                          "with --take-over to move it to this source")
+    return ManifestError(
+        str(path),
+        "id",
+        f"{capability_id!r} belongs to source {owner}; rename "
+        "it here, remove it from one of the two, or publish "
+        "with --take-over to move it to this source",
+    )
 
 
 @dataclass(frozen=True)
@@ -209,5 +222,7 @@ class RepairPlan:
 def plan_repair(stored_ids: set[str], vector_ids: set[str]) -> RepairPlan:
     """What the reconciler repairs: records the live index has no vector for (embed them
     again) and vectors of capabilities no longer stored (drop them)."""
-    return RepairPlan(missing_vectors=sorted(stored_ids - vector_ids),
-                      orphan_vectors=sorted(vector_ids - stored_ids))
+    return RepairPlan(
+        missing_vectors=sorted(stored_ids - vector_ids),
+        orphan_vectors=sorted(vector_ids - stored_ids),
+    )

@@ -47,26 +47,41 @@ class ReindexJob:
         raw = {as_str(k): as_str(v) for k, v in client.hgetall(keys.reindex(tenant)).items()}
         if not raw:
             return None
-        return cls(tenant, raw["job"], raw["target"], int(raw["batches"]),
-                   raw.get("fresh") == "1", int(raw.get("started_at_ms", 0)))
+        return cls(
+            tenant,
+            raw["job"],
+            raw["target"],
+            int(raw["batches"]),
+            raw.get("fresh") == "1",
+            int(raw.get("started_at_ms", 0)),
+        )
 
 
-def begin_reindex(client: Redis, tenant: str, job: str, target: str, batch_size: int,
-                  fresh: bool) -> list[list[str]]:
+def begin_reindex(
+    client: Redis, tenant: str, job: str, target: str, batch_size: int, fresh: bool
+) -> list[list[str]]:
     """Start building ``tenant``'s vectors in ``target`` beside the live index: record the job
     (superseding one already building) and return its batches of capability ids. A capability
     written after this is staged by its writer; one written just before, by the swap."""
     ids = sorted(as_str(k) for k in client.hkeys(keys.caps(tenant)))
-    batches = [ids[i:i + batch_size] for i in range(0, len(ids), batch_size)]
+    batches = [ids[i : i + batch_size] for i in range(0, len(ids), batch_size)]
     previous = ReindexJob.read(client, tenant)
     with client.pipeline(transaction=True) as pipe:
         if previous is not None:
-            pipe.delete(keys.vectors(tenant, previous.staging),
-                        keys.reindex_done(tenant, previous.job))
+            pipe.delete(
+                keys.vectors(tenant, previous.staging), keys.reindex_done(tenant, previous.job)
+            )
         pipe.delete(keys.reindex(tenant))
-        pipe.hset(keys.reindex(tenant), mapping={
-            "job": job, "target": target, "batches": len(batches), "fresh": int(fresh),
-            "started_at_ms": int(time.time() * 1000)})
+        pipe.hset(
+            keys.reindex(tenant),
+            mapping={
+                "job": job,
+                "target": target,
+                "batches": len(batches),
+                "fresh": int(fresh),
+                "started_at_ms": int(time.time() * 1000),
+            },
+        )
         pipe.sadd(keys.TENANTS, tenant)
         pipe.execute()
     return batches
@@ -81,8 +96,9 @@ def abandon_reindex(client: Redis, job: ReindexJob) -> None:
         pipe.execute()
 
 
-def stage_vectors(client: Redis, tenant: str, job: str, batch: int,
-                  vectors: dict[str, bytes]) -> bool:
+def stage_vectors(
+    client: Redis, tenant: str, job: str, batch: int, vectors: dict[str, bytes]
+) -> bool:
     """Store one built batch of reindex ``job``; True when it was the last one missing. A
     vector a writer staged meanwhile (newer content) is kept. False, storing nothing, when the
     job is no longer the one building (superseded or finished)."""
@@ -98,8 +114,9 @@ def stage_vectors(client: Redis, tenant: str, job: str, batch: int,
     return int(done) >= current.batches
 
 
-def finish_reindex(client: Redis, tenant: str, job: str,
-                   embed: Callable[[list[Capability]], dict[str, bytes]]) -> int | None:
+def finish_reindex(
+    client: Redis, tenant: str, job: str, embed: Callable[[list[Capability]], dict[str, bytes]]
+) -> int | None:
     """Swap reindex ``job`` in: once every stored capability has a staging vector (``embed``
     makes the missing ones), rename the staging vectors over the target space, serve the
     target, bump the version and tell discovery workers to reload, in one transaction. Returns
@@ -130,11 +147,16 @@ def _unstaged(pipe: Any, job: ReindexJob) -> list[str]:
     return sorted(stored - staged)
 
 
-def _stage_missing(client: Redis, job: ReindexJob, missing: list[str],
-                   embed: Callable[[list[Capability]], dict[str, bytes]]) -> None:
+def _stage_missing(
+    client: Redis,
+    job: ReindexJob,
+    missing: list[str],
+    embed: Callable[[list[Capability]], dict[str, bytes]],
+) -> None:
     raw = client.hmget(keys.caps(job.tenant), missing)
-    capabilities = [Capability.from_dict(StoredRecord.from_dict(json.loads(r)).capability)
-                    for r in raw if r]
+    capabilities = [
+        Capability.from_dict(StoredRecord.from_dict(json.loads(r)).capability) for r in raw if r
+    ]
     vectors = embed(capabilities) if capabilities else {}
     with client.pipeline(transaction=False) as pipe:
         for cap_id, vector in vectors.items():
@@ -161,7 +183,10 @@ def _swap(pipe: Any, job: ReindexJob) -> int:
     pipe.set(keys.space(tenant), job.target)
     pipe.set(keys.version(tenant), version)
     pipe.delete(keys.reindex(tenant), keys.reindex_done(tenant, job.job))
-    pipe.xadd(keys.CHANGES, {"tenant": tenant, "version": version, "op": "reload", "id": ""},
-              maxlen=CHANGES_MAXLEN, approximate=True)
+    pipe.xadd(
+        keys.CHANGES,
+        {"tenant": tenant, "version": version, "op": "reload", "id": ""},
+        maxlen=CHANGES_MAXLEN,
+        approximate=True,
+    )
     return version
-

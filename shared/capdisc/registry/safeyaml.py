@@ -33,15 +33,18 @@ class _StrictLoader(yaml.SafeLoader):
         event = self.peek_event()  # type: ignore[no-untyped-call]
         line = event.start_mark.line + 1
         if isinstance(event, AliasEvent):
-            raise ManifestError(self.source, None,
-                                f"line {line}: YAML aliases (*name) are not allowed")
+            raise ManifestError(
+                self.source, None, f"line {line}: YAML aliases (*name) are not allowed"
+            )
         if isinstance(event, NodeEvent) and event.anchor is not None:
-            raise ManifestError(self.source, None,
-                                f"line {line}: YAML anchors (&name) are not allowed")
+            raise ManifestError(
+                self.source, None, f"line {line}: YAML anchors (&name) are not allowed"
+            )
         self.depth += 1
         if self.depth > MAX_DEPTH:
-            raise ManifestError(self.source, None,
-                                f"line {line}: nested deeper than {MAX_DEPTH} levels")
+            raise ManifestError(
+                self.source, None, f"line {line}: nested deeper than {MAX_DEPTH} levels"
+            )
         try:
             return super().compose_node(parent, index)
         finally:
@@ -52,15 +55,18 @@ class _StrictLoader(yaml.SafeLoader):
         for key_node, _value in node.value:
             line = key_node.start_mark.line + 1
             if key_node.tag == "tag:yaml.org,2002:merge":
-                raise ManifestError(self.source, None,
-                                    f"line {line}: YAML merge keys (<<) are not allowed")
+                raise ManifestError(
+                    self.source, None, f"line {line}: YAML merge keys (<<) are not allowed"
+                )
             key = self.construct_object(key_node, deep=True)
             if not isinstance(key, str):
-                raise ManifestError(self.source, None,
-                                    f"line {line}: mapping key {key!r} must be a string")
+                raise ManifestError(
+                    self.source, None, f"line {line}: mapping key {key!r} must be a string"
+                )
             if key in seen:
-                raise ManifestError(self.source, key,
-                                    f"line {line}: duplicate key (it appears more than once)")
+                raise ManifestError(
+                    self.source, key, f"line {line}: duplicate key (it appears more than once)"
+                )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
@@ -75,8 +81,9 @@ def load_mapping(text: str, source: str) -> dict[str, Any]:
     except ManifestError:
         raise
     except ComposerError as exc:
-        raise ManifestError(source, None, f"must hold exactly one YAML document ({exc.problem})"
-                            ) from exc
+        raise ManifestError(
+            source, None, f"must hold exactly one YAML document ({exc.problem})"
+        ) from exc
     except ConstructorError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else 0
         raise ManifestError(source, None, f"line {line}: {exc.problem}") from exc

@@ -51,8 +51,12 @@ class Outcome:
     reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        fields: dict[str, Any] = {"event_id": self.event_id, "capability_id": self.capability_id,
-                                  "decision": self.decision, "version": self.version}
+        fields: dict[str, Any] = {
+            "event_id": self.event_id,
+            "capability_id": self.capability_id,
+            "decision": self.decision,
+            "version": self.version,
+        }
         if self.reason:
             fields["reason"] = self.reason
         return fields
@@ -115,8 +119,14 @@ def apply_event(
     The outcome of an event of a publish batch is acknowledged in the same transaction, so a
     worker killed right after the write cannot leave the producer with a wrong outcome."""
     tenant, cap_id = event.tenant, event.capability_id
-    watched = (keys.caps(tenant), keys.tombstones(tenant), keys.version(tenant),
-               keys.space(tenant), keys.reindex(tenant), keys.flags(tenant))
+    watched = (
+        keys.caps(tenant),
+        keys.tombstones(tenant),
+        keys.version(tenant),
+        keys.space(tenant),
+        keys.reindex(tenant),
+        keys.flags(tenant),
+    )
     with client.pipeline(transaction=True) as pipe:
         while True:
             try:
@@ -129,17 +139,25 @@ def apply_event(
                 spaces = read_spaces(pipe, tenant, space)
                 content_hash = capability.content_hash if capability else None
                 has_vector = bool(pipe.hexists(keys.vectors(tenant, space), cap_id))
-                decision = decide(event, stored, int(tomb) if tomb else None, content_hash,
-                                  has_vector)
-                vector = (vector_for(capability) if decision in ("upsert", "reindex")
-                          and capability else None)
+                decision = decide(
+                    event, stored, int(tomb) if tomb else None, content_hash, has_vector
+                )
+                vector = (
+                    vector_for(capability)
+                    if decision in ("upsert", "reindex") and capability
+                    else None
+                )
                 flag = _rescan(pipe, tenant, cap_id, capability) if vector else None
                 pipe.multi()
-                version = _write(pipe, event, capability, decision, version, vector, spaces,
-                                 stored)
+                version = _write(pipe, event, capability, decision, version, vector, spaces, stored)
                 _queue_flag(pipe, tenant, cap_id, decision, flag)
-                outcome = Outcome(event.event_id, cap_id, decision, version,
-                                  ownership_note(event, decision, stored))
+                outcome = Outcome(
+                    event.event_id,
+                    cap_id,
+                    decision,
+                    version,
+                    ownership_note(event, decision, stored),
+                )
                 if event.batch_id:
                     _queue_ack(pipe, event.batch_id, outcome.to_dict())
                 pipe.execute()
@@ -148,8 +166,7 @@ def apply_event(
                 continue
 
 
-def _rescan(pipe: Any, tenant: str, cap_id: str, capability: Capability | None
-            ) -> Flag | None:
+def _rescan(pipe: Any, tenant: str, cap_id: str, capability: Capability | None) -> Flag | None:
     """The tool-poisoning flag of ``capability`` as it is about to be stored: scanned now, its
     previous flag's approval carried over (:func:`capdisc.registry.flags.rescanned`). An unreadable
     previous flag counts as none (its approval is lost: it is reviewed again)."""
@@ -163,8 +180,7 @@ def _rescan(pipe: Any, tenant: str, cap_id: str, capability: Capability | None
     return rescanned(capability, previous)
 
 
-def _queue_flag(pipe: Any, tenant: str, cap_id: str, decision: Decision,
-                flag: Flag | None) -> None:
+def _queue_flag(pipe: Any, tenant: str, cap_id: str, decision: Decision, flag: Flag | None) -> None:
     """Keep the flag beside the record an upsert or reindex writes (while the scan finds
     something), or drop it with the record a delete removes."""
     if decision in ("upsert", "reindex") and flag is not None:
@@ -178,12 +194,13 @@ def read_spaces(client: Any, tenant: str, own: str) -> Spaces:
     active = client.get(keys.space(tenant))
     marker = client.hgetall(keys.reindex(tenant))
     build = {as_str(k): as_str(v) for k, v in marker.items()}
-    staging = (keys.staging_space(own, build["job"]) if build.get("target") == own else None)
+    staging = keys.staging_space(own, build["job"]) if build.get("target") == own else None
     return Spaces(own, as_str(active) if active else own, staging)
 
 
-def needing_vectors(client: Redis, pending: list[tuple[RegistryEvent, Capability | None]],
-                    space: str) -> list[Capability]:
+def needing_vectors(
+    client: Redis, pending: list[tuple[RegistryEvent, Capability | None]], space: str
+) -> list[Capability]:
     """The capabilities among ``pending`` events that applying them now would embed: one read
     of every record, tombstone and vector, so a batch embeds in one model call and nothing that
     is stale, a duplicate or unchanged is embedded. :func:`apply_event` still decides for itself
@@ -199,10 +216,18 @@ def needing_vectors(client: Redis, pending: list[tuple[RegistryEvent, Capability
         raw = pipe.execute()
     needed = []
     for index, (event, capability) in enumerate(upserts):
-        record, tomb, has_vector = raw[3 * index:3 * index + 3]
+        record, tomb, has_vector = raw[3 * index : 3 * index + 3]
         stored = StoredRecord.from_dict(json.loads(record)) if record else None
-        if decide(event, stored, int(tomb) if tomb else None, capability.content_hash,
-                  bool(has_vector)) == "upsert":
+        if (
+            decide(
+                event,
+                stored,
+                int(tomb) if tomb else None,
+                capability.content_hash,
+                bool(has_vector),
+            )
+            == "upsert"
+        ):
             needed.append(capability)
     return needed
 
@@ -222,8 +247,9 @@ def _write(
     if decision in ("delete", "absent"):
         pipe.hset(keys.tombstones(tenant), cap_id, event.seq)
     if decision == "unchanged" and capability is not None:
-        record = StoredRecord(capability.to_dict(), event.seq, capability.content_hash,
-                              event.occurred_at_ms)
+        record = StoredRecord(
+            capability.to_dict(), event.seq, capability.content_hash, event.occurred_at_ms
+        )
         pipe.hset(keys.caps(tenant), cap_id, json.dumps(record.to_dict()))
         _index_source(pipe, tenant, cap_id, stored, record)
     if decision not in ("upsert", "delete", "reindex"):
@@ -231,8 +257,9 @@ def _write(
     version += 1
     if decision in ("upsert", "reindex") and capability is not None and vector is not None:
         seq = stored.seq if decision == "reindex" and stored else event.seq
-        record = StoredRecord(capability.to_dict(), seq, capability.content_hash,
-                              int(time.time() * 1000))
+        record = StoredRecord(
+            capability.to_dict(), seq, capability.content_hash, int(time.time() * 1000)
+        )
         pipe.hset(keys.caps(tenant), cap_id, json.dumps(record.to_dict()))
         _index_source(pipe, tenant, cap_id, stored, record)
         for space in spaces.write_targets():
@@ -246,13 +273,18 @@ def _write(
             pipe.hdel(keys.vectors(tenant, space), cap_id)
     pipe.set(keys.version(tenant), version)
     op = "upsert" if decision == "reindex" else decision
-    pipe.xadd(keys.CHANGES, {"tenant": tenant, "version": version, "op": op, "id": cap_id},
-              maxlen=CHANGES_MAXLEN, approximate=True)
+    pipe.xadd(
+        keys.CHANGES,
+        {"tenant": tenant, "version": version, "op": op, "id": cap_id},
+        maxlen=CHANGES_MAXLEN,
+        approximate=True,
+    )
     return version
 
 
-def _index_source(pipe: Any, tenant: str, cap_id: str, old: StoredRecord | None,
-                  new: StoredRecord | None) -> None:
+def _index_source(
+    pipe: Any, tenant: str, cap_id: str, old: StoredRecord | None, new: StoredRecord | None
+) -> None:
     """Keep the per-source id sets (:func:`stored_by_source` reads one, not every record)."""
     if old is not None and (new is None or old.source != new.source):
         pipe.srem(keys.source_ids(tenant, old.source), cap_id)
@@ -301,15 +333,21 @@ def read_snapshot(client: Redis, tenant: str, default_space: str) -> Snapshot:
             except redis.WatchError:
                 continue
     records = {as_str(k): StoredRecord.from_dict(json.loads(v)) for k, v in caps.items()}
-    return Snapshot(tenant=tenant, version=int(version or 0), records=records,
-                    vectors={as_str(k): v for k, v in vectors.items()},
-                    changes_id=as_str(last[0][0]) if last else "0-0", space=space,
-                    flags={as_str(k): Flag.from_json(v) for k, v in flags.items()},
-                    policy=as_str(policy) if policy is not None else None)
+    return Snapshot(
+        tenant=tenant,
+        version=int(version or 0),
+        records=records,
+        vectors={as_str(k): v for k, v in vectors.items()},
+        changes_id=as_str(last[0][0]) if last else "0-0",
+        space=space,
+        flags={as_str(k): Flag.from_json(v) for k, v in flags.items()},
+        policy=as_str(policy) if policy is not None else None,
+    )
 
 
-def read_records(client: Redis, tenant: str, ids: list[str], embedder_id: str
-                 ) -> list[tuple[StoredRecord | None, bytes | None]]:
+def read_records(
+    client: Redis, tenant: str, ids: list[str], embedder_id: str
+) -> list[tuple[StoredRecord | None, bytes | None]]:
     """Current record and vector of each id (``None`` where it is gone)."""
     with client.pipeline(transaction=True) as pipe:
         for cap_id in ids:
@@ -335,18 +373,22 @@ def read_delta(client: Redis, tenant: str, ids: list[str], space: str) -> Delta:
         pipe.hmget(keys.flags(tenant), ids)
         pipe.get(keys.poisoning_policy(tenant))
         *raw, flags, policy = pipe.execute()
-    entries = [(StoredRecord.from_dict(json.loads(raw[i])) if raw[i] else None, raw[i + 1])
-               for i in range(0, len(raw), 2)]
-    return Delta(entries, {cap_id: Flag.from_json(v) for cap_id, v in zip(ids, flags, strict=True)
-                           if v}, as_str(policy) if policy is not None else None)
+    entries = [
+        (StoredRecord.from_dict(json.loads(raw[i])) if raw[i] else None, raw[i + 1])
+        for i in range(0, len(raw), 2)
+    ]
+    return Delta(
+        entries,
+        {cap_id: Flag.from_json(v) for cap_id, v in zip(ids, flags, strict=True) if v},
+        as_str(policy) if policy is not None else None,
+    )
 
 
 def stored_by_source(client: Redis, tenant: str, source: str) -> dict[str, StoredRecord]:
     """The stored records that came from ``source`` (a registry directory, an MCP server)."""
     ids = sorted(as_str(i) for i in client.smembers(keys.source_ids(tenant, source)))
     records = {}
-    for cap_id, value in zip(ids, client.hmget(keys.caps(tenant), ids) if ids else [],
-                             strict=True):
+    for cap_id, value in zip(ids, client.hmget(keys.caps(tenant), ids) if ids else [], strict=True):
         record = StoredRecord.from_dict(json.loads(value)) if value else None
         if record is not None and record.source == source:
             records[cap_id] = record
@@ -359,7 +401,7 @@ def owners(client: Redis, tenant: str, ids: Iterable[str], chunk: int = 1000) ->
     wanted = sorted(set(ids))
     found: dict[str, str] = {}
     for start in range(0, len(wanted), chunk):
-        part = wanted[start:start + chunk]
+        part = wanted[start : start + chunk]
         for cap_id, raw in zip(part, client.hmget(keys.caps(tenant), part), strict=True):
             if raw:
                 found[cap_id] = StoredRecord.from_dict(json.loads(raw)).source

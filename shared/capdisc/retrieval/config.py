@@ -71,17 +71,22 @@ class Calibration:
 #: Fitted per embedder by ``benchmarks/retrieval.py --calibrate``. An embedder without an entry
 #: keeps the MiniLM relevance model but never abstains (its cosines mean something else).
 CALIBRATIONS: dict[str, Calibration] = {
-    "minilm-l6-int8": Calibration(DEFAULT_CONFIG.relevance_bias,
-                                  DEFAULT_CONFIG.relevance_cosine,
-                                  DEFAULT_CONFIG.abstain_threshold),
+    "minilm-l6-int8": Calibration(
+        DEFAULT_CONFIG.relevance_bias,
+        DEFAULT_CONFIG.relevance_cosine,
+        DEFAULT_CONFIG.abstain_threshold,
+    ),
 }
 
 
-def calibrated_for(embedder_id: str, config: RetrievalConfig = DEFAULT_CONFIG
-                   ) -> RetrievalConfig:
+def calibrated_for(embedder_id: str, config: RetrievalConfig = DEFAULT_CONFIG) -> RetrievalConfig:
     """``config`` with the relevance model and threshold fitted for ``embedder_id``."""
     fit = CALIBRATIONS.get(embedder_id)
     if fit is None:
         return replace(config, abstain_threshold=0.0)
-    return replace(config, relevance_bias=fit.bias, relevance_cosine=fit.cosine,
-                   abstain_threshold=fit.abstain_threshold)
+    return replace(
+        config,
+        relevance_bias=fit.bias,
+        relevance_cosine=fit.cosine,
+        abstain_threshold=fit.abstain_threshold,
+    )

@@ -10,13 +10,15 @@ import re
 from capdisc.retrieval.lexical import words
 
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+(?=[\"'(\[]?[A-Z0-9])|\n+")
-_CHAIN = re.compile(r"(?:[,;]\s*|\s+)(?:and then|after that|and also|and finally|then)\s+",
-                    re.IGNORECASE)
+_CHAIN = re.compile(
+    r"(?:[,;]\s*|\s+)(?:and then|after that|and also|and finally|then)\s+", re.IGNORECASE
+)
 _LEAD = re.compile(
     r"^(?:(?:and|also|additionally|furthermore|moreover|besides|then|next|finally|lastly|"
     r"first|firstly|second|secondly|third|thirdly|after that|afterwards|subsequently|"
     r"in addition|once (?:that|this) is done|after (?:this|that))\b[\s,:]*)+",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 _MIN_SUBQUERY_WORDS = 3
 
 

@@ -13,8 +13,13 @@ from capdisc.retrieval.lexical import split_identifiers
 def lexical_text(capability: Capability) -> str:
     """What BM25 matches: names (identifiers split), description, category, tags, parameters
     with their descriptions, dependencies and example queries."""
-    lines = [capability.name, capability.display_name, capability.description,
-             split_identifiers(capability.category), " ".join(capability.tags)]
+    lines = [
+        capability.name,
+        capability.display_name,
+        capability.description,
+        split_identifiers(capability.category),
+        " ".join(capability.tags),
+    ]
     lines.extend(_parameter_lines(capability))
     lines.extend(capability.required_tools)
     lines.extend(capability.example_queries)

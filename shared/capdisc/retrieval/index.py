@@ -91,11 +91,17 @@ class RetrievalIndex:
     probe_cosines: tuple[float, ...] = ()
 
     @classmethod
-    def build(cls, capabilities: Sequence[Capability], vectors: Matrix, *,
-              summary_vectors: Matrix | None = None, texts: Sequence[str] | None = None,
-              probe_vectors: Matrix | None = None,
-              config: RetrievalConfig = DEFAULT_CONFIG,
-              previous: RetrievalIndex | None = None) -> RetrievalIndex:
+    def build(
+        cls,
+        capabilities: Sequence[Capability],
+        vectors: Matrix,
+        *,
+        summary_vectors: Matrix | None = None,
+        texts: Sequence[str] | None = None,
+        probe_vectors: Matrix | None = None,
+        config: RetrievalConfig = DEFAULT_CONFIG,
+        previous: RetrievalIndex | None = None,
+    ) -> RetrievalIndex:
         """Index ``capabilities``; ``vectors`` row ``i`` embeds capability ``i`` (L2-normalized).
 
         ``summary_vectors`` (optional, same shape) embed a short name-and-summary text; the dense
@@ -117,13 +123,24 @@ class RetrievalIndex:
         mean_vector, moment = _moments(matrix)
         ids = tuple(c.id for c in caps)
         return cls(
-            capabilities=caps, ids=ids, matrix=matrix, lexicon=lexicon, names=names,
-            name_starts=name_starts(names), kinds=kinds, categories=categories, tags=tags,
+            capabilities=caps,
+            ids=ids,
+            matrix=matrix,
+            lexicon=lexicon,
+            names=names,
+            name_starts=name_starts(names),
+            kinds=kinds,
+            categories=categories,
+            tags=tags,
             available=np.array([c.available for c in caps], dtype=bool),
             open_rows=np.array([c.visibility.open for c in caps], dtype=bool),
-            role_rows=roles, user_rows=users, row_keys=row_keys,
+            role_rows=roles,
+            user_rows=users,
+            row_keys=row_keys,
             rows={cid: i for i, cid in enumerate(ids)},
-            mean_vector=mean_vector, moment=moment, projection=projection,
+            mean_vector=mean_vector,
+            moment=moment,
+            projection=projection,
             probe_cosines=probe_cosines(matrix, probe_vectors, projection),
         )
 
@@ -136,9 +153,16 @@ class RetrievalIndex:
 
     # -- searching ------------------------------------------------------------------------------
 
-    def search(self, query: str, query_vector: Vector, k: int, *,
-               filters: SearchFilters = NO_FILTERS, embed: QueryEmbed | None = None,
-               config: RetrievalConfig = DEFAULT_CONFIG) -> RetrievalResult:
+    def search(
+        self,
+        query: str,
+        query_vector: Vector,
+        k: int,
+        *,
+        filters: SearchFilters = NO_FILTERS,
+        embed: QueryEmbed | None = None,
+        config: RetrievalConfig = DEFAULT_CONFIG,
+    ) -> RetrievalResult:
         """The ``k`` best capabilities for ``query`` among those ``filters`` admit (visible to
         their caller included).
 
@@ -151,25 +175,34 @@ class RetrievalIndex:
         vector = np.asarray(query_vector, dtype=np.float32).reshape(-1)
         whole = self._score_whole(query, vector, config)
         parts = self._subqueries(query, embed, config)
-        ranking = top_rows(whole.fused, allowed,
-                           max(k + len(parts) + 1, config.candidates if parts else 0))
-        scored_parts = (self._score_parts(parts, embed, ranking, allowed, config)
-                        if parts and embed is not None else [])
+        ranking = top_rows(
+            whole.fused, allowed, max(k + len(parts) + 1, config.candidates if parts else 0)
+        )
+        scored_parts = (
+            self._score_parts(parts, embed, ranking, allowed, config)
+            if parts and embed is not None
+            else []
+        )
         exact = self._exact(query, allowed) if config.exact_name else None
         order = merge(ranking, scored_parts, k, exact, config)
         ranked = entries(order, whole, scored_parts, self.ids, self.lexicon, config)
         threshold = self.abstain_threshold(config)
         abstained = exact is None and not any(e.relevance >= threshold for e in ranked)
-        return RetrievalResult(ranked, abstained=abstained, subqueries=tuple(parts),
-                               exact_match=self.ids[exact] if exact is not None else None)
+        return RetrievalResult(
+            ranked,
+            abstained=abstained,
+            subqueries=tuple(parts),
+            exact_match=self.ids[exact] if exact is not None else None,
+        )
 
     def abstain_threshold(self, config: RetrievalConfig) -> float:
         """The relevance an answer needs: the configured floor, raised to how close this
         catalog comes to the probe queries (0 never abstains)."""
         return abstain_threshold(self.probe_cosines, config)
 
-    def _subqueries(self, query: str, embed: QueryEmbed | None,
-                    config: RetrievalConfig) -> list[str]:
+    def _subqueries(
+        self, query: str, embed: QueryEmbed | None, config: RetrievalConfig
+    ) -> list[str]:
         if embed is None or not config.decompose or config.fusion != "zscore":
             return []
         parts = decompose(query, config.max_subqueries)
@@ -187,8 +220,14 @@ class RetrievalIndex:
         fused = mix_moments(cosine, mean, deviation, bm25, config)
         return Scored(None, cosine, fused, term_ids)
 
-    def _score_parts(self, parts: list[str], embed: QueryEmbed, ranking: list[int],
-                     allowed: BoolArray, config: RetrievalConfig) -> list[Scored]:
+    def _score_parts(
+        self,
+        parts: list[str],
+        embed: QueryEmbed,
+        ranking: list[int],
+        allowed: BoolArray,
+        config: RetrievalConfig,
+    ) -> list[Scored]:
         """Score all sub-queries at once, on candidate rows only: the whole query's fused top
         rows (``ranking``) and each sub-query's BM25 top rows. The z-scores use catalog-wide
         moments (the dense ones from the matrix moments), so they equal a full pass's."""
@@ -208,17 +247,20 @@ class RetrievalIndex:
 
     def _exact(self, query: str, allowed: BoolArray) -> int | None:
         """The first row ``query`` names that the search allows."""
-        return next((row for row in named_rows(query, self.names, self.name_starts)
-                     if allowed[row]), None)
+        return next(
+            (row for row in named_rows(query, self.names, self.name_starts) if allowed[row]), None
+        )
 
     # -- filters ----------------------------------------------------------------------------------
 
     def _allowed(self, filters: SearchFilters) -> BoolArray:
         """Rows ``filters`` admit (:meth:`capdisc.filters.SearchFilters.admits`, as a mask)."""
         allowed = np.ones(len(self.ids), dtype=bool)
-        chosen = ([self.kinds.get(filters.kind)] if filters.kind is not None else []) + (
-            [self.categories.get(filters.category)] if filters.category is not None else []) + [
-            self.tags.get(tag) for tag in filters.tags]
+        chosen = (
+            ([self.kinds.get(filters.kind)] if filters.kind is not None else [])
+            + ([self.categories.get(filters.category)] if filters.category is not None else [])
+            + [self.tags.get(tag) for tag in filters.tags]
+        )
         for rows in chosen:
             mask = np.zeros(len(self.ids), dtype=bool)
             if rows is not None:
@@ -260,25 +302,34 @@ class RetrievalIndex:
 # -- building ------------------------------------------------------------------------------------
 
 
-def _dense_side(vectors: Matrix, summary_vectors: Matrix | None, count: int,
-                config: RetrievalConfig, previous: RetrievalIndex | None
-                ) -> tuple[Matrix, Matrix | None]:
+def _dense_side(
+    vectors: Matrix,
+    summary_vectors: Matrix | None,
+    count: int,
+    config: RetrievalConfig,
+    previous: RetrievalIndex | None,
+) -> tuple[Matrix, Matrix | None]:
     """The matrix queries are scored against, and the projection it was reduced with (kept
     from ``previous`` when it has one)."""
     matrix = _dense_matrix(vectors, summary_vectors, count, config.full_text_weight)
-    projection = (previous.projection if previous is not None
-                  and previous.projection is not None else _projection(matrix, config))
+    projection = (
+        previous.projection
+        if previous is not None and previous.projection is not None
+        else _projection(matrix, config)
+    )
     if projection is not None:
         matrix = np.ascontiguousarray(matrix @ projection)
     return matrix, projection
 
 
-def _dense_matrix(vectors: Matrix, summary_vectors: Matrix | None, count: int,
-                  full_text_weight: float) -> Matrix:
+def _dense_matrix(
+    vectors: Matrix, summary_vectors: Matrix | None, count: int, full_text_weight: float
+) -> Matrix:
     matrix = np.asarray(vectors, dtype=np.float32)
     if matrix.ndim != 2 or matrix.shape[0] != count:
-        raise ValueError(f"vectors must have one row per capability: got {matrix.shape} "
-                         f"for {count} capabilities")
+        raise ValueError(
+            f"vectors must have one row per capability: got {matrix.shape} for {count} capabilities"
+        )
     if summary_vectors is not None:
         summary = np.asarray(summary_vectors, dtype=np.float32)
         if summary.shape != matrix.shape:
@@ -294,8 +345,9 @@ def _projection(matrix: Matrix, config: RetrievalConfig) -> Matrix | None:
         return None
     gram = matrix.T.astype(np.float64) @ matrix
     _, vectors = np.linalg.eigh(gram)  # ascending eigenvalues
-    basis: Matrix = np.ascontiguousarray(vectors[:, ::-1][:, :config.reduce_dims],
-                                         dtype=np.float32)
+    basis: Matrix = np.ascontiguousarray(
+        vectors[:, ::-1][:, : config.reduce_dims], dtype=np.float32
+    )
     return basis
 
 
@@ -316,26 +368,34 @@ def _reused_rows(caps: Sequence[Capability], previous: RetrievalIndex) -> list[i
     return out
 
 
-def _lexicon(caps: Sequence[Capability], texts: Sequence[str] | None,
-             previous: RetrievalIndex | None, reuse: list[int | None] | None) -> LexicalIndex:
+def _lexicon(
+    caps: Sequence[Capability],
+    texts: Sequence[str] | None,
+    previous: RetrievalIndex | None,
+    reuse: list[int | None] | None,
+) -> LexicalIndex:
     """BM25 over ``texts``, or over each capability's :func:`lexical_text`; capabilities that
     ``reuse`` maps to a row of ``previous`` take that row's terms instead."""
     if texts is not None:
         return LexicalIndex.build(list(texts))
     if previous is None or not reuse:
         return LexicalIndex.build([lexical_text(c) for c in caps])
-    documents = ["" if row is not None else lexical_text(c)
-                 for c, row in zip(caps, reuse, strict=True)]
+    documents = [
+        "" if row is not None else lexical_text(c) for c, row in zip(caps, reuse, strict=True)
+    ]
     return LexicalIndex.build(documents, previous=previous.lexicon, reuse=reuse)
 
 
-def _row_keys(caps: Sequence[Capability], previous: RetrievalIndex | None,
-              reuse: list[int | None] | None) -> tuple[frozenset[NameKey], ...]:
+def _row_keys(
+    caps: Sequence[Capability], previous: RetrievalIndex | None, reuse: list[int | None] | None
+) -> tuple[frozenset[NameKey], ...]:
     """Per capability, the keys that could name it; reused rows keep ``previous``'s."""
     if previous is None or not reuse:
         return tuple(row_name_keys(c) for c in caps)
-    return tuple(previous.row_keys[row] if row is not None else row_name_keys(c)
-                 for c, row in zip(caps, reuse, strict=True))
+    return tuple(
+        previous.row_keys[row] if row is not None else row_name_keys(c)
+        for c, row in zip(caps, reuse, strict=True)
+    )
 
 
 def _facets(caps: Sequence[Capability]) -> tuple[dict[str, RowArray], ...]:
@@ -351,5 +411,4 @@ def _facets(caps: Sequence[Capability]) -> tuple[dict[str, RowArray], ...]:
             roles.setdefault(role, []).append(row)
         for user in cap.visibility.users:
             users.setdefault(user, []).append(row)
-    return tuple({key: np.asarray(rows, dtype=np.int32) for key, rows in f.items()}
-                 for f in found)
+    return tuple({key: np.asarray(rows, dtype=np.int32) for key, rows in f.items()} for f in found)

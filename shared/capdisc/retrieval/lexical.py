@@ -37,22 +37,158 @@ _WORD = re.compile(r"[A-Z]+(?![^\W\dA-Z_])|[A-Z]?[^\W\dA-Z_]+|[0-9]+")
 
 #: English function words and request chatter ("can you please ..."). Direction and state words
 #: that name what a tool does (up, down, on, off, out, over, before, after) are kept.
-STOPWORDS = frozenset([
-    "a", "about", "again", "against", "all", "also", "am", "an", "and", "any", "are", "aren",
-    "as", "at", "be", "because", "been", "being", "both", "but", "by", "can", "could",
-    "couldn", "d", "did", "didn", "do", "does", "doesn", "doing", "don", "each", "few", "for",
-    "from", "further", "had", "hadn", "has", "hasn", "have", "haven", "having", "he", "her",
-    "here", "hers", "herself", "him", "himself", "his", "how", "i", "if", "in", "into", "is",
-    "isn", "it", "its", "itself", "just", "ll", "m", "ma", "me", "might", "mightn", "more",
-    "most", "must", "mustn", "my", "myself", "needn", "no", "nor", "not", "now", "o", "of",
-    "once", "only", "or", "other", "our", "ours", "ourselves", "own", "please", "re", "s",
-    "same", "shan", "she", "should", "shouldn", "so", "some", "such", "t", "than", "that",
-    "the", "their", "theirs", "them", "themselves", "then", "there", "these", "they", "this",
-    "those", "through", "to", "too", "until", "ve", "very", "was", "wasn", "we", "were",
-    "weren", "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with",
-    "won", "would", "wouldn", "y", "you", "your", "yours", "yourself", "yourselves", "thank",
-    "thanks", "kindly",
-])
+STOPWORDS = frozenset(
+    [
+        "a",
+        "about",
+        "again",
+        "against",
+        "all",
+        "also",
+        "am",
+        "an",
+        "and",
+        "any",
+        "are",
+        "aren",
+        "as",
+        "at",
+        "be",
+        "because",
+        "been",
+        "being",
+        "both",
+        "but",
+        "by",
+        "can",
+        "could",
+        "couldn",
+        "d",
+        "did",
+        "didn",
+        "do",
+        "does",
+        "doesn",
+        "doing",
+        "don",
+        "each",
+        "few",
+        "for",
+        "from",
+        "further",
+        "had",
+        "hadn",
+        "has",
+        "hasn",
+        "have",
+        "haven",
+        "having",
+        "he",
+        "her",
+        "here",
+        "hers",
+        "herself",
+        "him",
+        "himself",
+        "his",
+        "how",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "isn",
+        "it",
+        "its",
+        "itself",
+        "just",
+        "ll",
+        "m",
+        "ma",
+        "me",
+        "might",
+        "mightn",
+        "more",
+        "most",
+        "must",
+        "mustn",
+        "my",
+        "myself",
+        "needn",
+        "no",
+        "nor",
+        "not",
+        "now",
+        "o",
+        "of",
+        "once",
+        "only",
+        "or",
+        "other",
+        "our",
+        "ours",
+        "ourselves",
+        "own",
+        "please",
+        "re",
+        "s",
+        "same",
+        "shan",
+        "she",
+        "should",
+        "shouldn",
+        "so",
+        "some",
+        "such",
+        "t",
+        "than",
+        "that",
+        "the",
+        "their",
+        "theirs",
+        "them",
+        "themselves",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "those",
+        "through",
+        "to",
+        "too",
+        "until",
+        "ve",
+        "very",
+        "was",
+        "wasn",
+        "we",
+        "were",
+        "weren",
+        "what",
+        "when",
+        "where",
+        "which",
+        "while",
+        "who",
+        "whom",
+        "why",
+        "will",
+        "with",
+        "won",
+        "would",
+        "wouldn",
+        "y",
+        "you",
+        "your",
+        "yours",
+        "yourself",
+        "yourselves",
+        "thank",
+        "thanks",
+        "kindly",
+    ]
+)
 
 
 class _Stemmer(Protocol):
@@ -126,9 +262,16 @@ class LexicalIndex:
     b: float = 0.75
 
     @classmethod
-    def build(cls, documents: Sequence[str], *, k1: float = 1.5, b: float = 0.75,
-              stem: bool = True, previous: LexicalIndex | None = None,
-              reuse: Sequence[int | None] | None = None) -> LexicalIndex:
+    def build(
+        cls,
+        documents: Sequence[str],
+        *,
+        k1: float = 1.5,
+        b: float = 0.75,
+        stem: bool = True,
+        previous: LexicalIndex | None = None,
+        reuse: Sequence[int | None] | None = None,
+    ) -> LexicalIndex:
         """Index ``documents`` (one text per capability) with BM25 (Lucene variant).
 
         With ``previous`` and ``reuse``, document ``i`` whose ``reuse[i]`` is a row of
@@ -137,13 +280,22 @@ class LexicalIndex:
         parts: list[tuple[IntArray, Scores, float]] = []
         for row, doc in enumerate(documents):
             old = reuse[row] if reuse is not None and previous is not None else None
-            parts.append(previous.row_terms(old) if previous is not None and old is not None
-                         else _counted(index_terms(doc, stem=stem) or [""], vocab))
+            parts.append(
+                previous.row_terms(old)
+                if previous is not None and old is not None
+                else _counted(index_terms(doc, stem=stem) or [""], vocab)
+            )
         return cls._assemble(vocab, parts, stem, k1, b)
 
     @classmethod
-    def _assemble(cls, vocab: dict[str, int], parts: list[tuple[IntArray, Scores, float]],
-                  stem: bool, k1: float, b: float) -> LexicalIndex:
+    def _assemble(
+        cls,
+        vocab: dict[str, int],
+        parts: list[tuple[IntArray, Scores, float]],
+        stem: bool,
+        k1: float,
+        b: float,
+    ) -> LexicalIndex:
         n = len(parts)
         lengths = np.fromiter((len(t) for t, _c, _l in parts), dtype=np.int64, count=n)
         doc_indptr = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
@@ -158,8 +310,21 @@ class LexicalIndex:
         weights = (idf[doc_terms] * doc_tf / (doc_tf + norm[owners])).astype(np.float32)
         by_term = np.argsort(doc_terms, kind="stable")
         indptr = np.concatenate(([0], np.cumsum(df))).astype(np.int64)
-        return cls(vocab, weights[by_term], owners[by_term], indptr, n, stem, idf, doc_indptr,
-                   doc_terms, doc_tf, doc_len, k1, b)
+        return cls(
+            vocab,
+            weights[by_term],
+            owners[by_term],
+            indptr,
+            n,
+            stem,
+            idf,
+            doc_indptr,
+            doc_terms,
+            doc_tf,
+            doc_len,
+            k1,
+            b,
+        )
 
     def row_terms(self, row: int) -> tuple[IntArray, Scores, float]:
         """Document ``row``'s distinct term ids, their counts and its length."""
@@ -192,8 +357,9 @@ class LexicalIndex:
         lengths = ends - starts
         postings = np.arange(int(lengths.sum()), dtype=np.int64)
         postings += np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
-        query_of_term = np.repeat(np.arange(len(queries), dtype=np.int64),
-                                  [len(q) for q in queries])
+        query_of_term = np.repeat(
+            np.arange(len(queries), dtype=np.int64), [len(q) for q in queries]
+        )
         targets = self.indices[postings] + np.repeat(query_of_term * n, lengths)
         flat = np.bincount(targets, weights=self.data[postings], minlength=len(queries) * n)
         result: npt.NDArray[np.float32] = flat.astype(np.float32).reshape(len(queries), n)
@@ -235,8 +401,9 @@ class LexicalIndex:
         out = {}
         for word, low, term in zip(distinct, lowered, stems, strict=True):
             term_id = self.vocabulary.get(term) if low not in STOPWORDS else None
-            out[word] = (0 if term_id is None
-                         else int(self.indptr[term_id + 1] - self.indptr[term_id]))
+            out[word] = (
+                0 if term_id is None else int(self.indptr[term_id + 1] - self.indptr[term_id])
+            )
         return out
 
     def search(self, query: str) -> Scores:

@@ -27,8 +27,9 @@ def row_name_keys(capability: Capability) -> frozenset[NameKey]:
     return frozenset(key for key in _name_keys(capability) if _distinctive(key))
 
 
-def build_name_table(row_keys: Sequence[frozenset[NameKey]], lexicon: LexicalIndex
-                     ) -> dict[NameKey, int]:
+def build_name_table(
+    row_keys: Sequence[frozenset[NameKey]], lexicon: LexicalIndex
+) -> dict[NameKey, int]:
     """Name key -> row, keeping only keys that identify one capability and are not ordinary
     words of the catalog (a one-word key must appear in at most one capability's text)."""
     owner: dict[NameKey, int] = {}
@@ -37,11 +38,13 @@ def build_name_table(row_keys: Sequence[frozenset[NameKey]], lexicon: LexicalInd
         for key in keys:
             if owner.setdefault(key, row) != row:
                 shared.add(key)
-    plain = [key[0] for key in owner if len(key) == 1 and key[0].isalpha()
-             and key not in shared]
+    plain = [key[0] for key in owner if len(key) == 1 and key[0].isalpha() and key not in shared]
     frequencies = lexicon.document_frequencies(plain)
-    return {key: row for key, row in owner.items()
-            if key not in shared and (len(key) > 1 or frequencies.get(key[0], 0) <= 1)}
+    return {
+        key: row
+        for key, row in owner.items()
+        if key not in shared and (len(key) > 1 or frequencies.get(key[0], 0) <= 1)
+    }
 
 
 def name_starts(names: Iterable[NameKey]) -> frozenset[str]:
@@ -49,8 +52,7 @@ def name_starts(names: Iterable[NameKey]) -> frozenset[str]:
     return frozenset(key[0] for key in names if len(key) > 1)
 
 
-def named_rows(query: str, names: Mapping[NameKey, int], starts: Collection[str]
-               ) -> Iterator[int]:
+def named_rows(query: str, names: Mapping[NameKey, int], starts: Collection[str]) -> Iterator[int]:
     """Rows of the capabilities ``query`` names, its raw tokens first, then its runs of words
     (longest first); the first one a search allows is its exact match."""
     for key in _query_keys(query, starts):
@@ -89,4 +91,4 @@ def _query_keys(query: str, starts: Collection[str]) -> Iterable[NameKey]:
     for start, token in enumerate(tokens):
         if token in starts:
             for n in range(min(_MAX_NAME_WORDS, len(tokens) - start), 1, -1):
-                yield tuple(tokens[start:start + n])
+                yield tuple(tokens[start : start + n])

@@ -21,8 +21,12 @@ from capdisc.retrieval.config import RetrievalConfig
 def relevance(evidence: tuple[float, float, float], config: RetrievalConfig) -> float:
     """The calibrated relevance of (cosine, coverage, fused z): a logistic model."""
     cosine, coverage, fused = evidence
-    logit = (config.relevance_bias + config.relevance_cosine * cosine
-             + config.relevance_coverage * coverage + config.relevance_z * fused)
+    logit = (
+        config.relevance_bias
+        + config.relevance_cosine * cosine
+        + config.relevance_coverage * coverage
+        + config.relevance_z * fused
+    )
     return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, logit))))
 
 
@@ -36,8 +40,9 @@ def abstain_threshold(probe_cosines: tuple[float, ...], config: RetrievalConfig)
     return max(floor, relevance((cosine, 0.0, 0.0), config))
 
 
-def probe_cosines(matrix: Matrix, probe_vectors: Matrix | None,
-                  projection: Matrix | None) -> tuple[float, ...]:
+def probe_cosines(
+    matrix: Matrix, probe_vectors: Matrix | None, projection: Matrix | None
+) -> tuple[float, ...]:
     """Each probe's best cosine over the catalog, in the space queries are scored in, sorted."""
     if probe_vectors is None or len(probe_vectors) == 0 or len(matrix) == 0:
         return ()

@@ -59,8 +59,9 @@ class Scored:
         return at if at < self.rows.size and int(self.rows[at]) == row else None
 
 
-def merge(ranking: list[int], parts: list[Scored], k: int, exact: int | None,
-          config: RetrievalConfig) -> list[int]:
+def merge(
+    ranking: list[int], parts: list[Scored], k: int, exact: int | None, config: RetrievalConfig
+) -> list[int]:
     """Exact match first, then the whole query's best, then each confident sub-query's best
     (most confident first), then the whole query's ranking."""
     order: list[int] = [exact] if exact is not None else []
@@ -78,8 +79,14 @@ def merge(ranking: list[int], parts: list[Scored], k: int, exact: int | None,
     return order[:k]
 
 
-def entries(order: list[int], whole: Scored, parts: list[Scored], ids: Sequence[str],
-            lexicon: LexicalIndex, config: RetrievalConfig) -> tuple[RankedCapability, ...]:
+def entries(
+    order: list[int],
+    whole: Scored,
+    parts: list[Scored],
+    ids: Sequence[str],
+    lexicon: LexicalIndex,
+    config: RetrievalConfig,
+) -> tuple[RankedCapability, ...]:
     """Entries for the rows of ``order`` (``ids`` names each row); each row's relevance comes
     from the query text (whole or sub-query) it scored best on."""
     sources = _sources(order, whole, parts)
@@ -105,8 +112,12 @@ def _sources(order: list[int], whole: Scored, parts: list[Scored]) -> list[tuple
     return sources
 
 
-def _coverage(order: list[int], sources: list[tuple[Scored, int]], lexicon: LexicalIndex,
-              config: RetrievalConfig) -> Scores:
+def _coverage(
+    order: list[int],
+    sources: list[tuple[Scored, int]],
+    lexicon: LexicalIndex,
+    config: RetrievalConfig,
+) -> Scores:
     """Per row of ``order``, the BM25 term coverage of its source text (zeros when the
     relevance model ignores coverage and no calibration run asks for it)."""
     coverage = np.zeros(len(order), dtype=np.float32)

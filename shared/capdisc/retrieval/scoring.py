@@ -54,8 +54,9 @@ def mix(dense_z: Scores, lexical_z: Scores, config: RetrievalConfig) -> Scores:
     return fused
 
 
-def mix_moments(cosine: Scores, mean: float, deviation: float, bm25: Scores,
-                config: RetrievalConfig) -> Scores:
+def mix_moments(
+    cosine: Scores, mean: float, deviation: float, bm25: Scores, config: RetrievalConfig
+) -> Scores:
     """``mix(zscore(cosine), zscore(bm25))`` with the dense moments given: two passes."""
     w = config.dense_weight
     n = max(bm25.size, 1)
@@ -68,8 +69,14 @@ def mix_moments(cosine: Scores, mean: float, deviation: float, bm25: Scores,
     return fused
 
 
-def fuse_pooled(cosine: Scores, means: Scores, variances: Scores, bm25: Scores,
-                pool: IntArray, config: RetrievalConfig) -> Scores:
+def fuse_pooled(
+    cosine: Scores,
+    means: Scores,
+    variances: Scores,
+    bm25: Scores,
+    pool: IntArray,
+    config: RetrievalConfig,
+) -> Scores:
     """The mix of several query texts (one row each) at the ``pool`` rows only.
 
     ``cosine`` holds each text's cosines at ``pool``; ``means`` and ``variances`` are each

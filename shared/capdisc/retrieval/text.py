@@ -53,8 +53,9 @@ def embedding_texts(capability: Capability) -> tuple[str, str]:
 
 def combine(full: Vector, summary: Vector, full_weight: float = FULL_TEXT_WEIGHT) -> Vector:
     """The stored vector: ``w * full + (1 - w) * summary`` (both L2-normalized, the sum not)."""
-    mixed: Vector = (full_weight * np.asarray(full, dtype=np.float32)
-                     + (1.0 - full_weight) * np.asarray(summary, dtype=np.float32))
+    mixed: Vector = full_weight * np.asarray(full, dtype=np.float32) + (
+        1.0 - full_weight
+    ) * np.asarray(summary, dtype=np.float32)
     return mixed.astype(np.float32)
 
 
@@ -89,8 +90,9 @@ def _parameter_phrases(capability: Capability) -> list[str]:
     for key, spec in properties.items():
         words = split_identifiers(str(key)).lower()
         about = spec.get("description") if isinstance(spec, dict) else None
-        phrases.append(f"{words} ({about.strip()})" if isinstance(about, str) and about.strip()
-                       else words)
+        phrases.append(
+            f"{words} ({about.strip()})" if isinstance(about, str) and about.strip() else words
+        )
     return phrases
 
 

@@ -14,8 +14,9 @@ from capdisc.sessions.policy import SessionPolicy, SessionState, SessionView, Tu
 class InMemorySessions:
     """Binds discovery turns to sessions kept in a dict, keyed by tenant and session id."""
 
-    def __init__(self, policy: SessionPolicy,
-                 clock: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+    def __init__(
+        self, policy: SessionPolicy, clock: Callable[[], int] = lambda: int(time.time() * 1000)
+    ) -> None:
         self.policy = policy
         self.clock = clock
         self.states: dict[tuple[str, str], SessionState] = {}
@@ -24,7 +25,6 @@ class InMemorySessions:
         now = self.clock()
         key = (turn.tenant, turn.session)
         state = self.states.get(key) or policy_fns.new_session(turn.session, turn.profile, now)
-        state, _events, outcome = policy_fns.after_discovery(state, turn.found, now,
-                                                             self.policy)
+        state, _events, outcome = policy_fns.after_discovery(state, turn.found, now, self.policy)
         self.states[key] = state
         return SessionView.from_outcome(outcome)

@@ -35,10 +35,12 @@ JSON = dict[str, Any]
 GENERIC_LOOP_GUIDANCE = (
     "This tool was called repeatedly with the same arguments without progress, so it was "
     "removed from your tools. The call above did run. Rethink the approach; if you still need "
-    "a capability, call discover_capabilities with a more specific request.")
+    "a capability, call discover_capabilities with a more specific request."
+)
 REDUNDANT_SEARCH_NOTE = (
     "These tools are already bound from a recent search; use them, or search with a more "
-    "specific request if you need different ones.")
+    "specific request if you need different ones."
+)
 
 
 class AgentProfile(BaseModel):
@@ -127,8 +129,12 @@ class SessionEvent:
     reason: str = ""
 
     def to_fields(self) -> dict[str, str]:
-        return {"type": self.type, "at_ms": str(self.at_ms), "tool": self.tool,
-                "reason": self.reason}
+        return {
+            "type": self.type,
+            "at_ms": str(self.at_ms),
+            "tool": self.tool,
+            "reason": self.reason,
+        }
 
 
 @dataclass(frozen=True)
@@ -147,23 +153,31 @@ class SessionState:
     loop_evicted: frozenset[str] = frozenset()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"session_id": self.session_id, "profile": self.profile,
-                "created_ms": self.created_ms,
-                "bound": {k: [b.first_seen_ms, b.last_used_ms, b.use_count]
-                          for k, b in self.bound.items()},
-                "calls": [list(c) for c in self.calls],
-                "searches": [[at, list(ids)] for at, ids in self.searches],
-                "loop_evicted": sorted(self.loop_evicted)}
+        return {
+            "session_id": self.session_id,
+            "profile": self.profile,
+            "created_ms": self.created_ms,
+            "bound": {
+                k: [b.first_seen_ms, b.last_used_ms, b.use_count] for k, b in self.bound.items()
+            },
+            "calls": [list(c) for c in self.calls],
+            "searches": [[at, list(ids)] for at, ids in self.searches],
+            "loop_evicted": sorted(self.loop_evicted),
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SessionState:
-        return cls(session_id=str(data["session_id"]), profile=data.get("profile"),
-                   created_ms=int(data["created_ms"]),
-                   bound={k: Bound(int(v[0]), int(v[1]), int(v[2]))
-                          for k, v in data.get("bound", {}).items()},
-                   calls=tuple((str(t), str(h), int(at)) for t, h, at in data.get("calls", [])),
-                   searches=tuple((int(at), tuple(ids)) for at, ids in data.get("searches", [])),
-                   loop_evicted=frozenset(data.get("loop_evicted", [])))
+        return cls(
+            session_id=str(data["session_id"]),
+            profile=data.get("profile"),
+            created_ms=int(data["created_ms"]),
+            bound={
+                k: Bound(int(v[0]), int(v[1]), int(v[2])) for k, v in data.get("bound", {}).items()
+            },
+            calls=tuple((str(t), str(h), int(at)) for t, h, at in data.get("calls", [])),
+            searches=tuple((int(at), tuple(ids)) for at, ids in data.get("searches", [])),
+            loop_evicted=frozenset(data.get("loop_evicted", [])),
+        )
 
 
 def new_session(session_id: str, profile: str | None, now_ms: int) -> SessionState:
@@ -173,8 +187,9 @@ def new_session(session_id: str, profile: str | None, now_ms: int) -> SessionSta
 # -- the working set -----------------------------------------------------------------------------
 
 
-def bind(state: SessionState, ids: Sequence[str], now_ms: int, policy: SessionPolicy
-         ) -> tuple[SessionState, list[SessionEvent]]:
+def bind(
+    state: SessionState, ids: Sequence[str], now_ms: int, policy: SessionPolicy
+) -> tuple[SessionState, list[SessionEvent]]:
     """Bind the capabilities a discovery found (best first): new ones are added, bound ones
     refreshed, loop-evicted ones restored with their count reset; then evict to the cap."""
     always = set(policy.always_for(state.profile))
@@ -191,8 +206,11 @@ def bind(state: SessionState, ids: Sequence[str], now_ms: int, policy: SessionPo
         else:
             bound[cap_id] = Bound(now_ms, now_ms)
             kind = "restored" if cap_id in restored else "bound"
-            events.append(SessionEvent(kind, now_ms, cap_id, "found again by a discovery"
-                                       if kind == "restored" else ""))
+            events.append(
+                SessionEvent(
+                    kind, now_ms, cap_id, "found again by a discovery" if kind == "restored" else ""
+                )
+            )
     if refreshed:  # one event for all the tools found again (their order: the ranking's)
         events.insert(0, SessionEvent("refreshed", now_ms, ",".join(refreshed)))
     calls = tuple(c for c in state.calls if c[0] not in restored)
@@ -201,21 +219,25 @@ def bind(state: SessionState, ids: Sequence[str], now_ms: int, policy: SessionPo
     return _evict_to_cap(state, now_ms, policy, rank, events)
 
 
-def _evict_to_cap(state: SessionState, now_ms: int, policy: SessionPolicy,
-                  rank: Mapping[str, int], events: list[SessionEvent]
-                  ) -> tuple[SessionState, list[SessionEvent]]:
+def _evict_to_cap(
+    state: SessionState,
+    now_ms: int,
+    policy: SessionPolicy,
+    rank: Mapping[str, int],
+    events: list[SessionEvent],
+) -> tuple[SessionState, list[SessionEvent]]:
     """Over the cap: first the tools unused for ``tool_ttl_s``, then the least recently used
     (among equally recent, the lower ranked by the discovery that bound them)."""
     cap = policy.cap_for(state.profile)
     bound = dict(state.bound)
     if len(bound) > cap:
         stale = [k for k, b in bound.items() if now_ms - b.last_used_ms > policy.tool_ttl_s * 1000]
-        for cap_id in sorted(stale, key=lambda k: bound[k].last_used_ms)[:len(bound) - cap]:
+        for cap_id in sorted(stale, key=lambda k: bound[k].last_used_ms)[: len(bound) - cap]:
             del bound[cap_id]
             events.append(SessionEvent("evicted", now_ms, cap_id, "ttl"))
     if len(bound) > cap:
         order = sorted(bound, key=lambda k: (bound[k].last_used_ms, -rank.get(k, -1)))
-        for cap_id in order[:len(bound) - cap]:
+        for cap_id in order[: len(bound) - cap]:
             del bound[cap_id]
             events.append(SessionEvent("evicted", now_ms, cap_id, "lru"))
     return replace(state, bound=bound), events
@@ -240,12 +262,17 @@ class CallOutcome:
     guidance: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tool_id": self.tool_id, "loop_detected": self.loop_detected,
-                "evicted": self.evicted, "guidance": self.guidance}
+        return {
+            "tool_id": self.tool_id,
+            "loop_detected": self.loop_detected,
+            "evicted": self.evicted,
+            "guidance": self.guidance,
+        }
 
 
-def record_call(state: SessionState, tool_id: str, arguments: Any, now_ms: int,
-                policy: SessionPolicy) -> tuple[SessionState, CallOutcome, list[SessionEvent]]:
+def record_call(
+    state: SessionState, tool_id: str, arguments: Any, now_ms: int, policy: SessionPolicy
+) -> tuple[SessionState, CallOutcome, list[SessionEvent]]:
     """Record an executed call. It always counts; a loop evicts the tool (unless it is an
     always-include tool) and returns guidance. Exempt tools are never loop-checked."""
     bound = dict(state.bound)
@@ -264,25 +291,32 @@ def record_call(state: SessionState, tool_id: str, arguments: Any, now_ms: int,
     return _break_loop(state, tool_id, now_ms, policy)
 
 
-def _kept_calls(calls: Sequence[tuple[str, str, int]], horizon: int, policy: SessionPolicy
-                ) -> list[tuple[str, str, int]]:
+def _kept_calls(
+    calls: Sequence[tuple[str, str, int]], horizon: int, policy: SessionPolicy
+) -> list[tuple[str, str, int]]:
     """The calls either guard still needs: those in the time window and the most recent ones
     (the sliding window counts them however old), at most a bounded number."""
     recent_from = len(calls) - policy.loop_recent_calls
     kept = [c for i, c in enumerate(calls) if c[2] >= horizon or i >= recent_from]
-    return kept[-(policy.loop_max_repeats + 1) * 16:]
+    return kept[-(policy.loop_max_repeats + 1) * 16 :]
 
 
-def _is_loop(calls: Sequence[tuple[str, str, int]], tool_id: str, digest: str, horizon: int,
-             policy: SessionPolicy) -> bool:
+def _is_loop(
+    calls: Sequence[tuple[str, str, int]],
+    tool_id: str,
+    digest: str,
+    horizon: int,
+    policy: SessionPolicy,
+) -> bool:
     in_window = sum(1 for t, h, at in calls if (t, h) == (tool_id, digest) and at >= horizon)
-    recent = calls[-policy.loop_recent_calls:]
+    recent = calls[-policy.loop_recent_calls :]
     in_recent = sum(1 for t, h, _at in recent if (t, h) == (tool_id, digest))
     return in_window > policy.loop_max_repeats or in_recent > policy.loop_max_in_recent
 
 
-def _break_loop(state: SessionState, tool_id: str, now_ms: int, policy: SessionPolicy
-                ) -> tuple[SessionState, CallOutcome, list[SessionEvent]]:
+def _break_loop(
+    state: SessionState, tool_id: str, now_ms: int, policy: SessionPolicy
+) -> tuple[SessionState, CallOutcome, list[SessionEvent]]:
     guidance = policy.loop_guidance.get(tool_id) or GENERIC_LOOP_GUIDANCE
     events = [SessionEvent("loop_detected", now_ms, tool_id, "repeated calls")]
     always = tool_id in policy.always_for(state.profile)
@@ -303,8 +337,13 @@ def argument_hash(arguments: Any) -> str:
     """A short hash of ``arguments`` after normalization: keys sorted, strings trimmed, URLs
     with a lowercase scheme and host, no fragment, no trailing slash and sorted query
     parameters (variations that name the same resource hash alike)."""
-    canonical = json.dumps(_normalized(arguments), sort_keys=True, separators=(",", ":"),
-                           ensure_ascii=False, default=str)
+    canonical = json.dumps(
+        _normalized(arguments),
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        default=str,
+    )
     return hashlib.blake2b(canonical.encode(), digest_size=8).hexdigest()
 
 
@@ -322,15 +361,17 @@ def _normalized(value: Any) -> Any:
 def _normalized_url(url: str) -> str:
     parts = urlsplit(url)
     query = "&".join(sorted(p for p in parts.query.split("&") if p))
-    return urlunsplit((parts.scheme.lower(), parts.netloc.lower(), parts.path.rstrip("/"),
-                       query, ""))
+    return urlunsplit(
+        (parts.scheme.lower(), parts.netloc.lower(), parts.path.rstrip("/"), query, "")
+    )
 
 
 # -- the redundant-search guard --------------------------------------------------------------------
 
 
-def check_search(state: SessionState, ids: Sequence[str], now_ms: int, policy: SessionPolicy
-                 ) -> tuple[SessionState, str | None, list[SessionEvent]]:
+def check_search(
+    state: SessionState, ids: Sequence[str], now_ms: int, policy: SessionPolicy
+) -> tuple[SessionState, str | None, list[SessionEvent]]:
     """Remember this search; a note when its results overlap a recent search's by at least
     ``redundant_overlap`` (the search still answers: the note only nudges)."""
     horizon = now_ms - int(policy.redundant_window_s * 1000)
@@ -338,33 +379,43 @@ def check_search(state: SessionState, ids: Sequence[str], now_ms: int, policy: S
     found = set(ids)
     redundant = bool(found) and any(
         len(found & set(previous)) / len(found) >= policy.redundant_overlap
-        for _at, previous in recent)
-    searches = (*recent, (now_ms, tuple(ids)))[-policy.redundant_history:]
+        for _at, previous in recent
+    )
+    searches = (*recent, (now_ms, tuple(ids)))[-policy.redundant_history :]
     state = replace(state, searches=searches)
     if not redundant:
         return state, None, []
-    return state, REDUNDANT_SEARCH_NOTE, [SessionEvent("redundant_search", now_ms, "",
-                                                       ",".join(ids))]
+    return (
+        state,
+        REDUNDANT_SEARCH_NOTE,
+        [SessionEvent("redundant_search", now_ms, "", ",".join(ids))],
+    )
 
 
 # -- export and import -----------------------------------------------------------------------------
 
 
-def after_discovery(state: SessionState, ids: Sequence[str], now_ms: int,
-                    policy: SessionPolicy) -> tuple[SessionState, list[SessionEvent], JSON]:
+def after_discovery(
+    state: SessionState, ids: Sequence[str], now_ms: int, policy: SessionPolicy
+) -> tuple[SessionState, list[SessionEvent], JSON]:
     """A discovery turn in the session: bind its matches ``ids`` and run the redundant-search
     guard; the new state, its events and the outcome (:meth:`SessionView.from_outcome`)."""
     state, bound_events = bind(state, ids, now_ms, policy)
     state, note, search_events = check_search(state, ids, now_ms, policy)
-    outcome = {"id": state.session_id, "bound": bound_ids(state, policy),
-               "added": [e.tool for e in bound_events if e.type in ("bound", "restored")],
-               "evicted": [e.tool for e in bound_events if e.type == "evicted"],
-               "redundant_search": note is not None, "note": note}
+    outcome = {
+        "id": state.session_id,
+        "bound": bound_ids(state, policy),
+        "added": [e.tool for e in bound_events if e.type in ("bound", "restored")],
+        "evicted": [e.tool for e in bound_events if e.type == "evicted"],
+        "redundant_search": note is not None,
+        "note": note,
+    }
     return state, bound_events + search_events, outcome
 
 
-def imported(data: Mapping[str, Any], session_id: str, now_ms: int, policy: SessionPolicy
-             ) -> tuple[SessionState, list[SessionEvent]]:
+def imported(
+    data: Mapping[str, Any], session_id: str, now_ms: int, policy: SessionPolicy
+) -> tuple[SessionState, list[SessionEvent]]:
     """A session made from an export: the same working set under ``session_id`` (guard memory
     is not carried: the importing agent starts its own)."""
     source = SessionState.from_dict({**data, "session_id": session_id})
@@ -388,13 +439,22 @@ def export(state: SessionState) -> dict[str, Any]:
 
 def working_set_view(state: SessionState, policy: SessionPolicy) -> dict[str, Any]:
     """The working set as shown to people and clients."""
-    return {"session": state.session_id, "profile": state.profile,
-            "created_ms": state.created_ms,
-            "bound": [{"id": k, "first_seen_ms": b.first_seen_ms, "last_used_ms": b.last_used_ms,
-                       "use_count": b.use_count}
-                      for k, b in sorted(state.bound.items(), key=lambda kv: -kv[1].last_used_ms)],
-            "always_include": list(policy.always_for(state.profile)),
-            "loop_evicted": sorted(state.loop_evicted)}
+    return {
+        "session": state.session_id,
+        "profile": state.profile,
+        "created_ms": state.created_ms,
+        "bound": [
+            {
+                "id": k,
+                "first_seen_ms": b.first_seen_ms,
+                "last_used_ms": b.last_used_ms,
+                "use_count": b.use_count,
+            }
+            for k, b in sorted(state.bound.items(), key=lambda kv: -kv[1].last_used_ms)
+        ],
+        "always_include": list(policy.always_for(state.profile)),
+        "loop_evicted": sorted(state.loop_evicted),
+    }
 
 
 def allowed_ids(policy: SessionPolicy, profile: str | None) -> frozenset[str] | None:
@@ -438,15 +498,25 @@ class SessionView:
     installable: tuple[JSON, ...] = ()
 
     def to_dict(self) -> JSON:
-        view: JSON = {"id": self.id, "bound": list(self.bound), "added": list(self.added),
-                      "evicted": list(self.evicted), "redundant_search": self.redundant_search,
-                      "note": self.note}
+        view: JSON = {
+            "id": self.id,
+            "bound": list(self.bound),
+            "added": list(self.added),
+            "evicted": list(self.evicted),
+            "redundant_search": self.redundant_search,
+            "note": self.note,
+        }
         if self.installable:
             view["installable"] = [dict(i) for i in self.installable]
         return view
 
     @classmethod
     def from_outcome(cls, outcome: Mapping[str, Any]) -> SessionView:
-        return cls(id=outcome["id"], bound=tuple(outcome["bound"]),
-                   added=tuple(outcome["added"]), evicted=tuple(outcome["evicted"]),
-                   redundant_search=bool(outcome["redundant_search"]), note=outcome["note"])
+        return cls(
+            id=outcome["id"],
+            bound=tuple(outcome["bound"]),
+            added=tuple(outcome["added"]),
+            evicted=tuple(outcome["evicted"]),
+            redundant_search=bool(outcome["redundant_search"]),
+            note=outcome["note"],
+        )

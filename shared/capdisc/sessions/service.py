@@ -52,8 +52,9 @@ def wall_ms() -> int:
 class SessionService:
     """Session operations over one Redis connection and one policy."""
 
-    def __init__(self, connection: redis.Redis, policy: SessionPolicy,
-                 clock: Clock = wall_ms) -> None:
+    def __init__(
+        self, connection: redis.Redis, policy: SessionPolicy, clock: Clock = wall_ms
+    ) -> None:
         self.redis = connection
         self.policy = policy
         self.clock = clock
@@ -67,9 +68,17 @@ class SessionService:
         def change(state: SessionState) -> tuple[SessionState, list[SessionEvent], JSON]:
             return policy_fns.after_discovery(state, ids, now, self.policy)
 
-        outcome = store.update(self.redis, turn.tenant, turn.session, change, self.policy, now,
-                               profile=turn.profile, request_id=turn.request_id,
-                               cache=self.states)
+        outcome = store.update(
+            self.redis,
+            turn.tenant,
+            turn.session,
+            change,
+            self.policy,
+            now,
+            profile=turn.profile,
+            request_id=turn.request_id,
+            cache=self.states,
+        )
         return SessionView.from_outcome(outcome)
 
     def handle(self, request: SessionCommand, can_see: Callable[[str], bool]) -> JSON:
@@ -81,8 +90,10 @@ class SessionService:
             return _seen(self._import(request), can_see)
         state = store.load(self.redis, request.tenant, request.session)
         if state is None:
-            raise SessionNotFoundError(f"session {request.session!r} of tenant "
-                                       f"{request.tenant!r} does not exist (or expired)")
+            raise SessionNotFoundError(
+                f"session {request.session!r} of tenant "
+                f"{request.tenant!r} does not exist (or expired)"
+            )
         if request.op == "export":
             hidden = [i for i in state.bound if not can_see(i)]
             return {"session": policy_fns.export(policy_fns.without(state, hidden))}
@@ -91,30 +102,45 @@ class SessionService:
     def _call(self, request: SessionCommand) -> JSON:
         now = self.clock()
 
-        def change(state: SessionState) -> tuple[SessionState, list[SessionEvent],
-                                                 dict[str, Any]]:
+        def change(state: SessionState) -> tuple[SessionState, list[SessionEvent], dict[str, Any]]:
             state, outcome, events = policy_fns.record_call(
-                state, str(request.tool_id), request.arguments, now, self.policy)
+                state, str(request.tool_id), request.arguments, now, self.policy
+            )
             return state, events, outcome.to_dict()
 
-        return store.update(self.redis, request.tenant, request.session, change, self.policy,
-                            now, profile=request.profile, request_id=request.request_id,
-                            cache=self.states)
+        return store.update(
+            self.redis,
+            request.tenant,
+            request.session,
+            change,
+            self.policy,
+            now,
+            profile=request.profile,
+            request_id=request.request_id,
+            cache=self.states,
+        )
 
     def _import(self, request: SessionCommand) -> JSON:
         now = self.clock()
 
-        def change(state: SessionState) -> tuple[SessionState, list[SessionEvent],
-                                                 dict[str, Any]]:
-            fresh, events = policy_fns.imported(request.data or {}, request.session, now,
-                                                self.policy)
+        def change(state: SessionState) -> tuple[SessionState, list[SessionEvent], dict[str, Any]]:
+            fresh, events = policy_fns.imported(
+                request.data or {}, request.session, now, self.policy
+            )
             fresh = replace(fresh, created_ms=state.created_ms)
-            return fresh, events, {"working_set": policy_fns.working_set_view(fresh,
-                                                                             self.policy)}
+            return fresh, events, {"working_set": policy_fns.working_set_view(fresh, self.policy)}
 
-        return store.update(self.redis, request.tenant, request.session, change, self.policy,
-                            now, profile=(request.data or {}).get("profile"),
-                            request_id=request.request_id, cache=self.states)
+        return store.update(
+            self.redis,
+            request.tenant,
+            request.session,
+            change,
+            self.policy,
+            now,
+            profile=(request.data or {}).get("profile"),
+            request_id=request.request_id,
+            cache=self.states,
+        )
 
 
 def _seen(reply: dict[str, Any], can_see: Callable[[str], bool]) -> dict[str, Any]:

@@ -85,9 +85,18 @@ class StateCache:
                 self._states.popitem(last=False)
 
 
-def update(client: redis.Redis, tenant: str, session_id: str, change: Change[T],
-           policy: SessionPolicy, now_ms: int, *, profile: str | None = None,
-           request_id: str = "", cache: StateCache | None = None) -> T:
+def update(
+    client: redis.Redis,
+    tenant: str,
+    session_id: str,
+    change: Change[T],
+    policy: SessionPolicy,
+    now_ms: int,
+    *,
+    profile: str | None = None,
+    request_id: str = "",
+    cache: StateCache | None = None,
+) -> T:
     """Apply ``change`` to the session atomically: the state, its events on the session stream
     and its place among live sessions, together. Optimistic: the change is applied to the state
     this process last wrote (or a new session) and written if nobody wrote since; otherwise the
@@ -101,9 +110,10 @@ def update(client: redis.Redis, tenant: str, session_id: str, change: Change[T],
         state = known if known is not None else new_session(session_id, profile, now_ms)
         state, events, result = change(state)
         args = _cas_args(state, events, revision, policy, now_ms, request_id)
-        reply = cas(keys=[key, keys.session_events(tenant, session_id), keys.sessions(tenant),
-                          request_key],
-                    args=[*args, json.dumps(result), int(policy.request_memory_s * 1000)])
+        reply = cas(
+            keys=[key, keys.session_events(tenant, session_id), keys.sessions(tenant), request_key],
+            args=[*args, json.dumps(result), int(policy.request_memory_s * 1000)],
+        )
         if int(reply[0]) == 2:  # applied before: its first outcome, nothing changed
             done: T = json.loads(reply[1])
             return done
@@ -117,18 +127,34 @@ def update(client: redis.Redis, tenant: str, session_id: str, change: Change[T],
     return result
 
 
-def _cas_args(state: SessionState, events: list[SessionEvent], expected: str,
-              policy: SessionPolicy, now_ms: int, request_id: str) -> list[Any]:
+def _cas_args(
+    state: SessionState,
+    events: list[SessionEvent],
+    expected: str,
+    policy: SessionPolicy,
+    now_ms: int,
+    request_id: str,
+) -> list[Any]:
     """The script's arguments (events travel as one JSON array: fewer arguments to pack)."""
     revision = str(int(expected or 0) + 1)
     expires_ms = state.created_ms + int(policy.max_age_s * 1000)
     rows = [[e.type, str(e.at_ms), e.tool, e.reason] for e in events]
-    return [expected, revision, json.dumps(state.to_dict(), separators=(",", ":")),
-            expires_ms, EVENTS_MAXLEN, now_ms, json.dumps(rows), state.session_id, request_id]
+    return [
+        expected,
+        revision,
+        json.dumps(state.to_dict(), separators=(",", ":")),
+        expires_ms,
+        EVENTS_MAXLEN,
+        now_ms,
+        json.dumps(rows),
+        state.session_id,
+        request_id,
+    ]
 
 
-def _bound_live_sessions(client: redis.Redis, tenant: str, policy: SessionPolicy,
-                         now_ms: int) -> None:
+def _bound_live_sessions(
+    client: redis.Redis, tenant: str, policy: SessionPolicy, now_ms: int
+) -> None:
     """Forget sessions past their age and, over ``max_sessions``, the least recently active."""
     registry = keys.sessions(tenant)
     expired = client.zrangebyscore(registry, 0, now_ms - int(policy.max_age_s * 1000))
@@ -144,17 +170,27 @@ def _bound_live_sessions(client: redis.Redis, tenant: str, policy: SessionPolicy
         pipe.execute()
 
 
-def events(client: redis.Redis, tenant: str, session_id: str, after: str = "0-0",
-           block_ms: int = 1000) -> list[tuple[str, dict[str, str]]]:
+def events(
+    client: redis.Redis, tenant: str, session_id: str, after: str = "0-0", block_ms: int = 1000
+) -> list[tuple[str, dict[str, str]]]:
     """Session events after stream id ``after`` (waiting up to ``block_ms`` for one)."""
-    batch: Any = client.xread({keys.session_events(tenant, session_id): after}, count=100,
-                              block=block_ms)
-    return [(as_str(eid), {as_str(k): as_str(v) for k, v in fields.items()})
-            for _stream, items in batch or [] for eid, fields in items]
+    batch: Any = client.xread(
+        {keys.session_events(tenant, session_id): after}, count=100, block=block_ms
+    )
+    return [
+        (as_str(eid), {as_str(k): as_str(v) for k, v in fields.items()})
+        for _stream, items in batch or []
+        for eid, fields in items
+    ]
 
 
-def follow(client: redis.Redis, tenant: str, session_id: str, after: str = "0-0",
-           stop: Callable[[], bool] = lambda: False) -> Iterator[dict[str, str]]:
+def follow(
+    client: redis.Redis,
+    tenant: str,
+    session_id: str,
+    after: str = "0-0",
+    stop: Callable[[], bool] = lambda: False,
+) -> Iterator[dict[str, str]]:
     """Every event of the session from ``after`` on, as it happens (in one-second slices)."""
     while not stop():
         for entry_id, fields in events(client, tenant, session_id, after):

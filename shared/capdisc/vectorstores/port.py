@@ -71,30 +71,42 @@ class StoredObject:
         try:
             vector = np.asarray(self.vector, dtype=np.float32)
         except (TypeError, ValueError) as exc:
-            raise VectorStoreError(f"capability {self.id!r}: the vector is not a sequence of "
-                                   f"numbers: {exc}") from exc
+            raise VectorStoreError(
+                f"capability {self.id!r}: the vector is not a sequence of numbers: {exc}"
+            ) from exc
         if vector.ndim != 1 or vector.size == 0:
-            raise VectorStoreError(f"capability {self.id!r}: the vector must be one non-empty "
-                                   f"row of numbers, got shape {vector.shape}")
+            raise VectorStoreError(
+                f"capability {self.id!r}: the vector must be one non-empty "
+                f"row of numbers, got shape {vector.shape}"
+            )
         if not np.isfinite(vector).all() or not vector.any():
-            raise VectorStoreError(f"capability {self.id!r}: the vector must be finite and not "
-                                   "all zeros")
+            raise VectorStoreError(
+                f"capability {self.id!r}: the vector must be finite and not all zeros"
+            )
         object.__setattr__(self, "vector", vector)
         for name in ("tags", "vis_roles", "vis_users"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
 
     @classmethod
-    def from_capability(cls, capability: Capability, vector: ArrayLike, *,
-                        text: str | None = None) -> StoredObject:
+    def from_capability(
+        cls, capability: Capability, vector: ArrayLike, *, text: str | None = None
+    ) -> StoredObject:
         """A capability's object: its filter fields, its visibility
         (:attr:`capdisc.models.Capability.visibility`: open when it names no roles and no users),
         and the text BM25 matches in-process
         (:func:`capdisc.retrieval.documents.lexical_text`) unless ``text`` is given."""
         visibility = capability.visibility
-        return cls(capability.id, np.asarray(vector, dtype=np.float32),
-                   lexical_text(capability) if text is None else text,
-                   capability.kind, capability.category, tuple(capability.tags),
-                   capability.available, tuple(visibility.roles), tuple(visibility.users))
+        return cls(
+            capability.id,
+            np.asarray(vector, dtype=np.float32),
+            lexical_text(capability) if text is None else text,
+            capability.kind,
+            capability.category,
+            tuple(capability.tags),
+            capability.available,
+            tuple(visibility.roles),
+            tuple(visibility.users),
+        )
 
     @property
     def visibility(self) -> Visibility:
@@ -152,8 +164,16 @@ class VectorStore(Protocol):
         """Remove these capability ids (absent ones are ignored); returns how many went."""
         ...
 
-    def search(self, tenant: str, query_text: str, query_vector: ArrayLike, k: int, *,
-               alpha: float, filters: SearchFilters) -> list[StoreHit]:
+    def search(
+        self,
+        tenant: str,
+        query_text: str,
+        query_vector: ArrayLike,
+        k: int,
+        *,
+        alpha: float,
+        filters: SearchFilters,
+    ) -> list[StoreHit]:
         """The ``k`` best objects that pass ``filters`` (visibility included), best first."""
         ...
 
@@ -168,14 +188,17 @@ class VectorStore(Protocol):
 
 def check_tenant(tenant: str) -> None:
     if not TENANT_RE.fullmatch(tenant):
-        raise VectorStoreError(f"{tenant!r} is not a valid tenant name (letters, digits, '_', "
-                               "'-'; at most 64 characters, starting with a letter or digit)")
+        raise VectorStoreError(
+            f"{tenant!r} is not a valid tenant name (letters, digits, '_', "
+            "'-'; at most 64 characters, starting with a letter or digit)"
+        )
 
 
 def check_query(k: int, alpha: float) -> None:
     if not 0.0 <= alpha <= 1.0 or math.isnan(alpha):
-        raise VectorStoreError(f"alpha must be within 0..1 (1: vectors only, 0: keywords only), "
-                               f"got {alpha}")
+        raise VectorStoreError(
+            f"alpha must be within 0..1 (1: vectors only, 0: keywords only), got {alpha}"
+        )
     if k < 0:
         raise VectorStoreError(f"k must not be negative, got {k}")
 
@@ -232,8 +255,7 @@ class _Tenant:
             else:
                 matrix = np.zeros((0, self.dim or 0), dtype=np.float32)
             counts = [Counter(keyword_terms(self.objects[i].text)) for i in ids]
-            self.cache = (ids, matrix.astype(np.float32), counts,
-                          [sum(c.values()) for c in counts])
+            self.cache = (ids, matrix.astype(np.float32), counts, [sum(c.values()) for c in counts])
         return self.cache
 
 
@@ -260,8 +282,12 @@ class InMemoryVectorStore:
             for obj in last_per_id(objects):
                 dim = int(obj.vector.size)
                 if state.dim is not None and dim != state.dim:
-                    failed.append(UpsertFailure(obj.id, f"vector has {dim} dimensions, the "
-                                                        f"tenant's index has {state.dim}"))
+                    failed.append(
+                        UpsertFailure(
+                            obj.id,
+                            f"vector has {dim} dimensions, the tenant's index has {state.dim}",
+                        )
+                    )
                     continue
                 state.dim = dim
                 state.objects[obj.id] = obj
@@ -278,15 +304,25 @@ class InMemoryVectorStore:
                 state.cache = None
             return len(gone)
 
-    def search(self, tenant: str, query_text: str, query_vector: ArrayLike, k: int, *,
-               alpha: float, filters: SearchFilters) -> list[StoreHit]:
+    def search(
+        self,
+        tenant: str,
+        query_text: str,
+        query_vector: ArrayLike,
+        k: int,
+        *,
+        alpha: float,
+        filters: SearchFilters,
+    ) -> list[StoreHit]:
         check_query(k, alpha)
         query = np.asarray(query_vector, dtype=np.float32)
         with self._lock:
             state = self._tenant(tenant)
             if state.dim is not None and query.shape != (state.dim,):
-                raise VectorStoreError(f"the query vector has shape {query.shape}, tenant "
-                                       f"{tenant!r} holds {state.dim}-dimensional vectors")
+                raise VectorStoreError(
+                    f"the query vector has shape {query.shape}, tenant "
+                    f"{tenant!r} holds {state.dim}-dimensional vectors"
+                )
             ids, matrix, counts, lengths = state.view()
             admitted = [row for row, i in enumerate(ids) if filters.admits(state.objects[i])]
         if k == 0 or not admitted:
@@ -295,11 +331,13 @@ class InMemoryVectorStore:
         if alpha > 0:
             norm = float(np.linalg.norm(query))
             cosines = matrix[admitted] @ (query / norm if norm > 0 else query)
-            sides.append((alpha, {ids[row]: float(c) for row, c in zip(admitted, cosines,
-                                                                         strict=True)}))
+            sides.append(
+                (alpha, {ids[row]: float(c) for row, c in zip(admitted, cosines, strict=True)})
+            )
         if alpha < 1:
-            sides.append((1.0 - alpha, _bm25(keyword_terms(query_text), ids, counts, lengths,
-                                             admitted)))
+            sides.append(
+                (1.0 - alpha, _bm25(keyword_terms(query_text), ids, counts, lengths, admitted))
+            )
         fused = relative_score_fusion(sides)
         best = sorted(fused.items(), key=lambda item: (-item[1], item[0]))[:k]
         return [StoreHit(key, score) for key, score in best]
@@ -315,13 +353,20 @@ class InMemoryVectorStore:
         check_tenant(tenant)
         state = self._tenants.get(tenant)
         if state is None:
-            raise UnknownTenantError(f"the vector store has no tenant {tenant!r}: create it "
-                                     "with ensure_tenant first (publish to that tenant)")
+            raise UnknownTenantError(
+                f"the vector store has no tenant {tenant!r}: create it "
+                "with ensure_tenant first (publish to that tenant)"
+            )
         return state
 
 
-def _bm25(terms: list[str], ids: tuple[str, ...], counts: list[Counter[str]],
-          lengths: list[int], rows: list[int]) -> dict[str, float]:
+def _bm25(
+    terms: list[str],
+    ids: tuple[str, ...],
+    counts: list[Counter[str]],
+    lengths: list[int],
+    rows: list[int],
+) -> dict[str, float]:
     """BM25 of the matching ``rows`` (statistics over every row); rows matching no term are
     left out, as a keyword search does."""
     if not terms or not ids:
@@ -338,5 +383,3 @@ def _bm25(terms: list[str], ids: tuple[str, ...], counts: list[Counter[str]],
         if score > 0:
             scores[ids[row]] = score
     return scores
-
-

@@ -98,11 +98,17 @@ def object_uuid(tenant: str, capability_id: str) -> str:
 
 
 def object_properties(obj: StoredObject) -> dict[str, Any]:
-    return {"capability_id": obj.id, "kind": obj.kind, "category": obj.category,
-            "tags": list(obj.tags), "available": obj.available,
-            "vis_open": obj.visibility.open,
-            "vis_roles": list(obj.vis_roles), "vis_users": list(obj.vis_users),
-            SEARCH_TEXT: obj.text}
+    return {
+        "capability_id": obj.id,
+        "kind": obj.kind,
+        "category": obj.category,
+        "tags": list(obj.tags),
+        "available": obj.available,
+        "vis_open": obj.visibility.open,
+        "vis_roles": list(obj.vis_roles),
+        "vis_users": list(obj.vis_users),
+        SEARCH_TEXT: obj.text,
+    }
 
 
 def query_filter(filters: SearchFilters) -> Any:
@@ -134,8 +140,9 @@ def query_filter(filters: SearchFilters) -> Any:
     if filters.include_ids is not None:
         allowed = sorted(filters.include_ids - filters.exclude_ids)
         parts.append(Filter.by_property("capability_id").contains_any(allowed))
-    parts.extend(Filter.by_property("capability_id").not_equal(i)
-                 for i in sorted(filters.exclude_ids))
+    parts.extend(
+        Filter.by_property("capability_id").not_equal(i) for i in sorted(filters.exclude_ids)
+    )
     return Filter.all_of(parts)
 
 
@@ -143,8 +150,9 @@ class WeaviateVectorStore:
     """:class:`~capdisc.vectorstores.port.VectorStore` on one Weaviate collection (see the
     module)."""
 
-    def __init__(self, settings: WeaviateStoreSettings, *,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self, settings: WeaviateStoreSettings, *, sleep: Callable[[float], None] = time.sleep
+    ) -> None:
         if settings.batch_size < 1:
             raise VectorStoreError(f"batch_size must be at least 1, got {settings.batch_size}")
         self.settings = settings
@@ -192,9 +200,11 @@ class WeaviateVectorStore:
             if self.settings.retry_delay_s > 0:
                 self._sleep(self.settings.retry_delay_s)
             refused = self._write(handle, tenant, again)
-        return UpsertReport(tuple(obj.id for obj in unique if obj.id not in refused),
-                            tuple(UpsertFailure(key, reason) for key, reason in refused.items()),
-                            retried)
+        return UpsertReport(
+            tuple(obj.id for obj in unique if obj.id not in refused),
+            tuple(UpsertFailure(key, reason) for key, reason in refused.items()),
+            retried,
+        )
 
     def delete(self, tenant: str, ids: Collection[str]) -> int:
         check_tenant(tenant)
@@ -204,18 +214,27 @@ class WeaviateVectorStore:
         uuids = sorted({object_uuid(tenant, key) for key in ids})
         deleted = 0
         for start in range(0, len(uuids), DELETE_CHUNK):
-            chunk = uuids[start:start + DELETE_CHUNK]
+            chunk = uuids[start : start + DELETE_CHUNK]
             with self._translated("delete", tenant, "insert"):
                 result = handle.data.delete_many(where=Filter.by_id().contains_any(chunk))
             if result.failed:
                 raise VectorStoreError(
                     f"Weaviate at {self.settings.url} failed to delete {result.failed} of "
-                    f"{result.matches} objects in tenant {tenant!r}; retry the delete")
+                    f"{result.matches} objects in tenant {tenant!r}; retry the delete"
+                )
             deleted += int(result.successful)
         return deleted
 
-    def search(self, tenant: str, query_text: str, query_vector: ArrayLike, k: int, *,
-               alpha: float, filters: SearchFilters) -> list[StoreHit]:
+    def search(
+        self,
+        tenant: str,
+        query_text: str,
+        query_vector: ArrayLike,
+        k: int,
+        *,
+        alpha: float,
+        filters: SearchFilters,
+    ) -> list[StoreHit]:
         check_tenant(tenant)
         check_query(k, alpha)
         handle = self._tenant(tenant)
@@ -226,18 +245,27 @@ class WeaviateVectorStore:
 
         query = np.asarray(query_vector, dtype=np.float32)
         if query.ndim != 1 or query.size == 0 or not np.isfinite(query).all():
-            raise VectorStoreError(f"the query vector must be one finite row of numbers, got "
-                                   f"shape {query.shape}")
+            raise VectorStoreError(
+                f"the query vector must be one finite row of numbers, got shape {query.shape}"
+            )
         vector = [float(x) for x in query]
         with self._translated("search", tenant, "query"):
             result = handle.query.hybrid(
-                query=text, vector=vector, alpha=float(alpha),
-                fusion_type=HybridFusion.RELATIVE_SCORE, query_properties=[SEARCH_TEXT],
-                target_vector=self.settings.vector_name, filters=query_filter(filters),
-                limit=k, return_metadata=MetadataQuery(score=True),
-                return_properties=["capability_id"])
-        return [StoreHit(str(o.properties["capability_id"]), float(o.metadata.score or 0.0))
-                for o in result.objects]
+                query=text,
+                vector=vector,
+                alpha=float(alpha),
+                fusion_type=HybridFusion.RELATIVE_SCORE,
+                query_properties=[SEARCH_TEXT],
+                target_vector=self.settings.vector_name,
+                filters=query_filter(filters),
+                limit=k,
+                return_metadata=MetadataQuery(score=True),
+                return_properties=["capability_id"],
+            )
+        return [
+            StoreHit(str(o.properties["capability_id"]), float(o.metadata.score or 0.0))
+            for o in result.objects
+        ]
 
     def count(self, tenant: str) -> int:
         check_tenant(tenant)
@@ -275,25 +303,37 @@ class WeaviateVectorStore:
             import weaviate
             from weaviate.classes.init import AdditionalConfig, Auth, Timeout
         except ImportError as exc:
-            raise VectorStoreError("the Weaviate vector store needs the weaviate-client "
-                                   "package: pip install 'capdisc[weaviate]'") from exc
+            raise VectorStoreError(
+                "the Weaviate vector store needs the weaviate-client "
+                "package: pip install 'capdisc[weaviate]'"
+            ) from exc
         s = self.settings
         parts = urlsplit(s.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise VectorStoreError(f"CAPDISC_WEAVIATE_URL {s.url!r} is not an http(s) URL "
-                                   "such as http://127.0.0.1:8080")
+            raise VectorStoreError(
+                f"CAPDISC_WEAVIATE_URL {s.url!r} is not an http(s) URL "
+                "such as http://127.0.0.1:8080"
+            )
         secure = parts.scheme == "https"
-        config = AdditionalConfig(timeout=Timeout(init=s.timeout_init_s, query=s.timeout_query_s,
-                                                  insert=s.timeout_insert_s))
+        config = AdditionalConfig(
+            timeout=Timeout(
+                init=s.timeout_init_s, query=s.timeout_query_s, insert=s.timeout_insert_s
+            )
+        )
         with self._translated("connect", None, "query"):  # /v1/meta: a GET, query timeout
             # skip_init_checks: no OIDC discovery and no PyPI version lookup from every worker;
             # REST is checked by the /v1/meta call every connect makes, gRPC by is_live below.
             client = weaviate.connect_to_custom(
-                http_host=parts.hostname, http_port=parts.port or (443 if secure else 80),
-                http_secure=secure, grpc_host=s.grpc_host or parts.hostname,
-                grpc_port=s.grpc_port, grpc_secure=secure,
+                http_host=parts.hostname,
+                http_port=parts.port or (443 if secure else 80),
+                http_secure=secure,
+                grpc_host=s.grpc_host or parts.hostname,
+                grpc_port=s.grpc_port,
+                grpc_secure=secure,
                 auth_credentials=Auth.api_key(s.api_key) if s.api_key else None,
-                additional_config=config, skip_init_checks=True)
+                additional_config=config,
+                skip_init_checks=True,
+            )
         try:
             live = client.is_live()
         except Exception:
@@ -304,7 +344,8 @@ class WeaviateVectorStore:
                 f"Weaviate at {s.url} answers REST but is not live over gRPC at "
                 f"{s.grpc_host or parts.hostname}:{s.grpc_port} (checked within "
                 f"{s.timeout_init_s:g} s); check CAPDISC_WEAVIATE_GRPC_HOST, "
-                "CAPDISC_WEAVIATE_GRPC_PORT and that the gRPC port is open")
+                "CAPDISC_WEAVIATE_GRPC_PORT and that the gRPC port is open"
+            )
         return client
 
     def _ready_collection(self) -> Any:
@@ -344,26 +385,40 @@ class WeaviateVectorStore:
         def exact(name: str, data_type: DataType) -> Property:
             if data_type == DataType.BOOL:
                 return Property(name=name, data_type=data_type, index_filterable=True)
-            return Property(name=name, data_type=data_type, index_filterable=True,
-                            index_searchable=False, tokenization=Tokenization.FIELD)
+            return Property(
+                name=name,
+                data_type=data_type,
+                index_filterable=True,
+                index_searchable=False,
+                tokenization=Tokenization.FIELD,
+            )
 
         properties = [exact(name, DataType.TEXT) for name in FILTER_TEXT]
         properties += [exact(name, DataType.TEXT_ARRAY) for name in FILTER_TEXT_ARRAYS]
         properties += [exact(name, DataType.BOOL) for name in FILTER_BOOLS]
-        properties.append(Property(name=SEARCH_TEXT, data_type=DataType.TEXT,
-                                   index_searchable=True, index_filterable=False,
-                                   tokenization=Tokenization.WORD))
+        properties.append(
+            Property(
+                name=SEARCH_TEXT,
+                data_type=DataType.TEXT,
+                index_searchable=True,
+                index_filterable=False,
+                tokenization=Tokenization.WORD,
+            )
+        )
         client.collections.create(
             self.settings.collection,
             description="capdisc capabilities: one object per capability, one tenant per "
-                        "capdisc tenant",
+            "capdisc tenant",
             properties=properties,
             vector_config=Configure.Vectors.self_provided(
                 name=self.settings.vector_name,
                 vector_index_config=Configure.VectorIndex.hnsw(
-                    distance_metric=VectorDistances.COSINE)),
+                    distance_metric=VectorDistances.COSINE
+                ),
+            ),
             multi_tenancy_config=Configure.multi_tenancy(
-                enabled=True, auto_tenant_creation=False, auto_tenant_activation=True),
+                enabled=True, auto_tenant_creation=False, auto_tenant_activation=True
+            ),
         )
 
     def _check_definition(self, config: Any) -> None:
@@ -385,7 +440,8 @@ class WeaviateVectorStore:
             raise VectorStoreError(
                 f"the Weaviate collection {name!r} at {self.settings.url} exists but "
                 f"{'; '.join(problems)}. Delete it (it is rebuilt on the next publish) or set "
-                "CAPDISC_WEAVIATE_COLLECTION to a new name")
+                "CAPDISC_WEAVIATE_COLLECTION to a new name"
+            )
 
     def _tenant(self, tenant: str) -> Any:
         """The tenant-scoped handle; UnknownTenantError when the tenant does not exist."""
@@ -410,11 +466,15 @@ class WeaviateVectorStore:
 
         refused: dict[str, str] = {}
         for start in range(0, len(objects), self.settings.batch_size):
-            chunk = objects[start:start + self.settings.batch_size]
-            batch = [DataObject(properties=object_properties(obj),
-                                uuid=object_uuid(tenant, obj.id),
-                                vector={self.settings.vector_name: obj.vector.tolist()})
-                     for obj in chunk]
+            chunk = objects[start : start + self.settings.batch_size]
+            batch = [
+                DataObject(
+                    properties=object_properties(obj),
+                    uuid=object_uuid(tenant, obj.id),
+                    vector={self.settings.vector_name: obj.vector.tolist()},
+                )
+                for obj in chunk
+            ]
             errors = self._insert_many(handle, tenant, batch)
             refused.update((chunk[index].id, reason) for index, reason in errors.items())
         return refused
@@ -449,38 +509,54 @@ class WeaviateVectorStore:
         except Exception as exc:
             self._raise_translated(exc, operation, tenant, timeout)
 
-    def _raise_translated(self, exc: Exception, operation: str, tenant: str | None,
-                          timeout: str) -> NoReturn:
+    def _raise_translated(
+        self, exc: Exception, operation: str, tenant: str | None, timeout: str
+    ) -> NoReturn:
         s = self.settings
         where = f"Weaviate at {s.url} (collection {s.collection!r}" + (
-            f", tenant {tenant!r})" if tenant else ")")
+            f", tenant {tenant!r})" if tenant else ")"
+        )
         detail = str(exc).strip() or type(exc).__name__
         if _is_timeout(exc):
-            seconds = {"init": s.timeout_init_s, "query": s.timeout_query_s,
-                       "insert": s.timeout_insert_s}[timeout]
+            seconds = {
+                "init": s.timeout_init_s,
+                "query": s.timeout_query_s,
+                "insert": s.timeout_insert_s,
+            }[timeout]
             raise VectorStoreError(
                 f"{operation} timed out: {where} did not answer within the {timeout} timeout of "
                 f"{seconds:g} s; raise CAPDISC_WEAVIATE_TIMEOUT_{timeout.upper()}_S or check the "
-                f"server's load") from exc
+                f"server's load"
+            ) from exc
         if tenant is not None and "tenant not found" in detail.lower():
             raise _unknown_tenant(tenant) from exc
         status = getattr(exc, "status_code", None)
         if status in (401, 403):
-            raise VectorStoreError(f"{operation}: {where} refused the credentials (HTTP "
-                                   f"{status}); check CAPDISC_WEAVIATE_API_KEY and its "
-                                   f"permissions: {detail}") from exc
+            raise VectorStoreError(
+                f"{operation}: {where} refused the credentials (HTTP "
+                f"{status}); check CAPDISC_WEAVIATE_API_KEY and its "
+                f"permissions: {detail}"
+            ) from exc
         name = type(exc).__name__
-        if name in ("WeaviateConnectionError", "WeaviateStartUpError",
-                    "WeaviateGRPCUnavailableError", "WeaviateClosedClientError"):
-            raise VectorStoreError(f"{operation}: {where} cannot be reached; check "
-                                   f"CAPDISC_WEAVIATE_URL and CAPDISC_WEAVIATE_GRPC_PORT: "
-                                   f"{detail}") from exc
+        if name in (
+            "WeaviateConnectionError",
+            "WeaviateStartUpError",
+            "WeaviateGRPCUnavailableError",
+            "WeaviateClosedClientError",
+        ):
+            raise VectorStoreError(
+                f"{operation}: {where} cannot be reached; check "
+                f"CAPDISC_WEAVIATE_URL and CAPDISC_WEAVIATE_GRPC_PORT: "
+                f"{detail}"
+            ) from exc
         raise VectorStoreError(f"{operation} failed in {where}: {detail}") from exc
 
 
 def _unknown_tenant(tenant: str) -> UnknownTenantError:
-    return UnknownTenantError(f"the vector store has no tenant {tenant!r}: create it with "
-                              "ensure_tenant first (publish to that tenant)")
+    return UnknownTenantError(
+        f"the vector store has no tenant {tenant!r}: create it with "
+        "ensure_tenant first (publish to that tenant)"
+    )
 
 
 def _is_timeout(exc: BaseException) -> bool:
