@@ -108,7 +108,7 @@ def main() -> None:
             settings = Settings(redis_url=server.url, embedder="hashing")
             publish_examples(client, HashingEmbedder(settings.hashing_dim))
             worker = DiscoveryWorker(settings, client)
-            worker.load_all()
+            worker.follower.load_all()
             request = DiscoverRequest(
                 "refund a stripe payment", tenant=TENANT, session="trace", tool_format="mcp"
             )

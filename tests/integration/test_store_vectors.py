@@ -10,7 +10,7 @@ from capdisc import keys
 from capdisc.models import Capability
 from capdisc.registry.events import RegistryEvent
 from capdisc.registry.store import apply_event
-from capdisc_workers.discovery import RedisQueryVectors
+from capdisc_workers.follower import RedisQueryVectors
 
 CAP = Capability(id="tool:clock", kind="tool", name="clock", description="Tells the time.")
 

@@ -13,7 +13,7 @@ import redis
 from capdisc import keys
 from capdisc.discovery.replies import SessionReply
 from capdisc.registry.deadletters import DeadLetter
-from capdisc_workers.discovery import needs_reload
+from capdisc_workers.follower import needs_reload
 from capdisc_workers.intake import (
     DEAD_LETTER_CHARS,
     MAX_DELIVERIES,

@@ -1,0 +1,511 @@
+"""A discovery worker's snapshot follower: it keeps each tenant's :class:`IndexSnapshot` current
+for the worker's serving thread (:mod:`capdisc_workers.discovery`) to answer from.
+
+At start it loads every tenant whole; then, on its own thread, it follows the
+:data:`capdisc.keys.CHANGES` stream and applies change records as deltas, one new immutable
+snapshot per tenant per batch (coalescing a burst into one rebuild), reloading a tenant whole
+when it sees a gap or a full reindex. When the stream is idle a catch-up reloads any tenant
+whose stored version is not the one served. A tenant whose load fails keeps serving its last
+good snapshot. When Redis lost its data (the :data:`capdisc.keys.EPOCH` marker changed or
+vanished) the old snapshots keep serving until the registry is published again, then each
+tenant is reloaded whole.
+
+It also holds the query embedders, one per embedder id (a reindex onto another model serves a
+tenant from vectors of another embedder), in front of the query-vector cache the discovery
+workers share in Redis (:class:`RedisQueryVectors`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import defaultdict
+from typing import Any
+
+import redis
+import structlog
+
+from capdisc import keys
+from capdisc.discovery.snapshot import IndexSnapshot, hybrid_retriever, store_retriever
+from capdisc.embedders.port import CachedQueryEmbedder, Embedder, Matrix
+from capdisc.errors import CapdiscError
+from capdisc.models import Capability
+from capdisc.redistext import as_str
+from capdisc.registry.events import TENANT_RE
+from capdisc.registry.flags import Mark, Policy, mark, parse_policy, serving, treatment
+from capdisc.registry.policy import coalesce_window_s
+from capdisc.registry.store import Delta, read_delta, read_snapshot
+from capdisc.resources import embedder_for_id
+from capdisc.retrieval.probes import PROBES
+from capdisc.retrieval.text import embedder_id_of, vector_space
+from capdisc.settings import Settings
+from capdisc.vectorstores.port import VectorStore
+from capdisc_workers.outage import RETRYABLE, Backoff, RedisHealth
+
+log = structlog.get_logger("capdisc.discovery")
+#: How long one read of the changes stream waits for records (ms).
+BLOCK_MS = 1000
+#: Approximate length the served stream is trimmed to.
+SERVED_MAXLEN = 10_000
+
+#: One record read from the changes stream: its entry id and its checked fields (None for a
+#: record that cannot be read).
+Change = tuple[str, dict[str, str] | None]
+
+
+class Indexes:
+    """The snapshots a worker serves, one per tenant, swapped whole under a condition."""
+
+    def __init__(self) -> None:
+        self._snapshots: dict[str, IndexSnapshot] = {}
+        self.changed = threading.Condition()
+
+    def get(self, tenant: str) -> IndexSnapshot | None:
+        return self._snapshots.get(tenant)
+
+    def put(self, snapshot: IndexSnapshot) -> None:
+        with self.changed:
+            self._snapshots[snapshot.tenant] = snapshot
+            self.changed.notify_all()
+
+    def versions(self) -> dict[str, int]:
+        return {t: s.version for t, s in self._snapshots.items()}
+
+    def wait_for(self, tenant: str, version: int, timeout_s: float) -> IndexSnapshot | None:
+        deadline = time.monotonic() + timeout_s
+        with self.changed:
+            while True:
+                snap = self._snapshots.get(tenant)
+                remaining = deadline - time.monotonic()
+                if (snap is not None and snap.version >= version) or remaining <= 0:
+                    return snap
+                self.changed.wait(remaining)
+
+
+class RedisQueryVectors:
+    """The query-vector cache shared by discovery workers, in Redis (keys expire)."""
+
+    def __init__(self, connection: redis.Redis, ttl_s: int) -> None:
+        self._redis = connection
+        self._ttl_s = ttl_s
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            value = self._redis.get(keys.query_vectors(key))
+        except redis.RedisError as exc:  # the cache is an optimisation: embed instead
+            log.warning("query_cache_unavailable", error=str(exc))
+            return None
+        return value if isinstance(value, bytes) else None
+
+    def put(self, key: str, value: bytes) -> None:
+        try:
+            self._redis.set(keys.query_vectors(key), value, ex=self._ttl_s)
+        except redis.RedisError as exc:
+            log.warning("query_cache_unavailable", error=str(exc))
+
+
+class SnapshotFollower:
+    """The snapshots one discovery worker serves, kept current from the changes stream, and
+    its query embedders."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        connection: redis.Redis,
+        embedder: Embedder,
+        store: VectorStore | None,
+        *,
+        worker_id: str,
+    ) -> None:
+        self.settings = settings
+        self.redis = connection
+        self.embedder = embedder
+        self.space = vector_space(embedder.id)
+        #: An external vector store searched per turn (``vector_store: weaviate``), or None.
+        self.store = store
+        #: The worker named on the served stream for each snapshot swapped in.
+        self.worker_id = worker_id
+        #: Query embedders (and probe vectors) by embedder id: a full reindex onto another
+        #: model swaps a tenant to vectors this worker's configured embedder did not make.
+        self._queries: dict[str, CachedQueryEmbedder] = {}
+        self._probes: dict[str, Matrix] = {}
+        self._lock = threading.Lock()
+        self.indexes = Indexes()
+        #: The vector space each tenant is served from (set at every full load).
+        self.spaces: dict[str, str] = {}
+        #: Tenants whose last load failed, with the stored version it failed at.
+        self.failed: dict[str, int] = {}
+        #: Where the changes stream is read from next: the last record applied (at start, the
+        #: stream's end).
+        self.changes_id = "0-0"
+        #: The Redis data generation (:data:`keys.EPOCH`) the snapshots were loaded from.
+        self.epoch: str | None = None
+        #: Tenants served from an earlier generation (Redis lost its data since): reloaded
+        #: whole once published again, served from the old snapshot until then.
+        self.stale: set[str] = set()
+        #: How long the last snapshot rebuild took: the coalescing window of the next burst.
+        self.last_build_s = 0.0
+        #: When the last rebuild ended (monotonic): a burst is rebuilds back to back.
+        self.last_build_end = 0.0
+
+    # -- query embedders ---------------------------------------------------------------------
+
+    def queries_for(self, embedder_id: str) -> CachedQueryEmbedder:
+        """The cached query embedder of ``embedder_id`` (made on first use)."""
+        with self._lock:
+            return self._queries.get(embedder_id) or self._add_queries(embedder_id)
+
+    def _add_queries(self, embedder_id: str) -> CachedQueryEmbedder:
+        if embedder_id not in self._queries:
+            inner = (
+                self.embedder
+                if embedder_id == self.embedder.id
+                else embedder_for_id(embedder_id, self.settings)
+            )
+            shared = (
+                RedisQueryVectors(self.redis, self.settings.query_cache_ttl_s)
+                if self.settings.query_cache_ttl_s
+                else None
+            )
+            self._queries[embedder_id] = CachedQueryEmbedder(
+                inner, self.settings.query_cache_size, shared
+            )
+            self._probes[embedder_id] = inner.embed(list(PROBES))  # also loads the model
+        return self._queries[embedder_id]
+
+    # -- loading -----------------------------------------------------------------------------
+
+    def load_all(self) -> None:
+        """Load every tenant whole (and the configured embedder's model), then follow the
+        changes stream from its current end."""
+        self.queries_for(self.embedder.id)
+        self.epoch = current_epoch(self.redis)
+        last = self.redis.xrevrange(keys.CHANGES, count=1)
+        self.changes_id = as_str(last[0][0]) if last else "0-0"
+        for tenant in sorted(as_str(t) for t in self.redis.smembers(keys.TENANTS)):
+            self.reload(tenant)
+
+    def reload(self, tenant: str) -> IndexSnapshot | None:
+        """Load ``tenant`` whole; on failure keep serving what it served and say why (once per
+        stored version: the catch-up does not retry a version that failed)."""
+        try:
+            return self._load(tenant)
+        except (CapdiscError, ValueError, KeyError) as exc:
+            failed_at = int(self.redis.get(keys.version(tenant)) or 0)
+            self.failed[tenant] = failed_at
+            log.error(
+                "index_load_failed",
+                tenant=tenant,
+                index_version=failed_at,
+                error=str(exc),
+                hint="the tenant keeps its last good index; fix the "
+                "cause, then publish or reindex to retry",
+            )
+            return None
+
+    def _load(self, tenant: str) -> IndexSnapshot:
+        snap = read_snapshot(self.redis, tenant, self.space)
+        embedder_id = embedder_id_of(snap.space)
+        queries = self.queries_for(embedder_id)
+        served = serving(snap.flags, self.policy(tenant, snap.policy))
+        entries = [
+            (Capability.from_dict(r.capability), snap.vectors[cid])
+            for cid, r in snap.records.items()
+            if cid in snap.vectors and cid not in served.withheld
+        ]
+        started = time.monotonic()
+        factory = (
+            store_retriever(self.store, tenant) if self.store is not None else hybrid_retriever
+        )
+        index = IndexSnapshot.build(
+            tenant,
+            snap.version,
+            queries.inner.dim,
+            entries,
+            embedder_id,
+            factory,
+            probes=self._probes[embedder_id],
+            marks=served.marks,
+        )
+        self.last_build_s = time.monotonic() - started
+        self.last_build_end = time.monotonic()
+        self.spaces[tenant] = snap.space
+        self._swap_in(index)
+        self.stale.discard(tenant)
+        log.info(
+            "index_loaded",
+            tenant=tenant,
+            index_version=index.version,
+            capabilities=len(index),
+            vector_space=snap.space,
+            withheld=len(served.withheld),
+            marked=len(served.marks),
+        )
+        missing = sum(cid not in snap.vectors for cid in snap.records)
+        if missing:
+            log.warning(
+                "capabilities_without_vectors",
+                tenant=tenant,
+                vector_space=snap.space,
+                missing=missing,
+                hint="they were indexed by another embedder or an earlier version; "
+                f"run `capdisc reindex --all --tenant {tenant}` to embed them all "
+                "beside the live index and swap",
+            )
+        return index
+
+    def _swap_in(self, index: IndexSnapshot) -> None:
+        """Serve ``index`` from now on, and say so on the served stream (what ``capdisc
+        status`` and the change-to-served benchmark read: when each worker serves what)."""
+        self.indexes.put(index)
+        try:
+            self.redis.xadd(
+                keys.SERVED,
+                {
+                    "worker": self.worker_id,
+                    "tenant": index.tenant,
+                    "version": index.version,
+                    "at_ms": f"{time.time() * 1000:.3f}",
+                },
+                maxlen=SERVED_MAXLEN,
+                approximate=True,
+            )
+        except redis.RedisError as exc:
+            log.warning("served_notice_failed", error=str(exc))
+
+    # -- following the changes stream --------------------------------------------------------
+
+    def follow_changes(self, stop: threading.Event, health: RedisHealth) -> None:
+        """Apply the changes stream (on a connection of its own) until ``stop`` is set; Redis
+        going away only pauses it (retried with backoff, said once through ``health``)."""
+        client = redis.Redis.from_url(self.settings.redis_url)
+        backoff = Backoff()
+        while not stop.is_set():
+            try:
+                self._check_epoch(client)
+                batch: Any = client.xread(
+                    {keys.CHANGES: self.changes_id}, count=1000, block=BLOCK_MS
+                )
+                self._follow(client, _change_records(batch))
+                health.ok("changes")
+                backoff.reset()
+            except RETRYABLE as exc:
+                health.failed("changes", exc)
+                stop.wait(backoff.next())
+            except Exception:  # the follower must outlive any one bad change
+                log.exception("changes_apply_failed")
+                stop.wait(0.5)
+
+    def _check_epoch(self, client: redis.Redis) -> None:
+        """Notice that Redis lost its data (its epoch marker changed or vanished): from then
+        on, follow the new changes stream from its start, and reload each tenant whole once it
+        is published again and its changes are quiet, serving the old snapshot until then."""
+        epoch = current_epoch(client)
+        if epoch == self.epoch:
+            return
+        log.warning(
+            "redis_data_lost",
+            previous_epoch=self.epoch,
+            epoch=epoch,
+            serving=self.indexes.versions(),
+            hint="serving the last snapshots until the registry is published again",
+        )
+        self.epoch = epoch
+        self.changes_id = "0-0"
+        self.stale = set(self.indexes.versions())
+        self.failed.clear()
+
+    def _follow(self, client: redis.Redis, entries: list[Change]) -> None:
+        if entries:
+            self.apply_changes(entries + self._more_changes(client, entries[-1][0]))
+        else:
+            self._catch_up(client)
+
+    def _more_changes(self, client: redis.Redis, after: str) -> list[Change]:
+        """During a burst, the change records that arrive within :func:`coalesce_window_s`
+        of the last rebuild's cost: many events, one rebuild (at most about half the time
+        spent rebuilding however fast events come)."""
+        idle_s = time.monotonic() - self.last_build_end
+        deadline = time.monotonic() + coalesce_window_s(self.last_build_s, idle_s)
+        more: list[Change] = []
+        while (remaining := deadline - time.monotonic()) > 0.001 and len(more) < 50_000:
+            batch: Any = client.xread(
+                {keys.CHANGES: after}, count=1000, block=max(1, int(remaining * 1000))
+            )
+            items = _change_records(batch)
+            if not items:
+                break
+            more += items
+            after = items[-1][0]
+        return more
+
+    def apply_changes(self, entries: list[Change]) -> None:
+        """Apply change records as deltas, one new snapshot per tenant per batch (an unreadable
+        record is skipped: the catch-up reloads a tenant whose version it missed)."""
+        by_tenant: dict[str, list[dict[str, str]]] = defaultdict(list)
+        for entry_id, fields in entries:
+            if fields is not None:
+                by_tenant[fields["tenant"]].append(fields)
+            self.changes_id = entry_id
+        for tenant, changes in by_tenant.items():
+            self._apply_tenant(tenant, changes)
+
+    def _apply_tenant(self, tenant: str, changes: list[dict[str, str]]) -> None:
+        if tenant in self.stale:  # being published again after Redis lost its data: the
+            return  # catch-up reloads it whole once the changes are quiet
+        current = self.indexes.get(tenant)
+        fresh = [c for c in changes if current is None or int(c["version"]) > current.version]
+        if not fresh:
+            return
+        first = int(fresh[0]["version"])
+        if current is None or first != current.version + 1 or not _contiguous(fresh):
+            log.info(
+                "index_gap", tenant=tenant, have=current.version if current else None, got=first
+            )
+            self.reload(tenant)
+            return
+        if any(c.get("op") == "reload" for c in fresh):  # a full reindex swapped in
+            self.reload(tenant)
+            return
+        ids = list(dict.fromkeys(c["id"] for c in fresh))
+        space = self.spaces.get(tenant, self.space)
+        upserts, deletes, marks = self._changes(
+            tenant, ids, read_delta(self.redis, tenant, ids, space)
+        )
+        version = int(fresh[-1]["version"])
+        started = time.monotonic()
+        self._swap_in(current.with_changes(version, upserts, deletes, marks))
+        self.last_build_s = time.monotonic() - started
+        self.last_build_end = time.monotonic()
+        log.info(
+            "index_updated",
+            tenant=tenant,
+            index_version=version,
+            upserts=len(upserts),
+            deletes=len(deletes),
+        )
+
+    def _changes(
+        self, tenant: str, ids: list[str], delta: Delta
+    ) -> tuple[list[tuple[Capability, bytes]], list[str], dict[str, Mark]]:
+        """The upserts (with their marks) and deletes a read of changed ``ids`` makes: a
+        capability gone, or withheld by the tenant's poisoning policy, is deleted."""
+        policy = self.policy(tenant, delta.policy)
+        upserts, deletes, marks = [], [], {}
+        for cap_id, (record, vector) in zip(ids, delta.entries, strict=True):
+            flag = delta.flags.get(cap_id)
+            if record is None or treatment(flag, policy) == "withhold":
+                deletes.append(cap_id)
+            elif vector is not None:
+                upserts.append((Capability.from_dict(record.capability), vector))
+                if (marked := mark(flag, policy)) is not None:
+                    marks[cap_id] = marked
+            # else: changed by a writer of another vector space (a model change building):
+            # the previous version keeps serving until the reindex swaps in
+        return upserts, deletes, marks
+
+    def policy(self, tenant: str, stored: str | None) -> Policy:
+        """``tenant``'s poisoning policy: its own (``stored``), else this worker's setting. A
+        stored value that is not a policy (written by hand) quarantines, and says so."""
+        if stored is None:
+            return self.settings.poisoning_policy
+        try:
+            return parse_policy(stored)
+        except CapdiscError as exc:
+            log.warning(
+                "poisoning_policy_unreadable",
+                tenant=tenant,
+                error=str(exc),
+                hint="serving as quarantine; set it with `capdisc policy set`",
+            )
+            return "quarantine"
+
+    def _catch_up(self, client: redis.Redis) -> None:
+        """Level-triggered safety net, run when the changes stream is idle: a tenant whose
+        stored version is ahead of ours (a change record trimmed away or missed) or behind it
+        (its data was reset), that we do not serve yet, or that was published again after
+        Redis lost its data is reloaded whole (:func:`needs_reload`)."""
+        served = self.indexes.versions()
+        tenants = sorted(as_str(t) for t in client.smembers(keys.TENANTS))
+        stored = client.mget([keys.version(t) for t in tenants]) if tenants else []
+        for tenant, raw in zip(tenants, stored, strict=True):
+            stale = tenant in self.stale
+            if needs_reload(
+                served.get(tenant), _version(raw), stale=stale, failed_at=self.failed.get(tenant)
+            ):
+                if stale:
+                    log.info(
+                        "index_reload_after_data_loss", tenant=tenant, index_version=_version(raw)
+                    )
+                self.reload(tenant)
+
+
+def needs_reload(served: int | None, stored: int, *, stale: bool, failed_at: int | None) -> bool:
+    """Whether the catch-up reloads a tenant whose stored version is ``stored`` and of which
+    this worker serves version ``served`` (None: none yet). ``stale``: served from before Redis
+    lost its data (reloaded once published again). A version whose load failed is not retried."""
+    if failed_at == stored:
+        return False
+    if stale:
+        return stored > 0
+    if served is None:
+        return True
+    return stored > served or 0 < stored < served
+
+
+def current_epoch(client: redis.Redis) -> str:
+    """This Redis's data generation (:data:`keys.EPOCH`), set here when missing."""
+    epoch = client.get(keys.EPOCH)
+    if epoch is None:
+        client.set(keys.EPOCH, uuid.uuid4().hex, nx=True)  # the first worker to look wins
+        epoch = client.get(keys.EPOCH)
+    return as_str(epoch)
+
+
+def _change_records(batch: Any) -> list[Change]:
+    """``(entry id, fields)`` of every record in an XREAD reply (None when it timed out);
+    the fields are None for a record that cannot be read."""
+    return [
+        (as_str(eid), _change_record(as_str(eid), fields))
+        for _stream, items in batch or []
+        for eid, fields in items
+    ]
+
+
+def _change_record(entry_id: str, raw: Any) -> dict[str, str] | None:
+    """A change record's fields, checked: ``tenant`` a tenant name, ``version`` a number,
+    ``op`` and ``id`` text; None (and a warning) otherwise."""
+    try:
+        fields = {k.decode(): v.decode() for k, v in raw.items()}
+    except (AttributeError, UnicodeDecodeError):
+        fields = {}
+    tenant, version = fields.get("tenant", ""), fields.get("version", "")
+    if (
+        TENANT_RE.fullmatch(tenant)
+        and version.isdigit()
+        and len(version) <= 16
+        and "op" in fields
+        and "id" in fields
+    ):
+        return fields
+    log.warning(
+        "change_record_skipped",
+        entry_id=entry_id,
+        fields=repr(raw)[:200],
+        hint="not a change record the indexing workers write; skipped",
+    )
+    return None
+
+
+def _version(raw: Any) -> int:
+    """A stored version (0 when missing or unreadable)."""
+    try:
+        return int(raw or 0)
+    except ValueError:
+        return 0
+
+
+def _contiguous(changes: list[dict[str, str]]) -> bool:
+    versions = [int(c["version"]) for c in changes]
+    return versions == list(range(versions[0], versions[0] + len(versions)))
