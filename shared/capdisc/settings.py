@@ -69,6 +69,12 @@ class Settings(BaseModel):
     reply_ttl_s: int = Field(60, ge=1)
     heartbeat_interval_s: float = Field(2.0, gt=0)
     worker_stale_after_s: float = Field(10.0, gt=0)
+    #: Where a worker serves Prometheus metrics (``/metrics``); None: not served, 0: any free
+    #: port (logged as ``metrics_serving``; in the heartbeat: ``capdisc status --json``).
+    #: Metrics name tenants: keep the host private (127.0.0.1 by default; 0.0.0.0 inside a
+    #: container).
+    metrics_port: int | None = Field(None, ge=0, le=65535)
+    metrics_host: str = "127.0.0.1"
     task_time_limit_s: int = Field(300, ge=1)
     visibility_timeout_s: int = Field(3600, ge=1)
     indexing_max_attempts: int = Field(5, ge=1)

@@ -49,6 +49,7 @@ from capdisc.redistext import as_str
 from capdisc.resources import embedder_for, store_for
 from capdisc.sessions.service import SessionService
 from capdisc.settings import Settings
+from capdisc_workers import metrics
 from capdisc_workers.follower import SnapshotFollower
 from capdisc_workers.intake import (
     Outcome,
@@ -78,6 +79,8 @@ class DiscoveryWorker:
         #: Who asks: with auth on, who the request's token proves (:mod:`capdisc.identity.gate`).
         self.gate = Gate.from_settings(settings)
         self.worker_id = f"discovery@{socket.gethostname()}:{os.getpid()}"
+        #: The port metrics are served on (None: not served); set when the worker runs.
+        self.metrics_port: int | None = None
         #: Each tenant's snapshot, kept current from the changes stream (searching an external
         #: vector store per turn with ``vector_store: weaviate``), and the query embedders.
         self.follower = SnapshotFollower(
@@ -166,6 +169,7 @@ class DiscoveryWorker:
             log.warning(
                 "request_rejected", entry_id=entry_id, request_id=exc.request_id, reason=str(exc)
             )
+            metrics.REQUESTS.labels("unknown", BadRequestError.code).inc()
             return rejected(entry_id, fields, exc.request_id, str(exc))
         except Exception as exc:  # a bug in the checks must not take the worker down
             log.exception("request_decode_failed", entry_id=entry_id)
@@ -189,7 +193,11 @@ class DiscoveryWorker:
         """The reply to one checked request, with who served it and how long it took."""
         started = time.perf_counter()
         reply = self._reply(entry)
-        return reply.with_timing(self.worker_id, round((time.perf_counter() - started) * 1000, 3))
+        took_s = time.perf_counter() - started
+        op = "session" if isinstance(entry.request, SessionRequest) else "discover"
+        metrics.REQUESTS.labels(op, reply.code if isinstance(reply, ErrorReply) else "ok").inc()
+        metrics.REQUEST_SECONDS.labels(op).observe(took_s)
+        return reply.with_timing(self.worker_id, round(took_s * 1000, 3))
 
     def _reply(self, entry: Entry) -> Reply:
         """The reply to one checked request, served as who its token proves (with auth on);
@@ -293,6 +301,7 @@ class DiscoveryWorker:
                 "host": socket.gethostname(),
                 "embedder": self.follower.embedder.id,
                 "versions": self.follower.indexes.versions(),
+                "metrics_port": self.metrics_port,
             }
             try:
                 status.heartbeat(client, self.worker_id, info)
@@ -313,6 +322,14 @@ class DiscoveryWorker:
                 "they claim: anyone who can reach Redis can ask as anyone; set "
                 "CAPDISC_AUTH=on and CAPDISC_AUTH_KEYS_FILE outside development",
             )
+        self.metrics_port = metrics.serve_metrics(
+            self.settings.metrics_port,
+            self.settings.metrics_host,
+            metrics.RegistryGauges(
+                lambda: redis.Redis.from_url(self.settings.redis_url),
+                self.follower.indexes.versions,
+            ),
+        )
         self._load_when_reachable()
         threads = [
             threading.Thread(

@@ -26,6 +26,7 @@ from capdisc.registry.normalize import capability_from_record
 from capdisc.registry.policy import retry_delay_s
 from capdisc.registry.store import Outcome, apply_event, needing_vectors, record_ack
 from capdisc.retrieval.text import vector_space
+from capdisc_workers import metrics
 from capdisc_workers.celery_app import app, resources
 from capdisc_workers.embedding import stored_capabilities, vectors_for
 from capdisc_workers.mirroring import mirror
@@ -42,13 +43,22 @@ _Pending = tuple[int, str, RegistryEvent, Capability | None]
 @app.task(name=keys.TASK_APPLY_EVENT, bind=True, acks_late=True, ignore_result=True)
 def apply_event_task(self: Any, payload: str) -> dict[str, Any]:
     """Apply one encoded :class:`RegistryEvent`."""
-    return _through_outage(resources, lambda: apply_payloads(resources, self, [payload])[0])
+    return _counted(
+        [_through_outage(resources, lambda: apply_payloads(resources, self, [payload])[0])]
+    )[0]
 
 
 @app.task(name=keys.TASK_APPLY_EVENTS, bind=True, acks_late=True, ignore_result=True)
 def apply_events_task(self: Any, payloads: list[str]) -> list[dict[str, Any]]:
     """Apply a batch of encoded events (see :func:`apply_payloads`)."""
-    return _through_outage(resources, lambda: apply_payloads(resources, self, payloads))
+    return _counted(_through_outage(resources, lambda: apply_payloads(resources, self, payloads)))
+
+
+def _counted(outcomes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``outcomes``, each counted by its decision (``capdisc_events_total``)."""
+    for outcome in outcomes:
+        metrics.EVENTS.labels(str(outcome.get("decision", "unknown"))).inc()
+    return outcomes
 
 
 def _through_outage(res: Resources, run: Callable[[], _T]) -> _T:

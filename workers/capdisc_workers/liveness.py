@@ -14,6 +14,7 @@ import contextlib
 import os
 import socket
 import threading
+import time
 from typing import Any
 
 import redis
@@ -22,6 +23,7 @@ from celery import signals
 
 from capdisc import status
 from capdisc.registry import outbox
+from capdisc_workers import metrics
 from capdisc_workers.celery_app import resources
 from capdisc_workers.outage import RETRYABLE, Backoff
 from capdisc_workers.reconciling import periodic, reconcile_loop, sweep_loop
@@ -35,12 +37,37 @@ def _start(**_: Any) -> None:
     res = resources
     if res.settings.embedder != "openai":  # a remote model has nothing to load (and calls cost)
         res.embedder.embed(["warm up"])  # load the model before the first event, not during it
+    res.metrics_port = metrics.serve_metrics(
+        res.settings.metrics_port, res.settings.metrics_host, metrics.RegistryGauges(res.connect)
+    )
     for name, loop in (
         ("heartbeat", heartbeat_loop),
         ("reconcile", reconcile_loop),
         ("sweep", sweep_loop),
     ):
         threading.Thread(target=loop, args=(res,), name=f"capdisc-{name}", daemon=True).start()
+
+
+_started: dict[str, float] = {}
+
+
+@signals.task_prerun.connect
+def _task_started(task_id: str | None = None, **_: Any) -> None:
+    if task_id:
+        _started[task_id] = time.perf_counter()
+
+
+@signals.task_postrun.connect
+def _task_measured(
+    task_id: str | None = None, task: Any = None, state: str | None = None, **_: Any
+) -> None:
+    """Count the task by name and outcome (``ok``, ``retry``, ``failed``) and time it."""
+    started = _started.pop(task_id or "", None)
+    name = str(getattr(task, "name", "unknown"))
+    outcome = {"SUCCESS": "ok", "RETRY": "retry"}.get(state or "", "failed")
+    metrics.TASKS.labels(name, outcome).inc()
+    if started is not None:
+        metrics.TASK_SECONDS.labels(name).observe(time.perf_counter() - started)
 
 
 @signals.task_postrun.connect
@@ -81,6 +108,7 @@ def heartbeat_loop(res: Resources) -> None:
         "pid": os.getpid(),
         "host": socket.gethostname(),
         "embedder": res.embedder.id,
+        "metrics_port": res.metrics_port,
     }
     backoff = Backoff(cap_s=res.settings.heartbeat_interval_s)
 

@@ -45,6 +45,8 @@ class Resources:
         self.health = RedisHealth(log)
         #: Set when the worker shuts down: its threads and outage retries stop waiting.
         self.stopping = threading.Event()
+        #: The port metrics are served on (None: not served); set when the worker is ready.
+        self.metrics_port: int | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Resources:

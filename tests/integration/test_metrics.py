@@ -1,0 +1,91 @@
+"""Each worker serves Prometheus metrics when asked to (``metrics_port``): requests answered by
+outcome with their latency, indexing tasks and events by outcome, each tenant's stored and
+served index version, queue depth and dead letters; the port is in its heartbeat."""
+
+from __future__ import annotations
+
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from capdisc.client import Client
+from capdisc.errors import UnknownTenantError
+from capdisc.status import live_workers
+
+from .conftest import EXAMPLES
+from .private import PrivateStack, publish_and_serve, wait_for
+
+pytestmark = pytest.mark.timeout(180)
+TENANT = "metrics"
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[PrivateStack]:
+    with PrivateStack(tmp_path, durable=False) as private:
+        private.spawn_indexing()
+        private.spawn_discovery(CAPDISC_METRICS_PORT="0")
+        yield private
+
+
+def _samples(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def _metrics_port(stack: PrivateStack, kind: str) -> int:
+    def found() -> int | None:
+        ports = [
+            w.get("metrics_port")
+            for w in live_workers(stack.connection(), 5.0)
+            if w["kind"] == kind
+        ]
+        return ports[0] if ports and ports[0] else None
+
+    port: int = wait_for(found, 60, f"a {kind} worker's heartbeat naming its metrics port")
+    return port
+
+
+def test_a_discovery_worker_counts_what_it_answers_and_serves(stack: PrivateStack) -> None:
+    version = publish_and_serve(stack, EXAMPLES, TENANT)
+    client = Client.from_url(stack.url, tenant=TENANT, timeout_s=20)
+    client.discover("refund a stripe payment")
+    with pytest.raises(UnknownTenantError):
+        client.discover("anything", tenant="nobody-here")
+
+    samples = _samples(_metrics_port(stack, "discovery"))
+
+    assert samples[("capdisc_requests_total", (("op", "discover"), ("outcome", "ok")))] == 1
+    assert (
+        samples[("capdisc_requests_total", (("op", "discover"), ("outcome", "unknown_tenant")))]
+        == 1
+    )
+    assert samples[("capdisc_request_seconds_count", (("op", "discover"),))] == 2
+    assert samples[("capdisc_index_version", (("tenant", TENANT),))] == version
+    assert samples[("capdisc_served_version", (("tenant", TENANT),))] == version
+    assert samples[("capdisc_redis_up", ())] == 1
+
+
+def test_an_indexing_worker_serves_its_own_metrics_when_asked(tmp_path: Path) -> None:
+    with PrivateStack(tmp_path, durable=False) as private:
+        private.env = {**private.env, "CAPDISC_METRICS_PORT": "0"}
+        private.spawn_indexing()
+        private.spawn_discovery()
+        publish_and_serve(private, EXAMPLES, TENANT)
+
+        samples = _samples(_metrics_port(private, "indexing"))
+
+    upserts = samples[("capdisc_events_total", (("decision", "upsert"),))]
+    assert upserts >= 98
+    assert any(
+        name == "capdisc_tasks_total" and dict(labels).get("outcome") == "ok"
+        for name, labels in samples
+    )
+    assert samples[("capdisc_queue_depth", ())] == 0
