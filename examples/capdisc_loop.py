@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from capdisc.agents.answers import metatool_result
 from capdisc.agents.metatool import METATOOL_NAME, parse_metatool_arguments
 from capdisc.client import Answer, Client
-from capdisc.discovery.toolsets import metatool_result
 from capdisc.errors import ManifestError
 
 SYSTEM_PROMPT = (

@@ -16,10 +16,10 @@ from typing import Any
 import redis
 
 from capdisc import keys, tenants
+from capdisc.agents.answers import metatool_result
 from capdisc.agents.metatool import parse_metatool_arguments
 from capdisc.discovery.protocol import DiscoverRequest, SessionRequest
 from capdisc.discovery.replies import DiscoverReply, ErrorReply, SessionReply, decode_reply
-from capdisc.discovery.toolsets import metatool_result
 from capdisc.errors import AuthError, DiscoveryTimeout
 from capdisc.identity.auth import ALL_TENANTS, peek
 from capdisc.sessions import store as sessions

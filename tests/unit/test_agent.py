@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from capdisc.discovery.toolsets import metatool_result
+from capdisc.agents.answers import metatool_result
 
 CAPS = [
     {

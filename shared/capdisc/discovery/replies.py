@@ -22,7 +22,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from capdisc.discovery.engine import DiscoveryResult, Match
 from capdisc.errors import ERROR_CODES, CapdiscError, EventDecodeError, error_for
 from capdisc.sessions.policy import SessionView
 
@@ -95,24 +94,6 @@ class CapabilityView:
         if self.flags is not None:
             entry["flags"] = [dict(f) for f in self.flags]
         return entry
-
-    @classmethod
-    def of(cls, match: Match) -> CapabilityView:
-        cap = match.capability
-        return cls(
-            id=cap.id,
-            kind=cap.kind,
-            name=cap.name,
-            display_name=cap.display_name,
-            description=cap.description,
-            category=cap.category,
-            available=cap.available,
-            score=round(match.score, 4),
-            relevance=round(match.relevance, 4),
-            tier=match.tier,
-            reason=match.reason or None,
-            flags=tuple(match.mark.to_list()) if match.mark is not None else None,
-        )
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], where: str) -> CapabilityView:
@@ -205,31 +186,6 @@ class DiscoverReply:
     tools: ToolBundle | None = None
     worker: str = ""
     took_ms: float = 0.0
-
-    @classmethod
-    def of(
-        cls,
-        request_id: str,
-        result: DiscoveryResult,
-        session: SessionView | None = None,
-        tools: ToolBundle | None = None,
-    ) -> DiscoverReply:
-        """The reply to a turn that found ``result``."""
-        tiers = result.tiers
-        return cls(
-            request_id=request_id,
-            query=result.query,
-            tenant=result.tenant,
-            index_version=result.index_version,
-            abstained=result.abstained,
-            capabilities=tuple(CapabilityView.of(m) for m in result.matches),
-            tiers=Tiers(tiers.tier0, tiers.tier1, tiers.tier2),
-            tokens=dict(tiers.tokens),
-            total_indexed=result.total_indexed,
-            workflow_hints=dict(result.workflow_hints),
-            session=session,
-            tools=tools,
-        )
 
     @property
     def ids(self) -> list[str]:

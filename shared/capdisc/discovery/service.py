@@ -21,7 +21,7 @@ from capdisc.agents.formats import ToolFormat
 from capdisc.discovery.config import DiscoveryConfig
 from capdisc.discovery.engine import DiscoveryResult, Match, Query, discover, embed_turn, rank
 from capdisc.discovery.protocol import DiscoverRequest
-from capdisc.discovery.replies import DiscoverReply, ToolBundle
+from capdisc.discovery.replies import CapabilityView, DiscoverReply, Tiers, ToolBundle
 from capdisc.discovery.snapshot import IndexSnapshot
 from capdisc.discovery.toolsets import bound_tools, tool_bundle
 from capdisc.embedders.port import CachedQueryEmbedder, Vector
@@ -61,7 +61,7 @@ def answer(request: DiscoverRequest, context: Context) -> DiscoverReply:
     query = query_for(request, context.sessions)
     result = discover(context.snapshot, query, vector, config, embed)
     session = _bind(request, context, query, result, vector, config)
-    return DiscoverReply.of(
+    return reply_for(
         request.request_id,
         result,
         session,
@@ -167,3 +167,46 @@ def _tools(
         return bound_tools(snapshot, session.bound, fmt, query.filters.caller)
     marks = {m.capability.id: m.mark for m in result.matches if m.mark is not None}
     return tool_bundle([m.capability for m in result.matches], fmt, marks)
+
+
+def reply_for(
+    request_id: str,
+    result: DiscoveryResult,
+    session: SessionView | None = None,
+    tools: ToolBundle | None = None,
+) -> DiscoverReply:
+    """The reply to a turn that found ``result``."""
+    tiers = result.tiers
+    return DiscoverReply(
+        request_id=request_id,
+        query=result.query,
+        tenant=result.tenant,
+        index_version=result.index_version,
+        abstained=result.abstained,
+        capabilities=tuple(view_of(m) for m in result.matches),
+        tiers=Tiers(tiers.tier0, tiers.tier1, tiers.tier2),
+        tokens=dict(tiers.tokens),
+        total_indexed=result.total_indexed,
+        workflow_hints=dict(result.workflow_hints),
+        session=session,
+        tools=tools,
+    )
+
+
+def view_of(match: Match) -> CapabilityView:
+    """One match as a reply carries it."""
+    cap = match.capability
+    return CapabilityView(
+        id=cap.id,
+        kind=cap.kind,
+        name=cap.name,
+        display_name=cap.display_name,
+        description=cap.description,
+        category=cap.category,
+        available=cap.available,
+        score=round(match.score, 4),
+        relevance=round(match.relevance, 4),
+        tier=match.tier,
+        reason=match.reason or None,
+        flags=tuple(match.mark.to_list()) if match.mark is not None else None,
+    )
