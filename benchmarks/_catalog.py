@@ -18,6 +18,7 @@ import numpy as np
 from capdisc.embedders.port import Embedder, Matrix
 from capdisc.models import Capability
 from capdisc.registry.normalize import capability_from_record
+from capdisc.registry.tolerance import tolerant_fields
 from capdisc.retrieval.text import combine, full_text, summary_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,13 +63,15 @@ def base_tools() -> list[dict[str, object]]:
 def to_capability(tool: dict[str, object], suffix: str = "", prefix: str = "") -> Capability:
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{tool['name']}{suffix}").strip("-")[:64]
     schema = tool.get("parameters") if isinstance(tool.get("parameters"), dict) else None
+    # Repaired as an import repairs it (a few Seal-Tools schemas give `examples` as one string).
+    repaired, _notes = tolerant_fields({"parameters": schema}, "parameters", f"catalog:{name}")
     category = re.sub(r"[^a-z0-9._-]+", "-", str(tool.get("category") or "general").lower())
     record = {
         "kind": "tool",
         "name": name,
         "description": f"{prefix}{tool['description']}"[:4000],
         "category": category.strip("-")[:64] or "general",
-        "full_schema": schema,
+        "full_schema": repaired["parameters"],
     }
     return capability_from_record(record, f"catalog:{name}")
 

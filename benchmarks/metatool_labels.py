@@ -31,7 +31,6 @@ from capdisc.bench.evaluation import (
     LabelledQuery,
     default_cache_dir,
     embed_cached,
-    load_catalog,
     load_queries,
     ndcg_at,
     recall_at,
@@ -40,6 +39,7 @@ from capdisc.bench.evaluation import (
 from capdisc.embedders.factory import make_embedder
 from capdisc.embedders.port import Embedder, Matrix
 from capdisc.models import Capability
+from capdisc.registry.catalogs import load_catalog
 from capdisc.retrieval.config import DEFAULT_CONFIG
 from capdisc.retrieval.documents import lexical_text
 from capdisc.retrieval.lexical import LexicalIndex

@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from capdisc.bench.evaluation import read_jsonl_catalog
 from capdisc.models import Capability
+from capdisc.registry.catalogs import read_jsonl_catalog
 from capdisc.registry.manifest import scan_directory
 from capdisc.registry.poisoning import Finding, scan_capability
 
@@ -75,8 +75,8 @@ def main() -> None:
 
 
 def _jsonl(path: Path) -> tuple[list[Capability], int]:
-    found, errors = read_jsonl_catalog(path, f"jsonl:{path.name}")
-    return list(found.values()), len(errors)
+    read = read_jsonl_catalog(path, f"jsonl:{path.name}")
+    return list(read.found.values()), len(read.refused)
 
 
 def _registry(root: Path) -> tuple[list[Capability], int]:

@@ -29,14 +29,12 @@ from typing import Any
 import numpy as np
 
 from capdisc.bench.evaluation import (
-    Catalog,
     LabelledQuery,
     QueryVectors,
     build_snapshot,
     calibrated,
     default_cache_dir,
     holdout_abstention,
-    load_catalog,
     load_queries,
     run_queries,
     run_retrieval,
@@ -47,6 +45,7 @@ from capdisc.discovery.config import DiscoveryConfig
 from capdisc.discovery.snapshot import IndexSnapshot
 from capdisc.embedders.factory import make_embedder
 from capdisc.embedders.port import Embedder
+from capdisc.registry.catalogs import Catalog, load_catalog
 from capdisc.registry.manifest import scan_directory
 from capdisc.retrieval.config import DEFAULT_CONFIG
 from capdisc.retrieval.index import RetrievalIndex

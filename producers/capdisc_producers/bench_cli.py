@@ -5,7 +5,8 @@
     capdisc bench tokens (--tools T.jsonl | --registry DIR) [--queries Q.jsonl] [--sample N]
                          [--seed S] [--json] [--embedder minilm|hashing]
 
-The catalog and queries use the format of ``shared/data`` (see :mod:`capdisc.bench.evaluation`).
+The catalog and queries use the format of ``shared/data`` (see :mod:`capdisc.registry.catalogs`
+and :mod:`capdisc.bench.evaluation`).
 Embeddings are cached under ``benchmarks/.cache/`` (or ``CAPDISC_BENCH_CACHE``).
 """
 
@@ -20,7 +21,6 @@ import click
 from capdisc.bench.evaluation import (
     build_snapshot,
     default_cache_dir,
-    load_catalog,
     load_queries,
     run_retrieval_benchmark,
     sample_queries,
@@ -30,6 +30,7 @@ from capdisc.embedders.factory import make_embedder
 from capdisc.embedders.port import CachedQueryEmbedder
 from capdisc.errors import CapdiscError
 from capdisc.models import Capability
+from capdisc.registry.catalogs import load_catalog
 from capdisc.registry.manifest import scan_directory
 from capdisc.retrieval.text import summary_text
 from capdisc.settings import Settings
@@ -75,18 +76,29 @@ def retrieval(
     embedder: str,
     as_json: bool,
 ) -> None:
-    """Index TOOLS with the discovery engine, run QUERIES and print the retrieval figures."""
+    """Index TOOLS with the discovery engine, run QUERIES and print the retrieval figures.
+
+    Each line of TOOLS is read on its own: a line that is no valid tool is refused and listed
+    with its line and reason (in --json, "refused": [{"line", "reason"}]), the rest is scored;
+    a query whose relevant tools were all refused is left out and counted
+    ("dropped_queries"). Repairs made to catalog lines are printed as warnings ("notes")."""
     try:
         figures = run_retrieval_benchmark(
             tools_path, queries_path, sample=sample, seed=seed, embedder=make_embedder(embedder)
         )
     except (CapdiscError, OSError, ValueError, KeyError) as exc:
         raise click.ClickException(str(exc)) from exc
-    click.echo(json.dumps(figures) if as_json else format_figures(figures))
+    if as_json:
+        click.echo(json.dumps(figures))
+        return
+    for note in figures.get("notes", ()):
+        click.echo(f"warning: line {note['line']}: {note['note']}", err=True)
+    click.echo(format_figures(figures))
 
 
 def format_figures(figures: dict[str, Any]) -> str:
-    """The figures as aligned text lines."""
+    """The figures as aligned text lines, then the catalog lines refused and the queries left
+    out for them."""
     lines = [f"{figures['queries']} queries over {figures['tools']} tools"]
     lines += [f"  {key:<12} {figures[key]:.3f}" for key in _ORDER if key in figures]
     latency = figures["latency_ms"]
@@ -94,6 +106,14 @@ def format_figures(figures: dict[str, Any]) -> str:
     for key in ("abstain_accuracy", "answer_rate"):
         if key in figures:
             lines.append(f"  {key:<12} {figures[key]:.3f}")
+    refused = figures.get("refused", [])
+    if refused:
+        lines.append(f"refused {len(refused)} catalog line{'s' if len(refused) > 1 else ''}:")
+        lines += [f"  line {r['line']}: {r['reason']}" for r in refused]
+    if figures.get("dropped_queries"):
+        lines.append(
+            f"left out {figures['dropped_queries']} queries whose relevant tools were all refused"
+        )
     return "\n".join(lines)
 
 
@@ -168,6 +188,8 @@ def _catalog(
 ) -> tuple[list[Capability], list[str]]:
     if tools_path is not None:
         catalog = load_catalog(tools_path)
+        for refusal in catalog.refused:
+            click.echo(f"refused: line {refusal.line}: {refusal.reason}", err=True)
         caps = list(catalog.capabilities)
         texts = (
             [q.query for q in load_queries(queries_path, catalog)]

@@ -887,7 +887,21 @@ def import_jsonl_cmd(
     take_over: bool,
 ) -> None:
     """Import a tools.jsonl catalog (one tool a line: id, name, description, parameters,
-    category) as capabilities; only what changed is sent."""
+    category) as capabilities; only what changed is sent.
+
+    Each line is read on its own. A line that is no valid tool is refused and listed on stderr
+    (FILE:LINE: the reason, naming the field); the other lines are imported. Harmless problems
+    of catalogs written for other programs are repaired and each repair is printed as a
+    warning with its line: zero-width characters removed, schema type names of other languages
+    read as JSON Schema types (dict: object, float: number, String: string, any: no type), a
+    schema nested deeper than 32 levels cut to its top 32.
+
+    \b
+    Exit status:
+      0  the catalog is imported (lines refused, if any, are listed)
+      1  no line could be imported: every line was refused or rejected
+      2  the workers did not apply it in time, Redis is unreachable, or a usage error
+    """
     settings, connection = _connect(ctx, redis_url)
     publisher = _publisher(settings.redis_url, _tenant(ctx, tenant))
     with click.progressbar(length=0, label="events", file=sys.stderr) as bar:
@@ -916,7 +930,7 @@ def import_jsonl_cmd(
             )
         finally:
             publisher.close()
-    _report_sync(report, wait, timeout_s)
+    _report_sync(report, wait, timeout_s, partial_ok=True)
 
 
 @import_group.command("mcp")
@@ -1271,12 +1285,25 @@ cli.add_command(token)
 REFUSED = ("rejected", "refused_owned")
 
 
-def _report_sync(report: SyncReport, wait: bool, timeout_s: float) -> None:
-    """Rejections on stderr, the summary, and whether the workers applied everything; exit 1
-    when something was rejected, 2 when the workers did not finish in time."""
+def _report_sync(
+    report: SyncReport, wait: bool, timeout_s: float, *, partial_ok: bool = False
+) -> None:
+    """Repairs (warnings) and rejections on stderr, the summary, and whether the workers applied
+    everything; exit 2 when the workers did not finish in time, 1 when something was rejected
+    (with ``partial_ok``, only when nothing could be imported)."""
+    for note in report.notes:
+        click.echo(f"warning: {note}", err=True)
     for error in report.plan.errors.values():
         click.echo(f"rejected: {error}", err=True)
     click.echo(report.summary())
+    refused = _report_applied(report, wait, timeout_s)
+    if (report.plan.errors or refused) and not (partial_ok and _imported_any(report, refused)):
+        sys.exit(1)
+
+
+def _report_applied(report: SyncReport, wait: bool, timeout_s: float) -> list[dict[str, Any]]:
+    """Whether the workers applied everything (fail when not in time), and the outcomes they
+    refused, each printed."""
     if wait and report.sent:
         if not report.complete:
             _fail(
@@ -1293,8 +1320,13 @@ def _report_sync(report: SyncReport, wait: bool, timeout_s: float) -> None:
             f"{outcome.get('reason')}",
             err=True,
         )
-    if report.plan.errors or refused:
-        sys.exit(1)
+    return refused
+
+
+def _imported_any(report: SyncReport, refused: list[dict[str, Any]]) -> bool:
+    """Whether some capability the sync read is now in the registry (upserted or unchanged)."""
+    read = {c.id for c in report.plan.upserts} | set(report.plan.unchanged)
+    return bool(read - {str(o.get("capability_id")) for o in refused})
 
 
 def _say(message: str) -> None:

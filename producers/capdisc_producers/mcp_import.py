@@ -3,9 +3,11 @@
 Connects with the ``mcp`` 2.x client over streamable HTTP (``--url``) or stdio (``--command``),
 lists every tool (all pages), and turns each into a ``tool`` capability named
 ``{server}.{tool}`` (so two servers' ``search`` tools do not collide), its input schema as the
-full schema, its annotations deciding ``has_side_effects``. Then it syncs like a directory:
-unchanged tools send nothing, changed ones are re-indexed (and logged with the old and new
-content hash), tools the server no longer has are deleted.
+full schema, its annotations deciding ``has_side_effects``. Each tool is repaired the way every
+import is (:mod:`capdisc.registry.tolerance`: zero-width characters, schema dialects, schemas
+nested deeper than the limit), each repair noted; a tool still invalid is refused on its own.
+Then it syncs like a directory: unchanged tools send nothing, changed ones are re-indexed (and
+logged with the old and new content hash), tools the server no longer has are deleted.
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ import structlog
 
 from capdisc.errors import ManifestError, MCPImportError
 from capdisc.models import Capability
-from capdisc.registry.normalize import capability_from_record
 from capdisc.registry.policy import plan_sync
 from capdisc.registry.store import stored_by_source
+from capdisc.registry.tolerance import tolerant_fields, validated
 from capdisc.tenants import check_tenant
 from capdisc_producers.publisher import Publisher
 from capdisc_producers.sync import SyncReport, held_elsewhere, publish_plan
@@ -87,39 +89,60 @@ async def _list(url: str | None, command: str | None) -> ServerTools:
 
 
 def capabilities_of(
-    listing: ServerTools, source: str, server_name: str | None = None
+    listing: ServerTools,
+    source: str,
+    server_name: str | None = None,
+    *,
+    notes: list[str] | None = None,
 ) -> tuple[dict[Path, Capability], dict[Path, ManifestError]]:
-    """The server's tools as capabilities of ``source``; a tool that is not a valid capability
-    is an error naming the tool and the field (the others still import)."""
+    """The server's tools as capabilities of ``source``, keyed by ``SOURCE#TOOL``, each repaired
+    the way imports are (each repair appended to ``notes``: ``... tool 'x': note``); a tool
+    that is still no valid capability is an error naming the tool and the field (the others
+    still import)."""
     server = _safe(server_name or listing.server, 40)
     found: dict[Path, Capability] = {}
     errors: dict[Path, ManifestError] = {}
+    repairs = notes if notes is not None else []
     for tool in listing.tools:
-        name = str(tool.get("name") or "")
-        where = Path(f"{source}#{name}")
+        where = Path(f"{source}#{tool.get('name') or ''}")
         try:
-            found[where] = _capability(tool, server, source)
+            found[where] = _capability(tool, server, source, repairs)
         except ManifestError as exc:
             errors[where] = exc
     return found, errors
 
 
-def _capability(tool: dict[str, Any], server: str, source: str) -> Capability:
-    name = str(tool.get("name") or "")
-    annotations = tool.get("annotations") or {}
+#: The tool fields an import reads, under their names in the MCP protocol.
+_FIELDS = {
+    "name": "name",
+    "title": "title",
+    "description": "description",
+    "annotations": "annotations",
+    "input_schema": "inputSchema",
+}
+
+
+def _capability(tool: dict[str, Any], server: str, source: str, notes: list[str]) -> Capability:
+    where = f"{source} tool {str(tool.get('name') or '')!r}"
+    picked = {wire: tool[key] for key, wire in _FIELDS.items() if tool.get(key) is not None}
+    fields, repairs = tolerant_fields(picked, "inputSchema", where)
+    name = str(fields.get("name") or "")
+    annotations = fields.get("annotations") or {}
     read_only = annotations.get("read_only_hint")
     record = {
         "kind": "tool",
         "name": f"{server}.{_safe(name, 64 - len(server) - 1)}",
-        "display_name": str(tool.get("title") or annotations.get("title") or name),
-        "description": str(tool.get("description") or tool.get("title") or name),
+        "display_name": str(fields.get("title") or annotations.get("title") or name),
+        "description": str(fields.get("description") or fields.get("title") or name),
         "category": server,
         "tags": ["mcp", server],
-        "full_schema": tool.get("input_schema"),
+        "full_schema": fields.get("inputSchema"),
         "has_side_effects": read_only is not True,
         "source_ref": {"type": "mcp", "source": source, "location": name},
     }
-    return capability_from_record(record, f"{source} tool {name!r}")
+    capability = validated(record, where, "inputSchema")
+    notes.extend(f"{where}: {repair}" for repair in repairs)
+    return capability
 
 
 @dataclass(frozen=True)
@@ -149,7 +172,8 @@ def import_mcp(
     check_tenant(tenant)
     source = f"mcp:{url}" if url is not None else f"mcp:{command}"
     listing = list_server_tools(url=url, command=command, timeout_s=timeout_s)
-    found, errors = capabilities_of(listing, source, server_name)
+    notes: list[str] = []
+    found, errors = capabilities_of(listing, source, server_name, notes=notes)
     stored = stored_by_source(client, tenant, source)
     plan = plan_sync(
         found, errors, stored, held_elsewhere(client, tenant, source, found, stored), take_over
@@ -171,6 +195,7 @@ def import_mcp(
     report = publish_plan(
         client, publisher, plan, root=Path(source), tenant=tenant, source=source, wait_s=wait_s
     )
+    report.notes = notes
     return report, changed
 
 

@@ -40,6 +40,8 @@ class SyncReport:
     outcomes: list[dict[str, Any]] = field(default_factory=list)
     #: Redis outages this sync waited out (it ran again after each, sending what was missing).
     outages: int = 0
+    #: Repairs an import made to what it read, each naming where (``FILE:LINE: ...``).
+    notes: list[str] = field(default_factory=list)
 
     @property
     def index_version(self) -> int:

@@ -97,7 +97,75 @@ def test_a_broken_line_is_named_and_deletes_nothing(
 
     code, out, err = run_import(stack, write(path, TOOLS[:2], extra="{not json\n"), tenant)
 
-    assert code == 1
+    assert code == 0  # the other lines are imported: only a wholly refused file exits 1
     assert f"rejected: {path}:3: is not JSON" in err
     assert "0 deleted" in out and "1 rejected" in out
     assert connection.hexists(keys.caps(tenant), "tool:PDF_URLTool")
+
+
+# Written for another program: Python type names in the schema, a zero-width space pasted in.
+DIALECT = {
+    "id": "convertCurrency",
+    "name": "convertCurrency",
+    "description": "\u200bConvert an amount of money between two currencies.",
+    "parameters": {
+        "type": "dict",
+        "properties": {
+            "amount": {"type": "float", "description": "How much money."},
+            "currencies": {"type": "tuple", "items": {"type": "String"}},
+        },
+        "required": ["amount"],
+    },
+    "category": "finance",
+}
+BAD = {
+    "id": "sendSms",
+    "name": "sendSms",
+    "description": "Send a text message.",
+    "parameters": {"type": "object", "properties": {"to": {"type": "strng"}}},
+}
+
+
+def test_good_and_dialect_lines_are_imported_and_the_bad_one_listed(
+    stack: Stack, tmp_path: Path, tenant: str, connection: redis.Redis
+) -> None:
+    path = write(tmp_path / "tools.jsonl", [TOOLS[0], DIALECT, BAD, TOOLS[1]])
+
+    code, out, err = run_import(stack, path, tenant)
+
+    assert code == 0, err
+    assert "3 upserted, 0 deleted, 0 unchanged, 1 rejected" in out
+    assert (
+        f"rejected: {path}:3: field 'parameters.properties.to.type': 'strng' is not a JSON "
+        "Schema type" in err
+    )
+    assert f"warning: {path}:2: parameters.type: type 'dict' read as 'object'" in err
+    assert f"warning: {path}:2: description: removed 1 zero-width character (U+200B)" in err
+    raw = connection.hget(keys.caps(tenant), "tool:convertCurrency")
+    assert raw is not None
+    stored = json.loads(raw)["capability"]
+    assert stored["description"] == "Convert an amount of money between two currencies."
+    assert stored["full_schema"]["type"] == "object"
+    assert stored["full_schema"]["properties"]["currencies"] == {
+        "type": "array",
+        "items": {"type": "string"},
+    }
+    assert not connection.hexists(keys.caps(tenant), "tool:sendSms")
+    version = int(out.rsplit("index version ", 1)[1])
+    answer = Client(connection, tenant=tenant, timeout_s=20).discover(
+        "convert 100 euros to yen", min_version=version
+    )
+    assert answer.ids[0] == "tool:convertCurrency"
+
+
+def test_a_file_of_only_refused_lines_exits_1(
+    stack: Stack, tmp_path: Path, tenant: str, connection: redis.Redis
+) -> None:
+    path = write(tmp_path / "tools.jsonl", [BAD], extra="[1, 2]\n")
+
+    code, out, err = run_import(stack, path, tenant)
+
+    assert code == 1
+    assert "0 upserted, 0 deleted, 0 unchanged, 2 rejected" in out
+    assert f"rejected: {path}:2: must be a JSON object" in err
+    assert connection.hlen(keys.caps(tenant)) == 0

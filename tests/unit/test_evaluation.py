@@ -15,28 +15,29 @@ from capdisc.bench.evaluation import (
     abstention_metrics,
     answer_floor,
     calibrated,
-    capability_from_benchmark_tool,
     embed_cached,
     fit_logistic,
-    full_text,
-    load_catalog,
     load_queries,
     ndcg_at,
     percentile,
     ranking_metrics,
-    read_jsonl_catalog,
     recall_at,
     reciprocal_rank,
     run_retrieval_benchmark,
     sample_queries,
-    summary_text,
 )
 from capdisc.embedders.hashing import HashingEmbedder
 from capdisc.embedders.port import Matrix
+from capdisc.registry.catalogs import (
+    capability_from_benchmark_tool,
+    load_catalog,
+    read_jsonl_catalog,
+)
 from capdisc.registry.normalize import capability_from_record
 from capdisc.retrieval.config import DEFAULT_CONFIG
 from capdisc.retrieval.relevance import relevance
 from capdisc.retrieval.results import RankedCapability, RetrievalResult
+from capdisc.retrieval.text import full_text, summary_text
 
 FIGURE_KEYS = {
     "recall@1",
@@ -351,7 +352,8 @@ def test_a_jsonl_catalog_reads_per_line_with_errors_naming_the_line(tmp_path: Pa
         '{"id": "a", "description": "Does a."}\n\n[1, 2]\n{oops\n{"id": "b", "description": 42}\n'
     )
 
-    found, errors = read_jsonl_catalog(path, "jsonl:test")
+    read = read_jsonl_catalog(path, "jsonl:test")
+    found, errors = read.found, read.errors
 
     assert [c.id for c in found.values()] == ["tool:a", "tool:b"]  # lenient: 42 -> "42"
     assert next(iter(found.values())).source_ref.source == "jsonl:test"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from capdisc.identifiers import split_identifiers
 from capdisc.retrieval.lexical import (
     LexicalIndex,
     index_terms,
-    split_identifiers,
     stemming_available,
     tokenize,
     words,

@@ -41,6 +41,7 @@ EXTRA_ONLY_MODULES = {
     "structlog",
     "yaml",
     "click",
+    "jsonschema",
 }
 #: The distributions that install them: none may be a base dependency.
 EXTRA_ONLY_DISTRIBUTIONS = {
@@ -60,6 +61,7 @@ EXTRA_ONLY_DISTRIBUTIONS = {
     "structlog",
     "pyyaml",
     "click",
+    "jsonschema",
 }
 
 
@@ -141,6 +143,7 @@ def test_the_workers_extra_holds_what_the_stack_imports(project: dict[str, Any])
         "structlog",
         "pyyaml",
         "click",
+        "jsonschema",
     } <= workers
 
 

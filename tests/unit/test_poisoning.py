@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from capdisc.bench.evaluation import read_jsonl_catalog
 from capdisc.models import Capability
 from capdisc.registry import poisoning
+from capdisc.registry.catalogs import read_jsonl_catalog
 from capdisc.registry.manifest import parse_manifest_text
 from capdisc.registry.poisoning import (
     EXCERPT_CHARS,
@@ -438,8 +438,7 @@ def corpus() -> list[Capability]:
     """Every capability of the poisoning corpus, the canonical examples and the look-alikes."""
     caps = [tool(description) for _, description in CANONICAL] + [tool(d) for d in BENIGN]
     for name in ("canaries.jsonl", "canaries_holdout.jsonl", "benign_hard.jsonl"):
-        found, _ = read_jsonl_catalog(CORPUS / name, name)
-        caps.extend(found.values())
+        caps.extend(read_jsonl_catalog(CORPUS / name, name).found.values())
     return caps
 
 

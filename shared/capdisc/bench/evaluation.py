@@ -1,11 +1,10 @@
-"""Retrieval benchmarks: benchmark catalogs as capabilities, the metrics, and the runner.
+"""Retrieval benchmarks: labelled queries, the metrics, and the runner.
 
-The data format is the one of ``shared/data`` (``tools.jsonl``: ``id``, ``name``,
-``description``, ``parameters``, ``category``, optional ``name_for_human`` and
-``description_for_model``; ``queries.jsonl``: ``id``, ``query``, ``relevant``). Benchmark names
-may break the manifest rules (``PDF&URLTool``, categories with spaces and slashes), so the loader
-maps them onto valid identifiers (id ``tool:<name>``) and keeps the mapping for the labels; every
-capability it yields passes :func:`capdisc.registry.normalize.capability_from_record`.
+Catalogs are read by :mod:`capdisc.registry.catalogs` (``tools.jsonl``, each line on its own: a
+line that is no valid tool is refused and listed, the rest is scored). ``queries.jsonl`` holds
+``id``, ``query`` and ``relevant`` (the dataset ids or unique names of the tools that answer
+it; an empty list: nothing in the catalog fits). A query whose relevant tools were all refused
+is left out of the scores and counted.
 
 Catalog and query embeddings are cached on disk (``benchmarks/.cache/`` of the checkout, or
 ``CAPDISC_BENCH_CACHE``) under the embedder id and a hash of the texts, so reruns are fast.
@@ -14,11 +13,9 @@ Catalog and query embeddings are cached on disk (``benchmarks/.cache/`` of the c
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import random
-import re
 import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -35,33 +32,23 @@ from capdisc.embedders.port import Embedder, Matrix
 from capdisc.errors import ManifestError
 from capdisc.filters import SearchFilters
 from capdisc.models import Capability
-from capdisc.registry.normalize import capability_from_record
+from capdisc.registry.catalogs import Catalog, load_catalog, read_jsonl
 from capdisc.retrieval.config import DEFAULT_CONFIG, RetrievalConfig
 from capdisc.retrieval.decompose import decompose
 from capdisc.retrieval.index import RetrievalIndex
 from capdisc.retrieval.probes import PROBES
 from capdisc.retrieval.relevance import relevance
 from capdisc.retrieval.results import RetrievalResult
-from capdisc.retrieval.text import combine, full_text, humanize, summary_text
+from capdisc.retrieval.text import combine, full_text, summary_text
 
 RECALL_AT = (1, 3, 5, 10)
-_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
-_UNSAFE_ID = re.compile(r"[^A-Za-z0-9._/:-]+")
 Collection_ = Sequence[str] | set[str] | frozenset[str]
 T = TypeVar("T")
 #: The engine's configuration when none is given: the defaults every worker serves.
 ENGINE_DEFAULTS = DiscoveryConfig()
 
 
-# -- catalogs and queries --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Catalog:
-    """A benchmark catalog as capabilities, and the dataset tool id -> capability id mapping."""
-
-    capabilities: tuple[Capability, ...]
-    ids: Mapping[str, str]
+# -- queries --------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -72,107 +59,36 @@ class LabelledQuery:
     meta: Mapping[str, Any] = field(default_factory=dict)
 
 
-def _safe(text: str, pattern: re.Pattern[str], limit: int) -> str:
-    cleaned = pattern.sub("_", text.strip()).strip("._-/:")
-    return (cleaned or "tool")[:limit]
+@dataclass(frozen=True)
+class QuerySet:
+    """The queries to score, and the ids of those left out because every tool they name was
+    refused by the catalog reader."""
+
+    queries: list[LabelledQuery]
+    dropped: tuple[str, ...] = ()
 
 
-def capability_from_benchmark_tool(
-    record: Mapping[str, Any], taken: set[str] | None = None, source: str = "benchmark"
-) -> Capability:
-    """One ``tools.jsonl`` record as a valid tool capability (lenient about names).
-
-    ``description_for_model`` (plugin manifests) is appended to the description as a second
-    paragraph; ``name_for_human`` becomes the display name, else the name with its identifier
-    parts split ("getWeather" -> "Get Weather").
-    """
-    raw_id = str(record.get("id") or record.get("name") or "tool")
-    name = _safe(str(record.get("name") or raw_id), _UNSAFE_NAME, 64)
-    base_id = _safe(raw_id, _UNSAFE_ID, 150)
-    cap_id, n = f"tool:{base_id}", 2
-    while taken is not None and cap_id in taken:
-        cap_id, n = f"tool:{base_id}-{n}", n + 1
-    if taken is not None:
-        taken.add(cap_id)
-    description = str(record.get("description") or "").strip()
-    for_model = str(record.get("description_for_model") or "").strip()
-    if for_model and for_model != description:
-        description = f"{description}\n\n{for_model}" if description else for_model
-    display = str(record.get("name_for_human") or "").strip() or humanize(name)
-    category = _safe(
-        str(record.get("category") or "general").lower().replace(" ", "-"), _UNSAFE_NAME, 64
-    )
-    schema = record.get("parameters") or record.get("input_schema") or record.get("inputSchema")
-    fields: dict[str, Any] = {
-        "id": cap_id,
-        "kind": "tool",
-        "name": name,
-        "display_name": display[:256],
-        "description": (description or display)[:4096],
-        "category": category,
-        "full_schema": schema if isinstance(schema, dict) else None,
-        "source_ref": {"type": "jsonl", "source": source, "location": raw_id},
-    }
-    return capability_from_record(fields, f"{source}:{raw_id}")
-
-
-def load_catalog(path: Path) -> Catalog:
-    """Read a ``tools.jsonl`` catalog. Query labels may name a tool by its ``id`` or, when no
-    other tool has that name or id, by its ``name``."""
-    taken: set[str] = set()
-    caps: list[Capability] = []
-    ids: dict[str, str] = {}
-    names: dict[str, list[str]] = {}
-    for record in _read_jsonl(path):
-        capability = capability_from_benchmark_tool(record, taken, source=path.parent.name)
-        caps.append(capability)
-        ids[str(record.get("id") or record.get("name"))] = capability.id
-        if record.get("name"):
-            names.setdefault(str(record["name"]), []).append(capability.id)
-    for name, owners in names.items():
-        if len(owners) == 1 and name not in ids:
-            ids[name] = owners[0]
-    return Catalog(tuple(caps), ids)
-
-
-def read_jsonl_catalog(
-    path: Path, source: str
-) -> tuple[dict[Path, Capability], dict[Path, ManifestError]]:
-    """A ``tools.jsonl`` file as capabilities of ``source`` for ``capdisc import jsonl``: each
-    keyed by ``FILE:LINE``, and each line that is not a valid tool as an error naming the line
-    and the field (the other lines still import)."""
-    taken: set[str] = set()
-    found: dict[Path, Capability] = {}
-    errors: dict[Path, ManifestError] = {}
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = Path(f"{path}:{number}")
-            try:
-                record = json.loads(line)
-                if not isinstance(record, dict):
-                    raise ManifestError(str(where), None, "must be a JSON object")
-                found[where] = capability_from_benchmark_tool(record, taken, source=source)
-            except ValueError as exc:  # json.JSONDecodeError
-                errors[where] = ManifestError(str(where), None, f"is not JSON: {exc}")
-            except ManifestError as exc:
-                errors[where] = exc
-    return found, errors
-
-
-def load_queries(path: Path, catalog: Catalog) -> list[LabelledQuery]:
-    """Read a ``queries.jsonl`` file, mapping labels to capability ids (unknown labels dropped;
-    a query whose labels are all unknown is dropped, not turned into a no-tool query)."""
-    queries = []
-    for record in _read_jsonl(path):
+def read_queries(path: Path, catalog: Catalog) -> QuerySet:
+    """Read a ``queries.jsonl`` file, mapping labels to capability ids. Unknown labels are
+    dropped; a query whose labels are all unknown is dropped (not turned into a no-tool query),
+    and counted in :attr:`QuerySet.dropped` when some of them name refused tools."""
+    queries: list[LabelledQuery] = []
+    dropped: list[str] = []
+    for record in read_jsonl(path):
         labels = [str(r) for r in record.get("relevant") or ()]
         relevant = tuple(dict.fromkeys(catalog.ids[r] for r in labels if r in catalog.ids))
         if labels and not relevant:
+            if catalog.refused_labels.intersection(labels):
+                dropped.append(str(record["id"]))
             continue
         meta = {k: v for k, v in record.items() if k not in ("id", "query", "relevant")}
         queries.append(LabelledQuery(str(record["id"]), str(record["query"]), relevant, meta))
-    return queries
+    return QuerySet(queries, tuple(dropped))
+
+
+def load_queries(path: Path, catalog: Catalog) -> list[LabelledQuery]:
+    """The queries of :func:`read_queries` to score."""
+    return read_queries(path, catalog).queries
 
 
 def sample_queries(queries: Sequence[T], sample: int | None, seed: int) -> list[T]:
@@ -180,13 +96,6 @@ def sample_queries(queries: Sequence[T], sample: int | None, seed: int) -> list[
     if sample is None or sample >= len(queries):
         return list(queries)
     return random.Random(seed).sample(list(queries), sample)
-
-
-def _read_jsonl(path: Path) -> Iterable[dict[str, Any]]:
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            if line.strip():
-                yield json.loads(line)
 
 
 # -- embeddings with a disk cache ------------------------------------------------------------------
@@ -448,14 +357,38 @@ def run_retrieval_benchmark(
 ) -> dict[str, Any]:
     """Index the catalog, run the (sampled) queries and return the figures as one JSON object:
     ``recall@1/3/5/10``, ``ndcg@5``, ``complete@5``, ``hit@5``, ``mrr``, ``queries``, ``tools``,
-    ``latency_ms`` (``p50``, ``p99``) and, when some queries have no relevant tool,
-    ``abstain_accuracy`` and ``answer_rate``."""
+    ``latency_ms`` (``p50``, ``p99``); when some queries have no relevant tool,
+    ``abstain_accuracy`` and ``answer_rate``; and what :func:`catalog_figures` reports of the
+    catalog's refused lines and repairs, when there are any."""
     cache = cache_dir if cache_dir is not None else default_cache_dir()
     catalog = load_catalog(tools_path)
-    queries = sample_queries(load_queries(queries_path, catalog), sample, seed)
+    if not catalog.capabilities:
+        refused = catalog.refused
+        first = f" (line {refused[0].line}: {refused[0].reason})" if refused else ""
+        raise ManifestError(
+            str(tools_path), None, f"holds no valid tool; {len(refused)} lines refused{first}"
+        )
+    labelled = read_queries(queries_path, catalog)
+    queries = sample_queries(labelled.queries, sample, seed)
     snapshot = build_snapshot(catalog.capabilities, embedder, cache_dir=cache)
     vectors = QueryVectors.embed(embedder, (q.query for q in queries), cache)
-    return summarize(run_queries(snapshot, queries, vectors, config=config))
+    figures = summarize(run_queries(snapshot, queries, vectors, config=config))
+    return figures | catalog_figures(catalog, labelled)
+
+
+def catalog_figures(catalog: Catalog, queries: QuerySet) -> dict[str, Any]:
+    """What the benchmark left out or repaired, each key only when there is something to say:
+    ``refused`` (``[{"line", "reason"}]``: catalog lines that are no valid tool), ``notes``
+    (``[{"line", "note"}]``: repairs made to lines that were read) and ``dropped_queries``
+    (labelled queries whose relevant tools were all refused)."""
+    out: dict[str, Any] = {}
+    if catalog.refused:
+        out["refused"] = [{"line": r.line, "reason": r.reason} for r in catalog.refused]
+    if catalog.notes:
+        out["notes"] = [{"line": n.line, "note": n.text} for n in catalog.notes]
+    if queries.dropped:
+        out["dropped_queries"] = len(queries.dropped)
+    return out
 
 
 def holdout_abstention(

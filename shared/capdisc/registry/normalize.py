@@ -1,9 +1,11 @@
 """Source normalization: five kinds of source records become one validated :class:`Capability`.
 
 Every path ends in :func:`capability_from_record`, which checks a plain mapping strictly (known
-fields only, exact types, identifier rules, no invisible characters, size limits) and raises
-:class:`ManifestError` naming the source and the field. Normalizers only map their source's
-vocabulary onto the record fields (docs/design.md, "Source normalization").
+fields only, exact types, identifier rules, no invisible characters, size limits, schemas the
+JSON Schema meta-schema accepts) and raises :class:`ManifestError` naming the source and the
+field. Normalizers only map their source's vocabulary onto the record fields (docs/design.md,
+"Source normalization"); imports repair what is harmless in a third-party tool before these
+checks (:mod:`capdisc.registry.tolerance`), manifests never.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from capdisc.models import (
     display_name_from,
 )
 from capdisc.registry.safeyaml import load_mapping
+from capdisc.registry.schemas import MAX_SCHEMA_DEPTH, check_schema
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 ID_RE = re.compile(r"^[a-z]+:[A-Za-z0-9][A-Za-z0-9._/:-]{0,159}$")
@@ -34,7 +37,6 @@ MAX_DESCRIPTION_CHARS = 4096
 MAX_SHORT_TEXT_CHARS = 256
 MAX_CONTENT_CHARS = 256 * 1024
 MAX_LIST_ITEMS = 64
-MAX_SCHEMA_DEPTH = 32
 
 # Bidi controls and the Unicode tag block are never legitimate in a capability definition: they
 # hide instructions from reviewers (ASCII smuggling). Format characters (Cf) cover U+200B-U+200F,
@@ -92,11 +94,13 @@ def _text(source: str, key: str, value: Any, *, max_chars: int, allow_empty: boo
         raise ManifestError(source, key, "must not be empty")
     if len(value) > max_chars:
         raise ManifestError(source, key, f"is {len(value)} characters, the limit is {max_chars}")
-    _refuse_invisible(source, key, value)
+    refuse_invisible(source, key, value)
     return value
 
 
-def _refuse_invisible(source: str, key: str, value: str) -> None:
+def refuse_invisible(source: str, key: str, value: str) -> None:
+    """Refuse ``value`` (of field ``key``) if it holds an invisible or control character other
+    than a newline, a tab or a carriage return, naming the character and where it is."""
     for position, char in enumerate(value):
         if char in _ALLOWED_CONTROL:
             continue
@@ -232,6 +236,7 @@ def _check_schema(source: str, key: str, value: Any) -> dict[str, Any] | None:
     if not isinstance(props, dict):
         raise ManifestError(source, f"{key}.properties", "must be a mapping of parameter schemas")
     _check_json_value(source, key, value, depth=0)
+    check_schema(source, key, value)
     return value
 
 
@@ -242,13 +247,13 @@ def _check_json_value(source: str, key: str, value: Any, depth: int) -> None:
         for k, v in value.items():
             if not isinstance(k, str):
                 raise ManifestError(source, key, f"has a non-string key {k!r}")
-            _refuse_invisible(source, f"{key}.{k}", k)
+            refuse_invisible(source, f"{key}.{k}", k)
             _check_json_value(source, f"{key}.{k}", v, depth + 1)
     elif isinstance(value, list):
         for index, v in enumerate(value):
             _check_json_value(source, f"{key}[{index}]", v, depth + 1)
     elif isinstance(value, str):
-        _refuse_invisible(source, key, value)
+        refuse_invisible(source, key, value)
     elif (isinstance(value, float) and value != value) or value in (float("inf"), float("-inf")):
         raise ManifestError(source, key, "must be a finite number")
     elif not isinstance(value, (int, float, bool)) and value is not None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from capdisc.identifiers import split_identifiers
 from capdisc.models import Capability
-from capdisc.retrieval.lexical import split_identifiers
 
 
 def lexical_text(capability: Capability) -> str:

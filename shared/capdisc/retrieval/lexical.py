@@ -29,8 +29,6 @@ import numpy.typing as npt
 Scores = npt.NDArray[np.float32]
 IntArray = npt.NDArray[np.int64]
 
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
-_TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 #: One word: an acronym (HTTP in HTTPServer), a capitalized or lowercase run, or digits. Letters
 #: outside ASCII count as lowercase, so "Café" stays one word.
 _WORD = re.compile(r"[A-Z]+(?![^\W\dA-Z_])|[A-Z]?[^\W\dA-Z_]+|[0-9]+")
@@ -208,11 +206,6 @@ def _english_stemmer() -> _Stemmer | None:
 def stemming_available() -> bool:
     """Whether Snowball stemming (``PyStemmer``) is installed."""
     return _english_stemmer() is not None
-
-
-def split_identifiers(text: str) -> str:
-    """``getWeatherForecast`` -> ``get Weather Forecast``; ``list_pull-requests`` -> words."""
-    return " ".join(_CAMEL.sub(" ", word) for word in _TOKEN.findall(text))
 
 
 def words(text: str) -> list[str]:

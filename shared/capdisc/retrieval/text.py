@@ -18,8 +18,8 @@ import re
 import numpy as np
 
 from capdisc.embedders.port import Vector
+from capdisc.identifiers import humanize, split_identifiers
 from capdisc.models import Capability
-from capdisc.retrieval.lexical import split_identifiers
 
 _PARAGRAPH = re.compile(r"\n\s*\n")
 
@@ -74,12 +74,6 @@ def summary_text(capability: Capability) -> str:
     name = capability.display_name or humanize(capability.name)
     first = _PARAGRAPH.split(capability.description.strip(), maxsplit=1)[0].strip()
     return f"{name}: {first}"
-
-
-def humanize(name: str) -> str:
-    """``getWeatherForecast`` -> ``Get Weather Forecast``."""
-    parts = split_identifiers(name).split()
-    return " ".join(p[:1].upper() + p[1:] for p in parts) or name
 
 
 def _parameter_phrases(capability: Capability) -> list[str]:

@@ -1,0 +1,260 @@
+"""Tool catalogs in files as capabilities: ``tools.jsonl``, one tool a line.
+
+The format is the one of ``shared/data`` and of ``capdisc import jsonl``: ``id``, ``name``,
+``description``, ``parameters`` (or ``input_schema``, ``inputSchema``), ``category``, optional
+``name_for_human`` and ``description_for_model``. Catalog names may break the manifest rules
+(``PDF&URLTool``, categories with spaces and slashes), so the reader maps them onto valid
+identifiers (id ``tool:<name>``) and keeps the mapping for labels that name tools.
+
+Each line is read on its own: through the repairs an import makes
+(:mod:`capdisc.registry.tolerance`, each one noted with its line), then the strict checks of
+:func:`capdisc.registry.normalize.capability_from_record`. A line that is still no valid tool is
+refused with its line number and the reason naming the field; the other lines are read all the
+same. :func:`load_catalog` serves the benchmarks, :func:`read_jsonl_catalog` the importer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from capdisc.errors import ManifestError
+from capdisc.identifiers import humanize
+from capdisc.models import Capability
+from capdisc.registry.tolerance import tolerant_fields, validated
+
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+_UNSAFE_ID = re.compile(r"[^A-Za-z0-9._/:-]+")
+_TEXT_FIELDS = ("id", "name", "description", "description_for_model", "name_for_human", "category")
+_SCHEMA_KEYS = ("parameters", "input_schema", "inputSchema")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A catalog line that is no valid tool: its number and the error (naming the field)."""
+
+    line: int
+    error: ManifestError
+
+    @property
+    def reason(self) -> str:
+        """The problem without the file and line: ``field 'parameters.type': ...``."""
+        problem = self.error.problem
+        return f"field '{self.error.field}': {problem}" if self.error.field else problem
+
+
+@dataclass(frozen=True)
+class Note:
+    """A repair made to a catalog line (:mod:`capdisc.registry.tolerance`)."""
+
+    line: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """A catalog as capabilities, the dataset tool id -> capability id mapping, the lines refused,
+    the repairs made, and the ids and names the refused lines gave their tools (so that labels
+    naming them are known to be refused, not unknown)."""
+
+    capabilities: tuple[Capability, ...]
+    ids: Mapping[str, str]
+    refused: tuple[Refusal, ...] = ()
+    notes: tuple[Note, ...] = ()
+    refused_labels: frozenset[str] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True)
+class JsonlImport:
+    """A catalog file read for ``capdisc import jsonl``: its capabilities keyed by ``FILE:LINE``,
+    the lines refused and the repairs made."""
+
+    path: Path
+    found: dict[Path, Capability]
+    refused: tuple[Refusal, ...] = ()
+    notes: tuple[Note, ...] = ()
+
+    @property
+    def errors(self) -> dict[Path, ManifestError]:
+        """The refused lines' errors keyed by ``FILE:LINE``."""
+        return {Path(f"{self.path}:{r.line}"): r.error for r in self.refused}
+
+
+def capability_from_benchmark_tool(
+    record: Mapping[str, Any],
+    taken: set[str] | None = None,
+    source: str = "benchmark",
+    *,
+    notes: list[str] | None = None,
+) -> Capability:
+    """One ``tools.jsonl`` record as a valid tool capability (lenient about names, repaired the
+    way imports are, each repair appended to ``notes``). An id already in ``taken`` gets a
+    suffix (``-2``); the id given is added to it.
+
+    ``description_for_model`` (plugin manifests) is appended to the description as a second
+    paragraph; ``name_for_human`` becomes the display name, else the name with its identifier
+    parts split ("getWeather" -> "Get Weather").
+    """
+    schema_key = next((k for k in _SCHEMA_KEYS if record.get(k)), "parameters")
+    where = f"{source}:{record.get('id') or record.get('name') or 'tool'}"
+    picked = {k: record[k] for k in (*_TEXT_FIELDS, schema_key) if k in record}
+    fields, repairs = tolerant_fields(picked, schema_key, where)
+    raw_id = str(fields.get("id") or fields.get("name") or "tool")
+    name = _safe(str(fields.get("name") or raw_id), _UNSAFE_NAME, 64)
+    display = str(fields.get("name_for_human") or "").strip() or humanize(name)
+    category = str(fields.get("category") or "general").lower().replace(" ", "-")
+    schema = fields.get(schema_key)
+    tool = {
+        "id": _free_id(_safe(raw_id, _UNSAFE_ID, 150), taken),
+        "kind": "tool",
+        "name": name,
+        "display_name": display[:256],
+        "description": (_description(fields) or display)[:4096],
+        "category": _safe(category, _UNSAFE_NAME, 64),
+        "full_schema": schema if isinstance(schema, dict) else None,
+        "source_ref": {"type": "jsonl", "source": source, "location": raw_id},
+    }
+    capability = validated(tool, where, schema_key)
+    if taken is not None:
+        taken.add(capability.id)
+    if notes is not None:
+        notes.extend(repairs)
+    return capability
+
+
+def _safe(text: str, pattern: re.Pattern[str], limit: int) -> str:
+    cleaned = pattern.sub("_", text.strip()).strip("._-/:")
+    return (cleaned or "tool")[:limit]
+
+
+def _free_id(base: str, taken: set[str] | None) -> str:
+    cap_id, n = f"tool:{base}", 2
+    while taken is not None and cap_id in taken:
+        cap_id, n = f"tool:{base}-{n}", n + 1
+    return cap_id
+
+
+def _description(fields: Mapping[str, Any]) -> str:
+    description = str(fields.get("description") or "").strip()
+    for_model = str(fields.get("description_for_model") or "").strip()
+    if for_model and for_model != description:
+        return f"{description}\n\n{for_model}" if description else for_model
+    return description
+
+
+# -- reading files ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Line:
+    """One non-blank line of a catalog: its JSON object (when it is one), and the capability
+    with the repairs made, or the error."""
+
+    number: int
+    record: Mapping[str, Any] | None
+    capability: Capability | None = None
+    error: ManifestError | None = None
+    notes: tuple[str, ...] = ()
+
+
+def load_catalog(path: Path) -> Catalog:
+    """Read a ``tools.jsonl`` catalog (the source named after its directory), each line on its
+    own. Query labels may name a tool by its ``id`` or, when no other tool has that name or
+    id, by its ``name``."""
+    lines = list(_lines(path, path.parent.name))
+    kept = [(line.record or {}, line.capability) for line in lines if line.capability is not None]
+    return Catalog(
+        capabilities=tuple(capability for _, capability in kept),
+        ids=_label_map(kept),
+        refused=_refusals(lines),
+        notes=_notes(lines),
+        refused_labels=frozenset(
+            label for line in lines if line.error is not None for label in _labels(line.record)
+        ),
+    )
+
+
+def read_jsonl_catalog(path: Path, source: str) -> JsonlImport:
+    """A ``tools.jsonl`` file as capabilities of ``source`` for ``capdisc import jsonl``: each
+    keyed by ``FILE:LINE``; each line that is no valid tool refused with an error naming the
+    line and the field (the other lines still import)."""
+    lines = list(_lines(path, source))
+    found = {
+        Path(f"{path}:{line.number}"): line.capability
+        for line in lines
+        if line.capability is not None
+    }
+    return JsonlImport(path, found, _refusals(lines), _notes(lines))
+
+
+def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    """The JSON object of each non-blank line of ``path`` (a labelled query file, whose lines
+    are all needed: a bad one raises)."""
+    with path.open(encoding="utf-8-sig") as handle:
+        for line in handle:
+            if line.strip():
+                yield json.loads(line)
+
+
+def _lines(path: Path, source: str) -> Iterator[_Line]:
+    taken: set[str] = set()
+    with path.open(encoding="utf-8-sig") as handle:
+        for number, text in enumerate(handle, start=1):
+            if text.strip():
+                yield _line(text, number, f"{path}:{number}", taken, source)
+
+
+def _line(text: str, number: int, where: str, taken: set[str], source: str) -> _Line:
+    record: dict[str, Any] | None = None
+    notes: list[str] = []
+    try:
+        record = _json_object(text, where)
+        capability = capability_from_benchmark_tool(record, taken, source, notes=notes)
+    except ManifestError as exc:
+        return _Line(number, record, error=ManifestError(where, exc.field, exc.problem))
+    except RecursionError:
+        return _Line(number, record, error=ManifestError(where, None, "is nested too deeply"))
+    return _Line(number, record, capability, notes=tuple(notes))
+
+
+def _json_object(text: str, where: str) -> dict[str, Any]:
+    try:
+        record = json.loads(text)
+    except ValueError as exc:  # json.JSONDecodeError
+        raise ManifestError(where, None, f"is not JSON: {exc}") from exc
+    if not isinstance(record, dict):
+        raise ManifestError(where, None, "must be a JSON object")
+    return record
+
+
+def _refusals(lines: list[_Line]) -> tuple[Refusal, ...]:
+    return tuple(Refusal(line.number, line.error) for line in lines if line.error is not None)
+
+
+def _notes(lines: list[_Line]) -> tuple[Note, ...]:
+    return tuple(Note(line.number, text) for line in lines for text in line.notes)
+
+
+def _labels(record: Mapping[str, Any] | None) -> set[str]:
+    """The labels a line's tool could be named by: its id and its name."""
+    if record is None:
+        return set()
+    return {str(record[k]) for k in ("id", "name") if record.get(k)}
+
+
+def _label_map(kept: list[tuple[Mapping[str, Any], Capability]]) -> dict[str, str]:
+    """Dataset tool id -> capability id, and each name no other tool has or uses as its id."""
+    ids: dict[str, str] = {}
+    names: dict[str, list[str]] = {}
+    for record, capability in kept:
+        ids[str(record.get("id") or record.get("name"))] = capability.id
+        if record.get("name"):
+            names.setdefault(str(record["name"]), []).append(capability.id)
+    for name, owners in names.items():
+        if len(owners) == 1 and name not in ids:
+            ids[name] = owners[0]
+    return ids
