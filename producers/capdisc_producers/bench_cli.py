@@ -67,6 +67,12 @@ def bench() -> None:
     show_default=True,
     help="Embedder for the catalog and the queries",
 )
+@click.option(
+    "--no-abstain",
+    "no_abstain",
+    is_flag=True,
+    help="Rank without abstaining (abstain_threshold 0): ranking measured apart from abstention",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object")
 def retrieval(
     tools_path: Path,
@@ -74,6 +80,7 @@ def retrieval(
     sample: int | None,
     seed: int,
     embedder: str,
+    no_abstain: bool,
     as_json: bool,
 ) -> None:
     """Index TOOLS with the discovery engine, run QUERIES and print the retrieval figures.
@@ -84,7 +91,12 @@ def retrieval(
     ("dropped_queries"). Repairs made to catalog lines are printed as warnings ("notes")."""
     try:
         figures = run_retrieval_benchmark(
-            tools_path, queries_path, sample=sample, seed=seed, embedder=make_embedder(embedder)
+            tools_path,
+            queries_path,
+            sample=sample,
+            seed=seed,
+            embedder=make_embedder(embedder),
+            abstain=not no_abstain,
         )
     except (CapdiscError, OSError, ValueError, KeyError) as exc:
         raise click.ClickException(str(exc)) from exc
@@ -102,7 +114,21 @@ def format_figures(figures: dict[str, Any]) -> str:
     lines = [f"{figures['queries']} queries over {figures['tools']} tools"]
     lines += [f"  {key:<12} {figures[key]:.3f}" for key in _ORDER if key in figures]
     latency = figures["latency_ms"]
-    lines.append(f"  {'latency':<12} median {latency['p50']:.2f} ms, p99 {latency['p99']:.2f} ms")
+    lines.append(
+        f"  {'latency':<12} median {latency['p50']:.2f} ms, p99 {latency['p99']:.2f} ms "
+        "(query vectors precomputed)"
+    )
+    fresh = figures.get("latency_with_embedding_ms")
+    if fresh:
+        lines.append(
+            f"  {'':<12} median {fresh['p50']:.2f} ms, p99 {fresh['p99']:.2f} ms "
+            f"(the model embedding each query, {fresh['n']} queries)"
+        )
+    if "abstained_answerable" in figures:
+        off = "" if figures.get("abstain", True) else " (abstention off)"
+        lines.append(
+            f"  {'abstained':<12} {figures['abstained_answerable']:.3f} of answerable queries{off}"
+        )
     for key in ("abstain_accuracy", "answer_rate"):
         if key in figures:
             lines.append(f"  {key:<12} {figures[key]:.3f}")

@@ -73,6 +73,9 @@ def test_bench_retrieval_prints_the_issue_keys_with_abstention(dataset: tuple[Pa
         "queries",
         "tools",
         "latency_ms",
+        "latency_with_embedding_ms",
+        "abstained_answerable",
+        "abstain",
         "abstain_accuracy",
         "answer_rate",
     } == set(figures)

@@ -26,6 +26,7 @@ from capdisc.bench.evaluation import (
     run_retrieval_benchmark,
     sample_queries,
 )
+from capdisc.discovery.config import DiscoveryConfig
 from capdisc.embedders.hashing import HashingEmbedder
 from capdisc.embedders.port import Matrix
 from capdisc.registry.catalogs import (
@@ -51,6 +52,9 @@ FIGURE_KEYS = {
     "queries",
     "tools",
     "latency_ms",
+    "latency_with_embedding_ms",
+    "abstained_answerable",
+    "abstain",
 }
 
 
@@ -276,6 +280,8 @@ def test_benchmark_returns_exactly_the_issue_keys(
     )
     assert set(figures) == FIGURE_KEYS
     assert set(figures["latency_ms"]) == {"p50", "p99"}
+    assert set(figures["latency_with_embedding_ms"]) == {"p50", "p99", "n"}
+    assert figures["latency_with_embedding_ms"]["n"] == 3
     assert figures["queries"] == 3 and figures["tools"] == 3
     assert figures["recall@5"] == pytest.approx(1.0)
 
@@ -287,6 +293,45 @@ def test_no_tool_queries_add_abstention_figures(dataset: tuple[Path, Path], tmp_
         *dataset, embedder=HashingEmbedder(64), cache_dir=tmp_path / "cache"
     )
     assert set(figures) == FIGURE_KEYS | {"abstain_accuracy", "answer_rate"}
+
+
+def test_without_abstention_no_answerable_query_goes_unanswered(
+    dataset: tuple[Path, Path], tmp_path: Path
+) -> None:
+    strict = DiscoveryConfig(abstain_threshold=0.99)  # abstains on nearly everything
+    kept, off = (
+        run_retrieval_benchmark(
+            *dataset,
+            embedder=HashingEmbedder(64),
+            cache_dir=tmp_path / "cache",
+            config=strict,
+            abstain=abstain,
+        )
+        for abstain in (True, False)
+    )
+
+    assert kept["abstained_answerable"] > 0
+    assert off["abstained_answerable"] == 0 and off["abstain"] is False
+
+
+class RecordingEmbedder(HashingEmbedder):
+    def __init__(self, dim: int) -> None:
+        super().__init__(dim)
+        self.texts: list[str] = []
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        self.texts.extend(texts)
+        return super().embed(texts)
+
+
+def test_one_changed_text_is_the_only_one_embedded_again(tmp_path: Path) -> None:
+    embed_cached(RecordingEmbedder(64), ["a tool", "b tool", "c tool"], tmp_path)
+    embedder = RecordingEmbedder(64)
+
+    again = embed_cached(embedder, ["a tool", "b tool changed", "c tool"], tmp_path)
+
+    assert embedder.texts == ["b tool changed"]
+    assert np.allclose(again[1], embedder.embed(["b tool changed"])[0])
 
 
 class CountingEmbedder(HashingEmbedder):

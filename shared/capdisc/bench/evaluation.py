@@ -12,7 +12,6 @@ Catalog and query embeddings are cached on disk (``benchmarks/.cache/`` of the c
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import random
@@ -25,10 +24,11 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
+from capdisc.bench.vectorcache import TextVectorCache, embed_through
 from capdisc.discovery.config import DiscoveryConfig
-from capdisc.discovery.engine import Query, rank
+from capdisc.discovery.engine import Query, embed_turn, rank
 from capdisc.discovery.snapshot import IndexSnapshot
-from capdisc.embedders.port import Embedder, Matrix
+from capdisc.embedders.port import CachedQueryEmbedder, Embedder, Matrix
 from capdisc.errors import ManifestError
 from capdisc.filters import SearchFilters
 from capdisc.models import Capability
@@ -46,6 +46,8 @@ Collection_ = Sequence[str] | set[str] | frozenset[str]
 T = TypeVar("T")
 #: The engine's configuration when none is given: the defaults every worker serves.
 ENGINE_DEFAULTS = DiscoveryConfig()
+#: Queries whose whole turn, the model included, is timed for ``latency_with_embedding_ms``.
+FRESH_QUERIES = 100
 
 
 # -- queries --------------------------------------------------------------------------------------
@@ -112,22 +114,15 @@ def default_cache_dir() -> Path:
 def embed_cached(
     embedder: Embedder, texts: Sequence[str], cache_dir: Path | None, batch: int = 32
 ) -> Matrix:
-    """Embed ``texts`` in length-sorted batches, cached under the embedder id and text hash."""
-    digest = hashlib.sha256("\x1e".join(texts).encode()).hexdigest()[:32]
-    path = cache_dir / f"{embedder.id}-{len(texts)}-{digest}.npy" if cache_dir else None
-    if path is not None and path.is_file():
-        cached: Matrix = np.load(path)
-        if cached.shape == (len(texts), embedder.dim):
-            return cached
-    out = np.zeros((len(texts), embedder.dim), dtype=np.float32)
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-    for start in range(0, len(order), batch):
-        rows = order[start : start + batch]
-        out[rows] = embedder.embed([texts[i] for i in rows])
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        np.save(path, out)
-    return out
+    """Embed ``texts``, each cached on disk by its own hash (:mod:`capdisc.bench.vectorcache`):
+    a catalog that changes in one tool embeds that tool's texts again, nothing else."""
+    if cache_dir is None:
+        return embed_through(None, embedder, texts, batch)
+    cache = TextVectorCache(cache_dir, embedder)
+    try:
+        return embed_through(cache, embedder, texts, batch)
+    finally:
+        cache.close()
 
 
 def build_snapshot(
@@ -342,7 +337,33 @@ def summarize(run: BenchmarkRun) -> dict[str, Any]:
     }
     for key, value in abstention_metrics([r.abstained for r in run.results], relevant).items():
         out[key] = round(value, 4)
+    answerable = [r.abstained for r, rel in zip(run.results, relevant, strict=True) if rel]
+    if answerable:
+        out["abstained_answerable"] = round(sum(answerable) / len(answerable), 4)
     return out
+
+
+def latency_with_embedding(
+    snapshot: IndexSnapshot,
+    queries: Sequence[LabelledQuery],
+    embedder: Embedder,
+    config: DiscoveryConfig,
+    k: int = 10,
+) -> dict[str, float]:
+    """Median and p99 of whole turns, the query embedded by the model each time (no cache),
+    over at most :data:`FRESH_QUERIES` queries: what a turn costs when its text is new."""
+    fresh = CachedQueryEmbedder(embedder, 0)
+    ms = []
+    for query in queries[:FRESH_QUERIES]:
+        start = time.perf_counter()
+        vector, embed = embed_turn(fresh, query.query, config)
+        rank(snapshot, Query(query.query, k), vector, config, k, embed)
+        ms.append((time.perf_counter() - start) * 1000)
+    return {
+        "p50": round(statistics.median(ms), 3),
+        "p99": round(percentile(ms, 99), 3),
+        "n": len(ms),
+    }
 
 
 def run_retrieval_benchmark(
@@ -354,12 +375,19 @@ def run_retrieval_benchmark(
     embedder: Embedder,
     config: DiscoveryConfig = ENGINE_DEFAULTS,
     cache_dir: Path | None = None,
+    abstain: bool = True,
 ) -> dict[str, Any]:
     """Index the catalog, run the (sampled) queries and return the figures as one JSON object:
     ``recall@1/3/5/10``, ``ndcg@5``, ``complete@5``, ``hit@5``, ``mrr``, ``queries``, ``tools``,
-    ``latency_ms`` (``p50``, ``p99``); when some queries have no relevant tool,
-    ``abstain_accuracy`` and ``answer_rate``; and what :func:`catalog_figures` reports of the
-    catalog's refused lines and repairs, when there are any."""
+    ``latency_ms`` (``p50``, ``p99``: query vectors precomputed) and
+    ``latency_with_embedding_ms`` (the model embedding each query, :func:`latency_with_embedding`),
+    ``abstained_answerable`` (the share of answerable queries given no answer); when some
+    queries have no relevant tool, ``abstain_accuracy`` and ``answer_rate``; and what
+    :func:`catalog_figures` reports of the catalog's refused lines and repairs, when there are
+    any. ``abstain`` False ranks without abstaining (``abstain_threshold`` 0), so ranking and
+    abstention are reported apart."""
+    if not abstain:
+        config = config.merged({"abstain_threshold": 0.0})
     cache = cache_dir if cache_dir is not None else default_cache_dir()
     catalog = load_catalog(tools_path)
     if not catalog.capabilities:
@@ -373,6 +401,10 @@ def run_retrieval_benchmark(
     snapshot = build_snapshot(catalog.capabilities, embedder, cache_dir=cache)
     vectors = QueryVectors.embed(embedder, (q.query for q in queries), cache)
     figures = summarize(run_queries(snapshot, queries, vectors, config=config))
+    figures["latency_with_embedding_ms"] = latency_with_embedding(
+        snapshot, queries, embedder, config
+    )
+    figures["abstain"] = abstain
     return figures | catalog_figures(catalog, labelled)
 
 
