@@ -1,21 +1,24 @@
-"""``capdisc mcp``: capdisc as an MCP server, one more front door beside the client and CLI.
+"""``capdisc mcp``: capdisc as an MCP server, and a gateway to the tools it discovers.
 
-Two tools, served over stdio (one host, one process) or streamable HTTP (many hosts):
+Served over stdio (one host, one process) or streamable HTTP (many hosts). Each MCP session
+lists capdisc's own two tools and the tools a discovery bound in it
+(:mod:`capdisc_producers.mcp_gateway` does the work, :mod:`capdisc_producers.mcp_sessions`
+keeps the lists):
 
 * ``discover_capabilities`` - the meta-tool, listed exactly as capdisc defines it everywhere
-  (:func:`capdisc.agents.formats.to_mcp`: same name, description, input schema and annotations). A
-  call
-  is parsed by :func:`capdisc.agents.metatool.parse_metatool_arguments` and answered by
-  :meth:`capdisc.client.Client.discover` in the caller's session with ``tool_format="mcp"``. The
-  result is :func:`capdisc.discovery.toolsets.metatool_result` (what the model reads) plus
-  ``session`` (id,
-  bound, added, evicted, redundant_search and its note, installable), ``tools`` (MCP tool
-  definitions for the host to bind: the whole working set, the meta-tool first, identical to the
-  one listed here) and ``tool_names`` (tool name -> capability id), as structured content and the
-  same JSON as text.
-* ``record_tool_call`` - records that the host executed a capability in the same session and
-  returns ``loop_detected``, ``evicted`` and ``guidance``, so hosts that route calls through
-  capdisc get the loop guard.
+  (:func:`capdisc.agents.formats.to_mcp`: same name, description, input and output schemas and
+  annotations). Its arguments are checked by
+  :func:`capdisc.agents.metatool.parse_metatool_arguments`; its result (structured content, and
+  the same JSON as text) is what was found plus ``session``, ``tools`` and ``tool_names``.
+* ``record_tool_call`` - the host ran a tool itself: recorded in the session, so the loop guard
+  applies (``loop_detected``, ``evicted``, ``guidance``).
+* the session's working set - each tool a discovery bound (always-include ones too) joins the
+  session's ``tools/list`` and leaves it when evicted, each change announced with
+  ``notifications/tools/list_changed`` on the stream of the call that made it. A call to one
+  imported from an MCP server is forwarded there (pooled connections,
+  ``mcp_upstream_timeout_s``), recorded in the session and logged; when the loop guard evicts
+  it, it leaves the list. A tool with no upstream is a definition only: calling it is a tool
+  error telling the host to run it and record the call.
 
 Sessions. Each MCP session is a capdisc session of the tenant served:
 
@@ -23,20 +26,25 @@ Sessions. Each MCP session is a capdisc session of the tenant served:
 * streamable HTTP: ``mcp-`` + the transport's ``mcp-session-id``, read from the HTTP request the
   lowlevel handler's ``ServerRequestContext.request`` carries (a Starlette ``Request``; it is
   ``None`` on stdio). The SDK's session manager only lets through session ids it issued, to the
-  client it issued them to. mcp 2.x clients open the stateless 2026-07-28 era by default when a
-  server offers it (``Client(mode="auto")`` probes ``server/discover``), and that era has no
-  sessions; so over HTTP this server answers ``server/discover`` with the handshake-era versions
-  only, which the SDK's probe reads as a legacy server and answers with the ``initialize``
-  handshake (the go-sdk's stateful streamable server does the same). A request that still comes
-  without a session (a client pinned to 2026-07-28) is answered without one: its discovery binds
-  nothing (``session`` is null, ``tools`` are that turn's matches) and ``record_tool_call`` is
-  refused.
+  client it issued them to.
+
+A tool list that changes needs a session to announce it on, and the stateless 2026-07-28 era
+has none (mcp 2.x clients open it by default when a server offers it: ``Client(mode="auto")``
+probes ``server/discover``). So this server speaks the handshake era and declares
+``tools.listChanged``: over HTTP it answers ``server/discover`` with the handshake-era versions
+only, which the SDK's probe reads as a legacy server and answers with the ``initialize``
+handshake (the go-sdk's stateful streamable server does the same); over stdio it serves the
+handshake loop alone, which refuses the probe, and the client falls back to ``initialize`` the
+same way. A request that still comes without a session over HTTP (a client pinned to
+2026-07-28) is answered without one: its discovery binds nothing (``session`` is null,
+``tools`` are that turn's matches), ``record_tool_call`` is refused and no tool is listed or
+forwarded.
 
 The tools are served by the lowlevel ``mcp.server.Server`` with explicit ``tools/list`` and
 ``tools/call`` handlers, not ``MCPServer``, whose tools take their schema and argument validation
-from a Python signature: here the schema must be capdisc's, and a model's arguments are checked by
-capdisc's parser so its messages, naming the argument, come back as the tool's error. Client calls
-block on Redis, so they run in worker threads, off the event loop.
+from a Python signature: here the schema must be capdisc's, a model's arguments are checked by
+capdisc's parser so its messages, naming the argument, come back as the tool's error, and the
+list differs per session.
 
 Who asks. Over stdio, every call asks as the process that started the server: the holder of its
 token (``--token`` or ``CAPDISC_TOKEN``, verified at start when the keyring is at hand). Over
@@ -46,7 +54,8 @@ middleware and ``RequireAuthMiddleware``): every request needs ``Authorization: 
 with the ``discover`` grant (401 with ``WWW-Authenticate: Bearer`` otherwise); each call asks as
 that token's holder, and the SDK binds each MCP session to the token's subject. The workers
 verify the token again. With auth off, HTTP callers ask as the process; on a host other than
-loopback the server says so in its log.
+loopback the server says so in its log. When an upstream's tools change, the re-import is
+published with the process's token.
 """
 
 from __future__ import annotations
@@ -54,6 +63,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -61,55 +71,46 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-import anyio.to_thread
 import mcp_types as types
 import redis
 import structlog
-from mcp.server import Server, ServerRequestContext
+from mcp.server import InitializationOptions, NotificationOptions, Server, ServerRequestContext
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
-from pydantic import AnyHttpUrl
+from pydantic import AnyHttpUrl, ValidationError
 
 from capdisc.agents.formats import to_mcp
-from capdisc.agents.metatool import METATOOL_NAME, parse_metatool_arguments
+from capdisc.agents.metatool import METATOOL_NAME
 from capdisc.client import Client
-from capdisc.discovery.toolsets import metatool_result
-from capdisc.errors import AuthError, CapdiscError, ConfigError, ManifestError
+from capdisc.errors import AuthError, CapdiscError, ConfigError
 from capdisc.identity import auth
 from capdisc.identity.gate import Gate, require
+from capdisc.logs import configure_logging
 from capdisc.models import JSONDict
 from capdisc.settings import Settings
+from capdisc_producers.mcp_gateway import (
+    RECORD_TOOL,
+    RECORD_TOOL_NAME,
+    Announce,
+    Gateway,
+    tool_error,
+)
+from capdisc_producers.mcp_reimport import Reimporter
+from capdisc_producers.mcp_upstream import UpstreamPool
 
 SERVER_NAME = "capdisc"
-RECORD_TOOL_NAME = "record_tool_call"
 SESSION_HEADER = "mcp-session-id"
 SESSION_PREFIX = "mcp-"
-MAX_TOOL_ID_CHARS = 200
 
-RECORD_TOOL: JSONDict = {
-    "name": RECORD_TOOL_NAME,
-    "title": "Record Tool Call",
-    "description": "Record that a discovered tool was executed (tool_id: its capability id), "
-    "so a repeating call is caught as a loop.",
-    "inputSchema": {
-        "type": "object",
-        "properties": {"tool_id": {"type": "string"}, "arguments": {"type": ["object", "null"]}},
-        "required": ["tool_id"],
-        "additionalProperties": False,
-    },
-    # Changes only the session's working set; recording twice counts twice.
-    "annotations": {
-        "readOnlyHint": False,
-        "destructiveHint": False,
-        "idempotentHint": False,
-        "openWorldHint": False,
-    },
-}
-
-Handler = Callable[[Client, Mapping[str, Any], str | None], Awaitable[dict[str, Any]]]
+#: One of capdisc's own tools: the caller, the arguments, the session, how to announce changes.
+Handler = Callable[[Client, Mapping[str, Any], str | None, Announce], Awaitable[dict[str, Any]]]
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+#: What ``tools/list`` announces: the list changes as discoveries bind and evict tools.
+NOTIFICATIONS = NotificationOptions(tools_changed=True)
+#: Libraries that log every request or session at INFO.
+CHATTY_LOGGERS = ("mcp", "httpx", "httpx2", "uvicorn.access")
 
 log = structlog.get_logger("capdisc.mcp")
 
@@ -146,6 +147,7 @@ def serve(
     asks as the holder of its bearer token, in the token's tenant (``tenant`` when
     ``tenant_given``: a token for another tenant is then refused)."""
     access = access or ServerAuth()
+    configure_server_logging(settings)
     if access.required and not access.gate.enabled:
         raise ConfigError(
             "auth is on but capdisc mcp has no keyring to verify tokens with; "
@@ -161,19 +163,37 @@ def serve(
         user=user,
         token=access.token,
     )
+    pool = upstream_pool(settings, access.token)
     try:
         with contextlib.suppress(KeyboardInterrupt):
             if port is None:
-                server = build_server(
-                    client, profile=profile, stdio_session=SESSION_PREFIX + uuid.uuid4().hex
-                )
-                anyio.run(_serve_stdio, server)
+                session = SESSION_PREFIX + uuid.uuid4().hex
+                server = build_server(client, profile=profile, stdio_session=session, pool=pool)
+                anyio.run(_serve_stdio, server, pool)
             else:
                 holders = Holders(client, access.required, tenant if tenant_given else None)
-                server = build_server(client, profile=profile, stdio_session=None, holders=holders)
-                anyio.run(_serve_http, server, host, port, access)
+                server = build_server(
+                    client, profile=profile, stdio_session=None, holders=holders, pool=pool
+                )
+                anyio.run(_serve_http, server, pool, host, port, access)
     finally:
         client.close()
+
+
+def configure_server_logging(settings: Settings) -> None:
+    """A server logs at the settings' level (the command line's default is warnings only), on
+    stderr (stdout is the stdio transport); the SDK's and HTTP clients' per-request lines are
+    left out below warnings."""
+    configure_logging(settings.log_level, settings.log_format)
+    for chatty in CHATTY_LOGGERS:
+        logging.getLogger(chatty).setLevel(max(logging.WARNING, logging.getLogger().level))
+
+
+def upstream_pool(settings: Settings, token: str | None) -> UpstreamPool:
+    """The connections to the MCP servers tools were imported from; when one's tools change,
+    they are re-imported into the registry (with ``token``) as ``capdisc import mcp`` would."""
+    timeout_s = settings.mcp_upstream_timeout_s
+    return UpstreamPool(timeout_s, Reimporter(settings.redis_url, token, wait_s=timeout_s))
 
 
 def check_process_token(access: ServerAuth, tenant: str, now: float) -> None:
@@ -188,7 +208,7 @@ def check_process_token(access: ServerAuth, tenant: str, now: float) -> None:
 
 
 def tool_definitions() -> list[types.Tool]:
-    """The tools listed: capdisc's own MCP definition of the meta-tool, and record_tool_call."""
+    """capdisc's own tools: its MCP definition of the meta-tool, and record_tool_call."""
     return [types.Tool.model_validate(to_mcp([])[0]), types.Tool.model_validate(RECORD_TOOL)]
 
 
@@ -215,59 +235,102 @@ class Holders:
         return self.client.as_holder(access_token.token, tenant)
 
 
+class GatewayServer(Server[Any]):
+    """The lowlevel server, declaring that its tool list changes: the streamable HTTP session
+    manager builds each session's initialization options with no arguments."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NOTIFICATIONS, experimental_capabilities, extensions
+        )
+
+
 def build_server(
     client: Client,
     *,
     profile: str | None,
     stdio_session: str | None,
     holders: Holders | None = None,
+    pool: UpstreamPool | None = None,
 ) -> Server[Any]:
     """The MCP server; ``stdio_session`` is the session of every call that comes without an HTTP
     request (stdio), ``None`` over HTTP; ``holders`` picks each call's client (default: the
-    process's)."""
+    process's); ``pool`` reaches the upstream servers (run it around the server)."""
     holders = holders or Holders(client, False, None)
-    tools = CapdiscTools(profile)
+    own = tool_definitions()
+    gateway = Gateway(profile, pool or UpstreamPool(30.0), frozenset(t.name for t in own))
     handlers: dict[str, Handler] = {
-        METATOOL_NAME: tools.discover,
-        RECORD_TOOL_NAME: tools.record_tool_call,
+        METATOOL_NAME: gateway.discover,
+        RECORD_TOOL_NAME: gateway.record,
     }
-    schemas = {tool.name: tool.input_schema for tool in tool_definitions()}
+    schemas = {tool.name: tool.input_schema for tool in own}
 
     async def list_tools(
-        _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
+        ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=tool_definitions())
+        listed = gateway.listed(session_of(ctx, stdio_session))
+        return types.ListToolsResult(tools=[*tool_definitions(), *sdk_tools(listed)])
 
     async def call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        session = session_of(ctx, stdio_session)
         handler = handlers.get(params.name)
-        if handler is None:
-            raise MCPError(
-                types.INVALID_PARAMS,
-                f"unknown tool {params.name!r}; this server has {', '.join(handlers)}",
-            )
+        if handler is None and gateway.tool(session, params.name) is None:
+            raise MCPError(types.INVALID_PARAMS, unknown_tool(params.name, handlers))
         try:
             caller = holders.for_call(ctx)
         except AuthError as exc:
-            return _error(str(exc))
-        return await run_tool(
-            functools.partial(handler, caller),
-            params.arguments or {},
-            session_of(ctx, stdio_session),
-        )
+            return tool_error(str(exc))
+        announce = functools.partial(announce_list_changed, ctx)
+        arguments = params.arguments or {}
+        if handler is None:
+            return await gateway.forward(caller, params.name, arguments, session, announce)
+        return await run_tool(functools.partial(handler, caller, arguments, session, announce))
 
-    server: Server[Any] = Server(
+    server = GatewayServer(
         SERVER_NAME,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
         get_tool_input_schema=schemas.get,
     )
-    if stdio_session is None:
-        server.add_request_handler(
-            "server/discover", types.RequestParams, functools.partial(_handshake_only, server)
-        )
+    server.add_request_handler(
+        "server/discover", types.RequestParams, functools.partial(_handshake_only, server)
+    )
     return server
+
+
+def unknown_tool(name: str, handlers: Mapping[str, Handler]) -> str:
+    return (
+        f"unknown tool {name!r}; this server has {', '.join(handlers)} and, in an MCP session, "
+        "the tools a discovery bound there (list them again: tools/list)"
+    )
+
+
+def sdk_tools(definitions: list[JSONDict]) -> list[types.Tool]:
+    """The listed definitions as the SDK's ``Tool``; one it refuses is left out (logged)."""
+    tools: list[types.Tool] = []
+    for definition in definitions:
+        try:
+            tools.append(types.Tool.model_validate(definition))
+        except ValidationError as exc:
+            log.warning("mcp_tool_unlisted", tool=definition.get("name"), error=str(exc))
+    return tools
+
+
+async def announce_list_changed(ctx: ServerRequestContext[Any]) -> None:
+    """``notifications/tools/list_changed`` on the stream of the call being answered, so the
+    client has it before the call's result. Only handshake-era sessions can carry it."""
+    if ctx.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
+        return
+    await ctx.session.send_notification(
+        types.ToolListChangedNotification(), related_request_id=ctx.request_id
+    )
 
 
 def session_of(ctx: ServerRequestContext[Any], stdio_session: str | None) -> str | None:
@@ -280,125 +343,52 @@ def session_of(ctx: ServerRequestContext[Any], stdio_session: str | None) -> str
     return SESSION_PREFIX + transport_session if transport_session else None
 
 
-async def run_tool(
-    handler: Callable[[Mapping[str, Any], str | None], Awaitable[dict[str, Any]]],
-    arguments: Mapping[str, Any],
-    session: str | None,
-) -> types.CallToolResult:
+async def run_tool(handler: Callable[[], Awaitable[dict[str, Any]]]) -> types.CallToolResult:
     """The handler's answer as structured content and JSON text; capdisc's errors, and Redis
     being unreachable, as a tool error result with the message."""
     try:
-        payload = await handler(arguments, session)
+        payload = await handler()
     except CapdiscError as exc:
-        return _error(str(exc))
+        return tool_error(str(exc))
     except redis.RedisError as exc:
-        return _error(f"capdisc cannot reach its Redis ({exc}); is the stack running?")
+        return tool_error(f"capdisc cannot reach its Redis ({exc}); is the stack running?")
     text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
     return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=payload)
-
-
-def _error(message: str) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(text=message)], is_error=True)
-
-
-@dataclass(frozen=True)
-class RecordCall:
-    """One validated ``record_tool_call`` call."""
-
-    tool_id: str
-    arguments: dict[str, Any] | None = None
-
-
-def parse_record_arguments(arguments: Mapping[str, Any]) -> RecordCall:
-    """Check ``record_tool_call``'s arguments strictly, like the meta-tool's: the error names the
-    argument."""
-    unknown = [key for key in arguments if key not in ("tool_id", "arguments")]
-    if unknown:
-        raise ManifestError(
-            RECORD_TOOL_NAME, str(unknown[0]), "unknown argument (use tool_id, arguments)"
-        )
-    tool_id = arguments.get("tool_id")
-    if not isinstance(tool_id, str) or not tool_id.strip():
-        raise ManifestError(
-            RECORD_TOOL_NAME, "tool_id", "is required: the capability id of the tool executed"
-        )
-    if len(tool_id) > MAX_TOOL_ID_CHARS:
-        raise ManifestError(
-            RECORD_TOOL_NAME, "tool_id", f"is {len(tool_id)} characters; a capability id is shorter"
-        )
-    call_arguments = arguments.get("arguments")
-    if call_arguments is not None and not isinstance(call_arguments, dict):
-        raise ManifestError(
-            RECORD_TOOL_NAME, "arguments", "must be the call's arguments as an object, or null"
-        )
-    return RecordCall(tool_id.strip(), call_arguments)
-
-
-class CapdiscTools:
-    """The tools' work: blocking :class:`Client` calls, each in a worker thread."""
-
-    def __init__(self, profile: str | None) -> None:
-        self.profile = profile
-
-    async def discover(
-        self, client: Client, arguments: Mapping[str, Any], session: str | None
-    ) -> dict[str, Any]:
-        call = parse_metatool_arguments(arguments)
-        answer = await anyio.to_thread.run_sync(
-            functools.partial(
-                client.discover,
-                call.query,
-                kind=call.kind,
-                limit=call.limit,
-                only_available=bool(call.only_available),
-                session=session,
-                profile=self.profile,
-                tool_format="mcp",
-            )
-        )
-        return {
-            **metatool_result(answer.raw),
-            "session": answer.session,
-            "tools": answer.tools,
-            "tool_names": answer.tool_names,
-        }
-
-    async def record_tool_call(
-        self, client: Client, arguments: Mapping[str, Any], session: str | None
-    ) -> dict[str, Any]:
-        call = parse_record_arguments(arguments)
-        if session is None:
-            raise CapdiscError(
-                "record_tool_call needs an MCP session, and this request has "
-                "none (a stateless HTTP request); connect with the initialize "
-                "handshake (a 2025 protocol version) to get one"
-            )
-        outcome = await anyio.to_thread.run_sync(
-            functools.partial(client.record_tool_call, session, call.tool_id, call.arguments)
-        )
-        return {**outcome, "session": session}
 
 
 async def _handshake_only(
     server: Server[Any], ctx: ServerRequestContext[Any], _params: types.RequestParams | None
 ) -> types.DiscoverResult:
-    """``server/discover`` over HTTP: the handshake-era versions only, so that an mcp 2.x client
-    in ``auto`` mode connects with ``initialize`` and gets a transport session."""
+    """``server/discover``: the handshake-era versions only, so that an mcp 2.x client in
+    ``auto`` mode connects with ``initialize`` and gets a session whose tool list can change."""
     return types.DiscoverResult(
         supported_versions=list(HANDSHAKE_PROTOCOL_VERSIONS),
-        capabilities=server.get_capabilities(protocol_version=ctx.protocol_version),
+        capabilities=server.get_capabilities(NOTIFICATIONS, protocol_version=ctx.protocol_version),
         instructions=server.instructions,
     )
 
 
-async def _serve_stdio(server: Server[Any]) -> None:
+async def _serve_stdio(server: Server[Any], pool: UpstreamPool) -> None:
+    """One connection over stdin and stdout, in the handshake era only (``serve_loop``, as the
+    HTTP session manager drives each session; ``Server.run`` would let a ``server/discover``
+    probe open the stateless era): the probe is refused, and the client sends ``initialize``."""
+    from mcp.server.runner import serve_loop
     from mcp.server.stdio import stdio_server
 
-    async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+    options = server.create_initialization_options()
+    async with (
+        pool.running(),
+        stdio_server() as (read_stream, write_stream),
+        server.lifespan(server) as state,
+    ):
+        await serve_loop(
+            server, read_stream, write_stream, lifespan_state=state, init_options=options
+        )
 
 
-async def _serve_http(server: Server[Any], host: str, port: int, access: ServerAuth) -> None:
+async def _serve_http(
+    server: Server[Any], pool: UpstreamPool, host: str, port: int, access: ServerAuth
+) -> None:
     import uvicorn
 
     if access.required:
@@ -417,7 +407,8 @@ async def _serve_http(server: Server[Any], host: str, port: int, access: ServerA
             )
         app = server.streamable_http_app(host=host)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning")
-    await uvicorn.Server(config).serve()
+    async with pool.running():
+        await uvicorn.Server(config).serve()
 
 
 def resource_server(host: str, port: int) -> AuthSettings:

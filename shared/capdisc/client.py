@@ -22,6 +22,7 @@ from capdisc.discovery.protocol import DiscoverRequest, SessionRequest
 from capdisc.discovery.replies import DiscoverReply, ErrorReply, SessionReply, decode_reply
 from capdisc.errors import AuthError, DiscoveryTimeout
 from capdisc.identity.auth import ALL_TENANTS, peek
+from capdisc.models import SourceRef
 from capdisc.sessions import store as sessions
 from capdisc.status import collect_status, live_workers
 
@@ -42,6 +43,8 @@ class Answer:
     tokens: dict[str, int] = field(default_factory=dict)
     tools: list[dict[str, Any]] = field(default_factory=list)
     tool_names: dict[str, str] = field(default_factory=dict)
+    #: Tool name -> where a tool imported from an MCP server is called (its ``source_ref``).
+    tool_sources: dict[str, SourceRef] = field(default_factory=dict)
     worker: str = ""
     took_ms: float = 0.0
     #: Category -> workflow guidance for the categories found (docs/design.md, "Workflow hints").
@@ -344,6 +347,7 @@ def _answer(raw: dict[str, Any]) -> Answer:
         tokens=dict(reply.tokens),
         tools=list(reply.tools.tools) if reply.tools else [],
         tool_names=dict(reply.tools.tool_names) if reply.tools else {},
+        tool_sources=dict(reply.tools.sources) if reply.tools else {},
         worker=reply.worker,
         took_ms=reply.took_ms,
         workflow_hints=dict(reply.workflow_hints),

@@ -133,6 +133,23 @@ class MCPImportError(CapdiscError):
     code = "mcp_import_failed"
 
 
+class UpstreamError(CapdiscError):
+    """``capdisc mcp`` could not forward a tool call to the MCP server the tool was imported
+    from: the server could not be started or reached, or it broke the protocol. The message
+    names the server; check that it runs (``capdisc import mcp`` with the same ``--url`` or
+    ``--command`` lists it), then call the tool again."""
+
+    code = "upstream_failed"
+
+
+class UpstreamTimeout(UpstreamError):
+    """The MCP server a tool was imported from did not answer a forwarded call within
+    ``mcp_upstream_timeout_s``; the call was cancelled there. Retry, try another tool, or raise
+    the setting (``CAPDISC_MCP_UPSTREAM_TIMEOUT_S``) for a slow server."""
+
+    code = "upstream_timeout"
+
+
 class SessionNotFoundError(CapdiscError):
     """No such session (never created, or expired). A session starts with a discovery in it or
     an import; check the session id and the tenant."""

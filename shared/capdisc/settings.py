@@ -63,6 +63,9 @@ class Settings(BaseModel):
     event_max_bytes: int = Field(1024 * 1024, ge=1024)
     watch_debounce_ms: int = Field(500, ge=0)
     discover_timeout_s: float = Field(5.0, gt=0)
+    #: ``capdisc mcp``: how long a call forwarded to the MCP server a tool was imported from may
+    #: take, connecting included, before it is cancelled and answered with a tool error.
+    mcp_upstream_timeout_s: float = Field(30.0, gt=0)
     #: A request read by a discovery worker and not answered for this long is served by
     #: another (the first one died or hangs); well above a turn's worst time.
     claim_idle_ms: int = Field(10_000, ge=100)

@@ -117,8 +117,9 @@ def check_mcp_tool(tool: JSONDict) -> None:
     assert (
         {"name", "inputSchema"}
         <= set(tool)
-        <= {"name", "title", "description", "inputSchema", "annotations", "_meta"}
+        <= {"name", "title", "description", "inputSchema", "outputSchema", "annotations", "_meta"}
     )
+    assert "outputSchema" not in tool or tool["name"] == METATOOL_NAME
     assert MCP_NAME.match(tool["name"])
     assert all(MCP_META_KEY.match(key) for key in tool.get("_meta", {}))
     check_object_schema(tool["inputSchema"])

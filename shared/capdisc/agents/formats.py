@@ -9,7 +9,7 @@ checked against the provider's own SDK types or docs (noted at each builder belo
 * Anthropic Messages: ``{name, description, input_schema}``, ``defer_loading: true`` and
   ``tool_reference`` blocks for a ``tool_result``;
 * MCP: ``Tool`` as ``tools/list`` sends it: ``name``, ``title``, ``description``, ``inputSchema``,
-  ``annotations``.
+  ``annotations``; the meta-tool also declares its result's ``outputSchema``.
 
 **Flagged tools** (:mod:`capdisc.registry.flags`): a served capability the tool-poisoning scan
 flagged
@@ -59,7 +59,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from capdisc.agents.metatool import METATOOL_NAME, metatool_definition
+from capdisc.agents.metatool import METATOOL_NAME, metatool_definition, metatool_output_schema
 from capdisc.errors import ManifestError
 from capdisc.models import Capability, JSONDict, display_name_from
 from capdisc.registry.flags import Mark
@@ -508,6 +508,21 @@ def _mcp_tool(
     return tool
 
 
+def _mcp_metatool() -> JSONDict:
+    """The meta-tool as an MCP ``Tool``, with the ``outputSchema`` its results match. A search
+    of a closed registry: reads only, touches no outside world."""
+    meta = metatool_definition()
+    tool = _mcp_tool(
+        meta["name"],
+        display_name_from(METATOOL_NAME),
+        meta["description"],
+        meta["parameters"],
+        {"readOnlyHint": True, "openWorldHint": False},
+    )
+    tool["outputSchema"] = metatool_output_schema()
+    return tool
+
+
 def to_mcp(
     capabilities: Iterable[Capability],
     include_metatool: bool = True,
@@ -523,17 +538,7 @@ def to_mcp(
     name_map = _names("mcp", caps, names)
     tools: list[JSONDict] = []
     if include_metatool:
-        meta = metatool_definition()
-        # A search of a closed registry: reads only, touches no outside world.
-        tools.append(
-            _mcp_tool(
-                meta["name"],
-                display_name_from(METATOOL_NAME),
-                meta["description"],
-                meta["parameters"],
-                {"readOnlyHint": True, "openWorldHint": False},
-            )
-        )
+        tools.append(_mcp_metatool())
     tools.extend(
         _mcp_tool(
             name_map.to_name(cap.id),

@@ -1,14 +1,17 @@
 """The ``discover_capabilities`` meta-tool (docs/design.md, "The meta-tool and tool definitions").
 
 The one tool an agent always has: when the passive tiers miss something, the model searches the
-registry itself. Its definition is kept small (under 120 tokens in a tool list, checked by
-tests/unit/test_metatool.py), because it sits in every request; :func:`metatool_tokens`
-measures it with any token counter.
+registry itself. Its definition sits in every request, so it is kept within
+:data:`METATOOL_TOKEN_BUDGET` (checked by tests/unit/test_metatool.py): a short description with
+two example calls, and a few words on each argument. :func:`metatool_tokens` measures it with
+any token counter.
 
 :func:`metatool_definition` is the format-neutral definition (name, description, JSON Schema);
 :mod:`capdisc.agents.formats` turns it into each provider's tool shape.
-:func:`parse_metatool_arguments`
-checks the arguments a model sent, strictly: a model's arguments are untrusted input.
+:func:`metatool_output_schema` is the JSON Schema of its result
+(:func:`capdisc.discovery.toolsets.metatool_result`, plus what ``capdisc mcp`` adds), declared
+as the MCP tool's ``outputSchema``. :func:`parse_metatool_arguments` checks the arguments a model
+sent, strictly: a model's arguments are untrusted input.
 """
 
 from __future__ import annotations
@@ -26,8 +29,14 @@ from capdisc.tokens import TokenCounter, heuristic_tokens
 METATOOL_NAME = "discover_capabilities"
 
 METATOOL_DESCRIPTION = (
-    "Find tools, skills, extensions or channels for a task when nothing listed fits."
+    "Find tools, skills, extensions or channels when none listed fits; found tools join your "
+    "tools. E.g. query 'post to our Slack channel'; query 'refund a payment', kind 'tool'."
 )
+
+METATOOL_TOKEN_BUDGET = 180
+"""Most tokens the definition may cost (``json.dumps`` of :func:`metatool_definition`, by the
+4-characters heuristic and by cl100k). The examples and the argument descriptions are what a
+model needs to call it well; everything else is left out."""
 
 MAX_LIMIT = 20
 """Largest ``limit`` a model may ask for (the schema's ``maximum``)."""
@@ -40,13 +49,51 @@ MAX_QUERY_CHARS = 1000
 METATOOL_PARAMETERS: JSONDict = {
     "type": "object",
     "properties": {
-        "query": {"type": "string"},
-        "kind": {"type": "string", "enum": list(KINDS)},
-        "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT},
-        "only_available": {"type": "boolean"},
+        "query": {"type": "string", "description": "The task, in plain words"},
+        "kind": {"type": "string", "enum": list(KINDS), "description": "Only this kind"},
+        "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_LIMIT,
+            "description": "Max results",
+        },
+        "only_available": {"type": "boolean", "description": "Skip ones not installed"},
     },
     "required": ["query"],
     "additionalProperties": False,
+}
+
+_OBJECTS: JSONDict = {"type": "array", "items": {"type": "object"}}
+_FOUND: JSONDict = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string"},
+        "kind": {"type": "string", "enum": list(KINDS)},
+        "name": {"type": "string"},
+        "relevance": {"type": "number", "minimum": 0, "maximum": 1},
+        "available": {"type": "boolean"},
+        "flags": _OBJECTS,
+    },
+    "required": ["id", "kind", "name", "relevance", "available"],
+}
+
+# Not paid for per request the way the input schema is (hosts use it to check results), so the
+# fields say what they hold.
+METATOOL_OUTPUT_SCHEMA: JSONDict = {
+    "type": "object",
+    "properties": {
+        "capabilities": {"type": "array", "items": _FOUND, "description": "Best first"},
+        "details": {"type": "string", "description": "How to use the best matches"},
+        "note": {"type": "string", "description": "Nothing fits, or a repeated search"},
+        "workflow_guidance": {"type": "object", "additionalProperties": {"type": "string"}},
+        "installable": {**_OBJECTS, "description": "Fitting ones not installed yet"},
+        "total_indexed": {"type": "integer"},
+        "index_version": {"type": "integer"},
+        "session": {"type": ["object", "null"], "description": "The session's working set"},
+        "tools": {**_OBJECTS, "description": "Tool definitions of the working set"},
+        "tool_names": {"type": "object", "additionalProperties": {"type": "string"}},
+    },
+    "required": ["capabilities", "total_indexed", "index_version"],
 }
 
 ARGUMENT_NAMES: tuple[str, ...] = ("query", "kind", "limit", "only_available")
@@ -65,6 +112,13 @@ def metatool_definition() -> JSONDict:
         "description": METATOOL_DESCRIPTION,
         "parameters": copy.deepcopy(METATOOL_PARAMETERS),
     }
+
+
+def metatool_output_schema() -> JSONDict:
+    """The JSON Schema of the meta-tool's result (a fresh deep copy): what was found
+    (``capabilities``, ``details``, ``note``, ``workflow_guidance``, ``installable``, the index
+    counts), and in ``capdisc mcp`` also ``session``, ``tools`` and ``tool_names``."""
+    return copy.deepcopy(METATOOL_OUTPUT_SCHEMA)
 
 
 def metatool_tokens(counter: TokenCounter = heuristic_tokens) -> int:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from capdisc.errors import ERROR_CODES, CapdiscError, EventDecodeError, error_for
+from capdisc.models import SourceRef
 from capdisc.sessions.policy import SessionView
 
 T = TypeVar("T")
@@ -135,20 +136,38 @@ class Tiers:
 
 @dataclass(frozen=True)
 class ToolBundle:
-    """Tool definitions in one format, and the map from each tool name back to its
-    capability id (the meta-tool included)."""
+    """Tool definitions in one format, the map from each tool name back to its capability id
+    (the meta-tool included), and, for tools imported from an MCP server, where to call them
+    (tool name -> the capability's :class:`~capdisc.models.SourceRef`: ``mcp:<url>`` or
+    ``mcp:<command>`` and the tool's name there; on the wire, ``tool_sources``)."""
 
     tools: tuple[JSON, ...]
     tool_names: Mapping[str, str]
+    sources: Mapping[str, SourceRef] = field(default_factory=dict)
 
     def to_dict(self) -> JSON:
-        return {"tools": list(self.tools), "tool_names": dict(self.tool_names)}
+        bundle: JSON = {"tools": list(self.tools), "tool_names": dict(self.tool_names)}
+        if self.sources:
+            bundle["tool_sources"] = {name: ref.to_dict() for name, ref in self.sources.items()}
+        return bundle
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], where: str) -> ToolBundle:
+        sources = _optional(raw, "tool_sources", dict, where, {})
         return cls(
-            tuple(_field(raw, "tools", list, where)), dict(_field(raw, "tool_names", dict, where))
+            tuple(_field(raw, "tools", list, where)),
+            dict(_field(raw, "tool_names", dict, where)),
+            {str(name): _source_ref(ref, f"{where} tool source") for name, ref in sources.items()},
         )
+
+
+def _source_ref(value: Any, where: str) -> SourceRef:
+    raw = _mapping(value, where)
+    return SourceRef(
+        type=_field(raw, "type", str, where),
+        source=_field(raw, "source", str, where),
+        location=_field(raw, "location", str, where),
+    )
 
 
 def _session_view(raw: Mapping[str, Any], where: str) -> SessionView:

@@ -2,8 +2,9 @@
 result, and the prompt text.
 
 * :func:`tool_bundle` - tool definitions of some capabilities plus ``discover_capabilities``, in
-  one of the four formats, with the map from tool names back to capability ids: for a turn's
-  matches (:func:`list_discovered_tools`) or a session's working set (:func:`bound_tools`).
+  one of the four formats, with the map from tool names back to capability ids (and where the
+  tools imported from MCP servers are called): for a turn's matches
+  (:func:`list_discovered_tools`) or a session's working set (:func:`bound_tools`).
 * :func:`metatool_result` - what ``discover_capabilities`` returns to the model.
 * :func:`render_for_prompt` - Tier 0, then Tiers 1 and 2.
 """
@@ -22,7 +23,11 @@ from capdisc.discovery.snapshot import IndexSnapshot
 from capdisc.models import Capability
 from capdisc.registry.flags import Mark
 
+#: The ``source_ref.type`` of capabilities imported from an MCP server (``capdisc import mcp``).
+MCP_SOURCE_TYPE = "mcp"
+
 __all__ = [
+    "MCP_SOURCE_TYPE",
     "bound_tools",
     "list_discovered_tools",
     "metatool_result",
@@ -34,12 +39,19 @@ __all__ = [
 def tool_bundle(
     caps: Sequence[Capability], fmt: formats.ToolFormat, marks: Mapping[str, Mark] | None = None
 ) -> ToolBundle:
-    """Tool definitions of ``caps`` (flagged ones marked) plus the meta-tool, in ``fmt``, and
-    the map from each tool name back to its capability id."""
-    names = formats.NameMap.for_format(fmt, formats.callable_capabilities(caps))
+    """Tool definitions of ``caps`` (flagged ones marked) plus the meta-tool, in ``fmt``, the
+    map from each tool name back to its capability id, and the sources of the tools imported
+    from an MCP server (where a gateway forwards their calls)."""
+    callable_caps = formats.callable_capabilities(caps)
+    names = formats.NameMap.for_format(fmt, callable_caps)
     return ToolBundle(
         tuple(formats.list_discovered_tools(caps, fmt, marks)),
         {name: cap_id for cap_id, name in names.items()},
+        {
+            names.to_name(cap.id): cap.source_ref
+            for cap in callable_caps
+            if cap.source_ref.type == MCP_SOURCE_TYPE
+        },
     )
 
 

@@ -1,0 +1,288 @@
+"""Where ``capdisc mcp`` forwards a tool call: the MCP server the tool was imported from.
+
+* :func:`upstream_tool` reads a capability's ``source_ref`` as ``capdisc import mcp`` wrote it
+  (type ``mcp``, source ``mcp:<url>`` or ``mcp:<command>``, location the tool's name on that
+  server) into the server and the tool to call. Pure.
+* :class:`UpstreamPool` holds one client session per upstream server, opened on its first call
+  and reused by every session served, closed on shutdown (a stdio server's process is stopped
+  with it). A call that is not answered within ``timeout_s``, connecting included, is cancelled
+  and raises :class:`~capdisc.errors.UpstreamTimeout`; a server that cannot be started or
+  reached, or breaks the protocol, raises :class:`~capdisc.errors.UpstreamError`; a connection
+  that was lost (closed, or an HTTP session the server forgot) is opened again on the next
+  call. A tool's own failure is its result
+  (``isError``), returned as it is.
+* When a pooled server says its tools changed (``notifications/tools/list_changed``), the pool
+  lists them again over the same connection and hands the listing to ``on_tools_changed``, with
+  the tenants whose calls went to that server.
+
+Connections use the initialize handshake (``mode="legacy"``): a server that speaks both
+protocol eras would otherwise be reached in the stateless 2026-07-28 era, which carries no
+list-changed notifications outside ``subscriptions/listen``.
+"""
+
+from __future__ import annotations
+
+import functools
+import shlex
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import mcp_types as types
+import structlog
+from anyio.abc import TaskGroup
+from mcp import Client as MCPClient
+from mcp import StdioServerParameters
+from mcp.shared.exceptions import MCPError
+
+from capdisc.discovery.toolsets import MCP_SOURCE_TYPE
+from capdisc.errors import UpstreamError, UpstreamTimeout
+from capdisc.models import SourceRef
+from capdisc_producers.mcp_import import MAX_PAGES, ServerTools
+
+SOURCE_PREFIX = "mcp:"
+_HTTP = ("http://", "https://")
+_REIMPORT_HINT = "import the server again with capdisc import mcp --url URL | --command CMD"
+#: Errors after which a pooled connection is opened again on the next call: the transport
+#: closed, or (streamable HTTP) the server no longer knows the session, say after a restart.
+SESSION_LOST = frozenset({types.CONNECTION_CLOSED, types.INVALID_REQUEST})
+
+log = structlog.get_logger("capdisc.mcp")
+
+
+# -- which server, which tool --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """One MCP server tools were imported from: its import source (``mcp:<url>`` or
+    ``mcp:<command>``, the pool's key) and how to reach it."""
+
+    source: str
+    url: str | None = None
+    argv: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        """The URL or the command, for messages and logs."""
+        return self.source.removeprefix(SOURCE_PREFIX)
+
+
+@dataclass(frozen=True)
+class UpstreamTool:
+    """A tool to call: on ``upstream``, under its own ``name`` there."""
+
+    upstream: Upstream
+    name: str
+
+
+def upstream_tool(ref: SourceRef | None) -> UpstreamTool | None:
+    """Where a capability's calls go; None for one not imported from an MCP server. An MCP
+    ``source_ref`` that names no usable server or tool raises :class:`UpstreamError`."""
+    if ref is None or ref.type != MCP_SOURCE_TYPE:
+        return None
+    if not ref.location:
+        raise UpstreamError(f"the tool from {ref.source!r} has no name there; {_REIMPORT_HINT}")
+    return UpstreamTool(parse_upstream(ref.source), ref.location)
+
+
+def parse_upstream(source: str) -> Upstream:
+    """``mcp:<url>`` (http or https: streamable HTTP) or ``mcp:<command>`` (stdio, split like
+    a shell would)."""
+    if not source.startswith(SOURCE_PREFIX):
+        raise UpstreamError(f"{source!r} is not an MCP server source; {_REIMPORT_HINT}")
+    target = source[len(SOURCE_PREFIX) :].strip()
+    if target.startswith(_HTTP):
+        return Upstream(source, url=target)
+    try:
+        argv = tuple(shlex.split(target))
+    except ValueError as exc:
+        raise UpstreamError(f"the command in {source!r} cannot be read ({exc})") from exc
+    if not argv:
+        raise UpstreamError(f"{source!r} names no URL or command; {_REIMPORT_HINT}")
+    return Upstream(source, argv=argv)
+
+
+def target_of(upstream: Upstream) -> str | StdioServerParameters:
+    """What the ``mcp`` client connects to: the URL, or the command to start."""
+    if upstream.url is not None:
+        return upstream.url
+    return StdioServerParameters(command=upstream.argv[0], args=list(upstream.argv[1:]))
+
+
+# -- the pool ------------------------------------------------------------------------------------
+
+#: Told when a pooled server's tools changed: the server, its tools now, the tenants served.
+ToolsChanged = Callable[[Upstream, ServerTools, frozenset[str]], Awaitable[None]]
+
+
+@dataclass(eq=False)
+class _Connection:
+    """One pooled server: ready once connected (``client`` set) or failed (``failure``)."""
+
+    upstream: Upstream
+    ready: anyio.Event = field(default_factory=anyio.Event)
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    client: MCPClient | None = None
+    failure: str = ""
+    tenants: set[str] = field(default_factory=set)
+    relisting: anyio.Lock = field(default_factory=anyio.Lock)
+
+
+class UpstreamPool:
+    """One client session per upstream MCP server, shared by every session served."""
+
+    def __init__(self, timeout_s: float, on_tools_changed: ToolsChanged | None = None) -> None:
+        self.timeout_s = timeout_s
+        self.on_tools_changed = on_tools_changed
+        self._connections: dict[str, _Connection] = {}
+        self._tasks: TaskGroup | None = None
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[UpstreamPool]:
+        """Serve calls inside this block; on leaving it every connection is closed."""
+        async with anyio.create_task_group() as tasks:
+            self._tasks = tasks
+            try:
+                yield self
+            finally:  # every connection and re-listing ends; stdio servers are stopped
+                self._tasks = None
+                self._connections.clear()
+                tasks.cancel_scope.cancel()
+
+    async def call(
+        self, tool: UpstreamTool, arguments: Mapping[str, Any], tenant: str
+    ) -> types.CallToolResult:
+        """The server's answer to one call made for ``tenant``."""
+        try:
+            with anyio.fail_after(self.timeout_s):
+                client = await self._client(tool.upstream, tenant)
+                return await client.call_tool(tool.name, dict(arguments))
+        except TimeoutError as exc:
+            self._drop_unconnected(tool.upstream)
+            raise UpstreamTimeout(
+                f"MCP server {tool.upstream.label} did not answer {tool.name!r} within "
+                f"{self.timeout_s:g} s, so the call was cancelled; retry it, or raise "
+                "mcp_upstream_timeout_s for a slow server"
+            ) from exc
+        except (MCPError, RuntimeError, ValueError, OSError) as exc:
+            if isinstance(exc, MCPError) and exc.code in SESSION_LOST:
+                self._drop(tool.upstream)
+            raise UpstreamError(
+                f"MCP server {tool.upstream.label} failed {tool.name!r} ({exc}); check that the "
+                "server runs, then call the tool again"
+            ) from exc
+
+    async def _client(self, upstream: Upstream, tenant: str) -> MCPClient:
+        connection = self._connections.get(upstream.source)
+        if connection is None:
+            connection = _Connection(upstream)
+            self._connections[upstream.source] = connection
+            self._running().start_soon(self._hold, connection)
+        connection.tenants.add(tenant)
+        await connection.ready.wait()
+        if connection.client is None:
+            raise UpstreamError(
+                f"MCP server {upstream.label} could not be started or reached "
+                f"({connection.failure or 'it closed the connection'}); check that it runs "
+                "(capdisc import mcp with its --url or --command lists it), then call again"
+            )
+        return connection.client
+
+    def _running(self) -> TaskGroup:
+        if self._tasks is None:
+            raise UpstreamError("capdisc mcp is shutting down; call the tool again once it runs")
+        return self._tasks
+
+    async def _hold(self, connection: _Connection) -> None:
+        """Open the connection and keep it open until cancelled or lost (logged, never raised:
+        one server's failure must not stop the others)."""
+        label = connection.upstream.label
+        started = time.monotonic()
+        with connection.scope:
+            try:
+                async with MCPClient(
+                    target_of(connection.upstream),
+                    mode="legacy",
+                    message_handler=functools.partial(self._heard, connection),
+                ) as client:
+                    connection.client = client
+                    connection.ready.set()
+                    log.info("mcp_upstream_connected", upstream=label, took_ms=_ms(started))
+                    await anyio.sleep_forever()
+            except Exception as exc:  # the task's boundary: report, and let the next call retry
+                connection.failure = first_cause(exc)
+                log.warning("mcp_upstream_failed", upstream=label, error=connection.failure)
+        connection.client = None
+        connection.ready.set()
+        self._forget(connection)
+
+    async def _heard(self, connection: _Connection, message: Any) -> None:
+        """A message from the server: a tool-list change starts a re-listing (in a task of its
+        own: the client's reader must not wait on a request it is to read the answer of)."""
+        if isinstance(message, types.ToolListChangedNotification) and self._tasks is not None:
+            log.info("mcp_upstream_tools_changed", upstream=connection.upstream.label)
+            self._tasks.start_soon(self._relist, connection)
+
+    async def _relist(self, connection: _Connection) -> None:
+        async with connection.relisting:  # one at a time per server; each sees the newest list
+            client = connection.client
+            if client is None or self.on_tools_changed is None:
+                return
+            try:
+                with anyio.fail_after(self.timeout_s):
+                    listing = await list_tools(client)
+                await self.on_tools_changed(
+                    connection.upstream, listing, frozenset(connection.tenants)
+                )
+            except Exception as exc:  # the task's boundary: one failed re-import is logged
+                log.warning(
+                    "mcp_upstream_reimport_failed",
+                    upstream=connection.upstream.label,
+                    error=first_cause(exc),
+                )
+
+    def _drop(self, upstream: Upstream) -> None:
+        connection = self._connections.pop(upstream.source, None)
+        if connection is not None:
+            connection.scope.cancel()
+
+    def _drop_unconnected(self, upstream: Upstream) -> None:
+        """After a timeout: a connection still not open is given up (the next call starts
+        again); an open one stays, it only had a slow call."""
+        connection = self._connections.get(upstream.source)
+        if connection is not None and connection.client is None:
+            self._drop(upstream)
+
+    def _forget(self, connection: _Connection) -> None:
+        if self._connections.get(connection.upstream.source) is connection:
+            del self._connections[connection.upstream.source]
+
+
+async def list_tools(client: MCPClient) -> ServerTools:
+    """Every tool the server lists now (all pages, never from a cache), as
+    ``capdisc import mcp`` lists them."""
+    tools: list[dict[str, Any]] = []
+    cursor: str | None = None
+    for _ in range(MAX_PAGES):
+        page = await client.list_tools(cursor=cursor, cache_mode="bypass")
+        tools += [tool.model_dump(by_alias=False) for tool in page.tools]
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    info = client.server_info
+    return ServerTools(server=info.name if info else "mcp", tools=tools)
+
+
+def first_cause(exc: BaseException) -> str:
+    """The innermost first error of an exception group (anyio wraps transport errors), as
+    text."""
+    inner: Sequence[BaseException] = getattr(exc, "exceptions", ())
+    return first_cause(inner[0]) if inner else (str(exc) or type(exc).__name__)
+
+
+def _ms(started: float) -> float:
+    return round((time.monotonic() - started) * 1000, 1)
