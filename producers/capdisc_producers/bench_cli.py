@@ -34,8 +34,14 @@ from capdisc.registry.catalogs import load_catalog
 from capdisc.registry.manifest import scan_directory
 from capdisc.retrieval.text import summary_text
 from capdisc.settings import Settings
+from capdisc_producers.exits import exit_status
 
 _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
+#: What ``capdisc bench``'s exit codes mean.
+BENCH_EXITS = exit_status(
+    "a catalog or queries file could not be read or scored (the reason is printed)",
+    "a usage error",
+)
 _ORDER = ("recall@1", "recall@3", "recall@5", "recall@10", "ndcg@5", "complete@5", "hit@5", "mrr")
 
 
@@ -44,7 +50,7 @@ def bench() -> None:
     """Benchmarks of the discovery engine."""
 
 
-@bench.command("retrieval")
+@bench.command("retrieval", epilog=BENCH_EXITS)
 @click.option("--tools", "tools_path", type=_FILE, required=True, help="tools.jsonl catalog")
 @click.option(
     "--queries",
@@ -143,7 +149,7 @@ def format_figures(figures: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-@bench.command("tokens")
+@bench.command("tokens", epilog=BENCH_EXITS)
 @click.option("--tools", "tools_path", type=_FILE, default=None, help="tools.jsonl catalog")
 @click.option(
     "--registry",

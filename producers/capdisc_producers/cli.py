@@ -1,7 +1,8 @@
 """The ``capdisc`` command: run the embedded stack, publish and watch registries, discover.
 
 Commands run from the project directory find a running stack through ``.capdisc/stack.json``;
-``--redis-url`` or ``CAPDISC_REDIS_URL`` point them anywhere else.
+``--redis-url`` or ``CAPDISC_REDIS_URL`` point them anywhere else. Every command's help ends
+with what its exit codes mean (:mod:`capdisc_producers.exits`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import signal
 import sys
 import time
 import uuid
+from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -20,23 +23,41 @@ import click
 import redis
 
 from capdisc import keys
+from capdisc.agents.formats import TOOL_FORMATS
 from capdisc.client import Answer, Client, tenant_of, wait_for_reply
 from capdisc.discovery.protocol import unencodable
-from capdisc.errors import AuthError, CapdiscError
+from capdisc.errors import (
+    AuthError,
+    CapdiscError,
+    FlagError,
+    SessionNotFoundError,
+    UnknownTenantError,
+)
 from capdisc.identity import auth
 from capdisc.identity.gate import Gate, require
 from capdisc.logs import configure_logging
 from capdisc.models import Visibility
-from capdisc.registry.deadletters import list_dead_letters, replay, with_token
+from capdisc.registry.deadletters import (
+    DROPPED,
+    REFUSED_REQUEST,
+    REPLAYED,
+    drop,
+    drop_all,
+    list_dead_letters,
+    replay_each,
+    with_token,
+)
 from capdisc.registry.flags import FLAG_STATES, POLICIES, SHORT_HASH, Flag
 from capdisc.registry.flagstore import approve as approve_flag
 from capdisc.registry.flagstore import read_flags, set_policy, tenant_policy
 from capdisc.registry.policy import SyncPlan
 from capdisc.registry.store import stored_by_source
-from capdisc.settings import Settings
-from capdisc.status import collect_status
+from capdisc.registry.store import tenants as known_tenants
+from capdisc.settings import Settings, mask_url
+from capdisc.status import collect_status, health_failures, live_workers
 from capdisc.tenants import TENANT_RULE, check_tenant, shown, tenant_problem
 from capdisc_producers.bench_cli import bench
+from capdisc_producers.exits import COULD_NOT_RUN, FAILED, TROUBLE, exit_status
 from capdisc_producers.importer import import_jsonl
 from capdisc_producers.mcp_import import Changed, import_mcp
 from capdisc_producers.outages import through_outages
@@ -185,7 +206,37 @@ def _client(ctx: click.Context, connection: redis.Redis, tenant: str | None) -> 
     )
 
 
-@click.group(cls=CheckedGroup)
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``--version``: ``capdisc VERSION``, the version of the installed package."""
+    if not value or ctx.resilient_parsing:
+        return
+    try:
+        version = metadata.version("capdisc")
+    except metadata.PackageNotFoundError:
+        _fail(
+            "capdisc is not installed as a package, so it has no version: install it "
+            "(pip install -e . in the project, or make install)"
+        )
+    click.echo(f"capdisc {version}")
+    ctx.exit(0)
+
+
+@click.group(
+    cls=CheckedGroup,
+    epilog=exit_status(
+        "the operation failed, or it named something capdisc does not hold (an id, a "
+        "session, a source, a tenant, a key; the other names are still acted on). Each "
+        "command's help says what the codes mean for it"
+    ),
+)
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Print `capdisc VERSION` (the installed package's) and exit",
+)
 @click.option(
     "--settings",
     "settings_file",
@@ -204,7 +255,14 @@ def cli(ctx: click.Context, settings_file: Path | None) -> None:
     ctx.obj = {"settings": settings}
 
 
-@cli.command()
+@cli.command(
+    epilog=exit_status(
+        None,
+        "a usage error, or the stack could not start or stopped on a failure (the reason is "
+        "printed)",
+        ok="stopped when asked (SIGINT, SIGTERM, SIGHUP)",
+    )
+)
 @click.option(
     "--registry",
     type=click.Path(file_okay=False, path_type=Path),
@@ -219,7 +277,13 @@ def up(ctx: click.Context, registry: Path) -> None:
     click.echo("capdisc stopped.")
 
 
-@cli.command("discover")
+@cli.command(
+    "discover",
+    epilog=exit_status(
+        "the tenant is unknown: nothing was ever published to it",
+        COULD_NOT_RUN + ", or the discovery workers refused the request (the reason is printed)",
+    ),
+)
 @click.argument("query")
 @click.option("--limit", type=int, default=None, help="How many capabilities at most")
 @click.option("--kind", type=click.Choice(["tool", "skill", "extension", "channel"]))
@@ -236,6 +300,15 @@ def up(ctx: click.Context, registry: Path) -> None:
 @click.option("--min-version", type=int, default=0, help="Wait until this index version")
 @click.option("--session", default=None, help="Agent session: the matches join its working set")
 @click.option("--profile", default=None, help="Agent profile (allowlist, expert tools, budgets)")
+@click.option(
+    "--format",
+    "tool_format",
+    type=click.Choice(TOOL_FORMATS),
+    default=None,
+    help="Print the answer's tool definitions in this format, as JSON (with --json: the whole "
+    "answer, whose `tools` they are): the matches, or a session's working set, and the "
+    "meta-tool",
+)
 @caller_options
 @redis_option
 @tenant_option
@@ -253,6 +326,7 @@ def discover_cmd(
     min_version: int,
     session: str | None,
     profile: str | None,
+    tool_format: str | None,
     redis_url: str | None,
     tenant: str | None,
     as_json: bool,
@@ -271,8 +345,14 @@ def discover_cmd(
             min_version=min_version,
             session=session,
             profile=profile,
+            tool_format=tool_format,
         )
-    click.echo(json.dumps(answer.to_dict(), indent=2) if as_json else _render_answer(answer))
+    if as_json:
+        click.echo(json.dumps(answer.to_dict(), indent=2))
+    elif tool_format:
+        click.echo(json.dumps(answer.tools, indent=2))
+    else:
+        click.echo(_render_answer(answer))
 
 
 def _parse_options(options: tuple[str, ...]) -> dict[str, Any]:
@@ -330,7 +410,7 @@ def session() -> None:
     """An agent session's working set: show, record calls, export and import."""
 
 
-@cli.command("mcp")
+@cli.command("mcp", epilog=exit_status(None, ok="the server stopped when asked"))
 @click.option(
     "--http",
     "http_port",
@@ -379,7 +459,11 @@ def mcp_cmd(
     )
 
 
-@session.command("show")
+#: The exit status of a session command that names an existing session.
+SESSION_EXITS = exit_status("no such session: never created, or expired")
+
+
+@session.command("show", epilog=SESSION_EXITS)
 @click.argument("session_id")
 @caller_options
 @redis_option
@@ -401,7 +485,10 @@ def session_show(
         click.echo(f"  {entry['id']:<40} last used {age_s} s ago, used {entry['use_count']}x")
 
 
-@session.command("call")
+@session.command(
+    "call",
+    epilog=exit_status(None, COULD_NOT_RUN + ", or --args is not JSON"),
+)
 @click.argument("session_id")
 @click.argument("tool_id")
 @click.option("--args", "arguments", default=None, help="The call's arguments as JSON")
@@ -439,7 +526,7 @@ def session_call(
         click.echo(f"recorded {tool_id}")
 
 
-@session.command("export")
+@session.command("export", epilog=SESSION_EXITS)
 @click.argument("session_id")
 @caller_options
 @redis_option
@@ -453,7 +540,10 @@ def session_export(
     click.echo(json.dumps(exported, indent=2))
 
 
-@session.command("import")
+@session.command(
+    "import",
+    epilog=exit_status(None, COULD_NOT_RUN + ", or PATH is no exported session"),
+)
 @click.argument("session_id")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @caller_options
@@ -511,18 +601,77 @@ def _session_client(
         try:
             return action(client)
         except CapdiscError as exc:
-            _fail(str(exc))
+            _fail(str(exc), _exit_code(exc))
 
 
-@cli.command()
+@cli.command(
+    epilog=exit_status(
+        "(--check) a check failed: Redis did not answer (or no stack was found), or no live "
+        "discovery worker or no live indexing worker was seen",
+        "a usage error, or (without --check) the stack could not be reached",
+    )
+)
 @redis_option
 @json_option
+@click.option(
+    "--check",
+    is_flag=True,
+    help="A probe: check that Redis answers and that at least one discovery worker and one "
+    "indexing worker are live (a heartbeat within worker_stale_after_s); print one line per "
+    "failed check. Exit 0 when all pass, 1 otherwise",
+)
 @click.pass_context
-def status(ctx: click.Context, redis_url: str | None, as_json: bool) -> None:
-    """Index version, capabilities per kind, workers seen, queue depths."""
+def status(ctx: click.Context, redis_url: str | None, as_json: bool, check: bool) -> None:
+    """Index version, capabilities per kind, workers seen, queue depths; with --check, whether
+    the stack can serve (for probes: see the exit codes)."""
+    if check:
+        _check_health(ctx, redis_url, as_json)
+        return
     settings, connection = _connect(ctx, redis_url)
     report = collect_status(connection, settings.worker_stale_after_s, settings.poisoning_policy)
     click.echo(json.dumps(report, indent=2) if as_json else _render_status(report))
+
+
+#: How long ``status --check`` waits for Redis to connect and to answer.
+CHECK_TIMEOUT_S = 5.0
+
+
+def _check_health(ctx: click.Context, redis_url: str | None, as_json: bool) -> None:
+    """``status --check``: the failed checks, one line each (or one JSON object); exit 1 when
+    any failed."""
+    workers: list[dict[str, Any]] = []
+    try:
+        settings = _connect(ctx, redis_url)[0]
+        with redis.Redis.from_url(
+            settings.redis_url,
+            socket_connect_timeout=CHECK_TIMEOUT_S,
+            socket_timeout=CHECK_TIMEOUT_S,
+        ) as connection:
+            connection.ping()
+            workers = live_workers(connection, settings.worker_stale_after_s)
+        failed = health_failures(workers, settings.worker_stale_after_s)
+    except (CapdiscError, redis.RedisError) as exc:
+        failed = [f"redis: {_unreachable(ctx, exc)}"]
+    kinds = {kind: sum(w["kind"] == kind for w in workers) for kind in ("discovery", "indexing")}
+    if as_json:
+        click.echo(json.dumps({"healthy": not failed, "failed": failed, "workers": kinds}))
+    elif not failed:
+        click.echo(
+            f"healthy: Redis answers; live workers: discovery {kinds['discovery']}, "
+            f"indexing {kinds['indexing']}"
+        )
+    for line in [] if as_json else failed:
+        click.echo(f"failed: {line}")
+    if failed:
+        sys.exit(FAILED)
+
+
+def _unreachable(ctx: click.Context, exc: Exception) -> str:
+    """Why Redis did not answer, naming it (its password masked) when it was found."""
+    access: Access | None = ctx.meta.get("capdisc.access")
+    if access is None:
+        return str(exc)
+    return f"{mask_url(access.redis_url)} did not answer ({exc}); is the stack running? (make up)"
 
 
 def _render_status(report: dict[str, Any]) -> str:
@@ -584,7 +733,12 @@ def _versions(worker: dict[str, Any]) -> str:
     return ", ".join(f"{t}@{v}" for t, v in worker.get("versions", {}).items()) or "nothing yet"
 
 
-@cli.command()
+@cli.command(
+    epilog=exit_status(
+        "a manifest was rejected, or the indexing workers refused a capability (the rest is "
+        "published)"
+    )
+)
 @click.argument("path", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @redis_option
 @tenant_option
@@ -636,7 +790,7 @@ def publish(
     _report_sync(report, wait, timeout_s)
 
 
-@cli.command()
+@cli.command(epilog=exit_status(None, ok="stopped when asked (Ctrl-C, SIGTERM)"))
 @click.argument("path", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @redis_option
 @tenant_option
@@ -661,7 +815,12 @@ def watch(
         )
 
 
-@cli.command()
+@cli.command(
+    epilog=exit_status(
+        "an id the tenant does not hold, a --source that owns nothing there, or a capability "
+        "the indexing workers refused; the other ids are deleted"
+    )
+)
 @click.argument("capability_ids", nargs=-1)
 @click.option(
     "--source",
@@ -690,10 +849,15 @@ def delete(
     ids = _chosen_ids(connection, tenant, capability_ids, source)
     plan = SyncPlan(deletes=ids, taken_over=[] if source else ids)
     report = _publish_ids(settings, connection, plan, tenant, timeout_s, source or "cli")
-    _print_outcomes(report, "delete", "deleted", "not found, nothing to delete")
+    _print_outcomes(report, tenant, Verbs("delete", "deleted", "absent", "nothing to delete"))
 
 
-@cli.command()
+@cli.command(
+    epilog=exit_status(
+        "an id the tenant does not hold, a --source that owns nothing there, or (--all) a "
+        "tenant nothing was ever published to; the other ids are reindexed"
+    )
+)
 @click.argument("capability_ids", nargs=-1)
 @click.option("--source", default=None, help="Reindex every capability of this source")
 @click.option(
@@ -729,29 +893,65 @@ def reindex(
     if everything:
         if capability_ids or source:
             _fail("--all reindexes the whole tenant; give no ids and no --source with it")
+        _known_tenant(connection, tenant)
         _reindex_all(settings, connection, tenant, fresh, timeout_s)
         return
     ids = _chosen_ids(connection, tenant, capability_ids, source)
     report = _publish_ids(settings, connection, SyncPlan(reindexes=ids), tenant, timeout_s)
-    _print_outcomes(report, "reindex", "reindexed", "not found")
+    _print_outcomes(
+        report, tenant, Verbs("reindex", "reindexed", "not_found", "nothing to reindex")
+    )
 
 
-def _print_outcomes(report: SyncReport, done: str, done_verb: str, other_verb: str) -> None:
-    """One line per capability (``done_verb`` when its decision was ``done``, with what the
-    workers said of its owner), then the version; exit 1 if the workers refused any."""
-    refused = False
+@dataclass(frozen=True)
+class Verbs:
+    """How :func:`_print_outcomes` words the outcomes of one command's events."""
+
+    #: The decision of an event that did what was asked, and how its line says so.
+    done: str
+    done_verb: str
+    #: The decision of an event whose capability the tenant does not hold, and what follows.
+    missing: str
+    missing_note: str
+
+
+def _print_outcomes(report: SyncReport, tenant: str, verbs: Verbs) -> None:
+    """One line per capability (with what the workers said of its owner), then the version;
+    exit 1, naming them, when the tenant did not hold some or the workers refused or skipped
+    some (the others are done)."""
+    missing, failed = [], []
     for outcome in sorted(report.outcomes, key=lambda o: str(o.get("capability_id"))):
-        decision, reason = outcome.get("decision"), outcome.get("reason")
-        verb = done_verb if decision == done else other_verb
-        if decision in REFUSED:
-            refused, verb = True, "refused"
-        click.echo(f"{outcome.get('capability_id')}: {verb}" + (f" ({reason})" if reason else ""))
+        cap_id, decision, reason = (
+            str(outcome.get("capability_id")),
+            outcome.get("decision"),
+            outcome.get("reason"),
+        )
+        verb = _outcome_verb(str(decision), verbs)
+        click.echo(f"{cap_id}: {verb}" + (f" ({reason})" if reason else ""))
+        if decision == verbs.missing:
+            missing.append(cap_id)
+        elif decision != verbs.done:
+            failed.append(cap_id)
     click.echo(f"index version {report.index_version}")
-    if refused:
-        sys.exit(1)
+    if missing:
+        _say(f"error: tenant {tenant!r} holds no {', '.join(missing)} (check the ids and --tenant)")
+    if failed:
+        _say(f"error: not {verbs.done_verb}: {', '.join(failed)}")
+    if missing or failed:
+        sys.exit(FAILED)
 
 
-@cli.command()
+def _outcome_verb(decision: str, verbs: Verbs) -> str:
+    if decision == verbs.done:
+        return verbs.done_verb
+    if decision == verbs.missing:
+        return f"not found, {verbs.missing_note}"
+    if decision in REFUSED:
+        return "refused"
+    return f"not {verbs.done_verb} ({decision})"
+
+
+@cli.command(epilog=exit_status(None))
 @redis_option
 @json_option
 @click.option("--timeout", "timeout_s", type=float, default=120.0, show_default=True)
@@ -792,8 +992,22 @@ def _chosen_ids(
         return list(capability_ids)
     ids = sorted(stored_by_source(connection, tenant, source))
     if not ids:
-        _fail(f"tenant {tenant!r} has no capabilities from source {source!r}")
+        _fail(
+            f"tenant {tenant!r} has no capabilities from source {source!r} (capdisc status "
+            "--json lists each tenant's sources)",
+            FAILED,
+        )
     return ids
+
+
+def _known_tenant(connection: redis.Redis, tenant: str) -> None:
+    """Fail (exit 1) unless something was ever published to ``tenant``."""
+    if tenant not in known_tenants(connection):
+        _fail(
+            f"tenant {tenant!r} is unknown: nothing was ever published to it (capdisc status "
+            "lists the tenants; check --tenant)",
+            FAILED,
+        )
 
 
 def _publish_ids(
@@ -857,7 +1071,15 @@ def import_group() -> None:
     """Bring whole catalogs in from elsewhere."""
 
 
-@import_group.command("jsonl")
+@import_group.command(
+    "jsonl",
+    epilog=exit_status(
+        "no line could be imported: every line was refused or rejected (lines refused while "
+        "others were imported are listed, and the exit status is 0)",
+        "a usage error, or the command could not run: no stack found, Redis unreachable, a "
+        "token refused, or the workers did not apply it in time",
+    ),
+)
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
     "--source",
@@ -895,12 +1117,6 @@ def import_jsonl_cmd(
     warning with its line: zero-width characters removed, schema type names of other languages
     read as JSON Schema types (dict: object, float: number, String: string, any: no type), a
     schema nested deeper than 32 levels cut to its top 32.
-
-    \b
-    Exit status:
-      0  the catalog is imported (lines refused, if any, are listed)
-      1  no line could be imported: every line was refused or rejected
-      2  the workers did not apply it in time, Redis is unreachable, or a usage error
     """
     settings, connection = _connect(ctx, redis_url)
     publisher = _publisher(settings.redis_url, _tenant(ctx, tenant))
@@ -933,7 +1149,13 @@ def import_jsonl_cmd(
     _report_sync(report, wait, timeout_s, partial_ok=True)
 
 
-@import_group.command("mcp")
+@import_group.command(
+    "mcp",
+    epilog=exit_status(
+        "the indexing workers rejected or refused a tool (the rest is imported)",
+        COULD_NOT_RUN + ", or the MCP server could not be reached or listed",
+    ),
+)
 @click.option("--url", default=None, help="Streamable HTTP endpoint, e.g. http://host:8000/mcp")
 @click.option(
     "--command",
@@ -1006,10 +1228,10 @@ def import_mcp_cmd(
 @cli.group()
 def dlq() -> None:
     """Events the indexing workers could not apply, and discovery requests the discovery workers
-    refused or quarantined: list them, replay the events."""
+    refused or quarantined: list them, replay the events, drop what is no longer needed."""
 
 
-@dlq.command("list")
+@dlq.command("list", epilog=exit_status(None))
 @click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
 @redis_option
 @json_option
@@ -1036,7 +1258,13 @@ def _letter_subject(letter: dict[str, Any]) -> str:
     return f"{letter['capability_id'] or '(undecodable event)'}  tenant {letter['tenant']}"
 
 
-@dlq.command("replay")
+@dlq.command(
+    "replay",
+    epilog=exit_status(
+        "a named id is no dead letter, or is a discovery request (never replayed); the other "
+        "ids are replayed"
+    ),
+)
 @click.argument("entry_ids", nargs=-1)
 @click.option("--all", "replay_all", is_flag=True, help="Replay every dead letter")
 @redis_option
@@ -1047,36 +1275,86 @@ def dlq_replay(
     """Send dead-lettered events (ENTRY_IDS from `capdisc dlq list`, or --all) to the indexing
     queue again; each leaves the stream once sent. One that fails again comes back with a new
     id and reason. Dead-lettered discovery requests are never replayed (not registry events;
-    their clients stopped waiting): naming one is refused, --all leaves them."""
+    their clients stopped waiting): naming one is refused, --all leaves them. Prints one line
+    per id: replayed, not found, or refused: a discovery request."""
     if bool(entry_ids) == replay_all:
         raise click.UsageError("give the entry ids to replay, or --all")
     settings, connection = _connect(ctx, redis_url)
-    requests = {
-        d.entry_id for d in list_dead_letters(connection, 100_000) if d.is_discovery_request
-    }
-    refused = sorted(requests & set(entry_ids))
-    if refused:
-        _fail(
-            f"dead letter {', '.join(refused)} is a discovery request (from "
-            f"{keys.DISCOVERY_REQUESTS}), not a registry event: it cannot be replayed to the "
-            "indexing queue, and its client stopped waiting long ago; it stays listed for "
-            "inspection"
-        )
+    token = _access(ctx).token
     publisher = _publisher(settings.redis_url, None)
     try:
-        replayed = replay(
+        outcomes = replay_each(
             connection,
-            lambda payload: publisher.send_raw(with_token(payload, _access(ctx).token)),
+            lambda payload: publisher.send_raw(with_token(payload, token)),
             None if replay_all else entry_ids,
         )
     finally:
         publisher.close()
-    missing = sorted(set(entry_ids) - set(replayed))
-    click.echo(f"replayed {len(replayed)} dead letter(s)")
-    if replay_all and requests:
-        click.echo(f"left {len(requests)} discovery request(s): they cannot be replayed")
+    if replay_all:
+        _report_replay_all(outcomes)
+    else:
+        _report_named(outcomes, REPLAYED)
+
+
+def _report_replay_all(outcomes: dict[str, str]) -> None:
+    replayed = [i for i, outcome in outcomes.items() if outcome == REPLAYED]
+    left = sum(outcome == REFUSED_REQUEST for outcome in outcomes.values())
+    for entry_id in replayed:
+        click.echo(f"{entry_id}: {REPLAYED}")
+    if not replayed:
+        click.echo("no registry events to replay")
+    if left:
+        click.echo(
+            f"left {left} discovery request(s): they cannot be replayed (capdisc dlq drop "
+            "removes them)"
+        )
+
+
+def _report_named(outcomes: dict[str, str], done: str) -> None:
+    """One line per named dead letter; exit 1, saying why, unless every one was ``done``."""
+    for entry_id, outcome in outcomes.items():
+        click.echo(f"{entry_id}: {outcome}")
+    missing = [i for i, outcome in outcomes.items() if outcome not in (done, REFUSED_REQUEST)]
+    requests = [i for i, outcome in outcomes.items() if outcome == REFUSED_REQUEST]
     if missing:
-        _fail(f"no dead letter with id {', '.join(missing)} (see capdisc dlq list)")
+        _say(f"error: no dead letter with id {', '.join(missing)} (see capdisc dlq list)")
+    if requests:
+        _say(
+            f"error: dead letter {', '.join(requests)} is a discovery request (from "
+            f"{keys.DISCOVERY_REQUESTS}), not a registry event: it cannot be replayed to the "
+            "indexing queue, and its client stopped waiting long ago; it stays listed for "
+            "inspection (capdisc dlq drop removes it)"
+        )
+    if missing or requests:
+        sys.exit(FAILED)
+
+
+@dlq.command(
+    "drop",
+    epilog=exit_status("a named id is no dead letter; the other ids are dropped"),
+)
+@click.argument("entry_ids", nargs=-1)
+@click.option("--all", "drop_everything", is_flag=True, help="Drop every dead letter")
+@redis_option
+@click.pass_context
+def dlq_drop(
+    ctx: click.Context, entry_ids: tuple[str, ...], drop_everything: bool, redis_url: str | None
+) -> None:
+    """Remove dead letters without replaying them (ENTRY_IDS from `capdisc dlq list`, or
+    --all): registry events and discovery requests alike, once nothing more is to be learnt
+    from them. Prints one line per id: dropped, or not found."""
+    if bool(entry_ids) == drop_everything:
+        raise click.UsageError("give the entry ids to drop, or --all")
+    connection = _connect(ctx, redis_url)[1]
+    _check_write(_access(ctx), None)
+    if not drop_everything:
+        _report_named(drop(connection, entry_ids), DROPPED)
+        return
+    dropped = drop_all(connection)
+    for entry_id, outcome in dropped.items():
+        click.echo(f"{entry_id}: {outcome}")
+    if not dropped:
+        click.echo("no dead letters")
 
 
 # -- tool poisoning: flags, approvals, policy ------------------------------------------------
@@ -1129,7 +1407,12 @@ def _operator(access: Access, tenant: str) -> str | None:
     return identity.subject
 
 
-@cli.command()
+@cli.command(
+    epilog=exit_status(
+        "an id that is not in the registry or not flagged, or whose text changed since the "
+        "--surface reviewed; the other ids are approved"
+    )
+)
 @click.argument("capability_ids", nargs=-1, required=True)
 @click.option(
     "--surface",
@@ -1158,18 +1441,24 @@ def approve(
     connection = _connect(ctx, redis_url)[1]
     tenant = _tenant(ctx, tenant)
     by = _operator(_access(ctx), tenant)
-    version = None
-    for cap_id in capability_ids:
+    version, refused = None, []
+    for cap_id in dict.fromkeys(capability_ids):
         try:
             done = approve_flag(connection, tenant, cap_id, reviewed=reviewed, by=by)
-        except CapdiscError as exc:
-            _fail(str(exc))
+        except FlagError as exc:
+            refused.append(cap_id)
+            click.echo(f"{cap_id}: not approved")
+            _say(f"error: {exc}")
+            continue
         version = done.version
         click.echo(
             f"{cap_id}: {'approved' if done.changed else 'already approved'} (surface "
             f"{done.flag.surface_hash[:SHORT_HASH]}; {', '.join(done.flag.rules)})"
         )
-    click.echo(f"index version {version}")
+    if version is not None:
+        click.echo(f"index version {version}")
+    if refused:
+        sys.exit(FAILED)
 
 
 @cli.group("flags")
@@ -1177,7 +1466,9 @@ def flags_group() -> None:
     """What the tool-poisoning scan flagged, for review (capdisc approve ID)."""
 
 
-@flags_group.command("list")
+@flags_group.command(
+    "list", epilog=exit_status("the tenant is unknown: nothing was ever published to it")
+)
 @click.option(
     "--state", type=click.Choice(FLAG_STATES), default=None, help="Only flags in this state"
 )
@@ -1193,6 +1484,7 @@ def flags_list(
     it)."""
     settings, connection = _connect(ctx, redis_url)
     tenant = _tenant(ctx, tenant)
+    _known_tenant(connection, tenant)
     policy = tenant_policy(connection, tenant) or settings.poisoning_policy
     found = {
         i: f
@@ -1242,7 +1534,7 @@ def policy_group() -> None:
     """A tenant's tool-poisoning policy: flag, warn or quarantine."""
 
 
-@policy_group.command("set")
+@policy_group.command("set", epilog=exit_status(None))
 @click.argument("policy", type=click.Choice([*POLICIES, "default"]))
 @redis_option
 @tenant_option
@@ -1262,7 +1554,7 @@ def policy_set(ctx: click.Context, policy: str, redis_url: str | None, tenant: s
     )
 
 
-@policy_group.command("show")
+@policy_group.command("show", epilog=exit_status(None))
 @redis_option
 @tenant_option
 @click.pass_context
@@ -1337,16 +1629,26 @@ def _interrupt(*_: object) -> NoReturn:
     raise KeyboardInterrupt
 
 
-def _fail(message: str) -> NoReturn:
+def _fail(message: str, code: int = TROUBLE) -> NoReturn:
+    """Print ``error: message`` on stderr and exit with ``code``: 2 (the command could not run,
+    or was used wrongly) unless told 1 (the operation failed, or named something unknown)."""
     click.echo(f"error: {message}", err=True)
-    sys.exit(2)
+    sys.exit(code)
+
+
+#: Errors that say a command named something capdisc does not hold: exit 1, not 2.
+UNKNOWN_ERRORS = (UnknownTenantError, SessionNotFoundError)
+
+
+def _exit_code(exc: CapdiscError) -> int:
+    return FAILED if isinstance(exc, UNKNOWN_ERRORS) else TROUBLE
 
 
 def main() -> None:
     try:
         cli(standalone_mode=True)
     except CapdiscError as exc:
-        _fail(str(exc))
+        _fail(str(exc), _exit_code(exc))
     except redis.ConnectionError as exc:
         _fail(f"cannot reach Redis ({exc}); is the stack running? (make up)")
 

@@ -2,8 +2,9 @@
 and the watcher, on one machine with nothing installed but Python.
 
 The stack writes ``.capdisc/stack.json`` (the Redis URL, the pid of ``up`` and of each child) so
-that commands run from the project directory find it with no flags. ``CAPDISC_REDIS_URL``
-overrides both (it points ``up`` at an existing Redis and the other commands at any stack).
+that commands run from the project directory find it with no flags (:mod:`capdisc.stackfile`
+reads it; so does ``celery -A capdisc_workers.celery_app``). ``CAPDISC_REDIS_URL`` overrides
+both (it points ``up`` at an existing Redis and the other commands at any stack).
 
 ``up`` supervises its children (:mod:`capdisc_producers.supervisor`): one that exits is reaped,
 reported with the tail of its log, and restarted with backoff; its own redis-server comes back
@@ -46,6 +47,7 @@ from capdisc.localredis import LocalRedis, start_redis
 from capdisc.redistext import as_str
 from capdisc.registry.store import tenant_version
 from capdisc.settings import Settings, mask_url, with_password
+from capdisc.stackfile import REDIS_ENV, STACK_FILE, STATE_DIR, find_stack, named_file
 from capdisc.status import forget_worker, live_workers, record_supervised
 from capdisc_producers.credentials import StackSecrets, read_secret
 from capdisc_producers.publisher import Publisher
@@ -53,9 +55,6 @@ from capdisc_producers.supervisor import Child, Supervisor, child_options, exit_
 from capdisc_producers.sync import SyncReport, sync_directory
 from capdisc_producers.watcher import watch_directory
 
-STATE_DIR = ".capdisc"
-STACK_FILE = "stack.json"
-REDIS_ENV = "CAPDISC_REDIS_URL"
 TOKEN_ENV = "CAPDISC_TOKEN"
 AUTH_ENV = "CAPDISC_AUTH"
 KEYS_ENV = "CAPDISC_AUTH_KEYS_FILE"
@@ -63,33 +62,6 @@ PASSWORD_FILE_ENV = "CAPDISC_REDIS_PASSWORD_FILE"
 #: Lifetime of the tokens ``up`` issues itself for each of its own requests and publishes.
 SERVICE_TOKEN_TTL_S = 3600
 WORKER_START_TIMEOUT_S = 120.0
-
-
-def find_stack(start: Path) -> dict[str, Any] | None:
-    """The stack file of a running stack in ``start`` or a parent directory. A file left by an
-    ``up`` that was killed (its pid is gone) is not a running stack."""
-    for directory in (start, *start.parents):
-        path = directory / STATE_DIR / STACK_FILE
-        if path.is_file():
-            try:
-                data: dict[str, Any] = json.loads(path.read_text())
-            except (OSError, ValueError):
-                return None
-            return data if _alive(data.get("pid")) else None
-    return None
-
-
-def _alive(pid: Any) -> bool:
-    """Whether process ``pid`` runs on this machine (True when the file names none)."""
-    if not isinstance(pid, int):
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def resolve_redis_url(explicit: str | None, environ: Mapping[str, str], cwd: Path) -> str:
@@ -142,14 +114,14 @@ def resolve_access(
             f"{REDIS_ENV}"
         )
     url = str(stack["redis_url"])
-    password = read_secret(_named_file(stack, "redis_password_file"))
+    password = read_secret(named_file(stack, "redis_password_file"))
     if password:
         url = with_password(url, password)
-    keys_file = settings.auth_keys_file or _named_file(stack, "auth_keys_file")
+    keys_file = settings.auth_keys_file or named_file(stack, "auth_keys_file")
     auth_on = settings.auth if settings.auth is not None else stack.get("auth")
     return Access(
         url,
-        token or read_secret(_named_file(stack, "token_file")),
+        token or read_secret(named_file(stack, "token_file")),
         keys_file,
         auth_on if isinstance(auth_on, bool) else None,
     )
@@ -163,11 +135,6 @@ def without_password(url: str) -> str:
     where = parts.netloc.rsplit("@", 1)[1]
     netloc = f"{parts.username}@{where}" if parts.username else where
     return urlunsplit(parts._replace(netloc=netloc))
-
-
-def _named_file(stack: Mapping[str, Any], name: str) -> Path | None:
-    value = stack.get(name)
-    return Path(value) if isinstance(value, str) and value else None
 
 
 #: How often the supervision loop looks at the children and the stop request.

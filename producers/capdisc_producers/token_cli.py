@@ -6,6 +6,7 @@ The keyring is ``--keys PATH``, else ``CAPDISC_AUTH_KEYS_FILE``, else the stack'
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from capdisc.errors import ConfigError
 from capdisc.identity import auth
 from capdisc.settings import Settings
 from capdisc_producers.credentials import StackSecrets, find_keys_file
+from capdisc_producers.exits import FAILED, USAGE_ONLY, exit_status
 
 keys_option = click.option(
     "--keys",
@@ -31,7 +33,7 @@ def token() -> None:
     each request as the holder of its token)."""
 
 
-@token.command("issue")
+@token.command("issue", epilog=exit_status(None, USAGE_ONLY + " (no keyring found)"))
 @click.option(
     "--tenant",
     required=True,
@@ -74,7 +76,7 @@ def token_issue(
     )
 
 
-@token.command("keygen")
+@token.command("keygen", epilog=exit_status(None, USAGE_ONLY))
 @keys_option
 @click.pass_context
 def token_keygen(ctx: click.Context, keys_file: Path | None) -> None:
@@ -88,7 +90,12 @@ def token_keygen(ctx: click.Context, keys_file: Path | None) -> None:
     click.echo(f"added key {key.kid} to {path}; tokens issued from now on are signed with it")
 
 
-@token.command("retire")
+@token.command(
+    "retire",
+    epilog=exit_status(
+        "the keyring has no key KID (nothing changed)", USAGE_ONLY + ", or KID is its last key"
+    ),
+)
 @click.argument("kid")
 @keys_option
 @click.pass_context
@@ -96,7 +103,14 @@ def token_retire(ctx: click.Context, kid: str, keys_file: Path | None) -> None:
     """Remove key KID: every token it signed stops verifying (retire a key once its tokens have
     expired, or at once if it leaked)."""
     path = _keys_path(ctx, keys_file, create=False)
-    keyring = auth.load_keyring(path).without(kid)
+    keyring = auth.load_keyring(path)
+    if kid not in keyring.kids:
+        click.echo(
+            f"error: {path} has no key {kid!r}; its keys are {', '.join(keyring.kids) or 'none'}",
+            err=True,
+        )
+        sys.exit(FAILED)
+    keyring = keyring.without(kid)
     if not keyring.kids:
         raise ConfigError(
             f"{kid} is the last key of {path}; add another first (capdisc token keygen)"

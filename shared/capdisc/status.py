@@ -1,5 +1,6 @@
 """What ``capdisc status`` shows: index versions, counts per kind, workers, queues, errors,
-and per tenant its tool-poisoning policy and flags."""
+and per tenant its tool-poisoning policy and flags; and what ``capdisc status --check`` finds
+missing (:func:`health_failures`)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,25 @@ def live_workers(
         (w for w in workers if now_ms - w["last_seen_ms"] <= stale_after_s * 1000),
         key=lambda w: (w["kind"], w["id"]),
     )
+
+
+#: The kinds of worker a stack needs to serve, and how to start one of each.
+NEEDED_WORKERS = {
+    "discovery": "python -m capdisc_workers.discovery",
+    "indexing": "celery -A capdisc_workers.celery_app worker -Q indexing",
+}
+
+
+def health_failures(workers: list[dict[str, Any]], stale_after_s: float) -> list[str]:
+    """One line per kind of worker that none of the live ``workers`` (:func:`live_workers`)
+    is, saying how to start one; empty when the stack has what it needs to serve."""
+    kinds = {w.get("kind") for w in workers}
+    return [
+        f"{kind} workers: none live (no heartbeat within {stale_after_s:g} s); start one "
+        f"({command}), or see why it stopped (capdisc status lists the workers seen)"
+        for kind, command in NEEDED_WORKERS.items()
+        if kind not in kinds
+    ]
 
 
 def record_supervised(client: redis.Redis, children: dict[str, dict[str, Any]]) -> None:

@@ -102,7 +102,7 @@ def test_up_reaches_ready_serves_from_the_project_directory_and_stops_cleanly(
         redis.Redis.from_url(redis_url, socket_connect_timeout=1).ping()
 
 
-def test_delete_removes_a_capability_and_reports_unknown_ids(
+def test_delete_removes_a_capability_and_exits_1_naming_unknown_ids(
     stack: Stack, registry: Path, tenant: str
 ) -> None:
     publish(stack.url, registry, tenant)
@@ -111,9 +111,10 @@ def test_delete_removes_a_capability_and_reports_unknown_ids(
         "delete", "tool:stripe-refund", "tool:never-there", "--tenant", tenant, env=stack.env
     )
 
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr
     assert "tool:stripe-refund: deleted" in result.stdout
     assert "tool:never-there: not found, nothing to delete" in result.stdout
+    assert f"tenant '{tenant}' holds no tool:never-there" in result.stderr
     version = int(result.stdout.rsplit("index version ", 1)[1])
     answer = json.loads(
         run_cli(

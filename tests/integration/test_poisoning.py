@@ -191,8 +191,9 @@ def test_approve_refuses_a_changed_text_and_an_unflagged_capability(
     )
 
     assert listed["flags"]["tool:notes-sync"]["findings"][0]["excerpt"]  # for the reviewer
-    assert stale.returncode == 2 and "changed since" in stale.stderr
-    assert clean.returncode == 2 and "not flagged" in clean.stderr
+    assert stale.returncode == 1 and "changed since" in stale.stderr
+    assert clean.returncode == 1 and "not flagged" in clean.stderr
+    assert clean.stdout == "tool:notes-list: not approved\n"
     assert reviewed.returncode == 0 and "tool:notes-sync: approved" in reviewed.stdout
     assert poisoning(stack, tenant)["approved"] == 1
 

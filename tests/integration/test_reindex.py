@@ -171,9 +171,10 @@ def test_reindex_of_one_capability_embeds_it_again_and_bumps_the_version(
         "reindex", "tool:slack-post-message", "tool:no-such-tool", "--tenant", tenant, env=stack.env
     )
 
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr  # an id the tenant does not hold
     assert "tool:slack-post-message: reindexed" in result.stdout
     assert "tool:no-such-tool: not found" in result.stdout
+    assert "holds no tool:no-such-tool" in result.stderr
     assert f"index version {report.index_version + 1}" in result.stdout
     assert int(connection.hget(keys.COUNTERS, "embedding_calls") or 0) > calls
 

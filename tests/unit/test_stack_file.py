@@ -1,4 +1,5 @@
-"""Finding the running stack from its ``.capdisc/stack.json``."""
+"""Finding the running stack from its ``.capdisc/stack.json``, and the settings of a worker
+started in the project, which joins it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from capdisc.errors import StackNotFoundError
+from capdisc.settings import Settings
+from capdisc.stackfile import joining_stack
 from capdisc_producers.stack import find_stack, resolve_access, resolve_redis_url, without_password
 
 
@@ -76,3 +79,52 @@ def test_the_stack_files_password_and_admin_token_go_only_to_the_stacks_redis(
     assert (elsewhere.redis_url, elsewhere.token) == ("redis://other:6379/0", None)
     assert explicit.token == "x.y.z"
     assert without_password("redis://user:pw@host:1/0") == "redis://user@host:1/0"
+
+
+def running_stack_file(project: Path, **fields: object) -> None:
+    state = project / ".capdisc"
+    state.mkdir(parents=True, exist_ok=True)
+    data = {"redis_url": "redis://127.0.0.1:7/0", "pid": os.getpid(), **fields}
+    (state / "stack.json").write_text(json.dumps(data))
+
+
+def test_a_worker_started_in_the_project_joins_the_running_stack(tmp_path: Path) -> None:
+    password = tmp_path / "redis.password"
+    password.write_text("pw-9\n")
+    keyring = tmp_path / "auth_keys.json"
+    running_stack_file(
+        tmp_path, auth=True, redis_password_file=str(password), auth_keys_file=str(keyring)
+    )
+    (tmp_path / "sub").mkdir()
+
+    joined = joining_stack(Settings(), {}, tmp_path / "sub")
+
+    assert joined.redis_url == "redis://:pw-9@127.0.0.1:7/0"
+    assert (joined.auth, joined.auth_keys_file) == (True, keyring)
+
+
+def test_the_environment_or_the_settings_naming_a_redis_win_over_the_stack(
+    tmp_path: Path,
+) -> None:
+    running_stack_file(tmp_path, auth=True)
+    named = Settings(redis_url="redis://elsewhere:6379/0")
+
+    from_env = joining_stack(Settings(), {"CAPDISC_REDIS_URL": "redis://x:1/0"}, tmp_path)
+
+    assert from_env == Settings()
+    assert joining_stack(named, {}, tmp_path) == named
+
+
+def test_settings_that_turn_auth_off_keep_it_off_in_the_stack(tmp_path: Path) -> None:
+    running_stack_file(tmp_path, auth=True, auth_keys_file=str(tmp_path / "k.json"))
+
+    joined = joining_stack(Settings(auth=False), {}, tmp_path)
+
+    assert (joined.redis_url, joined.auth) == ("redis://127.0.0.1:7/0", False)
+
+
+def test_without_a_running_stack_the_settings_stay_as_they_are(tmp_path: Path) -> None:
+    write_stack_file(tmp_path, dead_pid())
+
+    assert joining_stack(Settings(), {}, tmp_path) == Settings()
+    assert joining_stack(Settings(), {}, tmp_path / "nowhere") == Settings()

@@ -6,6 +6,11 @@ variables), builds the worker's :class:`~capdisc_workers.resources.Resources` fr
 configures the app. The task modules (:data:`TASK_MODULES`) take ``app`` and ``resources`` from
 here; nothing else reads the environment.
 
+When neither ``CAPDISC_REDIS_URL`` nor the settings name a Redis, the app joins the stack that
+``capdisc up`` runs from the current directory or a parent (its ``.capdisc/stack.json``, as the
+``capdisc`` command finds it): so ``celery -A capdisc_workers.celery_app inspect ping`` run in
+the project asks that stack's indexing workers, not a Redis at port 6379.
+
 Configured for reliable indexing over Redis: late acks with re-queue on a lost worker, prefetch
 of one, a visibility timeout far above the hard time limit, JSON only, no result storage (events
 are fire-and-forget; outcomes go to acks lists and the changes stream).
@@ -15,6 +20,9 @@ Run: ``celery -A capdisc_workers.celery_app worker -Q indexing -P solo``
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -23,6 +31,7 @@ from celery import Celery, signals
 from capdisc import keys
 from capdisc.logs import configure_logging
 from capdisc.settings import Settings
+from capdisc.stackfile import joining_stack
 from capdisc_workers.resources import Resources
 
 #: The modules whose tasks and signal handlers the worker loads.
@@ -59,10 +68,15 @@ def create_app(settings: Settings) -> Celery:
     return celery
 
 
-def from_environment() -> tuple[Celery, Resources]:
-    """The app and the worker's resources, from the settings the environment gives (a missing
-    or broken keyring with auth on stops the worker here, at start)."""
-    resources = Resources.from_settings(Settings.load())
+def from_environment(
+    environ: Mapping[str, str] | None = None, cwd: Path | None = None
+) -> tuple[Celery, Resources]:
+    """The app and the worker's resources, from the settings the environment gives, joining
+    the running stack found from ``cwd`` when they name no Redis (a missing or broken keyring
+    with auth on stops the worker here, at start)."""
+    environ = os.environ if environ is None else environ
+    settings = joining_stack(Settings.load(environ), environ, cwd or Path.cwd())
+    resources = Resources.from_settings(settings)
     return create_app(resources.settings), resources
 
 

@@ -2,9 +2,10 @@
 
 An event lands here (:func:`dead_letter`) when it cannot be decoded, carries an invalid
 capability, or its embedding still fails after ``indexing_max_attempts`` deliveries.
-``capdisc dlq list`` shows them; ``capdisc dlq replay`` sends them to the indexing queue again
-(after the cause is fixed: a provider back up, a worker with a new model) and removes them from
-the stream.
+``capdisc dlq list`` shows them (:func:`list_dead_letters`); ``capdisc dlq replay`` sends them to
+the indexing queue again (after the cause is fixed: a provider back up, a worker with a new
+model) and removes them from the stream (:func:`replay_each`, one outcome per id);
+``capdisc dlq drop`` removes them unsent (:func:`drop`, :func:`drop_all`).
 
 Discovery workers put here the request stream entries they cannot answer: unreadable ones (no
 usable request id to reply to) and quarantined ones (delivered again and again, never
@@ -16,6 +17,7 @@ quarantined one would only take a worker down again.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,6 +31,16 @@ from capdisc.redistext import as_str
 
 #: The most of a payload a dead letter keeps.
 MAX_PAYLOAD_CHARS = 1_048_576
+#: What a dead letter's id looks like (its stream entry id): ``1700000000000-0``.
+ENTRY_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+#: How many dead letters are read or removed per Redis call.
+PAGE = 1000
+
+#: The outcome of each id named to :func:`replay_each` and :func:`drop`.
+REPLAYED = "replayed"
+DROPPED = "dropped"
+NOT_FOUND = "not found"
+REFUSED_REQUEST = "refused: a discovery request"
 
 
 @dataclass(frozen=True)
@@ -101,21 +113,86 @@ def list_dead_letters(client: redis.Redis, limit: int = 100) -> list[DeadLetter]
     return [_dead_letter(entry_id, fields) for entry_id, fields in entries]
 
 
+def read_dead_letter(client: redis.Redis, entry_id: str) -> DeadLetter | None:
+    """The dead letter with id ``entry_id``; None when there is none (or the text is no id)."""
+    if not ENTRY_ID.fullmatch(entry_id):
+        return None
+    entries: Any = client.xrange(keys.DEADLETTERS, min=entry_id, max=entry_id, count=1)
+    return _dead_letter(*entries[0]) if entries else None
+
+
 def replay(
     client: redis.Redis, send: Callable[[str], None], entry_ids: Sequence[str] | None = None
 ) -> list[str]:
     """Send the given dead letters (all when ``entry_ids`` is None) to the indexing queue again
     and remove each from the stream once sent; returns the replayed entry ids. Unknown ids and
     discovery requests (never replayed) are skipped."""
-    wanted = None if entry_ids is None else set(entry_ids)
-    replayed = []
-    for letter in list_dead_letters(client, limit=100_000):
-        if (wanted is not None and letter.entry_id not in wanted) or letter.is_discovery_request:
-            continue
-        send(letter.payload)
-        client.xdel(keys.DEADLETTERS, letter.entry_id)
-        replayed.append(letter.entry_id)
-    return replayed
+    outcomes = replay_each(client, send, entry_ids)
+    return [entry_id for entry_id, outcome in outcomes.items() if outcome == REPLAYED]
+
+
+def replay_each(
+    client: redis.Redis, send: Callable[[str], None], entry_ids: Sequence[str] | None = None
+) -> dict[str, str]:
+    """Send the given dead letters (every one there is now when ``entry_ids`` is None) to the
+    indexing queue again, each removed from the stream once sent, and say per id what became
+    of it: :data:`REPLAYED`, :data:`NOT_FOUND`, or :data:`REFUSED_REQUEST` for a discovery
+    request, which is never sent and stays listed. An event that fails again comes back with
+    a new id; with ``entry_ids`` None it is not sent a second time."""
+    letters = _every_letter(client) if entry_ids is None else _named_letters(client, entry_ids)
+    outcomes: dict[str, str] = {}
+    for entry_id, letter in letters:
+        if letter is None:
+            outcomes[entry_id] = NOT_FOUND
+        elif letter.is_discovery_request:
+            outcomes[entry_id] = REFUSED_REQUEST
+        else:
+            send(letter.payload)
+            removed = client.xdel(keys.DEADLETTERS, entry_id)
+            outcomes[entry_id] = REPLAYED if removed else NOT_FOUND
+    return outcomes
+
+
+def drop(client: redis.Redis, entry_ids: Sequence[str]) -> dict[str, str]:
+    """Remove the given dead letters unsent, registry events and discovery requests alike; per
+    id, :data:`DROPPED` or :data:`NOT_FOUND`."""
+    wanted = list(dict.fromkeys(entry_ids))
+    removed: set[str] = set()
+    for start in range(0, len(wanted), PAGE):
+        page = [i for i in wanted[start : start + PAGE] if ENTRY_ID.fullmatch(i)]
+        with client.pipeline(transaction=False) as pipe:
+            for entry_id in page:
+                pipe.xdel(keys.DEADLETTERS, entry_id)
+            counts = pipe.execute()
+        removed.update(i for i, count in zip(page, counts, strict=True) if count)
+    return {i: DROPPED if i in removed else NOT_FOUND for i in wanted}
+
+
+def drop_all(client: redis.Redis) -> dict[str, str]:
+    """Remove every dead letter there is now (one added meanwhile stays); per id, what
+    :func:`drop` says."""
+    return drop(client, [entry_id for entry_id, _letter in _every_letter(client)])
+
+
+def _named_letters(
+    client: redis.Redis, entry_ids: Sequence[str]
+) -> list[tuple[str, DeadLetter | None]]:
+    return [(i, read_dead_letter(client, i)) for i in dict.fromkeys(entry_ids)]
+
+
+def _every_letter(client: redis.Redis) -> list[tuple[str, DeadLetter | None]]:
+    """Every dead letter up to the newest one now, oldest first, read a page at a time."""
+    newest: Any = client.xrevrange(keys.DEADLETTERS, count=1)
+    if not newest:
+        return []
+    last, start = as_str(newest[0][0]), "-"
+    letters: list[tuple[str, DeadLetter | None]] = []
+    while True:
+        page: Any = client.xrange(keys.DEADLETTERS, min=start, max=last, count=PAGE)
+        letters += [(as_str(i), _dead_letter(i, fields)) for i, fields in page]
+        if len(page) < PAGE:
+            return letters
+        start = f"({letters[-1][0]}"
 
 
 def with_token(payload: str, token: str | None) -> str:

@@ -1,0 +1,76 @@
+"""The running stack's ``.capdisc/stack.json``: finding it from a directory, and the settings of
+a worker that joins it.
+
+``capdisc up`` writes the file while it runs: the Redis URL without its password, the pid of
+``up``, whether auth is on, and the paths of the password file, the keyring and the admin
+token (never a secret itself). The ``capdisc`` command and a worker started by hand from the
+project directory (or below it) find the stack through it; ``CAPDISC_REDIS_URL`` always wins.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from capdisc.settings import Settings
+
+STATE_DIR = ".capdisc"
+STACK_FILE = "stack.json"
+REDIS_ENV = "CAPDISC_REDIS_URL"
+#: The Redis URL of settings that name none of their own.
+DEFAULT_REDIS_URL: str = Settings.model_fields["redis_url"].default
+
+
+def find_stack(start: Path) -> dict[str, Any] | None:
+    """The stack file of a running stack in ``start`` or a parent directory. A file left by an
+    ``up`` that was killed (its pid is gone) is not a running stack."""
+    for directory in (start, *start.parents):
+        path = directory / STATE_DIR / STACK_FILE
+        if path.is_file():
+            try:
+                data: dict[str, Any] = json.loads(path.read_text())
+            except (OSError, ValueError):
+                return None
+            return data if isinstance(data, dict) and _alive(data.get("pid")) else None
+    return None
+
+
+def _alive(pid: Any) -> bool:
+    """Whether process ``pid`` runs on this machine (True when the file names none)."""
+    if not isinstance(pid, int):
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def named_file(stack: Mapping[str, Any], name: str) -> Path | None:
+    """The path the stack file gives under ``name``, if it gives one."""
+    value = stack.get(name)
+    return Path(value) if isinstance(value, str) and value else None
+
+
+def joining_stack(settings: Settings, environ: Mapping[str, str], cwd: Path) -> Settings:
+    """``settings`` for a worker started in ``cwd``. When neither ``CAPDISC_REDIS_URL`` nor the
+    settings name a Redis and a running stack is found from ``cwd``: that stack's Redis (with
+    the password from its password file) and, where the settings leave them unset, its auth
+    and keyring. Otherwise ``settings`` unchanged."""
+    if environ.get(REDIS_ENV) or settings.redis_url != DEFAULT_REDIS_URL:
+        return settings
+    stack = find_stack(cwd)
+    if not stack or not isinstance(stack.get("redis_url"), str):
+        return settings
+    auth = settings.auth if settings.auth is not None else stack.get("auth")
+    return settings.with_changes(
+        redis_url=stack["redis_url"],
+        redis_password_file=named_file(stack, "redis_password_file"),
+        auth=auth if isinstance(auth, bool) else None,
+        auth_keys_file=settings.auth_keys_file or named_file(stack, "auth_keys_file"),
+    ).with_password_file()

@@ -1,0 +1,110 @@
+"""The operations side of the ``capdisc`` command that needs no stack: ``--version``, the exit
+codes every command's help documents, the ``status --check`` verdict on heartbeats, and how
+delete and reindex outcomes are worded."""
+
+from __future__ import annotations
+
+from importlib import metadata
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from capdisc.status import health_failures
+from capdisc_producers.cli import Verbs, _outcome_verb, cli
+from capdisc_producers.exits import exit_status
+
+
+def test_version_prints_the_installed_package_version_and_exits_0() -> None:
+    result = CliRunner().invoke(cli, ["--version"])
+
+    assert result.exit_code == 0
+    assert result.output == f"capdisc {metadata.version('capdisc')}\n"
+
+
+def leaf_commands(group: click.Group, path: str = "capdisc") -> list[tuple[str, click.Command]]:
+    found: list[tuple[str, click.Command]] = []
+    for name, command in sorted(group.commands.items()):
+        if isinstance(command, click.Group):
+            found += leaf_commands(command, f"{path} {name}")
+        else:
+            found.append((f"{path} {name}", command))
+    return found
+
+
+@pytest.mark.parametrize(("path", "command"), leaf_commands(cli), ids=lambda v: str(v))
+def test_every_command_documents_its_exit_codes(path: str, command: click.Command) -> None:
+    with click.Context(command, info_name=path) as ctx:
+        text = command.get_help(ctx)
+
+    section = text[text.index("Exit status:") :]
+    assert "  0  " in section and "  2  a usage error" in section, path
+    assert all(len(line) <= 80 for line in section.splitlines()), path
+
+
+def test_the_exit_status_section_keeps_its_lines_and_leaves_out_an_unused_code() -> None:
+    text = exit_status(None, "a usage error", ok="stopped when asked")
+
+    assert text.splitlines() == [
+        "\b",
+        "Exit status:",
+        "  0  stopped when asked",
+        "  2  a usage error",
+    ]
+
+
+def test_a_long_meaning_wraps_under_its_code() -> None:
+    lines = exit_status("word " * 40).splitlines()
+
+    assert lines[3].startswith("  1  word")
+    assert lines[4].startswith("     word")
+
+
+def heartbeat(kind: str) -> dict[str, str]:
+    return {"id": f"{kind}@host:1", "kind": kind}
+
+
+def test_a_stack_with_a_live_worker_of_each_kind_passes_the_check() -> None:
+    assert health_failures([heartbeat("discovery"), heartbeat("indexing")], 10.0) == []
+
+
+def test_each_missing_kind_of_worker_is_one_failed_check_saying_how_to_start_one() -> None:
+    failed = health_failures([heartbeat("indexing")], 2.5)
+
+    assert len(failed) == 1
+    assert failed[0].startswith("discovery workers: none live (no heartbeat within 2.5 s)")
+    assert "python -m capdisc_workers.discovery" in failed[0]
+    assert [f.split(":")[0] for f in health_failures([], 10.0)] == [
+        "discovery workers",
+        "indexing workers",
+    ]
+
+
+DELETE = Verbs("delete", "deleted", "absent", "nothing to delete")
+
+
+@pytest.mark.parametrize(
+    ("decision", "said"),
+    [
+        ("delete", "deleted"),
+        ("absent", "not found, nothing to delete"),
+        ("refused_owned", "refused"),
+        ("stale", "not deleted (stale)"),
+    ],
+)
+def test_each_outcome_of_a_delete_is_worded_by_its_decision(decision: str, said: str) -> None:
+    assert _outcome_verb(decision, DELETE) == said
+
+
+def test_retiring_a_key_the_keyring_lacks_exits_1_and_changes_nothing(tmp_path: Path) -> None:
+    keys_file = tmp_path / "auth_keys.json"
+    runner = CliRunner()
+    assert runner.invoke(cli, ["token", "keygen", "--keys", str(keys_file)]).exit_code == 0
+    before = keys_file.read_text()
+
+    result = runner.invoke(cli, ["token", "retire", "k-nope", "--keys", str(keys_file)])
+
+    assert result.exit_code == 1
+    assert f"error: {keys_file} has no key 'k-nope'" in result.output
+    assert keys_file.read_text() == before
