@@ -47,7 +47,15 @@ from capdisc.localredis import LocalRedis, start_redis
 from capdisc.redistext import as_str
 from capdisc.registry.store import tenant_version
 from capdisc.settings import Settings, mask_url, with_password
-from capdisc.stackfile import REDIS_ENV, STACK_FILE, STATE_DIR, find_stack, named_file
+from capdisc.stackfile import (
+    REDIS_ENV,
+    STACK_ENV,
+    STACK_FILE,
+    STATE_DIR,
+    find_stack,
+    named_file,
+    stack_start,
+)
 from capdisc.status import forget_worker, live_workers, record_supervised
 from capdisc_producers.credentials import StackSecrets, read_secret
 from capdisc_producers.publisher import Publisher
@@ -106,12 +114,13 @@ def resolve_access(
         if password and not urlsplit(url).password:
             url = with_password(url, password)
         return Access(url, token, settings.auth_keys_file, settings.auth)
-    stack = find_stack(cwd)
+    start = stack_start(environ, cwd)
+    stack = find_stack(start)
     if not stack or not stack.get("redis_url"):
         raise StackNotFoundError(
-            f"no running capdisc stack found from {cwd} (no {STATE_DIR}/"
-            f"{STACK_FILE}); start one with `make up`, or set "
-            f"{REDIS_ENV}"
+            f"no running capdisc stack found from {start} (no {STATE_DIR}/"
+            f"{STACK_FILE}); start one with `make up`, set {STACK_ENV} to the directory "
+            f"it runs in, or set {REDIS_ENV}"
         )
     url = str(stack["redis_url"])
     password = read_secret(named_file(stack, "redis_password_file"))

@@ -4,7 +4,8 @@ a worker that joins it.
 ``capdisc up`` writes the file while it runs: the Redis URL without its password, the pid of
 ``up``, whether auth is on, and the paths of the password file, the keyring and the admin
 token (never a secret itself). The ``capdisc`` command and a worker started by hand from the
-project directory (or below it) find the stack through it; ``CAPDISC_REDIS_URL`` always wins.
+project directory (or below it), or anywhere with ``CAPDISC_STACK`` naming the project
+directory, find the stack through it; ``CAPDISC_REDIS_URL`` always wins.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from capdisc.settings import Settings
 STATE_DIR = ".capdisc"
 STACK_FILE = "stack.json"
 REDIS_ENV = "CAPDISC_REDIS_URL"
+#: The project directory of the stack to use, for processes started elsewhere (an MCP host).
+STACK_ENV = "CAPDISC_STACK"
 #: The Redis URL of settings that name none of their own.
 DEFAULT_REDIS_URL: str = Settings.model_fields["redis_url"].default
 
@@ -36,6 +39,13 @@ def find_stack(start: Path) -> dict[str, Any] | None:
                 return None
             return data if isinstance(data, dict) and _alive(data.get("pid")) else None
     return None
+
+
+def stack_start(environ: Mapping[str, str], cwd: Path) -> Path:
+    """Where to look for the running stack: ``CAPDISC_STACK`` (its project directory) when
+    set, else ``cwd`` (and its parents)."""
+    named = environ.get(STACK_ENV)
+    return Path(named).expanduser() if named else cwd
 
 
 def _alive(pid: Any) -> bool:
@@ -64,7 +74,7 @@ def joining_stack(settings: Settings, environ: Mapping[str, str], cwd: Path) -> 
     and keyring. Otherwise ``settings`` unchanged."""
     if environ.get(REDIS_ENV) or settings.redis_url != DEFAULT_REDIS_URL:
         return settings
-    stack = find_stack(cwd)
+    stack = find_stack(stack_start(environ, cwd))
     if not stack or not isinstance(stack.get("redis_url"), str):
         return settings
     auth = settings.auth if settings.auth is not None else stack.get("auth")

@@ -128,3 +128,20 @@ def test_without_a_running_stack_the_settings_stay_as_they_are(tmp_path: Path) -
 
     assert joining_stack(Settings(), {}, tmp_path) == Settings()
     assert joining_stack(Settings(), {}, tmp_path / "nowhere") == Settings()
+
+
+def test_a_process_started_elsewhere_finds_the_stack_named_by_capdisc_stack(
+    tmp_path: Path,
+) -> None:
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    write_stack_file(project, os.getpid())
+    elsewhere.mkdir()
+
+    assert resolve_redis_url(None, {"CAPDISC_STACK": str(project)}, elsewhere) == (
+        "redis://127.0.0.1:7/0"
+    )
+    assert joining_stack(Settings(), {"CAPDISC_STACK": str(project)}, elsewhere).redis_url == (
+        "redis://127.0.0.1:7/0"
+    )
+    with pytest.raises(StackNotFoundError, match="CAPDISC_STACK"):
+        resolve_redis_url(None, {}, elsewhere)
