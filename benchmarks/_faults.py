@@ -48,26 +48,11 @@ from capdisc.registry.policy import StoredRecord
 from capdisc.registry.store import tenant_version
 from capdisc.status import live_workers
 from capdisc_producers.publisher import Publisher
+from capdisc_producers.stack import indexing_argv
 from capdisc_producers.watcher import watch_directory
 
 TENANT = "default"
-INDEXING_ARGV = [
-    sys.executable,
-    "-m",
-    "celery",
-    "-A",
-    "capdisc_workers.celery_app",
-    "worker",
-    "-Q",
-    "indexing",
-    "-P",
-    "solo",
-    "--without-gossip",
-    "--without-mingle",
-    "--without-heartbeat",
-    "--loglevel",
-    "INFO",
-]
+INDEXING_ARGV = indexing_argv()
 DISCOVERY_ARGV = [sys.executable, "-m", "capdisc_workers.discovery"]
 #: How long a killed process stays down before this script (a supervisor) starts it again.
 RESTART_AFTER_S = 1.0

@@ -77,26 +77,10 @@ from capdisc.registry.store import tenant_version
 from capdisc.retrieval.text import combine, embedding_texts, vector_space
 from capdisc.status import live_workers
 from capdisc_producers.publisher import BATCH, Publisher
+from capdisc_producers.stack import DISCOVERY_ARGV, indexing_argv
 
 TENANT = "reliability"
-INDEXING_ARGV = [
-    sys.executable,
-    "-m",
-    "celery",
-    "-A",
-    "capdisc_workers.celery_app",
-    "worker",
-    "-Q",
-    "indexing",
-    "-P",
-    "solo",
-    "--without-gossip",
-    "--without-mingle",
-    "--without-heartbeat",
-    "--loglevel",
-    "INFO",
-]
-DISCOVERY_ARGV = [sys.executable, "-m", "capdisc_workers.discovery"]
+INDEXING_ARGV = indexing_argv()
 WORDS = (
     "alpha",
     "bravo",

@@ -64,6 +64,33 @@ from capdisc_producers.sync import SyncReport, sync_directory
 from capdisc_producers.watcher import watch_directory
 
 TOKEN_ENV = "CAPDISC_TOKEN"
+#: How a discovery worker is started (``python -m capdisc_workers.discovery``).
+DISCOVERY_ARGV = [sys.executable, "-m", "capdisc_workers.discovery"]
+
+
+def indexing_argv(log_level: str = "INFO") -> list[str]:
+    """How an indexing worker is started: a solo Celery worker on the indexing queue, with no
+    gossip, mingle or Celery heartbeat (capdisc keeps its own); add ``-n NAME`` for a node
+    name of its own."""
+    return [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "capdisc_workers.celery_app",
+        "worker",
+        "-Q",
+        "indexing",
+        "-P",
+        "solo",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+        "--loglevel",
+        log_level,
+    ]
+
+
 AUTH_ENV = "CAPDISC_AUTH"
 KEYS_ENV = "CAPDISC_AUTH_KEYS_FILE"
 PASSWORD_FILE_ENV = "CAPDISC_REDIS_PASSWORD_FILE"
@@ -251,28 +278,10 @@ class Stack:
         )
         self.spawn(
             "indexing",
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "capdisc_workers.celery_app",
-                "worker",
-                "-Q",
-                "indexing",
-                "-P",
-                "solo",
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-                "-n",
-                f"indexing-{os.getpid()}@%h",
-                "--loglevel",
-                self.settings.log_level,
-            ],
+            [*indexing_argv(self.settings.log_level), "-n", f"indexing-{os.getpid()}@%h"],
             env,
         )
-        self.spawn("discovery", [sys.executable, "-m", "capdisc_workers.discovery"], env)
+        self.spawn("discovery", DISCOVERY_ARGV, env)
         self._write_stack_file()
         return self.redis_url
 

@@ -12,7 +12,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -26,6 +25,7 @@ import redis
 from capdisc.client import Client
 from capdisc.localredis import LocalRedis, start_redis
 from capdisc_producers.publisher import Publisher
+from capdisc_producers.stack import DISCOVERY_ARGV, indexing_argv
 from capdisc_producers.supervisor import die_with_parent
 from capdisc_producers.sync import SyncReport, sync_directory
 
@@ -119,24 +119,7 @@ def worker_env(url: str) -> dict[str, str]:
     return env
 
 
-INDEXING_ARGV = [
-    sys.executable,
-    "-m",
-    "celery",
-    "-A",
-    "capdisc_workers.celery_app",
-    "worker",
-    "-Q",
-    "indexing",
-    "-P",
-    "solo",
-    "--without-gossip",
-    "--without-mingle",
-    "--without-heartbeat",
-    "--loglevel",
-    "INFO",
-]
-DISCOVERY_ARGV = [sys.executable, "-m", "capdisc_workers.discovery"]
+INDEXING_ARGV = indexing_argv()
 
 
 @pytest.fixture(scope="session")
