@@ -108,7 +108,7 @@ def default_cache_dir() -> Path:
     env = os.environ.get("CAPDISC_BENCH_CACHE")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[2] / "benchmarks" / ".cache"
+    return Path(__file__).resolve().parents[3] / "benchmarks" / ".cache"
 
 
 def embed_cached(
