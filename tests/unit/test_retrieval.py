@@ -16,13 +16,13 @@ from capdisc.embedders.hashing import HashingEmbedder
 from capdisc.embedders.port import Matrix
 from capdisc.filters import SearchFilters
 from capdisc.models import Capability, Kind
-from capdisc.retrieval.config import DEFAULT_CONFIG, RetrievalConfig
+from capdisc.retrieval.config import DEFAULT_CONFIG, RetrievalConfig, calibrated_for
 from capdisc.retrieval.decompose import decompose
 from capdisc.retrieval.documents import lexical_text
 from capdisc.retrieval.index import RetrievalIndex
 from capdisc.retrieval.relevance import _quantile
 from capdisc.retrieval.results import RetrievalResult
-from capdisc.retrieval.scoring import fuse, reciprocal_ranks, zscore
+from capdisc.retrieval.scoring import fuse, minmax, reciprocal_ranks, zscore
 from capdisc.retrieval.topk import top_rows
 
 EMBEDDER = HashingEmbedder(256)
@@ -449,3 +449,65 @@ def test_quantile_of_sorted_values_matches_numpy(
 ) -> None:
     assert _quantile(values, q) == pytest.approx(expected)
     assert _quantile(values, q) == pytest.approx(float(np.quantile(values, q)))
+
+
+# -- the query's own no-tool signal ----------------------------------------------------------------
+
+
+def _probe_index() -> RetrievalIndex:
+    return RetrievalIndex.build(
+        CATALOG,
+        vectors([lexical_text(c) for c in CATALOG]),
+        probe_vectors=vectors(["tell me a funny joke about the weather"]),
+    )
+
+
+def _top_relevance(index: RetrievalIndex, query: str, penalty: float) -> float:
+    config = replace(HASHING, probe_penalty=penalty, probe_baseline=0.0)
+    result = index.search(query, vectors([query])[0], 3, config=config)
+    return result.entries[0].relevance
+
+
+def test_a_query_close_to_a_probe_loses_relevance_in_proportion_to_the_penalty() -> None:
+    index = _probe_index()
+    query = "tell me a funny joke about the weather"
+
+    relevances = [_top_relevance(index, query, p) for p in (0.0, 0.25, 0.5)]
+
+    assert relevances[0] > relevances[1] > relevances[2]
+
+
+def test_the_probe_penalty_leaves_the_ranking_and_the_evidence_unchanged() -> None:
+    index = _probe_index()
+    query = "weather forecast for tomorrow"
+    plain = index.search(query, vectors([query])[0], 3, config=HASHING)
+    penalized = index.search(
+        query, vectors([query])[0], 3, config=replace(HASHING, probe_penalty=0.5)
+    )
+
+    assert penalized.ids == plain.ids
+    assert [e.evidence for e in penalized.entries] == [e.evidence for e in plain.entries]
+
+
+def test_an_uncalibrated_embedder_takes_no_probe_penalty() -> None:
+    assert calibrated_for("some-other-model").probe_penalty == 0.0
+    assert (
+        calibrated_for("minilm-l6-int8", replace(DEFAULT_CONFIG, probe_penalty=0.25)).probe_penalty
+        == 0.25
+    )
+
+
+@pytest.mark.parametrize(
+    ("scores", "expected"),
+    [
+        ([1.0, 3.0, 2.0], [0.0, 1.0, 0.5]),
+        ([2.0, 2.0], [0.0, 0.0]),
+        ([], []),
+    ],
+)
+def test_minmax_scales_scores_to_the_unit_interval(
+    scores: list[float], expected: list[float]
+) -> None:
+    out = minmax(np.asarray(scores, dtype=np.float32))
+
+    assert out.tolist() == pytest.approx(expected)

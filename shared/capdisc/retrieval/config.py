@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-Fusion = Literal["zscore", "rrf", "dense", "lexical"]
+Fusion = Literal["zscore", "minmax", "rrf", "dense", "lexical"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,13 @@ class RetrievalConfig:
     #: vectors.
     adaptive_abstain: bool = True
     probe_quantile: float = 0.6
+    #: The query's own no-tool signal: its nearest probe query's cosine above
+    #: ``probe_baseline`` (the mean over the tuning splits' answerable queries), times this
+    #: weight, is taken off each entry's cosine before the relevance model (0: off). Off by
+    #: default: at 0.25 it gained no-tool abstention at 95% answered on four catalogs but lost
+    #: it on two development catalogs (docs/benchmarks.md, "Generalization").
+    probe_penalty: float = 0.0
+    probe_baseline: float = 0.16
     #: Compute every evidence feature (BM25 coverage too) even when the relevance model does
     #: not use it: for calibration runs.
     collect_evidence: bool = False
@@ -69,7 +76,8 @@ class Calibration:
 
 
 #: Fitted per embedder by ``benchmarks/retrieval.py --calibrate``. An embedder without an entry
-#: keeps the MiniLM relevance model but never abstains (its cosines mean something else).
+#: keeps the MiniLM relevance model but never abstains and takes no probe penalty (its cosines
+#: mean something else).
 CALIBRATIONS: dict[str, Calibration] = {
     "minilm-l6-int8": Calibration(
         DEFAULT_CONFIG.relevance_bias,
@@ -83,7 +91,7 @@ def calibrated_for(embedder_id: str, config: RetrievalConfig = DEFAULT_CONFIG) -
     """``config`` with the relevance model and threshold fitted for ``embedder_id``."""
     fit = CALIBRATIONS.get(embedder_id)
     if fit is None:
-        return replace(config, abstain_threshold=0.0)
+        return replace(config, abstain_threshold=0.0, probe_penalty=0.0)
     return replace(
         config,
         relevance_bias=fit.bias,

@@ -89,6 +89,8 @@ class RetrievalIndex:
     projection: Matrix | None
     #: Per probe query (:mod:`capdisc.retrieval.probes`), its best cosine over the catalog, sorted.
     probe_cosines: tuple[float, ...] = ()
+    #: The probe queries' vectors in the searched space, for the per-query abstention signal.
+    probe_rows: Matrix | None = None
 
     @classmethod
     def build(
@@ -142,6 +144,7 @@ class RetrievalIndex:
             moment=moment,
             projection=projection,
             probe_cosines=probe_cosines(matrix, probe_vectors, projection),
+            probe_rows=_probe_rows(probe_vectors, projection),
         )
 
     def __len__(self) -> int:
@@ -185,7 +188,8 @@ class RetrievalIndex:
         )
         exact = self._exact(query, allowed) if config.exact_name else None
         order = merge(ranking, scored_parts, k, exact, config)
-        ranked = entries(order, whole, scored_parts, self.ids, self.lexicon, config)
+        shift = self._probe_shift(vector, config)
+        ranked = entries(order, whole, scored_parts, self.ids, self.lexicon, config, shift)
         threshold = self.abstain_threshold(config)
         abstained = exact is None and not any(e.relevance >= threshold for e in ranked)
         return RetrievalResult(
@@ -199,6 +203,16 @@ class RetrievalIndex:
         """The relevance an answer needs: the configured floor, raised to how close this
         catalog comes to the probe queries (0 never abstains)."""
         return abstain_threshold(self.probe_cosines, config)
+
+    def _probe_shift(self, vector: Vector, config: RetrievalConfig) -> float:
+        """How much closer than usual the query comes to a request that needs no capability
+        (its nearest probe's cosine over ``probe_baseline``), times ``probe_penalty``: taken
+        off every entry's cosine before its relevance, so small talk that happens to sit near
+        a tool is less often answered."""
+        if not config.probe_penalty or self.probe_rows is None:
+            return 0.0
+        nearest = float((self.probe_rows @ self._project(vector)).max())
+        return config.probe_penalty * (nearest - config.probe_baseline)
 
     def _subqueries(
         self, query: str, embed: QueryEmbed | None, config: RetrievalConfig
@@ -349,6 +363,13 @@ def _projection(matrix: Matrix, config: RetrievalConfig) -> Matrix | None:
         vectors[:, ::-1][:, : config.reduce_dims], dtype=np.float32
     )
     return basis
+
+
+def _probe_rows(probe_vectors: Matrix | None, projection: Matrix | None) -> Matrix | None:
+    if probe_vectors is None or len(probe_vectors) == 0:
+        return None
+    probes = np.asarray(probe_vectors, dtype=np.float32)
+    return np.ascontiguousarray(probes @ projection if projection is not None else probes)
 
 
 def _moments(matrix: Matrix) -> tuple[Vector, Matrix]:

@@ -86,16 +86,19 @@ def entries(
     ids: Sequence[str],
     lexicon: LexicalIndex,
     config: RetrievalConfig,
+    cosine_shift: float = 0.0,
 ) -> tuple[RankedCapability, ...]:
     """Entries for the rows of ``order`` (``ids`` names each row); each row's relevance comes
-    from the query text (whole or sub-query) it scored best on."""
+    from the query text (whole or sub-query) it scored best on, its cosine lowered by
+    ``cosine_shift`` (the query's no-tool signal) for the relevance model only."""
     sources = _sources(order, whole, parts)
     coverage = _coverage(order, sources, lexicon, config)
     scores = _non_increasing([float(whole.fused[row]) for row in order])
     ranked = []
     for row, (scored, at), cov, score in zip(order, sources, coverage, scores, strict=True):
         evidence = (float(scored.cosine[at]), float(cov), float(scored.fused[at]))
-        ranked.append(RankedCapability(ids[row], score, relevance(evidence, config), evidence))
+        judged = (evidence[0] - cosine_shift, evidence[1], evidence[2])
+        ranked.append(RankedCapability(ids[row], score, relevance(judged, config), evidence))
     return tuple(ranked)
 
 

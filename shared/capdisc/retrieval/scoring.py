@@ -23,6 +23,8 @@ def fuse(cosine: Scores, bm25: Scores, config: RetrievalConfig) -> Scores:
         return zscore(cosine)
     if config.fusion == "lexical":
         return zscore(bm25)
+    if config.fusion == "minmax":
+        return mix(minmax(cosine), minmax(bm25), config)
     if config.fusion == "rrf":
         return reciprocal_ranks(cosine, config.rrf_k) + reciprocal_ranks(bm25, config.rrf_k)
     return mix(zscore(cosine), zscore(bm25), config)
@@ -36,6 +38,17 @@ def zscore(scores: Scores) -> Scores:
     if std < 1e-9:
         return np.zeros_like(scores)
     result: Scores = ((scores - scores.mean()) / std).astype(np.float32)
+    return result
+
+
+def minmax(scores: Scores) -> Scores:
+    """``(x - min) / (max - min)`` over the catalog; all zeros when the scores are flat."""
+    if scores.size == 0:
+        return scores
+    low, high = float(scores.min()), float(scores.max())
+    if high - low < 1e-12:
+        return np.zeros_like(scores)
+    result: Scores = ((scores - low) / (high - low)).astype(np.float32)
     return result
 
 
