@@ -11,7 +11,9 @@ STAMP   = $(VENV)/.capdisc-installed
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "capdisc needs Python 3.11 or newer (set PYTHON=...)")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@echo "installing capdisc and its dependencies into $(VENV) (the first time downloads about"
+	@echo "a hundred packages and takes a few minutes; pip lists each one as it goes)"
+	$(PY) -m pip install --disable-pip-version-check --progress-bar on -e '.[dev]'
 	@touch $(STAMP)
 
 install: $(STAMP)

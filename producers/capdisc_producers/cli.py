@@ -8,24 +8,21 @@ with what its exit codes mean (:mod:`capdisc_producers.exits`).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import signal
 import sys
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
-import redis
 
 from capdisc import keys
-from capdisc.agents.formats import TOOL_FORMATS
-from capdisc.client import Answer, Client, tenant_of, wait_for_reply
-from capdisc.discovery.protocol import unencodable
 from capdisc.errors import (
     AuthError,
     CapdiscError,
@@ -33,45 +30,56 @@ from capdisc.errors import (
     SessionNotFoundError,
     UnknownTenantError,
 )
-from capdisc.identity import auth
-from capdisc.identity.gate import Gate, require
-from capdisc.logs import configure_logging
-from capdisc.models import Visibility
-from capdisc.registry.deadletters import (
-    DROPPED,
-    REFUSED_REQUEST,
-    REPLAYED,
-    drop,
-    drop_all,
-    list_dead_letters,
-    replay_each,
-    with_token,
-)
-from capdisc.registry.flags import FLAG_STATES, POLICIES, SHORT_HASH, Flag
-from capdisc.registry.flagstore import approve as approve_flag
-from capdisc.registry.flagstore import read_flags, set_policy, tenant_policy
-from capdisc.registry.policy import SyncPlan
-from capdisc.registry.store import stored_by_source
-from capdisc.registry.store import tenants as known_tenants
-from capdisc.settings import Settings, mask_url
-from capdisc.status import collect_status, health_failures, live_workers
 from capdisc.tenants import TENANT_RULE, check_tenant, shown, tenant_problem
-from capdisc_producers.bench_cli import bench
+from capdisc_producers.access import TOKEN_ENV, Access, resolve_access
 from capdisc_producers.exits import COULD_NOT_RUN, FAILED, TROUBLE, exit_status
-from capdisc_producers.importer import import_jsonl
-from capdisc_producers.mcp_import import Changed, import_mcp
-from capdisc_producers.outages import through_outages
-from capdisc_producers.publisher import Publisher
-from capdisc_producers.reindex import start_full_reindex, wait_for_swap
-from capdisc_producers.stack import TOKEN_ENV, Access, resolve_access, run_up
-from capdisc_producers.sync import SyncReport, publish_plan, sync_directory
-from capdisc_producers.token_cli import token
-from capdisc_producers.watcher import watch_directory
+
+# Start-up stays short (``benchmarks/cli_startup.py``): this module imports click and the
+# small modules above only. Everything else (redis, the client, the settings, the registry,
+# logging, the producers) is imported inside the command that uses it, and ``bench`` and
+# ``token`` are loaded when named (:class:`CheckedGroup`). ``tests/unit/test_cli_startup.py``
+# checks it.
+if TYPE_CHECKING:
+    import redis
+
+    from capdisc.client import Answer, Client
+    from capdisc.registry.flags import Flag
+    from capdisc.registry.policy import SyncPlan
+    from capdisc.settings import Settings
+    from capdisc_producers.publisher import Publisher
+    from capdisc_producers.sync import SyncReport
+
+#: ``capdisc.agents.formats.TOOL_FORMATS``, ``capdisc.registry.flags.FLAG_STATES`` and
+#: ``POLICIES``, spelt out so that defining the options imports nothing (a unit test checks
+#: that they match).
+TOOL_FORMATS = ("openai-chat", "openai-responses", "anthropic", "mcp")
+FLAG_STATES = ("flagged", "pending", "approved")
+POLICIES = ("flag", "warn", "quarantine")
+
+
+def _remember_stack(ctx: click.Context, _param: click.Parameter, value: Path | None) -> None:
+    """Keep ``--stack`` for :func:`_environ`; the command's own wins over the global one."""
+    if value is not None:
+        ctx.meta["capdisc.stack"] = value
+
+
+stack_option = click.option(
+    "--stack",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    expose_value=False,
+    callback=_remember_stack,
+    metavar="DIR",
+    help="The project directory of the running stack (where `capdisc up` runs), so that it is "
+    "found from any working directory; the same as CAPDISC_STACK=DIR (default: CAPDISC_STACK, "
+    "else the working directory and its parents)",
+)
 
 
 def redis_option(command: Any) -> Any:
-    """``--redis-url`` and ``--token``: where the stack is and who asks (the token is kept in
-    ``ctx.meta``, never printed)."""
+    """``--redis-url``, ``--stack`` and ``--token``: where the stack is and who asks (the token
+    is kept in ``ctx.meta``, never printed)."""
+    command = stack_option(command)
     command = click.option(
         "--token",
         envvar=TOKEN_ENV,
@@ -126,10 +134,63 @@ class CheckedCommand(click.Command):
 
 
 class CheckedGroup(click.Group):
-    """A group whose commands, and subgroups, are checked like :class:`CheckedCommand`."""
+    """A group whose commands, and subgroups, are checked like :class:`CheckedCommand`.
+
+    ``lazy_commands`` names commands defined in other modules (name -> module, attribute,
+    help): a module is imported when its command is run or asked for its help, not for the
+    group's own help, which shows the short help given here."""
 
     command_class = CheckedCommand
     group_class = type
+
+    def __init__(
+        self, *args: Any, lazy_commands: dict[str, tuple[str, str, str]] | None = None, **kw: Any
+    ) -> None:
+        super().__init__(*args, **kw)
+        self.lazy_commands = dict(lazy_commands or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy_commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in self.lazy_commands:
+            module, attribute, _help = self.lazy_commands[cmd_name]
+            self.add_command(getattr(importlib.import_module(module), attribute), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Click's command list, without importing the commands not loaded yet."""
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(map(len, names), default=0)
+        rows = []
+        for name in names:
+            if name not in self.commands and name in self.lazy_commands:
+                command: click.Command | None = click.Command(
+                    name, help=self.lazy_commands[name][2]
+                )
+            else:
+                command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+#: The commands of :data:`cli` defined in other modules, imported when used.
+LAZY_COMMANDS = {
+    "bench": (
+        "capdisc_producers.bench_cli",
+        "bench",
+        "Benchmarks of the discovery engine.",
+    ),
+    "token": (
+        "capdisc_producers.token_cli",
+        "token",
+        "Identity tokens: keys to sign them, and tokens for callers (workers with auth on serve "
+        "each request as the holder of its token).",
+    ),
+}
 
 
 def _check_text(ctx: click.Context, param: click.Parameter) -> None:
@@ -139,9 +200,15 @@ def _check_text(ctx: click.Context, param: click.Parameter) -> None:
         ctx.params.get(param.name) if param.expose_value else ctx.meta.get(f"capdisc.{param.name}")
     )
     for item in value if isinstance(value, tuple | list) else (value,):
-        problem = unencodable(item) if isinstance(item, str) else None
-        if problem:
-            raise click.BadParameter(f"must be UTF-8 text; found {problem}", ctx=ctx, param=param)
+        try:
+            if isinstance(item, str):
+                item.encode("utf-8")
+        except UnicodeEncodeError:
+            from capdisc.discovery.protocol import unencodable
+
+            raise click.BadParameter(
+                f"must be UTF-8 text; found {unencodable(item)}", ctx=ctx, param=param
+            ) from None
 
 
 def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
@@ -177,12 +244,24 @@ def _settings(ctx: click.Context) -> Settings:
 
 
 def _connect(ctx: click.Context, redis_url: str | None) -> tuple[Settings, redis.Redis]:
+    import redis
+
     access = resolve_access(
-        redis_url, ctx.meta.get("capdisc.token"), os.environ, Path.cwd(), _settings(ctx)
+        redis_url, ctx.meta.get("capdisc.token"), _environ(ctx), Path.cwd(), _settings(ctx)
     )
     ctx.meta["capdisc.access"] = access
     settings = _settings(ctx).with_changes(redis_url=access.redis_url)
     return settings, redis.Redis.from_url(access.redis_url, socket_connect_timeout=2.0)
+
+
+def _environ(ctx: click.Context) -> Mapping[str, str]:
+    """The environment, with ``CAPDISC_STACK`` set to ``--stack`` when it was given."""
+    stack: Path | None = ctx.meta.get("capdisc.stack")
+    if stack is None:
+        return os.environ
+    from capdisc.stackfile import STACK_ENV
+
+    return {**os.environ, STACK_ENV: str(stack)}
 
 
 def _access(ctx: click.Context) -> Access:
@@ -192,11 +271,15 @@ def _access(ctx: click.Context) -> Access:
 
 def _tenant(ctx: click.Context, tenant: str | None) -> str:
     """``--tenant``, else the token's tenant, else the settings' (after :func:`_connect`)."""
+    from capdisc.client import tenant_of
+
     return check_tenant(tenant or tenant_of(_access(ctx).token) or _settings(ctx).tenant)
 
 
 def _client(ctx: click.Context, connection: redis.Redis, tenant: str | None) -> Client:
     """A client as the command's caller: its token, and its --roles and --user."""
+    from capdisc.client import Client
+
     return Client(
         connection,
         tenant=_tenant(ctx, tenant),
@@ -208,6 +291,8 @@ def _client(ctx: click.Context, connection: redis.Redis, tenant: str | None) -> 
 
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     """``--version``: ``capdisc VERSION``, the version of the installed package."""
+    from importlib import metadata
+
     if not value or ctx.resilient_parsing:
         return
     try:
@@ -223,6 +308,7 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 
 @click.group(
     cls=CheckedGroup,
+    lazy_commands=LAZY_COMMANDS,
     epilog=exit_status(
         "the operation failed, or it named something capdisc does not hold (an id, a "
         "session, a source, a tenant, a key; the other names are still acted on). Each "
@@ -244,15 +330,25 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     default=None,
     help="YAML settings file (default: CAPDISC_SETTINGS_FILE)",
 )
+@stack_option
 @click.pass_context
 def cli(ctx: click.Context, settings_file: Path | None) -> None:
     """capdisc: capability discovery for LLM agents."""
+    from capdisc.settings import Settings
+
     settings = Settings.load(path=settings_file)
-    configure_logging(
-        "WARNING" if settings.log_level == "INFO" else settings.log_level,
-        "console" if sys.stderr.isatty() else settings.log_format,
-    )
+    if ctx.invoked_subcommand not in UNLOGGED_COMMANDS:
+        from capdisc.logs import configure_logging
+
+        configure_logging(
+            "WARNING" if settings.log_level == "INFO" else settings.log_level,
+            "console" if sys.stderr.isatty() else settings.log_format,
+        )
     ctx.obj = {"settings": settings}
+
+
+#: Commands that log nothing, and so start without the logging library.
+UNLOGGED_COMMANDS = frozenset({"discover"})
 
 
 @cli.command(
@@ -273,6 +369,8 @@ def cli(ctx: click.Context, settings_file: Path | None) -> None:
 def up(ctx: click.Context, registry: Path) -> None:
     """Run the embedded stack: Redis, workers, and a watcher on REGISTRY. Workers and Redis
     that exit are restarted. SIGINT (Ctrl-C), SIGTERM or SIGHUP stop everything (exit 0)."""
+    from capdisc_producers.stack import run_up
+
     run_up(Path.cwd(), registry, _settings(ctx), os.environ, click.echo)
     click.echo("capdisc stopped.")
 
@@ -437,6 +535,7 @@ def mcp_cmd(
     each MCP session is a capdisc session. With auth on, stdio asks as the holder of --token
     (verified at start), and HTTP requires `Authorization: Bearer TOKEN` on every request and
     asks as its holder."""
+    from capdisc.identity.gate import Gate
     from capdisc_producers.mcp_server import ServerAuth, serve
 
     settings, _connection = _connect(ctx, redis_url)
@@ -566,6 +665,8 @@ def _publisher(url: str, tenant: str | None) -> Publisher:
     """A publisher that stamps the command's token on every event, once the token is seen to
     allow writing ``tenant`` (any tenant when None; the indexing workers verify, this only
     refuses early, before anything is sent)."""
+    from capdisc_producers.publisher import Publisher
+
     access = _access(click.get_current_context())
     _check_write(access, tenant)
     return Publisher(url, token=access.token)
@@ -574,6 +675,9 @@ def _publisher(url: str, tenant: str | None) -> Publisher:
 def _check_write(access: Access, tenant: str | None) -> None:
     """Fail unless the token may write ``tenant`` (checked with the keyring when at hand, else
     from its claims); without a token, fail when the stack is known to require one."""
+    from capdisc.identity import auth
+    from capdisc.identity.gate import require
+
     if access.token is None:
         if access.auth:
             _fail(
@@ -624,6 +728,8 @@ def _session_client(
 def status(ctx: click.Context, redis_url: str | None, as_json: bool, check: bool) -> None:
     """Index version, capabilities per kind, workers seen, queue depths; with --check, whether
     the stack can serve (for probes: see the exit codes)."""
+    from capdisc.status import collect_status
+
     if check:
         _check_health(ctx, redis_url, as_json)
         return
@@ -639,6 +745,10 @@ CHECK_TIMEOUT_S = 5.0
 def _check_health(ctx: click.Context, redis_url: str | None, as_json: bool) -> None:
     """``status --check``: the failed checks, one line each (or one JSON object); exit 1 when
     any failed."""
+    import redis
+
+    from capdisc.status import health_failures, live_workers
+
     workers: list[dict[str, Any]] = []
     try:
         settings = _connect(ctx, redis_url)[0]
@@ -668,6 +778,8 @@ def _check_health(ctx: click.Context, redis_url: str | None, as_json: bool) -> N
 
 def _unreachable(ctx: click.Context, exc: Exception) -> str:
     """Why Redis did not answer, naming it (its password masked) when it was found."""
+    from capdisc.settings import mask_url
+
     access: Access | None = ctx.meta.get("capdisc.access")
     if access is None:
         return str(exc)
@@ -765,6 +877,10 @@ def publish(
     With --roles/--user, capabilities whose manifest declares no visibility are shared with
     those roles and that user only (else with the whole tenant). An id another source
     published first is rejected, naming that source, unless --take-over."""
+    from capdisc.models import Visibility
+    from capdisc_producers.outages import through_outages
+    from capdisc_producers.sync import sync_directory
+
     settings, connection = _connect(ctx, redis_url)
     publisher = _publisher(settings.redis_url, _tenant(ctx, tenant))
     caller = _caller(ctx)
@@ -800,6 +916,9 @@ def watch(
     ctx: click.Context, path: Path, redis_url: str | None, tenant: str | None, take_over: bool
 ) -> None:
     """Publish PATH, then re-publish what changes on every edit (debounced)."""
+    from capdisc.logs import configure_logging
+    from capdisc_producers.watcher import watch_directory
+
     settings, connection = _connect(ctx, redis_url)
     configure_logging(settings.log_level, settings.log_format)
     signal.signal(signal.SIGTERM, _interrupt)
@@ -844,6 +963,8 @@ def delete(
     workers applied it. Ids named here are deleted whichever source owns them (the output names
     it); --source deletes only what that source still owns. A later manifest or import of the
     same id publishes it again; an older event never does."""
+    from capdisc.registry.policy import SyncPlan
+
     settings, connection = _connect(ctx, redis_url)
     tenant = _tenant(ctx, tenant)
     ids = _chosen_ids(connection, tenant, capability_ids, source)
@@ -888,6 +1009,8 @@ def reindex(
     timeout_s: float,
 ) -> None:
     """Embed capabilities again: by id, a whole --source, or --all of a tenant (blue/green)."""
+    from capdisc.registry.policy import SyncPlan
+
     settings, connection = _connect(ctx, redis_url)
     tenant = _tenant(ctx, tenant)
     if everything:
@@ -959,6 +1082,8 @@ def _outcome_verb(decision: str, verbs: Verbs) -> str:
 def reconcile(ctx: click.Context, redis_url: str | None, as_json: bool, timeout_s: float) -> None:
     """Compare the registry with the index now and repair drift (indexing workers also do this
     every reconcile_interval_s): records without a vector are reindexed, orphan vectors go."""
+    from capdisc.client import wait_for_reply
+
     settings, connection = _connect(ctx, redis_url)
     reply_id = f"reconcile-{uuid.uuid4().hex}"
     publisher = _publisher(settings.redis_url, None)
@@ -986,6 +1111,8 @@ def reconcile(ctx: click.Context, redis_url: str | None, as_json: bool, timeout_
 def _chosen_ids(
     connection: redis.Redis, tenant: str, capability_ids: tuple[str, ...], source: str | None
 ) -> list[str]:
+    from capdisc.registry.store import stored_by_source
+
     if bool(capability_ids) == bool(source):
         _fail("give capability ids or --source (one of the two)")
     if not source:
@@ -1002,6 +1129,8 @@ def _chosen_ids(
 
 def _known_tenant(connection: redis.Redis, tenant: str) -> None:
     """Fail (exit 1) unless something was ever published to ``tenant``."""
+    from capdisc.registry.store import tenants as known_tenants
+
     if tenant not in known_tenants(connection):
         _fail(
             f"tenant {tenant!r} is unknown: nothing was ever published to it (capdisc status "
@@ -1018,6 +1147,8 @@ def _publish_ids(
     timeout_s: float,
     source: str = "cli",
 ) -> SyncReport:
+    from capdisc_producers.sync import publish_plan
+
     publisher = _publisher(settings.redis_url, tenant)
     try:
         report = publish_plan(
@@ -1042,6 +1173,8 @@ def _publish_ids(
 def _reindex_all(
     settings: Settings, connection: redis.Redis, tenant: str, fresh: bool, timeout_s: float
 ) -> None:
+    from capdisc_producers.reindex import start_full_reindex, wait_for_swap
+
     publisher = _publisher(settings.redis_url, tenant)
     try:
         job, after = start_full_reindex(connection, publisher, tenant, fresh)
@@ -1118,6 +1251,9 @@ def import_jsonl_cmd(
     read as JSON Schema types (dict: object, float: number, String: string, any: no type), a
     schema nested deeper than 32 levels cut to its top 32.
     """
+    from capdisc_producers.importer import import_jsonl
+    from capdisc_producers.outages import through_outages
+
     settings, connection = _connect(ctx, redis_url)
     publisher = _publisher(settings.redis_url, _tenant(ctx, tenant))
     with click.progressbar(length=0, label="events", file=sys.stderr) as bar:
@@ -1193,6 +1329,9 @@ def import_mcp_cmd(
 ) -> None:
     """Publish a live MCP server's tools as capabilities; a re-run sends only what changed and
     deletes tools the server no longer has."""
+    from capdisc_producers.mcp_import import Changed, import_mcp
+    from capdisc_producers.outages import through_outages
+
     settings, connection = _connect(ctx, redis_url)
     publisher = _publisher(settings.redis_url, _tenant(ctx, tenant))
     changed: list[Changed] = []
@@ -1238,6 +1377,8 @@ def dlq() -> None:
 @click.pass_context
 def dlq_list(ctx: click.Context, limit: int, redis_url: str | None, as_json: bool) -> None:
     """The oldest dead-lettered events, with the reason each was refused."""
+    from capdisc.registry.deadletters import list_dead_letters
+
     connection = _connect(ctx, redis_url)[1]
     letters = [letter.to_dict() for letter in list_dead_letters(connection, limit)]
     if as_json:
@@ -1277,6 +1418,8 @@ def dlq_replay(
     id and reason. Dead-lettered discovery requests are never replayed (not registry events;
     their clients stopped waiting): naming one is refused, --all leaves them. Prints one line
     per id: replayed, not found, or refused: a discovery request."""
+    from capdisc.registry.deadletters import REPLAYED, replay_each, with_token
+
     if bool(entry_ids) == replay_all:
         raise click.UsageError("give the entry ids to replay, or --all")
     settings, connection = _connect(ctx, redis_url)
@@ -1297,6 +1440,8 @@ def dlq_replay(
 
 
 def _report_replay_all(outcomes: dict[str, str]) -> None:
+    from capdisc.registry.deadletters import REFUSED_REQUEST, REPLAYED
+
     replayed = [i for i, outcome in outcomes.items() if outcome == REPLAYED]
     left = sum(outcome == REFUSED_REQUEST for outcome in outcomes.values())
     for entry_id in replayed:
@@ -1312,6 +1457,8 @@ def _report_replay_all(outcomes: dict[str, str]) -> None:
 
 def _report_named(outcomes: dict[str, str], done: str) -> None:
     """One line per named dead letter; exit 1, saying why, unless every one was ``done``."""
+    from capdisc.registry.deadletters import REFUSED_REQUEST
+
     for entry_id, outcome in outcomes.items():
         click.echo(f"{entry_id}: {outcome}")
     missing = [i for i, outcome in outcomes.items() if outcome not in (done, REFUSED_REQUEST)]
@@ -1343,6 +1490,8 @@ def dlq_drop(
     """Remove dead letters without replaying them (ENTRY_IDS from `capdisc dlq list`, or
     --all): registry events and discovery requests alike, once nothing more is to be learnt
     from them. Prints one line per id: dropped, or not found."""
+    from capdisc.registry.deadletters import DROPPED, drop, drop_all
+
     if bool(entry_ids) == drop_everything:
         raise click.UsageError("give the entry ids to drop, or --all")
     connection = _connect(ctx, redis_url)[1]
@@ -1388,6 +1537,9 @@ def _operator(access: Access, tenant: str) -> str | None:
     """Fail unless the token holds the admin grant for ``tenant``: approving flagged text and
     choosing the policy are for operators, not for whoever may publish. Returns the token's
     subject (None without a token where the stack requires none)."""
+    from capdisc.identity import auth
+    from capdisc.identity.gate import require
+
     if access.token is None:
         if access.auth:
             _fail(
@@ -1436,6 +1588,9 @@ def approve(
     are served from the index version printed; under warn and flag they lose their caution and
     mark. A later change to their text (description, schema, content) makes them pending again.
     Needs the admin grant."""
+    from capdisc.registry.flags import SHORT_HASH
+    from capdisc.registry.flagstore import approve as approve_flag
+
     if reviewed is not None and len(capability_ids) != 1:
         raise click.UsageError("--surface names the text of one capability: give one id")
     connection = _connect(ctx, redis_url)[1]
@@ -1482,6 +1637,8 @@ def flags_list(
     """Each flagged capability of the tenant: its state, surface hash, and every finding with
     its rule, field, reason and excerpt (the scanned text, defanged: review it, do not follow
     it)."""
+    from capdisc.registry.flagstore import read_flags, tenant_policy
+
     settings, connection = _connect(ctx, redis_url)
     tenant = _tenant(ctx, tenant)
     _known_tenant(connection, tenant)
@@ -1515,6 +1672,8 @@ def _flag_lines(cap_id: str, flag: Flag) -> list[str]:
     """A flag for a reviewer; in field paths and excerpts (the publisher's text) every
     character that is not printable is shown escaped, so none reaches the terminal as a
     control."""
+    from capdisc.registry.flags import SHORT_HASH
+
     lines = [
         f"{cap_id}  {flag.state}  surface {flag.surface_hash[:SHORT_HASH]}"
         + (f"  approved by {flag.approved_by}" if flag.approved_by else "")
@@ -1544,6 +1703,8 @@ def policy_set(ctx: click.Context, policy: str, redis_url: str | None, tenant: s
     with a caution naming the rules), quarantine (served only once approved), or default (the
     workers' poisoning_policy setting). Discovery serves it from the index version printed.
     Needs the admin grant."""
+    from capdisc.registry.flagstore import set_policy
+
     connection = _connect(ctx, redis_url)[1]
     tenant = _tenant(ctx, tenant)
     _operator(_access(ctx), tenant)
@@ -1560,6 +1721,8 @@ def policy_set(ctx: click.Context, policy: str, redis_url: str | None, tenant: s
 @click.pass_context
 def policy_show(ctx: click.Context, redis_url: str | None, tenant: str | None) -> None:
     """The tenant's policy, and whether it is its own or the workers' default."""
+    from capdisc.registry.flagstore import tenant_policy
+
     settings, connection = _connect(ctx, redis_url)
     tenant = _tenant(ctx, tenant)
     own = tenant_policy(connection, tenant)
@@ -1567,10 +1730,6 @@ def policy_show(ctx: click.Context, redis_url: str | None, tenant: str | None) -
         f"tenant {tenant}: poisoning policy {own or settings.poisoning_policy}"
         + ("" if own else " (default)")
     )
-
-
-cli.add_command(bench)
-cli.add_command(token)
 
 
 #: Outcome decisions of events the indexing workers refused: invalid, or another source's.
@@ -1649,8 +1808,12 @@ def main() -> None:
         cli(standalone_mode=True)
     except CapdiscError as exc:
         _fail(str(exc), _exit_code(exc))
-    except redis.ConnectionError as exc:
-        _fail(f"cannot reach Redis ({exc}); is the stack running? (make up)")
+    except Exception as exc:
+        # redis is imported by the commands that use it: an error of it cannot come otherwise.
+        redis = sys.modules.get("redis")
+        if redis is not None and isinstance(exc, redis.ConnectionError):
+            _fail(f"cannot reach Redis ({exc}); is the stack running? (make up)")
+        raise
 
 
 if __name__ == "__main__":

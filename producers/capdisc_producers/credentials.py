@@ -14,9 +14,16 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from capdisc.errors import ConfigError
-from capdisc.identity import auth
+from capdisc.stackfile import read_secret
+
+# identity.auth (PyJWT, cryptography) is imported where a key or a token is made: a command
+# that only reads secret files starts without it.
+if TYPE_CHECKING:
+    from capdisc.identity import auth
+
+__all__ = ["StackSecrets", "find_keys_file", "read_secret"]
 
 SECRETS_DIR = "secrets"
 KEYS_FILE = "auth_keys.json"
@@ -50,6 +57,8 @@ class StackSecrets:
 
     def ensure_keyring(self, now: float) -> auth.Keyring:
         """The keyring, made with one fresh key when there is none yet."""
+        from capdisc.identity import auth
+
         if self.keys_file.exists():
             return auth.load_keyring(self.keys_file)
         keyring = auth.Keyring([auth.new_key(now)])
@@ -62,10 +71,14 @@ class StackSecrets:
         if password:
             return password
         password = secrets.token_hex(24)
+        from capdisc.identity import auth
+
         auth.write_private(self.password_file, password + "\n")
         return password
 
     def write_admin_token(self, keyring: auth.Keyring, now: float) -> str:
+        from capdisc.identity import auth
+
         token = auth.issue(
             keyring,
             tenant=auth.ALL_TENANTS,
@@ -76,21 +89,6 @@ class StackSecrets:
         )
         auth.write_private(self.token_file, token + "\n")
         return token
-
-
-def read_secret(path: Path | None) -> str | None:
-    """The stripped text of a secret file; None when there is none."""
-    if path is None:
-        return None
-    try:
-        text = path.read_text(encoding="utf-8").strip()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise ConfigError(
-            f"{path} cannot be read ({exc.strerror}); it belongs to whoever ran capdisc up"
-        ) from exc
-    return text or None
 
 
 def find_keys_file(start: Path) -> Path | None:

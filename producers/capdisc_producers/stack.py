@@ -41,29 +41,24 @@ import structlog
 
 from capdisc import keys
 from capdisc.client import Answer, Client
-from capdisc.errors import CapdiscError, StackNotFoundError
+from capdisc.errors import CapdiscError
 from capdisc.identity import auth
 from capdisc.localredis import LocalRedis, start_redis
 from capdisc.redistext import as_str
 from capdisc.registry.store import tenant_version
-from capdisc.settings import Settings, mask_url, with_password
-from capdisc.stackfile import (
-    REDIS_ENV,
-    STACK_ENV,
-    STACK_FILE,
-    STATE_DIR,
-    find_stack,
-    named_file,
-    stack_start,
-)
+from capdisc.settings import Settings, mask_url
+from capdisc.stackfile import REDIS_ENV, STACK_FILE, STATE_DIR
+from capdisc.stackfile import find_stack as find_stack
 from capdisc.status import forget_worker, live_workers, record_supervised
-from capdisc_producers.credentials import StackSecrets, read_secret
+from capdisc_producers.access import TOKEN_ENV as TOKEN_ENV
+from capdisc_producers.access import Access as Access
+from capdisc_producers.access import resolve_access
+from capdisc_producers.credentials import StackSecrets
 from capdisc_producers.publisher import Publisher
 from capdisc_producers.supervisor import Child, Supervisor, child_options, exit_reason, log_tail
 from capdisc_producers.sync import SyncReport, sync_directory
 from capdisc_producers.watcher import watch_directory
 
-TOKEN_ENV = "CAPDISC_TOKEN"
 #: How a discovery worker is started (``python -m capdisc_workers.discovery``).
 DISCOVERY_ARGV = [sys.executable, "-m", "capdisc_workers.discovery"]
 
@@ -109,58 +104,6 @@ def resolve_token(explicit: str | None, environ: Mapping[str, str], cwd: Path) -
     """``--token``, else ``CAPDISC_TOKEN``, else the running stack's admin token when its Redis
     is the one used (see :func:`resolve_access`)."""
     return resolve_access(None, explicit, environ, cwd).token
-
-
-@dataclass(frozen=True)
-class Access:
-    """How a command reaches the stack, and the token it presents."""
-
-    redis_url: str
-    token: str | None
-    #: The keyring to verify tokens with, when this process has one (``capdisc mcp``).
-    keys_file: Path | None = None
-    #: Whether the stack requires tokens, as far as this process knows (None: not known).
-    auth: bool | None = None
-
-
-def resolve_access(
-    explicit_url: str | None,
-    explicit_token: str | None,
-    environ: Mapping[str, str],
-    cwd: Path,
-    settings: Settings | None = None,
-) -> Access:
-    """The Redis URL (``--redis-url``, ``CAPDISC_REDIS_URL``, else the running stack's) and
-    the token (``--token``, ``CAPDISC_TOKEN``, else the stack's admin token, only when the
-    stack's Redis is the one used: a token never goes to a Redis it was not made for)."""
-    settings = settings or Settings()
-    token = explicit_token or environ.get(TOKEN_ENV) or None
-    url = explicit_url or environ.get(REDIS_ENV)
-    if url:
-        password = read_secret(settings.redis_password_file)
-        if password and not urlsplit(url).password:
-            url = with_password(url, password)
-        return Access(url, token, settings.auth_keys_file, settings.auth)
-    start = stack_start(environ, cwd)
-    stack = find_stack(start)
-    if not stack or not stack.get("redis_url"):
-        raise StackNotFoundError(
-            f"no running capdisc stack found from {start} (no {STATE_DIR}/"
-            f"{STACK_FILE}); start one with `make up`, set {STACK_ENV} to the directory "
-            f"it runs in, or set {REDIS_ENV}"
-        )
-    url = str(stack["redis_url"])
-    password = read_secret(named_file(stack, "redis_password_file"))
-    if password:
-        url = with_password(url, password)
-    keys_file = settings.auth_keys_file or named_file(stack, "auth_keys_file")
-    auth_on = settings.auth if settings.auth is not None else stack.get("auth")
-    return Access(
-        url,
-        token or read_secret(named_file(stack, "token_file")),
-        keys_file,
-        auth_on if isinstance(auth_on, bool) else None,
-    )
 
 
 def without_password(url: str) -> str:
@@ -577,12 +520,47 @@ def _run(
         watcher.stop()
 
 
+class IndexingProgress:
+    """How far the indexing workers are with what ``up`` published, from their real signal:
+    the acknowledgement of each event they applied (embedded and stored), against the events
+    sent. A line at the first acknowledgements, then at most one each ``interval_s``, and one
+    when all are in: ``embedding capabilities: 64/98``. Nothing when nothing was sent (a
+    start that reuses what ``.capdisc/`` kept)."""
+
+    def __init__(
+        self,
+        say: Callable[[str], None],
+        interval_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.say = say
+        self.interval_s = interval_s
+        self.clock = clock
+        self.sent = 0
+        self.applied = 0
+        self._said_at: float | None = None
+
+    def __call__(self, stage: str, count: int) -> None:
+        if stage == "sent":
+            self.sent += count
+            return
+        self.applied += count
+        now = self.clock()
+        done = self.applied >= self.sent
+        if done or self._said_at is None or now - self._said_at >= self.interval_s:
+            self.say(f"embedding capabilities: {self.applied}/{self.sent}")
+            self._said_at = now
+
+
 def _index_and_check(stack: Stack, registry: Path, settings: Settings) -> Answer:
-    """Wait for the workers, publish ``registry``, and discover once from its version."""
+    """Wait for the workers, publish ``registry`` (saying how far the workers are), and
+    discover once from its version."""
     client = redis.Redis.from_url(settings.redis_url)
     publisher = Publisher(settings.redis_url, token=stack.service_token())
     try:
+        started = time.monotonic()
         stack.wait_for_workers(client, {"indexing", "discovery"}, WORKER_START_TIMEOUT_S)
+        stack.say(f"workers started in {time.monotonic() - started:.1f} s; publishing {registry}")
         report = sync_directory(
             client,
             publisher,
@@ -590,6 +568,7 @@ def _index_and_check(stack: Stack, registry: Path, settings: Settings) -> Answer
             tenant=settings.tenant,
             max_bytes=settings.manifest_max_bytes,
             wait_s=120.0,
+            progress=IndexingProgress(stack.say),
         )
         _report_errors(report, stack.say)
         version = report.index_version or tenant_version(client, settings.tenant)

@@ -67,6 +67,10 @@ class SyncReport:
         )
 
 
+#: ``progress(stage, n)``: ``n`` more events ``"sent"``, or ``"applied"`` by the workers.
+Progress = Callable[[str, int], None]
+
+
 def sync_directory(
     client: redis.Redis,
     publisher: Publisher,
@@ -78,12 +82,14 @@ def sync_directory(
     cache: ScanCache | None = None,
     visibility: Visibility | None = None,
     take_over: bool = False,
+    progress: Progress | None = None,
 ) -> SyncReport:
     """Scan ``root`` and publish what changed; with ``wait_s`` wait for the workers to apply it.
     A ``cache`` kept across calls skips re-parsing unchanged manifests. ``visibility`` applies
     to the capabilities whose manifest declares none (open to the tenant otherwise). A
     capability whose id another source owns is rejected, naming the owner, unless
-    ``take_over`` (then it moves to this directory)."""
+    ``take_over`` (then it moves to this directory). ``progress`` as in
+    :func:`publish_plan`."""
     check_tenant(tenant)
     root = root.resolve()
     stored = stored_by_source(client, tenant, str(root))
@@ -110,7 +116,14 @@ def sync_directory(
     )
     _record_errors(client, tenant, root, plan)
     return publish_plan(
-        client, publisher, plan, root=root, tenant=tenant, source=str(root), wait_s=wait_s
+        client,
+        publisher,
+        plan,
+        root=root,
+        tenant=tenant,
+        source=str(root),
+        wait_s=wait_s,
+        progress=progress,
     )
 
 
@@ -133,8 +146,6 @@ def held_elsewhere(
 
 #: Events sent per broker round trip (and per progress step) by :func:`publish_plan`.
 CHUNK = 500
-
-Progress = Callable[[str, int], None]
 
 
 def publish_plan(

@@ -7,27 +7,34 @@ redis-py socket timeout is 5 s), until the deadline. No worker answering is a cl
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import redis
 
 from capdisc import keys, tenants
-from capdisc.agents.answers import metatool_result
-from capdisc.agents.metatool import parse_metatool_arguments
 from capdisc.discovery.protocol import DiscoverRequest, SessionRequest
 from capdisc.discovery.replies import DiscoverReply, ErrorReply, SessionReply, decode_reply
-from capdisc.errors import AuthError, DiscoveryTimeout
-from capdisc.identity.auth import ALL_TENANTS, peek
-from capdisc.models import SourceRef
-from capdisc.sessions import store as sessions
-from capdisc.status import collect_status, live_workers
+from capdisc.errors import DiscoveryTimeout
+
+# What a discover call does not need is imported where it is used: a process that asks once
+# (the ``capdisc`` command) starts without the sessions store, the status report, the
+# meta-tool and the token library.
+if TYPE_CHECKING:
+    from capdisc.models import SourceRef
 
 #: Longest single blocking read; keeps every wait under redis-py's socket timeout.
 BLOCK_SLICE_S = 1.0
+#: The identity token :meth:`Client.from_stack` presents when none is given.
+TOKEN_ENV = "CAPDISC_TOKEN"
+#: The tenant claim of a token for every tenant (``capdisc.identity.auth.ALL_TENANTS``).
+ALL_TENANTS = "*"
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,26 @@ class Client:
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> Client:
         return cls(redis.Redis.from_url(url, socket_connect_timeout=2.0), **kwargs)
+
+    @classmethod
+    def from_stack(cls, directory: str | os.PathLike[str] | None = None, **kwargs: Any) -> Client:
+        """A client of the running stack that ``capdisc up`` started in ``directory`` (its
+        project directory, or a directory below it), else in ``CAPDISC_STACK``, else in the
+        working directory or one of its parents, found through its ``.capdisc/stack.json``:
+        its Redis, with the password from its password file, and unless ``token`` is given,
+        ``CAPDISC_TOKEN`` or else the admin token the stack wrote (readable by whoever ran
+        ``capdisc up``). Other keyword arguments are :class:`Client`'s. Raises
+        :class:`~capdisc.errors.StackNotFoundError` when no running stack is found there
+        (``CAPDISC_REDIS_URL`` is not consulted: use :meth:`from_url` for a Redis by URL)."""
+        from capdisc.stackfile import STACK_ENV, running_stack_from, stack_token, stack_url
+
+        environ = dict(os.environ)
+        if directory is not None:
+            environ[STACK_ENV] = os.fspath(directory)
+        stack = running_stack_from(environ, Path.cwd())
+        if kwargs.get("token") is None:
+            kwargs["token"] = environ.get(TOKEN_ENV) or stack_token(stack)
+        return cls.from_url(stack_url(stack), **kwargs)
 
     def as_holder(self, token: str, tenant: str | None = None) -> Client:
         """A client on this one's connection asking as the holder of ``token`` (in ``tenant``,
@@ -205,6 +232,8 @@ class Client:
         ``refreshed``, ``evicted``, ``restored``, ``loop_detected``, ``redundant_search``,
         ``imported``; a ``refreshed`` event's ``tool`` lists the tools a discovery found again,
         comma-separated), from stream id ``after``; ends when ``stop()`` is true."""
+        from capdisc.sessions import store as sessions
+
         return sessions.follow(self.redis, self._tenant(tenant), session, after, stop)
 
     def _tenant(self, tenant: str | None) -> str:
@@ -262,6 +291,8 @@ class Client:
     def _discovery_workers_seen(self) -> str:
         """How many discovery workers' heartbeats are fresh (``?`` when this client may not read
         them: a Redis ACL user for clients need not see the heartbeats)."""
+        from capdisc.status import live_workers
+
         try:
             return str(sum(w["kind"] == "discovery" for w in live_workers(self.redis)))
         except redis.ResponseError:
@@ -283,6 +314,9 @@ class Client:
         :class:`~capdisc.errors.ManifestError` naming the argument; send its message back to the
         model as the tool's error. ``min_version`` waits until that index version is served
         (read your own writes). In a session the result carries the redundant-search note."""
+        from capdisc.agents.answers import metatool_result
+        from capdisc.agents.metatool import parse_metatool_arguments
+
         call = parse_metatool_arguments(arguments)
         answer = self.discover(
             call.query,
@@ -304,6 +338,8 @@ class Client:
 
     def status(self) -> dict[str, Any]:
         """Index versions, capability counts, workers seen and queue depths."""
+        from capdisc.status import collect_status
+
         return collect_status(self.redis)
 
     def close(self) -> None:
@@ -358,11 +394,22 @@ def _answer(raw: dict[str, Any]) -> Answer:
 
 def tenant_of(token: str | None) -> str | None:
     """The tenant a token names (unverified: a default only; the workers verify), None for a
-    token for every tenant or one that cannot be read."""
-    if not token:
-        return None
-    try:
-        tenant = peek(token).get("tenant")
-    except AuthError:
-        return None
+    token for every tenant or one that cannot be read. The token's claims are read as
+    ``capdisc.identity.auth.peek`` reads them, without loading the token library."""
+    claims = _unverified_claims(token) if token else None
+    tenant = claims.get("tenant") if claims else None
     return tenant if isinstance(tenant, str) and tenant != ALL_TENANTS else None
+
+
+def _unverified_claims(token: str) -> dict[str, Any] | None:
+    """The claims of a JWT (its middle segment, base64url JSON), NOT verified; None when it
+    has none that can be read."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    payload = parts[1]
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except ValueError:  # not base64, not UTF-8, not JSON
+        return None
+    return claims if isinstance(claims, dict) else None

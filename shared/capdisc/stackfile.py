@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from capdisc.settings import Settings
+from capdisc.errors import ConfigError, StackNotFoundError
+from capdisc.settings import Settings, with_password
 
 STATE_DIR = ".capdisc"
 STACK_FILE = "stack.json"
@@ -39,6 +40,47 @@ def find_stack(start: Path) -> dict[str, Any] | None:
                 return None
             return data if isinstance(data, dict) and _alive(data.get("pid")) else None
     return None
+
+
+def running_stack_from(environ: Mapping[str, str], cwd: Path) -> dict[str, Any]:
+    """The stack file of the running stack found from :func:`stack_start`;
+    :class:`~capdisc.errors.StackNotFoundError`, saying how to name one, when there is none."""
+    start = stack_start(environ, cwd)
+    stack = find_stack(start)
+    if not stack or not isinstance(stack.get("redis_url"), str) or not stack["redis_url"]:
+        raise StackNotFoundError(
+            f"no running capdisc stack found from {start} (no {STATE_DIR}/{STACK_FILE}); "
+            f"start one with `make up`, set {STACK_ENV} to the directory it runs in, or set "
+            f"{REDIS_ENV}"
+        )
+    return stack
+
+
+def stack_url(stack: Mapping[str, Any]) -> str:
+    """The Redis URL of a stack, with the password from its password file when it has one."""
+    url = str(stack["redis_url"])
+    password = read_secret(named_file(stack, "redis_password_file"))
+    return with_password(url, password) if password else url
+
+
+def stack_token(stack: Mapping[str, Any]) -> str | None:
+    """The admin token ``capdisc up`` wrote for commands run in its project, if readable."""
+    return read_secret(named_file(stack, "token_file"))
+
+
+def read_secret(path: Path | None) -> str | None:
+    """The stripped text of a secret file; None when there is none."""
+    if path is None:
+        return None
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(
+            f"{path} cannot be read ({exc.strerror}); it belongs to whoever ran capdisc up"
+        ) from exc
+    return text or None
 
 
 def stack_start(environ: Mapping[str, str], cwd: Path) -> Path:
