@@ -44,6 +44,7 @@ format: install
 
 bench: install
 	$(PY) benchmarks/retrieval.py
+	$(PY) benchmarks/generalization.py
 	$(PY) benchmarks/metatool_labels.py
 	$(PY) benchmarks/model_latency.py
 	$(PY) benchmarks/discovery_speed.py
