@@ -104,163 +104,71 @@ def py_bin(pkg: str, exe: str) -> list[str]:
     return [str(PY / f"v-{pkg}" / "bin" / exe)]
 
 
-# server name -> (package spec, command builder, extra args, one-line server description)
+def npm(
+    pkg: str, *args: str, root: Path = N, bin_name: str | None = None, env: dict | None = None
+) -> dict:
+    """A server run from an npm package installed under ``root``, with ``args``."""
+    spec: dict = dict(pkg=f"npm:{pkg}", cmd=lambda: [*npm_bin(root, pkg, bin_name), *args])
+    return spec | ({"env": env} if env else {})
+
+
+def pypi(pkg: str, *args: str, exe: str | None = None, env: dict | None = None) -> dict:
+    """A server run from a PyPI package in its own venv (its executable named ``exe`` or as the
+    package), with ``args``."""
+    spec: dict = dict(pkg=f"pypi:{pkg}", cmd=lambda: [*py_bin(pkg, exe or pkg), *args])
+    return spec | ({"env": env} if env else {})
+
+
+# server name -> its package spec, its command builder and any extra environment
 # The one-line descriptions are the packages' own registry descriptions (npm/PyPI).
 SERVERS: dict[str, dict] = {
-    "filesystem": dict(
-        pkg="npm:@modelcontextprotocol/server-filesystem",
-        cmd=lambda: [*npm_bin(N, "@modelcontextprotocol/server-filesystem"), "/tmp"],
-    ),
-    "memory": dict(
-        pkg="npm:@modelcontextprotocol/server-memory",
-        cmd=lambda: npm_bin(N, "@modelcontextprotocol/server-memory"),
-    ),
-    "everything": dict(
-        pkg="npm:@modelcontextprotocol/server-everything",
-        cmd=lambda: [*npm_bin(N, "@modelcontextprotocol/server-everything"), "stdio"],
-    ),
-    "sequential-thinking": dict(
-        pkg="npm:@modelcontextprotocol/server-sequential-thinking",
-        cmd=lambda: npm_bin(N, "@modelcontextprotocol/server-sequential-thinking"),
-    ),
-    "github": dict(
-        pkg="npm:@modelcontextprotocol/server-github",
-        cmd=lambda: npm_bin(N, "@modelcontextprotocol/server-github"),
-    ),
-    "puppeteer": dict(
-        pkg="npm:@modelcontextprotocol/server-puppeteer",
-        cmd=lambda: npm_bin(N, "@modelcontextprotocol/server-puppeteer"),
-    ),
-    "brave-search": dict(
-        pkg="npm:@modelcontextprotocol/server-brave-search",
-        cmd=lambda: npm_bin(N, "@modelcontextprotocol/server-brave-search"),
-    ),
-    "slack": dict(
-        pkg="npm:@modelcontextprotocol/server-slack",
-        cmd=lambda: npm_bin(N, "@modelcontextprotocol/server-slack"),
-    ),
-    "gitlab": dict(
-        pkg="npm:@modelcontextprotocol/server-gitlab",
-        cmd=lambda: npm_bin(N, "@modelcontextprotocol/server-gitlab"),
-    ),
-    "google-maps": dict(
-        pkg="npm:@modelcontextprotocol/server-google-maps",
-        cmd=lambda: npm_bin(N, "@modelcontextprotocol/server-google-maps"),
-    ),
-    "postgres": dict(
-        pkg="npm:@modelcontextprotocol/server-postgres",
-        cmd=lambda: (
-            [*npm_bin(N, "@modelcontextprotocol/server-postgres"), "postgresql://127.0.0.1:9/none"]
-        ),
-    ),
-    "redis": dict(
-        pkg="npm:@modelcontextprotocol/server-redis",
-        cmd=lambda: [*npm_bin(N, "@modelcontextprotocol/server-redis"), "redis://127.0.0.1:6399"],
-    ),
-    "aws-kb-retrieval": dict(
-        pkg="npm:@modelcontextprotocol/server-aws-kb-retrieval",
-        cmd=lambda: npm_bin(N, "@modelcontextprotocol/server-aws-kb-retrieval"),
-    ),
-    "everart": dict(
-        pkg="npm:@modelcontextprotocol/server-everart",
-        cmd=lambda: npm_bin(N, "@modelcontextprotocol/server-everart"),
-    ),
-    "playwright": dict(pkg="npm:@playwright/mcp", cmd=lambda: npm_bin(N, "@playwright/mcp")),
-    "firecrawl": dict(pkg="npm:firecrawl-mcp", cmd=lambda: npm_bin(N, "firecrawl-mcp")),
-    "notion": dict(
-        pkg="npm:@notionhq/notion-mcp-server", cmd=lambda: npm_bin(N, "@notionhq/notion-mcp-server")
-    ),
-    "context7": dict(
-        pkg="npm:@upstash/context7-mcp", cmd=lambda: npm_bin(N, "@upstash/context7-mcp")
-    ),
-    "tavily": dict(pkg="npm:tavily-mcp", cmd=lambda: npm_bin(N, "tavily-mcp")),
-    "exa": dict(pkg="npm:exa-mcp-server", cmd=lambda: npm_bin(N, "exa-mcp-server")),
-    "kubernetes": dict(
-        pkg="npm:mcp-server-kubernetes", cmd=lambda: npm_bin(N, "mcp-server-kubernetes")
-    ),
-    "youtube-transcript": dict(
-        pkg="npm:@kimtaeyoon83/mcp-server-youtube-transcript",
-        cmd=lambda: npm_bin(N, "@kimtaeyoon83/mcp-server-youtube-transcript"),
-    ),
-    "chart": dict(
-        pkg="npm:@antv/mcp-server-chart", cmd=lambda: npm_bin(N, "@antv/mcp-server-chart")
-    ),
-    "amap-maps": dict(
-        pkg="npm:@amap/amap-maps-mcp-server", cmd=lambda: npm_bin(N, "@amap/amap-maps-mcp-server")
-    ),
-    "desktop-commander": dict(
-        pkg="npm:@wonderwhy-er/desktop-commander",
-        cmd=lambda: npm_bin(N, "@wonderwhy-er/desktop-commander", "desktop-commander"),
-    ),
-    "airtable": dict(pkg="npm:airtable-mcp-server", cmd=lambda: npm_bin(N, "airtable-mcp-server")),
-    "hubspot": dict(pkg="npm:@hubspot/mcp-server", cmd=lambda: npm_bin(N, "@hubspot/mcp-server")),
-    "mongodb": dict(pkg="npm:mongodb-mcp-server", cmd=lambda: npm_bin(N, "mongodb-mcp-server")),
-    "playwright-executeautomation": dict(
-        pkg="npm:@executeautomation/playwright-mcp-server",
-        cmd=lambda: npm_bin(N, "@executeautomation/playwright-mcp-server"),
-    ),
-    "time": dict(
-        pkg="pypi:mcp-server-time", cmd=lambda: py_bin("mcp-server-time", "mcp-server-time")
-    ),
-    "fetch": dict(
-        pkg="pypi:mcp-server-fetch", cmd=lambda: py_bin("mcp-server-fetch", "mcp-server-fetch")
-    ),
-    "git": dict(pkg="pypi:mcp-server-git", cmd=lambda: py_bin("mcp-server-git", "mcp-server-git")),
-    "sqlite": dict(
-        pkg="pypi:mcp-server-sqlite",
-        cmd=lambda: (
-            [
-                *py_bin("mcp-server-sqlite", "mcp-server-sqlite"),
-                "--db-path",
-                "/tmp/mcpservers/test.db",
-            ]
-        ),
-    ),
-    "sentry": dict(
-        pkg="pypi:mcp-server-sentry",
-        cmd=lambda: [*py_bin("mcp-server-sentry", "mcp-server-sentry"), "--auth-token", "dummy"],
-    ),
-    "arxiv": dict(
-        pkg="pypi:arxiv-mcp-server",
-        cmd=lambda: (
-            [
-                *py_bin("arxiv-mcp-server", "arxiv-mcp-server"),
-                "--storage-path",
-                "/tmp/mcpservers/arxiv",
-            ]
-        ),
-    ),
-    "duckduckgo": dict(
-        pkg="pypi:duckduckgo-mcp-server",
-        cmd=lambda: py_bin("duckduckgo-mcp-server", "duckduckgo-mcp-server"),
-    ),
-    "obsidian": dict(pkg="pypi:mcp-obsidian", cmd=lambda: py_bin("mcp-obsidian", "mcp-obsidian")),
-    "calculator": dict(
-        pkg="pypi:mcp-server-calculator",
-        cmd=lambda: py_bin("mcp-server-calculator", "mcp-server-calculator"),
-    ),
-    "wikipedia": dict(
-        pkg="pypi:wikipedia-mcp", cmd=lambda: py_bin("wikipedia-mcp", "wikipedia-mcp")
-    ),
-    "excel": dict(
-        pkg="pypi:excel-mcp-server",
-        cmd=lambda: [*py_bin("excel-mcp-server", "excel-mcp-server"), "stdio"],
-    ),
-    "word": dict(
-        pkg="pypi:office-word-mcp-server",
-        cmd=lambda: py_bin("office-word-mcp-server", "word_mcp_server"),
-    ),
-    "text-editor": dict(
-        pkg="pypi:mcp-text-editor", cmd=lambda: py_bin("mcp-text-editor", "mcp-text-editor")
-    ),
-    "shell": dict(
-        pkg="pypi:mcp-shell-server", cmd=lambda: py_bin("mcp-shell-server", "mcp-shell-server")
-    ),
-    "pandoc": dict(pkg="pypi:mcp-pandoc", cmd=lambda: py_bin("mcp-pandoc", "mcp-pandoc")),
-    "yfinance": dict(pkg="pypi:yfinance-mcp", cmd=lambda: py_bin("yfinance-mcp", "yfinance-mcp")),
-    "atlassian": dict(
-        pkg="pypi:mcp-atlassian",
-        cmd=lambda: py_bin("mcp-atlassian", "mcp-atlassian"),
+    "filesystem": npm("@modelcontextprotocol/server-filesystem", "/tmp"),
+    "memory": npm("@modelcontextprotocol/server-memory"),
+    "everything": npm("@modelcontextprotocol/server-everything", "stdio"),
+    "sequential-thinking": npm("@modelcontextprotocol/server-sequential-thinking"),
+    "github": npm("@modelcontextprotocol/server-github"),
+    "puppeteer": npm("@modelcontextprotocol/server-puppeteer"),
+    "brave-search": npm("@modelcontextprotocol/server-brave-search"),
+    "slack": npm("@modelcontextprotocol/server-slack"),
+    "gitlab": npm("@modelcontextprotocol/server-gitlab"),
+    "google-maps": npm("@modelcontextprotocol/server-google-maps"),
+    "postgres": npm("@modelcontextprotocol/server-postgres", "postgresql://127.0.0.1:9/none"),
+    "redis": npm("@modelcontextprotocol/server-redis", "redis://127.0.0.1:6399"),
+    "aws-kb-retrieval": npm("@modelcontextprotocol/server-aws-kb-retrieval"),
+    "everart": npm("@modelcontextprotocol/server-everart"),
+    "playwright": npm("@playwright/mcp"),
+    "firecrawl": npm("firecrawl-mcp"),
+    "notion": npm("@notionhq/notion-mcp-server"),
+    "context7": npm("@upstash/context7-mcp"),
+    "tavily": npm("tavily-mcp"),
+    "exa": npm("exa-mcp-server"),
+    "kubernetes": npm("mcp-server-kubernetes"),
+    "youtube-transcript": npm("@kimtaeyoon83/mcp-server-youtube-transcript"),
+    "chart": npm("@antv/mcp-server-chart"),
+    "amap-maps": npm("@amap/amap-maps-mcp-server"),
+    "desktop-commander": npm("@wonderwhy-er/desktop-commander", bin_name="desktop-commander"),
+    "airtable": npm("airtable-mcp-server"),
+    "hubspot": npm("@hubspot/mcp-server"),
+    "mongodb": npm("mongodb-mcp-server"),
+    "playwright-executeautomation": npm("@executeautomation/playwright-mcp-server"),
+    "time": pypi("mcp-server-time"),
+    "fetch": pypi("mcp-server-fetch"),
+    "git": pypi("mcp-server-git"),
+    "sqlite": pypi("mcp-server-sqlite", "--db-path", "/tmp/mcpservers/test.db"),
+    "sentry": pypi("mcp-server-sentry", "--auth-token", "dummy"),
+    "arxiv": pypi("arxiv-mcp-server", "--storage-path", "/tmp/mcpservers/arxiv"),
+    "duckduckgo": pypi("duckduckgo-mcp-server"),
+    "obsidian": pypi("mcp-obsidian"),
+    "calculator": pypi("mcp-server-calculator"),
+    "wikipedia": pypi("wikipedia-mcp"),
+    "excel": pypi("excel-mcp-server", "stdio"),
+    "word": pypi("office-word-mcp-server", exe="word_mcp_server"),
+    "text-editor": pypi("mcp-text-editor"),
+    "shell": pypi("mcp-shell-server"),
+    "pandoc": pypi("mcp-pandoc"),
+    "yfinance": pypi("yfinance-mcp"),
+    "atlassian": pypi(
+        "mcp-atlassian",
         env={
             "JIRA_URL": "http://127.0.0.1:9",
             "JIRA_USERNAME": "x",
@@ -280,48 +188,19 @@ SERVERS: dict[str, dict] = {
 
 # Only in the 10k catalog (big single servers, installed into npm2).
 EXTRA_SERVERS: dict[str, dict] = {
-    "0nmcp": dict(pkg="npm:0nmcp", cmd=lambda: npm_bin(N2, "0nmcp")),
-    "ebay": dict(pkg="npm:ebay-mcp", cmd=lambda: npm_bin(N2, "ebay-mcp")),
-    "boondmanager": dict(
-        pkg="npm:boondmanager-mcp-server", cmd=lambda: npm_bin(N2, "boondmanager-mcp-server")
-    ),
-    "metabase-ai-assistant": dict(
-        pkg="npm:metabase-ai-assistant", cmd=lambda: npm_bin(N2, "metabase-ai-assistant")
-    ),
-    "metabase": dict(
-        pkg="npm:@easecloudio/mcp-metabase-server",
-        cmd=lambda: npm_bin(N2, "@easecloudio/mcp-metabase-server"),
-    ),
-    "selenium-ai-agent": dict(
-        pkg="npm:selenium-ai-agent", cmd=lambda: npm_bin(N2, "selenium-ai-agent")
-    ),
-    "jira-aashari": dict(
-        pkg="npm:@aashari/mcp-server-atlassian-jira",
-        cmd=lambda: npm_bin(N2, "@aashari/mcp-server-atlassian-jira"),
-    ),
-    "brightdata": dict(
-        pkg="npm:@brightdata/mcp",
-        cmd=lambda: npm_bin(N2, "@brightdata/mcp"),
-        env={"API_TOKEN": "dummy"},
-    ),
-    "browserbase": dict(
-        pkg="npm:@browserbasehq/mcp-server-browserbase",
-        cmd=lambda: npm_bin(N2, "@browserbasehq/mcp-server-browserbase"),
-    ),
-    "agent-infra-browser": dict(
-        pkg="npm:@agent-infra/mcp-server-browser",
-        cmd=lambda: npm_bin(N2, "@agent-infra/mcp-server-browser"),
-    ),
-    "selenium": dict(
-        pkg="npm:@angiejones/mcp-selenium", cmd=lambda: npm_bin(N2, "@angiejones/mcp-selenium")
-    ),
-    "mysql": dict(
-        pkg="npm:@benborla29/mcp-server-mysql",
-        cmd=lambda: npm_bin(N2, "@benborla29/mcp-server-mysql"),
-    ),
-    "jira-cloud": dict(
-        pkg="npm:@aaronsb/jira-cloud-mcp", cmd=lambda: npm_bin(N2, "@aaronsb/jira-cloud-mcp")
-    ),
+    "0nmcp": npm("0nmcp", root=N2),
+    "ebay": npm("ebay-mcp", root=N2),
+    "boondmanager": npm("boondmanager-mcp-server", root=N2),
+    "metabase-ai-assistant": npm("metabase-ai-assistant", root=N2),
+    "metabase": npm("@easecloudio/mcp-metabase-server", root=N2),
+    "selenium-ai-agent": npm("selenium-ai-agent", root=N2),
+    "jira-aashari": npm("@aashari/mcp-server-atlassian-jira", root=N2),
+    "brightdata": npm("@brightdata/mcp", root=N2, env={"API_TOKEN": "dummy"}),
+    "browserbase": npm("@browserbasehq/mcp-server-browserbase", root=N2),
+    "agent-infra-browser": npm("@agent-infra/mcp-server-browser", root=N2),
+    "selenium": npm("@angiejones/mcp-selenium", root=N2),
+    "mysql": npm("@benborla29/mcp-server-mysql", root=N2),
+    "jira-cloud": npm("@aaronsb/jira-cloud-mcp", root=N2),
 }
 
 
