@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 
-from .conftest import EXAMPLES, ROOT
-from .upstack import READY, UpProcess
+from .conftest import ROOT
+from .upstack import UpProcess, running_up
 
 README = ROOT / "README.md"
 VENV_BIN = ROOT / ".venv" / "bin"
@@ -145,15 +144,8 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpProcess]:
     every child, at the end of the module."""
     if not (VENV_BIN / "capdisc").exists():
         pytest.skip(f"the README's commands run {VENV_BIN}/capdisc, which `make` installs")
-    project = tmp_path_factory.mktemp("project")
-    shutil.copytree(EXAMPLES, project / "examples" / "registry")
-    process = UpProcess(project)
-    try:
-        process.wait_for_output(READY)
-        process.children()
+    with running_up(tmp_path_factory.mktemp("project")) as process:
         yield process
-    finally:
-        process.kill_all()
 
 
 def readme_env(up: UpProcess) -> dict[str, str]:

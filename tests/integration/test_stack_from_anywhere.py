@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,8 +18,7 @@ from mcp import StdioServerParameters
 from capdisc.agents.metatool import METATOOL_NAME
 from capdisc.client import Client
 
-from .conftest import EXAMPLES
-from .upstack import READY, UpProcess
+from .upstack import UpProcess, running_up
 
 SLACK = "tool:slack-post-message"
 QUERY = "post a message to the team's slack channel"
@@ -30,15 +28,8 @@ QUERY = "post a message to the team's slack channel"
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpProcess]:
     """One ``capdisc up`` (auth on, as ``make up``) in a project of its own; stopped, with
     every child, at the end of the module."""
-    project = tmp_path_factory.mktemp("project")
-    shutil.copytree(EXAMPLES, project / "examples" / "registry")
-    process = UpProcess(project)
-    try:
-        process.wait_for_output(READY)
-        process.children()
+    with running_up(tmp_path_factory.mktemp("project")) as process:
         yield process
-    finally:
-        process.kill_all()
 
 
 @pytest.fixture

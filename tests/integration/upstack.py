@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +169,20 @@ def _is_our_child(pid: int) -> bool:
     except OSError:
         return False
     return any(marker in cmdline for marker in CHILD_MARKERS)
+
+
+@contextmanager
+def running_up(project: Path) -> Iterator[UpProcess]:
+    """``capdisc up`` (auth on, as ``make up``) in ``project`` with ``examples/registry``
+    copied there, ready; stopped with every child at the end, pass or fail."""
+    shutil.copytree(EXAMPLES, project / "examples" / "registry")
+    process = UpProcess(project)
+    try:
+        process.wait_for_output(READY)
+        process.children()
+        yield process
+    finally:
+        process.kill_all()
 
 
 @pytest.fixture
