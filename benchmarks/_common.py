@@ -10,8 +10,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+import redis
+
 from capdisc.settings import Settings
+from capdisc_producers.publisher import Publisher
 from capdisc_producers.stack import Stack, running_stack
+from capdisc_producers.sync import SyncReport, sync_directory
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,6 +48,29 @@ def example_registry_stack(
         shutil.copytree(ROOT / "examples" / "registry", registry)
         with running_stack(project, settings, env) as (stack, url):
             yield stack, url, registry
+
+
+def publish_registry(
+    connection: redis.Redis,
+    url: str,
+    registry: Path,
+    settings: Settings,
+    token: str | None = None,
+) -> SyncReport:
+    """Publish ``registry`` to the stack at ``url`` as ``settings.tenant`` and wait (up to
+    120 s) until it is indexed; the report carries the index version that serves it."""
+    publisher = Publisher(url, token=token)
+    try:
+        return sync_directory(
+            connection,
+            publisher,
+            registry,
+            tenant=settings.tenant,
+            max_bytes=settings.manifest_max_bytes,
+            wait_s=120,
+        )
+    finally:
+        publisher.close()
 
 
 def stop_processes(processes: Sequence[subprocess.Popen[bytes] | None]) -> None:

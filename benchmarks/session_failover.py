@@ -28,14 +28,12 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _common import describe_ms, example_registry_stack
+from _common import describe_ms, example_registry_stack, publish_registry
 from capdisc import keys
 from capdisc.client import Client
 from capdisc.settings import Settings
 from capdisc.status import live_workers
-from capdisc_producers.publisher import Publisher
 from capdisc_producers.stack import REDIS_ENV, Stack
-from capdisc_producers.sync import sync_directory
 from session_overhead import QUERIES
 
 DISCOVERY_ARGV = [sys.executable, "-m", "capdisc_workers.discovery"]
@@ -67,16 +65,7 @@ def run(
     connection = redis.Redis.from_url(url)
     stack.spawn("discovery-2", DISCOVERY_ARGV, {**env, REDIS_ENV: url})
     _await_discovery_workers(connection, 2)
-    publisher = Publisher(url)
-    report = sync_directory(
-        connection,
-        publisher,
-        registry,
-        tenant=settings.tenant,
-        max_bytes=settings.manifest_max_bytes,
-        wait_s=120,
-    )
-    publisher.close()
+    report = publish_registry(connection, url, registry, settings)
     client = Client(connection, tenant=settings.tenant, timeout_s=60, resend_after_s=1.0)
     for query in QUERIES:
         client.discover(query, min_version=report.index_version)

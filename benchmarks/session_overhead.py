@@ -25,12 +25,10 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _common import example_registry_stack, percentile
+from _common import example_registry_stack, percentile, publish_registry
 from capdisc.client import Answer, Client
 from capdisc.settings import Settings
-from capdisc_producers.publisher import Publisher
 from capdisc_producers.stack import REDIS_ENV
-from capdisc_producers.sync import sync_directory
 
 QUERIES = [
     "post a message to slack",
@@ -65,16 +63,7 @@ def main() -> None:
     with example_registry_stack(settings, env) as (stack, url, registry):
         connection = redis.Redis.from_url(url)
         stack.wait_for_workers(connection, {"indexing", "discovery"}, 120)
-        publisher = Publisher(url)
-        report = sync_directory(
-            connection,
-            publisher,
-            registry,
-            tenant=settings.tenant,
-            max_bytes=settings.manifest_max_bytes,
-            wait_s=120,
-        )
-        publisher.close()
+        report = publish_registry(connection, url, registry, settings)
         client = Client(connection, tenant=settings.tenant, timeout_s=30)
         for query in QUERIES:  # warm: model loaded, query vectors cached
             client.discover(query, min_version=report.index_version)
