@@ -26,8 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -47,10 +46,11 @@ from capdisc.bench.evaluation import (
     sample_queries,
 )
 from capdisc.discovery.config import DiscoveryConfig
-from capdisc.discovery.snapshot import IndexSnapshot
+from capdisc.discovery.snapshot import HybridRetriever, IndexSnapshot
 from capdisc.embedders.factory import make_embedder
 from capdisc.embedders.port import Embedder
 from capdisc.registry.catalogs import Catalog, load_catalog
+from capdisc.retrieval.config import calibrated_for
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
@@ -69,36 +69,23 @@ class Suite:
     extra_no_tool: Path | None = None
 
 
-def _dev(name: str) -> tuple[tuple[Path, ...], Path]:
-    return (DEV / name / "tools.jsonl",), DEV / name / "queries.jsonl"
+def _folder(root: Path, name: str, *distractors: Path, **options: Any) -> Suite:
+    """The suite of ``root/name``'s ``tools.jsonl`` (plus ``distractors``) and queries."""
+    tools = (root / name / "tools.jsonl", *distractors)
+    return Suite(name, tools, root / name / "queries.jsonl", **options)
 
 
+MCP_10K = DEV / "mcp-10k" / "tools.jsonl"
 SUITES = (
-    Suite(
-        "mcp-servers", (DEV / "mcp-servers" / "tools.jsonl",), DEV / "mcp-servers" / "queries.jsonl"
+    _folder(DEV, "mcp-servers"),
+    _folder(DEV, "mcp-10k"),
+    _folder(DEV, "rest-apis"),
+    replace(
+        _folder(SHARED, "metatool", MCP_10K, sample=3000, extra_no_tool=NO_TOOL),
+        name="metatool+mcp-10k",
     ),
-    Suite("mcp-10k", (DEV / "mcp-10k" / "tools.jsonl",), DEV / "mcp-10k" / "queries.jsonl"),
-    Suite("rest-apis", (DEV / "rest-apis" / "tools.jsonl",), DEV / "rest-apis" / "queries.jsonl"),
-    Suite(
-        "metatool+mcp-10k",
-        (SHARED / "metatool" / "tools.jsonl", DEV / "mcp-10k" / "tools.jsonl"),
-        SHARED / "metatool" / "queries.jsonl",
-        sample=3000,
-        extra_no_tool=NO_TOOL,
-    ),
-    Suite(
-        "metatool",
-        (SHARED / "metatool" / "tools.jsonl",),
-        SHARED / "metatool" / "queries.jsonl",
-        sample=3000,
-        extra_no_tool=NO_TOOL,
-    ),
-    Suite(
-        "seal-tools",
-        (SHARED / "seal-tools" / "tools.jsonl",),
-        SHARED / "seal-tools" / "queries.jsonl",
-        extra_no_tool=NO_TOOL,
-    ),
+    _folder(SHARED, "metatool", sample=3000, extra_no_tool=NO_TOOL),
+    _folder(SHARED, "seal-tools", extra_no_tool=NO_TOOL),
 )
 
 
@@ -210,22 +197,17 @@ def measure(item: Loaded, overrides: dict[str, Any]) -> dict[str, Any]:
 def _changed(item: Loaded, overrides: dict[str, Any]) -> dict[str, Any]:
     retrieval = {k.removeprefix("retrieval."): v for k, v in overrides.items() if "." in k}
     options = {k: v for k, v in overrides.items() if "." not in k}
-    with _retrieval_set(item.snapshot, retrieval):
-        return _engine(item, DiscoveryConfig().merged(options))
+    changed = replace(item, snapshot=_retuned(item.snapshot, retrieval))
+    return _engine(changed, DiscoveryConfig().merged(options))
 
 
-@contextmanager
-def _retrieval_set(snapshot: IndexSnapshot, fields: dict[str, Any]) -> Iterator[None]:
-    """The snapshot's retrieval knobs changed for the block (benchmark use only)."""
-    retriever = snapshot.retriever
-    saved = retriever._base  # type: ignore[attr-defined]
-    retriever._base = replace(saved, **fields)  # type: ignore[attr-defined]
-    retriever._configs.clear()  # type: ignore[attr-defined]
-    try:
-        yield
-    finally:
-        retriever._base = saved  # type: ignore[attr-defined]
-        retriever._configs.clear()  # type: ignore[attr-defined]
+def _retuned(snapshot: IndexSnapshot, fields: dict[str, Any]) -> IndexSnapshot:
+    """The snapshot, its index shared, with retrieval knobs changed (RetrievalConfig fields)."""
+    if not fields:
+        return snapshot
+    base = replace(calibrated_for(snapshot.embedder_id), **fields)
+    index = snapshot.retriever.index  # type: ignore[attr-defined]
+    return replace(snapshot, retriever=HybridRetriever(index, snapshot.embedder_id, base))
 
 
 def _plain(item: Loaded) -> dict[str, float]:

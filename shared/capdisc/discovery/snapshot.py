@@ -71,9 +71,13 @@ class HybridRetriever:
     """The engine's retriever: :class:`capdisc.retrieval.index.RetrievalIndex` (BM25 and dense
     fused, the exact-name path, query decomposition, calibrated relevance and abstention)."""
 
-    def __init__(self, index: RetrievalIndex, embedder_id: str) -> None:
+    def __init__(
+        self, index: RetrievalIndex, embedder_id: str, base: RetrievalConfig | None = None
+    ) -> None:
+        """``base``: the retrieval knobs per-call options apply over (default: the defaults
+        with ``embedder_id``'s calibration)."""
         self.index = index
-        self._base = calibrated_for(embedder_id)
+        self._base = base if base is not None else calibrated_for(embedder_id)
         self._configs: dict[tuple[object, ...], RetrievalConfig] = {}
 
     def search(
