@@ -78,12 +78,18 @@ def test_two_discovery_workers_serve_one_session_and_agree_on_its_working_set(
     assert len(workers) == 2, "the second discovery worker never served a turn"
 
 
+#: How long a second discovery worker may take to start serving the tenant.
+WORKER_START_S = 180
+
+
 def _await_served_by_another(
     connection: redis.Redis, tenant: str, known: str, after: bytes | str
 ) -> None:
     """Block until a discovery worker other than ``known`` serves ``tenant``: its swap on the
-    served stream, or (a worker that loaded the tenant at start) its heartbeat listing it."""
-    for _ in range(60):
+    served stream, or (a worker that loaded the tenant at start) its heartbeat listing it. A
+    starting worker loads every tenant of the suite's shared stack first (one per test that
+    published before this one), which takes over a minute on a busy 2-core machine."""
+    for _ in range(WORKER_START_S):
         batch = connection.xread({keys.SERVED: after}, block=1000) or []
         for _stream, entries in batch:
             for entry_id, fields in entries:
@@ -95,7 +101,11 @@ def _await_served_by_another(
             for w in live_workers(connection, 10.0)
         ):
             return
-    raise AssertionError("no second discovery worker served the tenant within 60 s")
+    tenants = connection.scard(keys.TENANTS)
+    raise AssertionError(
+        f"no second discovery worker served the tenant within {WORKER_START_S} s "
+        f"({tenants} tenants to load)"
+    )
 
 
 def test_the_session_stream_shows_every_change_in_order(
