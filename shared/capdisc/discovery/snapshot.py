@@ -25,6 +25,7 @@ from capdisc.models import Capability
 from capdisc.registry.flags import Mark
 from capdisc.retrieval.config import RetrievalConfig, calibrated_for
 from capdisc.retrieval.index import QueryEmbed, RetrievalIndex
+from capdisc.retrieval.neighbors import BackgroundBuilder
 from capdisc.tokens import make_counter
 
 if TYPE_CHECKING:
@@ -72,13 +73,19 @@ class HybridRetriever:
     fused, the exact-name path, query decomposition, calibrated relevance and abstention)."""
 
     def __init__(
-        self, index: RetrievalIndex, embedder_id: str, base: RetrievalConfig | None = None
+        self,
+        index: RetrievalIndex,
+        embedder_id: str,
+        base: RetrievalConfig | None = None,
+        lineage: object | None = None,
     ) -> None:
         """``base``: the retrieval knobs per-call options apply over (default: the defaults
-        with ``embedder_id``'s calibration)."""
+        with ``embedder_id``'s calibration). ``lineage``: what the retrievers of one tenant's
+        successive snapshots share (a newer one's graph build replaces an older one's)."""
         self.index = index
         self._base = base if base is not None else calibrated_for(embedder_id)
         self._configs: dict[tuple[object, ...], RetrievalConfig] = {}
+        self.lineage = lineage if lineage is not None else object()
 
     def search(
         self,
@@ -208,17 +215,46 @@ RetrieverFactory = Callable[
 ]
 
 
+#: Builds the HNSW graphs of large catalogs for every snapshot of this process, off the
+#: request path (created on first use).
+_GRAPHS: list[BackgroundBuilder] = []
+
+
+def graph_builder() -> BackgroundBuilder:
+    """This process's graph builder."""
+    if not _GRAPHS:
+        _GRAPHS.append(BackgroundBuilder())
+    return _GRAPHS[0]
+
+
 def hybrid_retriever(
     capabilities: tuple[Capability, ...],
     matrix: Matrix,
     embedder_id: str,
     probes: Matrix | None = None,
     previous: Retriever | None = None,
+    *,
+    base: RetrievalConfig | None = None,
+    builder: BackgroundBuilder | None = None,
 ) -> Retriever:
-    """The default :data:`RetrieverFactory`."""
-    prior = previous.index if isinstance(previous, HybridRetriever) else None
-    index = RetrievalIndex.build(capabilities, matrix, probe_vectors=probes, previous=prior)
-    return HybridRetriever(index, embedder_id)
+    """The default :data:`RetrieverFactory`. A catalog above ``ann_above`` rows also gets its
+    HNSW graph, built in the background by ``builder`` (default :func:`graph_builder`); it
+    serves with the exact scan until then."""
+    prior = previous if isinstance(previous, HybridRetriever) else None
+    config = base if base is not None else calibrated_for(embedder_id)
+    index = RetrievalIndex.build(
+        capabilities,
+        matrix,
+        probe_vectors=probes,
+        config=config,
+        previous=prior.index if prior is not None else None,
+    )
+    retriever = HybridRetriever(
+        index, embedder_id, base, lineage=prior.lineage if prior is not None else None
+    )
+    if config.ann_above and len(index) > config.ann_above:
+        (builder or graph_builder()).submit(retriever.lineage, index.matrix, index.neighbors)
+    return retriever
 
 
 def cosine_retriever(

@@ -33,6 +33,14 @@ class RetrievalConfig:
     #: traffic of a full pass, measured within 0.002 recall@5 of exact (0 disables).
     reduce_dims: int = 192
     reduce_above: int = 2000
+    #: Catalogs of more than ``ann_above`` rows take a query's dense candidates from an HNSW
+    #: graph (:mod:`capdisc.retrieval.neighbors`) once it is built: its ``ann_candidates`` best
+    #: rows and as many BM25 best are scored exactly, instead of every row. A filter that
+    #: allows at most ``ann_exact_below`` rows scores those rows exactly instead (0 disables
+    #: the graph).
+    ann_above: int = 20_000
+    ann_candidates: int = 128
+    ann_exact_below: int = 5_000
     #: Logistic relevance model: ``sigmoid(bias + w_cos * cos + w_cov * coverage + w_z * z)``,
     #: fitted for the MiniLM embedder by :func:`capdisc.bench.evaluation.calibrated` on the tuning
     #: splits (MetaTool queries outside the evaluation sample, Seal-Tools dev): answerable

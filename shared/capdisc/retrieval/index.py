@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -47,10 +47,11 @@ from capdisc.retrieval.names import (
     named_rows,
     row_name_keys,
 )
+from capdisc.retrieval.neighbors import NeighborSlot, dense_candidates
 from capdisc.retrieval.relevance import abstain_threshold, probe_cosines
-from capdisc.retrieval.results import RetrievalResult, Scored, entries, merge
+from capdisc.retrieval.results import RetrievalResult, Scored, best_rows, entries, merge
 from capdisc.retrieval.scoring import fuse, fuse_pooled, mix_moments
-from capdisc.retrieval.topk import BoolArray, candidate_pool, top_rows
+from capdisc.retrieval.topk import BoolArray, best_matching, candidate_pool
 
 #: Embeds extra query texts (sub-queries): one L2-normalized row per text.
 QueryEmbed = Callable[[list[str]], Matrix]
@@ -91,6 +92,8 @@ class RetrievalIndex:
     probe_cosines: tuple[float, ...] = ()
     #: The probe queries' vectors in the searched space, for the per-query abstention signal.
     probe_rows: Matrix | None = None
+    #: The HNSW graph of ``matrix`` once built (large catalogs only; see ``ann_above``).
+    neighbors: NeighborSlot = field(default_factory=NeighborSlot)
 
     @classmethod
     def build(
@@ -176,17 +179,22 @@ class RetrievalIndex:
         if k <= 0 or not allowed.any():
             return RetrievalResult((), abstained=True)
         vector = np.asarray(query_vector, dtype=np.float32).reshape(-1)
-        whole = self._score_whole(query, vector, config)
         parts = self._subqueries(query, embed, config)
-        ranking = top_rows(
-            whole.fused, allowed, max(k + len(parts) + 1, config.candidates if parts else 0)
+        want = max(k + len(parts) + 1, config.candidates if parts else 0)
+        exact = self._exact(query, allowed) if config.exact_name else None
+        pooled = self._pooled_scoring(vector, allowed, filters, want, config)
+        whole = (
+            pooled.score(query) if pooled is not None else self._score_whole(query, vector, config)
         )
+        ranking = best_rows(whole, allowed, want)
         scored_parts = (
             self._score_parts(parts, embed, ranking, allowed, config)
             if parts and embed is not None
             else []
         )
-        exact = self._exact(query, allowed) if config.exact_name else None
+        if pooled is not None:  # every row the merge may place gets the whole query's score
+            whole = pooled.extend(whole, [exact] if exact is not None else [], scored_parts)
+            ranking = best_rows(whole, allowed, want)
         order = merge(ranking, scored_parts, k, exact, config)
         shift = self._probe_shift(vector, config)
         ranked = entries(order, whole, scored_parts, self.ids, self.lexicon, config, shift)
@@ -213,6 +221,24 @@ class RetrievalIndex:
             return 0.0
         nearest = float((self.probe_rows @ self._project(vector)).max())
         return config.probe_penalty * (nearest - config.probe_baseline)
+
+    def _pooled_scoring(
+        self,
+        vector: Vector,
+        allowed: BoolArray,
+        filters: SearchFilters,
+        want: int,
+        config: RetrievalConfig,
+    ) -> _Pooled | None:
+        """The candidate-only scoring of a large catalog whose graph is built (None: score
+        every row)."""
+        graph = self.neighbors.graph
+        if graph is None or config.fusion != "zscore" or not config.ann_above:
+            return None
+        if len(self.ids) <= config.ann_above or graph.rows != len(self.ids):
+            return None
+        restricted = filters != NO_FILTERS or not self.all_open
+        return _Pooled(self, self._project(vector), allowed if restricted else None, want, config)
 
     def _subqueries(
         self, query: str, embed: QueryEmbed | None, config: RetrievalConfig
@@ -311,6 +337,57 @@ class RetrievalIndex:
         rows = [self.rows[i] for i in ids if i in self.rows]
         mask[rows] = True
         return mask
+
+
+class _Pooled:
+    """One query's scores on candidate rows only: the graph's dense best and the BM25 best
+    (:data:`RetrievalConfig.ann_candidates` each), scored exactly with catalog-wide moments, so
+    every candidate's fused score equals the full pass's."""
+
+    def __init__(
+        self,
+        index: RetrievalIndex,
+        vector: Vector,
+        allowed: BoolArray | None,
+        want: int,
+        config: RetrievalConfig,
+    ) -> None:
+        self.index, self.vector, self.allowed, self.config = index, vector, allowed, config
+        self.size = max(config.ann_candidates, want)
+        mean = float(vector @ index.mean_vector)
+        self.means = np.array([mean], dtype=np.float32)
+        self.variances = np.array(
+            [max(float(vector @ index.moment @ vector) - mean * mean, 1e-12)], dtype=np.float32
+        )
+        self.bm25 = np.zeros((1, 0), dtype=np.float32)
+        self.term_ids = np.zeros(0, dtype=np.int64)
+
+    def score(self, query: str) -> Scored:
+        index = self.index
+        self.term_ids = index.lexicon.term_ids(query)
+        self.bm25 = index.lexicon.scores(self.term_ids)[None, :]
+        mask = self.allowed if self.allowed is not None else np.ones(len(index.ids), dtype=bool)
+        graph = index.neighbors.graph
+        assert graph is not None
+        dense = dense_candidates(
+            index.matrix, self.vector, self.size, self.allowed, graph, self.config.ann_exact_below
+        )
+        lexical = best_matching(self.bm25[0], mask, self.size)
+        return self._at(np.union1d(dense, lexical))
+
+    def extend(self, whole: Scored, rows: list[int], parts: list[Scored]) -> Scored:
+        """``whole`` with the rows of ``rows`` and of the sub-queries' candidates added."""
+        assert whole.rows is not None
+        extra = [np.asarray(rows, dtype=np.int64)] + [p.rows for p in parts if p.rows is not None]
+        pool = np.union1d(whole.rows, np.concatenate(extra))
+        return whole if pool.size == whole.rows.size else self._at(pool)
+
+    def _at(self, pool: npt.NDArray[np.int64]) -> Scored:
+        cosine = self.index.matrix[pool] @ self.vector
+        fused = fuse_pooled(
+            cosine[None, :], self.means, self.variances, self.bm25, pool, self.config
+        )
+        return Scored(pool, cosine, fused[0], self.term_ids)
 
 
 # -- building ------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import numpy as np
 from capdisc.retrieval.config import RetrievalConfig
 from capdisc.retrieval.lexical import IntArray, LexicalIndex, Scores
 from capdisc.retrieval.relevance import relevance
+from capdisc.retrieval.topk import BoolArray, top_rows
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,13 @@ class Scored:
         return at if at < self.rows.size and int(self.rows[at]) == row else None
 
 
+def best_rows(scored: Scored, allowed: BoolArray, k: int) -> list[int]:
+    """Catalog rows of the ``k`` best allowed fused scores of ``scored``, best first."""
+    if scored.rows is None:
+        return top_rows(scored.fused, allowed, k)
+    return [int(scored.rows[at]) for at in top_rows(scored.fused, allowed[scored.rows], k)]
+
+
 def merge(
     ranking: list[int], parts: list[Scored], k: int, exact: int | None, config: RetrievalConfig
 ) -> list[int]:
@@ -93,7 +101,7 @@ def entries(
     ``cosine_shift`` (the query's no-tool signal) for the relevance model only."""
     sources = _sources(order, whole, parts)
     coverage = _coverage(order, sources, lexicon, config)
-    scores = _non_increasing([float(whole.fused[row]) for row in order])
+    scores = _non_increasing([float(whole.fused[_position(whole, row)]) for row in order])
     ranked = []
     for row, (scored, at), cov, score in zip(order, sources, coverage, scores, strict=True):
         evidence = (float(scored.cosine[at]), float(cov), float(scored.fused[at]))
@@ -106,13 +114,20 @@ def _sources(order: list[int], whole: Scored, parts: list[Scored]) -> list[tuple
     """Per row of ``order``, the query text it scored best on and its position there."""
     sources: list[tuple[Scored, int]] = []
     for row in order:
-        best = (whole, row)
+        best = (whole, _position(whole, row))
         for part in parts:
             at = part.at(row)
             if at is not None and part.fused[at] > best[0].fused[best[1]]:
                 best = (part, at)
         sources.append(best)
     return sources
+
+
+def _position(scored: Scored, row: int) -> int:
+    at = scored.at(row)
+    if at is None:
+        raise ValueError(f"row {row} was not scored for the whole query")
+    return at
 
 
 def _coverage(

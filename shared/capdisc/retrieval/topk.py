@@ -41,12 +41,12 @@ def candidate_pool(ranking: list[int], bm25: Scores, allowed: BoolArray, size: i
     mark = np.zeros(allowed.size, dtype=bool)
     mark[ranking[:size]] = True
     for row in bm25:
-        mark[_best_matching(row, allowed, size)] = True
+        mark[best_matching(row, allowed, size)] = True
     pool: IntArray = np.flatnonzero(mark & allowed)
     return pool
 
 
-def _best_matching(scores: Scores, allowed: BoolArray, k: int) -> IntArray:
+def best_matching(scores: Scores, allowed: BoolArray, k: int) -> IntArray:
     """Rows of the ``k`` best positive scores among the allowed (fewer when fewer match; in no
     particular order): BM25 scores are zero for most rows, so only the matching ones are sorted."""
     rows: IntArray = np.flatnonzero((scores > 0) & allowed)
