@@ -10,13 +10,24 @@ capability, so the same memory; relevance is then meaningless, which the output 
 
 For each size, ONE real discovery worker (``python -m capdisc_workers.discovery``) starts on
 that store; printed: the time from its start to its first heartbeat with the index version
-(loading and building the index), its resident memory then (beside a worker started on an
-empty registry, and MB per 1,000 capabilities), and the latency of ``Client.discover`` through
-it over ``--queries`` Seal-Tools queries: first with fresh query embeddings, then the same
-queries again (cached embeddings), median and p99, client round trip and time in the worker.
+(loading and building the index: it serves from then on), for catalogs above the graph
+threshold the time until its heartbeat says the HNSW graph serves, its resident memory (beside
+a worker started on an empty registry, and MB per 1,000 capabilities), and the latency of
+``Client.discover`` through it over ``--queries`` Seal-Tools queries: first with fresh query
+embeddings, then the same queries again (cached embeddings), median and p99, client round trip
+and time in the worker.
 
-    .venv/bin/python benchmarks/discovery_memory.py [--sizes 10000,100000] [--queries 300]
-                                                    [--embedder hashing|minilm] [--json PATH]
+Beside them, the floors of the same run: the bare Redis round trip (PING), the model's own time
+for one query, and, in this process on the same capabilities and vectors, the exact scan of
+every row against the graph search, with the graph's recall@10 of the exact answers.
+
+    .venv/bin/python benchmarks/discovery_memory.py [--sizes 10000,100000 | --size N]
+        [--queries 300] [--embedder hashing|minilm] [--json [PATH]]
+
+``--json`` alone prints one JSON object per size on stdout (the report goes to stderr):
+``capabilities``, ``rss_mb``, ``peak_rss_mb``, ``start_to_serving_s``, ``graph_ready_s``,
+``discover_cached_ms`` and ``discover_fresh_ms`` (``{"p50": .., "p99": ..}``),
+``recall_at_10_vs_exact`` and ``floors``.
 """
 
 from __future__ import annotations
@@ -48,6 +59,9 @@ from capdisc.models import Capability
 from capdisc.registry.events import RegistryEvent
 from capdisc.registry.store import apply_event, tenant_version
 from capdisc.resources import embedder_for
+from capdisc.retrieval.config import DEFAULT_CONFIG, RetrievalConfig, calibrated_for
+from capdisc.retrieval.index import RetrievalIndex
+from capdisc.retrieval.neighbors import NeighborIndex
 from capdisc.retrieval.text import combine, full_text, summary_text, vector_space
 from capdisc.settings import Settings
 from capdisc.status import live_workers
@@ -63,6 +77,9 @@ def main() -> None:
     parser.add_argument(
         "--sizes", default="10000,100000", help="comma-separated registry sizes, one worker each"
     )
+    parser.add_argument(
+        "--size", type=int, default=None, help="one registry size (overrides --sizes)"
+    )
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument(
         "--embedder",
@@ -70,9 +87,19 @@ def main() -> None:
         default="hashing",
         help="the worker's CAPDISC_EMBEDDER (query embeddings)",
     )
-    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        default=None,
+        help="print one JSON object per size on stdout (or write all figures to PATH)",
+    )
     args = parser.parse_args()
-    sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
+    if args.json == "-":
+        sys.stdout = sys.stderr  # the report; the JSON objects go to the real stdout
+    sizes = (
+        [args.size] if args.size else sorted({int(s) for s in args.sizes.split(",") if s.strip()})
+    )
     embedder = embedder_for(Settings.load({**os.environ, "CAPDISC_EMBEDDER": args.embedder}))
     caps = load_catalog(max(sizes))
     queries = list(dict.fromkeys(seal_queries()))[: args.queries]
@@ -88,8 +115,11 @@ def main() -> None:
         finally:
             server.stop()
     print_summary(idle, results)
-    if args.json:
-        args.json.write_text(
+    if args.json == "-":
+        for result in results:
+            print(json.dumps(summary_object(result)), file=sys.__stdout__)
+    elif args.json:
+        Path(args.json).write_text(
             json.dumps({"embedder": embedder.id, "idle": idle, "sizes": results}, indent=2) + "\n"
         )
         print(f"figures written to {args.json}")
@@ -133,6 +163,19 @@ def wait_ready(
                 return time.perf_counter() - started
         time.sleep(0.05)
     raise SystemExit(f"the discovery worker was not ready in {READY_TIMEOUT_S:.0f} s; see {LOG}")
+
+
+def wait_graph(client: redis.Redis, worker: subprocess.Popen[bytes], started: float) -> float:
+    """Seconds from ``started`` until the worker's heartbeat says the HNSW graph serves."""
+    deadline = started + READY_TIMEOUT_S
+    while time.perf_counter() < deadline:
+        if worker.poll() is not None:
+            raise SystemExit(f"the discovery worker exited (code {worker.returncode}); see {LOG}")
+        for beat in live_workers(client):
+            if beat.get("pid") == worker.pid and beat.get("searches", {}).get(TENANT) == "graph":
+                return time.perf_counter() - started
+        time.sleep(0.05)
+    raise SystemExit(f"the worker's graph was not ready in {READY_TIMEOUT_S:.0f} s; see {LOG}")
 
 
 def stop_worker(worker: subprocess.Popen[bytes]) -> None:
@@ -263,6 +306,7 @@ def measure_size(
     matrix, source = catalog_vectors(caps, embedder)
     vectors_s = time.perf_counter() - started
     store_s = load_store(url, caps, matrix, embedder.id)
+    search = in_process_search(caps, matrix, embedder, queries)
     del matrix
     print(
         f"\n{len(caps):,} capabilities; vectors: {source} ({vectors_s:.1f} s); stored in "
@@ -274,6 +318,9 @@ def measure_size(
     worker = spawn_worker(url, embedder_name)
     try:
         ready_s = wait_ready(client, worker, version, started)
+        graph_s = (
+            wait_graph(client, worker, started) if len(caps) > DEFAULT_CONFIG.ann_above else None
+        )
         time.sleep(SETTLE_S)
         loaded = memory_mb(worker.pid)
         latency = measure_latency(url, queries, version)
@@ -285,10 +332,14 @@ def measure_size(
         "vectors": source,
         "store_s": round(store_s, 1),
         "ready_s": round(ready_s, 2),
+        "graph_ready_s": round(graph_s, 2) if graph_s is not None else None,
         "loaded": loaded,
         "after_queries": served,
         **latency,
+        "floors": {**floors(url, embedder, queries), **search["floors"]},
+        "recall_at_10_vs_exact": search["recall_at_10_vs_exact"],
     }
+    result["ratios"] = ratios(result)
     result["mb_per_1k"] = per_1k(result, idle)
     print_size(result, idle)
     return result
@@ -324,6 +375,106 @@ def _stats(values_ms: list[float]) -> dict[str, float]:
     }
 
 
+def in_process_search(
+    caps: list[Capability], matrix: Matrix, embedder: Embedder, queries: list[str]
+) -> dict[str, Any]:
+    """On the worker's capabilities and vectors, in this process: the exact scan of every row
+    against the graph search (cached query vectors), and the graph's recall@10 of the exact
+    answers (catalogs at or below the graph threshold: the exact scan only)."""
+    config = calibrated_for(embedder.id)  # the worker's knobs
+    index = RetrievalIndex.build(caps, matrix, config=config)
+    vectors = embedder.embed(queries)
+    exact_ms, exact = _search_pass(index, queries, vectors, embedder, config)
+    figures: dict[str, Any] = {"exact_scan_ms": _p50_p99(exact_ms)}
+    recall = None
+    if len(caps) > config.ann_above:
+        index.neighbors.fill(NeighborIndex(index.matrix))
+        graph_ms, found = _search_pass(index, queries, vectors, embedder, config)
+        figures["graph_search_ms"] = _p50_p99(graph_ms)
+        shares = [len(set(a) & set(b)) / len(a) for a, b in zip(exact, found, strict=True) if a]
+        recall = round(statistics.fmean(shares), 4)
+    print(f"  in this process: {figures}; recall@10 of the exact answers: {recall}")
+    return {"floors": figures, "recall_at_10_vs_exact": recall}
+
+
+def _search_pass(
+    index: RetrievalIndex,
+    queries: list[str],
+    vectors: Matrix,
+    embedder: Embedder,
+    config: RetrievalConfig,
+) -> tuple[list[float], list[tuple[str, ...]]]:
+    took, found = [], []
+    for query, vector in zip(queries, vectors, strict=True):
+        started = time.perf_counter()
+        result = index.search(query, vector, 10, embed=embedder.embed, config=config)
+        took.append((time.perf_counter() - started) * 1000)
+        found.append(result.ids)
+    return took, found
+
+
+def floors(url: str, embedder: Embedder, queries: list[str]) -> dict[str, Any]:
+    """The bare Redis round trip (PING) and the model's own time for one query."""
+    client = redis.Redis.from_url(url)
+    pings = []
+    for _ in range(500):
+        started = time.perf_counter()
+        client.ping()
+        pings.append((time.perf_counter() - started) * 1000)
+    model = []
+    for query in queries[:100]:
+        started = time.perf_counter()
+        embedder.embed([query])
+        model.append((time.perf_counter() - started) * 1000)
+    return {"redis_round_trip_ms": _p50_p99(pings), "model_query_ms": _p50_p99(model)}
+
+
+def _p50_p99(values_ms: list[float]) -> dict[str, float]:
+    return {
+        "p50": round(statistics.median(values_ms), 3),
+        "p99": round(percentile(values_ms, 99), 3),
+    }
+
+
+def ratios(result: dict[str, Any]) -> dict[str, float]:
+    """Each latency over its floor: cached discover over the Redis round trip, fresh discover
+    over the model's time plus the round trip, the graph search over the exact scan."""
+    f = result["floors"]
+    ping, model = f["redis_round_trip_ms"]["p50"], f["model_query_ms"]["p50"]
+    out = {
+        "cached_over_redis": round(result["cached"]["round_trip_ms"]["median"] / ping, 2),
+        "fresh_over_model_and_redis": round(
+            result["fresh"]["round_trip_ms"]["median"] / (model + ping), 2
+        ),
+    }
+    if "graph_search_ms" in f:
+        out["graph_over_exact_scan"] = round(
+            f["graph_search_ms"]["p50"] / f["exact_scan_ms"]["p50"], 3
+        )
+    return out
+
+
+def summary_object(result: dict[str, Any]) -> dict[str, Any]:
+    """The one-line JSON figures of one size."""
+
+    def pair(stats: dict[str, float]) -> dict[str, float]:
+        return {"p50": stats["median"], "p99": stats["p99"]}
+
+    return {
+        "capabilities": result["size"],
+        "vectors": result["vectors"],
+        "rss_mb": result["after_queries"]["rss_mb"],
+        "peak_rss_mb": result["after_queries"]["peak_mb"],
+        "start_to_serving_s": result["ready_s"],
+        "graph_ready_s": result["graph_ready_s"],
+        "discover_cached_ms": pair(result["cached"]["round_trip_ms"]),
+        "discover_fresh_ms": pair(result["fresh"]["round_trip_ms"]),
+        "recall_at_10_vs_exact": result["recall_at_10_vs_exact"],
+        "floors": result["floors"],
+        "ratios": result["ratios"],
+    }
+
+
 # -- output ------------------------------------------------------------------------------------
 
 
@@ -346,6 +497,17 @@ def print_size(result: dict[str, Any], idle: dict[str, Any]) -> None:
         f"{idle['rss_mb']} MB; {result['mb_per_1k']} MB per 1,000 capabilities"
     )
     print(f"  RSS after the queries: {served['rss_mb']} MB (peak {served['peak_mb']} MB)")
+    if result["graph_ready_s"] is not None:
+        print(f"  start to the HNSW graph serving: {result['graph_ready_s']:.2f} s")
+    f = result["floors"]
+    print(
+        f"  floors: Redis PING {f['redis_round_trip_ms']['p50']:.3f} ms, the model for one "
+        f"query {f['model_query_ms']['p50']:.3f} ms, the exact scan in-process "
+        f"{f['exact_scan_ms']['p50']:.3f} ms (graph search in-process: "
+        f"{f.get('graph_search_ms', {}).get('p50', 'n/a')} ms); recall@10 of exact: "
+        f"{result['recall_at_10_vs_exact']}"
+    )
+    print(f"  ratios to the floors: {result['ratios']}")
     for label in ("fresh", "cached"):
         trip, inside = result[label]["round_trip_ms"], result[label]["in_worker_ms"]
         print(

@@ -3,6 +3,7 @@ the background builder, and a retrieval index that answers the same with and wit
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import replace
 
@@ -12,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from capdisc.access import Caller, visible
-from capdisc.discovery.snapshot import HybridRetriever, hybrid_retriever
+from capdisc.discovery.snapshot import HybridRetriever, IndexSnapshot, hybrid_retriever
 from capdisc.embedders.hashing import HashingEmbedder
 from capdisc.embedders.port import Matrix
 from capdisc.filters import SearchFilters
@@ -190,3 +191,21 @@ def test_a_catalog_under_the_threshold_gets_no_graph() -> None:
     assert isinstance(retriever, HybridRetriever)
     assert builder.idle(60)
     assert retriever.index.neighbors.graph is None
+
+
+def test_a_snapshot_says_whether_its_graph_serves() -> None:
+    caps, vectors = catalog()
+    release = threading.Event()
+
+    def build(matrix: Matrix) -> NeighborIndex:
+        release.wait(30)
+        return NeighborIndex(matrix)
+
+    builder = BackgroundBuilder(build)
+    factory = functools.partial(hybrid_retriever, base=SMALL, builder=builder)
+    entries = [(c, v.tobytes()) for c, v in zip(caps, vectors, strict=True)]
+    snapshot = IndexSnapshot.build("t", 1, EMBEDDER.dim, entries, EMBEDDER.id, factory)
+    assert snapshot.search_mode == "exact"
+    release.set()
+    assert builder.idle(60)
+    assert snapshot.search_mode == "graph"

@@ -301,6 +301,7 @@ class DiscoveryWorker:
                 "host": socket.gethostname(),
                 "embedder": self.follower.embedder.id,
                 "versions": self.follower.indexes.versions(),
+                "searches": self.follower.indexes.search_modes(),
                 "metrics_port": self.metrics_port,
             }
             try:

@@ -72,6 +72,10 @@ class Indexes:
     def versions(self) -> dict[str, int]:
         return {t: s.version for t, s in self._snapshots.items()}
 
+    def search_modes(self) -> dict[str, str]:
+        """Per tenant, how its queries are searched (``graph`` or ``exact``)."""
+        return {t: s.search_mode for t, s in self._snapshots.items()}
+
     def wait_for(self, tenant: str, version: int, timeout_s: float) -> IndexSnapshot | None:
         deadline = time.monotonic() + timeout_s
         with self.changed:

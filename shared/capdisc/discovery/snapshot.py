@@ -346,6 +346,14 @@ class IndexSnapshot:
     def __len__(self) -> int:
         return len(self.ids)
 
+    @property
+    def search_mode(self) -> str:
+        """``graph`` once a large catalog's HNSW graph serves its queries, else ``exact``."""
+        retriever = self.retriever
+        if isinstance(retriever, HybridRetriever) and retriever.index.neighbors.graph is not None:
+            return "graph"
+        return "exact"
+
     def with_changes(
         self,
         version: int,
