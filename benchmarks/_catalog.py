@@ -1,9 +1,10 @@
 """Benchmark catalogs: the shared data sets, grown to any size, and their vectors (cached).
 
 ``load_catalog(n)`` takes the Seal-Tools and MetaTool tools from ``../shared/data`` and, past
-their 4,275 tools, adds variants (the same tool offered by another provider or region, with its
-own name and a reworded description) so that a 10,000 or 100,000 capability registry keeps the
-texture of real tool text. Vectors are cached under ``benchmarks/.cache/`` by embedder and text.
+their 4,275 tools, adds variants (the same tool offered by another provider or region, and past
+640,000 in another release, with its own name and a reworded description) so that a registry of
+10,000 to 1,000,000 capabilities keeps the texture of real tool text. Vectors are cached under
+``benchmarks/.cache/`` by embedder and text.
 """
 
 from __future__ import annotations
@@ -88,8 +89,12 @@ def load_catalog(size: int) -> list[Capability]:
         tool = tools[variant % len(tools)]
         provider = PROVIDERS[(variant // len(tools)) % len(PROVIDERS)]
         region = REGIONS[(variant // (len(tools) * len(PROVIDERS))) % len(REGIONS)]
+        edition = variant // (len(tools) * len(PROVIDERS) * len(REGIONS))
+        release = f"-v{edition + 1}" if edition else ""  # past 640,000 variants: releases
         cap = to_capability(
-            tool, f"-{provider}-{region}", f"{provider.title()} {region.upper()} edition. "
+            tool,
+            f"-{provider}-{region}{release}",
+            f"{provider.title()} {region.upper()} edition{release.replace('-', ' ')}. ",
         )
         caps.setdefault(cap.id, cap)
         variant += 1

@@ -10,12 +10,23 @@
 4. the throughput of two discovery workers on this machine, cached embeddings, closed-loop
    clients in two processes.
 
+Above the graph threshold (``RetrievalConfig.ann_above``), step 1 runs twice on one snapshot:
+first with the exact scan of every row (the floor the graph is measured against), then once its
+HNSW graph is built, with the graph's recall@10 of the exact scan's answers.
+
+``--stand-ins`` stores hashing-embedder vectors of the same 384 float32s instead of MiniLM's
+(embedding a million capabilities with MiniLM takes hours here): the same memory and the same
+arithmetic per query, relevance meaningless; the output says so. ``--in-process-only`` stops
+after step 1.
+
     .venv/bin/python benchmarks/discovery_speed.py [--size 10000] [--seconds 10]
+                                                   [--stand-ins] [--in-process-only]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import multiprocessing
 import os
@@ -40,15 +51,19 @@ from capdisc.discovery.config import DiscoveryConfig
 from capdisc.discovery.engine import Query, discover, embed_turn
 from capdisc.discovery.protocol import DiscoverRequest
 from capdisc.discovery.service import Context, answer
-from capdisc.discovery.snapshot import IndexSnapshot
+from capdisc.discovery.snapshot import IndexSnapshot, hybrid_retriever
+from capdisc.embedders.hashing import HashingEmbedder
 from capdisc.embedders.minilm import MiniLMEmbedder
-from capdisc.embedders.port import CachedQueryEmbedder
+from capdisc.embedders.port import CachedQueryEmbedder, Embedder
+from capdisc.filters import SearchFilters
 from capdisc.localredis import start_redis
 from capdisc.registry.events import RegistryEvent
 from capdisc.registry.store import apply_event
+from capdisc.retrieval.config import DEFAULT_CONFIG
 from capdisc.retrieval.decompose import decompose
+from capdisc.retrieval.neighbors import BackgroundBuilder, NeighborIndex
 from capdisc.retrieval.probes import PROBES
-from capdisc.retrieval.text import vector_space
+from capdisc.retrieval.text import combine, full_text, summary_text, vector_space
 from capdisc.sessions.policy import SessionPolicy
 
 HERE = Path(__file__).resolve().parent
@@ -64,13 +79,30 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=10_000)
     parser.add_argument("--queries", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--stand-ins",
+        action="store_true",
+        help="hashing-embedder vectors (same size) instead of MiniLM's; relevance meaningless",
+    )
+    parser.add_argument("--in-process-only", action="store_true", help="stop after step 1")
     args = parser.parse_args()
-    embedder = MiniLMEmbedder()
+    embedder: Embedder = HashingEmbedder(384) if args.stand_ins else MiniLMEmbedder()
+    if args.stand_ins:
+        os.environ["CAPDISC_EMBEDDER"] = "hashing"  # the workers embed queries the same way
     caps = load_catalog(args.size)
-    matrix = embed_catalog(caps, embedder)
+    matrix = hashing_matrix(caps, embedder) if args.stand_ins else embed_catalog(caps, embedder)
     queries = seal_queries()[: args.queries]
-    print(f"catalog: {len(caps)} capabilities, {len(queries)} queries, embedder {embedder.id}")
+    print(
+        f"catalog: {len(caps)} capabilities, {len(queries)} queries, embedder {embedder.id}"
+        + (
+            " (stand-in vectors: speed and memory only, relevance meaningless)"
+            if args.stand_ins
+            else ""
+        )
+    )
     in_process(caps, matrix, queries, embedder)
+    if args.in_process_only:
+        return
     with tempfile.TemporaryDirectory() as tmp:
         server = start_redis(Path(tmp) / "redis", durable=False)
         try:
@@ -92,9 +124,28 @@ def report(label: str, samples_s: list[float], floor_ms: float | None = None) ->
     return median
 
 
-def in_process(
-    caps: list, matrix: np.ndarray, queries: list[str], embedder: MiniLMEmbedder
-) -> None:
+def hashing_matrix(caps: list, embedder: Embedder, batch: int = 4096) -> np.ndarray:
+    """Stand-in stored vectors: the hashing embedder's, combined as the indexer combines."""
+    rows = []
+    for start in range(0, len(caps), batch):
+        chunk = caps[start : start + batch]
+        rows.append(
+            combine(
+                embedder.embed([full_text(c) for c in chunk]),
+                embedder.embed([summary_text(c) for c in chunk]),
+            )
+        )
+    return np.vstack(rows).astype(np.float32)
+
+
+def in_process(caps: list, matrix: np.ndarray, queries: list[str], embedder: Embedder) -> None:
+    gate = threading.Event()  # the graph is built when the exact pass is done
+
+    def build_after_exact_pass(rows: np.ndarray) -> NeighborIndex:
+        gate.wait()
+        return NeighborIndex(rows)
+
+    builder = BackgroundBuilder(build_after_exact_pass)
     started = time.perf_counter()
     snapshot = IndexSnapshot.build(
         TENANT,
@@ -102,28 +153,76 @@ def in_process(
         embedder.dim,
         ((c, matrix[i].tobytes()) for i, c in enumerate(caps)),
         embedder.id,
+        functools.partial(hybrid_retriever, builder=builder),
         probes=embedder.embed(list(PROBES)),
     )
     print(
-        f"snapshot build (BM25, vectors, graph) for {len(caps)}: "
+        f"snapshot build (BM25, vectors, names) for {len(caps)}: "
         f"{time.perf_counter() - started:.2f} s"
     )
     config = DiscoveryConfig()
     cached = CachedQueryEmbedder(embedder)
     for query in queries:  # warm the cache: the query and its sub-queries
         turn(snapshot, cached, query, config)
+    large = len(caps) > DEFAULT_CONFIG.ann_above
+    exact_floor = cached_turns(snapshot, cached, queries, config, "exact scan" if large else "")
+    if large:
+        exact_ids = retrieved(snapshot, cached, queries, config)
+        gate.set()
+        started = time.perf_counter()
+        builder.idle(7200)
+        print(f"HNSW graph of {len(caps)} rows built in {time.perf_counter() - started:.1f} s")
+        cached_turns(snapshot, cached, queries, config, "graph", exact_floor)
+        graph_ids = retrieved(snapshot, cached, queries, config)
+        shares = [
+            len(set(a) & set(b)) / len(a) for a, b in zip(exact_ids, graph_ids, strict=True) if a
+        ]
+        print(f"  recall@10 of the graph search against the exact scan: {np.mean(shares):.4f}")
+    fresh_turns(snapshot, embedder, queries, config)
+
+
+def retrieved(
+    snapshot: IndexSnapshot,
+    cached: CachedQueryEmbedder,
+    queries: list[str],
+    config: DiscoveryConfig,
+) -> list[tuple[str, ...]]:
+    """The retriever's top 10 ids per query."""
+    out = []
+    for query in queries:
+        vector, embed = embed_turn(cached, query, config)
+        hits = snapshot.retriever.search(query, vector, 10, SearchFilters(), config, embed).hits
+        out.append(tuple(h.id for h in hits))
+    return out
+
+
+def cached_turns(
+    snapshot: IndexSnapshot,
+    cached: CachedQueryEmbedder,
+    queries: list[str],
+    config: DiscoveryConfig,
+    how: str,
+    floor_ms: float | None = None,
+) -> float:
     samples = []
     for query in queries:
         started = time.perf_counter()
         turn(snapshot, cached, query, config)
         samples.append(time.perf_counter() - started)
-    report("discovery service in-process, query embedding cached", samples)
+    label = "discovery service in-process, query embedding cached"
+    median = report(f"{label}{f' ({how})' if how else ''}", samples, floor_ms)
     chained = [len(decompose(q)) > 1 for q in queries]
     report("  one-request queries", [s for s, c in zip(samples, chained, strict=True) if not c])
     report(
         "  queries chaining several requests",
         [s for s, c in zip(samples, chained, strict=True) if c],
     )
+    return median
+
+
+def fresh_turns(
+    snapshot: IndexSnapshot, embedder: Embedder, queries: list[str], config: DiscoveryConfig
+) -> None:
     fresh = CachedQueryEmbedder(embedder, 0)
     samples, model = [], []
     for query in queries[:100]:

@@ -41,6 +41,7 @@ from capdisc.retrieval.probes import PROBES
 from capdisc.retrieval.text import embedder_id_of, vector_space
 from capdisc.settings import Settings
 from capdisc.vectorstores.port import VectorStore
+from capdisc_workers.heap import release_freed_memory
 from capdisc_workers.outage import RETRYABLE, Backoff, RedisHealth
 
 log = structlog.get_logger("capdisc.discovery")
@@ -194,7 +195,7 @@ class SnapshotFollower:
         """Load ``tenant`` whole; on failure keep serving what it served and say why (once per
         stored version: the catch-up does not retry a version that failed)."""
         try:
-            return self._load(tenant)
+            loaded = self._load(tenant)
         except (CapdiscError, ValueError, KeyError) as exc:
             failed_at = int(self.redis.get(keys.version(tenant)) or 0)
             self.failed[tenant] = failed_at
@@ -207,6 +208,8 @@ class SnapshotFollower:
                 "cause, then publish or reindex to retry",
             )
             return None
+        release_freed_memory()  # the parsed records and the previous index
+        return loaded
 
     def _load(self, tenant: str) -> IndexSnapshot:
         snap = read_snapshot(self.redis, tenant, self.space)
@@ -354,6 +357,8 @@ class SnapshotFollower:
             self.changes_id = entry_id
         for tenant, changes in by_tenant.items():
             self._apply_tenant(tenant, changes)
+        if by_tenant:
+            release_freed_memory()  # the replaced snapshots
 
     def _apply_tenant(self, tenant: str, changes: list[dict[str, str]]) -> None:
         if tenant in self.stale:  # being published again after Redis lost its data: the
