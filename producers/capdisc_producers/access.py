@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
-    from capdisc.settings import Settings
+    from capdisc.rawsettings import ClientSettings
 
 TOKEN_ENV = "CAPDISC_TOKEN"
 
@@ -36,13 +36,13 @@ def resolve_access(
     explicit_token: str | None,
     environ: Mapping[str, str],
     cwd: Path,
-    settings: Settings | None = None,
+    settings: ClientSettings | None = None,
 ) -> Access:
     """The Redis URL (``--redis-url``, ``CAPDISC_REDIS_URL``, else the running stack's, found
     from ``CAPDISC_STACK`` or ``cwd``) and the token (``--token``, ``CAPDISC_TOKEN``, else the
     stack's admin token, only when the stack's Redis is the one used: a token never goes to a
     Redis it was not made for)."""
-    from capdisc.settings import Settings, with_password
+    from capdisc.rawsettings import ClientSettings, with_password
     from capdisc.stackfile import (
         REDIS_ENV,
         named_file,
@@ -52,7 +52,7 @@ def resolve_access(
         stack_url,
     )
 
-    settings = settings or Settings()
+    settings = settings or ClientSettings()
     token = explicit_token or environ.get(TOKEN_ENV) or None
     url = explicit_url or environ.get(REDIS_ENV)
     if url:
@@ -69,3 +69,21 @@ def resolve_access(
         keys_file,
         auth_on if isinstance(auth_on, bool) else None,
     )
+
+
+def command_settings(
+    path: Path | None = None, environ: Mapping[str, str] | None = None
+) -> ClientSettings:
+    """The settings a command needs to reach the stack (``path``: ``--settings``), read without
+    building :class:`~capdisc.settings.Settings` when their values are in the plain forms
+    :meth:`ClientSettings.load <capdisc.rawsettings.ClientSettings.load>` checks, else taken
+    from :class:`~capdisc.settings.Settings` (which reads them as always, or says what is
+    wrong with them)."""
+    from capdisc.rawsettings import ClientSettings
+
+    settings = ClientSettings.load(environ, path)
+    if settings is None:
+        from capdisc.settings import Settings
+
+        settings = Settings.load(environ, path).client_settings()
+    return settings

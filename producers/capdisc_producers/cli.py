@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 from capdisc import keys
+from capdisc.agents.formatnames import TOOL_FORMATS
 from capdisc.errors import (
     AuthError,
     CapdiscError,
@@ -31,7 +32,7 @@ from capdisc.errors import (
     UnknownTenantError,
 )
 from capdisc.tenants import TENANT_RULE, check_tenant, shown, tenant_problem
-from capdisc_producers.access import TOKEN_ENV, Access, resolve_access
+from capdisc_producers.access import TOKEN_ENV, Access, command_settings, resolve_access
 from capdisc_producers.exits import COULD_NOT_RUN, FAILED, TROUBLE, exit_status
 
 # Start-up stays short (``benchmarks/cli_startup.py``): this module imports click and the
@@ -43,16 +44,15 @@ if TYPE_CHECKING:
     import redis
 
     from capdisc.client import Answer, Client
+    from capdisc.rawsettings import ClientSettings
     from capdisc.registry.flags import Flag
     from capdisc.registry.policy import SyncPlan
     from capdisc.settings import Settings
     from capdisc_producers.publisher import Publisher
     from capdisc_producers.sync import SyncReport
 
-#: ``capdisc.agents.formats.TOOL_FORMATS``, ``capdisc.registry.flags.FLAG_STATES`` and
-#: ``POLICIES``, spelt out so that defining the options imports nothing (a unit test checks
-#: that they match).
-TOOL_FORMATS = ("openai-chat", "openai-responses", "anthropic", "mcp")
+#: ``capdisc.registry.flags.FLAG_STATES`` and ``POLICIES``, spelt out so that defining the
+#: options does not import the flags (a unit test checks that they match).
 FLAG_STATES = ("flagged", "pending", "approved")
 POLICIES = ("flag", "warn", "quarantine")
 
@@ -239,19 +239,40 @@ def _caller(ctx: click.Context) -> dict[str, Any]:
 
 
 def _settings(ctx: click.Context) -> Settings:
+    """The settings (built now if the command started with its client settings only)."""
+    if ctx.obj["settings"] is None:
+        from capdisc.settings import Settings
+
+        ctx.obj["settings"] = Settings.load(path=ctx.obj["settings_file"])
     settings: Settings = ctx.obj["settings"]
     return settings
 
 
+def _client_settings(ctx: click.Context) -> ClientSettings:
+    """The settings that say how to reach the stack and ask it."""
+    settings: ClientSettings = ctx.obj["client_settings"]
+    return settings
+
+
 def _connect(ctx: click.Context, redis_url: str | None) -> tuple[Settings, redis.Redis]:
+    connection = _redis(ctx, redis_url)
+    return _settings(ctx).with_changes(redis_url=_access(ctx).redis_url), connection
+
+
+def _redis(ctx: click.Context, redis_url: str | None) -> redis.Redis:
+    """A connection to the stack's Redis (``--redis-url``, else found); what it took to reach
+    it is kept for :func:`_access`."""
     import redis
 
     access = resolve_access(
-        redis_url, ctx.meta.get("capdisc.token"), _environ(ctx), Path.cwd(), _settings(ctx)
+        redis_url,
+        ctx.meta.get("capdisc.token"),
+        _environ(ctx),
+        Path.cwd(),
+        _client_settings(ctx),
     )
     ctx.meta["capdisc.access"] = access
-    settings = _settings(ctx).with_changes(redis_url=access.redis_url)
-    return settings, redis.Redis.from_url(access.redis_url, socket_connect_timeout=2.0)
+    return redis.Redis.from_url(access.redis_url, socket_connect_timeout=2.0)
 
 
 def _environ(ctx: click.Context) -> Mapping[str, str]:
@@ -270,10 +291,10 @@ def _access(ctx: click.Context) -> Access:
 
 
 def _tenant(ctx: click.Context, tenant: str | None) -> str:
-    """``--tenant``, else the token's tenant, else the settings' (after :func:`_connect`)."""
+    """``--tenant``, else the token's tenant, else the settings' (after :func:`_redis`)."""
     from capdisc.client import tenant_of
 
-    return check_tenant(tenant or tenant_of(_access(ctx).token) or _settings(ctx).tenant)
+    return check_tenant(tenant or tenant_of(_access(ctx).token) or _client_settings(ctx).tenant)
 
 
 def _client(ctx: click.Context, connection: redis.Redis, tenant: str | None) -> Client:
@@ -284,17 +305,17 @@ def _client(ctx: click.Context, connection: redis.Redis, tenant: str | None) -> 
         connection,
         tenant=_tenant(ctx, tenant),
         token=_access(ctx).token,
-        timeout_s=_settings(ctx).discover_timeout_s,
+        timeout_s=_client_settings(ctx).discover_timeout_s,
         **_caller(ctx),
     )
 
 
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     """``--version``: ``capdisc VERSION``, the version of the installed package."""
-    from importlib import metadata
-
     if not value or ctx.resilient_parsing:
         return
+    from importlib import metadata
+
     try:
         version = metadata.version("capdisc")
     except metadata.PackageNotFoundError:
@@ -334,21 +355,25 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 @click.pass_context
 def cli(ctx: click.Context, settings_file: Path | None) -> None:
     """capdisc: capability discovery for LLM agents."""
+    ctx.obj = {"settings_file": settings_file}
+    if ctx.invoked_subcommand in CLIENT_COMMANDS:
+        ctx.obj |= {"settings": None, "client_settings": command_settings(settings_file)}
+        return
+    from capdisc.logs import configure_logging
     from capdisc.settings import Settings
 
     settings = Settings.load(path=settings_file)
-    if ctx.invoked_subcommand not in UNLOGGED_COMMANDS:
-        from capdisc.logs import configure_logging
-
-        configure_logging(
-            "WARNING" if settings.log_level == "INFO" else settings.log_level,
-            "console" if sys.stderr.isatty() else settings.log_format,
-        )
-    ctx.obj = {"settings": settings}
+    configure_logging(
+        "WARNING" if settings.log_level == "INFO" else settings.log_level,
+        "console" if sys.stderr.isatty() else settings.log_format,
+    )
+    ctx.obj |= {"settings": settings, "client_settings": settings.client_settings()}
 
 
-#: Commands that log nothing, and so start without the logging library.
-UNLOGGED_COMMANDS = frozenset({"discover"})
+#: Commands that only ask the stack: they log nothing and read only the client settings
+#: (:class:`~capdisc.rawsettings.ClientSettings`), so they start without the logging library
+#: and without building the settings (pydantic).
+CLIENT_COMMANDS = frozenset({"discover"})
 
 
 @cli.command(
@@ -430,7 +455,7 @@ def discover_cmd(
     as_json: bool,
 ) -> None:
     """Ask the discovery workers which capabilities QUERY needs (the three tiers)."""
-    connection = _connect(ctx, redis_url)[1]
+    connection = _redis(ctx, redis_url)
     with _client(ctx, connection, tenant) as client:
         answer = client.discover(
             query,
@@ -778,7 +803,7 @@ def _check_health(ctx: click.Context, redis_url: str | None, as_json: bool) -> N
 
 def _unreachable(ctx: click.Context, exc: Exception) -> str:
     """Why Redis did not answer, naming it (its password masked) when it was found."""
-    from capdisc.settings import mask_url
+    from capdisc.rawsettings import mask_url
 
     access: Access | None = ctx.meta.get("capdisc.access")
     if access is None:

@@ -1,27 +1,36 @@
 """Typed settings, read once at the edge (a CLI command, a worker's entry point) and passed down.
 
 Sources, later wins: the defaults below, a YAML settings file (``CAPDISC_SETTINGS_FILE`` or
-``--settings``), then ``CAPDISC_*`` environment variables. Every field carries its unit in its
-name. Discovery fields live in :class:`DiscoveryConfig` and can also be overridden per request.
+``--settings``), then ``CAPDISC_*`` environment variables, read by :mod:`capdisc.rawsettings`.
+Every field carries its unit in its name. Discovery fields live in :class:`DiscoveryConfig` and
+can also be overridden per request. The fields a command needs to reach the stack can also be
+read without building :class:`Settings` (:class:`~capdisc.rawsettings.ClientSettings`).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import quote, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from capdisc.discovery.config import ENV_PREFIX, DiscoveryConfig, describe_invalid
-from capdisc.errors import ConfigError, ManifestError
-from capdisc.registry.safeyaml import load_mapping
+from capdisc.discovery.config import DiscoveryConfig, describe_invalid
+from capdisc.errors import ConfigError
+from capdisc.rawsettings import (
+    DEFAULT_REDIS_URL,
+    ClientSettings,
+    environment_values,
+    settings_file_values,
+    with_password_file,
+)
+from capdisc.rawsettings import SETTINGS_FILE_ENV as SETTINGS_FILE_ENV
+from capdisc.rawsettings import mask_url as mask_url
+from capdisc.rawsettings import with_password as with_password
 from capdisc.sessions.policy import SessionPolicy
 from capdisc.tenants import shown, tenant_problem
-
-SETTINGS_FILE_ENV = "CAPDISC_SETTINGS_FILE"
 
 
 class Settings(BaseModel):
@@ -29,7 +38,7 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_url: str = DEFAULT_REDIS_URL
     #: A file holding the Redis password (``capdisc up`` writes one, 0600): read at load and
     #: put into ``redis_url``, so the password is in no environment and no command line.
     redis_password_file: Path | None = None
@@ -136,20 +145,16 @@ class Settings(BaseModel):
     def load(cls, environ: Mapping[str, str] | None = None, path: Path | None = None) -> Settings:
         """Defaults, then the settings file, then ``CAPDISC_*`` variables."""
         env = os.environ if environ is None else environ
-        file_path = path or (Path(env[SETTINGS_FILE_ENV]) if env.get(SETTINGS_FILE_ENV) else None)
-        values: dict[str, Any] = _read_file(file_path) if file_path else {}
+        file_path, values = settings_file_values(env, path)
         discovery = values.pop("discovery", None) or {}
         if not isinstance(discovery, dict):
             raise ConfigError(
                 f"settings file {file_path}: 'discovery' must be a mapping of discovery options"
             )
         discovery = dict(discovery)
-        for name in cls.model_fields:
-            if name not in ("discovery", "sessions") and f"{ENV_PREFIX}{name.upper()}" in env:
-                values[name] = env[f"{ENV_PREFIX}{name.upper()}"]
-        for name in DiscoveryConfig.model_fields:
-            if f"{ENV_PREFIX}{name.upper()}" in env:
-                discovery[name] = env[f"{ENV_PREFIX}{name.upper()}"]
+        names = [name for name in cls.model_fields if name not in ("discovery", "sessions")]
+        values.update(environment_values(env, names))
+        discovery.update(environment_values(env, DiscoveryConfig.model_fields))
         values["discovery"] = discovery
         try:
             settings = cls.model_validate(values)
@@ -163,45 +168,14 @@ class Settings(BaseModel):
     def with_password_file(self) -> Settings:
         """The settings with ``redis_password_file``'s password in ``redis_url`` (a URL that
         names a password already keeps its own)."""
-        if self.redis_password_file is None or urlsplit(self.redis_url).password:
-            return self
-        try:
-            password = self.redis_password_file.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ConfigError(
-                f"redis_password_file {self.redis_password_file} cannot be read "
-                f"({exc.strerror}) (env CAPDISC_REDIS_PASSWORD_FILE)"
-            ) from exc
-        return self.with_changes(redis_url=with_password(self.redis_url, password))
+        url = with_password_file(self.redis_url, self.redis_password_file)
+        return self if url == self.redis_url else self.with_changes(redis_url=url)
+
+    def client_settings(self) -> ClientSettings:
+        """The fields a command needs to reach the stack (what
+        :meth:`ClientSettings.load <capdisc.rawsettings.ClientSettings.load>` reads)."""
+        return ClientSettings(**{f.name: getattr(self, f.name) for f in fields(ClientSettings)})
 
     def __repr_args__(self) -> Any:
         for name, value in super().__repr_args__():
             yield name, (mask_url(value) if name == "redis_url" else value)
-
-
-def with_password(url: str, password: str) -> str:
-    """``url`` with ``password`` (and the user it names, if any) in it."""
-    parts = urlsplit(url)
-    user = quote(parts.username or "", safe="")
-    where = parts.netloc.rsplit("@", 1)[-1]
-    return urlunsplit(parts._replace(netloc=f"{user}:{quote(password, safe='')}@{where}"))
-
-
-def mask_url(url: str) -> str:
-    """``url`` with its password, if any, replaced by ``***``: what may be printed or stored."""
-    parts = urlsplit(url)
-    if not parts.password:
-        return url
-    netloc = f"{parts.username or ''}:***@{parts.netloc.rsplit('@', 1)[1]}"
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
-def _read_file(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"settings file {path} cannot be read: {exc.strerror}") from exc
-    try:
-        return load_mapping(text, str(path))
-    except ManifestError as exc:
-        raise ConfigError(f"settings file {exc}") from exc

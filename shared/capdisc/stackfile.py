@@ -14,18 +14,19 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from capdisc.errors import ConfigError, StackNotFoundError
-from capdisc.settings import Settings, with_password
+from capdisc.rawsettings import DEFAULT_REDIS_URL, with_password
+
+if TYPE_CHECKING:
+    from capdisc.settings import Settings
 
 STATE_DIR = ".capdisc"
 STACK_FILE = "stack.json"
 REDIS_ENV = "CAPDISC_REDIS_URL"
 #: The project directory of the stack to use, for processes started elsewhere (an MCP host).
 STACK_ENV = "CAPDISC_STACK"
-#: The Redis URL of settings that name none of their own.
-DEFAULT_REDIS_URL: str = Settings.model_fields["redis_url"].default
 
 
 def find_stack(start: Path) -> dict[str, Any] | None:

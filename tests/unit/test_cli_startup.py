@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -44,13 +46,18 @@ REPORT = (
 )
 
 
-def loaded(code: str, *argv: str, modules: tuple[str, ...] = HEAVY) -> list[str]:
-    """The ``modules`` a fresh interpreter running ``code`` (with ``argv``) imported."""
+def loaded(
+    code: str, *argv: str, modules: tuple[str, ...] = HEAVY, cwd: Path | None = None
+) -> list[str]:
+    """The ``modules`` a fresh interpreter running ``code`` (with ``argv``, in ``cwd``, without
+    ``CAPDISC_*`` variables) imported."""
     done = subprocess.run(
         [sys.executable, "-c", REPORT + code, json.dumps(modules), *argv],
         capture_output=True,
         text=True,
         timeout=60,
+        cwd=cwd,
+        env={k: v for k, v in os.environ.items() if not k.startswith("CAPDISC_")},
     )
     found: list[str] = json.loads(done.stderr.strip().splitlines()[-1])
     return found
@@ -64,6 +71,34 @@ def test_importing_the_command_loads_no_heavy_module() -> None:
 def test_help_and_version_load_no_heavy_module(option: str) -> None:
     code = "from capdisc_producers.launcher import main\nsys.argv[0] = 'capdisc'\nmain()"
     assert loaded(code, option) == []
+
+
+#: What ``capdisc discover`` needs neither: it reads the client settings without pydantic, and
+#: the client takes the tool format names from a module of their own.
+NOT_FOR_DISCOVER = (
+    "numpy",
+    "structlog",
+    "pydantic",
+    "yaml",
+    "jwt",
+    "celery",
+    "capdisc.settings",
+    "capdisc.discovery.config",
+    "capdisc.sessions.policy",
+    "capdisc.agents.formats",
+    "capdisc.registry.flags",
+    "capdisc.registry.poisoning",
+    "capdisc.discovery.engine",
+)
+
+
+def test_discover_loads_neither_pydantic_nor_the_flags(tmp_path: Path) -> None:
+    code = "from capdisc_producers.launcher import main\nsys.argv[0] = 'capdisc'\nmain()"
+    argv = ("discover", "a query", "--redis-url", "redis://127.0.0.1:1/0")  # refused at once
+
+    assert loaded(code, *argv, modules=(*NOT_FOR_DISCOVER, "capdisc.client"), cwd=tmp_path) == [
+        "capdisc.client"
+    ]
 
 
 def test_the_client_loads_neither_the_token_library_nor_status_nor_sessions() -> None:

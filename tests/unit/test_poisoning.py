@@ -454,6 +454,26 @@ def test_cues_only_skip_work(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [scan_capability(c) for c in caps] == gated
 
 
+def test_every_pattern_compiles() -> None:
+    """Patterns are compiled on first use, not at import (start-up): one that does not compile
+    fails here, not in a scan that happens to reach it."""
+    patterns: list[Any] = []
+
+    def collect(value: object) -> None:
+        if isinstance(value, poisoning._LazyPattern):
+            patterns.append(value)
+        elif isinstance(value, tuple):
+            for item in value:
+                collect(item)
+
+    for value in vars(poisoning).values():
+        collect(value)
+
+    assert len(patterns) > 60
+    for pattern in patterns:
+        assert pattern.compiled().pattern == pattern.pattern
+
+
 def test_finding_round_trips_through_its_dict() -> None:
     finding = scan_capability(RICH)[0]
 

@@ -1,15 +1,19 @@
-"""Settings: defaults, settings file, CAPDISC_* variables, per-call discovery overrides."""
+"""Settings: defaults, settings file, CAPDISC_* variables, per-call discovery overrides; the
+client settings read without pydantic agree with them."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 import pytest
 
 from capdisc.discovery.config import DiscoveryConfig
 from capdisc.errors import ConfigError
+from capdisc.rawsettings import ClientSettings
 from capdisc.settings import Settings
+from capdisc_producers.access import command_settings
 
 
 def write_settings(tmp_path: Path, text: str) -> Path:
@@ -263,3 +267,138 @@ def test_redis_password_file_goes_into_the_url_and_repr_masks_it(tmp_path: Path)
     assert "hunter2" not in repr(settings) and "redis://:***@127.0.0.1:7000/0" in repr(settings)
     with pytest.raises(ConfigError, match="redis_password_file"):
         Settings.load(environ={"CAPDISC_REDIS_PASSWORD_FILE": str(tmp_path / "absent")})
+
+
+# -- ClientSettings: the same fields, read without pydantic --------------------------------------
+
+
+def test_client_settings_are_fields_of_settings_with_their_types_and_defaults() -> None:
+    hints = get_type_hints(ClientSettings)
+    for field in dataclasses.fields(ClientSettings):
+        assert field.name in Settings.model_fields, field.name
+        model_field = Settings.model_fields[field.name]
+        assert (hints[field.name], field.default) == (model_field.annotation, model_field.default)
+
+
+#: (variables, settings file or None, whether ClientSettings.load reads them itself). The
+#: others it leaves to Settings (None); every case must end with what Settings says.
+CLIENT_CASES: list[tuple[dict[str, str], str | None, bool]] = [
+    ({}, None, True),
+    (
+        {
+            "CAPDISC_REDIS_URL": "redis://10.0.0.7:6380/2",
+            "CAPDISC_TENANT": "Acme_2",
+            "CAPDISC_AUTH_KEYS_FILE": "/etc/capdisc/keys.json",
+            "CAPDISC_DISCOVER_TIMEOUT_S": "12.5",
+        },
+        None,
+        True,
+    ),
+    *(({"CAPDISC_AUTH": raw}, None, True) for raw in ("true", "TRUE", "1", "yes", "On", "t", "Y")),
+    *(({"CAPDISC_AUTH": raw}, None, True) for raw in ("false", "False", "0", "no", "OFF", "f")),
+    *(({"CAPDISC_DISCOVER_TIMEOUT_S": raw}, None, True) for raw in ("5", "0.25", ".5", "7.")),
+    ({"CAPDISC_AUTH_KEYS_FILE": ""}, None, True),
+    ({"CAPDISC_REDIS_URL": ""}, None, True),
+    (
+        {},
+        "redis_url: redis://h:6379/1\ntenant: from-file\nauth: false\n"
+        "auth_keys_file: null\ndiscover_timeout_s: 3\nembedder: hashing\n",
+        True,
+    ),
+    ({}, "discover_timeout_s: 0.5\nauth: yes\n", True),
+    ({"CAPDISC_TENANT": "from-env"}, "tenant: from-file\n", True),
+    # values in other forms, or wrong: Settings reads them, or says what is wrong
+    ({"CAPDISC_AUTH": ""}, None, False),
+    ({"CAPDISC_AUTH": " true"}, None, False),
+    ({"CAPDISC_AUTH": "maybe"}, None, False),
+    ({"CAPDISC_TENANT": "a b"}, None, False),
+    ({"CAPDISC_TENANT": ""}, None, False),
+    *(
+        ({"CAPDISC_DISCOVER_TIMEOUT_S": raw}, None, False)
+        for raw in ("1e3", "inf", "nan", " 5", "+5", "1_000", "0", "0.0", "-1", "five", "٣")
+    ),
+    ({}, "tenant: 5\n", False),
+    ({}, "auth: 1\n", False),
+    ({}, "redis_url: 6379\n", False),
+    ({}, "discover_timeout_s: true\n", False),
+    ({}, "discover_timeout_s: .nan\n", False),
+    ({}, "auth_keys_file: 3\n", False),
+]
+
+
+@pytest.mark.parametrize(("variables", "file_text", "plain"), CLIENT_CASES)
+def test_client_settings_agree_with_settings(
+    tmp_path: Path, variables: dict[str, str], file_text: str | None, plain: bool
+) -> None:
+    path = write_settings(tmp_path, file_text) if file_text is not None else None
+    try:
+        expected: ClientSettings | str = Settings.load(variables, path).client_settings()
+    except ConfigError as exc:
+        expected = str(exc)
+
+    light = ClientSettings.load(variables, path)
+    try:
+        resolved: ClientSettings | str = command_settings(path, variables)
+    except ConfigError as exc:
+        resolved = str(exc)
+
+    assert (light is not None) == plain
+    assert resolved == expected
+    if light is not None:
+        assert light == expected
+
+
+def test_client_settings_neither_read_nor_check_the_other_settings(tmp_path: Path) -> None:
+    """What ``capdisc discover`` gives up for its start-up: a malformed setting it does not use
+    is reported by the commands that use it, not by discover."""
+    path = write_settings(tmp_path, "hashing_dim: 4\nreddis_url: redis://x\n")
+    variables = {"CAPDISC_EMBEDDER": "bert"}
+
+    assert ClientSettings.load(variables, path) == ClientSettings()
+    with pytest.raises(ConfigError):
+        Settings.load(variables, path)
+
+
+def test_client_settings_put_the_password_file_into_the_url_as_settings_do(
+    tmp_path: Path,
+) -> None:
+    secret = tmp_path / "redis.password"
+    secret.write_text("hunter2\n")
+    named = {"CAPDISC_REDIS_URL": "redis://h:7000/0", "CAPDISC_REDIS_PASSWORD_FILE": str(secret)}
+    own = {**named, "CAPDISC_REDIS_URL": "redis://:mine@h:7000/0"}
+    absent = {"CAPDISC_REDIS_PASSWORD_FILE": str(tmp_path / "absent")}
+
+    for variables in (named, own):
+        light = ClientSettings.load(variables)
+        assert light == Settings.load(variables).client_settings()
+    assert ClientSettings.load(named) == ClientSettings(
+        redis_url="redis://:hunter2@h:7000/0", redis_password_file=secret
+    )
+    with pytest.raises(ConfigError) as light_error:
+        ClientSettings.load(absent)
+    with pytest.raises(ConfigError) as error:
+        Settings.load(absent)
+    assert str(light_error.value) == str(error.value)
+
+
+@pytest.mark.parametrize(
+    "file_text", ["- tenant: acme\n", "tenant: a\ntenant: b\n", "tenant: [unclosed\n"]
+)
+def test_client_settings_refuse_a_bad_settings_file_as_settings_do(
+    tmp_path: Path, file_text: str
+) -> None:
+    path = write_settings(tmp_path, file_text)
+
+    with pytest.raises(ConfigError) as light_error:
+        ClientSettings.load({}, path)
+    with pytest.raises(ConfigError) as error:
+        Settings.load({}, path)
+    assert str(light_error.value) == str(error.value)
+
+
+def test_client_settings_find_the_settings_file_through_its_variable(tmp_path: Path) -> None:
+    path = write_settings(tmp_path, "tenant: chosen\n")
+
+    assert ClientSettings.load({"CAPDISC_SETTINGS_FILE": str(path)}) == ClientSettings(
+        tenant="chosen"
+    )

@@ -57,15 +57,13 @@ import hashlib
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Literal
 
+from capdisc.agents.formatnames import TOOL_FORMATS as TOOL_FORMATS
+from capdisc.agents.formatnames import ToolFormat as ToolFormat
 from capdisc.agents.metatool import METATOOL_NAME, metatool_definition, metatool_output_schema
 from capdisc.errors import ManifestError
 from capdisc.models import Capability, JSONDict, display_name_from
 from capdisc.registry.flags import Mark
-
-ToolFormat = Literal["openai-chat", "openai-responses", "anthropic", "mcp"]
-TOOL_FORMATS: tuple[ToolFormat, ...] = ("openai-chat", "openai-responses", "anthropic", "mcp")
 
 OPENAI_DESCRIPTION_MAX = 1024
 """OpenAI rejects a function description longer than this (API error ``string_above_max_length``,

@@ -8,9 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from capdisc.errors import ConfigError
-
-#: Environment variables that set a setting start with this.
-ENV_PREFIX = "CAPDISC_"
+from capdisc.rawsettings import ENV_PREFIX
 
 
 class DiscoveryConfig(BaseModel):

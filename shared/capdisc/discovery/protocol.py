@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from capdisc.agents.formats import TOOL_FORMATS
+from capdisc.agents.formatnames import TOOL_FORMATS
 from capdisc.errors import BadRequestError, EventDecodeError, RequestEncodeError
 from capdisc.models import KINDS
 from capdisc.tenants import TENANT_RE, TENANT_RULE

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from capdisc.errors import ERROR_CODES, CapdiscError, EventDecodeError, error_for
 from capdisc.models import SourceRef
-from capdisc.sessions.policy import SessionView
+from capdisc.sessions.views import SessionView
 
 T = TypeVar("T")
 JSON = dict[str, Any]

@@ -60,11 +60,58 @@ import binascii
 import hashlib
 import ipaddress
 import re
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from capdisc.models import Capability, canonical_json
+
+
+class _LazyPattern:
+    """A regular expression compiled when first used, not when this module is imported.
+
+    The scanner's seventy-odd patterns take about 60 ms to compile, which every process that
+    imports the flags would pay at start-up, scanning or not (``capdisc status``, the MCP
+    server, discovery workers). The first call compiles the pattern and puts the compiled
+    pattern's own methods in this object's place, so later calls cost what a compiled
+    pattern's do."""
+
+    def __init__(self, pattern: str, flags: int = 0) -> None:
+        self.pattern = pattern
+        self.flags = flags
+
+    def compiled(self) -> re.Pattern[str]:
+        compiled = re.compile(self.pattern, self.flags)
+        for method in ("search", "match", "fullmatch", "finditer", "findall", "split", "sub"):
+            setattr(self, method, getattr(compiled, method))
+        return compiled
+
+    def search(self, string: str, pos: int = 0, endpos: int = sys.maxsize) -> re.Match[str] | None:
+        return self.compiled().search(string, pos, endpos)
+
+    def match(self, string: str, pos: int = 0, endpos: int = sys.maxsize) -> re.Match[str] | None:
+        return self.compiled().match(string, pos, endpos)
+
+    def fullmatch(
+        self, string: str, pos: int = 0, endpos: int = sys.maxsize
+    ) -> re.Match[str] | None:
+        return self.compiled().fullmatch(string, pos, endpos)
+
+    def finditer(
+        self, string: str, pos: int = 0, endpos: int = sys.maxsize
+    ) -> Iterator[re.Match[str]]:
+        return self.compiled().finditer(string, pos, endpos)
+
+    def findall(self, string: str, pos: int = 0, endpos: int = sys.maxsize) -> list[Any]:
+        return self.compiled().findall(string, pos, endpos)
+
+    def split(self, string: str, maxsplit: int = 0) -> list[str | Any]:
+        return self.compiled().split(string, maxsplit)
+
+    def sub(self, repl: str | Callable[[re.Match[str]], str], string: str, count: int = 0) -> str:
+        return self.compiled().sub(repl, string, count)
+
 
 #: Every rule code, with what it catches. The codes are stable: policies and stored flags name
 #: them.
@@ -329,9 +376,9 @@ def identity_words(capability: Capability) -> frozenset[str]:
     )
 
 
-_CASE_CHANGE = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
-_NAME_PUNCTUATION = re.compile(r"[_\-.:/]+")
-_WORD = re.compile(r"[a-z0-9]+")
+_CASE_CHANGE = _LazyPattern(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_NAME_PUNCTUATION = _LazyPattern(r"[_\-.:/]+")
+_WORD = _LazyPattern(r"[a-z0-9]+")
 
 
 def _split_identifier(name: str) -> str:
@@ -363,7 +410,7 @@ def _scan_name(name: str, where: str, identity: frozenset[str]) -> tuple[Finding
 _APOSTROPHES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u02bc": "'"})
 #: Texts longer than this are scanned paragraph by paragraph.
 PARAGRAPH_SCAN_CHARS = 2000
-_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
+_PARAGRAPH_BREAK = _LazyPattern(r"\n[ \t]*\n")
 
 
 def _paragraphs(text: str) -> list[str]:
@@ -375,18 +422,18 @@ def _paragraphs(text: str) -> list[str]:
 
 
 #: Letters separated by single spaces, dots, hyphens or stars: "i g n o r e", "e.x.f.i.l".
-_SPACED_RUN = re.compile(r"(?<![A-Za-z])(?:[A-Za-z][ .\-*_·]){2,400}[A-Za-z](?![A-Za-z])")
+_SPACED_RUN = _LazyPattern(r"(?<![A-Za-z])(?:[A-Za-z][ .\-*_·]){2,400}[A-Za-z](?![A-Za-z])")
 #: Standard and URL-safe base64 runs long enough to hold a sentence.
-_BASE64_RUN = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/_-]{16,}={0,2}(?![A-Za-z0-9+/=_-])")
-_HEX_ONLY = re.compile(r"[0-9a-fA-F]+")
+_BASE64_RUN = _LazyPattern(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/_-]{16,}={0,2}(?![A-Za-z0-9+/=_-])")
+_HEX_ONLY = _LazyPattern(r"[0-9a-fA-F]+")
 #: Words that mix letters with digits standing for letters: "1gn0re", "pr0mpt", "p@ssw0rd".
-_LEET_TOKEN = re.compile(
+_LEET_TOKEN = _LazyPattern(
     r"(?<![\w@$])(?=[\w@$]*[A-Za-z])(?=[\w@$]*[013457@$])[\w@$]{4,40}"
     r"(?![\w@$])"
 )
 _LEET = str.maketrans("013457@$", "oieastas")
-_NOT_LETTER = re.compile(r"[^A-Za-z]")
-_PROSE_WORD = re.compile(r"[A-Za-z]{3,}")
+_NOT_LETTER = _LazyPattern(r"[^A-Za-z]")
+_PROSE_WORD = _LazyPattern(r"[A-Za-z]{3,}")
 
 
 def _variants(text: str) -> list[tuple[str, str]]:
@@ -420,7 +467,7 @@ def _unleet(text: str) -> str:
 
 
 #: What each obfuscation looks like, how to undo it, and the note for the reason.
-_UNDO: tuple[tuple[re.Pattern[str], Callable[[str], str], str], ...] = (
+_UNDO: tuple[tuple[_LazyPattern, Callable[[str], str], str], ...] = (
     (_SPACED_RUN, _unspace, " (after joining spaced-out letters)"),
     (_LEET_TOKEN, _unleet, " (after reading digits as letters)"),
 )
@@ -490,8 +537,8 @@ def _forms(*stems: str) -> str:
     return rf"\b(?:{alternation})\b"
 
 
-def _compile(*parts: str) -> re.Pattern[str]:
-    return re.compile("".join(parts), re.IGNORECASE)
+def _compile(*parts: str) -> _LazyPattern:
+    return _LazyPattern("".join(parts), re.IGNORECASE)
 
 
 #: Verbs that obtain data.
@@ -741,7 +788,7 @@ _FOREIGN_SECRET = _compile(
     r"|\b(?:das\s+)?(?:passwort|kennwort|token|api-schlüssel)\s+des\s+(?:benutzers|nutzers)\b",
 )
 #: Someone else's secret by its environment variable name (case-sensitive).
-_ENV_SECRET = re.compile(
+_ENV_SECRET = _LazyPattern(
     r"\b[A-Z][A-Z0-9]*_(?:API_KEY|TOKEN|SECRET(?:_ACCESS_KEY|_KEY)?|PASSWORD|PASS|URL)\b"
 )
 #: Where a secret does not belong: another argument or field of a tool call.
@@ -796,7 +843,7 @@ _DESTINATION_RE = _compile(
     r"(?:server|endpoint|url|address|host|webhook|inbox|mailbox|e-?mail)\b",
 )
 #: Reserved for documentation (RFC 2606, RFC 6761): never a real destination.
-_RESERVED_DOMAIN = re.compile(
+_RESERVED_DOMAIN = _LazyPattern(
     r"(?:^|\.)(?:example\.(?:com|org|net)|example|test|invalid|localhost|local)$", re.I
 )
 #: What is being sent: secrets, the conversation, or everything of some kind.
@@ -819,7 +866,7 @@ _PAYLOAD_RE = _compile(
 #: Any of these in the sentence means something worth sending is being sent.
 _PAYLOADS = (_PAYLOAD_RE, _STRONG_SECRET, _CONVERSATION, _HARVESTED_SECRET)
 
-_BOUNDARY = re.compile(r"[.!?;](?=\s|$)|\n")
+_BOUNDARY = _LazyPattern(r"[.!?;](?=\s|$)|\n")
 
 
 def _sentence(text: str, start: int, end: int, reach: int = 90) -> tuple[int, int]:
@@ -833,7 +880,7 @@ def _sentence(text: str, start: int, end: int, reach: int = 90) -> tuple[int, in
     return lo, stop.start() if stop else hi
 
 
-def _near(pattern: re.Pattern[str], text: str, start: int, end: int) -> bool:
+def _near(pattern: _LazyPattern, text: str, start: int, end: int) -> bool:
     lo, hi = _sentence(text, start, end)
     return pattern.search(text, lo, hi) is not None
 
@@ -888,7 +935,7 @@ _GENERIC = frozenset(
 )
 
 
-def _first(patterns: Sequence[tuple[re.Pattern[str], str]], text: str) -> _Hit | None:
+def _first(patterns: Sequence[tuple[_LazyPattern, str]], text: str) -> _Hit | None:
     for pattern, reason in patterns:
         match = pattern.search(text)
         if match is not None:
@@ -1142,7 +1189,7 @@ _TOWARDS = frozenset(
 )
 
 
-_PLAIN_WORD = re.compile(r"[\w']+")
+_PLAIN_WORD = _LazyPattern(r"[\w']+")
 
 
 def _sent_to(text: str, start: int) -> bool:
@@ -1172,8 +1219,8 @@ def _own_or_reserved(destination: str, identity: frozenset[str]) -> bool:
 _SECOND_LEVEL = frozenset({"co", "com", "org", "net", "ac", "gov", "edu", "ne", "or"})
 
 
-_URL_HOST = re.compile(r"[a-z]+://(?:[^@/\s]{0,256}@)?([^/:?#\s]+)", re.I)
-_IPV4 = re.compile(r"(?:\d{1,3}\.){3}\d{1,3}")
+_URL_HOST = _LazyPattern(r"[a-z]+://(?:[^@/\s]{0,256}@)?([^/:?#\s]+)", re.I)
+_IPV4 = _LazyPattern(r"(?:\d{1,3}\.){3}\d{1,3}")
 
 
 def _host(destination: str) -> str:
@@ -1387,9 +1434,9 @@ def _coercive_urgency(text: str, identity: frozenset[str]) -> _Hit | None:
 
 
 _MARKUP = (
-    (re.compile(r"<!--.*?(?:-->|$)", re.S), "hides text in an HTML comment"),
+    (_LazyPattern(r"<!--.*?(?:-->|$)", re.S), "hides text in an HTML comment"),
     (
-        re.compile(r"^[ \t]*\[(?://|comment|hidden|note)\]:[ \t]*(?:#|<>)", re.I | re.M),
+        _LazyPattern(r"^[ \t]*\[(?://|comment|hidden|note)\]:[ \t]*(?:#|<>)", re.I | re.M),
         "hides text in a markdown comment",
     ),
     (
@@ -1418,12 +1465,12 @@ _MARKUP = (
         "addresses hidden notes to the model",
     ),
 )
-_SPACED_STEMS = re.compile(
+_SPACED_STEMS = _LazyPattern(
     r"ignore|instruction|exfiltrat|password|secret|ssh|rsa|prompt|conversation|donot|tell|"
     r"send|token|credential|apikey",
     re.I,
 )
-_OPAQUE_BLOB = re.compile(r"(?<![A-Za-z0-9+/=])[A-Za-z0-9+/]{100,}={0,2}(?![A-Za-z0-9+/=])")
+_OPAQUE_BLOB = _LazyPattern(r"(?<![A-Za-z0-9+/=])[A-Za-z0-9+/]{100,}={0,2}(?![A-Za-z0-9+/=])")
 _MARKUP_CUES = _compile(r"<|\[|#|note\s+to")
 
 
@@ -1460,7 +1507,7 @@ def _encoded(text: str, identity: frozenset[str]) -> _Hit | None:
 
 #: Capture, tunnel, paste and shortener services: a tool's job never needs the model to
 #: send anything there.
-_CAPTURE_HOSTS = re.compile(
+_CAPTURE_HOSTS = _LazyPattern(
     r"(?:^|\.)(?:webhook\.site|requestbin\.\w+|pipedream\.net|ngrok(?:-free)?\.(?:app|io|dev)"
     r"|ngrok\.io|trycloudflare\.com|loca\.lt|localtunnel\.me|serveo\.net|pastebin\.com"
     r"|hastebin\.com|ghostbin\.\w+|paste\.ee|transfer\.sh|interact\.sh|oast\.\w+"
@@ -1468,12 +1515,12 @@ _CAPTURE_HOSTS = re.compile(
     r"|postb\.in|bit\.ly|tinyurl\.com|is\.gd|cutt\.ly|rebrand\.ly|shorturl\.at|t\.co)$",
     re.I,
 )
-_DATA_TEMPLATE = re.compile(
+_DATA_TEMPLATE = _LazyPattern(
     r"[?&][\w-]+=(?:\{\{?|<|\$|%7B)\s*\w*(?:conversation|chat|history|messages?|prompt|secret"
     r"|key|token|password|credential|env|context|cookie|session)",
     re.I,
 )
-_EXFIL_PATH = re.compile(
+_EXFIL_PATH = _LazyPattern(
     r"/(?:exfil\w*|steal|harvest|grab|loot|leak|dump|c2|beacon|keylog\w*|collect)(?:[/?#.]|$)", re.I
 )
 
@@ -1506,15 +1553,15 @@ def _link_problem(url: str, host: str, identity: frozenset[str]) -> str | None:
     return None
 
 
-def _cues(*cues: str) -> re.Pattern[str]:
-    return re.compile("|".join(re.escape(cue) for cue in cues))
+def _cues(*cues: str) -> _LazyPattern:
+    return _LazyPattern("|".join(re.escape(cue) for cue in cues))
 
 
 #: Each rule with its cues: lower-case substrings, one of which every pattern of the rule
 #: needs (in whitespace-folded text). A paragraph with none of them is not searched by the
 #: rule, which keeps ordinary text cheap; ``None`` searches always. A pattern added without its
 #: cue would silently never fire: the unit tests scan with and without cues and compare.
-_DETECTORS: tuple[tuple[str, _Detector, re.Pattern[str] | None], ...] = (
+_DETECTORS: tuple[tuple[str, _Detector, _LazyPattern | None], ...] = (
     (
         "instruction_override",
         _instruction_override,

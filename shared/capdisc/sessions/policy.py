@@ -30,6 +30,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from capdisc.sessions.views import SessionView as SessionView
+
 JSON = dict[str, Any]
 
 GENERIC_LOOP_GUIDANCE = (
@@ -481,42 +483,3 @@ class Turn:
     request_id: str
     profile: str | None
     found: Sequence[str]
-
-
-@dataclass(frozen=True)
-class SessionView:
-    """What a discovery in a session did to it: the working set after the turn, what joined
-    and what left it, whether the search repeated an earlier one (and the note saying so),
-    and the best capabilities not installed yet when few available ones fit."""
-
-    id: str
-    bound: tuple[str, ...]
-    added: tuple[str, ...] = ()
-    evicted: tuple[str, ...] = ()
-    redundant_search: bool = False
-    note: str | None = None
-    installable: tuple[JSON, ...] = ()
-
-    def to_dict(self) -> JSON:
-        view: JSON = {
-            "id": self.id,
-            "bound": list(self.bound),
-            "added": list(self.added),
-            "evicted": list(self.evicted),
-            "redundant_search": self.redundant_search,
-            "note": self.note,
-        }
-        if self.installable:
-            view["installable"] = [dict(i) for i in self.installable]
-        return view
-
-    @classmethod
-    def from_outcome(cls, outcome: Mapping[str, Any]) -> SessionView:
-        return cls(
-            id=outcome["id"],
-            bound=tuple(outcome["bound"]),
-            added=tuple(outcome["added"]),
-            evicted=tuple(outcome["evicted"]),
-            redundant_search=bool(outcome["redundant_search"]),
-            note=outcome["note"],
-        )

@@ -1,0 +1,188 @@
+"""Where settings come from, and the few a command needs to reach the stack, read without pydantic.
+
+Every setting is read here: its default, then the settings file (``--settings`` or
+``CAPDISC_SETTINGS_FILE``), then its ``CAPDISC_*`` variable (``CAPDISC_`` and its name in upper
+case). :class:`~capdisc.settings.Settings` checks the values it gets from
+:func:`settings_file_values` and :func:`environment_values` (pydantic); :class:`ClientSettings`
+is the same few of its fields (same names, types, defaults and sources), checked here, so that
+a command that only asks the stack (``capdisc discover``) starts without building
+:class:`~capdisc.settings.Settings` (pydantic and its models are about a third of such a
+command's start-up, ``benchmarks/cli_startup.py``). A value it does not check as
+:class:`~capdisc.settings.Settings` would (anything but the plain forms below) makes
+:meth:`ClientSettings.load` answer None: then build :class:`~capdisc.settings.Settings`, which
+reads that value as it always does, or says what is wrong with it
+(``capdisc_producers.access.command_settings``). ``tests/unit/test_settings.py`` checks that both
+agree.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
+
+from capdisc.errors import ConfigError, ManifestError
+from capdisc.tenants import tenant_problem
+
+#: Environment variables that set a setting start with this.
+ENV_PREFIX = "CAPDISC_"
+SETTINGS_FILE_ENV = "CAPDISC_SETTINGS_FILE"
+#: The Redis URL of settings that name none of their own.
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def settings_file_values(
+    environ: Mapping[str, str], path: Path | None = None
+) -> tuple[Path | None, dict[str, Any]]:
+    """The settings file (``path``, else ``CAPDISC_SETTINGS_FILE``'s, else none) and its values,
+    unchecked (an unreadable file or bad YAML is a :class:`~capdisc.errors.ConfigError`)."""
+    file_path = path or (
+        Path(environ[SETTINGS_FILE_ENV]) if environ.get(SETTINGS_FILE_ENV) else None
+    )
+    return file_path, (_read_file(file_path) if file_path else {})
+
+
+def environment_values(environ: Mapping[str, str], names: Iterable[str]) -> dict[str, str]:
+    """The ``CAPDISC_*`` variables set for the settings ``names``, by setting name, unchecked."""
+    return {
+        name: environ[f"{ENV_PREFIX}{name.upper()}"]
+        for name in names
+        if f"{ENV_PREFIX}{name.upper()}" in environ
+    }
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    from capdisc.registry.safeyaml import load_mapping
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"settings file {path} cannot be read: {exc.strerror}") from exc
+    try:
+        return load_mapping(text, str(path))
+    except ManifestError as exc:
+        raise ConfigError(f"settings file {exc}") from exc
+
+
+# -- Redis URLs ----------------------------------------------------------------------------------
+
+
+def with_password(url: str, password: str) -> str:
+    """``url`` with ``password`` (and the user it names, if any) in it."""
+    parts = urlsplit(url)
+    user = quote(parts.username or "", safe="")
+    where = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit(parts._replace(netloc=f"{user}:{quote(password, safe='')}@{where}"))
+
+
+def mask_url(url: str) -> str:
+    """``url`` with its password, if any, replaced by ``***``: what may be printed or stored."""
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    netloc = f"{parts.username or ''}:***@{parts.netloc.rsplit('@', 1)[1]}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def with_password_file(url: str, password_file: Path | None) -> str:
+    """``url`` with the password that ``password_file`` (``redis_password_file``) holds, read
+    now; ``url`` itself when no file is named or it names a password of its own."""
+    if password_file is None or urlsplit(url).password:
+        return url
+    try:
+        password = password_file.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(
+            f"redis_password_file {password_file} cannot be read "
+            f"({exc.strerror}) (env CAPDISC_REDIS_PASSWORD_FILE)"
+        ) from exc
+    return with_password(url, password)
+
+
+# -- the settings a command needs to reach the stack ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """The fields of :class:`~capdisc.settings.Settings` that a command needs to reach the
+    stack and ask it (documented there), with the same names, types and defaults."""
+
+    redis_url: str = DEFAULT_REDIS_URL
+    redis_password_file: Path | None = None
+    tenant: str = "default"
+    auth: bool | None = None
+    auth_keys_file: Path | None = None
+    discover_timeout_s: float = 5.0
+
+    @classmethod
+    def load(
+        cls, environ: Mapping[str, str] | None = None, path: Path | None = None
+    ) -> ClientSettings | None:
+        """Defaults, then the settings file, then ``CAPDISC_*`` variables, as
+        :meth:`Settings.load <capdisc.settings.Settings.load>` reads them, with the password
+        file's password in ``redis_url``; None when a value is not in a form checked here
+        (build :class:`~capdisc.settings.Settings` instead). Other settings are not read, so
+        not checked either."""
+        env = os.environ if environ is None else environ
+        names = [f.name for f in fields(cls)]
+        from_file = settings_file_values(env, path)[1]
+        values: dict[str, Any] = {name: from_file[name] for name in names if name in from_file}
+        values.update(environment_values(env, names))
+        checked = {name: _CHECKS[name](value) for name, value in values.items()}
+        if any(value is _UNCHECKED for value in checked.values()):
+            return None
+        settings = cls(**checked)
+        url = with_password_file(settings.redis_url, settings.redis_password_file)
+        return settings if url == settings.redis_url else replace(settings, redis_url=url)
+
+
+#: What a check answers for a value it does not decide (pydantic may still take it, or not).
+_UNCHECKED: Any = object()
+_TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})
+_FALSE = frozenset({"0", "off", "f", "false", "n", "no"})
+
+
+def _text(value: object) -> Any:
+    return value if isinstance(value, str) else _UNCHECKED
+
+
+def _tenant(value: object) -> Any:
+    return value if isinstance(value, str) and tenant_problem(value) is None else _UNCHECKED
+
+
+def _optional_path(value: object) -> Any:
+    if value is None:
+        return None
+    return Path(value) if isinstance(value, str) else _UNCHECKED
+
+
+def _optional_flag(value: object) -> Any:
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in _TRUE | _FALSE:
+        return value.lower() in _TRUE
+    return _UNCHECKED
+
+
+def _positive_seconds(value: object) -> Any:
+    """A number above 0: a YAML number, or digits with at most one decimal point."""
+    if isinstance(value, str) and value.replace(".", "", 1).isdigit() and value.isascii():
+        value = float(value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        number = float(value)
+        return number if number > 0 and not math.isnan(number) else _UNCHECKED
+    return _UNCHECKED
+
+
+_CHECKS: dict[str, Callable[[object], Any]] = {
+    "redis_url": _text,
+    "redis_password_file": _optional_path,
+    "tenant": _tenant,
+    "auth": _optional_flag,
+    "auth_keys_file": _optional_path,
+    "discover_timeout_s": _positive_seconds,
+}
