@@ -105,6 +105,14 @@ def test_build_skips_vectors_of_the_wrong_dimension() -> None:
     assert snapshot.matrix.shape == (1, DIM)
 
 
+def test_build_keeps_a_repeated_ids_first_place_and_its_last_vector() -> None:
+    entries = [(SEARCH, raw(1, 0, 0)), (FETCH, raw(0, 1, 0)), (SEARCH, raw(0, 0, 1))]
+    snapshot = IndexSnapshot.build("acme", 1, DIM, entries, retriever=cosine_retriever)
+
+    assert snapshot.ids == ("tool:web-search", "tool:web-fetch")
+    assert np.array_equal(snapshot.matrix, np.array([[0, 0, 1], [0, 1, 0]], dtype=np.float32))
+
+
 def test_with_changes_upserts_and_deletes_into_a_new_snapshot(snapshot: IndexSnapshot) -> None:
     mail = cap("send-mail")
 

@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Collection, Iterator
 from typing import Any
 
 import redis
@@ -35,7 +36,7 @@ from capdisc.redistext import as_str
 from capdisc.registry.events import TENANT_RE
 from capdisc.registry.flags import Mark, Policy, mark, parse_policy, serving, treatment
 from capdisc.registry.policy import coalesce_window_s
-from capdisc.registry.store import Delta, read_delta, read_snapshot
+from capdisc.registry.store import Delta, Snapshot, read_delta, read_snapshot
 from capdisc.resources import embedder_for_id
 from capdisc.retrieval.probes import PROBES
 from capdisc.retrieval.text import embedder_id_of, vector_space
@@ -216,11 +217,8 @@ class SnapshotFollower:
         embedder_id = embedder_id_of(snap.space)
         queries = self.queries_for(embedder_id)
         served = serving(snap.flags, self.policy(tenant, snap.policy))
-        entries = [
-            (Capability.from_dict(r.capability), snap.vectors[cid])
-            for cid, r in snap.records.items()
-            if cid in snap.vectors and cid not in served.withheld
-        ]
+        missing = sum(cid not in snap.vectors for cid in snap.records)
+        entries = _entries(snap, served.withheld)
         started = time.monotonic()
         factory = (
             store_retriever(self.store, tenant) if self.store is not None else hybrid_retriever
@@ -249,7 +247,6 @@ class SnapshotFollower:
             withheld=len(served.withheld),
             marked=len(served.marks),
         )
-        missing = sum(cid not in snap.vectors for cid in snap.records)
         if missing:
             log.warning(
                 "capabilities_without_vectors",
@@ -448,6 +445,16 @@ class SnapshotFollower:
                         "index_reload_after_data_loss", tenant=tenant, index_version=_version(raw)
                     )
                 self.reload(tenant)
+
+
+def _entries(snap: Snapshot, withheld: Collection[str]) -> Iterator[tuple[Capability, bytes]]:
+    """The served capabilities of ``snap`` with their vectors, each record and vector dropped
+    from ``snap`` as it is handed over, so a large load never holds every record twice."""
+    for cap_id in list(snap.records):
+        record = snap.records.pop(cap_id)
+        vector = snap.vectors.pop(cap_id, None)
+        if vector is not None and cap_id not in withheld:
+            yield Capability.from_dict(record.capability), vector
 
 
 def needs_reload(served: int | None, stored: int, *, stale: bool, failed_at: int | None) -> bool:

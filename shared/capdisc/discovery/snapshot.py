@@ -268,6 +268,29 @@ def cosine_retriever(
     return CosineRetriever(capabilities, matrix)
 
 
+def _gather(
+    entries: Iterable[tuple[Capability, bytes]], dim: int
+) -> tuple[dict[str, Capability], Matrix]:
+    """The capabilities by id and their vectors as one matrix, row ``i`` for the ``i``-th id.
+    The vectors are copied into one growing buffer as they come, so an entry's bytes can be
+    freed as soon as it is read (a large load holds no second copy of every vector)."""
+    caps: dict[str, Capability] = {}
+    rows: dict[str, int] = {}
+    width = dim * 4
+    buffer = bytearray()
+    for capability, vector in entries:
+        if len(vector) != width:
+            continue  # a vector of another model or size: left for a reindex
+        caps[capability.id] = capability  # a repeated id: the later entry wins
+        row = rows.setdefault(capability.id, len(rows))
+        if row * width == len(buffer):
+            buffer += vector
+        else:
+            buffer[row * width : (row + 1) * width] = vector
+    matrix = np.frombuffer(buffer, dtype=np.float32).reshape(len(rows), dim)
+    return caps, matrix
+
+
 @dataclass(frozen=True)
 class IndexSnapshot:
     """One tenant's searchable state at one index version.
@@ -314,14 +337,7 @@ class IndexSnapshot:
         previous: IndexSnapshot | None = None,
         marks: Mapping[str, Mark] | None = None,
     ) -> IndexSnapshot:
-        caps: dict[str, Capability] = {}
-        rows: dict[str, Vector] = {}
-        for capability, vector in entries:
-            if len(vector) != dim * 4:
-                continue  # a vector of another model or size: left for a reindex
-            caps[capability.id] = capability  # a repeated id: the later entry wins
-            rows[capability.id] = np.frombuffer(vector, dtype=np.float32)
-        matrix = np.vstack(list(rows.values())) if rows else np.zeros((0, dim), dtype=np.float32)
+        caps, matrix = _gather(entries, dim)
         ids = tuple(caps)
         return cls(
             tenant,
