@@ -119,13 +119,15 @@ class RetrievalIndex:
         reduction is kept, so an update costs a fraction of a build.
         """
         caps = tuple(capabilities)
-        matrix, projection = _dense_side(vectors, summary_vectors, len(caps), config, previous)
+        matrix, projection, moment = _dense_side(
+            vectors, summary_vectors, len(caps), config, previous
+        )
         reuse = _reused_rows(caps, previous) if previous is not None and texts is None else None
         lexicon = _lexicon(caps, texts, previous, reuse)
         row_keys = _row_keys(caps, previous, reuse)
         names = build_name_table(row_keys, lexicon)
         kinds, categories, tags, roles, users = _facets(caps)
-        mean_vector, moment = _moments(matrix)
+        mean_vector = _mean_row(matrix)
         ids = tuple(c.id for c in caps)
         return cls(
             capabilities=caps,
@@ -399,18 +401,31 @@ def _dense_side(
     count: int,
     config: RetrievalConfig,
     previous: RetrievalIndex | None,
-) -> tuple[Matrix, Matrix | None]:
-    """The matrix queries are scored against, and the projection it was reduced with (kept
-    from ``previous`` when it has one)."""
+) -> tuple[Matrix, Matrix | None, Matrix]:
+    """The matrix queries are scored against, the projection it was reduced with (kept from
+    ``previous`` when it has one) and its second-moment matrix (from the full matrix's when
+    the projection is fitted here: one product of the large matrix instead of two)."""
     matrix = _dense_matrix(vectors, summary_vectors, count, config.full_text_weight)
-    projection = (
-        previous.projection
-        if previous is not None and previous.projection is not None
-        else _projection(matrix, config)
-    )
-    if projection is not None:
-        matrix = np.ascontiguousarray(matrix @ projection)
-    return matrix, projection
+    if previous is not None and previous.projection is not None:
+        reduced = np.ascontiguousarray(matrix @ previous.projection)
+        return reduced, previous.projection, _second_moment(_gram(reduced), count)
+    gram = _gram(matrix)
+    projection = _projection(gram, count, config)
+    if projection is None:
+        return matrix, None, _second_moment(gram, count)
+    reduced = np.ascontiguousarray(matrix @ projection)
+    return reduced, projection, _second_moment(projection.T @ gram @ projection, count)
+
+
+def _gram(matrix: Matrix) -> npt.NDArray[np.float64]:
+    """``matrix.T @ matrix`` (single-precision product, double-precision result)."""
+    gram: npt.NDArray[np.float64] = (matrix.T @ matrix).astype(np.float64)
+    return gram
+
+
+def _second_moment(gram: npt.NDArray[np.float64], rows: int) -> Matrix:
+    moment: Matrix = (gram / max(rows, 1)).astype(np.float32)
+    return moment
 
 
 def _dense_matrix(
@@ -429,12 +444,12 @@ def _dense_matrix(
     return np.ascontiguousarray(matrix, dtype=np.float32)
 
 
-def _projection(matrix: Matrix, config: RetrievalConfig) -> Matrix | None:
-    """Top right singular vectors of ``matrix`` (uncentered, so the mean direction stays)."""
-    rows, dim = matrix.shape
+def _projection(gram: npt.NDArray[np.float64], rows: int, config: RetrievalConfig) -> Matrix | None:
+    """Top right singular vectors of the matrix whose Gram matrix is ``gram`` (uncentered, so
+    the mean direction stays)."""
+    dim = gram.shape[0]
     if not config.reduce_dims or rows <= config.reduce_above or config.reduce_dims >= dim:
         return None
-    gram = matrix.T.astype(np.float64) @ matrix
     _, vectors = np.linalg.eigh(gram)  # ascending eigenvalues
     basis: Matrix = np.ascontiguousarray(
         vectors[:, ::-1][:, : config.reduce_dims], dtype=np.float32
@@ -449,12 +464,11 @@ def _probe_rows(probe_vectors: Matrix | None, projection: Matrix | None) -> Matr
     return np.ascontiguousarray(probes @ projection if projection is not None else probes)
 
 
-def _moments(matrix: Matrix) -> tuple[Vector, Matrix]:
-    """Mean row and second-moment matrix of ``matrix``."""
-    n = max(len(matrix), 1)
-    mean_vector: Vector = matrix.sum(axis=0, dtype=np.float64).astype(np.float32) / n
-    moment: Matrix = (matrix.T.astype(np.float64) @ matrix / n).astype(np.float32)
-    return mean_vector, moment
+def _mean_row(matrix: Matrix) -> Vector:
+    mean_vector: Vector = matrix.sum(axis=0, dtype=np.float64).astype(np.float32) / max(
+        len(matrix), 1
+    )
+    return mean_vector
 
 
 def _reused_rows(caps: Sequence[Capability], previous: RetrievalIndex) -> list[int | None]:

@@ -406,7 +406,9 @@ class LexicalIndex:
 
 def _counted(terms: list[str], vocab: dict[str, int]) -> tuple[IntArray, Scores, float]:
     """Distinct term ids of ``terms`` (new ones added to ``vocab``), counts and length."""
-    counts = Counter(vocab.setdefault(term, len(vocab)) for term in terms)
-    ids = np.fromiter(counts.keys(), dtype=np.int64, count=len(counts))
+    counts = Counter(terms)  # counted first, so each distinct term is looked up once
+    ids = np.fromiter(
+        (vocab.setdefault(term, len(vocab)) for term in counts), dtype=np.int64, count=len(counts)
+    )
     tf = np.fromiter(counts.values(), dtype=np.float32, count=len(counts))
     return ids, tf, float(len(terms))
