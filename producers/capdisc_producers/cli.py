@@ -544,6 +544,14 @@ def session() -> None:
 )
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--profile", default=None, help="Agent profile of every session served")
+@click.option(
+    "--import-token",
+    default=None,
+    metavar="TOKEN",
+    help="Token with the write grant that an upstream MCP server's changed tools are "
+    "re-imported with (default: CAPDISC_MCP_IMPORT_TOKEN, else --token). Prefer the "
+    "variable: a command line is visible to other users",
+)
 @caller_options
 @redis_option
 @tenant_option
@@ -553,17 +561,21 @@ def mcp_cmd(
     http_port: int | None,
     host: str,
     profile: str | None,
+    import_token: str | None,
     redis_url: str | None,
     tenant: str | None,
 ) -> None:
     """Serve discover_capabilities as an MCP server (stdio, or streamable HTTP with --http);
     each MCP session is a capdisc session. With auth on, stdio asks as the holder of --token
     (verified at start), and HTTP requires `Authorization: Bearer TOKEN` on every request and
-    asks as its holder."""
+    asks as its holder. When an upstream MCP server's tools change, they are imported again
+    with --import-token, which needs the write grant (said at start when it has not)."""
     from capdisc.identity.gate import Gate
     from capdisc_producers.mcp_server import ServerAuth, serve
 
     settings, _connection = _connect(ctx, redis_url)
+    if import_token:
+        settings = settings.with_changes(mcp_import_token=import_token)
     access = _access(ctx)
     required = access.auth if access.auth is not None else access.keys_file is not None
     gate = (

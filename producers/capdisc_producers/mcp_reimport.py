@@ -8,6 +8,15 @@ process: a new connection would start another, which need not have changed) and
 under the same source, with the capability names the first import chose (``--name`` included:
 they are read back from the stored records). Unchanged tools send nothing, changed ones are
 re-indexed, tools the server dropped are deleted; ids another source owns stay refused.
+
+Who publishes: the import token (``--import-token``, ``mcp_import_token``; default the process's
+token). With auth on and the keyring at hand, it is checked for each tenant before anything is
+sent (:func:`write_refusal`): a token the indexing workers would refuse (no ``write`` grant for
+the tenant, another tenant, expired, forged) publishes nothing, and each change is logged as
+``mcp_upstream_reimport_skipped`` with the reason, instead of filling the dead letters with
+refused events. Without the keyring this process cannot tell, so it publishes and the workers
+verify each event: a refused one is dead-lettered, and logged here as
+``mcp_upstream_reimport_refused`` with the workers' reason.
 """
 
 from __future__ import annotations
@@ -20,6 +29,8 @@ import anyio.to_thread
 import redis
 import structlog
 
+from capdisc.errors import AuthError
+from capdisc.identity.gate import Gate, require
 from capdisc.registry.policy import StoredRecord, plan_sync
 from capdisc.registry.store import stored_by_source
 from capdisc_producers.mcp_import import ServerTools, capabilities_of
@@ -29,33 +40,71 @@ from capdisc_producers.sync import SyncReport, held_elsewhere, publish_plan
 
 log = structlog.get_logger("capdisc.mcp")
 
+#: Outcome decisions of events the indexing workers refused: invalid, or another source's.
+REFUSED = ("rejected", "refused_owned")
+
+#: What to do when the import token may not write: logged at start and with each skipped change.
+IMPORT_TOKEN_HINT = (
+    "re-imports need a token with the write grant: start capdisc mcp with --import-token TOKEN "
+    "or CAPDISC_MCP_IMPORT_TOKEN (capdisc token issue --tenant T --grants write); until then, "
+    "run capdisc import mcp again when an upstream's tools change"
+)
+
 
 class Reimporter:
     """Publishes an upstream's new tool listing to the registry at ``redis_url``, stamping
-    ``token`` on the events (with auth on it must grant ``write``), and waits up to ``wait_s``
-    for the indexing workers to apply them."""
+    ``token`` on the events, and waits up to ``wait_s`` for the indexing workers to apply them.
+    With auth on, ``gate`` holds the keyring: a tenant ``token`` may not write is skipped
+    (logged with the reason); without it (``Gate(None)``) every tenant is published to."""
 
-    def __init__(self, redis_url: str, token: str | None, wait_s: float) -> None:
+    def __init__(
+        self, redis_url: str, token: str | None, wait_s: float, gate: Gate | None = None
+    ) -> None:
         self.redis_url = redis_url
         self.token = token
         self.wait_s = wait_s
+        self.gate = gate or Gate(None)
 
     async def __call__(
         self, upstream: Upstream, listing: ServerTools, tenants: frozenset[str]
     ) -> None:
         for tenant in sorted(tenants):
-            report = await anyio.to_thread.run_sync(
-                functools.partial(self.publish, upstream.source, listing, tenant),
-                abandon_on_cancel=True,
-            )
-            log.info(
-                "mcp_upstream_reimported",
-                upstream=upstream.label,
-                tenant=tenant,
-                tools=len(listing.tools),
-                summary=report.summary(),
-                index_version=report.index_version,
-                applied=report.complete,
+            refusal = self.refusal(tenant)
+            if refusal is None:
+                await self.reimport(upstream, listing, tenant)
+            else:
+                log.warning(
+                    "mcp_upstream_reimport_skipped",
+                    upstream=upstream.label,
+                    tenant=tenant,
+                    tools=len(listing.tools),
+                    reason=refusal,
+                    hint=IMPORT_TOKEN_HINT,
+                )
+
+    def refusal(self, tenant: str | None) -> str | None:
+        """Why the indexing workers would refuse this re-importer's events in ``tenant``; None
+        when they would apply them, or when it cannot be told here (see :func:`write_refusal`)."""
+        return write_refusal(self.gate, self.token, tenant)
+
+    async def reimport(self, upstream: Upstream, listing: ServerTools, tenant: str) -> None:
+        report = await anyio.to_thread.run_sync(
+            functools.partial(self.publish, upstream.source, listing, tenant),
+            abandon_on_cancel=True,
+        )
+        log.info(
+            "mcp_upstream_reimported",
+            upstream=upstream.label,
+            tenant=tenant,
+            tools=len(listing.tools),
+            summary=report.summary(),
+            index_version=report.index_version,
+            applied=report.complete,
+        )
+        refused = refused_reasons(report)
+        if refused:  # the plan's summary counts what was sent, not what the workers applied
+            log.warning(
+                "mcp_upstream_reimport_refused", upstream=upstream.label, tenant=tenant, **refused
             )
 
     def publish(self, source: str, listing: ServerTools, tenant: str) -> SyncReport:
@@ -67,6 +116,30 @@ class Reimporter:
         finally:
             publisher.close()
             connection.close()
+
+
+def write_refusal(gate: Gate, token: str | None, tenant: str | None) -> str | None:
+    """Why the indexing workers would refuse events stamped with ``token`` in ``tenant`` (in the
+    token's own tenant when None), as they check it (:meth:`Gate.writer
+    <capdisc.identity.gate.Gate.writer>`); None when they would apply them. With auth off, or
+    without the keyring at hand (``gate`` disabled), None: the workers verify each event."""
+    if not gate.enabled:
+        return None
+    try:
+        identity = gate.identity(token)
+        require(identity, tenant or identity.tenant, "write")
+    except AuthError as exc:
+        return str(exc)
+    return None
+
+
+def refused_reasons(report: SyncReport) -> dict[str, object]:
+    """How many of the report's events the indexing workers refused, and why (each distinct
+    reason once); empty when none was."""
+    refused = [o for o in report.outcomes if o.get("decision") in REFUSED]
+    if not refused:
+        return {}
+    return {"refused": len(refused), "reasons": sorted({str(o.get("reason")) for o in refused})}
 
 
 def publish_listing(

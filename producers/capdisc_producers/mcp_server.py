@@ -55,7 +55,11 @@ with the ``discover`` grant (401 with ``WWW-Authenticate: Bearer`` otherwise); e
 that token's holder, and the SDK binds each MCP session to the token's subject. The workers
 verify the token again. With auth off, HTTP callers ask as the process; on a host other than
 loopback the server says so in its log. When an upstream's tools change, the re-import is
-published with the process's token.
+published with the import token (``--import-token`` or ``CAPDISC_MCP_IMPORT_TOKEN``, default the
+process's token), which with auth on needs the ``write`` grant: the token an MCP host is given
+normally has not. With the keyring at hand, a token that may not write the tenant served is
+said at start (``mcp_upstream_reimport_off``, once) and re-imports are not published (each
+change is logged as ``mcp_upstream_reimport_skipped``); without it, the workers verify.
 """
 
 from __future__ import annotations
@@ -97,7 +101,7 @@ from capdisc_producers.mcp_gateway import (
     Gateway,
     tool_error,
 )
-from capdisc_producers.mcp_reimport import Reimporter
+from capdisc_producers.mcp_reimport import IMPORT_TOKEN_HINT, Reimporter
 from capdisc_producers.mcp_upstream import UpstreamPool
 
 SERVER_NAME = "capdisc"
@@ -163,7 +167,7 @@ def serve(
         user=user,
         token=access.token,
     )
-    pool = upstream_pool(settings, access.token)
+    pool = upstream_pool(settings, access, tenant if tenant_given or port is None else None)
     try:
         with contextlib.suppress(KeyboardInterrupt):
             if port is None:
@@ -189,11 +193,31 @@ def configure_server_logging(settings: Settings) -> None:
         logging.getLogger(chatty).setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
-def upstream_pool(settings: Settings, token: str | None) -> UpstreamPool:
+def upstream_pool(settings: Settings, access: ServerAuth, tenant: str | None) -> UpstreamPool:
     """The connections to the MCP servers tools were imported from; when one's tools change,
-    they are re-imported into the registry (with ``token``) as ``capdisc import mcp`` would."""
+    they are re-imported into the registry as ``capdisc import mcp`` would, with the import
+    token (``mcp_import_token``, else the process's), checked at start for ``tenant`` (None:
+    over HTTP without ``--tenant``, the token's own; each change is checked for its tenants)."""
     timeout_s = settings.mcp_upstream_timeout_s
-    return UpstreamPool(timeout_s, Reimporter(settings.redis_url, token, wait_s=timeout_s))
+    token = settings.mcp_import_token or access.token
+    reimporter = Reimporter(settings.redis_url, token, wait_s=timeout_s, gate=access.gate)
+    check_import_token(reimporter, tenant)
+    return UpstreamPool(timeout_s, reimporter)
+
+
+def check_import_token(reimporter: Reimporter, tenant: str | None) -> None:
+    """Said once at start: with the keyring at hand, an import token the indexing workers would
+    refuse in ``tenant`` means upstream changes are not re-imported (the reimporter skips
+    them). Without the keyring nothing is said: the workers verify each event."""
+    refusal = reimporter.refusal(tenant)
+    if refusal is not None:
+        log.warning(
+            "mcp_upstream_reimport_off",
+            tenant=tenant,
+            reason=refusal,
+            hint=IMPORT_TOKEN_HINT,
+            **auth.label(reimporter.token),
+        )
 
 
 def check_process_token(access: ServerAuth, tenant: str, now: float) -> None:

@@ -75,6 +75,9 @@ class Settings(BaseModel):
     #: ``capdisc mcp``: how long a call forwarded to the MCP server a tool was imported from may
     #: take, connecting included, before it is cancelled and answered with a tool error.
     mcp_upstream_timeout_s: float = Field(30.0, gt=0)
+    #: ``capdisc mcp``: the token an upstream's changed tools are re-imported with (``write``
+    #: grant, with auth on); None: the process's token (``--token``, ``CAPDISC_TOKEN``).
+    mcp_import_token: str | None = Field(None, repr=False)
     #: A request read by a discovery worker and not answered for this long is served by
     #: another (the first one died or hangs); well above a turn's worst time.
     claim_idle_ms: int = Field(10_000, ge=100)

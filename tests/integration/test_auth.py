@@ -1,7 +1,8 @@
 """Who asks is proven: real workers with auth on, asked through every front door (the Client,
 the CLI, capdisc mcp over stdio and over streamable HTTP) with missing, forged, expired and
 wrong-tenant tokens (a clear error, no data), and with valid tokens whose roles decide exactly
-what is seen."""
+what is seen; capdisc mcp re-imports an upstream's changed tools only with a token that may
+write."""
 
 from __future__ import annotations
 
@@ -36,10 +37,11 @@ from capdisc.models import Visibility
 from capdisc_producers.publisher import Publisher
 from capdisc_producers.sync import SyncReport, sync_directory
 
-from .conftest import EXAMPLES, MAX_BYTES, ROOT, stop_process
+from .conftest import EXAMPLES, MAX_BYTES, ROOT, stop_process, wait_for
 from .private import PrivateStack
 from .test_cli import run_cli
 from .test_import_mcp import free_port
+from .test_mcp_gateway import HARBOUR, ListChanges, bind_harbour, text_of
 
 SERVE = [sys.executable, "-m", "capdisc_producers.cli", "mcp"]
 
@@ -402,17 +404,18 @@ def test_mcp_stdio_asks_as_the_token_holder_and_the_workers_check_it(auth_stack:
 
 @pytest.fixture
 def mcp_http(auth_stack: AuthStack, tmp_path: Path) -> Iterator[Callable[..., str]]:
-    """Starts ``capdisc mcp --http PORT`` on the auth stack; returns its endpoint URL."""
+    """Starts ``capdisc mcp --http PORT`` on the auth stack (``keyring=False``: without the
+    auth settings, as a process that does not have them); returns its endpoint URL."""
     running: list[subprocess.Popen[bytes]] = []
 
-    def start(*args: str) -> str:
+    def start(*args: str, keyring: bool = True) -> str:
         port = free_port()
         log = tmp_path / "mcp-http.log"
         with log.open("ab") as out:
             running.append(
                 subprocess.Popen(
                     [*SERVE, "--http", str(port), *args],
-                    env=auth_stack.env,
+                    env=mcp_env(auth_stack, None, keyring=keyring),
                     cwd=ROOT,
                     stdout=out,
                     stderr=out,
@@ -600,3 +603,77 @@ def test_cli_writes_are_checked_before_sending_and_replayed_with_the_replayers_t
     replayed = run_cli("dlq", "replay", refused, env=writer)
     assert replayed.returncode == 0, replayed.stderr
     assert refused.encode() not in [i for i, _f in connection.xrange(keys.DEADLETTERS)]
+
+
+# -- capdisc mcp re-importing an upstream's changed tools ---------------------------------------
+
+TIDES = "tool:harbour-master.get_tide_tables"
+
+
+#: (case, the gateway's --import-token is a writer's, it has the keyring, what it logs)
+REIMPORTS = [
+    ("process-token", False, True, "mcp_upstream_reimport_skipped"),
+    ("import-token", True, True, "mcp_upstream_reimported"),
+    ("no-keyring", False, False, "mcp_upstream_reimport_refused"),
+]
+
+
+@pytest.mark.parametrize(
+    ("import_token", "keyring", "logged"),
+    [case[1:] for case in REIMPORTS],
+    ids=[case[0] for case in REIMPORTS],
+)
+def test_mcp_reimports_an_upstream_change_only_with_a_token_that_may_write(
+    auth_stack: AuthStack,
+    mcp_http: Callable[..., str],
+    tmp_path: Path,
+    import_token: bool,
+    keyring: bool,
+    logged: str,
+) -> None:
+    """The gateway runs as a reader (discover and session, as an MCP host's token). Without an
+    import token it says so at start and publishes nothing when the upstream's tools change;
+    with ``--import-token`` the change is re-imported; without the keyring it cannot tell, and
+    the workers refuse the events (dead-lettered; the gateway logs their reason)."""
+    writer = auth_stack.token(grants=["write"])
+    harbour = ("--command", f"{sys.executable} {HARBOUR}")
+    imported = run_cli(
+        "import",
+        "mcp",
+        *harbour,
+        "--tenant",
+        TENANT,
+        env={**auth_stack.env, "CAPDISC_TOKEN": writer},
+    )
+    assert imported.returncode == 0, imported.stderr
+    connection = redis.Redis.from_url(auth_stack.url)
+    version = int(connection.get(keys.version(TENANT)) or 0)
+    auth_stack.client(auth_stack.token(), tenant=TENANT).discover("warm up", min_version=version)
+    chosen = ("--import-token", writer) if import_token else ()
+    url = mcp_http("--tenant", TENANT, "--token", auth_stack.token(), *chosen, keyring=keyring)
+    log = tmp_path / "mcp-http.log"
+    letters = connection.xlen(keys.DEADLETTERS)
+
+    anyio.run(open_tide_tables, url, auth_stack.token())
+
+    wait_for(lambda: logged in log.read_text(), 30, logged)
+    said = log.read_text()
+    assert said.count("mcp_upstream_reimport_off") == (1 if keyring and not import_token else 0)
+    assert stored(auth_stack, TENANT, TIDES) is import_token
+    assert connection.xlen(keys.DEADLETTERS) - letters == (0 if keyring else 1)
+    if not import_token:  # said at start and with the change, or by the workers
+        assert "lacks the 'write' grant" in said
+    if logged == "mcp_upstream_reimport_skipped":
+        assert "--import-token" in said and "CAPDISC_MCP_IMPORT_TOKEN" in said
+
+
+async def open_tide_tables(url: str, token: str) -> None:
+    """In an MCP session of ``token``'s holder: bind the harbour's ``open_tide_tables`` and call
+    it (the harbour server then tells the gateway its tools changed)."""
+    changes = ListChanges()
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    client = MCPClient(streamable_http_client(url, http_client=http), message_handler=changes)
+    async with http, client as mcp:
+        await bind_harbour(mcp, changes, "open_tide_tables")
+        opened = await mcp.call_tool("harbour-master.open_tide_tables", {})
+    assert not opened.is_error, text_of(opened)
