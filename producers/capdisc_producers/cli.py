@@ -879,7 +879,14 @@ def _child(name: str, child: dict[str, Any]) -> str:
 
 
 def _versions(worker: dict[str, Any]) -> str:
-    return ", ".join(f"{t}@{v}" for t, v in worker.get("versions", {}).items()) or "nothing yet"
+    """``acme@12 (graph), beta@3``: each tenant's served version, and which tenants a large
+    catalog's HNSW graph serves (the others: the exact scan)."""
+    searches = worker.get("searches", {})
+    served = [
+        f"{t}@{v}" + (" (graph)" if searches.get(t) == "graph" else "")
+        for t, v in worker.get("versions", {}).items()
+    ]
+    return ", ".join(served) or "nothing yet"
 
 
 @cli.command(

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import click
 import pytest
 from click.testing import CliRunner
 
 from capdisc.status import health_failures
-from capdisc_producers.cli import Verbs, _outcome_verb, cli
+from capdisc_producers.cli import Verbs, _outcome_verb, _versions, cli
 from capdisc_producers.exits import exit_status
 
 
@@ -108,3 +109,21 @@ def test_retiring_a_key_the_keyring_lacks_exits_1_and_changes_nothing(tmp_path: 
     assert result.exit_code == 1
     assert f"error: {keys_file} has no key 'k-nope'" in result.output
     assert keys_file.read_text() == before
+
+
+@pytest.mark.parametrize(
+    ("worker", "shown"),
+    [
+        ({"versions": {"acme": 12}}, "acme@12"),
+        (
+            {"versions": {"acme": 12, "beta": 3}, "searches": {"acme": "graph"}},
+            "acme@12 (graph), beta@3",
+        ),
+        ({"versions": {"acme": 12}, "searches": {"acme": "exact"}}, "acme@12"),
+        ({}, "nothing yet"),
+    ],
+)
+def test_status_names_each_tenants_version_and_where_the_graph_serves(
+    worker: dict[str, Any], shown: str
+) -> None:
+    assert _versions(worker) == shown
