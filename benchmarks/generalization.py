@@ -14,11 +14,16 @@ keeps 95% of answerable queries answered.
 
     .venv/bin/python benchmarks/generalization.py [--set KEY=VALUE ...] [--only NAME,...]
                                                   [--fit KEY=V1,V2,...] [--json PATH]
+                                                  [--servers PART,...] [--by-kind]
 
 ``--set`` runs the engine with discovery options changed (``DiscoveryConfig`` keys) beside the
 defaults and prints the difference per catalog. ``--fit`` is the leave-one-catalog-out check of
 a constant: for each catalog, the value that does best on all the others is chosen and its
-score on the one left out is printed beside the default's.
+score on the one left out is printed beside the default's. ``--servers`` sets, for the whole
+run, what the capability texts carry of the MCP server a tool came from
+(:class:`capdisc.retrieval.text.ServerContext`: a comma-separated subset of
+``lexical,full,summary``, or ``none``: the texts of before). ``--by-kind`` adds recall@5 per
+query kind (single, names-server, multi-step) where the queries have kinds.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import argparse
 import json
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +55,7 @@ from capdisc.discovery.snapshot import HybridRetriever, IndexSnapshot
 from capdisc.embedders.factory import make_embedder
 from capdisc.embedders.port import Embedder
 from capdisc.registry.catalogs import Catalog, load_catalog
+from capdisc.retrieval import text
 from capdisc.retrieval.config import calibrated_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,18 +108,34 @@ class Loaded:
 
 def main() -> None:
     args = _arguments()
+    if args.servers is not None:
+        text.SERVER_CONTEXT = _server_context(args.servers)
     embedder = make_embedder(args.embedder)
     cache = default_cache_dir()
     chosen = set(args.only.split(",")) if args.only else None
     suites = [s for s in SUITES if (chosen is None or s.name in chosen) and _present(s)]
     overrides = dict(_pair(item) for item in args.set)
-    report: dict[str, Any] = {"embedder": embedder.id, "overrides": overrides, "catalogs": {}}
+    report: dict[str, Any] = {
+        "embedder": embedder.id,
+        "overrides": overrides,
+        "servers": asdict(text.SERVER_CONTEXT),
+        "catalogs": {},
+    }
     loaded = [load(suite, embedder, cache) for suite in suites]
     print(_header(bool(overrides)))
     for item in loaded:
         figures = measure(item, overrides)
         report["catalogs"][item.suite.name] = figures
         print(_row(item.suite.name, figures))
+    if args.by_kind:
+        print(
+            f"\nrecall@5 by query kind (plain / rank / engine){' / changed rank' * bool(overrides)}"
+        )
+        for item in loaded:
+            kinds = by_kind(item, overrides)
+            if kinds:
+                report["catalogs"][item.suite.name]["by_kind"] = kinds
+                print(_kind_rows(item.suite.name, kinds))
     if args.fit:
         key, values = args.fit.split("=", 1)
         report["fit"] = leave_one_out(loaded, key, [_value(v) for v in values.split(",")])
@@ -128,7 +150,22 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--only", default=None, help="comma-separated catalog names")
     parser.add_argument("--fit", default=None, metavar="KEY=V1,V2,...")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--servers",
+        default=None,
+        metavar="PART,...",
+        help="MCP server in the texts: lexical,full,summary or none (default: the code's)",
+    )
+    parser.add_argument("--by-kind", action="store_true", help="recall@5 per query kind")
     return parser.parse_args()
+
+
+def _server_context(parts: str) -> text.ServerContext:
+    chosen = {p.strip() for p in parts.split(",") if p.strip() and p.strip() != "none"}
+    known = {f.name for f in fields(text.ServerContext)}
+    if chosen - known:
+        raise SystemExit(f"--servers: unknown {sorted(chosen - known)}; known: {sorted(known)}")
+    return text.ServerContext(**dict.fromkeys(chosen, True))
 
 
 def _present(suite: Suite) -> bool:
@@ -246,6 +283,42 @@ def _at_answered(item: Loaded, config: DiscoveryConfig) -> float | None:
     return _share(t < threshold for t in top[n:])
 
 
+def by_kind(item: Loaded, overrides: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Recall@5 of plain fusion, the ranking, the engine (and the changed ranking) per query
+    ``kind``; empty when the queries have no kinds."""
+    kinds = [str(q.meta.get("kind", "")) for q in item.answerable]
+    if not any(kinds):
+        return {}
+    rankings = {
+        "plain": [
+            item.plain.search(q.query, item.vectors.vectors[q.query], 10).ids
+            for q in item.answerable
+        ],
+        **_engine_rankings(item, DiscoveryConfig()),
+    }
+    if overrides:
+        retrieval = {k.removeprefix("retrieval."): v for k, v in overrides.items() if "." in k}
+        options = {k: v for k, v in overrides.items() if "." not in k}
+        changed = replace(item, snapshot=_retuned(item.snapshot, retrieval))
+        rankings["changed"] = _engine_rankings(changed, DiscoveryConfig().merged(options))["rank"]
+    out: dict[str, dict[str, Any]] = {}
+    for kind in sorted(set(kinds)):
+        rows = [i for i, k in enumerate(kinds) if k == kind]
+        queries = [item.answerable[i] for i in rows]
+        out[kind] = {"queries": len(rows)} | {
+            name: _scores([ranked[i] for i in rows], queries)["recall@5"]
+            for name, ranked in rankings.items()
+        }
+    return out
+
+
+def _engine_rankings(item: Loaded, config: DiscoveryConfig) -> dict[str, list[Sequence[str]]]:
+    free = config.merged({"abstain_threshold": 0.0})
+    ranking = run_queries(item.snapshot, item.answerable, item.vectors, config=free)
+    served = run_queries(item.snapshot, item.answerable, item.vectors, config=config)
+    return {"rank": [r.ids for r in ranking.results], "engine": [r.ids for r in served.results]}
+
+
 def _scores(ranked: Sequence[Sequence[str]], queries: Sequence[LabelledQuery]) -> dict[str, float]:
     recall = [recall_at(r, q.relevant, 5) for r, q in zip(ranked, queries, strict=True)]
     ndcg = [ndcg_at(r, q.relevant, 5) for r, q in zip(ranked, queries, strict=True)]
@@ -318,6 +391,16 @@ def _row(name: str, f: dict[str, Any]) -> str:
             f"{c['no_tool_abstained']:>7.3f} {c95 if c95 is not None else float('nan'):>6.3f}"
         )
     return row
+
+
+def _kind_rows(name: str, kinds: dict[str, dict[str, Any]]) -> str:
+    rows = []
+    for kind, f in kinds.items():
+        figures = " / ".join(
+            f"{f[k]:.3f}" for k in ("plain", "rank", "engine", "changed") if k in f
+        )
+        rows.append(f"  {name:<18} {kind:<13} {f['queries']:>5}  {figures}")
+    return "\n".join(rows)
 
 
 if __name__ == "__main__":

@@ -90,6 +90,7 @@ def capability_from_benchmark_tool(
     source: str = "benchmark",
     *,
     notes: list[str] | None = None,
+    servers: bool = False,
 ) -> Capability:
     """One ``tools.jsonl`` record as a valid tool capability (lenient about names, repaired the
     way imports are, each repair appended to ``notes``). An id already in ``taken`` gets a
@@ -98,10 +99,15 @@ def capability_from_benchmark_tool(
     ``description_for_model`` (plugin manifests) is appended to the description as a second
     paragraph; ``name_for_human`` becomes the display name, else the name with its identifier
     parts split ("getWeather" -> "Get Weather").
+
+    With ``servers``, a record naming its ``server`` (the development catalogs) is a tool of
+    that server, as ``capdisc import mcp`` files one: ``source_ref`` of type ``mcp`` (source
+    ``mcp:SERVER``), under its ``category`` (the server's short name, as in the tool ids).
     """
     schema_key = next((k for k in _SCHEMA_KEYS if record.get(k)), "parameters")
     where = f"{source}:{record.get('id') or record.get('name') or 'tool'}"
-    picked = {k: record[k] for k in (*_TEXT_FIELDS, schema_key) if k in record}
+    wanted = (*_TEXT_FIELDS, *(("server",) if servers else ()), schema_key)
+    picked = {k: record[k] for k in wanted if k in record}
     fields, repairs = tolerant_fields(picked, schema_key, where)
     raw_id = str(fields.get("id") or fields.get("name") or "tool")
     name = _safe(str(fields.get("name") or raw_id), _UNSAFE_NAME, 64)
@@ -116,7 +122,7 @@ def capability_from_benchmark_tool(
         "description": (_description(fields) or display)[:4096],
         "category": _safe(category, _UNSAFE_NAME, 64),
         "full_schema": schema if isinstance(schema, dict) else None,
-        "source_ref": {"type": "jsonl", "source": source, "location": raw_id},
+        "source_ref": _source_ref(fields, source, raw_id),
     }
     capability = validated(tool, where, schema_key)
     if taken is not None:
@@ -124,6 +130,15 @@ def capability_from_benchmark_tool(
     if notes is not None:
         notes.extend(repairs)
     return capability
+
+
+def _source_ref(fields: Mapping[str, Any], source: str, raw_id: str) -> dict[str, str]:
+    """Where the tool came from: its server when the record names one (read only when the
+    caller asked for servers), else the catalog."""
+    server = str(fields.get("server") or "").strip()
+    if not server:
+        return {"type": "jsonl", "source": source, "location": raw_id}
+    return {"type": "mcp", "source": f"mcp:{server}", "location": str(fields.get("name") or raw_id)}
 
 
 def _safe(text: str, pattern: re.Pattern[str], limit: int) -> str:
@@ -165,7 +180,7 @@ def load_catalog(path: Path) -> Catalog:
     """Read a ``tools.jsonl`` catalog (the source named after its directory), each line on its
     own. Query labels may name a tool by its ``id`` or, when no other tool has that name or
     id, by its ``name``."""
-    lines = list(_lines(path, path.parent.name))
+    lines = list(_lines(path, path.parent.name, servers=True))
     kept = [(line.record or {}, line.capability) for line in lines if line.capability is not None]
     return Catalog(
         capabilities=tuple(capability for _, capability in kept),
@@ -200,20 +215,22 @@ def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
                 yield json.loads(line)
 
 
-def _lines(path: Path, source: str) -> Iterator[_Line]:
+def _lines(path: Path, source: str, *, servers: bool = False) -> Iterator[_Line]:
     taken: set[str] = set()
     with path.open(encoding="utf-8-sig") as handle:
         for number, text in enumerate(handle, start=1):
             if text.strip():
-                yield _line(text, number, f"{path}:{number}", taken, source)
+                yield _line(text, number, f"{path}:{number}", taken, source, servers)
 
 
-def _line(text: str, number: int, where: str, taken: set[str], source: str) -> _Line:
+def _line(text: str, number: int, where: str, taken: set[str], source: str, servers: bool) -> _Line:
     record: dict[str, Any] | None = None
     notes: list[str] = []
     try:
         record = _json_object(text, where)
-        capability = capability_from_benchmark_tool(record, taken, source, notes=notes)
+        capability = capability_from_benchmark_tool(
+            record, taken, source, notes=notes, servers=servers
+        )
     except ManifestError as exc:
         return _Line(number, record, error=ManifestError(where, exc.field, exc.problem))
     except RecursionError:

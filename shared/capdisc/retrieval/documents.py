@@ -8,11 +8,15 @@ from collections.abc import Iterable
 
 from capdisc.identifiers import split_identifiers
 from capdisc.models import Capability
+from capdisc.retrieval import text
+from capdisc.retrieval.text import ServerContext, server_of
 
 
-def lexical_text(capability: Capability) -> str:
+def lexical_text(capability: Capability, servers: ServerContext | None = None) -> str:
     """What BM25 matches: names (identifiers split), description, category, tags, parameters
-    with their descriptions, dependencies and example queries."""
+    with their descriptions, dependencies and example queries; with ``servers.lexical`` (the
+    default: :data:`capdisc.retrieval.text.SERVER_CONTEXT`) also the name words of the MCP
+    server it came from (:func:`capdisc.retrieval.text.server_of`)."""
     lines = [
         capability.name,
         capability.display_name,
@@ -23,6 +27,8 @@ def lexical_text(capability: Capability) -> str:
     lines.extend(_parameter_lines(capability))
     lines.extend(capability.required_tools)
     lines.extend(capability.example_queries)
+    if (servers or text.SERVER_CONTEXT).lexical:
+        lines.append(server_of(capability))
     return "\n".join(line for line in lines if line)
 
 

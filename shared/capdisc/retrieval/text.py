@@ -3,7 +3,10 @@
 :func:`full_text` (display name and description, parameters with their descriptions, tags,
 dependencies, example queries) and :func:`summary_text` (display name and the description's
 first paragraph) measured best on the benchmark data; a category line and the raw name in
-parentheses cost recall. Never the full schema, the full content or secrets.
+parentheses cost recall. A tool imported from an MCP server has the server's name before its
+own in the full text (``github: List Pull Requests: ...``), and BM25 matches the server's name
+words too (:data:`SERVER_CONTEXT`): requests that name the server or the tool family reach the
+tool. Never the full schema, the full content or secrets.
 
 A capability's stored vector is :func:`combine` of the two texts' embeddings: cosine with a
 query is then the weighted mean of the two views' cosines, in one row. :func:`vector_space`
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -22,12 +26,41 @@ from capdisc.identifiers import humanize, split_identifiers
 from capdisc.models import Capability
 
 _PARAGRAPH = re.compile(r"\n\s*\n")
+#: ``source_ref.type`` of the capabilities ``capdisc import mcp`` makes.
+MCP_SOURCE = "mcp"
 
 
-def full_text(capability: Capability) -> str:
+@dataclass(frozen=True)
+class ServerContext:
+    """Which texts name the MCP server a capability was imported from (:func:`server_of`):
+    ``lexical`` its name words in the BM25 text, ``full`` and ``summary`` its name before the
+    capability's in the embedded texts. Capabilities of no server have the same texts whatever
+    is set. ``benchmarks/generalization.py --servers`` measures other choices."""
+
+    lexical: bool = False
+    full: bool = False
+    summary: bool = False
+
+
+#: What the texts carry of the server: its name in the BM25 text and in the full text, not in
+#: the summary (which lost multi-step recall; docs/benchmarks.md, "Generalization").
+SERVER_CONTEXT = ServerContext(lexical=True, full=True)
+
+
+def server_of(capability: Capability) -> str:
+    """The MCP server ``capability`` was imported from, as words (``desktop commander``):
+    ``capdisc import mcp`` files each tool under its server (``category``, ``source_ref.type``
+    ``mcp``). Empty for a capability of any other source."""
+    if capability.source_ref.type != MCP_SOURCE:
+        return ""
+    return split_identifiers(capability.category)
+
+
+def full_text(capability: Capability, servers: ServerContext | None = None) -> str:
     """The main embedding text of ``capability``."""
+    server = server_of(capability) if (servers or SERVER_CONTEXT).full else ""
     name = capability.display_name or humanize(capability.name)
-    lines = [f"{name}: {capability.description.strip()}"]
+    lines = [f"{_named(server, name)}: {capability.description.strip()}"]
     params = _parameter_phrases(capability)
     if params:
         lines.append("Parameters: " + "; ".join(params))
@@ -46,9 +79,11 @@ VECTOR_SCHEME = "fs1"
 FULL_TEXT_WEIGHT = 0.5
 
 
-def embedding_texts(capability: Capability) -> tuple[str, str]:
+def embedding_texts(
+    capability: Capability, servers: ServerContext | None = None
+) -> tuple[str, str]:
     """What the indexing worker embeds for a capability: the full text and the summary."""
-    return full_text(capability), summary_text(capability)
+    return full_text(capability, servers), summary_text(capability, servers)
 
 
 def combine(full: Vector, summary: Vector, full_weight: float = FULL_TEXT_WEIGHT) -> Vector:
@@ -69,11 +104,17 @@ def embedder_id_of(space: str) -> str:
     return space.removesuffix(f".{VECTOR_SCHEME}")
 
 
-def summary_text(capability: Capability) -> str:
+def summary_text(capability: Capability, servers: ServerContext | None = None) -> str:
     """The short second view: display name and the description's first paragraph."""
+    server = server_of(capability) if (servers or SERVER_CONTEXT).summary else ""
     name = capability.display_name or humanize(capability.name)
     first = _PARAGRAPH.split(capability.description.strip(), maxsplit=1)[0].strip()
-    return f"{name}: {first}"
+    return f"{_named(server, name)}: {first}"
+
+
+def _named(server: str, name: str) -> str:
+    """``server: name``, or the name alone."""
+    return f"{server}: {name}" if server else name
 
 
 def _parameter_phrases(capability: Capability) -> list[str]:
