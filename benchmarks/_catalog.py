@@ -109,6 +109,21 @@ def embed_catalog(caps: list[Capability], embedder: Embedder, batch: int = 64) -
     return np.stack([combine(f, s) for f, s in zip(full, summary, strict=True)])
 
 
+def stand_in_vectors(caps: list[Capability], embedder: Embedder, batch: int = 4096) -> Matrix:
+    """Stored vectors of ``caps`` as :func:`embed_catalog` makes them but from a cheap embedder
+    (the hashing one: the same size and arithmetic, relevance meaningless) and not cached."""
+    rows = []
+    for start in range(0, len(caps), batch):
+        chunk = caps[start : start + batch]
+        rows.append(
+            combine(
+                embedder.embed([full_text(c) for c in chunk]),
+                embedder.embed([summary_text(c) for c in chunk]),
+            )
+        )
+    return np.vstack(rows).astype(np.float32)
+
+
 def embed_texts(texts: list[str], embedder: Embedder, batch: int = 64) -> Matrix:
     CACHE.mkdir(exist_ok=True)
     digest = hashlib.sha256("\n\x00".join(texts).encode()).hexdigest()[:24]

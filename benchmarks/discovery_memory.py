@@ -45,12 +45,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import redis
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _catalog import CACHE, embed_catalog, load_catalog, seal_queries
+from _catalog import CACHE, embed_catalog, load_catalog, seal_queries, stand_in_vectors
 from _common import percentile
 from capdisc.client import Client
 from capdisc.embedders.hashing import HashingEmbedder
@@ -64,7 +63,7 @@ from capdisc.retrieval.config import DEFAULT_CONFIG, RetrievalConfig, calibrated
 from capdisc.retrieval.index import RetrievalIndex
 from capdisc.retrieval.neighbors import NeighborIndex
 from capdisc.retrieval.results import RetrievalResult
-from capdisc.retrieval.text import combine, full_text, summary_text, vector_space
+from capdisc.retrieval.text import full_text, summary_text, vector_space
 from capdisc.settings import Settings
 from capdisc.status import live_workers
 
@@ -222,11 +221,11 @@ def _round(value: float | None) -> float | None:
 def catalog_vectors(caps: list[Capability], embedder: Embedder) -> tuple[Matrix, str]:
     """Stored vectors for ``caps`` in ``embedder``'s space, and where they came from."""
     if isinstance(embedder, HashingEmbedder):
-        return hashing_vectors(caps, embedder), f"{embedder.id} (the worker's embedder)"
+        return stand_in_vectors(caps, embedder), f"{embedder.id} (the worker's embedder)"
     if minilm_cached(caps, embedder.id):
         return embed_catalog(caps, embedder), f"{embedder.id}, from benchmarks/.cache"
     stand_in = HashingEmbedder(embedder.dim)
-    return hashing_vectors(caps, stand_in), (
+    return stand_in_vectors(caps, stand_in), (
         f"{stand_in.id} stand-ins stored as {embedder.id} (no cached MiniLM vectors for this "
         f"catalog; same {embedder.dim} dims so the same memory, relevance meaningless)"
     )
@@ -243,20 +242,6 @@ def minilm_cached(caps: list[Capability], embedder_id: str) -> bool:
 def _cache_path(texts: list[str], embedder_id: str) -> Path:
     digest = hashlib.sha256("\n\x00".join(texts).encode()).hexdigest()[:24]
     return CACHE / f"{embedder_id}-{digest}.npy"
-
-
-def hashing_vectors(caps: list[Capability], embedder: HashingEmbedder, batch: int = 4096) -> Matrix:
-    """:func:`combine` of the full text's and the summary's hashing embeddings (not cached)."""
-    rows = []
-    for start in range(0, len(caps), batch):
-        chunk = caps[start : start + batch]
-        rows.append(
-            combine(
-                embedder.embed([full_text(c) for c in chunk]),
-                embedder.embed([summary_text(c) for c in chunk]),
-            )
-        )
-    return np.vstack(rows).astype(np.float32)
 
 
 def load_store(url: str, caps: list[Capability], matrix: Matrix, embedder_id: str) -> float:

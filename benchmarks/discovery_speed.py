@@ -43,7 +43,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _catalog import embed_catalog, load_catalog, seal_queries
+from _catalog import embed_catalog, load_catalog, seal_queries, stand_in_vectors
 from _common import percentile
 from capdisc import keys
 from capdisc.client import Client
@@ -63,7 +63,7 @@ from capdisc.retrieval.config import DEFAULT_CONFIG
 from capdisc.retrieval.decompose import decompose
 from capdisc.retrieval.neighbors import BackgroundBuilder, NeighborIndex
 from capdisc.retrieval.probes import PROBES
-from capdisc.retrieval.text import combine, full_text, summary_text, vector_space
+from capdisc.retrieval.text import vector_space
 from capdisc.sessions.policy import SessionPolicy
 
 HERE = Path(__file__).resolve().parent
@@ -90,7 +90,7 @@ def main() -> None:
     if args.stand_ins:
         os.environ["CAPDISC_EMBEDDER"] = "hashing"  # the workers embed queries the same way
     caps = load_catalog(args.size)
-    matrix = hashing_matrix(caps, embedder) if args.stand_ins else embed_catalog(caps, embedder)
+    matrix = stand_in_vectors(caps, embedder) if args.stand_ins else embed_catalog(caps, embedder)
     queries = seal_queries()[: args.queries]
     print(
         f"catalog: {len(caps)} capabilities, {len(queries)} queries, embedder {embedder.id}"
@@ -122,20 +122,6 @@ def report(label: str, samples_s: list[float], floor_ms: float | None = None) ->
         f"(p99/median {percentile(ms, 99) / median:.1f}{ratio}, n={len(ms)})"
     )
     return median
-
-
-def hashing_matrix(caps: list, embedder: Embedder, batch: int = 4096) -> np.ndarray:
-    """Stand-in stored vectors: the hashing embedder's, combined as the indexer combines."""
-    rows = []
-    for start in range(0, len(caps), batch):
-        chunk = caps[start : start + batch]
-        rows.append(
-            combine(
-                embedder.embed([full_text(c) for c in chunk]),
-                embedder.embed([summary_text(c) for c in chunk]),
-            )
-        )
-    return np.vstack(rows).astype(np.float32)
 
 
 def in_process(caps: list, matrix: np.ndarray, queries: list[str], embedder: Embedder) -> None:

@@ -27,14 +27,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _catalog import load_catalog, seal_queries
+from _catalog import load_catalog, seal_queries, stand_in_vectors
 from capdisc.access import Caller, visible
 from capdisc.embedders.hashing import HashingEmbedder
 from capdisc.filters import SearchFilters
 from capdisc.models import Capability, Visibility
 from capdisc.retrieval.index import RetrievalIndex
 from capdisc.retrieval.neighbors import NeighborIndex
-from capdisc.retrieval.text import combine, full_text, summary_text
 
 ROLES = [f"team-{i}" for i in range(12)]
 USERS = [f"user-{i}" for i in range(300)]
@@ -50,7 +49,7 @@ def main() -> None:
     caps = [restricted(c, rng) for c in load_catalog(args.size)]
     embedder = HashingEmbedder(384)
     started = time.perf_counter()
-    index = RetrievalIndex.build(caps, vectors(caps, embedder))
+    index = RetrievalIndex.build(caps, stand_in_vectors(caps, embedder))
     print(f"{len(caps):,} capabilities indexed in {time.perf_counter() - started:.1f} s")
     started = time.perf_counter()
     index.neighbors.fill(NeighborIndex(index.matrix))
@@ -66,19 +65,6 @@ def restricted(capability: Capability, rng: random.Random) -> Capability:
     if draw < 2 / 3:
         return replace(capability, visibility=Visibility(roles=(rng.choice(ROLES),)))
     return replace(capability, visibility=Visibility(users=(rng.choice(USERS),)))
-
-
-def vectors(caps: list[Capability], embedder: HashingEmbedder, batch: int = 4096) -> np.ndarray:
-    rows = []
-    for start in range(0, len(caps), batch):
-        chunk = caps[start : start + batch]
-        rows.append(
-            combine(
-                embedder.embed([full_text(c) for c in chunk]),
-                embedder.embed([summary_text(c) for c in chunk]),
-            )
-        )
-    return np.vstack(rows).astype(np.float32)
 
 
 def categories(caps: list[Capability]) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cache, cached_property
 from typing import TYPE_CHECKING, Protocol
 
 import networkx as nx
@@ -215,16 +215,11 @@ RetrieverFactory = Callable[
 ]
 
 
-#: Builds the HNSW graphs of large catalogs for every snapshot of this process, off the
-#: request path (created on first use).
-_GRAPHS: list[BackgroundBuilder] = []
-
-
+@cache
 def graph_builder() -> BackgroundBuilder:
-    """This process's graph builder."""
-    if not _GRAPHS:
-        _GRAPHS.append(BackgroundBuilder())
-    return _GRAPHS[0]
+    """This process's graph builder: it builds the HNSW graphs of large catalogs for every
+    snapshot, off the request path (created on first use)."""
+    return BackgroundBuilder()
 
 
 def hybrid_retriever(

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
@@ -47,7 +48,7 @@ from capdisc.retrieval.names import (
     named_rows,
     row_name_keys,
 )
-from capdisc.retrieval.neighbors import NeighborSlot, dense_candidates
+from capdisc.retrieval.neighbors import NeighborIndex, NeighborSlot, dense_candidates
 from capdisc.retrieval.relevance import abstain_threshold, probe_cosines
 from capdisc.retrieval.results import RetrievalResult, Scored, best_rows, entries, merge
 from capdisc.retrieval.scoring import fuse, fuse_pooled, mix_moments
@@ -155,8 +156,9 @@ class RetrievalIndex:
     def __len__(self) -> int:
         return len(self.ids)
 
-    @property
+    @cached_property
     def all_open(self) -> bool:
+        """Whether every row is open to the whole tenant (computed once)."""
         return bool(self.open_rows.all())
 
     # -- searching ------------------------------------------------------------------------------
@@ -240,7 +242,7 @@ class RetrievalIndex:
         if len(self.ids) <= config.ann_above or graph.rows != len(self.ids):
             return None
         restricted = filters != NO_FILTERS or not self.all_open
-        return _Pooled(self, self._project(vector), allowed if restricted else None, want, config)
+        return _Pooled(self, graph, self._project(vector), allowed, restricted, want, config)
 
     def _subqueries(
         self, query: str, embed: QueryEmbed | None, config: RetrievalConfig
@@ -349,12 +351,17 @@ class _Pooled:
     def __init__(
         self,
         index: RetrievalIndex,
+        graph: NeighborIndex,
         vector: Vector,
-        allowed: BoolArray | None,
+        allowed: BoolArray,
+        restricted: bool,
         want: int,
         config: RetrievalConfig,
     ) -> None:
-        self.index, self.vector, self.allowed, self.config = index, vector, allowed, config
+        """``allowed``: the rows the search admits; ``restricted``: whether that is fewer than
+        every row (the graph walk then checks it)."""
+        self.index, self.graph, self.vector, self.config = index, graph, vector, config
+        self.allowed, self.restricted = allowed, restricted
         self.size = max(config.ann_candidates, want)
         mean = float(vector @ index.mean_vector)
         self.means = np.array([mean], dtype=np.float32)
@@ -368,13 +375,15 @@ class _Pooled:
         index = self.index
         self.term_ids = index.lexicon.term_ids(query)
         self.bm25 = index.lexicon.scores(self.term_ids)[None, :]
-        mask = self.allowed if self.allowed is not None else np.ones(len(index.ids), dtype=bool)
-        graph = index.neighbors.graph
-        assert graph is not None
         dense = dense_candidates(
-            index.matrix, self.vector, self.size, self.allowed, graph, self.config.ann_exact_below
+            index.matrix,
+            self.vector,
+            self.size,
+            self.allowed if self.restricted else None,
+            self.graph,
+            self.config.ann_exact_below,
         )
-        lexical = best_matching(self.bm25[0], mask, self.size)
+        lexical = best_matching(self.bm25[0], self.allowed, self.size)
         return self._at(np.union1d(dense, lexical))
 
     def extend(self, whole: Scored, rows: list[int], parts: list[Scored]) -> Scored:
