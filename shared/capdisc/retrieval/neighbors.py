@@ -3,9 +3,10 @@ scoring every row.
 
 Below ``RetrievalConfig.ann_above`` rows the index scores every row exactly (a few ms at
 100,000 rows is the ceiling that moves this threshold). Above it, :class:`NeighborIndex` (an
-HNSW graph from ``faiss-cpu``, chosen by measurement against usearch: the same speed and
-recall, and faiss filters inside the graph walk) gives each query its ``ann_candidates`` best
-rows by inner product, and only those and the BM25 best rows are scored exactly.
+HNSW graph from ``faiss-cpu``, chosen by measurement against usearch with
+``benchmarks/ann_libraries.py``: faster at the same recall, and it filters inside the graph
+walk) gives each query its ``ann_candidates`` best rows by inner product, and only those and
+the BM25 best rows are scored exactly.
 
 Filters stay exact: the allowed rows (kind, tags, availability, the caller's visibility) are a
 bitmap the graph walk checks, so a row the caller may not see is never a candidate; when few
