@@ -200,3 +200,10 @@ def test_an_update_reuses_terms_instead_of_the_text() -> None:
 
     assert int(np.argmax(updated.search("weather forecast"))) == 0
     assert not updated.search("text read").any()
+
+
+def test_postings_hold_32_bit_ids() -> None:
+    index = LexicalIndex.build(DOCS)
+
+    assert index.indices.dtype == np.int32
+    assert index.doc_terms.dtype == np.int32

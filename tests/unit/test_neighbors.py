@@ -68,6 +68,17 @@ def test_the_graph_finds_nearly_every_exact_neighbour(matrix: Matrix, graph: Nei
     assert sum(found) / (10 * len(queries)) >= 0.95
 
 
+def test_the_graph_holds_its_vectors_as_one_byte_a_dimension(graph: NeighborIndex) -> None:
+    import faiss
+
+    flat = faiss.IndexHNSWFlat(32, graph.settings.links, faiss.METRIC_INNER_PRODUCT)
+    flat.add(unit_rows(ROWS, 32, seed=3))
+
+    saved = faiss.serialize_index(flat).nbytes - faiss.serialize_index(graph._graph).nbytes
+
+    assert saved >= ROWS * 32 * 2  # 4 bytes a dimension as float32, 1 as a code (+ links)
+
+
 def test_a_filtered_search_returns_only_allowed_rows(matrix: Matrix, graph: NeighborIndex) -> None:
     allowed = np.random.default_rng(5).random(ROWS) < 0.5
     rows = graph.search(matrix[7], 20, allowed)

@@ -28,6 +28,9 @@ import numpy.typing as npt
 
 Scores = npt.NDArray[np.float32]
 IntArray = npt.NDArray[np.int64]
+#: Row and term ids inside the postings: 32 bits (a catalog has fewer than 2**31 rows and
+#: terms), half the memory of the postings and the per-document terms.
+Ids32 = npt.NDArray[np.int32]
 
 #: One word: an acronym (HTTP in HTTPServer), a capitalized or lowercase run, or digits. Letters
 #: outside ASCII count as lowercase, so "Café" stays one word.
@@ -238,7 +241,7 @@ class LexicalIndex:
 
     vocabulary: dict[str, int]
     data: Scores
-    indices: IntArray
+    indices: Ids32
     indptr: IntArray
     num_docs: int
     stem: bool
@@ -247,7 +250,7 @@ class LexicalIndex:
     #: The transpose of the postings: document ``d``'s term ids are
     #: ``doc_terms[doc_indptr[d]:doc_indptr[d + 1]]``, with their counts in ``doc_tf``.
     doc_indptr: IntArray
-    doc_terms: IntArray
+    doc_terms: Ids32
     doc_tf: Scores = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
     #: Terms per document (BM25's document length).
     doc_len: Scores = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
@@ -270,7 +273,7 @@ class LexicalIndex:
         With ``previous`` and ``reuse``, document ``i`` whose ``reuse[i]`` is a row of
         ``previous`` takes that row's terms instead of tokenizing ``documents[i]`` again."""
         vocab: dict[str, int] = dict(previous.vocabulary) if previous is not None else {}
-        parts: list[tuple[IntArray, Scores, float]] = []
+        parts: list[tuple[npt.NDArray[np.integer], Scores, float]] = []
         for row, doc in enumerate(documents):
             old = reuse[row] if reuse is not None and previous is not None else None
             parts.append(
@@ -284,7 +287,7 @@ class LexicalIndex:
     def _assemble(
         cls,
         vocab: dict[str, int],
-        parts: list[tuple[IntArray, Scores, float]],
+        parts: list[tuple[npt.NDArray[np.integer], Scores, float]],
         stem: bool,
         k1: float,
         b: float,
@@ -292,13 +295,17 @@ class LexicalIndex:
         n = len(parts)
         lengths = np.fromiter((len(t) for t, _c, _l in parts), dtype=np.int64, count=n)
         doc_indptr = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
-        empty_i, empty_f = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
-        doc_terms = np.concatenate([t for t, _c, _l in parts]) if n else empty_i
+        empty_i, empty_f = np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32)
+        doc_terms = (
+            np.concatenate([t for t, _c, _l in parts]).astype(np.int32, copy=False)
+            if n
+            else empty_i
+        )
         doc_tf = np.concatenate([c for _t, c, _l in parts]) if n else empty_f
         doc_len = np.fromiter((dl for _t, _c, dl in parts), dtype=np.float32, count=n)
         df = np.bincount(doc_terms, minlength=len(vocab))
         idf = np.log(1.0 + (max(n, 1) - df + 0.5) / (df + 0.5)).astype(np.float32)
-        owners = np.repeat(np.arange(n, dtype=np.int64), lengths)
+        owners = np.repeat(np.arange(n, dtype=np.int32), lengths)
         norm = k1 * ((1.0 - b) + b * doc_len / max(float(doc_len.mean()) if n else 1.0, 1e-9))
         weights = (idf[doc_terms] * doc_tf / (doc_tf + norm[owners])).astype(np.float32)
         by_term = np.argsort(doc_terms, kind="stable")
@@ -319,7 +326,7 @@ class LexicalIndex:
             b,
         )
 
-    def row_terms(self, row: int) -> tuple[IntArray, Scores, float]:
+    def row_terms(self, row: int) -> tuple[Ids32, Scores, float]:
         """Document ``row``'s distinct term ids, their counts and its length."""
         start, end = self.doc_indptr[row], self.doc_indptr[row + 1]
         return self.doc_terms[start:end], self.doc_tf[start:end], float(self.doc_len[row])

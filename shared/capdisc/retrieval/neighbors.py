@@ -23,6 +23,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -45,17 +46,26 @@ class NeighborSettings:
 
 class NeighborIndex:
     """An HNSW graph over the rows of one matrix (unit vectors, inner product). Immutable once
-    built; searched from any thread."""
+    built; searched from any thread.
+
+    The graph keeps its own copy of the vectors as 8-bit codes (one byte a dimension, against
+    four for float32): it only picks candidates, which the index then scores exactly from its
+    float32 matrix. Measured at 100,000 rows (``benchmarks/ann_libraries.py``): the same
+    recall@10 after that exact scoring as a float32 graph, a faster walk, and 464 bytes a row
+    against 1,040."""
 
     def __init__(self, matrix: Matrix, settings: NeighborSettings = NeighborSettings()) -> None:
         import faiss  # imported here: only catalogs above the threshold need it
 
         faiss.omp_set_num_threads(1)  # a build in the background leaves a core to requests
         rows, dim = matrix.shape
-        graph = faiss.IndexHNSWFlat(dim, settings.links, faiss.METRIC_INNER_PRODUCT)
+        codes: Any = faiss.ScalarQuantizer.QT_8bit  # an int the stubs call a ScalarQuantizer
+        graph = faiss.IndexHNSWSQ(dim, codes, settings.links, faiss.METRIC_INNER_PRODUCT)
         graph.hnsw.efConstruction = settings.ef_construction
         if rows:
-            graph.add(np.ascontiguousarray(matrix, dtype=np.float32))
+            vectors = np.ascontiguousarray(matrix, dtype=np.float32)
+            graph.train(vectors)  # the per-dimension ranges of the 8-bit codes
+            graph.add(vectors)
         self._faiss = faiss
         self._graph = graph
         self.rows = rows
