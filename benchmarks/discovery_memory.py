@@ -17,6 +17,11 @@ a worker started on an empty registry, and MB per 1,000 capabilities), and the l
 embeddings, then the same queries again (cached embeddings), median and p99, client round trip
 and time in the worker.
 
+Then the worker is stopped and a new one started on the same store from the snapshot the first
+one wrote (``snapshot_dir``, :mod:`capdisc.discovery.snapshotfile`): its start to serving, to
+its graph serving, its memory, and whether it answers the cached-pass queries as the first one
+did.
+
 Beside them, the floors of the same run: the bare Redis round trip (PING), the model's own time
 for one query, and, in this process on the same capabilities and vectors, the exact scan of
 every row against the graph search, with the graph's recall@10 of the exact answers.
@@ -28,7 +33,11 @@ every row against the graph search, with the graph's recall@10 of the exact answ
 ``capabilities``, ``rss_mb``, ``peak_rss_mb``, ``start_to_serving_s``, ``graph_ready_s``,
 ``discover_cached_ms`` and ``discover_fresh_ms`` (``{"p50": .., "p99": ..}``),
 ``recall_at_10_vs_exact`` (and ``recall_at_10_ties``: ties with the exact 10th count), ``floors``
-and ``ratios``.
+and ``ratios``; from the snapshot: ``snapshot_written_s`` (from the first start until the
+snapshot was on disk), ``snapshot_mb``, ``start_from_snapshot_s``,
+``graph_ready_from_snapshot_s``, ``from_snapshot_rss_mb``, ``from_snapshot_same_answers``
+(the share of queries answered with the same ids), ``loaded_from_snapshot``; and
+``load_average`` (1, 5, 15 minutes) at the start and the end of the size's run.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -129,23 +139,56 @@ def main() -> None:
 # -- the worker process ----------------------------------------------------------------------
 
 
-def worker_env(url: str, embedder: str) -> dict[str, str]:
+def worker_env(url: str, embedder: str, snapshots: Path | None) -> dict[str, str]:
     return {
         **os.environ,
         "CAPDISC_REDIS_URL": url,
         "CAPDISC_EMBEDDER": embedder,
-        "CAPDISC_LOG_LEVEL": "WARNING",
+        "CAPDISC_LOG_LEVEL": "INFO" if snapshots is not None else "WARNING",
+        "CAPDISC_SNAPSHOT_DIR": str(snapshots) if snapshots is not None else "",
     }
 
 
-def spawn_worker(url: str, embedder: str) -> subprocess.Popen[bytes]:
+def spawn_worker(url: str, embedder: str, snapshots: Path | None = None) -> subprocess.Popen[bytes]:
     with LOG.open("ab") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "capdisc_workers.discovery"],
-            env=worker_env(url, embedder),
+            env=worker_env(url, embedder, snapshots),
             stdout=log,
             stderr=subprocess.STDOUT,
         )
+
+
+def wait_snapshot(
+    snapshots: Path, version: int, worker: subprocess.Popen[bytes], started: float
+) -> tuple[float, float]:
+    """Seconds from ``started`` until the worker's snapshot of ``version`` is on disk, and its
+    size (MB)."""
+    deadline = started + READY_TIMEOUT_S
+    while time.perf_counter() < deadline:
+        if worker.poll() is not None:
+            raise SystemExit(f"the discovery worker exited (code {worker.returncode}); see {LOG}")
+        for path in snapshots.glob(f"{TENANT}/*/v{version:012d}-*"):
+            size = sum(f.stat().st_size for f in path.iterdir()) / 2**20
+            return time.perf_counter() - started, size
+        time.sleep(0.05)
+    raise SystemExit(f"the worker wrote no snapshot in {READY_TIMEOUT_S:.0f} s; see {LOG}")
+
+
+def log_events(offset: int, event: str) -> list[dict[str, Any]]:
+    """The JSON lines of the worker log after byte ``offset`` whose event is ``event``."""
+    with LOG.open("rb") as log:
+        log.seek(offset)
+        lines = log.read().decode(errors="replace").splitlines()
+    found = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("event") == event:
+            found.append(record)
+    return found
 
 
 def wait_ready(
@@ -301,19 +344,28 @@ def measure_size(
     )
     client = redis.Redis.from_url(url)
     version = tenant_version(client, TENANT)
+    load_before = os.getloadavg()
+    snapshots = Path(tempfile.mkdtemp(prefix="capdisc-snapshots-"))
     started = time.perf_counter()
-    worker = spawn_worker(url, embedder_name)
+    worker = spawn_worker(url, embedder_name, snapshots)
     try:
         ready_s = wait_ready(client, worker, version, started)
         graph_s = (
             wait_graph(client, worker, started) if len(caps) > DEFAULT_CONFIG.ann_above else None
         )
+        # the snapshot is written once the graph is built: waited for here, so that writing it
+        # does not share the cores with the latency passes below
+        written_s, snapshot_mb = wait_snapshot(snapshots, version, worker, started)
         time.sleep(SETTLE_S)
         loaded = memory_mb(worker.pid)
         latency = measure_latency(url, queries, version)
         served = memory_mb(worker.pid)
     finally:
         stop_worker(worker)
+    restart = measure_restart(
+        url, embedder_name, snapshots, version, queries, latency.pop("answers")
+    )
+    shutil.rmtree(snapshots, ignore_errors=True)
     result = {
         "size": len(caps),
         "vectors": source,
@@ -326,11 +378,61 @@ def measure_size(
         "floors": {**floors(url, embedder, queries), **search["floors"]},
         "recall_at_10_vs_exact": search["recall_at_10_vs_exact"],
         "recall_at_10_ties": search["recall_at_10_ties"],
+        "snapshot_written_s": round(written_s, 2),
+        "snapshot_mb": round(snapshot_mb, 1),
+        **restart,
+        "load_average": {
+            "before": [round(x, 2) for x in load_before],
+            "after": [round(x, 2) for x in os.getloadavg()],
+        },
     }
     result["ratios"] = ratios(result)
     result["mb_per_1k"] = per_1k(result, idle)
     print_size(result, idle)
     return result
+
+
+def measure_restart(
+    url: str,
+    embedder_name: str,
+    snapshots: Path,
+    version: int,
+    queries: list[str],
+    first: list[list[str]],
+) -> dict[str, Any]:
+    """A new worker started on the same store and the snapshot the first one wrote: its start
+    to serving and to its graph serving, its memory, whether it loaded from the snapshot (its
+    log says so), and the share of the cached-pass queries it answers with the same ids."""
+    client = redis.Redis.from_url(url)
+    offset = LOG.stat().st_size
+    started = time.perf_counter()
+    worker = spawn_worker(url, embedder_name, snapshots)
+    try:
+        ready_s = wait_ready(client, worker, version, started)
+        graph_s = wait_graph(client, worker, started) if _above_ann(snapshots) else None
+        time.sleep(SETTLE_S)
+        memory = memory_mb(worker.pid)
+        with Client.from_url(url, tenant=TENANT, timeout_s=120) as asker:
+            again = [asker.discover(q).ids for q in queries]
+    finally:
+        stop_worker(worker)
+    same = sum(a == b for a, b in zip(first, again, strict=True)) / max(len(first), 1)
+    loaded = log_events(offset, "index_loaded_from_snapshot")
+    refused = log_events(offset, "snapshot_refused")
+    return {
+        "start_from_snapshot_s": round(ready_s, 2),
+        "graph_ready_from_snapshot_s": round(graph_s, 2) if graph_s is not None else None,
+        "from_snapshot": memory,
+        "from_snapshot_same_answers": round(same, 4),
+        "loaded_from_snapshot": bool(loaded) and not refused,
+        "snapshot_load_s": loaded[0].get("took_s") if loaded else None,
+        "snapshot_refused": [r.get("reason") for r in refused],
+    }
+
+
+def _above_ann(snapshots: Path) -> bool:
+    """Whether the snapshot holds a catalog above the graph threshold (it has a graph file)."""
+    return any(snapshots.glob(f"{TENANT}/*/v*/graph.faiss"))
 
 
 def measure_latency(url: str, queries: list[str], version: int) -> dict[str, Any]:
@@ -340,18 +442,24 @@ def measure_latency(url: str, queries: list[str], version: int) -> dict[str, Any
         answer = client.discover("warm up", min_version=version)
         assert answer.index_version == version, answer.index_version
         fresh = timed(client, queries)
-        cached = timed(client, queries)
-    return {"fresh": fresh, "cached": cached}
+        answers: list[list[str]] = []
+        cached = timed(client, queries, answers)
+    return {"fresh": fresh, "cached": cached, "answers": answers}
 
 
-def timed(client: Client, queries: list[str]) -> dict[str, Any]:
-    """Round-trip and in-worker latency (ms), median and p99, of one pass over ``queries``."""
+def timed(
+    client: Client, queries: list[str], answers: list[list[str]] | None = None
+) -> dict[str, Any]:
+    """Round-trip and in-worker latency (ms), median and p99, of one pass over ``queries``
+    (each answer's ids appended to ``answers`` when given)."""
     round_trip, in_worker = [], []
     for query in queries:
         started = time.perf_counter()
         answer = client.discover(query)
         round_trip.append((time.perf_counter() - started) * 1000)
         in_worker.append(answer.took_ms)
+        if answers is not None:
+            answers.append(answer.ids)
     return {"round_trip_ms": _stats(round_trip), "in_worker_ms": _stats(in_worker)}
 
 
@@ -479,6 +587,14 @@ def summary_object(result: dict[str, Any]) -> dict[str, Any]:
         "recall_at_10_ties": result["recall_at_10_ties"],
         "floors": result["floors"],
         "ratios": result["ratios"],
+        "snapshot_written_s": result["snapshot_written_s"],
+        "snapshot_mb": result["snapshot_mb"],
+        "start_from_snapshot_s": result["start_from_snapshot_s"],
+        "graph_ready_from_snapshot_s": result["graph_ready_from_snapshot_s"],
+        "from_snapshot_rss_mb": result["from_snapshot"]["rss_mb"],
+        "from_snapshot_same_answers": result["from_snapshot_same_answers"],
+        "loaded_from_snapshot": result["loaded_from_snapshot"],
+        "load_average": result["load_average"],
     }
 
 
@@ -506,6 +622,19 @@ def print_size(result: dict[str, Any], idle: dict[str, Any]) -> None:
     print(f"  RSS after the queries: {served['rss_mb']} MB (peak {served['peak_mb']} MB)")
     if result["graph_ready_s"] is not None:
         print(f"  start to the HNSW graph serving: {result['graph_ready_s']:.2f} s")
+    graph_again = result["graph_ready_from_snapshot_s"]
+    print(
+        f"  snapshot on disk {result['snapshot_written_s']:.2f} s after the start "
+        f"({result['snapshot_mb']} MB); a new worker started from it: serving in "
+        f"{result['start_from_snapshot_s']:.2f} s"
+        + (f", its graph serving in {graph_again:.2f} s" if graph_again is not None else "")
+        + f" (loaded from the snapshot: {result['loaded_from_snapshot']}, in "
+        f"{result['snapshot_load_s']} s; RSS {result['from_snapshot']['rss_mb']} MB; same "
+        f"answers as the first worker: {result['from_snapshot_same_answers']:.1%})"
+    )
+    if result["snapshot_refused"]:
+        print(f"  snapshot refused: {result['snapshot_refused']}")
+    print(f"  load average (1, 5, 15 min) before and after: {result['load_average']}")
     f = result["floors"]
     print(
         f"  floors: Redis PING {f['redis_round_trip_ms']['p50']:.3f} ms, the model for one "
@@ -526,14 +655,15 @@ def print_size(result: dict[str, Any], idle: dict[str, Any]) -> None:
 
 def print_summary(idle: dict[str, Any], results: list[dict[str, Any]]) -> None:
     print(
-        f"\n{'capabilities':>12} {'ready s':>8} {'RSS MB':>8} {'MB/1k':>7} "
+        f"\n{'capabilities':>12} {'ready s':>8} {'snap s':>7} {'RSS MB':>8} {'MB/1k':>7} "
         f"{'fresh med/p99 ms':>18} {'cached med/p99 ms':>18}"
     )
-    print(f"{0:>12} {idle['ready_s']:>8.2f} {idle['rss_mb']:>8}")
+    print(f"{0:>12} {idle['ready_s']:>8.2f} {'':>7} {idle['rss_mb']:>8}")
     for r in results:
         fresh, cached = r["fresh"]["round_trip_ms"], r["cached"]["round_trip_ms"]
         print(
-            f"{r['size']:>12,} {r['ready_s']:>8.2f} {r['loaded']['rss_mb']:>8} "
+            f"{r['size']:>12,} {r['ready_s']:>8.2f} {r['start_from_snapshot_s']:>7.2f} "
+            f"{r['loaded']['rss_mb']:>8} "
             f"{r['mb_per_1k']!s:>7} {fresh['median']:>8.2f} / {fresh['p99']:<7.2f} "
             f"{cached['median']:>8.2f} / {cached['p99']:<7.2f}"
         )

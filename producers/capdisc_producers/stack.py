@@ -89,6 +89,7 @@ def indexing_argv(log_level: str = "INFO") -> list[str]:
 AUTH_ENV = "CAPDISC_AUTH"
 KEYS_ENV = "CAPDISC_AUTH_KEYS_FILE"
 PASSWORD_FILE_ENV = "CAPDISC_REDIS_PASSWORD_FILE"
+SNAPSHOT_DIR_ENV = "CAPDISC_SNAPSHOT_DIR"
 #: Lifetime of the tokens ``up`` issues itself for each of its own requests and publishes.
 SERVICE_TOKEN_TTL_S = 3600
 WORKER_START_TIMEOUT_S = 120.0
@@ -216,6 +217,9 @@ class Stack:
         its password: keep it in memory)."""
         (self.state_dir / "logs").mkdir(parents=True, exist_ok=True)
         env = {**environ, **self._start_auth(), **self._start_redis(environ)}
+        if self.settings.snapshot_dir is None and SNAPSHOT_DIR_ENV not in environ:
+            # the discovery worker maps its last index from here when it starts again
+            env[SNAPSHOT_DIR_ENV] = str((self.state_dir / "snapshots").resolve())
         self._record_client = redis.Redis.from_url(
             self.redis_url, socket_connect_timeout=1.0, socket_timeout=2.0
         )

@@ -206,6 +206,21 @@ class FlagError(CapdiscError):
     code = "flag_refused"
 
 
+class SnapshotError(CapdiscError):
+    """A snapshot on disk (``snapshot_dir``) cannot be served: unreadable, corrupt (a checksum
+    differs), written by other code or for another Redis data generation, vector space, embedder
+    or poisoning policy, or newer than what Redis holds. The discovery worker says which file
+    and why, then loads the tenant from Redis as without a snapshot; nothing to do unless it
+    keeps happening (then check the disk, or delete the directory named)."""
+
+    code = "snapshot_unusable"
+
+    def __init__(self, reason: str, path: object | None = None) -> None:
+        self.path = str(path) if path is not None else None
+        self.reason = reason
+        super().__init__(f"snapshot {self.path}: {reason}" if path is not None else reason)
+
+
 def _codes() -> dict[str, type[CapdiscError]]:
     found: dict[str, type[CapdiscError]] = {}
     pending: list[type[CapdiscError]] = [CapdiscError]

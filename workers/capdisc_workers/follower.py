@@ -10,6 +10,14 @@ good snapshot. When Redis lost its data (the :data:`capdisc.keys.EPOCH` marker c
 vanished) the old snapshots keep serving until the registry is published again, then each
 tenant is reloaded whole.
 
+With ``snapshot_dir`` set, a tenant loaded whole is first looked for on disk
+(:mod:`capdisc.discovery.snapshotfile`): the newest snapshot that fits (same Redis epoch,
+vector space, build and poisoning policy, not newer than Redis) is mapped, graph included, and
+the changes made since it was written are applied as one delta; anything that does not fit (or
+a changes stream that no longer reaches back to it) is logged and the tenant is loaded from
+Redis as before. Every snapshot swapped in is offered to the worker's
+:class:`~capdisc_workers.snapshots.SnapshotWriter`.
+
 It also holds the query embedders, one per embedder id (a reindex onto another model serves a
 tenant from vectors of another embedder), in front of the query-vector cache the discovery
 workers share in Redis (:class:`RedisQueryVectors`).
@@ -22,6 +30,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Collection, Iterator
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -29,8 +38,9 @@ import structlog
 
 from capdisc import keys
 from capdisc.discovery.snapshot import IndexSnapshot, hybrid_retriever, store_retriever
+from capdisc.discovery.snapshotfile import SnapshotHeader, Wanted, build_fingerprint, open_newest
 from capdisc.embedders.port import CachedQueryEmbedder, Embedder, Matrix
-from capdisc.errors import CapdiscError
+from capdisc.errors import CapdiscError, SnapshotError
 from capdisc.models import Capability
 from capdisc.redistext import as_str
 from capdisc.registry.events import TENANT_RE
@@ -44,6 +54,7 @@ from capdisc.settings import Settings
 from capdisc.vectorstores.port import VectorStore
 from capdisc_workers.heap import release_freed_memory
 from capdisc_workers.outage import RETRYABLE, Backoff, RedisHealth
+from capdisc_workers.snapshots import SnapshotWriter
 
 log = structlog.get_logger("capdisc.discovery")
 #: How long one read of the changes stream waits for records (ms).
@@ -154,6 +165,19 @@ class SnapshotFollower:
         self.last_build_s = 0.0
         #: When the last rebuild ended (monotonic): a burst is rebuilds back to back.
         self.last_build_end = 0.0
+        #: The poisoning policy each tenant was loaded under (what a snapshot file records).
+        self.policies: dict[str, str] = {}
+        #: Writes the snapshots swapped in to ``snapshot_dir`` (None: no snapshots on disk,
+        #: or searched in an external store).
+        self.writer = (
+            SnapshotWriter(
+                settings.snapshot_dir,
+                keep=settings.snapshot_keep,
+                interval_s=settings.snapshot_interval_s,
+            )
+            if settings.snapshot_dir is not None and store is None
+            else None
+        )
 
     # -- query embedders ---------------------------------------------------------------------
 
@@ -193,10 +217,11 @@ class SnapshotFollower:
             self.reload(tenant)
 
     def reload(self, tenant: str) -> IndexSnapshot | None:
-        """Load ``tenant`` whole; on failure keep serving what it served and say why (once per
-        stored version: the catch-up does not retry a version that failed)."""
+        """Load ``tenant`` whole (from a snapshot on disk when one fits, else from Redis); on
+        failure keep serving what it served and say why (once per stored version: the catch-up
+        does not retry a version that failed)."""
         try:
-            loaded = self._load(tenant)
+            loaded = self._load_from_disk(tenant) or self._load(tenant)
         except (CapdiscError, ValueError, KeyError) as exc:
             failed_at = int(self.redis.get(keys.version(tenant)) or 0)
             self.failed[tenant] = failed_at
@@ -212,11 +237,138 @@ class SnapshotFollower:
         release_freed_memory()  # the parsed records and the previous index
         return loaded
 
+    def _load_from_disk(self, tenant: str) -> IndexSnapshot | None:
+        """``tenant`` from the newest snapshot on disk that fits what Redis holds now, brought
+        up to date with the changes made since it was written (as one delta); None, having
+        said why, when none fits or the changes since cannot all be read (it is then loaded
+        from Redis), or when no snapshot directory is set."""
+        root = self.settings.snapshot_dir
+        if root is None or self.store is not None:
+            return None
+        started = time.monotonic()
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.get(keys.version(tenant))
+            pipe.get(keys.space(tenant))
+            pipe.get(keys.poisoning_policy(tenant))
+            pipe.get(keys.EPOCH)
+            stored, active, stored_policy, epoch = pipe.execute()
+        if epoch is None:
+            return None
+        space = as_str(active) if active else self.space
+        embedder_id = embedder_id_of(space)
+        wanted = Wanted(
+            tenant,
+            space,
+            as_str(epoch),
+            _version(stored),
+            self.policy(tenant, as_str(stored_policy) if stored_policy is not None else None),
+            build_fingerprint(embedder_id),
+        )
+        self.queries_for(embedder_id)  # its model and probe vectors
+        current = self.indexes.get(tenant)
+
+        def refused(exc: SnapshotError) -> None:
+            log.warning(
+                "snapshot_refused",
+                tenant=tenant,
+                path=exc.path,
+                reason=exc.reason,
+                hint="loading the tenant from Redis instead",
+            )
+
+        found = open_newest(
+            root,
+            wanted,
+            self._probes[embedder_id],
+            refused,
+            newer_than=current.version if current is not None else -1,
+        )
+        if found is None:
+            return None
+        snapshot, header, path = found
+        try:
+            index, changes_id, applied = self._since(snapshot, header, wanted, path)
+        except SnapshotError as exc:
+            refused(exc)
+            return None
+        self.spaces[tenant] = space
+        self.policies[tenant] = wanted.policy
+        self._swap_in(index, changes_id)
+        self.stale.discard(tenant)
+        log.info(
+            "index_loaded_from_snapshot",
+            tenant=tenant,
+            index_version=index.version,
+            snapshot_version=header.version,
+            changes_applied=applied,
+            capabilities=len(index),
+            vector_space=space,
+            search=index.search_mode,
+            path=str(path),
+            took_s=round(time.monotonic() - started, 3),
+        )
+        return index
+
+    def _since(
+        self, snapshot: IndexSnapshot, header: SnapshotHeader, wanted: Wanted, path: Path
+    ) -> tuple[IndexSnapshot, str, int]:
+        """``snapshot`` with the changes of its tenant after ``header.changes_id`` applied, the
+        stream entry it is then current to, and how many changes that was. A
+        :class:`SnapshotError` when they do not all follow on from the snapshot's version up to
+        the stored one (the stream was trimmed) or one of them reloads the tenant whole."""
+        tenant = header.tenant
+        records = self._changes_after(header.changes_id)
+        last_id = records[-1][0] if records else header.changes_id
+        fresh = [
+            fields
+            for _entry_id, fields in records
+            if fields is not None
+            and fields["tenant"] == tenant
+            and int(fields["version"]) > header.version
+        ]
+        versions = [int(f["version"]) for f in fresh]
+        expected = list(range(header.version + 1, header.version + 1 + len(versions)))
+        if versions != expected or (versions[-1] if versions else header.version) < (
+            wanted.stored_version
+        ):
+            raise SnapshotError(
+                f"the changes stream no longer holds every change since its version "
+                f"{header.version} (trimmed); Redis is at {wanted.stored_version}",
+                path,
+            )
+        if any(f["op"] == "reload" for f in fresh):
+            raise SnapshotError(
+                "the tenant was reindexed or its poisoning policy set since it was written", path
+            )
+        if not fresh:
+            return snapshot, last_id, 0
+        ids = list(dict.fromkeys(f["id"] for f in fresh))
+        upserts, deletes, marks = self._changes(
+            tenant, ids, read_delta(self.redis, tenant, ids, wanted.space)
+        )
+        return snapshot.with_changes(versions[-1], upserts, deletes, marks), last_id, len(fresh)
+
+    def _changes_after(self, after: str, page: int = 10_000) -> list[Change]:
+        """Every change record on the stream after entry ``after``, in order."""
+        records: list[Change] = []
+        start = after
+        while True:
+            batch: Any = self.redis.xrange(keys.CHANGES, min=start, max="+", count=page)
+            records += [
+                (entry_id, _change_record(entry_id, fields))
+                for raw_id, fields in batch
+                if (entry_id := as_str(raw_id)) != start
+            ]
+            if len(batch) < page:
+                return records
+            start = as_str(batch[-1][0])
+
     def _load(self, tenant: str) -> IndexSnapshot:
         snap = read_snapshot(self.redis, tenant, self.space)
         embedder_id = embedder_id_of(snap.space)
         queries = self.queries_for(embedder_id)
-        served = serving(snap.flags, self.policy(tenant, snap.policy))
+        policy = self.policy(tenant, snap.policy)
+        served = serving(snap.flags, policy)
         missing = sum(cid not in snap.vectors for cid in snap.records)
         entries = _entries(snap, served.withheld)
         started = time.monotonic()
@@ -236,7 +388,8 @@ class SnapshotFollower:
         self.last_build_s = time.monotonic() - started
         self.last_build_end = time.monotonic()
         self.spaces[tenant] = snap.space
-        self._swap_in(index)
+        self.policies[tenant] = policy
+        self._swap_in(index, snap.changes_id)
         self.stale.discard(tenant)
         log.info(
             "index_loaded",
@@ -259,10 +412,20 @@ class SnapshotFollower:
             )
         return index
 
-    def _swap_in(self, index: IndexSnapshot) -> None:
+    def _swap_in(self, index: IndexSnapshot, changes_id: str) -> None:
         """Serve ``index`` from now on, and say so on the served stream (what ``capdisc
-        status`` and the change-to-served benchmark read: when each worker serves what)."""
+        status`` and the change-to-served benchmark read: when each worker serves what).
+        ``changes_id``: the changes stream entry it is current to (for its snapshot file)."""
         self.indexes.put(index)
+        tenant = index.tenant
+        if self.writer is not None and self.epoch is not None and tenant not in self.stale:
+            self.writer.offer(
+                index,
+                space=self.spaces.get(tenant, self.space),
+                epoch=self.epoch,
+                changes_id=changes_id,
+                policy=self.policies.get(tenant, self.settings.poisoning_policy),
+            )
         try:
             self.redis.xadd(
                 keys.SERVED,
@@ -381,7 +544,7 @@ class SnapshotFollower:
         )
         version = int(fresh[-1]["version"])
         started = time.monotonic()
-        self._swap_in(current.with_changes(version, upserts, deletes, marks))
+        self._swap_in(current.with_changes(version, upserts, deletes, marks), self.changes_id)
         self.last_build_s = time.monotonic() - started
         self.last_build_end = time.monotonic()
         log.info(

@@ -23,6 +23,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -89,6 +90,24 @@ class NeighborIndex:
             _, labels = self._graph.search(query, min(k, self.rows), params=params)
         found: RowArray = labels[0][labels[0] >= 0].astype(np.int64)
         return found
+
+    def write(self, path: Path) -> None:
+        """Write the graph to ``path`` in faiss's own format (:meth:`read` maps it back)."""
+        self._faiss.write_index(self._graph, str(path))
+
+    @classmethod
+    def read(cls, path: Path, settings: NeighborSettings = NeighborSettings()) -> NeighborIndex:
+        """The graph :meth:`write` wrote to ``path``, without building it again."""
+        import faiss
+
+        faiss.omp_set_num_threads(1)
+        index = cls.__new__(cls)
+        index._faiss = faiss
+        graph: Any = faiss.read_index(str(path))  # the type it was written as
+        index._graph = graph
+        index.rows = int(graph.ntotal)
+        index.settings = settings
+        return index
 
 
 def dense_candidates(

@@ -1,0 +1,176 @@
+"""A built :class:`~capdisc.retrieval.index.RetrievalIndex` on disk and back, without
+building it again: every array as a ``.npy`` file (read back memory-mapped, never with pickle),
+the tables that are not arrays as JSON, and the HNSW graph in faiss's own format.
+
+What is written is exactly what :meth:`RetrievalIndex.build` made, so an index read back answers
+every query as the one written did. Whether a directory may be read at all (its format, the
+code that wrote it, its checksums) is for the caller to decide
+(:mod:`capdisc.discovery.snapshotfile`); this module only maps arrays and tables to files.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from capdisc.models import Capability
+from capdisc.retrieval.index import RetrievalIndex, RowArray
+from capdisc.retrieval.lexical import LexicalIndex
+from capdisc.retrieval.names import NameKey, name_starts
+from capdisc.retrieval.neighbors import NeighborIndex, NeighborSlot
+
+#: The tables that are not arrays (names, vocabulary, facet keys, row keys, scalars).
+TABLES = "retrieval.json"
+#: The HNSW graph, when the index had one (faiss's own format).
+GRAPH = "graph.faiss"
+#: Prefix of every array file of the index.
+ARRAYS = "r."
+#: The row facets of the index, each written as its keys, one array of rows and offsets.
+FACETS = ("kinds", "categories", "tags", "role_rows", "user_rows")
+#: The lexicon's arrays (:class:`LexicalIndex` fields).
+LEXICON = ("data", "indices", "indptr", "idf", "doc_indptr", "doc_terms", "doc_tf", "doc_len")
+
+
+def save_index(index: RetrievalIndex, directory: Path) -> list[str]:
+    """Write ``index`` into ``directory`` (which exists); returns the file names written. The
+    capabilities themselves are not written: the caller keeps them (in the same row order)."""
+    written: list[str] = []
+
+    def array(name: str, value: npt.NDArray[Any]) -> None:
+        file = f"{ARRAYS}{name}.npy"
+        np.save(directory / file, np.ascontiguousarray(value), allow_pickle=False)
+        written.append(file)
+
+    array("matrix", index.matrix)
+    array("mean_vector", index.mean_vector)
+    array("moment", index.moment)
+    array("available", index.available)
+    array("open_rows", index.open_rows)
+    if index.projection is not None:
+        array("projection", index.projection)
+    if index.probe_rows is not None:
+        array("probe_rows", index.probe_rows)
+    lexicon = index.lexicon
+    for name in LEXICON:
+        array(f"lexicon.{name}", getattr(lexicon, name))
+    facet_keys: dict[str, list[str]] = {}
+    for facet in FACETS:
+        rows: dict[str, RowArray] = getattr(index, facet)
+        facet_keys[facet] = list(rows)
+        parts = [rows[key] for key in facet_keys[facet]]
+        lengths = np.fromiter((len(p) for p in parts), dtype=np.int64, count=len(parts))
+        array(f"{facet}.offsets", np.concatenate(([0], np.cumsum(lengths))).astype(np.int64))
+        array(
+            f"{facet}.rows",
+            np.concatenate(parts).astype(np.int32) if parts else np.zeros(0, dtype=np.int32),
+        )
+    vocabulary = sorted(lexicon.vocabulary.items(), key=lambda item: item[1])
+    tables = {
+        "rows": len(index),
+        "names": [[list(key), row] for key, row in index.names.items()],
+        "row_keys": [sorted(list(key) for key in keys) for keys in index.row_keys],
+        "vocabulary": [term for term, _id in vocabulary],
+        "facets": facet_keys,
+        "lexicon": {"num_docs": lexicon.num_docs, "stem": lexicon.stem, "k1": lexicon.k1},
+        "lexicon_b": lexicon.b,
+        "probe_cosines": list(index.probe_cosines),
+    }
+    if [term_id for _term, term_id in vocabulary] != list(range(len(vocabulary))):
+        raise ValueError("the lexicon's term ids are not 0..n-1: it cannot be written")
+    (directory / TABLES).write_text(json.dumps(tables, ensure_ascii=False, separators=(",", ":")))
+    written.append(TABLES)
+    graph = index.neighbors.graph
+    if graph is not None:
+        graph.write(directory / GRAPH)
+        written.append(GRAPH)
+    return written
+
+
+def load_index(
+    directory: Path, capabilities: Sequence[Capability], *, mmap: bool = True
+) -> RetrievalIndex:
+    """The index :func:`save_index` wrote into ``directory``, over ``capabilities`` (the rows it
+    was built from, in order). Arrays are memory-mapped read-only when ``mmap``; the graph, if
+    written, is in the index's slot already. ``ValueError`` (or ``OSError``) when anything is
+    missing or does not fit."""
+    tables = json.loads((directory / TABLES).read_text())
+    caps = tuple(capabilities)
+    if tables["rows"] != len(caps):
+        raise ValueError(f"the index has {tables['rows']} rows for {len(caps)} capabilities")
+
+    def array(name: str, optional: bool = False) -> Any:
+        path = directory / f"{ARRAYS}{name}.npy"
+        if optional and not path.exists():
+            return None
+        loaded = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+        return loaded.view(np.ndarray) if isinstance(loaded, np.memmap) else loaded
+
+    vocabulary = {term: term_id for term_id, term in enumerate(tables["vocabulary"])}
+    lex = tables["lexicon"]
+    lexicon = LexicalIndex(
+        vocabulary,
+        array("lexicon.data"),
+        array("lexicon.indices"),
+        array("lexicon.indptr"),
+        int(lex["num_docs"]),
+        bool(lex["stem"]),
+        array("lexicon.idf"),
+        array("lexicon.doc_indptr"),
+        array("lexicon.doc_terms"),
+        array("lexicon.doc_tf"),
+        array("lexicon.doc_len"),
+        float(lex["k1"]),
+        float(tables["lexicon_b"]),
+    )
+    facets = {
+        facet: _facet(tables["facets"][facet], array(f"{facet}.offsets"), array(f"{facet}.rows"))
+        for facet in FACETS
+    }
+    names: dict[NameKey, int] = {tuple(key): int(row) for key, row in tables["names"]}
+    row_keys = tuple(frozenset(tuple(key) for key in keys) for keys in tables["row_keys"])
+    ids = tuple(c.id for c in caps)
+    matrix = array("matrix")
+    if matrix.shape[0] != len(caps) or len(row_keys) != len(caps):
+        raise ValueError(f"the index arrays do not have {len(caps)} rows")
+    slot = NeighborSlot()
+    if (directory / GRAPH).exists():
+        graph = NeighborIndex.read(directory / GRAPH)
+        if graph.rows != len(caps):
+            raise ValueError(f"the graph has {graph.rows} rows for {len(caps)} capabilities")
+        slot.fill(graph)
+    return RetrievalIndex(
+        capabilities=caps,
+        ids=ids,
+        matrix=matrix,
+        lexicon=lexicon,
+        names=names,
+        name_starts=name_starts(names),
+        kinds=facets["kinds"],
+        categories=facets["categories"],
+        tags=facets["tags"],
+        available=array("available"),
+        open_rows=array("open_rows"),
+        role_rows=facets["role_rows"],
+        user_rows=facets["user_rows"],
+        row_keys=row_keys,
+        rows={cid: i for i, cid in enumerate(ids)},
+        mean_vector=array("mean_vector"),
+        moment=array("moment"),
+        projection=array("projection", optional=True),
+        probe_cosines=tuple(float(c) for c in tables["probe_cosines"]),
+        probe_rows=array("probe_rows", optional=True),
+        neighbors=slot,
+    )
+
+
+def _facet(
+    keys: Sequence[str], offsets: npt.NDArray[np.int64], rows: RowArray
+) -> dict[str, RowArray]:
+    if len(offsets) != len(keys) + 1:
+        raise ValueError("a facet's offsets do not match its keys")
+    return {key: rows[offsets[i] : offsets[i + 1]] for i, key in enumerate(keys)}

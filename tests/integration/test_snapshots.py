@@ -1,0 +1,119 @@
+"""Snapshots on disk (``snapshot_dir``): a discovery worker writes the index it built; a worker
+started later maps it instead of building from Redis, applies the changes made meanwhile, and
+refuses (saying which file and why) a snapshot that is corrupt, loading from Redis instead.
+Each test runs its own Redis and workers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from capdisc import keys
+from capdisc.client import Client
+
+from .conftest import publish
+from .private import PrivateStack, copy_registry, publish_and_serve, wait_for
+
+TENANT = "snap"
+SLACK = "tool:slack-post-message"
+MANIFEST = Path("communication") / "slack-post-message" / "CAPABILITY.yaml"
+
+
+def served_and_written(tmp_path: Path) -> tuple[PrivateStack, Path, Path, int]:
+    """A stack whose discovery worker served the example registry and wrote its snapshot; the
+    stack, the registry copy, the snapshot directory and the version written."""
+    snapshots = tmp_path / "snapshots"
+    stack = PrivateStack(tmp_path, durable=False)
+    try:
+        stack.spawn_indexing()
+        stack.spawn_discovery(
+            CAPDISC_SNAPSHOT_DIR=str(snapshots),
+            CAPDISC_SNAPSHOT_INTERVAL_S="0",
+            CAPDISC_SNAPSHOT_KEEP="1",  # only the newest: no older one to fall back on
+        )
+        registry = copy_registry(tmp_path / "registry")
+        version = publish_and_serve(stack, registry, TENANT)
+        written = wait_for(
+            lambda: [
+                e
+                for e in stack.events("discovery", "snapshot_written")
+                if e["tenant"] == TENANT and e["index_version"] == version
+            ],
+            30,
+            "the snapshot written",
+        )
+        stack.stop_process("discovery")
+        return stack, registry, Path(written[0]["path"]), version
+    except BaseException:
+        stack.close()
+        raise
+
+
+def test_a_restarted_worker_serves_its_snapshot_and_the_change_made_while_it_was_down(
+    tmp_path: Path,
+) -> None:
+    stack, registry, path, written = served_and_written(tmp_path)
+    with stack:
+        manifest = registry / MANIFEST
+        manifest.write_text(
+            manifest.read_text().replace(
+                "Posts a message to a Slack channel",
+                "Posts a zebrafish bulletin to a Slack channel",
+            )
+        )
+        changed = publish(stack.url, registry, TENANT, wait_s=60).index_version
+        assert changed == written + 1
+
+        worker = stack.spawn_discovery("discovery-2", CAPDISC_SNAPSHOT_DIR=str(path.parents[2]))
+        with Client(stack.connection(), tenant=TENANT, timeout_s=60) as client:
+            answer = client.discover("post a zebrafish bulletin", min_version=changed)
+
+        assert answer.index_version == changed and answer.ids[0] == SLACK
+        assert answer.worker.endswith(f":{worker.pid}")
+        loaded = stack.events("discovery-2", "index_loaded_from_snapshot")
+        assert [(e["tenant"], e["snapshot_version"], e["index_version"]) for e in loaded] == [
+            (TENANT, written, changed)
+        ]
+        assert loaded[0]["changes_applied"] == 1 and loaded[0]["path"] == str(path)
+        assert not [e for e in stack.events("discovery-2", "index_loaded") if e["tenant"] == TENANT]
+        assert not stack.events("discovery-2", "snapshot_refused")
+
+
+def test_a_corrupt_snapshot_is_refused_by_name_and_the_tenant_loaded_from_redis(
+    tmp_path: Path,
+) -> None:
+    stack, _registry, path, written = served_and_written(tmp_path)
+    with stack:
+        records = path / "records.jsonl"
+        records.write_bytes(records.read_bytes()[:-200])  # a torn file
+
+        stack.spawn_discovery("discovery-2", CAPDISC_SNAPSHOT_DIR=str(path.parents[2]))
+        with Client(stack.connection(), tenant=TENANT, timeout_s=60) as client:
+            answer = client.discover("post a message to the team's slack channel")
+
+        assert answer.index_version == written and answer.ids[0] == SLACK
+        refused = stack.events("discovery-2", "snapshot_refused")
+        assert [(e["tenant"], e["path"]) for e in refused] == [(TENANT, str(path))]
+        assert "records.jsonl is corrupt" in refused[0]["reason"]
+        loaded = [e for e in stack.events("discovery-2", "index_loaded") if e["tenant"] == TENANT]
+        assert [e["index_version"] for e in loaded] == [written]
+
+
+def test_a_snapshot_older_than_the_changes_stream_reaches_is_refused_and_redis_loaded(
+    tmp_path: Path,
+) -> None:
+    stack, registry, path, written = served_and_written(tmp_path)
+    with stack:
+        (registry / MANIFEST).unlink()  # a change while the worker is down...
+        changed = publish(stack.url, registry, TENANT, wait_s=60).index_version
+        assert changed == written + 1
+        stack.connection().xtrim(keys.CHANGES, maxlen=0)  # ...then trimmed off the stream
+
+        stack.spawn_discovery("discovery-2", CAPDISC_SNAPSHOT_DIR=str(path.parents[2]))
+        with Client(stack.connection(), tenant=TENANT, timeout_s=60) as client:
+            answer = client.discover("post a message to slack", min_version=changed)
+
+        assert answer.index_version == changed and SLACK not in answer.ids
+        refused = stack.events("discovery-2", "snapshot_refused")
+        assert [(e["tenant"], e["path"]) for e in refused] == [(TENANT, str(path))]
+        assert "trimmed" in refused[0]["reason"]
+        assert not stack.events("discovery-2", "index_loaded_from_snapshot")

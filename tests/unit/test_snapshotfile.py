@@ -1,0 +1,335 @@
+"""Snapshots on disk (:mod:`capdisc.discovery.snapshotfile`, :mod:`capdisc.retrieval.persist`):
+one read back answers every query as the snapshot written did, with its graph serving at once;
+a snapshot that is corrupt, for another Redis generation, space, build or policy, or newer than
+Redis is refused with its reason; the writer thread writes the newest snapshot of a tenant."""
+
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from capdisc.access import Caller
+from capdisc.discovery.config import DiscoveryConfig
+from capdisc.discovery.snapshot import HybridRetriever, IndexSnapshot, hybrid_retriever
+from capdisc.discovery.snapshotfile import (
+    HEADER,
+    SnapshotHeader,
+    Wanted,
+    _file_sum,
+    build_fingerprint,
+    candidates,
+    check,
+    load_snapshot,
+    open_newest,
+    read_header,
+    write_snapshot,
+)
+from capdisc.embedders.hashing import HashingEmbedder
+from capdisc.errors import SnapshotError
+from capdisc.filters import SearchFilters
+from capdisc.models import Capability, Visibility
+from capdisc.registry.flags import Mark
+from capdisc.retrieval.config import calibrated_for
+from capdisc.retrieval.neighbors import BackgroundBuilder
+from capdisc.retrieval.probes import PROBES
+from capdisc.retrieval.text import full_text
+from capdisc_workers.snapshots import SnapshotWriter
+
+pytest.importorskip("faiss")
+
+EMBEDDER = HashingEmbedder(64)
+SPACE = "hashing-64.fs1"
+EPOCH = "0f" * 16
+ROWS = 400
+#: Small thresholds, so 400 rows are searched in a projection and through an HNSW graph.
+SMALL = replace(calibrated_for(EMBEDDER.id), reduce_above=100, reduce_dims=16, ann_above=200)
+WORDS = ["weather", "invoice", "calendar", "email", "stock", "translate", "image", "map", "sql"]
+QUERIES = [
+    "send an email to the team",
+    "what is the weather in paris",
+    "refund an invoice then translate the receipt",
+    "sql stock report",
+    "image of a map",
+]
+PROBE_VECTORS = EMBEDDER.embed(list(PROBES))
+
+
+def catalog() -> list[Capability]:
+    rng = np.random.default_rng(7)
+    caps = []
+    for i in range(ROWS):
+        words = [str(w) for w in rng.choice(WORDS, size=3)]
+        caps.append(
+            Capability(
+                id=f"tool:{words[0]}-{i}",
+                kind="tool" if i % 5 else "skill",
+                name=f"{words[0]}-{words[1]}-{i}",
+                display_name=f"{words[0].title()} {words[1].title()} {i}",
+                description=f"Does {' '.join(words)} things, number {i}.",
+                category=words[2],
+                tags=(words[1],) if i % 3 else (),
+                available=i % 9 != 0,
+                full_schema={"type": "object", "properties": {words[1]: {"type": "string"}}},
+                visibility=Visibility(roles=("ops",) if i % 4 == 0 else (), users=()),
+            )
+        )
+    return caps
+
+
+def build(builder: BackgroundBuilder) -> IndexSnapshot:
+    caps = catalog()
+    vectors = EMBEDDER.embed([full_text(c) for c in caps])
+    snapshot = IndexSnapshot.build(
+        "acme",
+        42,
+        EMBEDDER.dim,
+        ((c, vectors[i].tobytes()) for i, c in enumerate(caps)),
+        EMBEDDER.id,
+        functools.partial(hybrid_retriever, base=SMALL, builder=builder),
+        probes=PROBE_VECTORS,
+        marks={caps[3].id: Mark((("R1", "description"),), caution=True)},
+    )
+    assert builder.idle(60)
+    return snapshot
+
+
+@pytest.fixture(scope="module")
+def built() -> IndexSnapshot:
+    snapshot = build(BackgroundBuilder())
+    assert snapshot.search_mode == "graph"
+    return snapshot
+
+
+def wanted(**changes: object) -> Wanted:
+    base = Wanted("acme", SPACE, EPOCH, 42, "warn", build_fingerprint(EMBEDDER.id))
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def write(root: Path, snapshot: IndexSnapshot, **changes: object) -> Path:
+    options: dict[str, object] = {
+        "space": SPACE,
+        "epoch": EPOCH,
+        "changes_id": "5-0",
+        "policy": "warn",
+    }
+    options.update(changes)
+    return write_snapshot(root, snapshot, **options)  # type: ignore[arg-type]
+
+
+def answers(snapshot: IndexSnapshot) -> list[object]:
+    retriever = snapshot.retriever
+    assert isinstance(retriever, HybridRetriever)
+    found: list[object] = []
+    for query in QUERIES:
+        vector = EMBEDDER.embed([query])[0]
+        for filters in (
+            SearchFilters(),
+            SearchFilters(kind="skill"),
+            SearchFilters(caller=Caller.of(("ops",), None), only_available=True),
+        ):
+            found.append(
+                retriever.index.search(
+                    query, vector, 10, filters=filters, embed=EMBEDDER.embed, config=SMALL
+                )
+            )
+    return found
+
+
+def test_a_snapshot_read_back_answers_as_the_one_written(
+    built: IndexSnapshot, tmp_path: Path
+) -> None:
+    path = write(tmp_path, built)
+
+    loaded = load_snapshot(path, read_header(path), PROBE_VECTORS)
+
+    assert loaded.search_mode == "graph"  # the graph serves at once, not after a build
+    assert (loaded.tenant, loaded.version, loaded.ids) == (built.tenant, built.version, built.ids)
+    assert dict(loaded.capabilities) == dict(built.capabilities)
+    assert dict(loaded.marks) == dict(built.marks)
+    assert np.array_equal(loaded.matrix, built.matrix)
+    assert answers(loaded) == answers(built)
+    assert loaded.tier0(200, "heuristic") == built.tier0(200, "heuristic")
+
+
+def test_a_delta_on_a_snapshot_read_back_equals_the_delta_on_the_built_one(
+    built: IndexSnapshot, tmp_path: Path
+) -> None:
+    path = write(tmp_path, built)
+    loaded = load_snapshot(path, read_header(path), None)
+    changed = replace(built.capabilities[built.ids[1]], description="Sends weather by email.")
+    vector = EMBEDDER.embed([full_text(changed)])[0].tobytes()
+
+    after_built = built.with_changes(43, [(changed, vector)], [built.ids[2]])
+    after_loaded = loaded.with_changes(43, [(changed, vector)], [built.ids[2]])
+
+    assert after_loaded.ids == after_built.ids
+    assert np.array_equal(after_loaded.matrix, after_built.matrix)
+    query = "weather by email"
+    vec = EMBEDDER.embed([query])[0]
+    assert after_loaded.retriever.search(
+        query, vec, 5, SearchFilters(), DiscoveryConfig()
+    ) == after_built.retriever.search(query, vec, 5, SearchFilters(), DiscoveryConfig())
+
+
+def test_a_snapshot_is_written_whole_or_not_at_all_and_once(
+    built: IndexSnapshot, tmp_path: Path
+) -> None:
+    path = write(tmp_path, built)
+    again = write(tmp_path, built)
+
+    assert again == path
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary left
+    assert read_header(path).files.keys() >= {"records.jsonl", "vectors.npy", "graph.faiss"}
+
+
+def test_only_the_newest_snapshots_are_kept(built: IndexSnapshot, tmp_path: Path) -> None:
+    for version in (40, 41, 42):
+        write(tmp_path, replace(built, version=version), keep=2)
+
+    assert [p.name[:13] for p in candidates(tmp_path, "acme", SPACE)] == [
+        "v000000000042",
+        "v000000000041",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"epoch": "1e" * 16}, "Redis data generation"),
+        ({"space": "hashing-64.fs2"}, "vector space"),
+        ({"space": "minilm-l6-int8.fs1"}, "served from .*embedder minilm-l6-int8"),
+        ({"stored_version": 41}, "newer than the 41 Redis holds"),
+        ({"fingerprint": "0" * 32}, "built by other code"),
+        ({"policy": "quarantine"}, "poisoning policy"),
+        ({"tenant": "other"}, "tenant"),
+    ],
+)
+def test_a_snapshot_that_does_not_fit_is_refused_with_its_reason(
+    built: IndexSnapshot, tmp_path: Path, changes: dict[str, object], reason: str
+) -> None:
+    path = write(tmp_path, built)
+
+    with pytest.raises(SnapshotError, match=reason) as refused:
+        check(read_header(path), wanted(**changes), path)
+
+    assert refused.value.path == str(path)
+
+
+def test_a_corrupt_file_is_refused_and_the_next_snapshot_is_taken(
+    built: IndexSnapshot, tmp_path: Path
+) -> None:
+    older = write(tmp_path, replace(built, version=41))
+    newest = write(tmp_path, built)
+    matrix = newest / "r.matrix.npy"
+    data = bytearray(matrix.read_bytes())
+    data[-5] ^= 0xFF
+    matrix.write_bytes(bytes(data))
+    refused: list[SnapshotError] = []
+
+    found = open_newest(tmp_path, wanted(), PROBE_VECTORS, refused.append)
+
+    assert found is not None and found[2] == older and found[0].version == 41
+    assert [e.path for e in refused] == [str(newest)]
+    assert "r.matrix.npy is corrupt" in refused[0].reason
+
+
+@pytest.mark.parametrize("damage", ["truncate", "delete", "header", "unlisted"])
+def test_a_damaged_snapshot_is_refused(built: IndexSnapshot, tmp_path: Path, damage: str) -> None:
+    path = write(tmp_path, built)
+    if damage == "truncate":
+        records = path / "records.jsonl"
+        records.write_bytes(records.read_bytes()[:100])
+    elif damage == "delete":
+        (path / "graph.faiss").unlink()
+    elif damage == "unlisted":  # a file no checksum covers is never read
+        np.save(path / "r.extra.npy", np.zeros(3), allow_pickle=False)
+    else:
+        header = json.loads((path / HEADER).read_text())
+        header["version"] = 41  # edited without its checksum
+        (path / HEADER).write_text(json.dumps(header))
+    refused: list[SnapshotError] = []
+
+    assert open_newest(tmp_path, wanted(), None, refused.append) is None
+    assert len(refused) == 1 and refused[0].path == str(path)
+    if damage == "unlisted":
+        assert "r.extra.npy" in refused[0].reason
+
+
+@pytest.mark.parametrize("mmap", [True, False])
+def test_an_array_of_objects_is_never_unpickled(
+    built: IndexSnapshot, tmp_path: Path, mmap: bool
+) -> None:
+    path = write(tmp_path, built)
+    np.save(path / "r.available.npy", np.array([object()] * ROWS), allow_pickle=True)
+    body = json.loads((path / HEADER).read_text())
+    body.pop("checksum")
+    header = SnapshotHeader(**body)
+    files = dict(header.files, **{"r.available.npy": _file_sum(path / "r.available.npy")})
+    (path / HEADER).write_text(replace(header, files=files).to_json())
+
+    with pytest.raises(SnapshotError, match=r"allow_pickle=False|Python objects"):
+        load_snapshot(path, read_header(path), None, mmap=mmap)
+
+
+def test_an_older_snapshot_than_the_one_served_is_not_read(
+    built: IndexSnapshot, tmp_path: Path
+) -> None:
+    write(tmp_path, built)
+    refused: list[SnapshotError] = []
+
+    assert open_newest(tmp_path, wanted(), None, refused.append, newer_than=42) is None
+    assert refused == []
+
+
+def test_the_writer_writes_the_newest_offer_of_a_tenant(
+    built: IndexSnapshot, tmp_path: Path
+) -> None:
+    writer = SnapshotWriter(tmp_path, keep=2, interval_s=0)
+    superseded = replace(built, version=41)
+
+    writer.offer(superseded, space=SPACE, epoch=EPOCH, changes_id="4-0", policy="warn")
+    writer.offer(built, space=SPACE, epoch=EPOCH, changes_id="5-0", policy="warn")
+
+    assert writer.idle(60)
+    newest = read_header(candidates(tmp_path, "acme", SPACE)[0])
+    assert (newest.version, newest.changes_id) == (42, "5-0")
+
+
+def test_the_writer_leaves_a_snapshot_already_on_disk(built: IndexSnapshot, tmp_path: Path) -> None:
+    path = write(tmp_path, built)
+    shutil.copy(path / HEADER, tmp_path / "header-before")
+    writer = SnapshotWriter(tmp_path, keep=2, interval_s=0)
+
+    writer.offer(built, space=SPACE, epoch=EPOCH, changes_id="9-0", policy="warn")
+
+    assert writer.idle(60)
+    assert writer.written == 0
+    assert (path / HEADER).read_bytes() == (tmp_path / "header-before").read_bytes()
+
+
+def test_a_snapshot_of_the_same_version_made_unusable_is_replaced_not_kept(
+    built: IndexSnapshot, tmp_path: Path
+) -> None:
+    stale = write(tmp_path, built, epoch="1e" * 16)  # before Redis lost its data
+    other_policy = write(tmp_path, built, policy="quarantine")
+
+    fresh = write(tmp_path, built)
+
+    assert len({stale, other_policy, fresh}) == 3  # same version, three names
+    assert candidates(tmp_path, "acme", SPACE) == [fresh]  # the unusable ones are pruned
+
+
+def test_snapshots_are_off_unless_a_directory_is_set() -> None:
+    from capdisc.settings import Settings
+
+    assert Settings.load({}).snapshot_dir is None
+    assert Settings.load({"CAPDISC_SNAPSHOT_DIR": " "}).snapshot_dir is None
+    assert Settings.load({"CAPDISC_SNAPSHOT_DIR": "/var/lib/capdisc"}).snapshot_dir == Path(
+        "/var/lib/capdisc"
+    )
