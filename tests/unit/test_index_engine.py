@@ -255,3 +255,54 @@ def test_match_to_dict_rounds_score_and_relevance_and_names_the_tier() -> None:
         "relevance": 0.6543,
         "tier": 1,
     }
+
+
+# -- a snapshot whose retriever keeps its vectors reduced ----------------------------------------
+
+
+def reduced_snapshot(rows: int = 2100) -> IndexSnapshot:
+    """A hybrid snapshot above ``reduce_above`` (2,000 rows): its index keeps its vectors
+    projected to ``reduce_dims`` dimensions."""
+    from capdisc.embedders.hashing import HashingEmbedder
+
+    embedder = HashingEmbedder(384)
+    caps = [cap(f"tool-{i}", category=f"topic-{i % 97}") for i in range(rows)]
+    vectors = embedder.embed([f"{c.name} {c.category}" for c in caps])
+    return IndexSnapshot.build(
+        "acme", 1, 384, [(c, v.tobytes()) for c, v in zip(caps, vectors, strict=True)]
+    )
+
+
+@pytest.fixture(scope="module")
+def reduced() -> IndexSnapshot:
+    return reduced_snapshot()
+
+
+def test_a_reduced_snapshot_holds_no_second_copy_of_its_vectors(reduced: IndexSnapshot) -> None:
+    index = reduced.retriever.index  # type: ignore[attr-defined]
+
+    assert index.projection is not None
+    assert reduced.matrix.shape == (0, 384)
+
+
+def test_its_vectors_project_back_to_the_rows_it_scores(reduced: IndexSnapshot) -> None:
+    index = reduced.retriever.index  # type: ignore[attr-defined]
+
+    again = reduced.vectors() @ index.projection
+
+    np.testing.assert_allclose(again, index.matrix, atol=1e-5)
+
+
+def test_a_delta_on_a_reduced_snapshot_keeps_every_unchanged_row(reduced: IndexSnapshot) -> None:
+    before = reduced.retriever.index  # type: ignore[attr-defined]
+    new = cap("send-mail")
+    vector = np.zeros(384, dtype=np.float32)
+    vector[7] = 1.0
+
+    changed = reduced.with_changes(2, upserts=[(new, vector.tobytes())], deletes=["tool:tool-0"])
+    after = changed.retriever.index  # type: ignore[attr-defined]
+
+    assert changed.matrix.shape == (0, 384)
+    assert after.ids[-1] == "tool:send-mail"
+    np.testing.assert_allclose(after.matrix[:-1], before.matrix[1:], atol=1e-5)
+    np.testing.assert_allclose(after.matrix[-1], vector @ before.projection, atol=1e-6)

@@ -286,6 +286,21 @@ def _gather(
     return caps, matrix
 
 
+def _reduced_index(retriever: Retriever) -> RetrievalIndex | None:
+    """The retrieval index of a hybrid retriever that reduced its vectors, else None."""
+    if isinstance(retriever, HybridRetriever) and retriever.index.projection is not None:
+        return retriever.index
+    return None
+
+
+def _kept(matrix: Matrix, retriever: Retriever) -> Matrix:
+    """What a snapshot keeps of its vectors beside ``retriever``: nothing (an empty matrix of
+    the same width) when the retriever holds them reduced, else ``matrix``."""
+    if _reduced_index(retriever) is None:
+        return matrix
+    return np.zeros((0, matrix.shape[1]), dtype=np.float32)
+
+
 @dataclass(frozen=True)
 class IndexSnapshot:
     """One tenant's searchable state at one index version.
@@ -297,6 +312,10 @@ class IndexSnapshot:
     those of the served capabilities the tool-poisoning scan flagged
     (:mod:`capdisc.registry.flags`);
     capabilities the tenant's policy withholds are not in a snapshot at all.
+
+    ``matrix`` holds the stored vectors, except when the retriever keeps them reduced to its
+    projection (a hybrid retriever above ``reduce_above`` rows): then it is empty, and
+    :meth:`vectors` gives them back from the reduced rows (1.5 KB less per capability held).
     """
 
     tenant: str
@@ -334,20 +353,21 @@ class IndexSnapshot:
     ) -> IndexSnapshot:
         caps, matrix = _gather(entries, dim)
         ids = tuple(caps)
+        made = retriever(
+            tuple(caps.values()),
+            matrix,
+            embedder_id,
+            probes,
+            previous.retriever if previous is not None else None,
+        )
         return cls(
             tenant,
             version,
             dim,
             ids,
             caps,
-            matrix,
-            retriever(
-                tuple(caps.values()),
-                matrix,
-                embedder_id,
-                probes,
-                previous.retriever if previous is not None else None,
-            ),
+            _kept(matrix, made),
+            made,
             embedder_id,
             retriever,
             probes,
@@ -356,6 +376,20 @@ class IndexSnapshot:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def vectors(self) -> Matrix:
+        """The stored vectors, row ``i`` for ``ids[i]``: :attr:`matrix`, or when the retriever
+        keeps them reduced, the reduced rows mapped back (``rows @ projection.T``). Projected
+        again, those give the very same reduced rows, so a delta built from them scores as
+        the snapshot it came from; beside the originals they lose only what the projection
+        dropped."""
+        if len(self.matrix) == len(self.ids):
+            return self.matrix
+        index = _reduced_index(self.retriever)
+        if index is None or index.projection is None:
+            raise ValueError(f"snapshot {self.tenant} v{self.version} holds no vectors")
+        full: Matrix = np.ascontiguousarray(index.matrix @ index.projection.T, dtype=np.float32)
+        return full
 
     @property
     def search_mode(self) -> str:
@@ -374,10 +408,11 @@ class IndexSnapshot:
     ) -> IndexSnapshot:
         """A new snapshot at ``version`` with ``upserts`` replaced or added and ``deletes`` gone;
         an upserted capability's mark is its entry in ``marks`` (none if absent)."""
+        vectors = self.vectors()
         entries = {
-            cid: (self.capabilities[cid], self.matrix[i].tobytes())
-            for i, cid in enumerate(self.ids)
+            cid: (self.capabilities[cid], vectors[i].tobytes()) for i, cid in enumerate(self.ids)
         }
+        del vectors  # each row is copied: the reconstructed matrix is not held through the build
         kept = dict(self.marks)
         for cap_id in deletes:
             entries.pop(cap_id, None)
@@ -402,7 +437,7 @@ class IndexSnapshot:
         self, query: Vector, k: int, kind: str | None = None
     ) -> list[tuple[Capability, float]]:
         """Plain dense top-``k`` by cosine (optionally of one ``kind``), best first."""
-        found = CosineRetriever(tuple(self.capabilities.values()), self.matrix).search(
+        found = CosineRetriever(tuple(self.capabilities.values()), self.vectors()).search(
             "", query, k, SearchFilters(kind=kind), DiscoveryConfig()
         )
         return [(self.capabilities[h.id], h.score) for h in found.hits]

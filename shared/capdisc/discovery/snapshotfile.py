@@ -416,13 +416,14 @@ def _load(path: Path, header: SnapshotHeader, probes: Matrix | None, mmap: bool)
         raise ValueError(f"{len(capabilities)} records for {header.capabilities} capabilities")
     loaded = np.load(path / VECTORS, mmap_mode="r" if mmap else None, allow_pickle=False)
     vectors: Matrix = loaded.view(np.ndarray) if isinstance(loaded, np.memmap) else loaded
-    if vectors.dtype != np.float32 or vectors.shape != (len(capabilities), header.dim):
+    index = load_index(path, capabilities, mmap=mmap)
+    rows = 0 if index.projection is not None else len(capabilities)  # reduced: kept by the index
+    if vectors.dtype != np.float32 or vectors.shape != (rows, header.dim):
         raise ValueError(f"vectors of shape {vectors.shape} for {len(capabilities)} records")
     marks = {
         cap_id: Mark(tuple((str(r), str(w)) for r, w in m["places"]), bool(m["caution"]))
         for cap_id, m in json.loads((path / MARKS).read_text()).items()
     }
-    index = load_index(path, capabilities, mmap=mmap)
     retriever = HybridRetriever(index, header.embedder_id)
     config = calibrated_for(header.embedder_id)
     if index.neighbors.graph is None and config.ann_above and len(index) > config.ann_above:
