@@ -52,7 +52,7 @@ from capdisc.retrieval.probes import PROBES
 from capdisc.retrieval.text import embedder_id_of, vector_space
 from capdisc.settings import Settings
 from capdisc.vectorstores.port import VectorStore
-from capdisc_workers.heap import release_freed_memory
+from capdisc_workers.heap import collection_paused, release_freed_memory
 from capdisc_workers.outage import RETRYABLE, Backoff, RedisHealth
 from capdisc_workers.snapshots import SnapshotWriter
 
@@ -221,7 +221,8 @@ class SnapshotFollower:
         failure keep serving what it served and say why (once per stored version: the catch-up
         does not retry a version that failed)."""
         try:
-            loaded = self._load_from_disk(tenant) or self._load(tenant)
+            with collection_paused():  # a load's objects live on: no collector passes
+                loaded = self._load_from_disk(tenant) or self._load(tenant)
         except (CapdiscError, ValueError, KeyError) as exc:
             failed_at = int(self.redis.get(keys.version(tenant)) or 0)
             self.failed[tenant] = failed_at
