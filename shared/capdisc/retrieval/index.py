@@ -81,7 +81,7 @@ class RetrievalIndex:
     role_rows: dict[str, RowArray]
     user_rows: dict[str, RowArray]
     #: Per row, the keys that could name its capability (kept for the next delta).
-    row_keys: tuple[frozenset[NameKey], ...]
+    row_keys: tuple[tuple[NameKey, ...], ...]
     rows: dict[str, int]
     #: Mean row and second-moment matrix of ``matrix``: the catalog mean and deviation of a
     #: query's cosines, without scoring every row.
@@ -509,7 +509,7 @@ def _lexicon(
 
 def _row_keys(
     caps: Sequence[Capability], previous: RetrievalIndex | None, reuse: list[int | None] | None
-) -> tuple[frozenset[NameKey], ...]:
+) -> tuple[tuple[NameKey, ...], ...]:
     """Per capability, the keys that could name it; reused rows keep ``previous``'s."""
     if previous is None or not reuse:
         return tuple(row_name_keys(c) for c in caps)

@@ -22,13 +22,15 @@ _WORD = re.compile(r"[^\W_]+")
 _MAX_NAME_WORDS = 6
 
 
-def row_name_keys(capability: Capability) -> frozenset[NameKey]:
-    """The keys that could name ``capability`` in the table (:func:`_distinctive` ones)."""
-    return frozenset(key for key in _name_keys(capability) if _distinctive(key))
+def row_name_keys(capability: Capability) -> tuple[NameKey, ...]:
+    """The distinct keys that could name ``capability`` in the table (:func:`_distinctive`
+    ones). A tuple, and an id or name already in lower case is not copied: a large catalog
+    keeps one of these per capability."""
+    return tuple(key for key in _name_keys(capability) if _distinctive(key))
 
 
 def build_name_table(
-    row_keys: Sequence[frozenset[NameKey]], lexicon: LexicalIndex
+    row_keys: Sequence[Collection[NameKey]], lexicon: LexicalIndex
 ) -> dict[NameKey, int]:
     """Name key -> row, keeping only keys that identify one capability and are not ordinary
     words of the catalog (a one-word key must appear in at most one capability's text)."""
@@ -61,16 +63,23 @@ def named_rows(query: str, names: Mapping[NameKey, int], starts: Collection[str]
             yield row
 
 
-def _name_keys(capability: Capability) -> set[NameKey]:
-    """The keys a query can name ``capability`` by: its id and name as written (one token,
-    any case) and its display name (one token any case, or several words as capitalized)."""
-    keys: set[NameKey] = {(capability.id.lower(),), (capability.name.lower(),)}
+def _name_keys(capability: Capability) -> dict[NameKey, None]:
+    """The keys a query can name ``capability`` by (distinct, in order): its id and name as
+    written (one token, any case) and its display name (one token any case, or several words
+    as capitalized)."""
+    keys: dict[NameKey, None] = {(_lower(capability.id),): None, (_lower(capability.name),): None}
     display = _WORD.findall(capability.display_name)
     if len(display) == 1:
-        keys.add((display[0].lower(),))
+        keys[(_lower(display[0]),)] = None
     elif 1 < len(display) <= _MAX_NAME_WORDS:
-        keys.add(tuple(display))
+        keys[tuple(display)] = None
     return keys
+
+
+def _lower(text: str) -> str:
+    """``text`` in lower case; ``text`` itself when it already is (no copy held)."""
+    low = text.lower()
+    return text if low == text else low
 
 
 def _distinctive(key: NameKey) -> bool:

@@ -132,7 +132,7 @@ def load_index(
         for facet in FACETS
     }
     names: dict[NameKey, int] = {tuple(key): int(row) for key, row in tables["names"]}
-    row_keys = tuple(frozenset(tuple(key) for key in keys) for keys in tables["row_keys"])
+    row_keys = tuple(tuple(tuple(key) for key in keys) for keys in tables["row_keys"])
     ids = tuple(c.id for c in caps)
     matrix = array("matrix")
     if matrix.shape[0] != len(caps) or len(row_keys) != len(caps):
