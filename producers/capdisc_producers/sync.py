@@ -25,6 +25,7 @@ from capdisc.registry.events import RegistryEvent
 from capdisc.registry.manifest import ScanCache, scan_directory
 from capdisc.registry.policy import StoredRecord, SyncPlan, plan_sync
 from capdisc.registry.store import owners, stored_by_source
+from capdisc.retrieval.text import full_text
 from capdisc.tenants import check_tenant
 from capdisc_producers.publisher import Publisher, wait_for_acks
 
@@ -144,8 +145,9 @@ def held_elsewhere(
     }
 
 
-#: Events sent per broker round trip (and per progress step) by :func:`publish_plan`.
-CHUNK = 500
+#: Events sent per call of :meth:`Publisher.send` (and per progress step) by
+#: :func:`publish_plan`: one task of :data:`capdisc_producers.publisher.BATCH`.
+CHUNK = 1024
 
 
 def publish_plan(
@@ -194,9 +196,12 @@ def _wait(
 
 def events_for(plan: SyncPlan, tenant: str, source: str, batch_id: str) -> list[RegistryEvent]:
     """The upsert, delete and reindex events of ``plan``, all with one sequence: now. Those of
-    ``plan.taken_over`` say ``take_over``."""
+    ``plan.taken_over`` say ``take_over``. The upserts go shortest embedding text first (each
+    capability once, so their order changes nothing stored): the capabilities of one task, and
+    of one model call, are then of similar length, and the model pads little."""
     seq = time.time_ns()
     taken = set(plan.taken_over)
+    upserts = sorted(plan.upserts, key=lambda cap: len(full_text(cap)))
     events = [
         RegistryEvent(
             type="upsert",
@@ -208,7 +213,7 @@ def events_for(plan: SyncPlan, tenant: str, source: str, batch_id: str) -> list[
             batch_id=batch_id,
             take_over=cap.id in taken,
         )
-        for cap in plan.upserts
+        for cap in upserts
     ]
     events += [
         RegistryEvent(

@@ -73,3 +73,43 @@ def test_stale_and_duplicate_events_in_a_batch_embed_nothing(
 
     assert sorted(o["decision"] for o in outcomes) == ["stale", "stale"]
     assert collect_status(connection)["embedding_calls"] == before
+
+
+def test_a_batch_of_several_chunks_applies_every_event_once_in_order(
+    stack: Stack, connection: redis.Redis, tenant: str
+) -> None:
+    """Past ``APPLY_CHUNK`` events a task embeds one chunk while it writes those before (the
+    last one cut to ``LAST_CHUNK``): every event still applied once, in the order sent, a poison
+    payload refused alone and a capability sent twice (in two chunks) stored once."""
+    from capdisc_workers.embedding import APPLY_CHUNK, LAST_CHUNK, chunk_bounds
+
+    batch = f"{tenant}-chunks"
+    count = 2 * APPLY_CHUNK + LAST_CHUNK + 20
+    assert len(chunk_bounds(count + 2)) == 4  # the last chunk is cut
+    events = [
+        upsert(tenant, f"tool{i:03d}", 1, f"Tool {i} of {tenant}.", batch) for i in range(count)
+    ]
+    repeat = upsert(tenant, "tool000", 1, f"Tool 0 of {tenant}.", batch)  # a duplicate
+    payloads = [e.encode() for e in events]
+    payloads.insert(APPLY_CHUNK + 3, '{"not": "an event"}')
+    payloads.append(repeat.encode())
+    before = collect_status(connection)["embedding_calls"]
+
+    Publisher(stack.url).app.send_task(
+        keys.TASK_APPLY_EVENTS, queue=keys.INDEXING_QUEUE, args=[payloads]
+    )
+    outcomes = wait_for_acks(connection, batch, count + 1, 60)
+
+    assert len(outcomes) == count + 1
+    applied = [o for o in outcomes if o["decision"] == "upsert"]
+    assert [o["capability_id"] for o in applied] == [e.capability_id for e in events]
+    versions = [int(o["version"]) for o in applied]
+    assert versions == sorted(versions) and len(set(versions)) == count
+    assert outcomes[-1]["decision"] == "stale"  # the duplicate, after its first copy
+    assert connection.hlen(keys.caps(tenant)) == count
+    texts = {
+        t
+        for e in events
+        for t in embedding_texts(capability_from_record(e.capability or {}, "test"))
+    }
+    assert collect_status(connection)["embedding_calls"] - before == len(texts)

@@ -147,3 +147,78 @@ def test_an_embedding_that_keeps_failing_is_retried_then_dead_lettered(
         server.close()
         connection.flushdb()
         connection.close()
+
+
+def test_an_embedding_failing_in_a_later_chunk_keeps_what_was_applied_before_it(
+    stack: Stack, tenant: str
+) -> None:
+    """A task of more than ``APPLY_CHUNK`` events embeds its second chunk while it writes the
+    first: when that embedding keeps failing, the first chunk's events stay applied and only
+    the others are retried, then dead-lettered."""
+    import math
+
+    from capdisc.registry.events import RegistryEvent
+    from capdisc.registry.normalize import capability_from_record
+    from capdisc.retrieval.text import embedding_texts
+    from capdisc_producers.publisher import wait_for_acks
+    from capdisc_workers.embedding import APPLY_CHUNK, EMBED_BATCH
+
+    from .conftest import INDEXING_ARGV
+    from .test_openai_embedder import ERROR, Server
+
+    batch = f"{tenant}-late"
+    events = [
+        RegistryEvent(
+            type="upsert",
+            tenant=tenant,
+            capability_id=f"tool:t{i:03d}",
+            seq=1,
+            capability={"kind": "tool", "name": f"t{i:03d}", "description": f"Tool {i}."},
+            batch_id=batch,
+        )
+        for i in range(APPLY_CHUNK + 10)
+    ]
+    first_texts = {
+        t
+        for e in events[:APPLY_CHUNK]
+        for t in embedding_texts(capability_from_record(e.capability or {}, "test"))
+    }
+    first_calls = math.ceil(len(first_texts) / EMBED_BATCH)
+    server = Server()
+    server.script = [(200, None, {})] * first_calls + [(500, ERROR, {})] * 50
+    private = stack.url.rsplit("/", 1)[0] + "/10"  # its own broker and registry
+    worker = stack.spawn(
+        "indexing-failing-late",
+        [*INDEXING_ARGV, "-n", f"failing-late-{tenant}@%h"],
+        CAPDISC_REDIS_URL=private,
+        CAPDISC_EMBEDDER="openai",
+        CAPDISC_OPENAI_BASE_URL=server.url,
+        CAPDISC_OPENAI_API_KEY="sk-test",
+        CAPDISC_OPENAI_DIMENSIONS="8",
+        CAPDISC_OPENAI_MAX_ATTEMPTS="1",
+        CAPDISC_INDEXING_MAX_ATTEMPTS="2",
+        CAPDISC_INDEXING_RETRY_BASE_S="0.1",
+    )
+    connection = redis.Redis.from_url(private)
+    try:
+        Publisher(private).send(events)
+
+        outcomes = wait_for_acks(connection, batch, len(events), 90)
+
+        decisions = {o["capability_id"]: o["decision"] for o in outcomes}
+        assert len(outcomes) == len(events)
+        assert {decisions[e.capability_id] for e in events[:APPLY_CHUNK]} == {"upsert"}
+        assert {decisions[e.capability_id] for e in events[APPLY_CHUNK:]} == {"dead_lettered"}
+        letters = list_dead_letters(connection, 100)
+        assert sorted(d.to_dict()["capability_id"] for d in letters) == sorted(
+            e.capability_id for e in events[APPLY_CHUNK:]
+        )
+        assert {d.attempts for d in letters} == {2}
+        assert connection.hlen(keys.caps(tenant)) == APPLY_CHUNK
+        assert len(server.requests) == first_calls + 2  # one failing call per delivery
+    finally:
+        worker.terminate()
+        worker.wait(timeout=15)
+        server.close()
+        connection.flushdb()
+        connection.close()

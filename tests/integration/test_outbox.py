@@ -108,3 +108,27 @@ def test_a_redelivered_event_is_counted_once_with_its_first_outcome(
         ("e1", "upsert"),
         ("e2", "delete"),
     ]
+
+
+def test_a_waiting_producer_takes_waiting_acks_together_but_no_more_than_asked(
+    connection: redis.Redis,
+) -> None:
+    batch_id = f"b-{uuid.uuid4().hex}"
+    for n in range(6):
+        connection.rpush(
+            keys.acks(batch_id),
+            json.dumps({"event_id": f"e{n}", "capability_id": f"tool:{n}", "decision": "upsert"}),
+        )
+    connection.rpush(  # a redelivered event's second ack
+        keys.acks(batch_id),
+        json.dumps({"event_id": "e0", "capability_id": "tool:0", "decision": "stale"}),
+    )
+    seen: set[str] = set()
+
+    first = wait_for_acks(connection, batch_id, 4, timeout_s=5, seen=seen)
+
+    assert [o["event_id"] for o in first] == ["e0", "e1", "e2", "e3"]
+    assert connection.llen(keys.acks(batch_id)) == 3  # left for the next call
+    rest = wait_for_acks(connection, batch_id, 2, timeout_s=5, seen=seen)
+    assert [o["event_id"] for o in rest] == ["e4", "e5"]
+    assert connection.llen(keys.acks(batch_id)) == 1  # the duplicate was not needed

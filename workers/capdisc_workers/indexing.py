@@ -3,15 +3,19 @@
 Each event is decoded and admitted (with auth on, its token must grant ``write`` on its tenant);
 what it does is decided and written atomically by :func:`capdisc.registry.store.apply_event`
 (the policy is :func:`capdisc.registry.policy.decide`), with the vectors it needs embedded
-beforehand in one batch (:mod:`capdisc_workers.embedding`); what changed is then handed to the
-external vector store, if any (:mod:`capdisc_workers.mirroring`). A refused event is
-dead-lettered; a failed embedding is retried, then dead-lettered.
+beforehand, a chunk of events at a time (:mod:`capdisc_workers.embedding`): the later chunks'
+on the embedding thread while this one's are written, so the model does not wait for Redis.
+What changed is then handed to the external vector store, if any
+(:mod:`capdisc_workers.mirroring`). A refused event is dead-lettered; a failed embedding is
+retried, then dead-lettered.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
+from functools import partial
 from typing import Any, TypeVar
 
 import redis
@@ -28,7 +32,7 @@ from capdisc.registry.store import Outcome, apply_event, needing_vectors, record
 from capdisc.retrieval.text import vector_space
 from capdisc_workers import metrics
 from capdisc_workers.celery_app import app, resources
-from capdisc_workers.embedding import stored_capabilities, vectors_for
+from capdisc_workers.embedding import ahead, chunk_bounds, stored_capabilities, vectors_for
 from capdisc_workers.mirroring import mirror
 from capdisc_workers.outage import RETRYABLE, Backoff
 from capdisc_workers.resources import Resources
@@ -82,11 +86,52 @@ def _through_outage(res: Resources, run: Callable[[], _T]) -> _T:
 
 
 def apply_payloads(res: Resources, task: Any, payloads: list[str]) -> list[dict[str, Any]]:
-    """Apply encoded events in order, embedding every capability that needs it in one model
-    call. A refused event is dead-lettered alone; a failed embedding retries (then
-    dead-letters) the events not yet applied, which is safe because applying is idempotent."""
+    """Apply encoded events in order, a chunk at a time (:func:`chunk_bounds`), each chunk's
+    vectors made on the embedding thread (in order, as soon as the chunk is parsed) while the
+    chunks before it are written. A refused event is dead-lettered alone; a failed embedding
+    retries (then dead-letters) the events not yet applied, which is safe because applying is
+    idempotent."""
     client = res.redis
+    space = vector_space(res.embedder.id)
     outcomes: list[dict[str, Any] | None] = []
+    parsed: list[list[_Pending]] = []
+    making: list[Future[dict[str, tuple[str, bytes]]]] = []
+    try:
+        for start, end in chunk_bounds(len(payloads)):
+            chunk = _parse_chunk(res, task, client, payloads[start:end], outcomes)
+            parsed.append(chunk)
+            making.append(ahead(partial(_vectors_needed, res, chunk, space)))
+        pending = [entry for chunk in parsed for entry in chunk]
+        try:
+            for chunk, vectors in zip(parsed, making, strict=True):
+                for slot, _payload, event, capability in chunk:
+                    outcomes[slot] = _apply(res, task, event, capability, vectors.result(), space)
+            mirror(
+                client,
+                res.store,
+                [(event, outcomes[slot]) for slot, _p, event, _c in pending],
+                space,
+            )
+        except EmbeddingError as exc:
+            unfinished = [(p, e) for slot, p, e, _c in pending if outcomes[slot] is None]
+            return [o for o in outcomes if o is not None] + _retry_or_dead_letter(
+                res, task, unfinished, exc
+            )
+    finally:
+        for future in making:
+            future.cancel()  # those not started, after a failure: nothing left to apply them
+    return [o for o in outcomes if o is not None]
+
+
+def _parse_chunk(
+    res: Resources,
+    task: Any,
+    client: redis.Redis,
+    payloads: list[str],
+    outcomes: list[dict[str, Any] | None],
+) -> list[_Pending]:
+    """The events of ``payloads`` to apply, each with its place in ``outcomes`` (where the
+    outcome of each one refused goes at once)."""
     pending: list[_Pending] = []
     for payload in payloads:
         parsed = _parse(res, task, client, payload)
@@ -95,20 +140,7 @@ def apply_payloads(res: Resources, task: Any, payloads: list[str]) -> list[dict[
         else:
             pending.append((len(outcomes), payload, *parsed))
             outcomes.append(None)
-    space = vector_space(res.embedder.id)
-    try:
-        vectors = _vectors_needed(res, pending, space)
-        for slot, _payload, event, capability in pending:
-            outcomes[slot] = _apply(res, task, event, capability, vectors, space)
-        mirror(
-            client, res.store, [(event, outcomes[slot]) for slot, _p, event, _c in pending], space
-        )
-    except EmbeddingError as exc:
-        unfinished = [(p, e) for slot, p, e, _c in pending if outcomes[slot] is None]
-        return [o for o in outcomes if o is not None] + _retry_or_dead_letter(
-            res, task, unfinished, exc
-        )
-    return [o for o in outcomes if o is not None]
+    return pending
 
 
 def _parse(
