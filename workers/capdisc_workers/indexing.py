@@ -28,7 +28,13 @@ from capdisc.registry.deadletters import dead_letter
 from capdisc.registry.events import RegistryEvent
 from capdisc.registry.normalize import capability_from_record
 from capdisc.registry.policy import retry_delay_s
-from capdisc.registry.store import Outcome, apply_event, needing_vectors, record_ack
+from capdisc.registry.store import (
+    Outcome,
+    apply_event,
+    needing_vectors,
+    record_ack,
+    record_acks,
+)
 from capdisc.retrieval.text import vector_space
 from capdisc_workers import metrics
 from capdisc_workers.celery_app import app, resources
@@ -104,14 +110,13 @@ def apply_payloads(res: Resources, task: Any, payloads: list[str]) -> list[dict[
         pending = [entry for chunk in parsed for entry in chunk]
         try:
             for chunk, vectors in zip(parsed, making, strict=True):
-                for slot, _payload, event, capability in chunk:
-                    outcomes[slot] = _apply(res, task, event, capability, vectors.result(), space)
-            mirror(
-                client,
-                res.store,
-                [(event, outcomes[slot]) for slot, _p, event, _c in pending],
-                space,
-            )
+                try:
+                    for slot, _payload, event, capability in chunk:
+                        outcomes[slot] = _apply(
+                            res, task, event, capability, vectors.result(), space
+                        )
+                finally:
+                    _settle(res, chunk, outcomes, space)
         except EmbeddingError as exc:
             unfinished = [(p, e) for slot, p, e, _c in pending if outcomes[slot] is None]
             return [o for o in outcomes if o is not None] + _retry_or_dead_letter(
@@ -214,7 +219,10 @@ def _apply(
         again = vectors_for(res.redis, res.embedder, [cap], use_cache=event.type != "reindex")
         return again[cap.id][1]
 
-    outcome = apply_event(res.redis, event, capability, vector_for, space)  # acks it too
+    # acknowledged with the write, or with an external store once it holds the change too
+    outcome = apply_event(
+        res.redis, event, capability, vector_for, space, acknowledge=res.store is None
+    )
     log.info(
         "event_applied",
         event_id=event.event_id,
@@ -225,6 +233,24 @@ def _apply(
         index_version=outcome.version,
     )
     return outcome.to_dict()
+
+
+def _settle(
+    res: Resources, chunk: list[_Pending], outcomes: list[dict[str, Any] | None], space: str
+) -> None:
+    """Write what the chunk's applied events changed to the external vector store, if any,
+    then acknowledge them: a producer that has an event's acknowledgement finds the change in
+    the store as well as in Redis. (Without a store each event was acknowledged with its
+    write.) A worker killed in between leaves the events unacknowledged: the task runs again,
+    finds them applied, and acknowledges them then; the reconciler writes the store again."""
+    if res.store is None:
+        return
+    applied = [(event, outcomes[slot]) for slot, _p, event, _c in chunk if outcomes[slot]]
+    mirror(res.redis, res.store, applied, space)
+    record_acks(
+        res.redis,
+        [(event.batch_id, outcome) for event, outcome in applied if event.batch_id and outcome],
+    )
 
 
 def _retry_or_dead_letter(

@@ -113,11 +113,15 @@ def apply_event(
     capability: Capability | None,
     vector_for: Callable[[Capability], bytes],
     space: str,
+    *,
+    acknowledge: bool = True,
 ) -> Outcome:
     """Apply one decoded event atomically; ``vector_for`` runs only when an embedding is needed.
     ``space`` is the writer's vector space; a reindex event re-embeds the stored capability.
     The outcome of an event of a publish batch is acknowledged in the same transaction, so a
-    worker killed right after the write cannot leave the producer with a wrong outcome."""
+    worker killed right after the write cannot leave the producer with a wrong outcome; unless
+    not ``acknowledge`` (the caller acknowledges it once the change is written elsewhere too,
+    :func:`record_acks`)."""
     tenant, cap_id = event.tenant, event.capability_id
     watched = (
         keys.caps(tenant),
@@ -158,7 +162,7 @@ def apply_event(
                     version,
                     ownership_note(event, decision, stored),
                 )
-                if event.batch_id:
+                if event.batch_id and acknowledge:
                     _queue_ack(pipe, event.batch_id, outcome.to_dict())
                 pipe.execute()
                 return outcome
@@ -301,6 +305,16 @@ def record_ack(client: Redis, batch_id: str, outcome: dict[str, Any]) -> None:
     """Tell whoever waits on a publish batch that one of its events is done."""
     with client.pipeline(transaction=False) as pipe:
         _queue_ack(pipe, batch_id, outcome)
+        pipe.execute()
+
+
+def record_acks(client: Redis, acks: list[tuple[str, dict[str, Any]]]) -> None:
+    """:func:`record_ack` of each ``(batch id, outcome)``, in one round trip."""
+    if not acks:
+        return
+    with client.pipeline(transaction=False) as pipe:
+        for batch_id, outcome in acks:
+            _queue_ack(pipe, batch_id, outcome)
         pipe.execute()
 
 
