@@ -879,13 +879,16 @@ def _child(name: str, child: dict[str, Any]) -> str:
 
 
 def _versions(worker: dict[str, Any]) -> str:
-    """``acme@12 (graph), beta@3``: each tenant's served version, and which tenants a large
-    catalog's HNSW graph serves (the others: the exact scan)."""
+    """``acme@12 (graph, from a snapshot), beta@3``: each tenant's served version, which
+    tenants a large catalog's HNSW graph serves (the others: the exact scan) and which were
+    loaded from a snapshot on disk (the others: from Redis)."""
     searches = worker.get("searches", {})
-    served = [
-        f"{t}@{v}" + (" (graph)" if searches.get(t) == "graph" else "")
-        for t, v in worker.get("versions", {}).items()
-    ]
+    loaded = worker.get("loaded_from", {})
+    served = []
+    for tenant, version in worker.get("versions", {}).items():
+        notes = ["graph"] if searches.get(tenant) == "graph" else []
+        notes += ["from a snapshot"] if loaded.get(tenant) == "snapshot" else []
+        served.append(f"{tenant}@{version}" + (f" ({', '.join(notes)})" if notes else ""))
     return ", ".join(served) or "nothing yet"
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from capdisc import keys
 from capdisc.client import Client
+from capdisc.status import live_workers
 
 from .conftest import publish
 from .private import PrivateStack, copy_registry, publish_and_serve, wait_for
@@ -76,6 +77,16 @@ def test_a_restarted_worker_serves_its_snapshot_and_the_change_made_while_it_was
         assert loaded[0]["changes_applied"] == 1 and loaded[0]["path"] == str(path)
         assert not [e for e in stack.events("discovery-2", "index_loaded") if e["tenant"] == TENANT]
         assert not stack.events("discovery-2", "snapshot_refused")
+        beats = wait_for(
+            lambda: [
+                w
+                for w in live_workers(stack.connection())
+                if w.get("pid") == worker.pid and TENANT in w.get("loaded_from", {})
+            ],
+            30,
+            "a heartbeat saying where the tenant was loaded from",
+        )
+        assert [w["loaded_from"][TENANT] for w in beats] == ["snapshot"]
 
 
 def test_a_corrupt_snapshot_is_refused_by_name_and_the_tenant_loaded_from_redis(

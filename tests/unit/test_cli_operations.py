@@ -120,10 +120,22 @@ def test_retiring_a_key_the_keyring_lacks_exits_1_and_changes_nothing(tmp_path: 
             "acme@12 (graph), beta@3",
         ),
         ({"versions": {"acme": 12}, "searches": {"acme": "exact"}}, "acme@12"),
+        (
+            {
+                "versions": {"acme": 12, "beta": 3},
+                "searches": {"acme": "graph"},
+                "loaded_from": {"acme": "snapshot", "beta": "redis"},
+            },
+            "acme@12 (graph, from a snapshot), beta@3",
+        ),
+        (
+            {"versions": {"acme": 12}, "loaded_from": {"acme": "snapshot"}},
+            "acme@12 (from a snapshot)",
+        ),
         ({}, "nothing yet"),
     ],
 )
-def test_status_names_each_tenants_version_and_where_the_graph_serves(
+def test_status_names_each_tenants_version_where_the_graph_serves_and_snapshot_loads(
     worker: dict[str, Any], shown: str
 ) -> None:
     assert _versions(worker) == shown

@@ -302,6 +302,7 @@ class DiscoveryWorker:
                 "embedder": self.follower.embedder.id,
                 "versions": self.follower.indexes.versions(),
                 "searches": self.follower.indexes.search_modes(),
+                "loaded_from": dict(self.follower.loaded_from),
                 "metrics_port": self.metrics_port,
             }
             try:

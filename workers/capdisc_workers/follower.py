@@ -167,6 +167,9 @@ class SnapshotFollower:
         self.last_build_end = 0.0
         #: The poisoning policy each tenant was loaded under (what a snapshot file records).
         self.policies: dict[str, str] = {}
+        #: Where each tenant was last loaded whole from: ``snapshot`` (a file on disk) or
+        #: ``redis`` (the heartbeat and ``capdisc status`` show it).
+        self.loaded_from: dict[str, str] = {}
         #: Writes the snapshots swapped in to ``snapshot_dir`` (None: no snapshots on disk,
         #: or searched in an external store).
         self.writer = (
@@ -294,6 +297,7 @@ class SnapshotFollower:
             return None
         self.spaces[tenant] = space
         self.policies[tenant] = wanted.policy
+        self.loaded_from[tenant] = "snapshot"
         self._swap_in(index, changes_id)
         self.stale.discard(tenant)
         log.info(
@@ -390,6 +394,7 @@ class SnapshotFollower:
         self.last_build_end = time.monotonic()
         self.spaces[tenant] = snap.space
         self.policies[tenant] = policy
+        self.loaded_from[tenant] = "redis"
         self._swap_in(index, snap.changes_id)
         self.stale.discard(tenant)
         log.info(
