@@ -347,14 +347,21 @@ def print_targets(results: list[dict[str, Any]], size: int) -> dict[str, str]:
     return verdicts
 
 
+def local_run(results: list[dict[str, Any]], label: str) -> dict[str, Any] | None:
+    """The run with the local embedder; None, having printed ``label`` as not measured."""
+    local = next((r for r in results if r["embedder"] == LOCAL_EMBEDDER), None)
+    if local is None:
+        print(f"{label}: NOT MEASURED ({LOCAL_EMBEDDER} not in --embedders)")
+    return local
+
+
 def import_target(results: list[dict[str, Any]], size: int) -> str:
     label = (
         f"target, {TARGET_SIZE:,} capabilities imported in <= {TARGET_S:.0f} s with "
         f"the local embedder ({LOCAL_EMBEDDER})"
     )
-    local = next((r for r in results if r["embedder"] == LOCAL_EMBEDDER), None)
+    local = local_run(results, label)
     if local is None:
-        print(f"{label}: NOT MEASURED ({LOCAL_EMBEDDER} not in --embedders)")
         return "not measured"
     figures = local["import"]
     needed = TARGET_SIZE / TARGET_S
@@ -377,9 +384,8 @@ def floor_target(results: list[dict[str, Any]]) -> str:
         f"target, the import within {TARGET_FLOOR_RATIO:.2f} x the model's own time on its "
         f"texts, measured in the same run ({LOCAL_EMBEDDER})"
     )
-    local = next((r for r in results if r["embedder"] == LOCAL_EMBEDDER), None)
+    local = local_run(results, label)
     if local is None:
-        print(f"{label}: NOT MEASURED ({LOCAL_EMBEDDER} not in --embedders)")
         return "not measured"
     figures, floor = local["import"], local["floor"]
     met = figures["complete"] and figures["floor_ratio"] <= TARGET_FLOOR_RATIO

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import redis
 
@@ -96,21 +99,22 @@ def test_replay_removes_only_what_it_sent(connection: redis.Redis) -> None:
     connection.xdel(keys.DEADLETTERS, first)
 
 
-def test_an_embedding_that_keeps_failing_is_retried_then_dead_lettered(
-    stack: Stack, tenant: str
-) -> None:
-    from capdisc.registry.events import RegistryEvent
-    from capdisc_producers.publisher import wait_for_acks
-
+@contextmanager
+def failing_embedder(
+    stack: Stack, name: str, tenant: str, db: int, answered: list[Any]
+) -> Iterator[tuple[str, redis.Redis, Any]]:
+    """An indexing worker on its own broker and registry (database ``db``) whose OpenAI
+    embedder answers ``answered`` first, then HTTP 500 every time; with two deliveries a task.
+    Yields the Redis URL, a connection to it and the scripted server; stops and empties all."""
     from .conftest import INDEXING_ARGV
     from .test_openai_embedder import ERROR, Server
 
     server = Server()
-    server.script = [(500, ERROR, {})] * 50
-    private = stack.url.rsplit("/", 1)[0] + "/9"  # its own broker and registry
+    server.script = [*answered, *[(500, ERROR, {})] * 50]
+    private = stack.url.rsplit("/", 1)[0] + f"/{db}"
     worker = stack.spawn(
-        "indexing-failing",
-        [*INDEXING_ARGV, "-n", f"failing-{tenant}@%h"],
+        f"indexing-{name}",
+        [*INDEXING_ARGV, "-n", f"{name}-{tenant}@%h"],
         CAPDISC_REDIS_URL=private,
         CAPDISC_EMBEDDER="openai",
         CAPDISC_OPENAI_BASE_URL=server.url,
@@ -122,6 +126,22 @@ def test_an_embedding_that_keeps_failing_is_retried_then_dead_lettered(
     )
     connection = redis.Redis.from_url(private)
     try:
+        yield private, connection, server
+    finally:
+        worker.terminate()
+        worker.wait(timeout=15)
+        server.close()
+        connection.flushdb()
+        connection.close()
+
+
+def test_an_embedding_that_keeps_failing_is_retried_then_dead_lettered(
+    stack: Stack, tenant: str
+) -> None:
+    from capdisc.registry.events import RegistryEvent
+    from capdisc_producers.publisher import wait_for_acks
+
+    with failing_embedder(stack, "failing", tenant, 9, []) as (private, connection, server):
         event = RegistryEvent(
             type="upsert",
             tenant=tenant,
@@ -141,12 +161,6 @@ def test_an_embedding_that_keeps_failing_is_retried_then_dead_lettered(
         assert [(d.attempts, d.to_dict()["capability_id"]) for d in letters] == [(2, "tool:clock")]
         assert len(server.requests) == 2  # one call per delivery: retries do not multiply
         assert connection.hget(keys.caps(tenant), "tool:clock") is None
-    finally:
-        worker.terminate()
-        worker.wait(timeout=15)
-        server.close()
-        connection.flushdb()
-        connection.close()
 
 
 def test_an_embedding_failing_in_a_later_chunk_keeps_what_was_applied_before_it(
@@ -162,9 +176,6 @@ def test_an_embedding_failing_in_a_later_chunk_keeps_what_was_applied_before_it(
     from capdisc.retrieval.text import embedding_texts
     from capdisc_producers.publisher import wait_for_acks
     from capdisc_workers.embedding import APPLY_CHUNK, EMBED_BATCH
-
-    from .conftest import INDEXING_ARGV
-    from .test_openai_embedder import ERROR, Server
 
     batch = f"{tenant}-late"
     events = [
@@ -184,23 +195,12 @@ def test_an_embedding_failing_in_a_later_chunk_keeps_what_was_applied_before_it(
         for t in embedding_texts(capability_from_record(e.capability or {}, "test"))
     }
     first_calls = math.ceil(len(first_texts) / EMBED_BATCH)
-    server = Server()
-    server.script = [(200, None, {})] * first_calls + [(500, ERROR, {})] * 50
-    private = stack.url.rsplit("/", 1)[0] + "/10"  # its own broker and registry
-    worker = stack.spawn(
-        "indexing-failing-late",
-        [*INDEXING_ARGV, "-n", f"failing-late-{tenant}@%h"],
-        CAPDISC_REDIS_URL=private,
-        CAPDISC_EMBEDDER="openai",
-        CAPDISC_OPENAI_BASE_URL=server.url,
-        CAPDISC_OPENAI_API_KEY="sk-test",
-        CAPDISC_OPENAI_DIMENSIONS="8",
-        CAPDISC_OPENAI_MAX_ATTEMPTS="1",
-        CAPDISC_INDEXING_MAX_ATTEMPTS="2",
-        CAPDISC_INDEXING_RETRY_BASE_S="0.1",
-    )
-    connection = redis.Redis.from_url(private)
-    try:
+    answered = [(200, None, {})] * first_calls
+    with failing_embedder(stack, "failing-late", tenant, 10, answered) as (
+        private,
+        connection,
+        server,
+    ):
         Publisher(private).send(events)
 
         outcomes = wait_for_acks(connection, batch, len(events), 90)
@@ -216,9 +216,3 @@ def test_an_embedding_failing_in_a_later_chunk_keeps_what_was_applied_before_it(
         assert {d.attempts for d in letters} == {2}
         assert connection.hlen(keys.caps(tenant)) == APPLY_CHUNK
         assert len(server.requests) == first_calls + 2  # one failing call per delivery
-    finally:
-        worker.terminate()
-        worker.wait(timeout=15)
-        server.close()
-        connection.flushdb()
-        connection.close()

@@ -60,6 +60,7 @@ from capdisc.embedders.port import Matrix
 from capdisc.errors import SnapshotError
 from capdisc.models import Capability
 from capdisc.registry.flags import Mark
+from capdisc.registry.policy import parsed_records
 from capdisc.retrieval.config import calibrated_for
 from capdisc.retrieval.lexical import stemming_available
 from capdisc.retrieval.persist import load_index, save_index
@@ -77,7 +78,6 @@ TEMPORARY = ".tmp-"
 TEMPORARY_MAX_AGE_S = 3600.0
 _NAME = re.compile(r"^v(\d{12})-([0-9a-f]{12})$")
 #: Records parsed per ``json.loads`` (one call per chunk: keys shared, fewer calls).
-_CHUNK = 1000
 
 
 @dataclass(frozen=True)
@@ -447,10 +447,8 @@ def _load(path: Path, header: SnapshotHeader, probes: Matrix | None, mmap: bool)
 
 
 def _read_records(path: Path) -> Iterator[Capability]:
-    lines = path.read_text(encoding="utf-8").splitlines()
-    for start in range(0, len(lines), _CHUNK):
-        for data in json.loads("[" + ",".join(lines[start : start + _CHUNK]) + "]"):
-            yield Capability.from_dict(data)
+    for data in parsed_records(path.read_text(encoding="utf-8").splitlines()):
+        yield Capability.from_dict(data)
 
 
 def open_newest(
