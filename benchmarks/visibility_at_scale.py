@@ -102,7 +102,7 @@ def check(
         want = index_search_exact(index, query, vector, filters, embedder)
         for cap_id in got.ids:
             answers += 1
-            capability = index.capabilities[index.rows[cap_id]]
+            capability = index.table[cap_id]
             if not filters.admits(capability) or not visible(capability.visibility, filters.caller):
                 leaks += 1
         if want:

@@ -94,7 +94,7 @@ def test_a_corrupt_snapshot_is_refused_by_name_and_the_tenant_loaded_from_redis(
 ) -> None:
     stack, _registry, path, written = served_and_written(tmp_path)
     with stack:
-        records = path / "records.jsonl"
+        records = path / "r.table.blob.npy"
         records.write_bytes(records.read_bytes()[:-200])  # a torn file
 
         stack.spawn_discovery("discovery-2", CAPDISC_SNAPSHOT_DIR=str(path.parents[2]))
@@ -104,7 +104,7 @@ def test_a_corrupt_snapshot_is_refused_by_name_and_the_tenant_loaded_from_redis(
         assert answer.index_version == written and answer.ids[0] == SLACK
         refused = stack.events("discovery-2", "snapshot_refused")
         assert [(e["tenant"], e["path"]) for e in refused] == [(TENANT, str(path))]
-        assert "records.jsonl is corrupt" in refused[0]["reason"]
+        assert "r.table.blob.npy is corrupt" in refused[0]["reason"]
         loaded = [e for e in stack.events("discovery-2", "index_loaded") if e["tenant"] == TENANT]
         assert [e["index_version"] for e in loaded] == [written]
 

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from capdisc.access import Caller, visible
+from capdisc.captable import CapabilityTable
 from capdisc.discovery.snapshot import HybridRetriever, IndexSnapshot, hybrid_retriever
 from capdisc.embedders.hashing import HashingEmbedder
 from capdisc.embedders.port import Matrix
@@ -179,7 +180,7 @@ def test_the_graph_never_shows_an_invisible_capability_and_agrees_with_the_exact
     want = exact.search(query, vector, 10, filters=filters, config=SMALL)
     got = approximate.search(query, vector, 10, filters=filters, config=SMALL)
     for cap_id in got.ids:
-        capability = approximate.capabilities[approximate.rows[cap_id]]
+        capability = approximate.table[cap_id]
         assert visible(capability.visibility, caller)
         assert category is None or capability.category == category
     assert len(set(got.ids) & set(want.ids)) >= 0.9 * len(want.ids)
@@ -188,7 +189,9 @@ def test_the_graph_never_shows_an_invisible_capability_and_agrees_with_the_exact
 def test_a_large_catalog_gets_its_graph_in_the_background() -> None:
     caps, vectors = catalog()
     builder = BackgroundBuilder()
-    retriever = hybrid_retriever(tuple(caps), vectors, EMBEDDER.id, base=SMALL, builder=builder)
+    retriever = hybrid_retriever(
+        tuple(caps), CapabilityTable.of(caps), vectors, EMBEDDER.id, base=SMALL, builder=builder
+    )
     assert isinstance(retriever, HybridRetriever)
     assert builder.idle(60)
     assert retriever.index.neighbors.graph is not None
@@ -198,7 +201,9 @@ def test_a_catalog_under_the_threshold_gets_no_graph() -> None:
     caps, vectors = catalog()
     builder = BackgroundBuilder()
     config = replace(SMALL, ann_above=ROWS)
-    retriever = hybrid_retriever(tuple(caps), vectors, EMBEDDER.id, base=config, builder=builder)
+    retriever = hybrid_retriever(
+        tuple(caps), CapabilityTable.of(caps), vectors, EMBEDDER.id, base=config, builder=builder
+    )
     assert isinstance(retriever, HybridRetriever)
     assert builder.idle(60)
     assert retriever.index.neighbors.graph is None

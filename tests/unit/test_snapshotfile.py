@@ -185,7 +185,12 @@ def test_a_snapshot_is_written_whole_or_not_at_all_and_once(
 
     assert again == path
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary left
-    assert read_header(path).files.keys() >= {"records.jsonl", "vectors.npy", "graph.faiss"}
+    assert read_header(path).files.keys() >= {
+        "r.table.blob.npy",
+        "table.json",
+        "vectors.npy",
+        "graph.faiss",
+    }
 
 
 def test_only_the_newest_snapshots_are_kept(built: IndexSnapshot, tmp_path: Path) -> None:
@@ -243,7 +248,7 @@ def test_a_corrupt_file_is_refused_and_the_next_snapshot_is_taken(
 def test_a_damaged_snapshot_is_refused(built: IndexSnapshot, tmp_path: Path, damage: str) -> None:
     path = write(tmp_path, built)
     if damage == "truncate":
-        records = path / "records.jsonl"
+        records = path / "r.table.blob.npy"
         records.write_bytes(records.read_bytes()[:100])
     elif damage == "delete":
         (path / "graph.faiss").unlink()
@@ -266,11 +271,13 @@ def test_an_array_of_objects_is_never_unpickled(
     built: IndexSnapshot, tmp_path: Path, mmap: bool
 ) -> None:
     path = write(tmp_path, built)
-    np.save(path / "r.available.npy", np.array([object()] * ROWS), allow_pickle=True)
+    np.save(path / "r.table.available.npy", np.array([object()] * ROWS), allow_pickle=True)
     body = json.loads((path / HEADER).read_text())
     body.pop("checksum")
     header = SnapshotHeader(**body)
-    files = dict(header.files, **{"r.available.npy": _file_sum(path / "r.available.npy")})
+    files = dict(
+        header.files, **{"r.table.available.npy": _file_sum(path / "r.table.available.npy")}
+    )
     (path / HEADER).write_text(replace(header, files=files).to_json())
 
     with pytest.raises(SnapshotError, match=r"allow_pickle=False|Python objects"):

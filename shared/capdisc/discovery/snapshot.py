@@ -7,15 +7,16 @@ request never sees a half-applied update and never pays for a rebuild.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache, cached_property
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import networkx as nx
 import numpy as np
 
-from capdisc.access import ANONYMOUS, Caller, visible_to
+from capdisc.access import ANONYMOUS, Caller
+from capdisc.captable import CapabilityTable
 from capdisc.discovery.config import DiscoveryConfig
 from capdisc.discovery.graph import build_graph
 from capdisc.discovery.tiers import tier0_text
@@ -163,7 +164,8 @@ def store_retriever(store: VectorStore, tenant: str) -> RetrieverFactory:
     """A :data:`RetrieverFactory` whose retrievers search ``store`` for ``tenant``."""
 
     def factory(
-        capabilities: tuple[Capability, ...],
+        capabilities: Sequence[Capability],
+        table: CapabilityTable,
         matrix: Matrix,
         embedder_id: str,
         probes: Matrix | None = None,
@@ -178,7 +180,7 @@ class CosineRetriever:
     """Plain exact cosine search, relevance = cosine, never abstains: the simplest retriever,
     for tests of the engine's policy (minimum relevance, graph, tiers) with known scores."""
 
-    def __init__(self, capabilities: tuple[Capability, ...], matrix: Matrix) -> None:
+    def __init__(self, capabilities: Sequence[Capability], matrix: Matrix) -> None:
         self._caps = capabilities
         self._matrix = matrix
 
@@ -206,12 +208,14 @@ class CosineRetriever:
         )
 
 
-#: Builds a snapshot's retriever from its capabilities, their stored vectors, the embedder id,
-#: the embedded probe queries (:mod:`capdisc.retrieval.probes`; None: no per-catalog abstention)
-#: and the
-#: previous snapshot's retriever (None: build from scratch; else reuse what is unchanged).
+#: Builds a snapshot's retriever from its capabilities (in row order: parsed objects, or the
+#: table's own row view, from which only changed capabilities are read), the table that holds
+#: them, their stored vectors, the embedder id, the embedded probe queries
+#: (:mod:`capdisc.retrieval.probes`; None: no per-catalog abstention) and the previous
+#: snapshot's retriever (None: build from scratch; else reuse what is unchanged).
 RetrieverFactory = Callable[
-    [tuple[Capability, ...], Matrix, str, Matrix | None, Retriever | None], Retriever
+    [Sequence[Capability], CapabilityTable, Matrix, str, Matrix | None, Retriever | None],
+    Retriever,
 ]
 
 
@@ -223,7 +227,8 @@ def graph_builder() -> BackgroundBuilder:
 
 
 def hybrid_retriever(
-    capabilities: tuple[Capability, ...],
+    capabilities: Sequence[Capability],
+    table: CapabilityTable,
     matrix: Matrix,
     embedder_id: str,
     probes: Matrix | None = None,
@@ -243,6 +248,7 @@ def hybrid_retriever(
         probe_vectors=probes,
         config=config,
         previous=prior.index if prior is not None else None,
+        table=table,
     )
     retriever = HybridRetriever(
         index, embedder_id, base, lineage=prior.lineage if prior is not None else None
@@ -253,14 +259,15 @@ def hybrid_retriever(
 
 
 def cosine_retriever(
-    capabilities: tuple[Capability, ...],
+    capabilities: Sequence[Capability],
+    table: CapabilityTable,
     matrix: Matrix,
     embedder_id: str,
     probes: Matrix | None = None,
     previous: Retriever | None = None,
 ) -> Retriever:
     """A :data:`RetrieverFactory` of :class:`CosineRetriever`."""
-    return CosineRetriever(capabilities, matrix)
+    return CosineRetriever(table.by_row, matrix)
 
 
 def _gather(
@@ -301,17 +308,29 @@ def _kept(matrix: Matrix, retriever: Retriever) -> Matrix:
     return np.zeros((0, matrix.shape[1]), dtype=np.float32)
 
 
+class _Listed(NamedTuple):
+    """A capability as Tier 0 lists it (:class:`capdisc.discovery.tiers.Listed`)."""
+
+    category: str
+    name: str
+
+
+def _empty_table() -> CapabilityTable:
+    return CapabilityTable.of(())
+
+
 @dataclass(frozen=True)
 class IndexSnapshot:
     """One tenant's searchable state at one index version.
 
-    ``embedder_id`` names the embedder the vectors (and query vectors) come from: it selects
-    the relevance calibration and abstention threshold; ``probes`` are that embedder's vectors
-    of :data:`capdisc.retrieval.probes.PROBES`, which adapt the threshold to the catalog. ``marks``
-    are
-    those of the served capabilities the tool-poisoning scan flagged
-    (:mod:`capdisc.registry.flags`);
-    capabilities the tenant's policy withholds are not in a snapshot at all.
+    ``capabilities`` is a :class:`~capdisc.captable.CapabilityTable`: each capability is parsed
+    when it is read, so per-turn code reads the few it renders. ``embedder_id`` names the
+    embedder the vectors (and query vectors) come from: it selects the relevance calibration
+    and abstention threshold; ``probes`` are that embedder's vectors of
+    :data:`capdisc.retrieval.probes.PROBES`, which adapt the threshold to the catalog.
+    ``marks`` are those of the served capabilities the tool-poisoning scan flagged
+    (:mod:`capdisc.registry.flags`); capabilities the tenant's policy withholds are not in a
+    snapshot at all.
 
     ``matrix`` holds the stored vectors, except when the retriever keeps them reduced to its
     projection (a hybrid retriever above ``reduce_above`` rows): then it is empty, and
@@ -322,7 +341,7 @@ class IndexSnapshot:
     version: int
     dim: int
     ids: tuple[str, ...] = ()
-    capabilities: Mapping[str, Capability] = field(default_factory=dict)
+    capabilities: CapabilityTable = field(default_factory=_empty_table)
     matrix: Matrix = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
     retriever: Retriever = field(default=None, repr=False)  # type: ignore[assignment]
     embedder_id: str = ""
@@ -335,7 +354,8 @@ class IndexSnapshot:
 
     @cached_property
     def graph(self) -> nx.Graph:
-        """The capability graph, built on first use: only graph re-ranking needs it."""
+        """The capability graph, built on first use: only graph re-ranking needs it (it reads
+        every capability)."""
         return build_graph(self.capabilities.values())
 
     @classmethod
@@ -352,9 +372,41 @@ class IndexSnapshot:
         marks: Mapping[str, Mark] | None = None,
     ) -> IndexSnapshot:
         caps, matrix = _gather(entries, dim)
-        ids = tuple(caps)
-        made = retriever(
-            tuple(caps.values()),
+        parsed = tuple(caps.values())
+        table = CapabilityTable.of(parsed)
+        del caps
+        return cls._made(
+            tenant,
+            version,
+            dim,
+            parsed,
+            table,
+            matrix,
+            embedder_id,
+            retriever,
+            probes,
+            previous,
+            marks or {},
+        )
+
+    @classmethod
+    def _made(
+        cls,
+        tenant: str,
+        version: int,
+        dim: int,
+        readable: Sequence[Capability],
+        table: CapabilityTable,
+        matrix: Matrix,
+        embedder_id: str,
+        factory: RetrieverFactory,
+        probes: Matrix | None,
+        previous: IndexSnapshot | None,
+        marks: Mapping[str, Mark],
+    ) -> IndexSnapshot:
+        made = factory(
+            readable,
+            table,
             matrix,
             embedder_id,
             probes,
@@ -364,14 +416,14 @@ class IndexSnapshot:
             tenant,
             version,
             dim,
-            ids,
-            caps,
+            table.ids,
+            table,
             _kept(matrix, made),
             made,
             embedder_id,
-            retriever,
+            factory,
             probes,
-            {i: m for i, m in (marks or {}).items() if i in caps},
+            {i: m for i, m in marks.items() if i in table},
         )
 
     def __len__(self) -> int:
@@ -406,38 +458,51 @@ class IndexSnapshot:
         deletes: Iterable[str],
         marks: Mapping[str, Mark] | None = None,
     ) -> IndexSnapshot:
-        """A new snapshot at ``version`` with ``upserts`` replaced or added and ``deletes`` gone;
-        an upserted capability's mark is its entry in ``marks`` (none if absent)."""
-        vectors = self.vectors()
-        entries = {
-            cid: (self.capabilities[cid], vectors[i].tobytes()) for i, cid in enumerate(self.ids)
-        }
-        del vectors  # each row is copied: the reconstructed matrix is not held through the build
-        kept = dict(self.marks)
-        for cap_id in deletes:
-            entries.pop(cap_id, None)
-            kept.pop(cap_id, None)
+        """A new snapshot at ``version`` with ``upserts`` replaced (at their rows) or added and
+        ``deletes`` gone; an upserted capability's mark is its entry in ``marks`` (none if
+        absent). An upsert whose vector is of another size is dropped (left for a reindex).
+        Unchanged capabilities are neither parsed nor compressed again."""
+        width = self.dim * 4
+        latest: dict[str, tuple[Capability, bytes]] = {}
         for capability, vector in upserts:
-            entries[capability.id] = (capability, vector)
-            kept.pop(capability.id, None)
+            latest[capability.id] = (capability, vector)
+        fresh = [(c, v) for c, v in latest.values() if len(v) == width]
+        gone = [*deletes, *(cid for cid, (_, v) in latest.items() if len(v) != width)]
+        table, sources = self.capabilities.changed([c for c, _ in fresh], gone)
+        matrix = self._moved_vectors(sources, [v for _, v in fresh])
+        kept = {i: m for i, m in self.marks.items() if i not in latest}
         kept.update(marks or {})
-        return IndexSnapshot.build(
+        return IndexSnapshot._made(
             self.tenant,
             version,
             self.dim,
-            entries.values(),
+            _Readable(table, [c for c, _ in fresh], sources),
+            table,
+            matrix,
             self.embedder_id,
             self.factory,
             self.probes,
-            previous=self,
-            marks=kept,
+            self,
+            kept,
         )
+
+    def _moved_vectors(self, sources: list[int], fresh: list[bytes]) -> Matrix:
+        """The vectors of a table whose row ``i`` was row ``sources[i]`` here (or, when
+        negative, is ``fresh[-1 - sources[i]]``)."""
+        matrix = np.empty((len(sources), self.dim), dtype=np.float32)
+        picks = np.asarray(sources, dtype=np.int64)
+        kept = np.flatnonzero(picks >= 0)
+        if kept.size:
+            matrix[kept] = self.vectors()[picks[kept]]
+        for row in np.flatnonzero(picks < 0):
+            matrix[row] = np.frombuffer(fresh[-1 - int(picks[row])], dtype=np.float32)
+        return matrix
 
     def search(
         self, query: Vector, k: int, kind: str | None = None
     ) -> list[tuple[Capability, float]]:
         """Plain dense top-``k`` by cosine (optionally of one ``kind``), best first."""
-        found = CosineRetriever(tuple(self.capabilities.values()), self.vectors()).search(
+        found = CosineRetriever(self.capabilities.by_row, self.vectors()).search(
             "", query, k, SearchFilters(kind=kind), DiscoveryConfig()
         )
         return [(self.capabilities[h.id], h.score) for h in found.hits]
@@ -451,8 +516,10 @@ class IndexSnapshot:
         if key not in self._tier0:
             if len(self._tier0) >= TIER0_CACHE:
                 self._tier0.clear()
+            table = self.capabilities
+            rows = range(len(table)) if self.all_open else table.visible_rows(caller)
             self._tier0[key] = tier0_text(
-                visible_to(self.capabilities.values(), caller),
+                (_Listed(table.category(row), table.names[row]) for row in rows),
                 budget_tokens,
                 make_counter(counter_name),
             )
@@ -461,9 +528,24 @@ class IndexSnapshot:
     @cached_property
     def has_installable(self) -> bool:
         """Whether any capability is not available yet (so offering installables can help)."""
-        return not all(c.available for c in self.capabilities.values())
+        return not bool(self.capabilities.available.all())
 
     @cached_property
     def all_open(self) -> bool:
         """Whether every capability is visible to the whole tenant."""
-        return all(c.visibility.open for c in self.capabilities.values())
+        return self.capabilities.all_open
+
+
+class _Readable(Sequence[Capability]):
+    """A delta's capabilities by row: the upserted ones as given, the rest parsed from the
+    table when read (a hybrid retriever reads only the changed ones)."""
+
+    def __init__(self, table: CapabilityTable, fresh: list[Capability], sources: list[int]) -> None:
+        self.table, self.fresh, self.sources = table, fresh, sources
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def __getitem__(self, index: int) -> Capability:  # type: ignore[override]
+        source = self.sources[index]
+        return self.fresh[-1 - source] if source < 0 else self.table.row(index)

@@ -12,12 +12,13 @@ snapshot.json     the header (:class:`SnapshotHeader`): format, tenant, index ve
                   space, embedder, Redis epoch, the changes stream id it is current to, the
                   poisoning policy it was built under, the build fingerprint, and each file's
                   size and sha256; its own ``checksum`` over the rest
-records.jsonl     the served capabilities (``Capability.to_dict``), one a line, in row order
 vectors.npy       their stored vectors (float32, one row each)
 marks.json        the tool-poisoning marks of the marked ones
 retrieval.json,   the built retrieval index (:mod:`capdisc.retrieval.persist`): arrays as
-r.*.npy,          ``.npy`` (read memory-mapped), tables as JSON, and the HNSW graph in faiss's
-graph.faiss       own format (large catalogs only)
+table.json,       ``.npy`` (read memory-mapped), tables as JSON, and the HNSW graph in faiss's
+r.*.npy,          own format (large catalogs only); the served capabilities are its capability
+graph.faiss       table (:mod:`capdisc.captable`): compressed records in one mapped array,
+                  parsed when read
 ================  =========================================================================
 
 Nothing is unpickled (a snapshot directory may be shared): ``.npy`` with ``allow_pickle=False``,
@@ -58,18 +59,15 @@ from capdisc.discovery.snapshot import (
 )
 from capdisc.embedders.port import Matrix
 from capdisc.errors import SnapshotError
-from capdisc.models import Capability
 from capdisc.registry.flags import Mark
-from capdisc.registry.policy import parsed_records
 from capdisc.retrieval.config import calibrated_for
 from capdisc.retrieval.lexical import stemming_available
 from capdisc.retrieval.persist import load_index, save_index
 from capdisc.retrieval.text import embedder_id_of
 
 #: The layout this code writes and reads; a snapshot of another format is refused.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 HEADER = "snapshot.json"
-RECORDS = "records.jsonl"
 VECTORS = "vectors.npy"
 MARKS = "marks.json"
 #: Prefix of a snapshot being written (never read; removed when left over).
@@ -230,14 +228,13 @@ def write_snapshot(
     temporary = folder / f"{TEMPORARY}{final.name}-{uuid.uuid4().hex[:8]}"
     temporary.mkdir()
     try:
-        _write_records(temporary / RECORDS, snapshot)
         np.save(temporary / VECTORS, np.ascontiguousarray(snapshot.matrix), allow_pickle=False)
         marks = {
             cap_id: {"places": [list(p) for p in m.places], "caution": m.caution}
             for cap_id, m in snapshot.marks.items()
         }
         (temporary / MARKS).write_text(json.dumps(marks, ensure_ascii=False))
-        names = [RECORDS, VECTORS, MARKS, *save_index(retriever.index, temporary)]
+        names = [VECTORS, MARKS, *save_index(retriever.index, temporary)]
         header = SnapshotHeader(
             format=FORMAT_VERSION,
             tenant=snapshot.tenant,
@@ -265,13 +262,6 @@ def write_snapshot(
             shutil.rmtree(temporary, ignore_errors=True)
     prune(root, snapshot.tenant, space, keep, key)
     return final
-
-
-def _write_records(path: Path, snapshot: IndexSnapshot) -> None:
-    with path.open("w", encoding="utf-8") as out:
-        for cap_id in snapshot.ids:
-            out.write(json.dumps(snapshot.capabilities[cap_id].to_dict(), ensure_ascii=False))
-            out.write("\n")
 
 
 def _file_sum(path: Path) -> dict[str, Any]:
@@ -402,7 +392,7 @@ def _verify(path: Path, header: SnapshotHeader) -> None:
                 f"{str(expected.get('sha256'))[:12]})",
                 path,
             )
-    for name in (RECORDS, VECTORS, MARKS):
+    for name in (VECTORS, MARKS):
         if name not in header.files:
             raise SnapshotError(f"the header does not list {name}", path)
     unlisted = sorted({p.name for p in path.iterdir()} - set(header.files) - {HEADER})
@@ -411,15 +401,15 @@ def _verify(path: Path, header: SnapshotHeader) -> None:
 
 
 def _load(path: Path, header: SnapshotHeader, probes: Matrix | None, mmap: bool) -> IndexSnapshot:
-    capabilities = list(_read_records(path / RECORDS))
-    if len(capabilities) != header.capabilities:
-        raise ValueError(f"{len(capabilities)} records for {header.capabilities} capabilities")
+    index = load_index(path, mmap=mmap)
+    table = index.table
+    if len(table) != header.capabilities:
+        raise ValueError(f"{len(table)} records for {header.capabilities} capabilities")
     loaded = np.load(path / VECTORS, mmap_mode="r" if mmap else None, allow_pickle=False)
     vectors: Matrix = loaded.view(np.ndarray) if isinstance(loaded, np.memmap) else loaded
-    index = load_index(path, capabilities, mmap=mmap)
-    rows = 0 if index.projection is not None else len(capabilities)  # reduced: kept by the index
+    rows = 0 if index.projection is not None else len(table)  # reduced: kept by the index
     if vectors.dtype != np.float32 or vectors.shape != (rows, header.dim):
-        raise ValueError(f"vectors of shape {vectors.shape} for {len(capabilities)} records")
+        raise ValueError(f"vectors of shape {vectors.shape} for {len(table)} records")
     marks = {
         cap_id: Mark(tuple((str(r), str(w)) for r, w in m["places"]), bool(m["caution"]))
         for cap_id, m in json.loads((path / MARKS).read_text()).items()
@@ -428,27 +418,19 @@ def _load(path: Path, header: SnapshotHeader, probes: Matrix | None, mmap: bool)
     config = calibrated_for(header.embedder_id)
     if index.neighbors.graph is None and config.ann_above and len(index) > config.ann_above:
         graph_builder().submit(retriever.lineage, index.matrix, index.neighbors)
-    caps = {c.id: c for c in capabilities}
-    if len(caps) != len(capabilities):
-        raise ValueError("a capability id is written twice")
     return IndexSnapshot(
         header.tenant,
         header.version,
         header.dim,
-        tuple(caps),
-        caps,
+        table.ids,
+        table,
         vectors,
         retriever,
         header.embedder_id,
         hybrid_retriever,
         probes,
-        {i: m for i, m in marks.items() if i in caps},
+        {i: m for i, m in marks.items() if i in table},
     )
-
-
-def _read_records(path: Path) -> Iterator[Capability]:
-    for data in parsed_records(path.read_text(encoding="utf-8").splitlines()):
-        yield Capability.from_dict(data)
 
 
 def open_newest(

@@ -18,7 +18,7 @@ import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from capdisc.models import Capability
 from capdisc.tokens import TokenCounter, truncate_to_budget
@@ -31,6 +31,17 @@ NOTHING_FITS = (
     "discover_capabilities with a more specific query."
 )
 NAMES_PER_CATEGORY = 4
+
+
+class Listed(Protocol):
+    """What Tier 0 reads of a capability (a :class:`~capdisc.models.Capability`, or the
+    category and name columns of a table)."""
+
+    @property
+    def category(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -48,7 +59,7 @@ class TieredContext:
         return "\n\n".join(t for t in (self.tier0, self.tier1, self.tier2) if t)
 
 
-def tier0_text(capabilities: Iterable[Capability], budget: int, counter: TokenCounter) -> str:
+def tier0_text(capabilities: Iterable[Listed], budget: int, counter: TokenCounter) -> str:
     """Category summaries, biggest category first, as many as fit the budget."""
     groups: dict[str, list[str]] = defaultdict(list)
     for cap in capabilities:

@@ -26,7 +26,7 @@ caller's visibility) are applied before top-k, as a row mask.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -34,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from capdisc.access import Caller
+from capdisc.captable import CapabilityTable
 from capdisc.embedders.port import Matrix, Vector
 from capdisc.filters import NO_FILTERS, SearchFilters
 from capdisc.models import Capability
@@ -63,7 +64,8 @@ RowArray = npt.NDArray[np.int32]
 class RetrievalIndex:
     """Everything a query needs, precomputed from one set of capabilities and their vectors."""
 
-    capabilities: tuple[Capability, ...]
+    #: The capabilities, compressed (:mod:`capdisc.captable`); its ids and rows are the index's.
+    table: CapabilityTable
     ids: tuple[str, ...]
     matrix: Matrix
     lexicon: LexicalIndex
@@ -107,6 +109,7 @@ class RetrievalIndex:
         probe_vectors: Matrix | None = None,
         config: RetrievalConfig = DEFAULT_CONFIG,
         previous: RetrievalIndex | None = None,
+        table: CapabilityTable | None = None,
     ) -> RetrievalIndex:
         """Index ``capabilities``; ``vectors`` row ``i`` embeds capability ``i`` (L2-normalized).
 
@@ -116,23 +119,29 @@ class RetrievalIndex:
         :func:`capdisc.retrieval.documents.lexical_text`). ``probe_vectors`` embed
         :data:`capdisc.retrieval.probes.PROBES`, for the per-catalog abstention threshold.
         ``previous``: an index of mostly the same capabilities (a hot-reload delta); the
-        capabilities it holds (the same objects) keep their BM25 terms, and its dimension
-        reduction is kept, so an update costs a fraction of a build.
+        capabilities whose record it holds unchanged keep their BM25 terms, name keys and
+        facets, and its dimension reduction is kept, so an update costs a fraction of a build.
+        ``table``: the capabilities as the index keeps them (default: made of ``capabilities``);
+        with ``previous``, only the changed ones are read from ``capabilities``, so it may be
+        the table's own :attr:`~capdisc.captable.CapabilityTable.by_row` view.
         """
-        caps = tuple(capabilities)
+        table = table if table is not None else CapabilityTable.of(capabilities)
+        if len(table) != len(capabilities):
+            raise ValueError(
+                f"{len(capabilities)} capabilities for a table of {len(table)} (an id repeated?)"
+            )
         matrix, projection, moment = _dense_side(
-            vectors, summary_vectors, len(caps), config, previous
+            vectors, summary_vectors, len(table), config, previous
         )
-        reuse = _reused_rows(caps, previous) if previous is not None and texts is None else None
-        lexicon = _lexicon(caps, texts, previous, reuse)
-        row_keys = _row_keys(caps, previous, reuse)
+        reuse = _reused_rows(table, previous) if previous is not None and texts is None else None
+        lexicon = _lexicon(capabilities, texts, previous, reuse)
+        row_keys = _row_keys(capabilities, previous, reuse)
         names = build_name_table(row_keys, lexicon)
-        kinds, categories, tags, roles, users = _facets(caps)
+        kinds, categories, tags, roles, users = _facets(capabilities, previous, reuse)
         mean_vector = _mean_row(matrix)
-        ids = tuple(c.id for c in caps)
         return cls(
-            capabilities=caps,
-            ids=ids,
+            table=table,
+            ids=table.ids,
             matrix=matrix,
             lexicon=lexicon,
             names=names,
@@ -140,12 +149,12 @@ class RetrievalIndex:
             kinds=kinds,
             categories=categories,
             tags=tags,
-            available=np.array([c.available for c in caps], dtype=bool),
-            open_rows=np.array([c.visibility.open for c in caps], dtype=bool),
+            available=table.available,
+            open_rows=table.open,
             role_rows=roles,
             user_rows=users,
             row_keys=row_keys,
-            rows={cid: i for i, cid in enumerate(ids)},
+            rows=table.rows,
             mean_vector=mean_vector,
             moment=moment,
             projection=projection,
@@ -480,12 +489,14 @@ def _mean_row(matrix: Matrix) -> Vector:
     return mean_vector
 
 
-def _reused_rows(caps: Sequence[Capability], previous: RetrievalIndex) -> list[int | None]:
-    """For each capability, its row in ``previous`` if ``previous`` holds this very object."""
+def _reused_rows(table: CapabilityTable, previous: RetrievalIndex) -> list[int | None]:
+    """For each row of ``table``, its row in ``previous`` if ``previous`` holds the same record
+    (byte for byte) under that id."""
     out: list[int | None] = []
-    for capability in caps:
-        row = previous.rows.get(capability.id)
-        out.append(row if row is not None and previous.capabilities[row] is capability else None)
+    before = previous.table
+    for row, cap_id in enumerate(table.ids):
+        old = previous.rows.get(cap_id)
+        out.append(old if old is not None and before.record(old) == table.record(row) else None)
     return out
 
 
@@ -502,7 +513,7 @@ def _lexicon(
     if previous is None or not reuse:
         return LexicalIndex.build([lexical_text(c) for c in caps])
     documents = [
-        "" if row is not None else lexical_text(c) for c, row in zip(caps, reuse, strict=True)
+        "" if old is not None else lexical_text(caps[row]) for row, old in enumerate(reuse)
     ]
     return LexicalIndex.build(documents, previous=previous.lexicon, reuse=reuse)
 
@@ -514,16 +525,61 @@ def _row_keys(
     if previous is None or not reuse:
         return tuple(row_name_keys(c) for c in caps)
     return tuple(
-        previous.row_keys[row] if row is not None else row_name_keys(c)
-        for c, row in zip(caps, reuse, strict=True)
+        previous.row_keys[old] if old is not None else row_name_keys(caps[row])
+        for row, old in enumerate(reuse)
     )
 
 
-def _facets(caps: Sequence[Capability]) -> tuple[dict[str, RowArray], ...]:
-    """Rows by kind, category, tag, visibility role and visibility user, in one pass."""
+def _facets(
+    caps: Sequence[Capability], previous: RetrievalIndex | None, reuse: list[int | None] | None
+) -> tuple[dict[str, RowArray], ...]:
+    """Rows by kind, category, tag, visibility role and visibility user. Rows that ``reuse``
+    maps to a row of ``previous`` take that row's facets (their capabilities are not read)."""
+    if previous is None or not reuse:
+        return _read_facets(caps, range(len(caps)))
+    fresh = [row for row, old in enumerate(reuse) if old is None]
+    read = _read_facets(caps, fresh)
+    moved = np.full(len(previous), -1, dtype=np.int64)
+    for row, old in enumerate(reuse):
+        if old is not None:
+            moved[old] = row
+    before = (
+        previous.kinds,
+        previous.categories,
+        previous.tags,
+        previous.role_rows,
+        previous.user_rows,
+    )
+    return tuple(_merged(_moved(old, moved), new) for old, new in zip(before, read, strict=True))
+
+
+def _moved(facet: dict[str, RowArray], moved: npt.NDArray[np.int64]) -> dict[str, RowArray]:
+    """``facet`` with each old row at its new row (rows not kept dropped)."""
+    out: dict[str, RowArray] = {}
+    for key, rows in facet.items():
+        new = moved[rows]
+        new = new[new >= 0]
+        if new.size:
+            out[key] = new.astype(np.int32)
+    return out
+
+
+def _merged(left: dict[str, RowArray], right: dict[str, RowArray]) -> dict[str, RowArray]:
+    out = dict(left)
+    for key, rows in right.items():
+        out[key] = np.concatenate([out[key], rows]) if key in out else rows
+    return {key: np.sort(rows) for key, rows in out.items()}
+
+
+def _read_facets(
+    caps: Sequence[Capability], rows: Iterable[int]
+) -> tuple[dict[str, RowArray], ...]:
+    """Rows by kind, category, tag, visibility role and visibility user of ``caps[row]`` for
+    each of ``rows``, in one pass."""
     found: tuple[dict[str, list[int]], ...] = ({}, {}, {}, {}, {})
     kinds, categories, tags, roles, users = found
-    for row, cap in enumerate(caps):
+    for row in rows:
+        cap = caps[row]
         kinds.setdefault(cap.kind, []).append(row)
         categories.setdefault(cap.category, []).append(row)
         for tag in cap.tags:

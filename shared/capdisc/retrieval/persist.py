@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from capdisc.models import Capability
+from capdisc.captable import table_arrays, table_from_arrays
 from capdisc.retrieval.index import RetrievalIndex, RowArray
 from capdisc.retrieval.lexical import LexicalIndex
 from capdisc.retrieval.names import NameKey, name_starts
@@ -32,13 +32,17 @@ GRAPH = "graph.faiss"
 ARRAYS = "r."
 #: The row facets of the index, each written as its keys, one array of rows and offsets.
 FACETS = ("kinds", "categories", "tags", "role_rows", "user_rows")
+#: The capability table (:mod:`capdisc.captable`): its arrays, and its ids, names and
+#: categories as JSON.
+TABLE_ARRAYS = ("blob", "offsets", "category_codes", "available", "open")
+TABLE = "table.json"
 #: The lexicon's arrays (:class:`LexicalIndex` fields).
 LEXICON = ("data", "indices", "indptr", "idf", "doc_indptr", "doc_terms", "doc_tf", "doc_len")
 
 
 def save_index(index: RetrievalIndex, directory: Path) -> list[str]:
-    """Write ``index`` into ``directory`` (which exists); returns the file names written. The
-    capabilities themselves are not written: the caller keeps them (in the same row order)."""
+    """Write ``index`` into ``directory`` (which exists), its capability table included;
+    returns the file names written."""
     written: list[str] = []
 
     def array(name: str, value: npt.NDArray[Any]) -> None:
@@ -49,8 +53,11 @@ def save_index(index: RetrievalIndex, directory: Path) -> list[str]:
     array("matrix", index.matrix)
     array("mean_vector", index.mean_vector)
     array("moment", index.moment)
-    array("available", index.available)
-    array("open_rows", index.open_rows)
+    table = table_arrays(index.table)
+    for name in TABLE_ARRAYS:
+        array(f"table.{name}", table[name])
+    (directory / TABLE).write_text(json.dumps(table["json"], ensure_ascii=False))
+    written.append(TABLE)
     if index.projection is not None:
         array("projection", index.projection)
     if index.probe_rows is not None:
@@ -91,17 +98,12 @@ def save_index(index: RetrievalIndex, directory: Path) -> list[str]:
     return written
 
 
-def load_index(
-    directory: Path, capabilities: Sequence[Capability], *, mmap: bool = True
-) -> RetrievalIndex:
-    """The index :func:`save_index` wrote into ``directory``, over ``capabilities`` (the rows it
-    was built from, in order). Arrays are memory-mapped read-only when ``mmap``; the graph, if
-    written, is in the index's slot already. ``ValueError`` (or ``OSError``) when anything is
-    missing or does not fit."""
+def load_index(directory: Path, *, mmap: bool = True) -> RetrievalIndex:
+    """The index :func:`save_index` wrote into ``directory``, its capability table included.
+    Arrays (the table's compressed records too) are memory-mapped read-only when ``mmap``; the
+    graph, if written, is in the index's slot already. ``ValueError`` (or ``OSError``) when
+    anything is missing or does not fit."""
     tables = json.loads((directory / TABLES).read_text())
-    caps = tuple(capabilities)
-    if tables["rows"] != len(caps):
-        raise ValueError(f"the index has {tables['rows']} rows for {len(caps)} capabilities")
 
     def array(name: str, optional: bool = False) -> Any:
         path = directory / f"{ARRAYS}{name}.npy"
@@ -109,6 +111,13 @@ def load_index(
             return None
         loaded = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
         return loaded.view(np.ndarray) if isinstance(loaded, np.memmap) else loaded
+
+    table = table_from_arrays(
+        {name: array(f"table.{name}") for name in TABLE_ARRAYS}
+        | {"json": json.loads((directory / TABLE).read_text())}
+    )
+    if tables["rows"] != len(table):
+        raise ValueError(f"the index has {tables['rows']} rows for {len(table)} capabilities")
 
     vocabulary = {term: term_id for term_id, term in enumerate(tables["vocabulary"])}
     lex = tables["lexicon"]
@@ -133,19 +142,18 @@ def load_index(
     }
     names: dict[NameKey, int] = {tuple(key): int(row) for key, row in tables["names"]}
     row_keys = tuple(tuple(tuple(key) for key in keys) for keys in tables["row_keys"])
-    ids = tuple(c.id for c in caps)
     matrix = array("matrix")
-    if matrix.shape[0] != len(caps) or len(row_keys) != len(caps):
-        raise ValueError(f"the index arrays do not have {len(caps)} rows")
+    if matrix.shape[0] != len(table) or len(row_keys) != len(table):
+        raise ValueError(f"the index arrays do not have {len(table)} rows")
     slot = NeighborSlot()
     if (directory / GRAPH).exists():
         graph = NeighborIndex.read(directory / GRAPH)
-        if graph.rows != len(caps):
-            raise ValueError(f"the graph has {graph.rows} rows for {len(caps)} capabilities")
+        if graph.rows != len(table):
+            raise ValueError(f"the graph has {graph.rows} rows for {len(table)} capabilities")
         slot.fill(graph)
     return RetrievalIndex(
-        capabilities=caps,
-        ids=ids,
+        table=table,
+        ids=table.ids,
         matrix=matrix,
         lexicon=lexicon,
         names=names,
@@ -153,12 +161,12 @@ def load_index(
         kinds=facets["kinds"],
         categories=facets["categories"],
         tags=facets["tags"],
-        available=array("available"),
-        open_rows=array("open_rows"),
+        available=table.available,
+        open_rows=table.open,
         role_rows=facets["role_rows"],
         user_rows=facets["user_rows"],
         row_keys=row_keys,
-        rows={cid: i for i, cid in enumerate(ids)},
+        rows=table.rows,
         mean_vector=array("mean_vector"),
         moment=array("moment"),
         projection=array("projection", optional=True),

@@ -1,0 +1,195 @@
+"""The compact capability table: records read back whole, columns without parsing, deltas
+that copy what they keep."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from capdisc import captable
+from capdisc.access import Caller
+from capdisc.captable import (
+    PARSED_CACHE,
+    CapabilityTable,
+    decode,
+    encode,
+    table_arrays,
+    table_from_arrays,
+)
+from capdisc.discovery.config import DiscoveryConfig
+from capdisc.discovery.snapshot import IndexSnapshot
+from capdisc.embedders.hashing import HashingEmbedder
+from capdisc.filters import NO_FILTERS
+from capdisc.models import Capability, Relationship, SourceRef, Visibility
+
+
+def capability(n: int, **changes: object) -> Capability:
+    base = Capability(
+        id=f"tool:t{n}",
+        kind="tool",
+        name=f"t{n}",
+        description=f"Does thing number {n}, with ünïcode and \u4e2d\u6587.",
+        category=f"c{n % 3}",
+        tags=("a", "b"),
+        full_schema={"type": "object", "properties": {"q": {"type": "string"}}},
+        source_ref=SourceRef(type="mcp", source="mcp:srv", location="srv"),
+        relationships=(Relationship(target="tool:t0", type="depends_on"),),
+        example_queries=("do it",),
+    )
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+CAPS = [capability(n) for n in range(6)]
+
+
+@pytest.mark.parametrize(
+    "cap",
+    [
+        CAPS[0],
+        capability(1, visibility=Visibility(roles=("ops",))),
+        capability(2, full_schema=None, full_content="# A skill\n" * 50, kind="skill"),
+        capability(3, available=False, has_side_effects=True),
+    ],
+)
+def test_a_record_decodes_to_the_capability_it_encodes(cap: Capability) -> None:
+    assert decode(encode(cap)) == cap
+
+
+def test_a_record_is_smaller_than_its_json() -> None:
+    cap = capability(1, description="Search the web for pages about a topic. " * 4)
+    assert len(encode(cap)) < len(repr(cap.to_dict()).encode()) / 2
+
+
+def test_a_table_reads_each_capability_by_id_and_by_row() -> None:
+    table = CapabilityTable.of(CAPS)
+
+    assert list(table) == [c.id for c in CAPS]
+    assert [table[c.id] for c in CAPS] == CAPS
+    assert list(table.by_row) == CAPS
+    assert "tool:t9" not in table and "tool:t2" in table
+
+
+def test_a_repeated_id_keeps_the_first_row_and_the_last_capability() -> None:
+    newer = capability(1, description="newer")
+    table = CapabilityTable.of([*CAPS[:3], newer])
+
+    assert table.ids == tuple(c.id for c in CAPS[:3])
+    assert table["tool:t1"] == newer
+
+
+def test_the_columns_match_the_capabilities() -> None:
+    caps = [capability(0), capability(1, available=False, visibility=Visibility(users=("u",)))]
+    table = CapabilityTable.of(caps)
+
+    assert table.names == ("t0", "t1")
+    assert [table.category(r) for r in range(2)] == ["c0", "c1"]
+    assert table.available.tolist() == [True, False]
+    assert table.open.tolist() == [True, False]
+    assert not table.all_open
+
+
+def test_visible_rows_are_the_open_ones_and_the_callers_own() -> None:
+    caps = [
+        capability(0),
+        capability(1, visibility=Visibility(users=("ann",))),
+        capability(2, visibility=Visibility(roles=("ops",))),
+    ]
+    table = CapabilityTable.of(caps)
+
+    assert table.visible_rows(Caller(user="ann")) == [0, 1]
+    assert table.visible_rows(Caller(roles=frozenset({"ops"}))) == [0, 2]
+
+
+def test_a_change_replaces_in_place_appends_new_ids_and_drops_deleted_ones() -> None:
+    table = CapabilityTable.of(CAPS)
+    edited = capability(2, description="edited")
+    added = capability(9)
+
+    changed, sources = table.changed([edited, added], ["tool:t4"])
+
+    assert changed.ids == ("tool:t0", "tool:t1", "tool:t2", "tool:t3", "tool:t5", "tool:t9")
+    assert sources == [0, 1, -1, 3, 5, -2]
+    assert changed["tool:t2"] == edited and changed["tool:t9"] == added
+    assert changed["tool:t5"] == CAPS[5]
+    assert changed.record(1) == table.record(1)  # kept records are copied as they are
+    assert changed.names[-1] == "t9" and changed.category(2) == "c2"
+
+
+def test_an_upsert_of_a_deleted_id_is_kept() -> None:
+    changed, _ = CapabilityTable.of(CAPS).changed([capability(1, name="x")], ["tool:t1"])
+
+    assert changed["tool:t1"].name == "x"
+
+
+def test_the_parsed_cache_holds_at_most_its_size() -> None:
+    table = CapabilityTable.of(capability(n) for n in range(PARSED_CACHE + 10))
+
+    first = table.row(0)
+    assert table.row(0) is first  # read again: from the cache
+    for row in range(1, PARSED_CACHE + 10):
+        table.row(row)
+    assert table.row(0) == first and table.row(0) is not first  # dropped, parsed again
+
+
+def test_a_table_survives_its_arrays() -> None:
+    table = CapabilityTable.of(CAPS)
+
+    again = table_from_arrays(table_arrays(table))
+
+    assert list(again.by_row) == CAPS
+    assert again.names == table.names and again.available.tolist() == table.available.tolist()
+
+
+def test_arrays_of_another_format_are_refused() -> None:
+    arrays = table_arrays(CapabilityTable.of(CAPS))
+    arrays["json"] = dict(arrays["json"], format="zstd-9")
+
+    with pytest.raises(ValueError, match="format 'zstd-9'"):
+        table_from_arrays(arrays)
+
+
+def test_columns_that_disagree_with_the_records_are_refused() -> None:
+    arrays = table_arrays(CapabilityTable.of(CAPS))
+    arrays["json"] = dict(arrays["json"], names=["t0"])
+
+    with pytest.raises(ValueError, match="6 ids has 6 records, 1 names"):
+        table_from_arrays(arrays)
+
+
+def test_a_delta_parses_none_of_the_capabilities_it_keeps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    embedder = HashingEmbedder()
+    caps = [capability(n) for n in range(40)]
+    vectors = embedder.embed([c.description for c in caps])
+    snapshot = IndexSnapshot.build(
+        "t",
+        1,
+        vectors.shape[1],
+        zip(caps, (v.tobytes() for v in vectors), strict=True),
+        embedder.id,
+    )
+    parsed: list[int] = []
+    real = captable.decode
+    monkeypatch.setattr(captable, "decode", lambda record: parsed.append(1) or real(record))
+    edited = capability(3, description="Sends the weather by email.")
+
+    vector = embedder.embed([edited.description])[0]
+
+    changed = snapshot.with_changes(2, [(edited, vector.tobytes())], ["tool:t7"])
+
+    assert parsed == []
+    assert changed.capabilities["tool:t3"] == edited and "tool:t7" not in changed.capabilities
+    assert (
+        changed.retriever.search(  # type: ignore[attr-defined]
+            "weather by email",
+            embedder.embed(["weather by email"])[0],
+            1,
+            NO_FILTERS,
+            DiscoveryConfig(),
+        )
+        .hits[0]
+        .id
+        == "tool:t3"
+    )
