@@ -286,15 +286,30 @@ class _Columns:
         offsets = np.zeros(len(records) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         return CapabilityTable(
-            tuple(self.ids),
+            tuple(dense_strings(self.ids)),
             b"".join(records),
             offsets,
-            tuple(self.names),
+            tuple(dense_strings(self.names)),
             np.asarray(self.codes, dtype=np.int32),
             tuple(self.categories),
             np.asarray(self.available, dtype=bool),
             np.asarray(self.open, dtype=bool),
         )
+
+
+def dense_strings(strings: Iterable[str]) -> list[str]:
+    """Copies of ``strings`` made at once (one join, one split), so they lie side by side.
+
+    Strings kept for a snapshot's life (ids, names, terms) but made one by one while records
+    are parsed lie among the parsed objects, and each keeps the allocator's arena it is in
+    from being returned once those are freed: measured, 50,000 capabilities' ids and names
+    held that way kept 40 MB more resident than the same strings copied like this. ``strings``
+    as they are when one holds the separator."""
+    items = list(strings)
+    if not items:
+        return items
+    parts = "\x00".join(items).split("\x00")
+    return parts if len(parts) == len(items) else items
 
 
 def table_arrays(table: CapabilityTable) -> dict[str, Any]:

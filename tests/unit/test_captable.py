@@ -13,6 +13,7 @@ from capdisc.captable import (
     PARSED_CACHE,
     CapabilityTable,
     decode,
+    dense_strings,
     encode,
     table_arrays,
     table_from_arrays,
@@ -193,3 +194,10 @@ def test_a_delta_parses_none_of_the_capabilities_it_keeps(
         .id
         == "tool:t3"
     )
+
+
+def test_dense_strings_are_equal_copies_in_order() -> None:
+    items = ["tool:a", "b", "", "ünï"]
+
+    assert dense_strings(items) == items
+    assert dense_strings(["a\x00b", "c"]) == ["a\x00b", "c"]  # the separator inside: as they are

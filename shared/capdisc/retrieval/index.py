@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from capdisc.access import Caller
-from capdisc.captable import CapabilityTable
+from capdisc.captable import CapabilityTable, dense_strings
 from capdisc.embedders.port import Matrix, Vector
 from capdisc.filters import NO_FILTERS, SearchFilters
 from capdisc.models import Capability
@@ -42,13 +42,7 @@ from capdisc.retrieval.config import DEFAULT_CONFIG, RetrievalConfig
 from capdisc.retrieval.decompose import decompose
 from capdisc.retrieval.documents import lexical_text
 from capdisc.retrieval.lexical import LexicalIndex, Scores
-from capdisc.retrieval.names import (
-    NameKey,
-    build_name_table,
-    name_starts,
-    named_rows,
-    row_name_keys,
-)
+from capdisc.retrieval.names import NameTable, build_name_table, named_rows, row_name_keys
 from capdisc.retrieval.neighbors import NeighborIndex, NeighborSlot, dense_candidates
 from capdisc.retrieval.relevance import abstain_threshold, probe_cosines
 from capdisc.retrieval.results import RetrievalResult, Scored, best_rows, entries, merge
@@ -69,9 +63,7 @@ class RetrievalIndex:
     ids: tuple[str, ...]
     matrix: Matrix
     lexicon: LexicalIndex
-    names: dict[NameKey, int]
-    #: First words of the several-word names, so a query's word runs are looked up only there.
-    name_starts: frozenset[str]
+    names: NameTable
     #: Rows of each kind, category and tag (row indices, not per-value masks: a catalog of
     #: 100,000 capabilities with thousands of categories and tags would hold GBs of masks).
     kinds: dict[str, RowArray]
@@ -82,8 +74,10 @@ class RetrievalIndex:
     open_rows: BoolArray
     role_rows: dict[str, RowArray]
     user_rows: dict[str, RowArray]
-    #: Per row, the keys that could name its capability (kept for the next delta).
-    row_keys: tuple[tuple[NameKey, ...], ...]
+    #: Per row, the keys that could name its capability, as one string
+    #: (:func:`capdisc.retrieval.names.row_name_keys`; checks a name's hash, and kept for the
+    #: next delta).
+    row_keys: tuple[str, ...]
     rows: dict[str, int]
     #: Mean row and second-moment matrix of ``matrix``: the catalog mean and deviation of a
     #: query's cosines, without scoring every row.
@@ -135,7 +129,7 @@ class RetrievalIndex:
         )
         reuse = _reused_rows(table, previous) if previous is not None and texts is None else None
         lexicon = _lexicon(capabilities, texts, previous, reuse)
-        row_keys = _row_keys(capabilities, previous, reuse)
+        row_keys = tuple(dense_strings(_row_keys(capabilities, previous, reuse)))
         names = build_name_table(row_keys, lexicon)
         kinds, categories, tags, roles, users = _facets(capabilities, previous, reuse)
         mean_vector = _mean_row(matrix)
@@ -145,7 +139,6 @@ class RetrievalIndex:
             matrix=matrix,
             lexicon=lexicon,
             names=names,
-            name_starts=name_starts(names),
             kinds=kinds,
             categories=categories,
             tags=tags,
@@ -301,7 +294,7 @@ class RetrievalIndex:
     def _exact(self, query: str, allowed: BoolArray) -> int | None:
         """The first row ``query`` names that the search allows."""
         return next(
-            (row for row in named_rows(query, self.names, self.name_starts) if allowed[row]), None
+            (row for row in named_rows(query, self.names, self.row_keys) if allowed[row]), None
         )
 
     # -- filters ----------------------------------------------------------------------------------
@@ -520,14 +513,14 @@ def _lexicon(
 
 def _row_keys(
     caps: Sequence[Capability], previous: RetrievalIndex | None, reuse: list[int | None] | None
-) -> tuple[tuple[NameKey, ...], ...]:
+) -> list[str]:
     """Per capability, the keys that could name it; reused rows keep ``previous``'s."""
     if previous is None or not reuse:
-        return tuple(row_name_keys(c) for c in caps)
-    return tuple(
+        return [row_name_keys(c) for c in caps]
+    return [
         previous.row_keys[old] if old is not None else row_name_keys(caps[row])
         for row, old in enumerate(reuse)
-    )
+    ]
 
 
 def _facets(

@@ -26,6 +26,8 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from capdisc.captable import dense_strings
+
 Scores = npt.NDArray[np.float32]
 IntArray = npt.NDArray[np.int64]
 #: Row and term ids inside the postings: 32 bits (a catalog has fewer than 2**31 rows and
@@ -292,6 +294,7 @@ class LexicalIndex:
         k1: float,
         b: float,
     ) -> LexicalIndex:
+        vocab = _dense_vocabulary(vocab)
         n = len(parts)
         lengths = np.fromiter((len(t) for t, _c, _l in parts), dtype=np.int64, count=n)
         doc_indptr = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
@@ -409,6 +412,14 @@ class LexicalIndex:
     def search(self, query: str) -> Scores:
         """BM25 score of every document for ``query``."""
         return self.scores(self.term_ids(query))
+
+
+def _dense_vocabulary(vocab: dict[str, int]) -> dict[str, int]:
+    """``vocab`` with its terms copied side by side (:func:`capdisc.captable.dense_strings`),
+    when its ids are 0..n-1 in order (as :meth:`LexicalIndex.build` makes them)."""
+    if list(vocab.values()) != list(range(len(vocab))):
+        return vocab
+    return dict(zip(dense_strings(vocab), range(len(vocab)), strict=True))
 
 
 def _counted(terms: list[str], vocab: dict[str, int]) -> tuple[IntArray, Scores, float]:

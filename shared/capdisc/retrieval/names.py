@@ -8,78 +8,122 @@ trigger an exact match.
 
 from __future__ import annotations
 
+import hashlib
 import re
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
+
+from capdisc.captable import dense_strings
 from capdisc.models import Capability
 from capdisc.retrieval.lexical import STOPWORDS, LexicalIndex
 
 #: A name as a query can write it: one lowercased token, or several words as capitalized.
 NameKey = tuple[str, ...]
+#: Between the words of a several-word key, and between the keys of one row, in their text.
+WORDS = "\x1e"
+KEYS = "\x1f"
 
 _RAW_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/&-]*[A-Za-z0-9]|[A-Za-z0-9]")
 _WORD = re.compile(r"[^\W_]+")
 _MAX_NAME_WORDS = 6
 
 
-def row_name_keys(capability: Capability) -> tuple[NameKey, ...]:
+@dataclass(frozen=True, eq=False)
+class NameTable:
+    """Name key -> row, held as arrays: each key's 64-bit hash (sorted) and its row, plus the
+    first words of the several-word names (a query's word runs are looked up only there). A
+    hash found is checked against the row's own keys (``row_keys``), so a collision never
+    names the wrong capability."""
+
+    hashes: npt.NDArray[np.uint64]
+    rows: npt.NDArray[np.int32]
+    starts: frozenset[str]
+
+    def __len__(self) -> int:
+        return len(self.hashes)
+
+    def lookup(self, texts: Sequence[str], row_keys: Sequence[str]) -> Iterator[int]:
+        """The row each of ``texts`` (key texts, :func:`key_text`) names, in order."""
+        if not texts or not len(self.hashes):
+            return
+        wanted = np.fromiter((key_hash(t) for t in texts), dtype=np.uint64, count=len(texts))
+        at = np.minimum(np.searchsorted(self.hashes, wanted), len(self.hashes) - 1)
+        for text, found, place in zip(texts, wanted, at, strict=True):
+            if self.hashes[place] == found:
+                row = int(self.rows[place])
+                if text in row_keys[row].split(KEYS):
+                    yield row
+
+
+def key_text(key: NameKey) -> str:
+    """A key as one string (its words joined by :data:`WORDS`)."""
+    return WORDS.join(key)
+
+
+def key_hash(text: str) -> int:
+    """A key text's stable 64-bit hash (the same in every process: a table is written to disk)."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+
+
+def row_name_keys(capability: Capability) -> str:
     """The distinct keys that could name ``capability`` in the table (:func:`_distinctive`
-    ones). A tuple, and an id or name already in lower case is not copied: a large catalog
-    keeps one of these per capability."""
-    return tuple(key for key in _name_keys(capability) if _distinctive(key))
+    ones), as one string (key texts joined by :data:`KEYS`): a large catalog keeps one of these
+    per capability."""
+    return KEYS.join(key_text(key) for key in _name_keys(capability) if _distinctive(key))
 
 
-def build_name_table(
-    row_keys: Sequence[Collection[NameKey]], lexicon: LexicalIndex
-) -> dict[NameKey, int]:
+def build_name_table(row_keys: Sequence[str], lexicon: LexicalIndex) -> NameTable:
     """Name key -> row, keeping only keys that identify one capability and are not ordinary
     words of the catalog (a one-word key must appear in at most one capability's text)."""
-    owner: dict[NameKey, int] = {}
-    shared: set[NameKey] = set()
-    for row, keys in enumerate(row_keys):
-        for key in keys:
+    owner: dict[str, int] = {}
+    shared: set[str] = set()
+    for row, packed in enumerate(row_keys):
+        for key in packed.split(KEYS) if packed else ():
             if owner.setdefault(key, row) != row:
                 shared.add(key)
-    plain = [key[0] for key in owner if len(key) == 1 and key[0].isalpha() and key not in shared]
+    plain = [key for key in owner if key.isalpha() and key not in shared]
     frequencies = lexicon.document_frequencies(plain)
-    return {
-        key: row
+    kept = [
+        (key, row)
         for key, row in owner.items()
-        if key not in shared and (len(key) > 1 or frequencies.get(key[0], 0) <= 1)
-    }
+        if key not in shared and (WORDS in key or frequencies.get(key, 0) <= 1)
+    ]
+    return name_table(
+        [key_hash(key) for key, _ in kept],
+        [row for _, row in kept],
+        (key.split(WORDS, 1)[0] for key, _ in kept if WORDS in key),
+    )
 
 
-def name_starts(names: Iterable[NameKey]) -> frozenset[str]:
-    """First words of the several-word names, so a query's word runs are looked up only there."""
-    return frozenset(key[0] for key in names if len(key) > 1)
+def name_table(hashes: Sequence[int], rows: Sequence[int], starts: Iterable[str]) -> NameTable:
+    """A :class:`NameTable` of these keys' hashes and rows (in any order)."""
+    keyed = np.asarray(hashes, dtype=np.uint64)
+    order = np.argsort(keyed, kind="stable")
+    return NameTable(
+        keyed[order], np.asarray(rows, dtype=np.int32)[order], frozenset(dense_strings(starts))
+    )
 
 
-def named_rows(query: str, names: Mapping[NameKey, int], starts: Collection[str]) -> Iterator[int]:
+def named_rows(query: str, names: NameTable, row_keys: Sequence[str]) -> Iterator[int]:
     """Rows of the capabilities ``query`` names, its raw tokens first, then its runs of words
     (longest first); the first one a search allows is its exact match."""
-    for key in _query_keys(query, starts):
-        row = names.get(key)
-        if row is not None:
-            yield row
+    return names.lookup([key_text(key) for key in _query_keys(query, names.starts)], row_keys)
 
 
 def _name_keys(capability: Capability) -> dict[NameKey, None]:
     """The keys a query can name ``capability`` by (distinct, in order): its id and name as
     written (one token, any case) and its display name (one token any case, or several words
     as capitalized)."""
-    keys: dict[NameKey, None] = {(_lower(capability.id),): None, (_lower(capability.name),): None}
+    keys: dict[NameKey, None] = {(capability.id.lower(),): None, (capability.name.lower(),): None}
     display = _WORD.findall(capability.display_name)
     if len(display) == 1:
-        keys[(_lower(display[0]),)] = None
+        keys[(display[0].lower(),)] = None
     elif 1 < len(display) <= _MAX_NAME_WORDS:
         keys[tuple(display)] = None
     return keys
-
-
-def _lower(text: str) -> str:
-    """``text`` in lower case; ``text`` itself when it already is (no copy held)."""
-    low = text.lower()
-    return text if low == text else low
 
 
 def _distinctive(key: NameKey) -> bool:

@@ -21,7 +21,7 @@ import numpy.typing as npt
 from capdisc.captable import table_arrays, table_from_arrays
 from capdisc.retrieval.index import RetrievalIndex, RowArray
 from capdisc.retrieval.lexical import LexicalIndex
-from capdisc.retrieval.names import NameKey, name_starts
+from capdisc.retrieval.names import NameTable
 from capdisc.retrieval.neighbors import NeighborIndex, NeighborSlot
 
 #: The tables that are not arrays (names, vocabulary, facet keys, row keys, scalars).
@@ -51,6 +51,8 @@ def save_index(index: RetrievalIndex, directory: Path) -> list[str]:
         written.append(file)
 
     array("matrix", index.matrix)
+    array("names.hashes", index.names.hashes)
+    array("names.rows", index.names.rows)
     array("mean_vector", index.mean_vector)
     array("moment", index.moment)
     table = table_arrays(index.table)
@@ -79,8 +81,8 @@ def save_index(index: RetrievalIndex, directory: Path) -> list[str]:
     vocabulary = sorted(lexicon.vocabulary.items(), key=lambda item: item[1])
     tables = {
         "rows": len(index),
-        "names": [[list(key), row] for key, row in index.names.items()],
-        "row_keys": [sorted(list(key) for key in keys) for keys in index.row_keys],
+        "name_starts": sorted(index.names.starts),
+        "row_keys": list(index.row_keys),
         "vocabulary": [term for term, _id in vocabulary],
         "facets": facet_keys,
         "lexicon": {"num_docs": lexicon.num_docs, "stem": lexicon.stem, "k1": lexicon.k1},
@@ -140,8 +142,12 @@ def load_index(directory: Path, *, mmap: bool = True) -> RetrievalIndex:
         facet: _facet(tables["facets"][facet], array(f"{facet}.offsets"), array(f"{facet}.rows"))
         for facet in FACETS
     }
-    names: dict[NameKey, int] = {tuple(key): int(row) for key, row in tables["names"]}
-    row_keys = tuple(tuple(tuple(key) for key in keys) for keys in tables["row_keys"])
+    names = NameTable(array("names.hashes"), array("names.rows"), frozenset(tables["name_starts"]))
+    row_keys = tuple(str(keys) for keys in tables["row_keys"])
+    if len(names.rows) != len(names.hashes) or (
+        len(names.rows) and not 0 <= int(names.rows.min()) <= int(names.rows.max()) < len(table)
+    ):
+        raise ValueError("the name table's rows do not fit the capabilities")
     matrix = array("matrix")
     if matrix.shape[0] != len(table) or len(row_keys) != len(table):
         raise ValueError(f"the index arrays do not have {len(table)} rows")
@@ -157,7 +163,6 @@ def load_index(directory: Path, *, mmap: bool = True) -> RetrievalIndex:
         matrix=matrix,
         lexicon=lexicon,
         names=names,
-        name_starts=name_starts(names),
         kinds=facets["kinds"],
         categories=facets["categories"],
         tags=facets["tags"],
