@@ -128,3 +128,42 @@ def test_a_snapshot_older_than_the_changes_stream_reaches_is_refused_and_redis_l
         assert [(e["tenant"], e["path"]) for e in refused] == [(TENANT, str(path))]
         assert "trimmed" in refused[0]["reason"]
         assert not stack.events("discovery-2", "index_loaded_from_snapshot")
+
+
+def test_a_large_tenant_is_built_by_a_child_process_and_mapped(tmp_path: Path) -> None:
+    stack, _registry, _path, written = served_and_written(tmp_path)
+    with stack:
+        fresh = tmp_path / "fresh-snapshots"  # none to map: the tenant comes from Redis
+        stack.spawn_discovery(
+            "discovery-2", CAPDISC_SNAPSHOT_DIR=str(fresh), CAPDISC_BUILD_APART_ABOVE="1"
+        )
+        with Client(stack.connection(), tenant=TENANT, timeout_s=60) as client:
+            answer = client.discover("post a message to the team's slack channel")
+
+        assert answer.index_version == written and answer.ids[0] == SLACK
+        built = stack.events("discovery-2", "index_built_apart")
+        assert [(e["tenant"], e["index_version"]) for e in built] == [(TENANT, written)]
+        assert not [e for e in stack.events("discovery-2", "index_loaded") if e["tenant"] == TENANT]
+        assert list((fresh / TENANT).iterdir())  # the child's snapshot, in its vector space
+
+
+def test_a_child_build_that_fails_leaves_the_worker_to_build_the_tenant_itself(
+    tmp_path: Path,
+) -> None:
+    stack, _registry, _path, written = served_and_written(tmp_path)
+    with stack:
+        stack.spawn_discovery(
+            "discovery-2",
+            CAPDISC_SNAPSHOT_DIR=str(tmp_path / "fresh-snapshots"),
+            CAPDISC_BUILD_APART_ABOVE="1",
+            CAPDISC_BUILD_APART_TIMEOUT_S="0.001",
+        )
+        with Client(stack.connection(), tenant=TENANT, timeout_s=60) as client:
+            answer = client.discover("post a message to the team's slack channel")
+
+        assert answer.index_version == written and answer.ids[0] == SLACK
+        failed = stack.events("discovery-2", "build_apart_failed")
+        assert [e["tenant"] for e in failed] == [TENANT]
+        assert "TimeoutExpired" in failed[0]["reason"]
+        loaded = [e for e in stack.events("discovery-2", "index_loaded") if e["tenant"] == TENANT]
+        assert [e["index_version"] for e in loaded] == [written]

@@ -52,6 +52,7 @@ from capdisc.retrieval.probes import PROBES
 from capdisc.retrieval.text import embedder_id_of, vector_space
 from capdisc.settings import Settings
 from capdisc.vectorstores.port import VectorStore
+from capdisc_workers.buildapart import build_apart
 from capdisc_workers.heap import collection_paused, release_freed_memory
 from capdisc_workers.outage import RETRYABLE, Backoff, RedisHealth
 from capdisc_workers.snapshots import SnapshotWriter
@@ -225,7 +226,11 @@ class SnapshotFollower:
         does not retry a version that failed)."""
         try:
             with collection_paused():  # a load's objects live on: no collector passes
-                loaded = self._load_from_disk(tenant) or self._load(tenant)
+                loaded = (
+                    self._load_from_disk(tenant)
+                    or self._load_built_apart(tenant)
+                    or self._load(tenant)
+                )
         except (CapdiscError, ValueError, KeyError) as exc:
             failed_at = int(self.redis.get(keys.version(tenant)) or 0)
             self.failed[tenant] = failed_at
@@ -313,6 +318,41 @@ class SnapshotFollower:
             took_s=round(time.monotonic() - started, 3),
         )
         return index
+
+    def _load_built_apart(self, tenant: str) -> IndexSnapshot | None:
+        """``tenant`` built from Redis by a child process into a snapshot on disk, then mapped
+        (:mod:`capdisc_workers.buildapart`); None when it is smaller than
+        ``build_apart_above``, no snapshot directory is set, or the child failed (said why:
+        the worker then builds it itself)."""
+        root, limit = self.settings.snapshot_dir, self.settings.build_apart_above
+        if root is None or self.store is not None or not limit:
+            return None
+        if int(self.redis.hlen(keys.caps(tenant))) < limit:
+            return None
+        active = self.redis.get(keys.space(tenant))
+        space = as_str(active) if active else self.space
+        embedder_id = embedder_id_of(space)
+        self.queries_for(embedder_id)  # its probe vectors
+        outcome = build_apart(self.settings, tenant, space, self.space, self._probes[embedder_id])
+        if not outcome.ok:
+            log.warning(
+                "build_apart_failed",
+                tenant=tenant,
+                reason=outcome.reason,
+                hint="building the tenant in this worker instead",
+            )
+            return None
+        loaded = self._load_from_disk(tenant)
+        if loaded is not None:
+            self.loaded_from[tenant] = "redis"
+            log.info(
+                "index_built_apart",
+                tenant=tenant,
+                index_version=loaded.version,
+                capabilities=len(loaded),
+                took_s=round(outcome.took_s, 3),
+            )
+        return loaded
 
     def _since(
         self, snapshot: IndexSnapshot, header: SnapshotHeader, wanted: Wanted, path: Path

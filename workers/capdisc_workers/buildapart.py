@@ -1,0 +1,172 @@
+"""A large tenant's index built in a short-lived child process and handed over as a snapshot on
+disk, so the discovery worker that serves it never holds the load's garbage.
+
+Building a tenant from Redis parses every record into Python objects, which are freed once the
+index holds its compact form; but the strings and tables that live on were made among them,
+so the allocator cannot give most of that memory back. Measured with
+``benchmarks/discovery_memory.py`` at 100,000 capabilities: a worker that built the index
+itself stayed at about 1,000 MB, one that mapped the same index from a snapshot at about
+530 MB.
+
+So a discovery worker with a ``snapshot_dir`` that loads a tenant of at least
+``build_apart_above`` capabilities from Redis runs this module as a child (:func:`build_apart`):
+the child reads the tenant, builds its index exactly as the worker would (the HNSW graph of a
+large catalog included), writes it as a snapshot and exits, handing all of its memory back.
+The worker then maps the snapshot like any other
+(:meth:`capdisc_workers.follower.SnapshotFollower.reload`); changes made meanwhile arrive as
+one delta. When the child fails or times out, the worker says why and builds in-process.
+
+    python -m capdisc_workers.buildapart TENANT --space S --default-space D --probes P.npy
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import redis
+
+from capdisc import keys
+from capdisc.discovery.snapshot import IndexSnapshot, hybrid_retriever
+from capdisc.discovery.snapshotfile import write_snapshot
+from capdisc.embedders.port import Matrix
+from capdisc.errors import CapdiscError
+from capdisc.models import Capability
+from capdisc.redistext import as_str
+from capdisc.registry.flags import Policy, parse_policy, serving
+from capdisc.registry.store import Snapshot, read_snapshot
+from capdisc.retrieval.neighbors import BackgroundBuilder
+from capdisc.retrieval.text import embedder_id_of
+from capdisc.settings import Settings
+
+#: Exit status of a child that found the tenant in another vector space than it was told.
+MOVED = 3
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a child build ended: ``ok``, and else why not (for the worker's warning)."""
+
+    ok: bool
+    reason: str = ""
+    took_s: float = 0.0
+
+
+def build_apart(
+    settings: Settings, tenant: str, space: str, default_space: str, probes: Matrix | None
+) -> Outcome:
+    """Run the child that writes ``tenant``'s snapshot (served from ``space``) into
+    ``settings.snapshot_dir``; it reads the worker's settings from the same environment."""
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="capdisc-build-") as folder:
+        command = [
+            sys.executable,
+            "-m",
+            "capdisc_workers.buildapart",
+            tenant,
+            "--space",
+            space,
+            "--default-space",
+            default_space,
+        ]
+        if probes is not None:
+            np.save(Path(folder) / "probes.npy", probes, allow_pickle=False)
+            command += ["--probes", str(Path(folder) / "probes.npy")]
+        try:
+            done = subprocess.run(
+                command,
+                capture_output=True,
+                timeout=settings.build_apart_timeout_s,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return Outcome(False, f"{type(exc).__name__}: {exc}")
+    took = time.monotonic() - started
+    if done.returncode != 0:
+        tail = done.stderr.decode(errors="replace").strip().splitlines()[-3:]
+        return Outcome(False, f"exit status {done.returncode}: {' | '.join(tail)}", took)
+    return Outcome(True, took_s=took)
+
+
+def policy_of(stored: str | None, default: Policy) -> Policy:
+    """A tenant's poisoning policy: its stored one, else ``default``; a stored value that is not
+    a policy quarantines (as the worker serves it, and says so when it maps the snapshot)."""
+    if stored is None:
+        return default
+    try:
+        return parse_policy(stored)
+    except CapdiscError:
+        return "quarantine"
+
+
+def built(snap: Snapshot, policy: Policy, dim: int, probes: Matrix | None) -> IndexSnapshot:
+    """The index a worker would build of ``snap``, its HNSW graph (large catalogs) included."""
+    served = serving(snap.flags, policy)
+    entries = (
+        (Capability.from_dict(record.capability), snap.vectors[cid])
+        for cid, record in snap.records.items()
+        if cid in snap.vectors and cid not in served.withheld
+    )
+    builder = BackgroundBuilder()
+    index = IndexSnapshot.build(
+        snap.tenant,
+        snap.version,
+        dim,
+        entries,
+        embedder_id_of(snap.space),
+        partial(hybrid_retriever, builder=builder),
+        probes=probes,
+        marks=served.marks,
+    )
+    builder.idle(timeout_s=3600.0)
+    return index
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("tenant")
+    parser.add_argument("--space", required=True)
+    parser.add_argument("--default-space", required=True)
+    parser.add_argument("--probes")
+    args = parser.parse_args()
+    settings = Settings.load()
+    if settings.snapshot_dir is None:
+        raise SystemExit("no snapshot_dir set: nothing to write the snapshot to")
+    client = redis.Redis.from_url(settings.redis_url)
+    snap = read_snapshot(client, args.tenant, args.default_space)
+    if snap.space != args.space:
+        print(f"the tenant is served from {snap.space} now, not {args.space}", file=sys.stderr)
+        raise SystemExit(MOVED)
+    probes = np.load(args.probes, allow_pickle=False) if args.probes else None
+    policy = policy_of(snap.policy, settings.poisoning_policy)
+    epoch = client.get(keys.EPOCH)
+    if epoch is None:
+        raise SystemExit("Redis holds no data generation marker yet: nothing to write")
+    index = built(snap, policy, _dim(snap, probes), probes)
+    write_snapshot(
+        settings.snapshot_dir,
+        index,
+        space=snap.space,
+        epoch=as_str(epoch),
+        changes_id=snap.changes_id,
+        policy=policy,
+        keep=settings.snapshot_keep,
+    )
+
+
+def _dim(snap: Snapshot, probes: Matrix | None) -> int:
+    if probes is not None:
+        return int(probes.shape[1])
+    width = next((len(v) for v in snap.vectors.values()), 0)
+    return width // 4
+
+
+if __name__ == "__main__":
+    main()
