@@ -32,7 +32,9 @@ every row against the graph search, with the graph's recall@10 of the exact answ
 ``--json`` alone prints one JSON object per size on stdout (the report goes to stderr):
 ``capabilities``, ``rss_mb``, ``peak_rss_mb``, ``start_to_serving_s``, ``graph_ready_s``,
 ``discover_cached_ms`` and ``discover_fresh_ms`` (``{"p50": .., "p99": ..}``),
-``recall_at_10_vs_exact`` (and ``recall_at_10_ties``: ties with the exact 10th count), ``floors``
+``recall_at_10_vs_exact`` (and ``recall_at_10_ties``: ties with the exact 10th count),
+``built_apart`` (when the worker had a child process build the tenant, see
+``build_apart_above``: how long that took and the child's peak RSS), ``floors``
 and ``ratios``; from the snapshot: ``snapshot_written_s`` (from the first start until the
 snapshot was on disk), ``snapshot_mb``, ``start_from_snapshot_s``,
 ``graph_ready_from_snapshot_s``, ``from_snapshot_rss_mb``, ``from_snapshot_same_answers``
@@ -346,10 +348,12 @@ def measure_size(
     version = tenant_version(client, TENANT)
     load_before = os.getloadavg()
     snapshots = Path(tempfile.mkdtemp(prefix="capdisc-snapshots-"))
+    offset = LOG.stat().st_size
     started = time.perf_counter()
     worker = spawn_worker(url, embedder_name, snapshots)
     try:
         ready_s = wait_ready(client, worker, version, started)
+        apart = log_events(offset, "index_built_apart")
         graph_s = (
             wait_graph(client, worker, started) if len(caps) > DEFAULT_CONFIG.ann_above else None
         )
@@ -372,6 +376,9 @@ def measure_size(
         "store_s": round(store_s, 1),
         "ready_s": round(ready_s, 2),
         "graph_ready_s": round(graph_s, 2) if graph_s is not None else None,
+        "built_apart": {k: apart[0].get(k) for k in ("took_s", "child_peak_rss_mb")}
+        if apart
+        else None,
         "loaded": loaded,
         "after_queries": served,
         **latency,
@@ -581,6 +588,7 @@ def summary_object(result: dict[str, Any]) -> dict[str, Any]:
         "peak_rss_mb": result["after_queries"]["peak_mb"],
         "start_to_serving_s": result["ready_s"],
         "graph_ready_s": result["graph_ready_s"],
+        "built_apart": result["built_apart"],
         "discover_cached_ms": pair(result["cached"]["round_trip_ms"]),
         "discover_fresh_ms": pair(result["fresh"]["round_trip_ms"]),
         "recall_at_10_vs_exact": result["recall_at_10_vs_exact"],
@@ -620,6 +628,12 @@ def print_size(result: dict[str, Any], idle: dict[str, Any]) -> None:
         f"{idle['rss_mb']} MB; {result['mb_per_1k']} MB per 1,000 capabilities"
     )
     print(f"  RSS after the queries: {served['rss_mb']} MB (peak {served['peak_mb']} MB)")
+    apart = result["built_apart"]
+    if apart is not None:
+        print(
+            f"  built by a child process ({apart['took_s']} s, its peak RSS "
+            f"{apart['child_peak_rss_mb']} MB, freed when it exited) and mapped by the worker"
+        )
     if result["graph_ready_s"] is not None:
         print(f"  start to the HNSW graph serving: {result['graph_ready_s']:.2f} s")
     graph_again = result["graph_ready_from_snapshot_s"]

@@ -22,6 +22,7 @@ one delta. When the child fails or times out, the worker says why and builds in-
 from __future__ import annotations
 
 import argparse
+import resource
 import subprocess
 import sys
 import tempfile
@@ -57,6 +58,9 @@ class Outcome:
     ok: bool
     reason: str = ""
     took_s: float = 0.0
+    #: The largest resident size any child of this worker reached so far (its build's peak:
+    #: the host holds it beside the worker while the child runs).
+    child_peak_rss_mb: float = 0.0
 
 
 def build_apart(
@@ -89,10 +93,11 @@ def build_apart(
         except (OSError, subprocess.TimeoutExpired) as exc:
             return Outcome(False, f"{type(exc).__name__}: {exc}")
     took = time.monotonic() - started
+    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # KB on Linux
     if done.returncode != 0:
         tail = done.stderr.decode(errors="replace").strip().splitlines()[-3:]
-        return Outcome(False, f"exit status {done.returncode}: {' | '.join(tail)}", took)
-    return Outcome(True, took_s=took)
+        return Outcome(False, f"exit status {done.returncode}: {' | '.join(tail)}", took, peak_mb)
+    return Outcome(True, took_s=took, child_peak_rss_mb=peak_mb)
 
 
 def policy_of(stored: str | None, default: Policy) -> Policy:

@@ -351,6 +351,7 @@ class SnapshotFollower:
                 index_version=loaded.version,
                 capabilities=len(loaded),
                 took_s=round(outcome.took_s, 3),
+                child_peak_rss_mb=round(outcome.child_peak_rss_mb, 1),
             )
         return loaded
 
