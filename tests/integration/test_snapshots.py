@@ -143,6 +143,7 @@ def test_a_large_tenant_is_built_by_a_child_process_and_mapped(tmp_path: Path) -
         assert answer.index_version == written and answer.ids[0] == SLACK
         built = stack.events("discovery-2", "index_built_apart")
         assert [(e["tenant"], e["index_version"]) for e in built] == [(TENANT, written)]
+        assert built[0]["child_peak_rss_mb"] > 0  # the child said how much it took
         assert not [e for e in stack.events("discovery-2", "index_loaded") if e["tenant"] == TENANT]
         assert list((fresh / TENANT).iterdir())  # the child's snapshot, in its vector space
 

@@ -22,7 +22,6 @@ one delta. When the child fails or times out, the worker says why and builds in-
 from __future__ import annotations
 
 import argparse
-import resource
 import subprocess
 import sys
 import tempfile
@@ -49,6 +48,8 @@ from capdisc.settings import Settings
 
 #: Exit status of a child that found the tenant in another vector space than it was told.
 MOVED = 3
+#: How the child's last line of output gives its peak RSS.
+PEAK = "peak_rss_mb="
 
 
 @dataclass(frozen=True)
@@ -58,8 +59,8 @@ class Outcome:
     ok: bool
     reason: str = ""
     took_s: float = 0.0
-    #: The largest resident size any child of this worker reached so far (its build's peak:
-    #: the host holds it beside the worker while the child runs).
+    #: The child's peak resident size (the host holds it beside the worker while it runs);
+    #: 0 when it did not say.
     child_peak_rss_mb: float = 0.0
 
 
@@ -93,11 +94,33 @@ def build_apart(
         except (OSError, subprocess.TimeoutExpired) as exc:
             return Outcome(False, f"{type(exc).__name__}: {exc}")
     took = time.monotonic() - started
-    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # KB on Linux
+    peak_mb = _reported_peak(done.stdout)
     if done.returncode != 0:
         tail = done.stderr.decode(errors="replace").strip().splitlines()[-3:]
         return Outcome(False, f"exit status {done.returncode}: {' | '.join(tail)}", took, peak_mb)
     return Outcome(True, took_s=took, child_peak_rss_mb=peak_mb)
+
+
+def _reported_peak(stdout: bytes) -> float:
+    """The peak RSS the child printed last (``peak_rss_mb=N``), else 0."""
+    lines = stdout.decode(errors="replace").strip().splitlines()
+    if lines and lines[-1].startswith(PEAK):
+        try:
+            return float(lines[-1][len(PEAK) :])
+        except ValueError:
+            return 0.0
+    return 0.0
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident size (``VmHWM``; ``ru_maxrss`` would carry the worker's
+    over from before ``exec``); 0 where ``/proc`` does not say."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return 0.0
+    found = next((line for line in status.splitlines() if line.startswith("VmHWM:")), "")
+    return int(found.split()[1]) / 1024 if found else 0.0
 
 
 def policy_of(stored: str | None, default: Policy) -> Policy:
@@ -164,6 +187,7 @@ def main() -> None:
         policy=policy,
         keep=settings.snapshot_keep,
     )
+    print(f"{PEAK}{peak_rss_mb():.1f}")
 
 
 def _dim(snap: Snapshot, probes: Matrix | None) -> int:

@@ -1,0 +1,197 @@
+"""A discovery worker's memory and cached latency at up to 1,000,000 capabilities, serving a
+snapshot it maps from disk, as every large tenant is served now (a worker maps the snapshot a
+child process built, or one an earlier worker wrote).
+
+This process builds the benchmark catalog's index (stand-in vectors from the hashing embedder,
+384 float32s a capability like MiniLM's: the same memory and arithmetic, relevance
+meaningless; the output says so) with its HNSW graph, as the child build does, and writes it
+as a snapshot. A fresh process then maps it (``load_snapshot``), and prints its resident
+memory beside the same process before the load (the floor: Python and capdisc imported), and
+the discovery service's cached turns over ``--queries`` Seal-Tools queries: median and p99,
+with the exact scan of one query's rows as the floor measured in that run.
+
+    .venv/bin/python benchmarks/mapped_scale.py [--size 1000000] [--queries 300] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gc
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _catalog import load_catalog, seal_queries, stand_in_vectors
+from _common import percentile
+from capdisc.discovery.config import DiscoveryConfig
+from capdisc.discovery.protocol import DiscoverRequest
+from capdisc.discovery.service import Context, answer
+from capdisc.discovery.snapshot import HybridRetriever, IndexSnapshot, hybrid_retriever
+from capdisc.discovery.snapshotfile import load_snapshot, read_header, write_snapshot
+from capdisc.embedders.hashing import HashingEmbedder
+from capdisc.embedders.port import CachedQueryEmbedder
+from capdisc.retrieval.neighbors import BackgroundBuilder
+from capdisc.retrieval.probes import PROBES
+from capdisc.sessions.policy import SessionPolicy
+from capdisc_workers.buildapart import peak_rss_mb
+
+TENANT = "bench"
+EMBEDDER = HashingEmbedder(384)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--size", type=int, default=1_000_000)
+    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--json", help="write the figures to this file")
+    parser.add_argument("--serve", help=argparse.SUPPRESS)  # the child: map and measure
+    args = parser.parse_args()
+    if args.serve:
+        print(json.dumps(serve(Path(args.serve), args.queries)))
+        return
+    root = Path(tempfile.mkdtemp(prefix="capdisc-mapped-"))
+    try:
+        built = build(args.size, root)
+        child = subprocess.run(
+            [sys.executable, __file__, "--serve", built["path"], "--queries", str(args.queries)],
+            stdout=subprocess.PIPE,
+            check=True,
+        )
+        served = json.loads(child.stdout.decode().strip().splitlines()[-1])
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    figures = {"capabilities": args.size, "vectors": "hashing-384 stand-ins", **built, **served}
+    figures.pop("path")
+    report(figures)
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=1) + "\n")
+
+
+def build(size: int, root: Path) -> dict[str, Any]:
+    """Build the catalog's snapshot of ``size`` with its graph and write it under ``root``."""
+    started = time.perf_counter()
+    caps = load_catalog(size)
+    matrix = stand_in_vectors(caps, EMBEDDER)
+    made_s = time.perf_counter() - started
+    builder = BackgroundBuilder()
+    started = time.perf_counter()
+    snapshot = IndexSnapshot.build(
+        TENANT,
+        1,
+        EMBEDDER.dim,
+        ((c, matrix[i].tobytes()) for i, c in enumerate(caps)),
+        EMBEDDER.id,
+        functools.partial(hybrid_retriever, builder=builder),
+        probes=EMBEDDER.embed(list(PROBES)),
+    )
+    del caps, matrix
+    build_s = time.perf_counter() - started
+    builder.idle(7200)
+    graph_s = time.perf_counter() - started - build_s
+    started = time.perf_counter()
+    path = write_snapshot(root, snapshot, space="s", epoch="e", changes_id="0-0", policy="flag")
+    write_s = time.perf_counter() - started
+    del snapshot
+    gc.collect()
+    return {
+        "path": str(path),
+        "catalog_s": round(made_s, 1),
+        "build_s": round(build_s, 1),
+        "graph_s": round(graph_s, 1),
+        "write_s": round(write_s, 1),
+        "snapshot_mb": round(sum(f.stat().st_size for f in path.iterdir()) / 2**20, 1),
+        "builder_peak_rss_mb": round(peak_rss_mb()),
+    }
+
+
+def serve(path: Path, count: int) -> dict[str, Any]:
+    """In a fresh process: map the snapshot at ``path`` and time cached turns on it."""
+    process = psutil.Process()
+    queries = seal_queries()[:count]
+    cached = CachedQueryEmbedder(EMBEDDER)
+    config = DiscoveryConfig()
+    floor_mb = process.memory_info().rss / 2**20
+    started = time.perf_counter()
+    snapshot = load_snapshot(path, read_header(path), EMBEDDER.embed(list(PROBES)))
+    load_s = time.perf_counter() - started
+    loaded_mb = process.memory_info().rss / 2**20
+    for query in queries:  # warm: query vectors cached, pages the queries touch resident
+        turn(snapshot, cached, query, config)
+    samples = []
+    for query in queries:
+        started = time.perf_counter()
+        turn(snapshot, cached, query, config)
+        samples.append((time.perf_counter() - started) * 1000)
+    return {
+        "load_s": round(load_s, 2),
+        "search": snapshot.search_mode,
+        "floor_rss_mb": round(floor_mb),
+        "rss_loaded_mb": round(loaded_mb),
+        "rss_mb": round(process.memory_info().rss / 2**20),
+        "peak_rss_mb": round(peak_rss_mb()),
+        "discover_cached_ms": pair(samples),
+        "exact_scan_ms": pair(exact_scan(snapshot, cached, queries)),
+    }
+
+
+def turn(
+    snapshot: IndexSnapshot, cached: CachedQueryEmbedder, query: str, config: DiscoveryConfig
+) -> None:
+    answer(
+        DiscoverRequest(query, tenant=snapshot.tenant),
+        Context(snapshot, cached, config, SessionPolicy()),
+    )
+
+
+def exact_scan(
+    snapshot: IndexSnapshot, cached: CachedQueryEmbedder, queries: list[str]
+) -> list[float]:
+    """The floor: one product of the searched matrix with each query vector."""
+    retriever = snapshot.retriever
+    assert isinstance(retriever, HybridRetriever)
+    index = retriever.index
+    samples = []
+    for query in queries:
+        vector = cached.embed_one(query)
+        started = time.perf_counter()
+        projected = vector @ index.projection if index.projection is not None else vector
+        np.argpartition(-(index.matrix @ projected), 10)[:10]
+        samples.append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+def pair(values: list[float]) -> dict[str, float]:
+    return {"p50": round(statistics.median(values), 2), "p99": round(percentile(values, 99), 2)}
+
+
+def report(figures: dict[str, Any]) -> None:
+    cached, scan = figures["discover_cached_ms"], figures["exact_scan_ms"]
+    print(
+        f"{figures['capabilities']:,} capabilities ({figures['vectors']}; relevance meaningless)\n"
+        f"  built in {figures['build_s']} s, graph {figures['graph_s']} s, snapshot written in "
+        f"{figures['write_s']} s ({figures['snapshot_mb']} MB); the building process peaked at "
+        f"{figures['builder_peak_rss_mb']} MB\n"
+        f"  a fresh process mapped it in {figures['load_s']} s ({figures['search']} search): "
+        f"RSS {figures['rss_loaded_mb']} MB loaded, {figures['rss_mb']} MB after the queries "
+        f"(peak {figures['peak_rss_mb']} MB), against {figures['floor_rss_mb']} MB before the "
+        f"load: {figures['rss_mb'] - figures['floor_rss_mb']} MB for the tenant\n"
+        f"  cached turn through the discovery service: median {cached['p50']} ms, p99 "
+        f"{cached['p99']} ms; floor, the exact scan of one query: median {scan['p50']} ms "
+        f"(ratio {cached['p50'] / scan['p50']:.2f})"
+    )
+
+
+if __name__ == "__main__":
+    main()
