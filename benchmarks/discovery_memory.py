@@ -34,7 +34,7 @@ every row against the graph search, with the graph's recall@10 of the exact answ
 ``discover_cached_ms`` and ``discover_fresh_ms`` (``{"p50": .., "p99": ..}``),
 ``recall_at_10_vs_exact`` (and ``recall_at_10_ties``: ties with the exact 10th count),
 ``built_apart`` (when the worker had a child process build the tenant, see
-``build_apart_above``: how long that took and the child's peak RSS), ``floors``
+``map_above``: how long that took and the child's peak RSS), ``floors``
 and ``ratios``; from the snapshot: ``snapshot_written_s`` (from the first start until the
 snapshot was on disk), ``snapshot_mb``, ``start_from_snapshot_s``,
 ``graph_ready_from_snapshot_s``, ``from_snapshot_rss_mb``, ``from_snapshot_same_answers``

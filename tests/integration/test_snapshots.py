@@ -135,7 +135,7 @@ def test_a_large_tenant_is_built_by_a_child_process_and_mapped(tmp_path: Path) -
     with stack:
         fresh = tmp_path / "fresh-snapshots"  # none to map: the tenant comes from Redis
         stack.spawn_discovery(
-            "discovery-2", CAPDISC_SNAPSHOT_DIR=str(fresh), CAPDISC_BUILD_APART_ABOVE="1"
+            "discovery-2", CAPDISC_SNAPSHOT_DIR=str(fresh), CAPDISC_MAP_ABOVE="1"
         )
         with Client(stack.connection(), tenant=TENANT, timeout_s=60) as client:
             answer = client.discover("post a message to the team's slack channel")
@@ -156,7 +156,7 @@ def test_a_child_build_that_fails_leaves_the_worker_to_build_the_tenant_itself(
         stack.spawn_discovery(
             "discovery-2",
             CAPDISC_SNAPSHOT_DIR=str(tmp_path / "fresh-snapshots"),
-            CAPDISC_BUILD_APART_ABOVE="1",
+            CAPDISC_MAP_ABOVE="1",
             CAPDISC_BUILD_APART_TIMEOUT_S="0.001",
         )
         with Client(stack.connection(), tenant=TENANT, timeout_s=60) as client:
@@ -168,3 +168,40 @@ def test_a_child_build_that_fails_leaves_the_worker_to_build_the_tenant_itself(
         assert "TimeoutExpired" in failed[0]["reason"]
         loaded = [e for e in stack.events("discovery-2", "index_loaded") if e["tenant"] == TENANT]
         assert [e["index_version"] for e in loaded] == [written]
+
+
+def test_a_large_tenant_is_served_from_the_snapshot_it_wrote_and_changes_on_top(
+    tmp_path: Path,
+) -> None:
+    with PrivateStack(tmp_path, durable=False) as stack:
+        stack.spawn_indexing()
+        stack.spawn_discovery(
+            CAPDISC_SNAPSHOT_DIR=str(tmp_path / "snapshots"),
+            CAPDISC_SNAPSHOT_INTERVAL_S="0",
+            CAPDISC_MAP_ABOVE="1",
+        )
+        registry = copy_registry(tmp_path / "registry")
+        version = publish_and_serve(stack, registry, TENANT)
+        wait_for(
+            lambda: [
+                e
+                for e in stack.events("discovery", "index_mapped")
+                if e["tenant"] == TENANT and e["index_version"] == version
+            ],
+            30,
+            "the written snapshot served mapped",
+        )
+        manifest = registry / MANIFEST
+        manifest.write_text(
+            manifest.read_text().replace(
+                "Posts a message to a Slack channel",
+                "Posts a zebrafish bulletin to a Slack channel",
+            )
+        )
+        changed = publish(stack.url, registry, TENANT, wait_s=60).index_version
+
+        with Client(stack.connection(), tenant=TENANT, timeout_s=60) as client:
+            answer = client.discover("post a zebrafish bulletin", min_version=changed)
+
+        assert answer.index_version == changed and answer.ids[0] == SLACK
+        assert not stack.events("discovery", "snapshot_map_refused")

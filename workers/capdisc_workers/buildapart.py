@@ -9,7 +9,7 @@ itself stayed at about 1,000 MB, one that mapped the same index from a snapshot 
 530 MB.
 
 So a discovery worker with a ``snapshot_dir`` that loads a tenant of at least
-``build_apart_above`` capabilities from Redis runs this module as a child (:func:`build_apart`):
+``map_above`` capabilities from Redis runs this module as a child (:func:`build_apart`):
 the child reads the tenant, builds its index exactly as the worker would (the HNSW graph of a
 large catalog included), writes it as a snapshot and exits, handing all of its memory back.
 The worker then maps the snapshot like any other
