@@ -134,9 +134,7 @@ def test_a_large_tenant_is_built_by_a_child_process_and_mapped(tmp_path: Path) -
     stack, _registry, _path, written = served_and_written(tmp_path)
     with stack:
         fresh = tmp_path / "fresh-snapshots"  # none to map: the tenant comes from Redis
-        stack.spawn_discovery(
-            "discovery-2", CAPDISC_SNAPSHOT_DIR=str(fresh), CAPDISC_MAP_ABOVE="1"
-        )
+        stack.spawn_discovery("discovery-2", CAPDISC_SNAPSHOT_DIR=str(fresh), CAPDISC_MAP_ABOVE="1")
         with Client(stack.connection(), tenant=TENANT, timeout_s=60) as client:
             answer = client.discover("post a message to the team's slack channel")
 
