@@ -126,7 +126,7 @@ class CapabilityTable(Mapping[str, Capability]):
         """The table of ``records`` (from :func:`encode`), whose capabilities (or, for the
         columns, whose stand-ins with the same id, name, category, availability and
         visibility) are ``capabilities``."""
-        return _Columns.of(capabilities).table(records)
+        return _Columns.of(capabilities).table(records, dense=True)
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -203,7 +203,7 @@ class CapabilityTable(Mapping[str, Capability]):
         sources.extend(-1 - i for cid, i in latest.items() if cid not in self.rows)
         encoded = {i: encode(upserts[i]) for i in latest.values()}
         records = [self.record(s) if s >= 0 else encoded[-1 - s] for s in sources]
-        return _Columns.of_rows(self, sources, upserts).table(records), sources
+        return _Columns.of_rows(self, sources, upserts).table(records, dense=False), sources
 
 
 class RowView(Sequence[Capability]):
@@ -281,15 +281,19 @@ class _Columns:
         self.available.append(available)
         self.open.append(is_open)
 
-    def table(self, records: Sequence[bytes | memoryview]) -> CapabilityTable:
+    def table(self, records: Sequence[bytes | memoryview], *, dense: bool) -> CapabilityTable:
+        """The table of ``records`` with these columns; ``dense``: copy the ids and names side
+        by side (:func:`dense_strings`: a table made of freshly parsed capabilities; a changed
+        table reuses its predecessor's, already side by side)."""
+        copied = dense_strings if dense else list
         lengths = np.fromiter((len(r) for r in records), dtype=np.int64, count=len(records))
         offsets = np.zeros(len(records) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         return CapabilityTable(
-            tuple(dense_strings(self.ids)),
+            tuple(copied(self.ids)),
             b"".join(records),
             offsets,
-            tuple(dense_strings(self.names)),
+            tuple(copied(self.names)),
             np.asarray(self.codes, dtype=np.int32),
             tuple(self.categories),
             np.asarray(self.available, dtype=bool),

@@ -129,7 +129,8 @@ class RetrievalIndex:
         )
         reuse = _reused_rows(table, previous) if previous is not None and texts is None else None
         lexicon = _lexicon(capabilities, texts, previous, reuse)
-        row_keys = tuple(dense_strings(_row_keys(capabilities, previous, reuse)))
+        keys = _row_keys(capabilities, previous, reuse)
+        row_keys = tuple(keys if previous is not None else dense_strings(keys))
         names = build_name_table(row_keys, lexicon)
         kinds, categories, tags, roles, users = _facets(capabilities, previous, reuse)
         mean_vector = _mean_row(matrix)

@@ -283,6 +283,8 @@ class LexicalIndex:
                 if previous is not None and old is not None
                 else _counted(index_terms(doc, stem=stem) or [""], vocab)
             )
+        if previous is None:
+            vocab = _dense_vocabulary(vocab)
         return cls._assemble(vocab, parts, stem, k1, b)
 
     @classmethod
@@ -294,7 +296,6 @@ class LexicalIndex:
         k1: float,
         b: float,
     ) -> LexicalIndex:
-        vocab = _dense_vocabulary(vocab)
         n = len(parts)
         lengths = np.fromiter((len(t) for t, _c, _l in parts), dtype=np.int64, count=n)
         doc_indptr = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
@@ -416,7 +417,8 @@ class LexicalIndex:
 
 def _dense_vocabulary(vocab: dict[str, int]) -> dict[str, int]:
     """``vocab`` with its terms copied side by side (:func:`capdisc.captable.dense_strings`),
-    when its ids are 0..n-1 in order (as :meth:`LexicalIndex.build` makes them)."""
+    when its ids are 0..n-1 in order (as :meth:`LexicalIndex.build` makes them). Only for a
+    vocabulary built afresh: a delta's holds its predecessor's terms, side by side already."""
     if list(vocab.values()) != list(range(len(vocab))):
         return vocab
     return dict(zip(dense_strings(vocab), range(len(vocab)), strict=True))
