@@ -22,13 +22,15 @@ one delta. When the child fails or times out, the worker says why and builds in-
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import redis
@@ -48,8 +50,8 @@ from capdisc.settings import Settings
 
 #: Exit status of a child that found the tenant in another vector space than it was told.
 MOVED = 3
-#: How the child's last line of output gives its peak RSS.
-PEAK = "peak_rss_mb="
+#: The counts the child reports on its last line of output (JSON), with its peak RSS.
+COUNTS = ("without_vectors", "withheld", "marked")
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,9 @@ class Outcome:
     #: The child's peak resident size (the host holds it beside the worker while it runs);
     #: 0 when it did not say.
     child_peak_rss_mb: float = 0.0
+    #: What the child counted: capabilities without a vector in the space, withheld by the
+    #: poisoning policy, and served with a caution mark.
+    counts: dict[str, int] = field(default_factory=dict)
 
 
 def build_apart(
@@ -94,22 +99,26 @@ def build_apart(
         except (OSError, subprocess.TimeoutExpired) as exc:
             return Outcome(False, f"{type(exc).__name__}: {exc}")
     took = time.monotonic() - started
-    peak_mb = _reported_peak(done.stdout)
     if done.returncode != 0:
         tail = done.stderr.decode(errors="replace").strip().splitlines()[-3:]
-        return Outcome(False, f"exit status {done.returncode}: {' | '.join(tail)}", took, peak_mb)
-    return Outcome(True, took_s=took, child_peak_rss_mb=peak_mb)
+        return Outcome(False, f"exit status {done.returncode}: {' | '.join(tail)}", took)
+    report = _report(done.stdout)
+    return Outcome(
+        True,
+        took_s=took,
+        child_peak_rss_mb=float(report.get("peak_rss_mb", 0.0)),
+        counts={name: int(report.get(name, 0)) for name in COUNTS},
+    )
 
 
-def _reported_peak(stdout: bytes) -> float:
-    """The peak RSS the child printed last (``peak_rss_mb=N``), else 0."""
+def _report(stdout: bytes) -> dict[str, Any]:
+    """The JSON object the child printed last (empty when it printed none)."""
     lines = stdout.decode(errors="replace").strip().splitlines()
-    if lines and lines[-1].startswith(PEAK):
-        try:
-            return float(lines[-1][len(PEAK) :])
-        except ValueError:
-            return 0.0
-    return 0.0
+    try:
+        found = json.loads(lines[-1]) if lines else {}
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def peak_rss_mb() -> float:
@@ -134,9 +143,17 @@ def policy_of(stored: str | None, default: Policy) -> Policy:
         return "quarantine"
 
 
-def built(snap: Snapshot, policy: Policy, dim: int, probes: Matrix | None) -> IndexSnapshot:
-    """The index a worker would build of ``snap``, its HNSW graph (large catalogs) included."""
+def built(
+    snap: Snapshot, policy: Policy, dim: int, probes: Matrix | None
+) -> tuple[IndexSnapshot, dict[str, int]]:
+    """The index a worker would build of ``snap``, its HNSW graph (large catalogs) included,
+    and its :data:`COUNTS`."""
     served = serving(snap.flags, policy)
+    counts = {
+        "without_vectors": sum(cid not in snap.vectors for cid in snap.records),
+        "withheld": len(served.withheld),
+        "marked": len(served.marks),
+    }
     entries = (
         (Capability.from_dict(record.capability), snap.vectors[cid])
         for cid, record in snap.records.items()
@@ -154,7 +171,7 @@ def built(snap: Snapshot, policy: Policy, dim: int, probes: Matrix | None) -> In
         marks=served.marks,
     )
     builder.idle(timeout_s=3600.0)
-    return index
+    return index, counts
 
 
 def main() -> None:
@@ -177,7 +194,7 @@ def main() -> None:
     epoch = client.get(keys.EPOCH)
     if epoch is None:
         raise SystemExit("Redis holds no data generation marker yet: nothing to write")
-    index = built(snap, policy, _dim(snap, probes), probes)
+    index, counts = built(snap, policy, _dim(snap, probes), probes)
     write_snapshot(
         settings.snapshot_dir,
         index,
@@ -187,7 +204,7 @@ def main() -> None:
         policy=policy,
         keep=settings.snapshot_keep,
     )
-    print(f"{PEAK}{peak_rss_mb():.1f}")
+    print(json.dumps({**counts, "peak_rss_mb": round(peak_rss_mb(), 1)}))
 
 
 def _dim(snap: Snapshot, probes: Matrix | None) -> int:

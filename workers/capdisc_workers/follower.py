@@ -397,7 +397,10 @@ class SnapshotFollower:
                 capabilities=len(loaded),
                 took_s=round(outcome.took_s, 3),
                 child_peak_rss_mb=round(outcome.child_peak_rss_mb, 1),
+                withheld=outcome.counts.get("withheld", 0),
+                marked=outcome.counts.get("marked", 0),
             )
+            _warn_without_vectors(tenant, space, outcome.counts.get("without_vectors", 0))
         return loaded
 
     def _since(
@@ -492,16 +495,7 @@ class SnapshotFollower:
             withheld=len(served.withheld),
             marked=len(served.marks),
         )
-        if missing:
-            log.warning(
-                "capabilities_without_vectors",
-                tenant=tenant,
-                vector_space=snap.space,
-                missing=missing,
-                hint="they were indexed by another embedder or an earlier version; "
-                f"run `capdisc reindex --all --tenant {tenant}` to embed them all "
-                "beside the live index and swap",
-            )
+        _warn_without_vectors(tenant, snap.space, missing)
         return index
 
     def _swap_in(self, index: IndexSnapshot, changes_id: str) -> None:
@@ -710,6 +704,19 @@ def _entries(snap: Snapshot, withheld: Collection[str]) -> Iterator[tuple[Capabi
         vector = snap.vectors.pop(cap_id, None)
         if vector is not None and cap_id not in withheld:
             yield Capability.from_dict(record.capability), vector
+
+
+def _warn_without_vectors(tenant: str, space: str, missing: int) -> None:
+    if missing:
+        log.warning(
+            "capabilities_without_vectors",
+            tenant=tenant,
+            vector_space=space,
+            missing=missing,
+            hint="they were indexed by another embedder or an earlier version; "
+            f"run `capdisc reindex --all --tenant {tenant}` to embed them all "
+            "beside the live index and swap",
+        )
 
 
 def needs_reload(served: int | None, stored: int, *, stale: bool, failed_at: int | None) -> bool:
