@@ -11,8 +11,8 @@ the discovery service's cached turns over ``--queries`` Seal-Tools queries: medi
 with the exact scan of one query's rows as the floor measured in that run. Then one
 capability is changed as a hot reload changes it (a delta: the new index is built in the
 heap, no longer mapped) and the memory and turns are measured again; then that index is
-written and mapped in its place, as the worker does after each snapshot it writes, and they
-are measured once more.
+written and mapped in its place, and they are measured once more (what mapping each written
+snapshot would give: the worker does not, see docs/benchmarks.md).
 
     .venv/bin/python benchmarks/mapped_scale.py [--size 1000000] [--queries 300] [--json PATH]
 """
@@ -198,8 +198,8 @@ def one_change(snapshot: IndexSnapshot) -> IndexSnapshot:
 
 
 def written_and_mapped(snapshot: IndexSnapshot, root: Path) -> tuple[IndexSnapshot, float]:
-    """``snapshot`` written under ``root`` and mapped back, as a worker serves a large tenant
-    after writing its snapshot; and how long that took."""
+    """``snapshot`` written under ``root`` and mapped back in this process, and how long that
+    took."""
     started = time.perf_counter()
     path = write_snapshot(root, snapshot, space="s", epoch="e", changes_id="0-1", policy="flag")
     mapped = load_snapshot(path, read_header(path), snapshot.probes)
@@ -256,8 +256,8 @@ def report(figures: dict[str, Any]) -> None:
         f"in the heap, no longer mapped) and its graph rebuilt: RSS "
         f"{figures['rss_after_delta_mb']} MB; cached turn median "
         f"{delta['p50']} ms, p99 {delta['p99']} ms\n"
-        f"  that index written and mapped in its place ({figures['remap_s']} s), as the worker "
-        f"does after each snapshot it writes: RSS {figures['rss_after_remap_mb']} MB; cached "
+        f"  that index written and mapped in its place ({figures['remap_s']} s; the worker does "
+        f"not do this): RSS {figures['rss_after_remap_mb']} MB; cached "
         f"turn median {remap['p50']} ms, p99 {remap['p99']} ms"
     )
 

@@ -142,13 +142,11 @@ class Settings(BaseModel):
     #: one of 100,000 capabilities takes about 4 s of a core; a restart applies the changes
     #: made since the snapshot it finds.
     snapshot_interval_s: float = Field(300.0, ge=0)
-    #: With ``snapshot_dir`` set, a tenant of at least this many capabilities is served mapped
-    #: from its snapshot's files rather than from objects the worker built: loaded whole from
-    #: Redis, it is built by a short-lived child process that writes the snapshot the worker
-    #: then maps (:mod:`capdisc_workers.buildapart`), and each snapshot the worker writes after
-    #: deltas is mapped in place of the index it was written from. A load's and a delta's
-    #: transient objects then never stay in the serving process (at 100,000: about 330 MB
-    #: resident instead of 900 MB). 0: never.
+    #: With ``snapshot_dir`` set, a tenant of at least this many capabilities loaded whole from
+    #: Redis is built by a short-lived child process, which writes it as a snapshot the worker
+    #: then maps (:mod:`capdisc_workers.buildapart`): the load's transient objects never stay
+    #: in the serving process (at 100,000: 494 MB resident instead of about 900 MB). 0: always
+    #: built in the worker.
     map_above: int = Field(20_000, ge=0)
     #: How long that child may take before the worker builds the tenant itself.
     build_apart_timeout_s: float = Field(600.0, gt=0)

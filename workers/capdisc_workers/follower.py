@@ -38,14 +38,7 @@ import structlog
 
 from capdisc import keys
 from capdisc.discovery.snapshot import IndexSnapshot, hybrid_retriever, store_retriever
-from capdisc.discovery.snapshotfile import (
-    SnapshotHeader,
-    Wanted,
-    build_fingerprint,
-    load_snapshot,
-    open_newest,
-    read_header,
-)
+from capdisc.discovery.snapshotfile import SnapshotHeader, Wanted, build_fingerprint, open_newest
 from capdisc.embedders.port import CachedQueryEmbedder, Embedder, Matrix
 from capdisc.errors import CapdiscError, SnapshotError
 from capdisc.models import Capability
@@ -89,15 +82,6 @@ class Indexes:
         with self.changed:
             self._snapshots[snapshot.tenant] = snapshot
             self.changed.notify_all()
-
-    def replace(self, old: IndexSnapshot, new: IndexSnapshot) -> bool:
-        """Serve ``new`` instead of ``old`` if ``old`` is still served; whether it was."""
-        with self.changed:
-            if self._snapshots.get(old.tenant) is not old:
-                return False
-            self._snapshots[old.tenant] = new
-            self.changed.notify_all()
-            return True
 
     def versions(self) -> dict[str, int]:
         return {t: s.version for t, s in self._snapshots.items()}
@@ -194,7 +178,6 @@ class SnapshotFollower:
                 settings.snapshot_dir,
                 keep=settings.snapshot_keep,
                 interval_s=settings.snapshot_interval_s,
-                on_written=self._serve_mapped,
             )
             if settings.snapshot_dir is not None and store is None
             else None
@@ -335,34 +318,6 @@ class SnapshotFollower:
             took_s=round(time.monotonic() - started, 3),
         )
         return index
-
-    def _serve_mapped(self, written: IndexSnapshot, path: Path) -> None:
-        """Serve the snapshot just written at ``path`` from its mapped files instead of
-        ``written``, the index it was written from, when the tenant is large (``map_above``)
-        and ``written`` is still served: the memory ``written`` and the deltas before it took
-        is freed once the writer lets go of it (this runs on the writer's thread)."""
-        limit = self.settings.map_above
-        if not limit or len(written) < limit or self.indexes.get(written.tenant) is not written:
-            return
-        try:
-            mapped = load_snapshot(path, read_header(path), written.probes)
-        except SnapshotError as exc:
-            log.warning(
-                "snapshot_map_refused",
-                tenant=written.tenant,
-                path=exc.path,
-                reason=exc.reason,
-                hint="serving the index it was written from",
-            )
-            return
-        if self.indexes.replace(written, mapped):
-            log.info(
-                "index_mapped",
-                tenant=written.tenant,
-                index_version=mapped.version,
-                path=str(path),
-                search=mapped.search_mode,
-            )
 
     def _load_built_apart(self, tenant: str) -> IndexSnapshot | None:
         """``tenant`` built from Redis by a child process into a snapshot on disk, then mapped

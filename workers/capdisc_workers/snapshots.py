@@ -28,7 +28,6 @@ from capdisc.discovery.snapshotfile import (
 )
 from capdisc.retrieval.config import calibrated_for
 from capdisc.retrieval.neighbors import BackgroundBuilder
-from capdisc_workers.heap import release_freed_memory
 
 log = structlog.get_logger("capdisc.discovery")
 #: The longest a write waits for its snapshot's graph (a newer snapshot supersedes it sooner).
@@ -56,12 +55,8 @@ class SnapshotWriter:
         keep: int,
         interval_s: float,
         builder: Callable[[], BackgroundBuilder] = graph_builder,
-        on_written: Callable[[IndexSnapshot, Path], None] | None = None,
     ) -> None:
-        """``on_written``: called with each snapshot written and its directory, on the
-        writer's thread."""
         self.root = root
-        self.on_written = on_written
         self.keep = keep
         self.interval_s = interval_s
         self._builder = builder
@@ -163,10 +158,6 @@ class SnapshotWriter:
             megabytes=round(sum(f.stat().st_size for f in path.iterdir()) / 2**20, 1),
             took_s=round(time.monotonic() - started, 2),
         )
-        if self.on_written is not None:
-            self.on_written(snapshot, path)
-        del snapshot  # perhaps no longer served (mapped in its place): its memory goes back
-        release_freed_memory()
         return True
 
     def _graph_ready(self, snapshot: IndexSnapshot) -> bool:
