@@ -117,16 +117,7 @@ class CapabilityTable(Mapping[str, Capability]):
         for capability in capabilities:
             latest[capability.id] = capability
         caps = list(latest.values())
-        return cls.assembled([encode(c) for c in caps], caps)
-
-    @classmethod
-    def assembled(
-        cls, records: Sequence[bytes | memoryview], capabilities: Sequence[Capability]
-    ) -> CapabilityTable:
-        """The table of ``records`` (from :func:`encode`), whose capabilities (or, for the
-        columns, whose stand-ins with the same id, name, category, availability and
-        visibility) are ``capabilities``."""
-        return _Columns.of(capabilities).table(records, dense=True)
+        return _Columns.of(caps).table([encode(c) for c in caps], dense=True)
 
     # -- reading ------------------------------------------------------------------------------
 

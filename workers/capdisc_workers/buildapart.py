@@ -17,6 +17,8 @@ The worker then maps the snapshot like any other
 one delta. When the child fails or times out, the worker says why and builds in-process.
 
     python -m capdisc_workers.buildapart TENANT --space S --default-space D --probes P.npy
+
+(``P.npy``: the embedder's probe vectors, which also give its width.)
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -70,7 +73,7 @@ class Outcome:
 
 
 def build_apart(
-    settings: Settings, tenant: str, space: str, default_space: str, probes: Matrix | None
+    settings: Settings, tenant: str, space: str, default_space: str, probes: Matrix
 ) -> Outcome:
     """Run the child that writes ``tenant``'s snapshot (served from ``space``) into
     ``settings.snapshot_dir``; it reads the worker's settings from the same environment."""
@@ -86,9 +89,8 @@ def build_apart(
             "--default-space",
             default_space,
         ]
-        if probes is not None:
-            np.save(Path(folder) / "probes.npy", probes, allow_pickle=False)
-            command += ["--probes", str(Path(folder) / "probes.npy")]
+        np.save(Path(folder) / "probes.npy", probes, allow_pickle=False)
+        command += ["--probes", str(Path(folder) / "probes.npy")]
         try:
             done = subprocess.run(
                 command,
@@ -132,20 +134,23 @@ def peak_rss_mb() -> float:
     return int(found.split()[1]) / 1024 if found else 0.0
 
 
-def policy_of(stored: str | None, default: Policy) -> Policy:
+def policy_of(
+    stored: str | None,
+    default: Policy,
+    unreadable: Callable[[CapdiscError], None] = lambda _exc: None,
+) -> Policy:
     """A tenant's poisoning policy: its stored one, else ``default``; a stored value that is not
-    a policy quarantines (as the worker serves it, and says so when it maps the snapshot)."""
+    a policy (written by hand) quarantines, and is told to ``unreadable``."""
     if stored is None:
         return default
     try:
         return parse_policy(stored)
-    except CapdiscError:
+    except CapdiscError as exc:
+        unreadable(exc)
         return "quarantine"
 
 
-def built(
-    snap: Snapshot, policy: Policy, dim: int, probes: Matrix | None
-) -> tuple[IndexSnapshot, dict[str, int]]:
+def built(snap: Snapshot, policy: Policy, probes: Matrix) -> tuple[IndexSnapshot, dict[str, int]]:
     """The index a worker would build of ``snap``, its HNSW graph (large catalogs) included,
     and its :data:`COUNTS`."""
     served = serving(snap.flags, policy)
@@ -163,7 +168,7 @@ def built(
     index = IndexSnapshot.build(
         snap.tenant,
         snap.version,
-        dim,
+        int(probes.shape[1]),  # the embedder's width
         entries,
         embedder_id_of(snap.space),
         partial(hybrid_retriever, builder=builder),
@@ -179,7 +184,7 @@ def main() -> None:
     parser.add_argument("tenant")
     parser.add_argument("--space", required=True)
     parser.add_argument("--default-space", required=True)
-    parser.add_argument("--probes")
+    parser.add_argument("--probes", required=True)
     args = parser.parse_args()
     settings = Settings.load()
     if settings.snapshot_dir is None:
@@ -189,12 +194,12 @@ def main() -> None:
     if snap.space != args.space:
         print(f"the tenant is served from {snap.space} now, not {args.space}", file=sys.stderr)
         raise SystemExit(MOVED)
-    probes = np.load(args.probes, allow_pickle=False) if args.probes else None
+    probes = np.load(args.probes, allow_pickle=False)
     policy = policy_of(snap.policy, settings.poisoning_policy)
     epoch = client.get(keys.EPOCH)
     if epoch is None:
         raise SystemExit("Redis holds no data generation marker yet: nothing to write")
-    index, counts = built(snap, policy, _dim(snap, probes), probes)
+    index, counts = built(snap, policy, probes)
     write_snapshot(
         settings.snapshot_dir,
         index,
@@ -205,13 +210,6 @@ def main() -> None:
         keep=settings.snapshot_keep,
     )
     print(json.dumps({**counts, "peak_rss_mb": round(peak_rss_mb(), 1)}))
-
-
-def _dim(snap: Snapshot, probes: Matrix | None) -> int:
-    if probes is not None:
-        return int(probes.shape[1])
-    width = next((len(v) for v in snap.vectors.values()), 0)
-    return width // 4
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ from capdisc.errors import CapdiscError, SnapshotError
 from capdisc.models import Capability
 from capdisc.redistext import as_str
 from capdisc.registry.events import TENANT_RE
-from capdisc.registry.flags import Mark, Policy, mark, parse_policy, serving, treatment
+from capdisc.registry.flags import Mark, Policy, mark, serving, treatment
 from capdisc.registry.policy import coalesce_window_s
 from capdisc.registry.store import Delta, Snapshot, read_delta, read_snapshot
 from capdisc.resources import embedder_for_id
@@ -52,7 +52,7 @@ from capdisc.retrieval.probes import PROBES
 from capdisc.retrieval.text import embedder_id_of, vector_space
 from capdisc.settings import Settings
 from capdisc.vectorstores.port import VectorStore
-from capdisc_workers.buildapart import build_apart
+from capdisc_workers.buildapart import build_apart, policy_of
 from capdisc_workers.heap import collection_paused, release_freed_memory
 from capdisc_workers.outage import RETRYABLE, Backoff, RedisHealth
 from capdisc_workers.snapshots import SnapshotWriter
@@ -618,18 +618,16 @@ class SnapshotFollower:
     def policy(self, tenant: str, stored: str | None) -> Policy:
         """``tenant``'s poisoning policy: its own (``stored``), else this worker's setting. A
         stored value that is not a policy (written by hand) quarantines, and says so."""
-        if stored is None:
-            return self.settings.poisoning_policy
-        try:
-            return parse_policy(stored)
-        except CapdiscError as exc:
+
+        def unreadable(exc: CapdiscError) -> None:
             log.warning(
                 "poisoning_policy_unreadable",
                 tenant=tenant,
                 error=str(exc),
                 hint="serving as quarantine; set it with `capdisc policy set`",
             )
-            return "quarantine"
+
+        return policy_of(stored, self.settings.poisoning_policy, unreadable)
 
     def _catch_up(self, client: redis.Redis) -> None:
         """Level-triggered safety net, run when the changes stream is idle: a tenant whose
