@@ -8,8 +8,10 @@ from __future__ import annotations
 import functools
 import json
 import shutil
+import time
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -39,7 +41,8 @@ from capdisc.retrieval.config import calibrated_for
 from capdisc.retrieval.neighbors import BackgroundBuilder
 from capdisc.retrieval.probes import PROBES
 from capdisc.retrieval.text import full_text
-from capdisc_workers.snapshots import SnapshotWriter
+from capdisc_workers.discovery import DiscoveryWorker
+from capdisc_workers.snapshots import SnapshotWriter, Written
 
 pytest.importorskip("faiss")
 
@@ -172,9 +175,14 @@ def test_a_delta_on_a_snapshot_read_back_equals_the_delta_on_the_built_one(
     assert np.array_equal(after_loaded.matrix, after_built.matrix)
     query = "weather by email"
     vec = EMBEDDER.embed([query])[0]
-    assert after_loaded.retriever.search(
-        query, vec, 5, SearchFilters(), DiscoveryConfig()
-    ) == after_built.retriever.search(query, vec, 5, SearchFilters(), DiscoveryConfig())
+    from_loaded = after_loaded.retriever.search(query, vec, 5, SearchFilters(), DiscoveryConfig())
+    from_built = after_built.retriever.search(query, vec, 5, SearchFilters(), DiscoveryConfig())
+    assert [h.id for h in from_loaded.hits] == [h.id for h in from_built.hits]
+    # float32 sums may round apart in the last place: a mapped array's alignment picks the
+    # SIMD path
+    assert [h.score for h in from_loaded.hits] == pytest.approx(
+        [h.score for h in from_built.hits], rel=1e-5
+    )
 
 
 def test_a_snapshot_is_written_whole_or_not_at_all_and_once(
@@ -317,7 +325,62 @@ def test_the_writer_leaves_a_snapshot_already_on_disk(built: IndexSnapshot, tmp_
 
     assert writer.idle(60)
     assert writer.written == 0
+    assert writer.last_written() == {}  # nothing written by this writer
     assert (path / HEADER).read_bytes() == (tmp_path / "header-before").read_bytes()
+
+
+def test_the_writer_records_the_last_snapshot_it_wrote_of_each_tenant(
+    built: IndexSnapshot, tmp_path: Path
+) -> None:
+    writer = SnapshotWriter(tmp_path, keep=2, interval_s=0)
+    assert writer.last_written() == {}
+    before = time.time()
+    older = replace(built, version=41)  # held: an offer keeps its snapshot weakly
+
+    writer.offer(older, space=SPACE, epoch=EPOCH, changes_id="4-0", policy="warn")
+    assert writer.idle(60)
+    writer.offer(built, space=SPACE, epoch=EPOCH, changes_id="5-0", policy="warn")
+    assert writer.idle(60)
+
+    recorded = writer.last_written()
+    path = candidates(tmp_path, "acme", SPACE)[0]
+    megabytes = round(sum(f.stat().st_size for f in path.iterdir()) / 2**20, 1)
+    assert list(recorded) == ["acme"] and writer.written == 2
+    assert (recorded["acme"].index_version, recorded["acme"].megabytes) == (42, megabytes)
+    assert before - 0.001 <= recorded["acme"].written_at_unix_s <= time.time()
+    assert recorded["acme"].took_s >= 0
+    recorded.clear()  # a copy: the writer's own record is untouched
+    assert list(writer.last_written()) == ["acme"]
+
+
+@pytest.mark.parametrize(
+    ("written", "beat"),
+    [
+        (None, {}),  # no snapshot_dir: the heartbeat says nothing of snapshots
+        ({}, {"snapshots": {}}),  # a snapshot_dir, nothing written yet
+        (
+            {"acme": Written(42, 1_700_000_000.5, 12.5, 0.31)},
+            {
+                "snapshots": {
+                    "acme": {
+                        "index_version": 42,
+                        "written_at_unix_s": 1_700_000_000.5,
+                        "megabytes": 12.5,
+                        "took_s": 0.31,
+                    }
+                }
+            },
+        ),
+    ],
+)
+def test_the_heartbeat_carries_the_snapshots_written_only_with_a_writer(
+    written: dict[str, Written] | None, beat: dict[str, object]
+) -> None:
+    writer = None if written is None else SimpleNamespace(last_written=lambda: written)
+    worker = object.__new__(DiscoveryWorker)  # only what the heartbeat reads
+    worker.follower = SimpleNamespace(writer=writer)  # type: ignore[assignment]
+
+    assert worker._snapshots_written() == beat
 
 
 def test_a_snapshot_of_the_same_version_made_unusable_is_replaced_not_kept(
