@@ -846,6 +846,7 @@ def _render_status(report: dict[str, Any]) -> str:
         for w in report["workers"]
     ]
     lines.append("workers: " + (", ".join(workers) or "none seen"))
+    lines += [line for worker in report["workers"] for line in _snapshot_lines(worker)]
     if report.get("supervised"):
         lines.append(
             "capdisc up children: "
@@ -876,6 +877,33 @@ def _child(name: str, child: dict[str, Any]) -> str:
     when = child.get("last_restart_ms")
     ago = f", last {max(0, int(time.time() - when / 1000))} s ago" if when else ""
     return f"{name} {state} ({counted}{ago}; last exit: {child.get('last_exit')})"
+
+
+def _snapshot_lines(worker: dict[str, Any]) -> list[str]:
+    """``  discovery@h:12: snapshot of acme v42 written 3 min ago (12.5 MB)``: one line per tenant
+    the worker last wrote a snapshot of to its ``snapshot_dir``; one saying so when it has one
+    and wrote nothing yet; none without one (or for a worker of another kind)."""
+    written = worker.get("snapshots")
+    if written is None:
+        return []
+    if not written:
+        return [f"  {worker['id']}: no snapshot written yet (snapshot_dir set)"]
+    now = time.time()
+    return [
+        f"  {worker['id']}: snapshot of {tenant} v{snap['index_version']} written "
+        f"{_ago(now - snap['written_at_unix_s'])} ago ({snap['megabytes']:.1f} MB)"
+        for tenant, snap in sorted(written.items())
+    ]
+
+
+def _ago(seconds: float) -> str:
+    """``45 s``, ``3 min``, ``2 h``, ``4 d``: a duration in its largest whole unit, spelled as the
+    other ages of the status are (never negative: a worker's clock may run ahead)."""
+    whole = max(0, int(seconds))
+    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60)):
+        if whole >= size:
+            return f"{whole // size} {unit}"
+    return f"{whole} s"
 
 
 def _versions(worker: dict[str, Any]) -> str:

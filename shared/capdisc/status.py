@@ -105,6 +105,8 @@ def collect_status(
         "capabilities": default["capabilities"] if default else 0,
         "by_kind": default["by_kind"] if default else {},
         "tenants": tenants,
+        # each live worker's last heartbeat as sent: a discovery worker's versions served, where
+        # each tenant was loaded from and, with snapshot_dir set, the snapshots it last wrote
         "workers": live_workers(client, stale_after_s),
         # the processes `capdisc up` supervises: pid, restarts, last exit reason
         "supervised": supervised(client, stale_after_s),

@@ -1,15 +1,19 @@
 """Snapshots on disk (``snapshot_dir``): a discovery worker writes the index it built; a worker
 started later maps it instead of building from Redis, applies the changes made meanwhile, and
-refuses (saying which file and why) a snapshot that is corrupt, loading from Redis instead.
-Each test runs its own Redis and workers."""
+refuses (saying which file and why) a snapshot that is corrupt, loading from Redis instead;
+``capdisc status`` reports the snapshot each worker last wrote. Each test runs its own Redis and
+workers."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import Any
 
 from capdisc import keys
 from capdisc.client import Client
-from capdisc.status import live_workers
+from capdisc.status import collect_status, live_workers
+from capdisc_producers.cli import _render_status
 
 from .conftest import publish
 from .private import PrivateStack, copy_registry, publish_and_serve, wait_for
@@ -19,9 +23,10 @@ SLACK = "tool:slack-post-message"
 MANIFEST = Path("communication") / "slack-post-message" / "CAPABILITY.yaml"
 
 
-def served_and_written(tmp_path: Path) -> tuple[PrivateStack, Path, Path, int]:
-    """A stack whose discovery worker served the example registry and wrote its snapshot; the
-    stack, the registry copy, the snapshot directory and the version written."""
+def serving_and_written(tmp_path: Path) -> tuple[PrivateStack, Path, dict[str, Any], int]:
+    """A stack whose discovery worker (still running) served the example registry and wrote
+    its snapshot; the stack, the registry copy, the ``snapshot_written`` event and the version
+    written."""
     snapshots = tmp_path / "snapshots"
     stack = PrivateStack(tmp_path, durable=False)
     try:
@@ -42,11 +47,43 @@ def served_and_written(tmp_path: Path) -> tuple[PrivateStack, Path, Path, int]:
             30,
             "the snapshot written",
         )
-        stack.stop_process("discovery")
-        return stack, registry, Path(written[0]["path"]), version
+        return stack, registry, written[0], version
     except BaseException:
         stack.close()
         raise
+
+
+def served_and_written(tmp_path: Path) -> tuple[PrivateStack, Path, Path, int]:
+    """:func:`serving_and_written`, its discovery worker stopped; the stack, the registry copy,
+    the snapshot directory and the version written."""
+    stack, registry, written, version = serving_and_written(tmp_path)
+    try:
+        stack.stop_process("discovery")
+        return stack, registry, Path(written["path"]), version
+    except BaseException:
+        stack.close()
+        raise
+
+
+def test_status_reports_the_snapshot_a_worker_wrote_with_its_version(tmp_path: Path) -> None:
+    stack, _registry, written, version = serving_and_written(tmp_path)
+    with stack, stack.connection() as connection:
+        worker = stack.processes["discovery"]
+
+        def reported() -> dict[str, Any] | None:
+            for beat in collect_status(connection)["workers"]:
+                if beat.get("pid") == worker.pid and TENANT in beat.get("snapshots", {}):
+                    return dict(beat["snapshots"][TENANT])
+            return None
+
+        snapshot = wait_for(reported, 30, "a heartbeat naming the snapshot written")
+
+        assert snapshot["index_version"] == version
+        assert snapshot["megabytes"] == written["megabytes"]
+        assert snapshot["took_s"] == written["took_s"]
+        assert 0 <= time.time() - snapshot["written_at_unix_s"] < 120
+        shown = _render_status(collect_status(connection))
+        assert f"snapshot of {TENANT} v{version} written " in shown
 
 
 def test_a_restarted_worker_serves_its_snapshot_and_the_change_made_while_it_was_down(

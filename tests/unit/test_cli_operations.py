@@ -1,9 +1,11 @@
 """The operations side of the ``capdisc`` command that needs no stack: ``--version``, the exit
-codes every command's help documents, the ``status --check`` verdict on heartbeats, and how
-delete and reindex outcomes are worded."""
+codes every command's help documents, the ``status --check`` verdict on heartbeats, how
+``status`` shows what each discovery worker serves and the snapshots it wrote, and how delete
+and reindex outcomes are worded."""
 
 from __future__ import annotations
 
+import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,15 @@ import pytest
 from click.testing import CliRunner
 
 from capdisc.status import health_failures
-from capdisc_producers.cli import Verbs, _outcome_verb, _versions, cli
+from capdisc_producers.cli import (
+    Verbs,
+    _ago,
+    _outcome_verb,
+    _render_status,
+    _snapshot_lines,
+    _versions,
+    cli,
+)
 from capdisc_producers.exits import exit_status
 
 
@@ -139,3 +149,91 @@ def test_status_names_each_tenants_version_where_the_graph_serves_and_snapshot_l
     worker: dict[str, Any], shown: str
 ) -> None:
     assert _versions(worker) == shown
+
+
+def written(version: int, age_s: float, megabytes: float) -> dict[str, float]:
+    """A heartbeat's record of a snapshot written ``age_s`` ago."""
+    return {
+        "index_version": version,
+        "written_at_unix_s": time.time() - age_s,
+        "megabytes": megabytes,
+        "took_s": 0.4,
+    }
+
+
+@pytest.mark.parametrize(
+    ("snapshots", "shown"),
+    [
+        (None, []),  # no snapshot_dir (or an indexing worker): nothing said
+        ({}, ["  discovery@host:1: no snapshot written yet (snapshot_dir set)"]),
+        (
+            {"acme": (42, 185, 12.5)},
+            ["  discovery@host:1: snapshot of acme v42 written 3 min ago (12.5 MB)"],
+        ),
+        (
+            {"beta": (3, 7_300, 449), "acme": (42, 20, 0.4)},
+            [
+                "  discovery@host:1: snapshot of acme v42 written 20 s ago (0.4 MB)",
+                "  discovery@host:1: snapshot of beta v3 written 2 h ago (449.0 MB)",
+            ],
+        ),
+    ],
+)
+def test_status_shows_each_snapshot_a_worker_wrote_or_that_it_wrote_none_yet(
+    snapshots: dict[str, tuple[int, float, float]] | None, shown: list[str]
+) -> None:
+    """``snapshots``: per tenant, the version, age in seconds and size of its snapshot."""
+    worker: dict[str, Any] = {"id": "discovery@host:1", "kind": "discovery"}
+    if snapshots is not None:  # made now: an age is counted from when the test runs
+        worker["snapshots"] = {tenant: written(*made) for tenant, made in snapshots.items()}
+
+    assert _snapshot_lines(worker) == shown
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (-4, "0 s"),  # a worker's clock ahead of ours
+        (0, "0 s"),
+        (59.9, "59 s"),
+        (60, "1 min"),
+        (3_599, "59 min"),
+        (3_600, "1 h"),
+        (86_399, "23 h"),
+        (2 * 86_400 + 5, "2 d"),
+    ],
+)
+def test_an_age_is_shown_in_its_largest_whole_unit(seconds: float, shown: str) -> None:
+    assert _ago(seconds) == shown
+
+
+def test_the_snapshot_lines_follow_the_workers_line_of_the_status() -> None:
+    report = {
+        "tenants": {},
+        "workers": [
+            {
+                "id": "discovery@host:1",
+                "kind": "discovery",
+                "versions": {"acme": 42},
+                "snapshots": {"acme": written(42, 185, 12.5)},
+            },
+            {"id": "discovery@host:2", "kind": "discovery", "snapshots": {}},
+            {"id": "indexing@host", "kind": "indexing"},
+        ],
+        "queues": {"indexing": 0},
+        "pending_events": 0,
+        "dead_letters": 0,
+        "embedding_calls": 0,
+    }
+
+    lines = _render_status(report).splitlines()
+
+    at = lines.index(
+        "workers: discovery@host:1 (serving acme@42), discovery@host:2 (serving nothing yet), "
+        "indexing@host"
+    )
+    assert lines[at + 1 : at + 3] == [
+        "  discovery@host:1: snapshot of acme v42 written 3 min ago (12.5 MB)",
+        "  discovery@host:2: no snapshot written yet (snapshot_dir set)",
+    ]
+    assert lines[at + 3].startswith("queues: ")

@@ -304,6 +304,7 @@ class DiscoveryWorker:
                 "searches": self.follower.indexes.search_modes(),
                 "loaded_from": dict(self.follower.loaded_from),
                 "metrics_port": self.metrics_port,
+                **self._snapshots_written(),
             }
             try:
                 status.heartbeat(client, self.worker_id, info)
@@ -315,6 +316,14 @@ class DiscoveryWorker:
             self.stop.wait(self.settings.heartbeat_interval_s)
         with contextlib.suppress(redis.RedisError):
             status.forget_worker(client, self.worker_id)
+
+    def _snapshots_written(self) -> dict[str, dict[str, dict[str, float]]]:
+        """The heartbeat's ``snapshots``: each tenant's last snapshot this worker wrote to
+        ``snapshot_dir`` (empty before the first); nothing without a snapshot writer."""
+        writer = self.follower.writer
+        if writer is None:
+            return {}
+        return {"snapshots": {t: w.as_dict() for t, w in writer.last_written().items()}}
 
     def run(self) -> None:
         if not self.gate.enabled:

@@ -5,7 +5,9 @@ thread writes the newest one of each tenant (:func:`capdisc.discovery.snapshotfi
 write_snapshot`), at most once per ``snapshot_interval_s`` a tenant, and only once its HNSW
 graph is built (a snapshot is worth writing for what it saves a restart: the build and the
 graph). An offer holds its snapshot weakly: one replaced before its turn is not kept alive and
-not written. A write that fails is logged and left; serving never waits for one.
+not written. A write that fails is logged and left; serving never waits for one. Each tenant's
+last snapshot written is kept (:meth:`SnapshotWriter.last_written`) for the worker's heartbeat
+and ``capdisc status``.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import structlog
@@ -45,6 +47,21 @@ class Offer:
     policy: str
 
 
+@dataclass(frozen=True)
+class Written:
+    """A tenant's last snapshot written by this process: its index version, when it was written
+    (wall clock), its size on disk and how long the write took."""
+
+    index_version: int
+    written_at_unix_s: float
+    megabytes: float
+    took_s: float
+
+    def as_dict(self) -> dict[str, float]:
+        """The fields by name (what the heartbeat carries)."""
+        return asdict(self)
+
+
 class SnapshotWriter:
     """Writes the snapshots offered to it into ``root`` on a thread of its own."""
 
@@ -66,8 +83,16 @@ class SnapshotWriter:
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
         self._busy = False
+        #: Each tenant's last snapshot written (read by the heartbeat thread: under ``_lock``).
+        self._written: dict[str, Written] = {}
+        self._lock = threading.Lock()
         #: Snapshots written by this process.
         self.written = 0
+
+    def last_written(self) -> dict[str, Written]:
+        """Each tenant's last snapshot written by this process (empty before the first)."""
+        with self._lock:
+            return dict(self._written)
 
     def offer(
         self, snapshot: IndexSnapshot, *, space: str, epoch: str, changes_id: str, policy: str
@@ -148,15 +173,23 @@ class SnapshotWriter:
             policy=offer.policy,
             keep=self.keep,
         )
-        self.written += 1
+        record = Written(
+            index_version=snapshot.version,
+            written_at_unix_s=round(time.time(), 3),
+            megabytes=round(sum(f.stat().st_size for f in path.iterdir()) / 2**20, 1),
+            took_s=round(time.monotonic() - started, 2),
+        )
+        with self._lock:
+            self._written[tenant] = record
+            self.written += 1
         log.info(
             "snapshot_written",
             tenant=tenant,
-            index_version=snapshot.version,
+            index_version=record.index_version,
             capabilities=len(snapshot),
             path=str(path),
-            megabytes=round(sum(f.stat().st_size for f in path.iterdir()) / 2**20, 1),
-            took_s=round(time.monotonic() - started, 2),
+            megabytes=record.megabytes,
+            took_s=record.took_s,
         )
         return True
 
