@@ -23,7 +23,7 @@ from capdisc.retrieval.index import RetrievalIndex
 from capdisc.retrieval.relevance import _quantile
 from capdisc.retrieval.results import RetrievalResult
 from capdisc.retrieval.scoring import fuse, minmax, reciprocal_ranks, zscore
-from capdisc.retrieval.topk import top_rows
+from capdisc.retrieval.topk import best_matching, top_rows
 
 EMBEDDER = HashingEmbedder(256)
 #: Relevance calibrated for the hashing embedder's cosines: 0.5 at cosine 0.2.
@@ -229,6 +229,27 @@ def test_top_rows_is_exact_with_ties_in_catalog_order(n: int, k: int, zeros: flo
     rows = np.flatnonzero(allowed)
     expected = rows[np.lexsort((rows, -scores[rows]))][:k].tolist()
     assert top_rows(scores, allowed, k) == expected
+
+
+@pytest.mark.parametrize(
+    ("n", "k", "matched"),
+    [(100, 5, 0.5), (20_000, 64, 0.9), (20_000, 128, 0.3), (50_000, 3, 1.0), (20_000, 64, 0.001)],
+)
+def test_best_matching_holds_the_k_best_positive_scores_of_the_allowed_rows(
+    n: int, k: int, matched: float
+) -> None:
+    rng = np.random.default_rng(n + k)
+    scores = np.round(rng.random(n) * 30 + 1).astype(np.float32)  # many ties
+    scores[rng.random(n) >= matched] = 0.0
+    allowed = rng.random(n) < 0.8
+    admitted = scores[allowed & (scores > 0)]
+
+    best = best_matching(scores, allowed, k)
+
+    assert allowed[best].all() and len(set(best.tolist())) == best.size
+    assert (
+        sorted(scores[best].tolist(), reverse=True) == sorted(admitted.tolist(), reverse=True)[:k]
+    )
 
 
 # -- searching ------------------------------------------------------------------------------------

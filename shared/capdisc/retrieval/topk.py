@@ -50,9 +50,25 @@ def best_matching(scores: Scores, allowed: BoolArray, k: int) -> IntArray:
     """Rows of the ``k`` best positive scores among the allowed (fewer when fewer match; in no
     particular order): BM25 scores are zero for most rows, so only the matching ones are sorted."""
     rows: IntArray = np.flatnonzero((scores > 0) & allowed)
-    if rows.size > k:
-        rows = rows[np.argpartition(-scores[rows], k - 1)[:k]]
-    return rows
+    if rows.size <= k:
+        return rows
+    values = scores[rows]
+    if k > 0 and rows.size > 8 * _SAMPLE and k * 8 < rows.size:
+        keep = _at_least_kth(values, k)
+        rows, values = rows[keep], values[keep]
+    picked: IntArray = rows[np.argpartition(-values, k - 1)[:k]] if rows.size > k else rows
+    return picked
+
+
+def _at_least_kth(values: Scores, k: int) -> IntArray:
+    """Positions of ``values`` that surely hold its ``k`` largest: those at or above a
+    threshold a strided sample puts below the ``k``-th largest (every position when it does
+    not), so the many matches of a common word are not all partitioned."""
+    sample = values[:: values.size // _SAMPLE]
+    need = min(sample.size, 2 * (k * sample.size) // values.size + 2)
+    threshold = np.partition(sample, sample.size - need)[sample.size - need]
+    keep: IntArray = np.flatnonzero(values >= threshold)
+    return keep if keep.size >= k else np.arange(values.size)
 
 
 def _above_threshold(scores: Scores, allowed: BoolArray, k: int) -> IntArray:
