@@ -20,7 +20,12 @@ if TYPE_CHECKING:
 def embedder_for(settings: Settings) -> Embedder:
     """The embedder the settings name, the OpenAI provider configured from them included."""
     if settings.embedder != "openai":
-        return make_embedder(settings.embedder, settings.hashing_dim, spin=settings.model_spin)
+        return make_embedder(
+            settings.embedder,
+            settings.hashing_dim,
+            spin=settings.model_spin,
+            streams=settings.model_streams,
+        )
     from capdisc.embedders.openai import OpenAIEmbedder, OpenAIEmbedderSettings
 
     return OpenAIEmbedder(
@@ -41,7 +46,7 @@ def embedder_for_id(embedder_id: str, settings: Settings) -> Embedder:
     """The embedder whose :attr:`Embedder.id` is ``embedder_id`` (a tenant served from vectors
     of another model than the configured one, after a full reindex onto it)."""
     if embedder_id == MINILM_ID:
-        return MiniLMEmbedder(spin=settings.model_spin)
+        return MiniLMEmbedder(spin=settings.model_spin, streams=settings.model_streams)
     kind, _, rest = embedder_id.partition("-")
     if kind == "hashing" and rest.isdigit():
         return HashingEmbedder(int(rest))

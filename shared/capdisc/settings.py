@@ -56,6 +56,10 @@ class Settings(BaseModel):
     #: idle worker about 3 ms faster, for about 55 ms more CPU a pass (docs/benchmarks.md).
     #: Only for a worker with cores of its own.
     model_spin: bool = False
+    #: Threads a many-text MiniLM call (an import's chunk) runs its batches on at once, one
+    #: core each (1: one stream, split over two threads as queries are): 75 against 60 texts
+    #: a second on two cores (docs/benchmarks.md). About 30 MB more, in indexing workers only.
+    model_streams: int = Field(2, ge=1, le=64)
     #: The OpenAI provider (``embedder: openai``): any OpenAI-compatible server via the URL.
     openai_model: str = "text-embedding-3-small"
     openai_base_url: str | None = None

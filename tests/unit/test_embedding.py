@@ -201,6 +201,18 @@ def test_minilm_loads_offline_and_embeds_paraphrases_closer_than_unrelated_text(
     assert float(vectors[0] @ vectors[1]) > float(vectors[0] @ vectors[2])
 
 
+@pytest.mark.model
+def test_minilm_many_texts_on_parallel_streams_embed_as_one_stream_does() -> None:
+    texts = [
+        f"tool {i}: " + "fetch the weather forecast for a city " * (i % 7 + 1) for i in range(40)
+    ]
+
+    parallel = MiniLMEmbedder(streams=2).embed(texts)  # 5 batches: run on two threads
+    serial = MiniLMEmbedder(streams=1).embed(texts)
+
+    np.testing.assert_allclose(parallel, serial, atol=1e-5)
+
+
 # -- query and sub-queries in one pass -------------------------------------------------------------
 
 
@@ -285,6 +297,13 @@ def test_a_shared_value_of_the_wrong_size_is_embedded_again() -> None:
     vector, _parts = CachedQueryEmbedder(inner, shared=shared).embed_with_parts("q", [])
 
     assert inner.calls == [["q"]] and vector.shape == (4,)
+
+
+@pytest.mark.parametrize("streams", [1, 3])
+def test_the_model_streams_setting_reaches_the_embedder(streams: int) -> None:
+    embedder = embedder_for(Settings(embedder="minilm", model_streams=streams))
+
+    assert isinstance(embedder, MiniLMEmbedder) and embedder._streams == streams
 
 
 @pytest.mark.model
