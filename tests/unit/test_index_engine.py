@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from capdisc.discovery import snapshot as snapshot_module
 from capdisc.discovery.config import DiscoveryConfig
 from capdisc.discovery.engine import Match, Query, discover
 from capdisc.discovery.snapshot import IndexSnapshot, cosine_retriever
@@ -306,3 +307,17 @@ def test_a_delta_on_a_reduced_snapshot_keeps_every_unchanged_row(reduced: IndexS
     assert after.ids[-1] == "tool:send-mail"
     np.testing.assert_allclose(after.matrix[:-1], before.matrix[1:], atol=1e-5)
     np.testing.assert_allclose(after.matrix[-1], vector @ before.projection, atol=1e-6)
+
+
+@pytest.mark.parametrize("slice_rows", [1, 7, 65_536])
+def test_a_delta_maps_its_kept_rows_back_the_same_whatever_the_slice(
+    reduced: IndexSnapshot, slice_rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(snapshot_module, "MOVED_SLICE", slice_rows)
+    before = reduced.retriever.index  # type: ignore[attr-defined]
+
+    changed = reduced.with_changes(2, upserts=[], deletes=["tool:tool-3", "tool:tool-9"])
+    after = changed.retriever.index  # type: ignore[attr-defined]
+
+    kept = [row for row, i in enumerate(before.ids) if i not in {"tool:tool-3", "tool:tool-9"}]
+    np.testing.assert_allclose(after.matrix, before.matrix[kept], atol=1e-5)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import networkx as nx
 import numpy as np
+import numpy.typing as npt
 
 from capdisc.access import ANONYMOUS, Caller
 from capdisc.captable import CapabilityTable
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
 
 #: Tier 0 texts kept per snapshot (one per budget, counter and caller of restricted catalogs).
 TIER0_CACHE = 256
+#: Rows a delta copies (or maps back from reduced rows) at a time: 96 MB of 384-wide vectors.
+MOVED_SLICE = 65_536
 
 
 @dataclass(frozen=True)
@@ -443,6 +446,17 @@ class IndexSnapshot:
         full: Matrix = np.ascontiguousarray(index.matrix @ index.projection.T, dtype=np.float32)
         return full
 
+    def _vectors_at(self, rows: npt.NDArray[np.int64]) -> Matrix:
+        """:meth:`vectors` of ``rows`` only."""
+        if len(self.matrix) == len(self.ids):
+            picked: Matrix = self.matrix[rows]
+            return picked
+        index = _reduced_index(self.retriever)
+        if index is None or index.projection is None:
+            raise ValueError(f"snapshot {self.tenant} v{self.version} holds no vectors")
+        mapped: Matrix = index.matrix[rows] @ index.projection.T
+        return mapped
+
     @property
     def search_mode(self) -> str:
         """``graph`` once a large catalog's HNSW graph serves its queries, else ``exact``."""
@@ -488,12 +502,14 @@ class IndexSnapshot:
 
     def _moved_vectors(self, sources: list[int], fresh: list[bytes]) -> Matrix:
         """The vectors of a table whose row ``i`` was row ``sources[i]`` here (or, when
-        negative, is ``fresh[-1 - sources[i]]``)."""
+        negative, is ``fresh[-1 - sources[i]]``). Kept rows are copied (or mapped back from
+        their reduced rows) a slice at a time: no second copy of every vector is made."""
         matrix = np.empty((len(sources), self.dim), dtype=np.float32)
         picks = np.asarray(sources, dtype=np.int64)
         kept = np.flatnonzero(picks >= 0)
-        if kept.size:
-            matrix[kept] = self.vectors()[picks[kept]]
+        for start in range(0, kept.size, MOVED_SLICE):
+            rows = kept[start : start + MOVED_SLICE]
+            matrix[rows] = self._vectors_at(picks[rows])
         for row in np.flatnonzero(picks < 0):
             matrix[row] = np.frombuffer(fresh[-1 - int(picks[row])], dtype=np.float32)
         return matrix
