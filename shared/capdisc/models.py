@@ -147,8 +147,7 @@ class Capability:
     def from_dict(cls, data: Mapping[str, Any]) -> Capability:
         """Rebuild from :meth:`to_dict` output. Trusted input: validate untrusted records with
         :func:`capdisc.registry.normalize.capability_from_record` instead."""
-        names = {f.name for f in fields(cls)}
-        values: dict[str, Any] = {k: v for k, v in data.items() if k in names}
+        values: dict[str, Any] = {k: v for k, v in data.items() if k in _CAPABILITY_FIELDS}
         for key in ("tags", "required_secrets", "required_tools", "example_queries"):
             values[key] = tuple(values.get(key) or ())
         values["relationships"] = tuple(
@@ -161,6 +160,10 @@ class Capability:
 
     def with_changes(self, **changes: Any) -> Capability:
         return replace(self, **changes)
+
+
+#: Capability's field names (:meth:`Capability.from_dict` runs for every record read).
+_CAPABILITY_FIELDS = frozenset(f.name for f in fields(Capability))
 
 
 def canonical_json(value: Any) -> str:
