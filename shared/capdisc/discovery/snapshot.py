@@ -35,8 +35,8 @@ if TYPE_CHECKING:
 
 #: Tier 0 texts kept per snapshot (one per budget, counter and caller of restricted catalogs).
 TIER0_CACHE = 256
-#: Rows a delta copies (or maps back from reduced rows) at a time: 96 MB of 384-wide vectors.
-MOVED_SLICE = 65_536
+#: Rows a delta copies (or maps back from reduced rows) at a time: 12 MB of 384-wide vectors.
+MOVED_SLICE = 8_192
 
 
 @dataclass(frozen=True)
