@@ -57,8 +57,9 @@ class Settings(BaseModel):
     #: Only for a worker with cores of its own.
     model_spin: bool = False
     #: Threads a many-text MiniLM call (an import's chunk) runs its batches on at once, one
-    #: core each (1: one stream, split over two threads as queries are): 75 against 60 texts
-    #: a second on two cores (docs/benchmarks.md). About 30 MB more, in indexing workers only.
+    #: core each (1: one stream, split over two threads as queries are): 167 against 147 texts
+    #: a second on two cores (docs/benchmarks.md). About 110 MB more in a process that makes
+    #: such calls (indexing workers; queries never do).
     model_streams: int = Field(2, ge=1, le=64)
     #: The OpenAI provider (``embedder: openai``): any OpenAI-compatible server via the URL.
     openai_model: str = "text-embedding-3-small"

@@ -440,10 +440,8 @@ class IndexSnapshot:
         dropped."""
         if len(self.matrix) == len(self.ids):
             return self.matrix
-        index = _reduced_index(self.retriever)
-        if index is None or index.projection is None:
-            raise ValueError(f"snapshot {self.tenant} v{self.version} holds no vectors")
-        full: Matrix = np.ascontiguousarray(index.matrix @ index.projection.T, dtype=np.float32)
+        reduced, projection = self._reduced()
+        full: Matrix = np.ascontiguousarray(reduced @ projection.T, dtype=np.float32)
         return full
 
     def _vectors_at(self, rows: npt.NDArray[np.int64]) -> Matrix:
@@ -451,11 +449,16 @@ class IndexSnapshot:
         if len(self.matrix) == len(self.ids):
             picked: Matrix = self.matrix[rows]
             return picked
+        reduced, projection = self._reduced()
+        mapped: Matrix = reduced[rows] @ projection.T
+        return mapped
+
+    def _reduced(self) -> tuple[Matrix, Matrix]:
+        """The reduced rows and the projection of a snapshot that keeps no full vectors."""
         index = _reduced_index(self.retriever)
         if index is None or index.projection is None:
             raise ValueError(f"snapshot {self.tenant} v{self.version} holds no vectors")
-        mapped: Matrix = index.matrix[rows] @ index.projection.T
-        return mapped
+        return index.matrix, index.projection
 
     @property
     def search_mode(self) -> str:
