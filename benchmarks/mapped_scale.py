@@ -10,9 +10,10 @@ memory beside the same process before the load (the floor: Python and capdisc im
 the discovery service's cached turns over ``--queries`` Seal-Tools queries: median and p99,
 with the exact scan of one query's rows as the floor measured in that run. Then one
 capability is changed as a hot reload changes it (a delta: the new index is built in the
-heap, no longer mapped) and the memory and turns are measured again; then that index is
-written and mapped in its place, and they are measured once more (what mapping each written
-snapshot would give: the worker does not, see docs/benchmarks.md).
+heap, no longer mapped, and serves with the graph it carries over) and the memory and turns
+are measured again, with the search mode right after the delta and the graphs built for it;
+then that index is written and mapped in its place, and they are measured once more (what
+mapping each written snapshot would give: the worker does not, see docs/benchmarks.md).
 
     .venv/bin/python benchmarks/mapped_scale.py [--size 1000000] [--queries 300] [--json PATH]
 """
@@ -144,12 +145,15 @@ def serve(path: Path, count: int) -> dict[str, Any]:
     mapped_mb = process.memory_info().rss / 2**20
     scan = exact_scan(snapshot, cached, queries)
     mode = snapshot.search_mode
+    builds = graph_builder().built
     started = time.perf_counter()
     changed = one_change(snapshot)
     delta_s = time.perf_counter() - started
+    delta_mode = changed.search_mode  # right after the delta, before any build could finish
     del snapshot
     gc.collect()
     graph_builder().idle(7200)
+    rebuilt = graph_builder().built - builds
     after_delta = timed_turns(changed, cached, queries, config)
     delta_mb = process.memory_info().rss / 2**20
     remapped, remap_s = written_and_mapped(changed, path.parents[2])
@@ -164,6 +168,8 @@ def serve(path: Path, count: int) -> dict[str, Any]:
         "rss_loaded_mb": round(loaded_mb),
         "rss_mb": round(mapped_mb),
         "delta_s": round(delta_s, 2),
+        "search_after_delta": delta_mode,
+        "graphs_built_after_delta": rebuilt,
         "rss_after_delta_mb": round(delta_mb),
         "remap_s": round(remap_s, 2),
         "rss_after_remap_mb": round(process.memory_info().rss / 2**20),
@@ -253,7 +259,8 @@ def report(figures: dict[str, Any]) -> None:
         f"{cached['p99']} ms; floor, the exact scan of one query: median {scan['p50']} ms "
         f"(ratio {cached['p50'] / scan['p50']:.2f})\n"
         f"  after one change applied as a delta ({figures['delta_s']} s; the new index lives "
-        f"in the heap, no longer mapped) and its graph rebuilt: RSS "
+        f"in the heap, no longer mapped; {figures['search_after_delta']} search at once, "
+        f"{figures['graphs_built_after_delta']} graphs built for it): RSS "
         f"{figures['rss_after_delta_mb']} MB; cached turn median "
         f"{delta['p50']} ms, p99 {delta['p99']} ms\n"
         f"  that index written and mapped in its place ({figures['remap_s']} s; the worker does "

@@ -38,7 +38,7 @@ from capdisc.filters import SearchFilters
 from capdisc.models import Capability, Visibility
 from capdisc.registry.flags import Mark
 from capdisc.retrieval.config import calibrated_for
-from capdisc.retrieval.neighbors import BackgroundBuilder
+from capdisc.retrieval.neighbors import BackgroundBuilder, CarriedGraph
 from capdisc.retrieval.probes import PROBES
 from capdisc.retrieval.text import full_text
 from capdisc_workers.discovery import DiscoveryWorker
@@ -183,6 +183,23 @@ def test_a_delta_on_a_snapshot_read_back_equals_the_delta_on_the_built_one(
     assert [h.score for h in from_loaded.hits] == pytest.approx(
         [h.score for h in from_built.hits], rel=1e-5
     )
+
+
+def test_a_delta_written_with_its_carried_graph_is_read_back_with_it(
+    built: IndexSnapshot, tmp_path: Path
+) -> None:
+    changed = replace(built.capabilities[built.ids[1]], description="Sends weather by email.")
+    vector = EMBEDDER.embed([full_text(changed)])[0].tobytes()
+    after = built.with_changes(43, [(changed, vector)], [built.ids[2]])
+    path = write(tmp_path, after)
+
+    loaded = load_snapshot(path, read_header(path), PROBE_VECTORS)
+
+    graph = loaded.retriever.index.neighbors.graph  # type: ignore[attr-defined]
+    carried = after.retriever.index.neighbors.graph  # type: ignore[attr-defined]
+    assert isinstance(graph, CarriedGraph) and isinstance(carried, CarriedGraph)
+    assert np.array_equal(graph.labels(), carried.labels())
+    assert answers(loaded) == answers(after)
 
 
 def test_a_snapshot_is_written_whole_or_not_at_all_and_once(

@@ -27,7 +27,7 @@ from capdisc.models import Capability
 from capdisc.registry.flags import Mark
 from capdisc.retrieval.config import RetrievalConfig, calibrated_for
 from capdisc.retrieval.index import QueryEmbed, RetrievalIndex
-from capdisc.retrieval.neighbors import BackgroundBuilder
+from capdisc.retrieval.neighbors import BackgroundBuilder, CarriedGraph
 from capdisc.tokens import make_counter
 
 if TYPE_CHECKING:
@@ -242,7 +242,9 @@ def hybrid_retriever(
 ) -> Retriever:
     """The default :data:`RetrieverFactory`. A catalog above ``ann_above`` rows also gets its
     HNSW graph, built in the background by ``builder`` (default :func:`graph_builder`); it
-    serves with the exact scan until then."""
+    serves with the exact scan until then. A delta's index (``capabilities`` is a delta's
+    :class:`_Readable`) serves with ``previous``'s graph carried over instead, and a new
+    graph is built only once ``ann_rebuild_moved`` rows have moved since it was."""
     prior = previous if isinstance(previous, HybridRetriever) else None
     config = base if base is not None else calibrated_for(embedder_id)
     index = RetrievalIndex.build(
@@ -257,8 +259,25 @@ def hybrid_retriever(
         index, embedder_id, base, lineage=prior.lineage if prior is not None else None
     )
     if config.ann_above and len(index) > config.ann_above:
-        (builder or graph_builder()).submit(retriever.lineage, index.matrix, index.neighbors)
+        carried = _carried(index, prior, capabilities)
+        if carried is not None:
+            index.neighbors.fill(carried)
+        if carried is None or carried.moved > config.ann_rebuild_moved:
+            (builder or graph_builder()).submit(retriever.lineage, index.matrix, index.neighbors)
     return retriever
+
+
+def _carried(
+    index: RetrievalIndex, prior: HybridRetriever | None, capabilities: Sequence[Capability]
+) -> CarriedGraph | None:
+    """``prior``'s graph carried over to ``index``, its delta's, when it has one in the same
+    space (the delta kept its projection)."""
+    if prior is None or not isinstance(capabilities, _Readable):
+        return None
+    graph = prior.index.neighbors.graph
+    if graph is None or index.projection is not prior.index.projection:
+        return None
+    return CarriedGraph.after(graph, np.asarray(capabilities.sources, dtype=np.int64))
 
 
 def cosine_retriever(

@@ -399,7 +399,9 @@ def _load(path: Path, header: SnapshotHeader, probes: Matrix | None, mmap: bool)
     }
     retriever = HybridRetriever(index, header.embedder_id)
     config = calibrated_for(header.embedder_id)
-    if index.neighbors.graph is None and config.ann_above and len(index) > config.ann_above:
+    graph = index.neighbors.graph
+    stale = graph is None or graph.moved > config.ann_rebuild_moved
+    if stale and config.ann_above and len(index) > config.ann_above:
         graph_builder().submit(retriever.lineage, index.matrix, index.neighbors)
     return IndexSnapshot(
         header.tenant,

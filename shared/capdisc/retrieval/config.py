@@ -41,6 +41,11 @@ class RetrievalConfig:
     ann_above: int = 20_000
     ann_candidates: int = 128
     ann_exact_below: int = 5_000
+    #: A hot reload's index serves with its predecessor's graph
+    #: (:class:`capdisc.retrieval.neighbors.CarriedGraph`), the rows the graph lacks scored
+    #: exactly beside it; once more than ``ann_rebuild_moved`` rows have moved (added, changed
+    #: or deleted) since the graph was built, a new one is built in the background.
+    ann_rebuild_moved: int = 2_000
     #: Logistic relevance model: ``sigmoid(bias + w_cos * cos + w_cov * coverage + w_z * z)``,
     #: fitted for the MiniLM embedder by :func:`capdisc.bench.evaluation.calibrated` on the tuning
     #: splits (MetaTool queries outside the evaluation sample, Seal-Tools dev): answerable

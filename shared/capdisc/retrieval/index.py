@@ -43,7 +43,7 @@ from capdisc.retrieval.decompose import decompose
 from capdisc.retrieval.documents import lexical_text
 from capdisc.retrieval.lexical import LexicalIndex, Scores
 from capdisc.retrieval.names import NameTable, build_name_table, named_rows, row_name_keys
-from capdisc.retrieval.neighbors import NeighborIndex, NeighborSlot, dense_candidates
+from capdisc.retrieval.neighbors import Graph, NeighborSlot, dense_candidates
 from capdisc.retrieval.relevance import abstain_threshold, probe_cosines
 from capdisc.retrieval.results import RetrievalResult, Scored, best_rows, entries, merge
 from capdisc.retrieval.scoring import fuse, fuse_pooled, mix_moments
@@ -354,7 +354,7 @@ class _Pooled:
     def __init__(
         self,
         index: RetrievalIndex,
-        graph: NeighborIndex,
+        graph: Graph,
         vector: Vector,
         allowed: BoolArray,
         restricted: bool,

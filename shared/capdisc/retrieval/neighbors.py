@@ -16,6 +16,12 @@ graph walk through mostly excluded rows loses recall.
 The graph is an accelerator, never the source of truth: a snapshot serves with the exact scan
 until its graph is built (:class:`NeighborSlot`, filled by :class:`BackgroundBuilder` off the
 request path), so a hot reload is never held up by a rebuild.
+
+A hot reload does not need a new graph either: a delta's index serves with its predecessor's
+(:class:`CarriedGraph`). The rows that kept their vector keep their place in it; the rows it
+does not hold (added, or changed) are scored exactly beside it, and the rows gone from the
+catalog are left out of every walk, like a filter's. Only once many rows have moved is a new
+graph built, in the background, while the carried one serves.
 """
 
 from __future__ import annotations
@@ -72,6 +78,15 @@ class NeighborIndex:
         self.rows = rows
         self.settings = settings
 
+    #: Rows the graph does not hold (scored exactly beside it): none, it was built for them.
+    extra: RowArray = np.zeros(0, dtype=np.int64)
+    #: Rows moved since the graph was built: none.
+    moved = 0
+
+    def labels(self) -> RowArray:
+        """Per row, its node in the graph: the row itself."""
+        return np.arange(self.rows, dtype=np.int64)
+
     def search(self, vector: Vector, k: int, allowed: BoolArray | None = None) -> RowArray:
         """Rows of (about) the ``k`` nearest vectors among ``allowed`` (None: every row),
         nearest first."""
@@ -110,21 +125,79 @@ class NeighborIndex:
         return index
 
 
+class CarriedGraph:
+    """An earlier index's graph serving a later index of mostly the same rows.
+
+    ``nodes[row]`` is the node of the graph that holds ``row``'s vector, or -1 when the graph
+    does not hold it (the row was added, or its vector changed): those rows are :attr:`extra`,
+    scored exactly beside the walk (:func:`dense_candidates`). A node no row holds any more
+    (deleted, or changed) is never returned: each walk allows only the nodes still held."""
+
+    def __init__(self, base: NeighborIndex, nodes: RowArray) -> None:
+        self.base = base
+        self.rows = len(nodes)
+        self._nodes = nodes
+        self._held = np.flatnonzero(nodes >= 0)
+        self._row_of = np.full(base.rows, -1, dtype=np.int64)
+        self._row_of[nodes[self._held]] = self._held
+        self._live = self._row_of >= 0
+        self.extra: RowArray = np.flatnonzero(nodes < 0)
+        #: Rows that moved since ``base`` was built: added or changed ones, and deleted nodes.
+        self.moved = int(self.extra.size + base.rows - self._held.size)
+
+    @classmethod
+    def after(
+        cls, graph: NeighborIndex | CarriedGraph, sources: npt.NDArray[np.integer]
+    ) -> CarriedGraph:
+        """``graph`` (of an earlier index) for an index whose row ``i`` was row
+        ``sources[i]`` of that index, or is new (or changed) when ``sources[i]`` is negative."""
+        picks = np.asarray(sources, dtype=np.int64)
+        earlier = graph.labels()
+        nodes = np.where(picks >= 0, earlier[np.maximum(picks, 0)], -1)
+        return cls(graph.base if isinstance(graph, CarriedGraph) else graph, nodes)
+
+    def labels(self) -> RowArray:
+        """Per row, its node in the base graph, or -1 when the graph does not hold it."""
+        return self._nodes
+
+    def search(self, vector: Vector, k: int, allowed: BoolArray | None = None) -> RowArray:
+        """Rows of (about) the ``k`` nearest vectors among the ``allowed`` rows the graph
+        holds (None: all of them), nearest first."""
+        if allowed is None:
+            nodes = None if self._held.size == self.base.rows else self._live
+        else:
+            nodes = np.zeros(self.base.rows, dtype=bool)
+            nodes[self._nodes[self._held]] = allowed[self._held]
+        return self._row_of[self.base.search(vector, k, nodes)]
+
+    def write(self, path: Path) -> None:
+        """Write the base graph (the row-to-node map is the caller's to keep)."""
+        self.base.write(path)
+
+
+#: What serves a query's dense candidates: a graph built for the index, or one carried over.
+Graph = NeighborIndex | CarriedGraph
+
+
 def dense_candidates(
     matrix: Matrix,
     vector: Vector,
     k: int,
     allowed: BoolArray | None,
-    graph: NeighborIndex,
+    graph: Graph,
     exact_below: int,
 ) -> RowArray:
-    """The ``k`` best allowed rows by inner product with ``vector``: from ``graph``, or by
-    scoring the allowed rows exactly when fewer than ``exact_below`` are allowed (a selective
-    filter) or the graph finds fewer than ``k`` of them."""
+    """The ``k`` best allowed rows by inner product with ``vector``: from ``graph`` (and the
+    best of the rows it does not hold, scored exactly), or by scoring the allowed rows exactly
+    when fewer than ``exact_below`` are allowed (a selective filter) or the graph finds fewer
+    than ``k`` of them."""
     available = graph.rows if allowed is None else int(np.count_nonzero(allowed))
     if allowed is not None and available <= max(exact_below, k):
         return _exact_among(matrix, vector, k, np.flatnonzero(allowed))
     found = graph.search(vector, k, allowed)
+    extra = graph.extra if allowed is None else graph.extra[allowed[graph.extra]]
+    if extra.size:
+        found = np.concatenate([found, _exact_among(matrix, vector, k, extra)])
     if found.size >= min(k, available):
         return found
     rows = np.flatnonzero(allowed) if allowed is not None else np.arange(graph.rows)
@@ -140,13 +213,14 @@ def _exact_among(matrix: Matrix, vector: Vector, k: int, rows: RowArray) -> RowA
 
 
 class NeighborSlot:
-    """Where a retrieval index finds its graph once it is built (None until then: the index
-    scans exactly). Filled at most once; reading it needs no lock."""
+    """Where a retrieval index finds its graph (None until there is one: the index scans
+    exactly). Filled with a carried graph and then a built one at most; reading it needs no
+    lock (one attribute read)."""
 
     def __init__(self) -> None:
-        self.graph: NeighborIndex | None = None
+        self.graph: Graph | None = None
 
-    def fill(self, graph: NeighborIndex) -> None:
+    def fill(self, graph: Graph) -> None:
         self.graph = graph
 
 

@@ -1,6 +1,7 @@
 """A built :class:`~capdisc.retrieval.index.RetrievalIndex` on disk and back, without
 building it again: every array as a ``.npy`` file (read back memory-mapped, never with pickle),
-the tables that are not arrays as JSON, and the HNSW graph in faiss's own format.
+the tables that are not arrays as JSON, and the HNSW graph in faiss's own format (with, for a
+graph carried over from an earlier index, each row's node in it).
 
 What is written is exactly what :meth:`RetrievalIndex.build` made, so an index read back answers
 every query as the one written did. Whether a directory may be read at all (its format, the
@@ -11,7 +12,7 @@ code that wrote it, its checksums) is for the caller to decide
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Sequence, Sized
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from capdisc.captable import table_arrays, table_from_arrays
 from capdisc.retrieval.index import RetrievalIndex, RowArray
 from capdisc.retrieval.lexical import LexicalIndex
 from capdisc.retrieval.names import NameTable
-from capdisc.retrieval.neighbors import NeighborIndex, NeighborSlot
+from capdisc.retrieval.neighbors import CarriedGraph, Graph, NeighborIndex, NeighborSlot
 
 #: The tables that are not arrays (names, vocabulary, facet keys, row keys, scalars).
 TABLES = "retrieval.json"
@@ -97,6 +98,8 @@ def save_index(index: RetrievalIndex, directory: Path) -> list[str]:
     if graph is not None:
         graph.write(directory / GRAPH)
         written.append(GRAPH)
+        if isinstance(graph, CarriedGraph):
+            array("graph_nodes", graph.labels())
     return written
 
 
@@ -153,10 +156,7 @@ def load_index(directory: Path, *, mmap: bool = True) -> RetrievalIndex:
         raise ValueError(f"the index arrays do not have {len(table)} rows")
     slot = NeighborSlot()
     if (directory / GRAPH).exists():
-        graph = NeighborIndex.read(directory / GRAPH)
-        if graph.rows != len(table):
-            raise ValueError(f"the graph has {graph.rows} rows for {len(table)} capabilities")
-        slot.fill(graph)
+        slot.fill(_graph(NeighborIndex.read(directory / GRAPH), array("graph_nodes", True), table))
     return RetrievalIndex(
         table=table,
         ids=table.ids,
@@ -179,6 +179,17 @@ def load_index(directory: Path, *, mmap: bool = True) -> RetrievalIndex:
         probe_rows=array("probe_rows", optional=True),
         neighbors=slot,
     )
+
+
+def _graph(base: NeighborIndex, nodes: RowArray | None, rows: Sized) -> Graph:
+    """The graph as written: built for these rows, or carried over (``nodes``, per row)."""
+    if nodes is None:
+        if base.rows != len(rows):
+            raise ValueError(f"the graph has {base.rows} rows for {len(rows)} capabilities")
+        return base
+    if len(nodes) != len(rows) or (len(nodes) and int(nodes.max()) >= base.rows):
+        raise ValueError(f"the graph's nodes do not fit {len(rows)} capabilities")
+    return CarriedGraph(base, np.asarray(nodes, dtype=np.int64))
 
 
 def _facet(
