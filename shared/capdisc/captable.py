@@ -183,18 +183,89 @@ class CapabilityTable(Mapping[str, Capability]):
     ) -> tuple[CapabilityTable, list[int]]:
         """The next table: ``deletes`` gone, ``upserts`` replacing their id at its row or added
         at the end. Also, per row of the new table, its row here, or ``-1 - i`` for
-        ``upserts[i]``. Kept records are copied, not parsed."""
-        gone = set(deletes)
+        ``upserts[i]``. Kept records are copied a run of rows at a time, not parsed; the
+        columns are moved as arrays (a delta costs no Python work per kept row)."""
         latest = {c.id: i for i, c in enumerate(upserts)}
-        sources = [
-            -1 - latest[cid] if cid in latest else row
-            for row, cid in enumerate(self.ids)
-            if cid not in gone or cid in latest
-        ]
-        sources.extend(-1 - i for cid, i in latest.items() if cid not in self.rows)
-        encoded = {i: encode(upserts[i]) for i in latest.values()}
-        records = [self.record(s) if s >= 0 else encoded[-1 - s] for s in sources]
-        return _Columns.of_rows(self, sources, upserts).table(records, dense=False), sources
+        sources = np.arange(len(self.ids), dtype=np.int64)
+        keep = np.ones(len(self.ids), dtype=bool)
+        for cid, i in latest.items():
+            if cid in self.rows:
+                sources[self.rows[cid]] = -1 - i
+        for cid in set(deletes) - latest.keys():
+            if cid in self.rows:
+                keep[self.rows[cid]] = False
+        added = [-1 - i for cid, i in latest.items() if cid not in self.rows]
+        picks = np.concatenate([sources[keep], np.asarray(added, dtype=np.int64)])
+        return self._picked(picks, upserts), picks.tolist()
+
+    def _picked(
+        self, picks: npt.NDArray[np.int64], upserts: Sequence[Capability]
+    ) -> CapabilityTable:
+        """The table whose row ``i`` is row ``picks[i]`` here, or ``upserts[-1 - picks[i]]``."""
+        fresh = np.flatnonzero(picks < 0)
+        news = {int(row): upserts[-1 - int(picks[row])] for row in fresh}
+        records = {row: encode(capability) for row, capability in news.items()}
+        lengths = np.diff(self.offsets)[np.maximum(picks, 0)]
+        lengths[fresh] = [len(records[int(row)]) for row in fresh]
+        offsets = np.zeros(len(picks) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        codes, values = self._picked_categories(picks, news)
+        available, open_rows = self.available[picks], self.open[picks]
+        for row, capability in news.items():
+            available[row], open_rows[row] = capability.available, capability.visibility.open
+        return CapabilityTable(
+            tuple(_picked_strings(self.ids, picks, {r: c.id for r, c in news.items()})),
+            b"".join(self._runs(picks, records)),
+            offsets,
+            tuple(_picked_strings(self.names, picks, {r: c.name for r, c in news.items()})),
+            codes,
+            values,
+            available,
+            open_rows,
+        )
+
+    def _runs(
+        self, picks: npt.NDArray[np.int64], records: dict[int, bytes]
+    ) -> Iterator[bytes | memoryview]:
+        """The records of ``picks``: runs of consecutive kept rows as one slice each."""
+        fresh = picks < 0
+        breaks = np.flatnonzero(fresh[1:] | fresh[:-1] | (np.diff(picks) != 1)) + 1
+        starts = np.concatenate([[0], breaks]).astype(np.int64)
+        ends = np.concatenate([breaks, [len(picks)]]).astype(np.int64)
+        for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+            if start == end:
+                continue
+            first, last = int(picks[start]), int(picks[end - 1])
+            if first < 0:
+                yield records[start]
+            else:
+                yield self._view[int(self.offsets[first]) : int(self.offsets[last + 1])]
+
+    def _picked_categories(
+        self, picks: npt.NDArray[np.int64], news: Mapping[int, Capability]
+    ) -> tuple[npt.NDArray[np.int32], tuple[str, ...]]:
+        """Category codes of ``picks`` and their values, numbered in order of first use (as a
+        table made afresh numbers them)."""
+        values = {value: code for code, value in enumerate(self.category_values)}
+        codes = self.category_codes[np.maximum(picks, 0)].astype(np.int64)
+        for row, capability in news.items():
+            codes[row] = values.setdefault(capability.category, len(values))
+        used, first = np.unique(codes, return_index=True)
+        order = used[np.argsort(first, kind="stable")]
+        renumber = np.zeros(len(values), dtype=np.int32)
+        renumber[order] = np.arange(len(order), dtype=np.int32)
+        named = list(values)
+        return renumber[codes], tuple(named[code] for code in order.tolist())
+
+
+def _picked_strings(
+    strings: Sequence[str], picks: npt.NDArray[np.int64], news: Mapping[int, str]
+) -> list[str]:
+    """``strings[picks[i]]`` for each kept row, ``news[i]`` for each fresh one."""
+    picked = [strings[p] for p in np.maximum(picks, 0).tolist()]
+    for row, value in news.items():
+        picked[row] = value
+    return picked
 
 
 class RowView(Sequence[Capability]):
@@ -234,26 +305,6 @@ class _Columns:
         columns = cls()
         for capability in capabilities:
             columns.add(capability)
-        return columns
-
-    @classmethod
-    def of_rows(
-        cls, table: CapabilityTable, sources: list[int], upserts: Sequence[Capability]
-    ) -> _Columns:
-        """The columns of a table whose rows come from ``table`` and ``upserts`` (see
-        :meth:`CapabilityTable.changed`)."""
-        columns = cls()
-        for source in sources:
-            if source < 0:
-                columns.add(upserts[-1 - source])
-            else:
-                columns.append(
-                    table.ids[source],
-                    table.names[source],
-                    table.category(source),
-                    bool(table.available[source]),
-                    bool(table.open[source]),
-                )
         return columns
 
     def add(self, capability: Capability) -> None:

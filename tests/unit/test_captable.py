@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from capdisc import captable
 from capdisc.access import Caller
@@ -115,6 +117,38 @@ def test_a_change_replaces_in_place_appends_new_ids_and_drops_deleted_ones() -> 
     assert changed["tool:t5"] == CAPS[5]
     assert changed.record(1) == table.record(1)  # kept records are copied as they are
     assert changed.names[-1] == "t9" and changed.category(2) == "c2"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 11), max_size=6),
+    st.lists(st.integers(0, 11), max_size=6),
+    st.sampled_from(["c0", "c1", "new"]),
+    st.booleans(),
+)
+def test_a_changed_table_equals_the_table_made_afresh_of_the_same_capabilities(
+    upserted: list[int], deleted: list[int], category: str, hidden: bool
+) -> None:
+    before = [capability(n, category=f"c{n % 2}") for n in range(8)]
+    upserts = [
+        capability(n, category=category, available=not hidden, description=f"v{n}")
+        for n in upserted
+    ]
+    deletes = [f"tool:t{n}" for n in deleted]
+    expected = {c.id: c for c in before if c.id not in deletes or c.id in {u.id for u in upserts}}
+    expected.update({c.id: c for c in upserts})
+
+    changed, _ = CapabilityTable.of(before).changed(upserts, deletes)
+    afresh = CapabilityTable.of(expected.values())
+
+    assert changed.ids == afresh.ids and changed.names == afresh.names
+    assert [changed.record(r) for r in range(len(changed))] == [
+        afresh.record(r) for r in range(len(afresh))
+    ]
+    assert changed.category_values == afresh.category_values
+    assert changed.category_codes.tolist() == afresh.category_codes.tolist()
+    assert changed.available.tolist() == afresh.available.tolist()
+    assert changed.open.tolist() == afresh.open.tolist()
 
 
 def test_an_upsert_of_a_deleted_id_is_kept() -> None:

@@ -254,6 +254,7 @@ def hybrid_retriever(
         config=config,
         previous=prior.index if prior is not None else None,
         table=table,
+        sources=capabilities.sources if isinstance(capabilities, _Readable) else None,
     )
     retriever = HybridRetriever(
         index, embedder_id, base, lineage=prior.lineage if prior is not None else None

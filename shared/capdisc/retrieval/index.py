@@ -104,6 +104,7 @@ class RetrievalIndex:
         config: RetrievalConfig = DEFAULT_CONFIG,
         previous: RetrievalIndex | None = None,
         table: CapabilityTable | None = None,
+        sources: Sequence[int] | None = None,
     ) -> RetrievalIndex:
         """Index ``capabilities``; ``vectors`` row ``i`` embeds capability ``i`` (L2-normalized).
 
@@ -117,7 +118,11 @@ class RetrievalIndex:
         facets, and its dimension reduction is kept, so an update costs a fraction of a build.
         ``table``: the capabilities as the index keeps them (default: made of ``capabilities``);
         with ``previous``, only the changed ones are read from ``capabilities``, so it may be
-        the table's own :attr:`~capdisc.captable.CapabilityTable.by_row` view.
+        the table's own :attr:`~capdisc.captable.CapabilityTable.by_row` view. ``sources``
+        (with ``previous``): per row, the row of ``previous`` its record was copied from, or a
+        negative number for a new or changed one (as
+        :meth:`~capdisc.captable.CapabilityTable.changed` gives them), so the unchanged rows
+        need not be compared record by record.
         """
         table = table if table is not None else CapabilityTable.of(capabilities)
         if len(table) != len(capabilities):
@@ -127,7 +132,7 @@ class RetrievalIndex:
         matrix, projection, moment = _dense_side(
             vectors, summary_vectors, len(table), config, previous
         )
-        reuse = _reused_rows(table, previous) if previous is not None and texts is None else None
+        reuse = _reuse(table, previous, sources) if previous is not None and texts is None else None
         lexicon = _lexicon(capabilities, texts, previous, reuse)
         keys = _row_keys(capabilities, previous, reuse)
         row_keys = tuple(keys if previous is not None else dense_strings(keys))
@@ -481,6 +486,17 @@ def _mean_row(matrix: Matrix) -> Vector:
         len(matrix), 1
     )
     return mean_vector
+
+
+def _reuse(
+    table: CapabilityTable, previous: RetrievalIndex, sources: Sequence[int] | None
+) -> list[int | None]:
+    """For each row of ``table``, its row in ``previous`` if it holds the same record there."""
+    if sources is None:
+        return _reused_rows(table, previous)
+    if len(sources) != len(table):
+        raise ValueError(f"{len(sources)} sources for a table of {len(table)}")
+    return [source if source >= 0 else None for source in sources]
 
 
 def _reused_rows(table: CapabilityTable, previous: RetrievalIndex) -> list[int | None]:
