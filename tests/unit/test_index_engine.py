@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -294,7 +296,9 @@ def test_its_vectors_project_back_to_the_rows_it_scores(reduced: IndexSnapshot) 
     np.testing.assert_allclose(again, index.matrix, atol=1e-5)
 
 
-def test_a_delta_on_a_reduced_snapshot_keeps_every_unchanged_row(reduced: IndexSnapshot) -> None:
+def test_a_delta_on_a_reduced_snapshot_copies_every_unchanged_row_as_it_is(
+    reduced: IndexSnapshot,
+) -> None:
     before = reduced.retriever.index  # type: ignore[attr-defined]
     new = cap("send-mail")
     vector = np.zeros(384, dtype=np.float32)
@@ -305,12 +309,24 @@ def test_a_delta_on_a_reduced_snapshot_keeps_every_unchanged_row(reduced: IndexS
 
     assert changed.matrix.shape == (0, 384)
     assert after.ids[-1] == "tool:send-mail"
-    np.testing.assert_allclose(after.matrix[:-1], before.matrix[1:], atol=1e-5)
+    assert after.projection is before.projection
+    assert np.array_equal(after.matrix[:-1], before.matrix[1:])
     np.testing.assert_allclose(after.matrix[-1], vector @ before.projection, atol=1e-6)
 
 
+def test_a_delta_of_reduced_rows_is_refused_by_a_retriever_that_does_not_keep_them(
+    reduced: IndexSnapshot,
+) -> None:
+    from capdisc.discovery.snapshot import cosine_retriever
+
+    other = replace(reduced, factory=cosine_retriever)
+
+    with pytest.raises(ValueError, match="reduced rows"):
+        other.with_changes(2, upserts=[], deletes=["tool:tool-0"])
+
+
 @pytest.mark.parametrize("slice_rows", [1, 7, 65_536])
-def test_a_delta_maps_its_kept_rows_back_the_same_whatever_the_slice(
+def test_a_delta_copies_its_kept_rows_the_same_whatever_the_slice(
     reduced: IndexSnapshot, slice_rows: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(snapshot_module, "MOVED_SLICE", slice_rows)
@@ -320,4 +336,4 @@ def test_a_delta_maps_its_kept_rows_back_the_same_whatever_the_slice(
     after = changed.retriever.index  # type: ignore[attr-defined]
 
     kept = [row for row, i in enumerate(before.ids) if i not in {"tool:tool-3", "tool:tool-9"}]
-    np.testing.assert_allclose(after.matrix, before.matrix[kept], atol=1e-5)
+    assert np.array_equal(after.matrix, before.matrix[kept])

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import networkx as nx
 import numpy as np
-import numpy.typing as npt
 
 from capdisc.access import ANONYMOUS, Caller
 from capdisc.captable import CapabilityTable
@@ -35,7 +34,7 @@ if TYPE_CHECKING:
 
 #: Tier 0 texts kept per snapshot (one per budget, counter and caller of restricted catalogs).
 TIER0_CACHE = 256
-#: Rows a delta copies (or maps back from reduced rows) at a time: 12 MB of 384-wide vectors.
+#: Rows of vectors a delta copies at a time: 12 MB of 384-wide vectors.
 MOVED_SLICE = 8_192
 
 
@@ -255,6 +254,7 @@ def hybrid_retriever(
         previous=prior.index if prior is not None else None,
         table=table,
         sources=capabilities.sources if isinstance(capabilities, _Readable) else None,
+        reduced=isinstance(capabilities, _Readable) and capabilities.reduced,
     )
     retriever = HybridRetriever(
         index, embedder_id, base, lineage=prior.lineage if prior is not None else None
@@ -323,12 +323,12 @@ def _reduced_index(retriever: Retriever) -> RetrievalIndex | None:
     return None
 
 
-def _kept(matrix: Matrix, retriever: Retriever) -> Matrix:
-    """What a snapshot keeps of its vectors beside ``retriever``: nothing (an empty matrix of
-    the same width) when the retriever holds them reduced, else ``matrix``."""
+def _kept(matrix: Matrix, retriever: Retriever, dim: int) -> Matrix:
+    """What a snapshot of ``dim``-wide vectors keeps of them beside ``retriever``: nothing (an
+    empty matrix of that width) when the retriever holds them reduced, else ``matrix``."""
     if _reduced_index(retriever) is None:
         return matrix
-    return np.zeros((0, matrix.shape[1]), dtype=np.float32)
+    return np.zeros((0, dim), dtype=np.float32)
 
 
 class _Listed(NamedTuple):
@@ -435,13 +435,15 @@ class IndexSnapshot:
             probes,
             previous.retriever if previous is not None else None,
         )
+        if isinstance(readable, _Readable) and readable.reduced and _reduced_index(made) is None:
+            raise ValueError("a delta of reduced rows needs a retriever that keeps them reduced")
         return cls(
             tenant,
             version,
             dim,
             table.ids,
             table,
-            _kept(matrix, made),
+            _kept(matrix, made, dim),
             made,
             embedder_id,
             factory,
@@ -463,15 +465,6 @@ class IndexSnapshot:
         reduced, projection = self._reduced()
         full: Matrix = np.ascontiguousarray(reduced @ projection.T, dtype=np.float32)
         return full
-
-    def _vectors_at(self, rows: npt.NDArray[np.int64]) -> Matrix:
-        """:meth:`vectors` of ``rows`` only."""
-        if len(self.matrix) == len(self.ids):
-            picked: Matrix = self.matrix[rows]
-            return picked
-        reduced, projection = self._reduced()
-        mapped: Matrix = reduced[rows] @ projection.T
-        return mapped
 
     def _reduced(self) -> tuple[Matrix, Matrix]:
         """The reduced rows and the projection of a snapshot that keeps no full vectors."""
@@ -506,14 +499,14 @@ class IndexSnapshot:
         fresh = [(c, v) for c, v in latest.values() if len(v) == width]
         gone = [*deletes, *(cid for cid, (_, v) in latest.items() if len(v) != width)]
         table, sources = self.capabilities.changed([c for c, _ in fresh], gone)
-        matrix = self._moved_vectors(sources, [v for _, v in fresh])
+        matrix, reduced = self._moved_vectors(sources, [v for _, v in fresh])
         kept = {i: m for i, m in self.marks.items() if i not in latest}
         kept.update(marks or {})
         return IndexSnapshot._made(
             self.tenant,
             version,
             self.dim,
-            _Readable(table, [c for c, _ in fresh], sources),
+            _Readable(table, [c for c, _ in fresh], sources, reduced),
             table,
             matrix,
             self.embedder_id,
@@ -523,19 +516,29 @@ class IndexSnapshot:
             kept,
         )
 
-    def _moved_vectors(self, sources: list[int], fresh: list[bytes]) -> Matrix:
+    def _moved_vectors(self, sources: list[int], fresh: list[bytes]) -> tuple[Matrix, bool]:
         """The vectors of a table whose row ``i`` was row ``sources[i]`` here (or, when
-        negative, is ``fresh[-1 - sources[i]]``). Kept rows are copied (or mapped back from
-        their reduced rows) a slice at a time: no second copy of every vector is made."""
-        matrix = np.empty((len(sources), self.dim), dtype=np.float32)
+        negative, is ``fresh[-1 - sources[i]]``), and whether they are reduced rows.
+
+        When the retriever keeps its vectors reduced, so are these: kept rows are copied as
+        they are and new ones projected, and no full vector is made (at a million rows, 1.5 GB
+        and two products of the whole matrix less). Kept rows are copied a slice at a time."""
+        index = _reduced_index(self.retriever)
+        source = index.matrix if index is not None else self.matrix
+        matrix = np.empty((len(sources), source.shape[1]), dtype=np.float32)
         picks = np.asarray(sources, dtype=np.int64)
         kept = np.flatnonzero(picks >= 0)
         for start in range(0, kept.size, MOVED_SLICE):
             rows = kept[start : start + MOVED_SLICE]
-            matrix[rows] = self._vectors_at(picks[rows])
-        for row in np.flatnonzero(picks < 0):
-            matrix[row] = np.frombuffer(fresh[-1 - int(picks[row])], dtype=np.float32)
-        return matrix
+            matrix[rows] = source[picks[rows]]
+        new = np.flatnonzero(picks < 0)
+        if new.size:
+            vectors = np.stack(
+                [np.frombuffer(fresh[-1 - int(p)], dtype=np.float32) for p in picks[new]]
+            )
+            projection = index.projection if index is not None else None
+            matrix[new] = vectors @ projection if projection is not None else vectors
+        return matrix, index is not None
 
     def search(
         self, query: Vector, k: int, kind: str | None = None
@@ -577,10 +580,19 @@ class IndexSnapshot:
 
 class _Readable(Sequence[Capability]):
     """A delta's capabilities by row: the upserted ones as given, the rest parsed from the
-    table when read (a hybrid retriever reads only the changed ones)."""
+    table when read (a hybrid retriever reads only the changed ones). ``sources``: per row,
+    its row in the snapshot the delta applies to (negative: new or changed). ``reduced``: the
+    delta's matrix holds reduced rows, in the projection of that snapshot's retriever (only
+    a hybrid retriever that reduced its vectors is handed those)."""
 
-    def __init__(self, table: CapabilityTable, fresh: list[Capability], sources: list[int]) -> None:
-        self.table, self.fresh, self.sources = table, fresh, sources
+    def __init__(
+        self,
+        table: CapabilityTable,
+        fresh: list[Capability],
+        sources: list[int],
+        reduced: bool = False,
+    ) -> None:
+        self.table, self.fresh, self.sources, self.reduced = table, fresh, sources, reduced
 
     def __len__(self) -> int:
         return len(self.table)

@@ -105,6 +105,7 @@ class RetrievalIndex:
         previous: RetrievalIndex | None = None,
         table: CapabilityTable | None = None,
         sources: Sequence[int] | None = None,
+        reduced: bool = False,
     ) -> RetrievalIndex:
         """Index ``capabilities``; ``vectors`` row ``i`` embeds capability ``i`` (L2-normalized).
 
@@ -122,15 +123,19 @@ class RetrievalIndex:
         (with ``previous``): per row, the row of ``previous`` its record was copied from, or a
         negative number for a new or changed one (as
         :meth:`~capdisc.captable.CapabilityTable.changed` gives them), so the unchanged rows
-        need not be compared record by record.
+        need not be compared record by record. ``reduced`` (with ``previous``): ``vectors``
+        are rows in ``previous``'s projection already (a delta of a reduced index), so no
+        full vector is projected again.
         """
         table = table if table is not None else CapabilityTable.of(capabilities)
         if len(table) != len(capabilities):
             raise ValueError(
                 f"{len(capabilities)} capabilities for a table of {len(table)} (an id repeated?)"
             )
-        matrix, projection, moment = _dense_side(
-            vectors, summary_vectors, len(table), config, previous
+        matrix, projection, moment = (
+            _reduced_side(vectors, len(table), previous)
+            if reduced
+            else _dense_side(vectors, summary_vectors, len(table), config, previous)
         )
         reuse = _reuse(table, previous, sources) if previous is not None and texts is None else None
         lexicon = _lexicon(capabilities, texts, previous, reuse)
@@ -432,6 +437,20 @@ def _dense_side(
         return matrix, None, _second_moment(gram, count)
     reduced = np.ascontiguousarray(matrix @ projection)
     return reduced, projection, _second_moment(projection.T @ gram @ projection, count)
+
+
+def _reduced_side(
+    rows: Matrix, count: int, previous: RetrievalIndex | None
+) -> tuple[Matrix, Matrix | None, Matrix]:
+    """:func:`_dense_side` of rows in ``previous``'s projection already."""
+    projection = previous.projection if previous is not None else None
+    if projection is None or rows.ndim != 2 or rows.shape != (count, projection.shape[1]):
+        raise ValueError(
+            f"reduced rows of shape {getattr(rows, 'shape', None)} for {count} capabilities "
+            "need an earlier index with a projection of that width"
+        )
+    matrix = np.ascontiguousarray(rows, dtype=np.float32)
+    return matrix, projection, _second_moment(_gram(matrix), count)
 
 
 def _gram(matrix: Matrix) -> npt.NDArray[np.float64]:
