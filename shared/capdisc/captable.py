@@ -228,13 +228,7 @@ class CapabilityTable(Mapping[str, Capability]):
         self, picks: npt.NDArray[np.int64], records: dict[int, bytes]
     ) -> Iterator[bytes | memoryview]:
         """The records of ``picks``: runs of consecutive kept rows as one slice each."""
-        fresh = picks < 0
-        breaks = np.flatnonzero(fresh[1:] | fresh[:-1] | (np.diff(picks) != 1)) + 1
-        starts = np.concatenate([[0], breaks]).astype(np.int64)
-        ends = np.concatenate([breaks, [len(picks)]]).astype(np.int64)
-        for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
-            if start == end:
-                continue
+        for start, end in runs(picks):
             first, last = int(picks[start]), int(picks[end - 1])
             if first < 0:
                 yield records[start]
@@ -256,6 +250,18 @@ class CapabilityTable(Mapping[str, Capability]):
         renumber[order] = np.arange(len(order), dtype=np.int32)
         named = list(values)
         return renumber[codes], tuple(named[code] for code in order.tolist())
+
+
+def runs(picks: npt.NDArray[np.int64]) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` of each run of ``picks``: consecutive entries that pick consecutive
+    rows (``picks[i + 1] == picks[i] + 1``), or one entry that picks none (negative), in order.
+    A delta's rows are a few such runs, each copied as one slice."""
+    if not len(picks):
+        return
+    fresh = picks < 0
+    breaks = np.flatnonzero(fresh[1:] | fresh[:-1] | (np.diff(picks) != 1)) + 1
+    starts = [0, *breaks.tolist()]
+    yield from zip(starts, [*breaks.tolist(), len(picks)], strict=True)
 
 
 def _picked_strings(

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from capdisc.identifiers import split_identifiers
+from capdisc.retrieval import lexical
 from capdisc.retrieval.lexical import (
     LexicalIndex,
     index_terms,
@@ -191,6 +196,60 @@ def test_an_update_scores_like_a_fresh_build() -> None:
         updated.coverage(updated.term_ids("weather storms"), [1, 2]),
         fresh.coverage(fresh.term_ids("weather storms"), [1, 2]),
     )
+
+
+POOL = ["weather", "radar", "email", "send", "zebra", "invoice", "pay", "storm", "map", "tile"]
+texts = st.lists(st.sampled_from(POOL), min_size=0, max_size=12).map(" ".join)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(texts, min_size=1, max_size=12),
+    st.lists(st.tuples(st.booleans(), st.booleans(), texts), max_size=12),
+    st.lists(texts, max_size=4),
+)
+def test_an_in_order_update_is_the_index_a_full_update_makes(
+    old: list[str], fate: list[tuple[bool, bool, str]], added: list[str]
+) -> None:
+    before = LexicalIndex.build(old)
+    documents: list[str] = []
+    reuse: list[int | None] = []
+    for row in range(len(old)):
+        kept, changed, new_text = fate[row] if row < len(fate) else (True, False, "")
+        if kept:
+            documents.append(new_text if changed else "")
+            reuse.append(None if changed else row)
+    documents += added
+    reuse += [None] * len(added)
+
+    taken: list[bool] = []
+    update = lexical._updated
+
+    def spied(*args: Any) -> LexicalIndex | None:
+        result = update(*args)
+        taken.append(result is not None)
+        return result
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(lexical, "_updated", spied)
+        updated = LexicalIndex.build(documents, previous=before, reuse=reuse)
+        patch.setattr(lexical, "_updated", lambda *_args: None)  # the full path: sort again
+        full = LexicalIndex.build(documents, previous=before, reuse=reuse)
+
+    assert taken == [True]
+    assert updated.vocabulary == full.vocabulary and updated.num_docs == full.num_docs
+    for name in (
+        "data",
+        "indices",
+        "indptr",
+        "idf",
+        "doc_indptr",
+        "doc_terms",
+        "doc_tf",
+        "doc_len",
+    ):
+        assert np.array_equal(getattr(updated, name), getattr(full, name)), name
+        assert getattr(updated, name).dtype == getattr(full, name).dtype, name
 
 
 def test_an_update_reuses_terms_instead_of_the_text() -> None:
