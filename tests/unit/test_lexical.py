@@ -232,6 +232,7 @@ def test_an_in_order_update_is_the_index_a_full_update_makes(
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(lexical, "_updated", spied)
+        patch.setattr(lexical, "CHUNK", 5)  # arithmetic a few postings at a time
         updated = LexicalIndex.build(documents, previous=before, reuse=reuse)
         patch.setattr(lexical, "_updated", lambda *_args: None)  # the full path: sort again
         full = LexicalIndex.build(documents, previous=before, reuse=reuse)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Protocol
@@ -34,6 +34,8 @@ IntArray = npt.NDArray[np.int64]
 #: terms), half the memory of the postings and the per-document terms.
 Ids32 = npt.NDArray[np.int32]
 
+#: Postings a delta's arithmetic handles at a time (:func:`_chunks`): 4 MB per float32 array.
+CHUNK = 1 << 20
 #: One word: an acronym (HTTP in HTTPServer), a capitalized or lowercase run, or digits. Letters
 #: outside ASCII count as lowercase, so "Café" stays one word.
 _WORD = re.compile(r"[A-Z]+(?![^\W\dA-Z_])|[A-Z]?[^\W\dA-Z_]+|[0-9]+")
@@ -477,9 +479,12 @@ def _updated(
     df = np.bincount(terms, minlength=len(vocab))
     idf = _idf(df, n)
     norm = _norm(doc_len, previous.k1, previous.b)
+    weights = np.empty(len(terms), dtype=np.float32)
+    for at in _chunks(len(terms)):
+        weights[at] = _weights(idf, terms[at], tf[at], norm[owners[at]])
     return LexicalIndex(
         vocab,
-        _weights(idf, terms, tf, norm[owners]),
+        weights,
         owners,
         np.concatenate(([0], np.cumsum(df))).astype(np.int64),
         n,
@@ -506,12 +511,23 @@ def _kept_postings(previous: LexicalIndex, picks: IntArray) -> tuple[Ids32, Ids3
     rows = moved[old_rows]
     keep = rows >= 0
     terms, old_rows, rows, weights = terms[keep], old_rows[keep], rows[keep], previous.data[keep]
-    norm = _norm(previous.doc_len, previous.k1, previous.b)[old_rows]
-    counts = weights * norm / (previous.idf[terms].astype(np.float64) - weights)
-    tf = np.rint(counts)
-    if tf.size and not (np.all(np.isfinite(counts)) and np.abs(counts - tf).max() < 0.01):
-        return terms, rows, None
-    return terms, rows, tf.astype(np.float32)
+    norm = _norm(previous.doc_len, previous.k1, previous.b)
+    tf = np.empty(len(weights), dtype=np.float32)
+    for at in _chunks(len(weights)):
+        part = weights[at].astype(np.float64)
+        counts = part * norm[old_rows[at]] / (previous.idf[terms[at]] - part)
+        whole = np.rint(counts)
+        if not (np.all(np.isfinite(counts)) and np.all(np.abs(counts - whole) < 0.01)):
+            return terms, rows, None
+        tf[at] = whole
+    return terms, rows, tf
+
+
+def _chunks(size: int) -> Iterator[slice]:
+    """Slices of :data:`CHUNK` postings covering ``size``: arithmetic over every posting is
+    done a chunk at a time, so its temporaries stay small."""
+    for start in range(0, size, CHUNK):
+        yield slice(start, min(start + CHUNK, size))
 
 
 def _doc_side(
