@@ -152,6 +152,7 @@ def serve(path: Path, count: int) -> dict[str, Any]:
     delta_mode = changed.search_mode  # right after the delta, before any build could finish
     del snapshot
     gc.collect()
+    release_freed_memory()  # as a discovery worker does after applying changes
     graph_builder().idle(7200)
     rebuilt = graph_builder().built - builds
     after_delta = timed_turns(changed, cached, queries, config)
