@@ -20,7 +20,9 @@ and time in the worker.
 Then the worker is stopped and a new one started on the same store from the snapshot the first
 one wrote (``snapshot_dir``, :mod:`capdisc.discovery.snapshotfile`): its start to serving, to
 its graph serving, its memory, and whether it answers the cached-pass queries as the first one
-did.
+did. Then one capability is changed in the store as an indexing worker changes it; printed:
+the time until that worker serves the new version (a delta on the mapped tenant) and its
+memory then.
 
 Beside them, the floors of the same run: the bare Redis round trip (PING), the model's own time
 for one query, and, in this process on the same capabilities and vectors, the exact scan of
@@ -33,6 +35,8 @@ every row against the graph search, with the graph's recall@10 of the exact answ
 ``capabilities``, ``rss_mb``, ``peak_rss_mb``, ``start_to_serving_s``, ``graph_ready_s``,
 ``discover_cached_ms`` and ``discover_fresh_ms`` (``{"p50": .., "p99": ..}``),
 ``recall_at_10_vs_exact`` (and ``recall_at_10_ties``: ties with the exact 10th count),
+``change_served_s``, ``rss_after_change_mb`` and ``peak_rss_after_change_mb`` (one
+capability changed after the queries, applied by the worker as a delta),
 ``built_apart`` (when the worker had a child process build the tenant, see
 ``map_above``: how long that took and the child's peak RSS), ``floors``
 and ``ratios``; from the snapshot: ``snapshot_written_s`` (from the first start until the
@@ -54,6 +58,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -339,6 +345,7 @@ def measure_size(
     vectors_s = time.perf_counter() - started
     store_s = load_store(url, caps, matrix, embedder.id)
     search = in_process_search(caps, matrix, embedder, queries)
+    first_vector = matrix[0].tobytes()
     del matrix
     print(
         f"\n{len(caps):,} capabilities; vectors: {source} ({vectors_s:.1f} s); stored in "
@@ -367,7 +374,15 @@ def measure_size(
     finally:
         stop_worker(worker)
     restart = measure_restart(
-        url, embedder_name, snapshots, version, queries, latency.pop("answers")
+        url,
+        embedder_name,
+        snapshots,
+        version,
+        queries,
+        latency.pop("answers"),
+        lambda redis_client, restarted: measure_change(
+            redis_client, restarted, caps[0], first_vector, embedder.id
+        ),
     )
     shutil.rmtree(snapshots, ignore_errors=True)
     result = {
@@ -399,6 +414,26 @@ def measure_size(
     return result
 
 
+def measure_change(
+    client: redis.Redis,
+    worker: subprocess.Popen[bytes],
+    capability: Capability,
+    vector: bytes,
+    embedder_id: str,
+) -> dict[str, Any]:
+    """One capability's description edited as an indexing worker writes it; the seconds until
+    the worker serves the new version (it applies it as a delta) and its memory then."""
+    edited = replace(capability, description="Edited for the benchmark.")
+    event = RegistryEvent(
+        type="upsert", tenant=TENANT, capability_id=edited.id, seq=2, capability=edited.to_dict()
+    )
+    started = time.perf_counter()
+    apply_event(client, event, edited, lambda _c: vector, vector_space(embedder_id))
+    served_s = wait_ready(client, worker, tenant_version(client, TENANT), started)
+    time.sleep(SETTLE_S)
+    return {"change_served_s": round(served_s, 2), "after_change": memory_mb(worker.pid)}
+
+
 def measure_restart(
     url: str,
     embedder_name: str,
@@ -406,10 +441,12 @@ def measure_restart(
     version: int,
     queries: list[str],
     first: list[list[str]],
+    change: Callable[[redis.Redis, subprocess.Popen[bytes]], dict[str, Any]],
 ) -> dict[str, Any]:
     """A new worker started on the same store and the snapshot the first one wrote: its start
     to serving and to its graph serving, its memory, whether it loaded from the snapshot (its
-    log says so), and the share of the cached-pass queries it answers with the same ids."""
+    log says so), and the share of the cached-pass queries it answers with the same ids; then
+    ``change`` (:func:`measure_change`) on it."""
     client = redis.Redis.from_url(url)
     offset = LOG.stat().st_size
     started = time.perf_counter()
@@ -421,6 +458,7 @@ def measure_restart(
         memory = memory_mb(worker.pid)
         with Client.from_url(url, tenant=TENANT, timeout_s=120) as asker:
             again = [asker.discover(q).ids for q in queries]
+        changed = change(client, worker)
     finally:
         stop_worker(worker)
     same = sum(a == b for a, b in zip(first, again, strict=True)) / max(len(first), 1)
@@ -434,6 +472,7 @@ def measure_restart(
         "loaded_from_snapshot": bool(loaded) and not refused,
         "snapshot_load_s": loaded[0].get("took_s") if loaded else None,
         "snapshot_refused": [r.get("reason") for r in refused],
+        **changed,
     }
 
 
@@ -586,6 +625,9 @@ def summary_object(result: dict[str, Any]) -> dict[str, Any]:
         "vectors": result["vectors"],
         "rss_mb": result["after_queries"]["rss_mb"],
         "peak_rss_mb": result["after_queries"]["peak_mb"],
+        "change_served_s": result["change_served_s"],
+        "rss_after_change_mb": result["after_change"]["rss_mb"],
+        "peak_rss_after_change_mb": result["after_change"]["peak_mb"],
         "start_to_serving_s": result["ready_s"],
         "graph_ready_s": result["graph_ready_s"],
         "built_apart": result["built_apart"],
@@ -645,6 +687,12 @@ def print_size(result: dict[str, Any], idle: dict[str, Any]) -> None:
         + f" (loaded from the snapshot: {result['loaded_from_snapshot']}, in "
         f"{result['snapshot_load_s']} s; RSS {result['from_snapshot']['rss_mb']} MB; same "
         f"answers as the first worker: {result['from_snapshot_same_answers']:.1%})"
+    )
+    changed = result["after_change"]
+    print(
+        f"  that worker, one capability then changed: served as a delta in "
+        f"{result['change_served_s']:.2f} s; RSS then {changed['rss_mb']} MB (peak "
+        f"{changed['peak_mb']} MB)"
     )
     if result["snapshot_refused"]:
         print(f"  snapshot refused: {result['snapshot_refused']}")
