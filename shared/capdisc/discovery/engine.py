@@ -214,11 +214,16 @@ def _rank(
     if exact is not None or prefer:
         triples.sort(key=lambda t: (t[0] != exact, t[0] not in prefer))  # stable
     caps, marks = snapshot.capabilities, snapshot.marks
-    admitted = [t for t in triples if t[0] in caps and query.filters.admits(caps[t[0]])]
-    return tuple(
-        Match(caps[i], score, relevance.get(i, 0.0), reason=reason, mark=marks.get(i))
-        for i, score, reason in admitted[:limit]
-    )
+    matches: list[Match] = []
+    for i, score, reason in triples:  # each read (parsed) only until ``limit`` are admitted
+        if len(matches) == limit:
+            break
+        capability = caps.get(i)
+        if capability is not None and query.filters.admits(capability):
+            matches.append(
+                Match(capability, score, relevance.get(i, 0.0), reason=reason, mark=marks.get(i))
+            )
+    return tuple(matches)
 
 
 def assemble(
