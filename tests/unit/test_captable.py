@@ -125,11 +125,12 @@ def test_a_change_replaces_in_place_appends_new_ids_and_drops_deleted_ones() -> 
     st.lists(st.integers(0, 11), max_size=6),
     st.sampled_from(["c0", "c1", "new"]),
     st.booleans(),
+    st.integers(1, 8),
 )
 def test_a_changed_table_equals_the_table_made_afresh_of_the_same_capabilities(
-    upserted: list[int], deleted: list[int], category: str, hidden: bool
+    upserted: list[int], deleted: list[int], category: str, hidden: bool, size: int
 ) -> None:
-    before = [capability(n, category=f"c{n % 2}") for n in range(8)]
+    before = [capability(n, category=f"c{n % 2}") for n in range(size)]
     upserts = [
         capability(n, category=category, available=not hidden, description=f"v{n}")
         for n in upserted

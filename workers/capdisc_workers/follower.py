@@ -395,7 +395,16 @@ class SnapshotFollower:
         upserts, deletes, marks = self._changes(
             tenant, ids, read_delta(self.redis, tenant, ids, wanted.space)
         )
-        return snapshot.with_changes(versions[-1], upserts, deletes, marks), last_id, len(fresh)
+        try:
+            changed = snapshot.with_changes(versions[-1], upserts, deletes, marks)
+        except Exception as exc:  # a fault applying them must not keep the worker from starting
+            log.exception("snapshot_changes_failed", tenant=tenant, path=str(path))
+            raise SnapshotError(
+                f"its {len(fresh)} changes since could not be applied ({type(exc).__name__}: "
+                f"{exc}; the worker log has the traceback)",
+                path,
+            ) from exc
+        return changed, last_id, len(fresh)
 
     def _changes_after(self, after: str, page: int = 10_000) -> list[Change]:
         """Every change record on the stream after entry ``after``, in order."""
