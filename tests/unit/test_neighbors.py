@@ -159,6 +159,23 @@ def agrees(got: RetrievalResult, want: RetrievalResult) -> bool:
     return len(got.entries) == len(want.entries) and kept >= 0.9 * len(want.entries)
 
 
+def shows_only_allowed_and_agrees(
+    pair: tuple[RetrievalIndex, RetrievalIndex], query: str, caller: Caller, category: str | None
+) -> None:
+    """The graph-served index of ``pair`` shows ``caller`` only what it may see in
+    ``category``, and :func:`agrees` with the exact index of ``pair``."""
+    exact, graphed = pair
+    filters = SearchFilters(caller=caller, category=category)
+    vector = EMBEDDER.embed([query])[0]
+    want = exact.search(query, vector, 10, filters=filters, config=SMALL)
+    got = graphed.search(query, vector, 10, filters=filters, config=SMALL)
+    for cap_id in got.ids:
+        capability = graphed.table[cap_id]
+        assert visible(capability.visibility, caller)
+        assert category is None or capability.category == category
+    assert agrees(got, want)
+
+
 @pytest.fixture(scope="module")
 def indexes() -> tuple[RetrievalIndex, RetrievalIndex]:
     caps, vectors = catalog()
@@ -183,16 +200,7 @@ def test_the_graph_never_shows_an_invisible_capability_and_agrees_with_the_exact
     caller: Caller,
     category: str | None,
 ) -> None:
-    exact, approximate = indexes
-    filters = SearchFilters(caller=caller, category=category)
-    vector = EMBEDDER.embed([query])[0]
-    want = exact.search(query, vector, 10, filters=filters, config=SMALL)
-    got = approximate.search(query, vector, 10, filters=filters, config=SMALL)
-    for cap_id in got.ids:
-        capability = approximate.table[cap_id]
-        assert visible(capability.visibility, caller)
-        assert category is None or capability.category == category
-    assert agrees(got, want)
+    shows_only_allowed_and_agrees(indexes, query, caller, category)
 
 
 def test_a_large_catalog_gets_its_graph_in_the_background() -> None:
@@ -354,13 +362,4 @@ def test_a_carried_graph_never_shows_an_invisible_capability_and_agrees_with_the
     caller: Caller,
     category: str | None,
 ) -> None:
-    exact, carried = after_delta
-    filters = SearchFilters(caller=caller, category=category)
-    vector = EMBEDDER.embed([query])[0]
-    want = exact.search(query, vector, 10, filters=filters, config=SMALL)
-    got = carried.search(query, vector, 10, filters=filters, config=SMALL)
-    for cap_id in got.ids:
-        capability = carried.table[cap_id]
-        assert visible(capability.visibility, caller)
-        assert category is None or capability.category == category
-    assert agrees(got, want)
+    shows_only_allowed_and_agrees(after_delta, query, caller, category)
