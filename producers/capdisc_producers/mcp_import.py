@@ -3,9 +3,11 @@
 Connects with the ``mcp`` 2.x client over streamable HTTP (``--url``) or stdio (``--command``),
 lists every tool (all pages), and turns each into a ``tool`` capability named
 ``{server}.{tool}`` (so two servers' ``search`` tools do not collide), its input schema as the
-full schema, its annotations deciding ``has_side_effects``. Each tool is repaired the way every
-import is (:mod:`capdisc.registry.tolerance`: zero-width characters, schema dialects, schemas
-nested deeper than the limit), each repair noted; a tool still invalid is refused on its own.
+full schema, its annotations deciding ``has_side_effects``, the server's own
+``serverInfo.description`` (first paragraph) in its ``source_ref``. Each tool is repaired the
+way every import is (:mod:`capdisc.registry.tolerance`: zero-width characters, schema
+dialects, schemas nested deeper than the limit), each repair noted; a tool still invalid is
+refused on its own.
 Then it syncs like a directory: unchanged tools send nothing, changed ones are re-indexed (and
 logged with the old and new content hash), tools the server no longer has are deleted.
 """
@@ -25,6 +27,7 @@ import structlog
 
 from capdisc.errors import ManifestError, MCPImportError
 from capdisc.models import Capability
+from capdisc.registry.normalize import MAX_SOURCE_DESCRIPTION_CHARS
 from capdisc.registry.policy import plan_sync
 from capdisc.registry.store import stored_by_source
 from capdisc.registry.tolerance import tolerant_fields, validated
@@ -39,10 +42,12 @@ MAX_PAGES = 100
 
 @dataclass(frozen=True)
 class ServerTools:
-    """What one MCP server offers: its name and its tools as plain dicts."""
+    """What one MCP server offers: its name, its tools as plain dicts and what it says of itself
+    (``serverInfo.description``, empty when it says nothing)."""
 
     server: str
     tools: list[dict[str, Any]]
+    description: str = ""
 
 
 def list_server_tools(
@@ -85,7 +90,9 @@ async def _list(url: str | None, command: str | None) -> ServerTools:
             cursor = page.next_cursor
             if cursor is None:
                 break
-    return ServerTools(server=info.name if info else "mcp", tools=tools)
+    if info is None:
+        return ServerTools(server="mcp", tools=tools)
+    return ServerTools(server=info.name, tools=tools, description=info.description or "")
 
 
 def capabilities_of(
@@ -103,13 +110,40 @@ def capabilities_of(
     found: dict[Path, Capability] = {}
     errors: dict[Path, ManifestError] = {}
     repairs = notes if notes is not None else []
+    about = server_description(listing.description, source, repairs)
     for tool in listing.tools:
         where = Path(f"{source}#{tool.get('name') or ''}")
         try:
-            found[where] = _capability(tool, server, source, repairs)
+            found[where] = _capability(tool, Server(server, about), source, repairs)
         except ManifestError as exc:
             errors[where] = exc
     return found, errors
+
+
+@dataclass(frozen=True)
+class Server:
+    """The server a tool is filed under: its short name and its own description."""
+
+    name: str
+    description: str
+
+
+def server_description(text: str, source: str, notes: list[str]) -> str:
+    """The server's ``serverInfo.description`` as its tools record it: the first paragraph, cut
+    to :data:`MAX_SOURCE_DESCRIPTION_CHARS` at a word, zero-width characters removed. One
+    with a refused character (bidi controls, tag characters) is left out and noted; its tools
+    still import."""
+    first = text.strip().split("\n\n", 1)[0].strip()
+    if len(first) > MAX_SOURCE_DESCRIPTION_CHARS:
+        first = first[:MAX_SOURCE_DESCRIPTION_CHARS].rsplit(" ", 1)[0].rstrip()
+        notes.append(f"{source}: serverInfo.description cut to {len(first)} characters")
+    try:
+        fields, repairs = tolerant_fields({"serverInfo.description": first}, None, source)
+    except ManifestError as exc:
+        notes.append(f"{source}: serverInfo.description left out: {exc.problem}")
+        return ""
+    notes.extend(f"{source}: {repair}" for repair in repairs)
+    return str(fields["serverInfo.description"])
 
 
 #: The tool fields an import reads, under their names in the MCP protocol.
@@ -122,8 +156,9 @@ _FIELDS = {
 }
 
 
-def _capability(tool: dict[str, Any], server: str, source: str, notes: list[str]) -> Capability:
+def _capability(tool: dict[str, Any], at: Server, source: str, notes: list[str]) -> Capability:
     where = f"{source} tool {str(tool.get('name') or '')!r}"
+    server = at.name
     picked = {wire: tool[key] for key, wire in _FIELDS.items() if tool.get(key) is not None}
     fields, repairs = tolerant_fields(picked, "inputSchema", where)
     name = str(fields.get("name") or "")
@@ -138,7 +173,12 @@ def _capability(tool: dict[str, Any], server: str, source: str, notes: list[str]
         "tags": ["mcp", server],
         "full_schema": fields.get("inputSchema"),
         "has_side_effects": read_only is not True,
-        "source_ref": {"type": "mcp", "source": source, "location": name},
+        "source_ref": {
+            "type": "mcp",
+            "source": source,
+            "location": name,
+            "description": at.description,
+        },
     }
     capability = validated(record, where, "inputSchema")
     notes.extend(f"{where}: {repair}" for repair in repairs)

@@ -28,15 +28,21 @@ class SourceRef:
 
     ``type`` is the normalizer that made it (``tool``, ``skill``, ``extension``, ``channel``,
     ``manifest``, ``jsonl``, ``mcp``); ``source`` names the collection it belongs to (a registry
-    directory, an MCP server, a catalog file); ``location`` the one file or record.
+    directory, an MCP server, a catalog file); ``location`` the one file or record;
+    ``description`` what the collection says of itself (an MCP server's
+    ``serverInfo.description``), empty when it says nothing.
     """
 
     type: str
     source: str = ""
     location: str = ""
+    description: str = ""
 
     def to_dict(self) -> JSONDict:
-        return {"type": self.type, "source": self.source, "location": self.location}
+        out: JSONDict = {"type": self.type, "source": self.source, "location": self.location}
+        if self.description:  # left out when empty: hashes of earlier records unchanged
+            out["description"] = self.description
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SourceRef:
@@ -44,6 +50,7 @@ class SourceRef:
             type=str(data.get("type", "")),
             source=str(data.get("source", "")),
             location=str(data.get("location", "")),
+            description=str(data.get("description", "")),
         )
 
 

@@ -44,6 +44,9 @@ def test_stdio_server_tools_become_discoverable_capabilities(
     assert forecast and convert
     assert forecast["has_side_effects"] is False and convert["has_side_effects"] is True
     assert forecast["full_schema"]["required"] == ["city"]  # type: ignore[index]
+    assert forecast["source_ref"]["description"] == (  # type: ignore[index]
+        "Forecasts, severe weather alerts and unit conversions for any city."
+    )
     version = int(out.rsplit("index version ", 1)[1])
     answer = Client(connection, tenant=tenant, timeout_s=20).discover(
         "are there severe weather alerts in Texas", min_version=version

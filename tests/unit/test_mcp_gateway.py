@@ -3,6 +3,7 @@ tool's calls go, and the tool sources a discovery reply carries."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import mcp_types as types
@@ -199,6 +200,15 @@ def test_tool_sources_cross_the_wire() -> None:
 
     assert ToolBundle.from_dict(bundle.to_dict(), "reply") == bundle
     assert "tool_sources" not in tool_bundle([LOCAL], "mcp").to_dict()
+
+
+def test_a_tool_source_carries_where_the_tool_is_called_not_its_servers_description() -> None:
+    described = replace(IMPORTED, source_ref=replace(NOW, description="Time zones."))
+
+    bundle = tool_bundle([described], "mcp")
+
+    assert bundle.sources == {"mcp-time.get_current_time": NOW}
+    assert "description" not in bundle.to_dict()["tool_sources"]["mcp-time.get_current_time"]
 
 
 def test_a_reply_without_tool_sources_reads_as_none() -> None:

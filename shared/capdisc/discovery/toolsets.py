@@ -12,6 +12,7 @@ result, and the prompt text.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from capdisc.access import Caller, visible
@@ -48,7 +49,7 @@ def tool_bundle(
         tuple(formats.list_discovered_tools(caps, fmt, marks)),
         {name: cap_id for cap_id, name in names.items()},
         {
-            names.to_name(cap.id): cap.source_ref
+            names.to_name(cap.id): replace(cap.source_ref, description="")  # where, not what
             for cap in callable_caps
             if cap.source_ref.type == MCP_SOURCE_TYPE
         },

@@ -35,6 +35,7 @@ ID_RE = re.compile(r"^[a-z]+:[A-Za-z0-9][A-Za-z0-9._/:-]{0,159}$")
 SECRET_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 MAX_DESCRIPTION_CHARS = 4096
 MAX_SHORT_TEXT_CHARS = 256
+MAX_SOURCE_DESCRIPTION_CHARS = 1024
 MAX_CONTENT_CHARS = 256 * 1024
 MAX_LIST_ITEMS = 64
 
@@ -296,6 +297,8 @@ def _check_source_ref(source: str, key: str, value: Any) -> SourceRef:
         return value
     if not isinstance(value, Mapping) or not isinstance(value.get("type"), str):
         raise ManifestError(source, key, "must be a mapping with a 'type'")
+    description = value.get("description", "")
+    _text(source, f"{key}.description", description, max_chars=MAX_SOURCE_DESCRIPTION_CHARS)
     return SourceRef.from_dict(value)
 
 
