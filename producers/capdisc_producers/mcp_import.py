@@ -30,7 +30,7 @@ from capdisc.models import Capability
 from capdisc.registry.normalize import MAX_SOURCE_DESCRIPTION_CHARS
 from capdisc.registry.policy import plan_sync
 from capdisc.registry.store import stored_by_source
-from capdisc.registry.tolerance import tolerant_fields, validated
+from capdisc.registry.tolerance import first_paragraph, tolerant_fields, validated
 from capdisc.tenants import check_tenant
 from capdisc_producers.publisher import Publisher
 from capdisc_producers.sync import SyncReport, held_elsewhere, publish_plan
@@ -133,9 +133,8 @@ def server_description(text: str, source: str, notes: list[str]) -> str:
     to :data:`MAX_SOURCE_DESCRIPTION_CHARS` at a word, zero-width characters removed. One
     with a refused character (bidi controls, tag characters) is left out and noted; its tools
     still import."""
-    first = text.strip().split("\n\n", 1)[0].strip()
-    if len(first) > MAX_SOURCE_DESCRIPTION_CHARS:
-        first = first[:MAX_SOURCE_DESCRIPTION_CHARS].rsplit(" ", 1)[0].rstrip()
+    first, cut = first_paragraph(text, MAX_SOURCE_DESCRIPTION_CHARS)
+    if cut:
         notes.append(f"{source}: serverInfo.description cut to {len(first)} characters")
     try:
         fields, repairs = tolerant_fields({"serverInfo.description": first}, None, source)

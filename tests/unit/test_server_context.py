@@ -55,7 +55,9 @@ def test_the_benchmark_reader_files_a_tool_under_its_server(tmp_path: Path) -> N
     mcp, rest, plain = load_catalog(
         _catalog(tmp_path, MCP_TOOL, REST_TOOL, PLAIN_TOOL)
     ).capabilities
-    assert mcp.source_ref == SourceRef("mcp", "mcp:github", "list_pull_requests")
+    assert mcp.source_ref == SourceRef(
+        "mcp", "mcp:github", "list_pull_requests", "MCP server for the GitHub API"
+    )
     assert server_of(mcp) == "github"
     assert rest.source_ref.source == "mcp:Email Activity (beta)"
     assert server_of(rest) == "sendgrid"  # the short name of the tool ids, not the title
@@ -114,3 +116,21 @@ def test_each_text_names_the_server_only_when_asked(tmp_path: Path) -> None:
     assert full_text(capability, ServerContext(lexical=True, summary=True)) == full_text(
         capability, NOTHING
     )
+
+
+def test_the_servers_own_description_ends_the_full_text_only_when_asked(tmp_path: Path) -> None:
+    (capability,) = load_catalog(_catalog(tmp_path, MCP_TOOL)).capabilities
+
+    described = full_text(capability, ServerContext(described=True))
+
+    assert described.endswith("\nServer: MCP server for the GitHub API")
+    assert "MCP server for" not in full_text(capability, NOTHING)
+    assert summary_text(capability, EVERYTHING).count("MCP server for") == 0
+
+
+def test_a_server_that_says_nothing_of_itself_adds_no_line(tmp_path: Path) -> None:
+    (capability,) = load_catalog(
+        _catalog(tmp_path, MCP_TOOL | {"server_description": ""})
+    ).capabilities
+
+    assert full_text(capability, ServerContext(described=True)) == full_text(capability, NOTHING)

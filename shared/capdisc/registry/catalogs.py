@@ -25,7 +25,8 @@ from typing import Any
 from capdisc.errors import ManifestError
 from capdisc.identifiers import humanize
 from capdisc.models import Capability
-from capdisc.registry.tolerance import tolerant_fields, validated
+from capdisc.registry.normalize import MAX_SOURCE_DESCRIPTION_CHARS
+from capdisc.registry.tolerance import first_paragraph, tolerant_fields, validated
 
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._/:-]+")
@@ -106,7 +107,7 @@ def capability_from_benchmark_tool(
     """
     schema_key = next((k for k in _SCHEMA_KEYS if record.get(k)), "parameters")
     where = f"{source}:{record.get('id') or record.get('name') or 'tool'}"
-    wanted = (*_TEXT_FIELDS, *(("server",) if servers else ()), schema_key)
+    wanted = (*_TEXT_FIELDS, *(_SERVER_FIELDS if servers else ()), schema_key)
     picked = {k: record[k] for k in wanted if k in record}
     fields, repairs = tolerant_fields(picked, schema_key, where)
     raw_id = str(fields.get("id") or fields.get("name") or "tool")
@@ -132,13 +133,24 @@ def capability_from_benchmark_tool(
     return capability
 
 
+#: A record's server and what the server says of itself (development catalogs).
+_SERVER_FIELDS = ("server", "server_description")
+
+
 def _source_ref(fields: Mapping[str, Any], source: str, raw_id: str) -> dict[str, str]:
-    """Where the tool came from: its server when the record names one (read only when the
-    caller asked for servers), else the catalog."""
+    """Where the tool came from: its server, with the server's description as ``capdisc import
+    mcp`` records it, when the record names one (read only when the caller asked for servers),
+    else the catalog."""
     server = str(fields.get("server") or "").strip()
     if not server:
         return {"type": "jsonl", "source": source, "location": raw_id}
-    return {"type": "mcp", "source": f"mcp:{server}", "location": str(fields.get("name") or raw_id)}
+    about = str(fields.get("server_description") or "")
+    return {
+        "type": "mcp",
+        "source": f"mcp:{server}",
+        "location": str(fields.get("name") or raw_id),
+        "description": first_paragraph(about, MAX_SOURCE_DESCRIPTION_CHARS)[0],
+    }
 
 
 def _safe(text: str, pattern: re.Pattern[str], limit: int) -> str:

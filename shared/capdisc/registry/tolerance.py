@@ -66,6 +66,15 @@ def tolerant_fields(
     return out, notes
 
 
+def first_paragraph(text: str, max_chars: int) -> tuple[str, bool]:
+    """The first paragraph of ``text``, cut at a word to at most ``max_chars`` (an MCP server's
+    description as its tools record it), and whether it was cut."""
+    first = text.strip().split("\n\n", 1)[0].strip()
+    if len(first) <= max_chars:
+        return first, False
+    return first[:max_chars].rsplit(" ", 1)[0].rstrip(), True
+
+
 def validated(record: Mapping[str, Any], source: str, schema_key: str) -> Capability:
     """:func:`capability_from_record`, with a schema problem named under ``schema_key`` (the
     importer's own name of the schema, ``parameters`` or ``inputSchema``) instead of

@@ -34,12 +34,15 @@ MCP_SOURCE = "mcp"
 class ServerContext:
     """Which texts name the MCP server a capability was imported from (:func:`server_of`):
     ``lexical`` its name words in the BM25 text, ``full`` and ``summary`` its name before the
-    capability's in the embedded texts. Capabilities of no server have the same texts whatever
-    is set. ``benchmarks/generalization.py --servers`` measures other choices."""
+    capability's in the embedded texts, ``described`` what the server says of itself
+    (``source_ref.description``) on the full text's last line. Capabilities of no server have
+    the same texts whatever is set. ``benchmarks/generalization.py --servers`` measures other
+    choices."""
 
     lexical: bool = False
     full: bool = False
     summary: bool = False
+    described: bool = False
 
 
 #: What the texts carry of the server: its name in the BM25 text and in the full text, not in
@@ -70,7 +73,17 @@ def full_text(capability: Capability, servers: ServerContext | None = None) -> s
         lines.append("Requires: " + ", ".join(capability.required_tools))
     if capability.example_queries:
         lines.append("Examples: " + "; ".join(capability.example_queries))
+    about = _server_description(capability, servers or SERVER_CONTEXT)
+    if about:
+        lines.append(f"Server: {about}")
     return "\n".join(lines)
+
+
+def _server_description(capability: Capability, servers: ServerContext) -> str:
+    """What the tool's MCP server says of itself, when the texts carry it."""
+    if not servers.described or not server_of(capability):
+        return ""
+    return capability.source_ref.description.strip()
 
 
 #: How the stored vector is made from the texts' embeddings; part of :func:`vector_space`.
