@@ -187,7 +187,9 @@ def _value(text: str) -> Any:
 # -- loading ---------------------------------------------------------------------------------------
 
 
-def load(suite: Suite, embedder: Embedder, cache: Path) -> Loaded:
+def load(suite: Suite, embedder: Embedder, cache: Path, asker: Embedder | None = None) -> Loaded:
+    """``suite`` indexed with ``embedder``, its queries embedded with ``asker`` (the same one
+    unless a model embeds queries and documents differently)."""
     catalog = load_catalog(_joined(suite, cache))
     queries = load_queries(suite.queries, catalog)
     answerable = sample_queries([q for q in queries if q.relevant], suite.sample, 0)
@@ -196,7 +198,8 @@ def load(suite: Suite, embedder: Embedder, cache: Path) -> Loaded:
         no_tool += load_queries(suite.extra_no_tool, catalog)
     snapshot = build_snapshot(catalog.capabilities, embedder, cache_dir=cache)
     plain = PlainFusion.build(catalog.capabilities, embedder, cache)
-    vectors = QueryVectors.embed(embedder, (q.query for q in [*answerable, *no_tool]), cache)
+    asked = (q.query for q in [*answerable, *no_tool])
+    vectors = QueryVectors.embed(asker or embedder, asked, cache)
     return Loaded(suite, catalog, snapshot, plain, answerable, no_tool, vectors)
 
 
