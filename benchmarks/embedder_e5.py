@@ -73,11 +73,7 @@ def main() -> None:
     if args.what == "speed":
         speed(model)
         return
-    passages, queries = E5(model, "passage"), E5(model, "query")
-    load = table.load
-    table.load = lambda suite, _embedder, cache: load(suite, passages, cache, queries)
-    sys.argv = [sys.argv[0], *rest]
-    table.main()
+    table.main(rest, E5(model, "passage"), E5(model, "query"))
 
 
 def speed(model: Any) -> None:

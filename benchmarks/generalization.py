@@ -106,11 +106,17 @@ class Loaded:
     vectors: QueryVectors
 
 
-def main() -> None:
-    args = _arguments()
+def main(
+    argv: Sequence[str] | None = None,
+    embedder: Embedder | None = None,
+    asker: Embedder | None = None,
+) -> None:
+    """The table; ``embedder`` (and ``asker`` for the queries, when it embeds them apart) in
+    place of ``--embedder``'s."""
+    args = _arguments(argv)
     if args.servers is not None:
         text.SERVER_CONTEXT = _server_context(args.servers)
-    embedder = make_embedder(args.embedder)
+    embedder = embedder or make_embedder(args.embedder)
     cache = default_cache_dir()
     chosen = set(args.only.split(",")) if args.only else None
     suites = [s for s in SUITES if (chosen is None or s.name in chosen) and _present(s)]
@@ -121,7 +127,7 @@ def main() -> None:
         "servers": asdict(text.SERVER_CONTEXT),
         "catalogs": {},
     }
-    loaded = [load(suite, embedder, cache) for suite in suites]
+    loaded = [load(suite, embedder, cache, asker) for suite in suites]
     print(_header(bool(overrides)))
     for item in loaded:
         figures = measure(item, overrides)
@@ -143,7 +149,7 @@ def main() -> None:
         args.json.write_text(json.dumps(report, indent=1))
 
 
-def _arguments() -> argparse.Namespace:
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--embedder", choices=["minilm", "hashing"], default="minilm")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -157,7 +163,7 @@ def _arguments() -> argparse.Namespace:
         help="MCP server in the texts: lexical,full,summary or none (default: the code's)",
     )
     parser.add_argument("--by-kind", action="store_true", help="recall@5 per query kind")
-    return parser.parse_args()
+    return parser.parse_args(argv)
 
 
 def _server_context(parts: str) -> text.ServerContext:

@@ -114,18 +114,10 @@ def capabilities_of(
     for tool in listing.tools:
         where = Path(f"{source}#{tool.get('name') or ''}")
         try:
-            found[where] = _capability(tool, Server(server, about), source, repairs)
+            found[where] = _capability(tool, server, about, source, repairs)
         except ManifestError as exc:
             errors[where] = exc
     return found, errors
-
-
-@dataclass(frozen=True)
-class Server:
-    """The server a tool is filed under: its short name and its own description."""
-
-    name: str
-    description: str
 
 
 def server_description(text: str, source: str, notes: list[str]) -> str:
@@ -155,9 +147,11 @@ _FIELDS = {
 }
 
 
-def _capability(tool: dict[str, Any], at: Server, source: str, notes: list[str]) -> Capability:
+def _capability(
+    tool: dict[str, Any], server: str, about: str, source: str, notes: list[str]
+) -> Capability:
+    """One tool of ``server`` (its short name; ``about``: its own description) as a capability."""
     where = f"{source} tool {str(tool.get('name') or '')!r}"
-    server = at.name
     picked = {wire: tool[key] for key, wire in _FIELDS.items() if tool.get(key) is not None}
     fields, repairs = tolerant_fields(picked, "inputSchema", where)
     name = str(fields.get("name") or "")
@@ -176,7 +170,7 @@ def _capability(tool: dict[str, Any], at: Server, source: str, notes: list[str])
             "type": "mcp",
             "source": source,
             "location": name,
-            "description": at.description,
+            "description": about,
         },
     }
     capability = validated(record, where, "inputSchema")

@@ -210,7 +210,8 @@ class CapabilityTable(Mapping[str, Capability]):
         offsets = np.zeros(len(picks) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         codes, values = self._picked_categories(picks, news)
-        available, open_rows = self.available[np.maximum(picks, 0)], self.open[np.maximum(picks, 0)]
+        kept = np.maximum(picks, 0)  # a new row (-1) reads row 0, then takes its own flags
+        available, open_rows = self.available[kept], self.open[kept]
         for row, capability in news.items():
             available[row], open_rows[row] = capability.available, capability.visibility.open
         return CapabilityTable(
