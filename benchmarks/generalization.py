@@ -15,6 +15,7 @@ keeps 95% of answerable queries answered.
     .venv/bin/python benchmarks/generalization.py [--set KEY=VALUE ...] [--only NAME,...]
                                                   [--fit KEY=V1,V2,...] [--json PATH]
                                                   [--servers PART,...] [--by-kind]
+                                                  [--full-weight W]
 
 ``--set`` runs the engine with discovery options changed (``DiscoveryConfig`` keys) beside the
 defaults and prints the difference per catalog. ``--fit`` is the leave-one-catalog-out check of
@@ -23,13 +24,19 @@ score on the one left out is printed beside the default's. ``--servers`` sets, f
 run, what the capability texts carry of the MCP server a tool came from
 (:class:`capdisc.retrieval.text.ServerContext`: a comma-separated subset of
 ``lexical,full,summary``, or ``none``: the texts of before). ``--by-kind`` adds recall@5 per
-query kind (single, names-server, multi-step) where the queries have kinds.
+query kind (single, names-server, multi-step) where the queries have kinds, and for tasks
+labelled with their steps the share of steps found (a step is found when one of its tools is
+in the top 5). ``--full-weight``
+sets, for the whole run, the full text's weight in each stored vector against the summary's
+(:func:`capdisc.retrieval.text.combine`; 1.0: the full text alone, one text embedded per
+capability instead of two).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
@@ -125,9 +132,10 @@ def main(
         "embedder": embedder.id,
         "overrides": overrides,
         "servers": asdict(text.SERVER_CONTEXT),
+        "full_weight": args.full_weight,
         "catalogs": {},
     }
-    loaded = [load(suite, embedder, cache, asker) for suite in suites]
+    loaded = [load(suite, embedder, cache, asker, args.full_weight) for suite in suites]
     print(_header(bool(overrides)))
     for item in loaded:
         figures = measure(item, overrides)
@@ -163,6 +171,13 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         help="MCP server in the texts: lexical,full,summary or none (default: the code's)",
     )
     parser.add_argument("--by-kind", action="store_true", help="recall@5 per query kind")
+    parser.add_argument(
+        "--full-weight",
+        type=float,
+        default=text.FULL_TEXT_WEIGHT,
+        metavar="W",
+        help="the full text's weight in the stored vectors (1.0: the full text alone)",
+    )
     return parser.parse_args(argv)
 
 
@@ -193,16 +208,25 @@ def _value(text: str) -> Any:
 # -- loading ---------------------------------------------------------------------------------------
 
 
-def load(suite: Suite, embedder: Embedder, cache: Path, asker: Embedder | None = None) -> Loaded:
-    """``suite`` indexed with ``embedder``, its queries embedded with ``asker`` (the same one
-    unless a model embeds queries and documents differently)."""
+def load(
+    suite: Suite,
+    embedder: Embedder,
+    cache: Path,
+    asker: Embedder | None = None,
+    full_weight: float = text.FULL_TEXT_WEIGHT,
+) -> Loaded:
+    """``suite`` indexed with ``embedder`` (stored vectors weighting the full text by
+    ``full_weight``), its queries embedded with ``asker`` (the same one unless a model embeds
+    queries and documents differently)."""
     catalog = load_catalog(_joined(suite, cache))
     queries = load_queries(suite.queries, catalog)
     answerable = sample_queries([q for q in queries if q.relevant], suite.sample, 0)
     no_tool = [q for q in queries if not q.relevant]
     if suite.extra_no_tool is not None:
         no_tool += load_queries(suite.extra_no_tool, catalog)
-    snapshot = build_snapshot(catalog.capabilities, embedder, cache_dir=cache)
+    snapshot = build_snapshot(
+        catalog.capabilities, embedder, cache_dir=cache, full_weight=full_weight
+    )
     plain = PlainFusion.build(catalog.capabilities, embedder, cache)
     asked = (q.query for q in [*answerable, *no_tool])
     vectors = QueryVectors.embed(asker or embedder, asked, cache)
@@ -210,14 +234,17 @@ def load(suite: Suite, embedder: Embedder, cache: Path, asker: Embedder | None =
 
 
 def _joined(suite: Suite, cache: Path) -> Path:
-    """The suite's catalog as one file (several tool files are concatenated, first wins)."""
+    """The suite's catalog as one file (several tool files are concatenated, first wins),
+    written apart and renamed into place, so runs side by side never read it half written."""
     if len(suite.tools) == 1:
         return suite.tools[0]
     cache.mkdir(parents=True, exist_ok=True)
     path = cache / f"catalog-{suite.name}.jsonl"
-    with path.open("w", encoding="utf-8") as out:
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    with partial.open("w", encoding="utf-8") as out:
         for part in suite.tools:
             out.write(part.read_text(encoding="utf-8").rstrip("\n") + "\n")
+    partial.replace(path)
     return path
 
 
@@ -318,6 +345,12 @@ def by_kind(item: Loaded, overrides: dict[str, Any]) -> dict[str, dict[str, Any]
             name: _scores([ranked[i] for i in rows], queries)["recall@5"]
             for name, ranked in rankings.items()
         }
+        steps = [_steps(q, item.catalog) for q in queries]
+        if all(steps):
+            out[kind]["steps@5"] = {
+                name: _steps_found([ranked[i] for i in rows], steps)
+                for name, ranked in rankings.items()
+            }
     return out
 
 
@@ -332,6 +365,26 @@ def _scores(ranked: Sequence[Sequence[str]], queries: Sequence[LabelledQuery]) -
     recall = [recall_at(r, q.relevant, 5) for r, q in zip(ranked, queries, strict=True)]
     ndcg = [ndcg_at(r, q.relevant, 5) for r, q in zip(ranked, queries, strict=True)]
     return {"recall@5": round(float(np.mean(recall)), 4), "ndcg@5": round(float(np.mean(ndcg)), 4)}
+
+
+def _steps(query: LabelledQuery, catalog: Catalog) -> list[set[str]]:
+    """The capability ids that can do each step of a multi-step task (its ``steps`` labels);
+    empty when it has none."""
+    found = (
+        [catalog.ids[t] for t in step if t in catalog.ids] for step in query.meta.get("steps", ())
+    )
+    return [set(ids) for ids in found if ids]
+
+
+def _steps_found(ranked: Sequence[Sequence[str]], steps: Sequence[list[set[str]]]) -> float:
+    """The share of a task's steps with at least one of their tools in its top 5, averaged
+    over tasks: unlike recall@5, a task whose steps each have several equivalent tools can
+    reach 1."""
+    shares = [
+        sum(bool(step.intersection(r[:5])) for step in task) / len(task)
+        for r, task in zip(ranked, steps, strict=True)
+    ]
+    return round(float(np.mean(shares)), 4)
 
 
 def _share(flags: Any) -> float:
@@ -409,6 +462,9 @@ def _kind_rows(name: str, kinds: dict[str, dict[str, Any]]) -> str:
             f"{f[k]:.3f}" for k in ("plain", "rank", "engine", "changed") if k in f
         )
         rows.append(f"  {name:<18} {kind:<13} {f['queries']:>5}  {figures}")
+        if "steps@5" in f:
+            found = " / ".join(f"{v:.3f}" for v in f["steps@5"].values())
+            rows.append(f"  {name:<18} {'  steps found':<13} {f['queries']:>5}  {found}")
     return "\n".join(rows)
 
 

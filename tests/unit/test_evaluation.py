@@ -14,6 +14,7 @@ from capdisc.bench.evaluation import (
     LabelledQuery,
     abstention_metrics,
     answer_floor,
+    build_snapshot,
     calibrated,
     embed_cached,
     fit_logistic,
@@ -29,6 +30,7 @@ from capdisc.bench.evaluation import (
 from capdisc.discovery.config import DiscoveryConfig
 from capdisc.embedders.hashing import HashingEmbedder
 from capdisc.embedders.port import Matrix
+from capdisc.models import Capability
 from capdisc.registry.catalogs import (
     capability_from_benchmark_tool,
     load_catalog,
@@ -332,6 +334,22 @@ def test_one_changed_text_is_the_only_one_embedded_again(tmp_path: Path) -> None
 
     assert embedder.texts == ["b tool changed"]
     assert np.allclose(again[1], embedder.embed(["b tool changed"])[0])
+
+
+def test_full_weight_one_embeds_and_stores_the_full_texts_alone(tmp_path: Path) -> None:
+    caps = [
+        Capability(
+            id=f"tool:t{i}", kind="tool", name=f"t{i}", description=f"Does thing {i}.\n\nMore."
+        )
+        for i in range(3)
+    ]
+    embedder = RecordingEmbedder(32)
+
+    snapshot = build_snapshot(caps, embedder, cache_dir=tmp_path, full_weight=1.0)
+
+    fulls = [full_text(c) for c in caps]
+    assert not set(embedder.texts) & ({summary_text(c) for c in caps} - set(fulls))
+    np.testing.assert_allclose(snapshot.vectors(), embedder.embed(fulls), atol=1e-6)
 
 
 class CountingEmbedder(HashingEmbedder):

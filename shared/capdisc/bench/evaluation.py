@@ -39,7 +39,7 @@ from capdisc.retrieval.index import RetrievalIndex
 from capdisc.retrieval.probes import PROBES
 from capdisc.retrieval.relevance import relevance
 from capdisc.retrieval.results import RetrievalResult
-from capdisc.retrieval.text import combine, full_text, summary_text
+from capdisc.retrieval.text import FULL_TEXT_WEIGHT, combine, full_text, summary_text
 
 RECALL_AT = (1, 3, 5, 10)
 Collection_ = Sequence[str] | set[str] | frozenset[str]
@@ -126,15 +126,25 @@ def embed_cached(
 
 
 def build_snapshot(
-    capabilities: Sequence[Capability], embedder: Embedder, *, cache_dir: Path | None = None
+    capabilities: Sequence[Capability],
+    embedder: Embedder,
+    *,
+    cache_dir: Path | None = None,
+    full_weight: float = FULL_TEXT_WEIGHT,
 ) -> IndexSnapshot:
     """Index ``capabilities`` the way a discovery worker does: each stored vector is
     :func:`capdisc.retrieval.text.combine` of the two texts' embeddings (cached on disk), then
-    :meth:`IndexSnapshot.build` with the embedder's calibration and probe vectors."""
+    :meth:`IndexSnapshot.build` with the embedder's calibration and probe vectors.
+    ``full_weight`` 1.0 stores the full text's embedding alone: one text embedded per
+    capability instead of two."""
     vectors = embed_cached(embedder, [full_text(c) for c in capabilities], cache_dir)
-    summaries = embed_cached(embedder, [summary_text(c) for c in capabilities], cache_dir)
+    summaries = (
+        embed_cached(embedder, [summary_text(c) for c in capabilities], cache_dir)
+        if full_weight < 1.0
+        else vectors
+    )
     entries = [
-        (cap, combine(full, summary).tobytes())
+        (cap, combine(full, summary, full_weight).tobytes())
         for cap, full, summary in zip(capabilities, vectors, summaries, strict=True)
     ]
     probes = embed_cached(embedder, list(PROBES), cache_dir)
