@@ -162,6 +162,16 @@ def search(
         ),
         ("Check the stock price of ACME. Thanks!", ["Check the stock price of ACME."]),
         ("Additionally, plan a trip to Rome this weekend.", ["plan a trip to Rome this weekend."]),
+        (
+            "read todo.txt and post its contents to the #team channel",
+            ["read todo.txt", "post its contents to the #team channel"],
+        ),
+        (
+            "make a folder backups, and move old.csv into it",
+            ["make a folder backups", "move old.csv into it"],
+        ),
+        ("search the web for cats and dogs", ["search the web for cats and dogs"]),
+        ("compare flights and hotels in Rome", ["compare flights and hotels in Rome"]),
         ("", []),
     ],
 )

@@ -19,6 +19,19 @@ _LEAD = re.compile(
     r"in addition|once (?:that|this) is done|after (?:this|that))\b[\s,:]*)+",
     re.IGNORECASE,
 )
+#: Verbs a request starts with: "read todo.txt and post it to slack" chains two requests,
+#: "search for cats and dogs" does not.
+_ACTIONS = (
+    "add|analy[sz]e|append|apply|archive|book|build|calculate|call|cancel|chart|check|clean|"
+    "click|close|commit|compare|compile|compute|convert|copy|count|create|crawl|delete|deploy|"
+    "describe|download|draft|draw|edit|email|export|extract|fetch|fill|filter|find|forward|"
+    "generate|get|import|insert|install|invite|leave|list|load|locate|look|make|merge|message|"
+    "move|notify|open|order|plot|post|print|publish|pull|push|put|read|record|remember|remove|"
+    "rename|reply|report|reserve|restart|retrieve|review|run|save|schedule|scrape|search|send|"
+    "set|share|show|sort|stage|start|stop|store|submit|summari[sz]e|sync|take|tell|translate|"
+    "update|upload|verify|visit|wait|write"
+)
+_AND_ACTION = re.compile(rf"(?:,\s*|\s+)and\s+(?=(?:{_ACTIONS})\b)", re.IGNORECASE)
 _MIN_SUBQUERY_WORDS = 3
 
 
@@ -36,8 +49,9 @@ def decompose(query: str, max_parts: int = 8) -> list[str]:
 def _decompose(query: str, max_parts: int) -> tuple[str, ...]:
     parts: list[str] = []
     for sentence in _SENTENCE.split(query):
-        for clause in _CHAIN.split(sentence.strip()):
-            text = _LEAD.sub("", clause.strip()).strip()
-            if len(words(text)) >= _MIN_SUBQUERY_WORDS:
-                parts.append(text)
+        for chained in _CHAIN.split(sentence.strip()):
+            for clause in _AND_ACTION.split(chained):
+                text = _LEAD.sub("", clause.strip()).strip()
+                if len(words(text)) >= _MIN_SUBQUERY_WORDS:
+                    parts.append(text)
     return tuple(parts[:max_parts])
