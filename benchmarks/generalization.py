@@ -26,10 +26,9 @@ run, what the capability texts carry of the MCP server a tool came from
 ``lexical,full,summary``, or ``none``: the texts of before). ``--by-kind`` adds recall@5 per
 query kind (single, names-server, multi-step) where the queries have kinds, and for tasks
 labelled with their steps the share of steps found (a step is found when one of its tools is
-in the top 5). ``--full-weight``
-sets, for the whole run, the full text's weight in each stored vector against the summary's
-(:func:`capdisc.retrieval.text.combine`; 1.0: the full text alone, one text embedded per
-capability instead of two).
+in the top 5). ``--full-weight`` sets, for the whole run, the full text's weight in each
+stored vector against the summary's (:func:`capdisc.retrieval.text.combine`; 1.0: the full
+text alone, one text embedded per capability instead of two).
 """
 
 from __future__ import annotations

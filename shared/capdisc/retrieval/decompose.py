@@ -1,5 +1,6 @@
 """Query decomposition: the separate requests of a query that chains several ("... Then ...
-Finally ..."), so each can find a capability of its own (:func:`decompose`).
+Finally ...", "read todo.txt and post it to slack"), so each can find a capability of its own
+(:func:`decompose`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ _MIN_SUBQUERY_WORDS = 3
 
 
 def decompose(query: str, max_parts: int = 8) -> list[str]:
-    """The separate requests of a query: sentences, then chained clauses ("and then ...").
+    """The separate requests of a query: sentences, then chained clauses ("and then ..."), then
+    clauses joined by "and" before an action verb ("read todo.txt and post it to slack"; "search
+    for cats and dogs" stays whole).
 
     Leading discourse markers ("Additionally,", "Finally,") are dropped, and so are fragments of
     fewer than three words. One part (or none) means the query is a single request. Memoized:
