@@ -31,6 +31,7 @@ from capdisc.embedders.port import Embedder
 from capdisc.resources import embedder_for
 from capdisc.retrieval.text import embedding_texts
 from capdisc.settings import Settings
+from model_latency import token_counts
 
 
 def main() -> None:
@@ -88,12 +89,6 @@ def view_figures(embedder: Embedder, texts: list[str], passes: list[float]) -> d
         figures["tokens"] = sum(counts)
         figures["tokens_median"] = sorted(counts)[len(counts) // 2]
     return figures
-
-
-def token_counts(model: MiniLMEmbedder, texts: list[str]) -> list[int]:
-    """Tokens of each text as the model sees it (after its length cut)."""
-    _session, tokenizer = model._load()
-    return [sum(e.attention_mask) for e in tokenizer.encode_batch(texts)]
 
 
 def report(figures: dict[str, Any]) -> None:
