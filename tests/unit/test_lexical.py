@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -248,6 +249,8 @@ def test_an_in_order_update_is_the_index_a_full_update_makes(
         "doc_terms",
         "doc_tf",
         "doc_len",
+        "dense_terms",
+        "dense_rows",
     ):
         assert np.array_equal(getattr(updated, name), getattr(full, name)), name
         assert getattr(updated, name).dtype == getattr(full, name).dtype, name
@@ -267,3 +270,62 @@ def test_postings_hold_32_bit_ids() -> None:
 
     assert index.indices.dtype == np.int32
     assert index.doc_terms.dtype == np.int32
+
+
+def _without_dense_rows(index: LexicalIndex) -> LexicalIndex:
+    return replace(
+        index,
+        dense_terms=np.zeros(0, dtype=np.int32),
+        dense_rows=np.zeros((0, index.num_docs), dtype=np.float32),
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(texts, min_size=1, max_size=20),
+    st.lists(texts, min_size=1, max_size=4),
+    st.sampled_from([0.0, 0.1, 0.5]),
+    st.sampled_from([1, 3, 32]),
+)
+def test_dense_rows_score_as_the_postings_do(
+    documents: list[str], queries: list[str], share: float, most: int
+) -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(lexical, "DENSE_SHARE", share)
+        patch.setattr(lexical, "DENSE_TERMS", most)
+        index = LexicalIndex.build(documents)
+    postings_only = _without_dense_rows(index)
+    ids = [index.term_ids(q) for q in queries]
+
+    np.testing.assert_allclose(index.scores_many(ids), postings_only.scores_many(ids), atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("df", "share", "most", "expected"),
+    [
+        ([6, 1, 9, 2], 0.5, 32, [0, 2]),  # in more than half of 10 documents
+        ([6, 1, 9, 2], 0.5, 1, [2]),  # only the most frequent one
+        ([6, 9, 7, 8], 0.1, 2, [1, 3]),  # the two most frequent, by id
+        ([1, 1, 1, 1], 0.1, 32, []),  # none in more than one document of 10
+    ],
+)
+def test_frequent_terms_get_dense_rows(
+    df: list[int], share: float, most: int, expected: list[int]
+) -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(lexical, "DENSE_SHARE", share)
+        patch.setattr(lexical, "DENSE_TERMS", most)
+        chosen = lexical._frequent_terms(np.asarray(df, dtype=np.int64), 10)
+
+    assert chosen.tolist() == expected and chosen.dtype == np.int32
+
+
+def test_a_frequent_term_is_scored_from_its_dense_row() -> None:
+    index = LexicalIndex.build(["weather map", "weather radar", "weather alerts", "email"])
+    weather = index.vocabulary["weather"]
+    assert weather in index.dense_terms.tolist()
+    blanked = replace(index, data=np.zeros_like(index.data))  # the postings no longer count
+
+    scores = blanked.scores(np.asarray([weather], dtype=np.int64))
+
+    assert (scores[:3] > 0).all() and scores[3] == 0

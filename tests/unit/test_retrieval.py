@@ -242,16 +242,25 @@ def test_top_rows_is_exact_with_ties_in_catalog_order(n: int, k: int, zeros: flo
 
 
 @pytest.mark.parametrize(
-    ("n", "k", "matched"),
-    [(100, 5, 0.5), (20_000, 64, 0.9), (20_000, 128, 0.3), (50_000, 3, 1.0), (20_000, 64, 0.001)],
+    ("n", "k", "matched", "admitted_share"),
+    [
+        (100, 5, 0.5, 0.8),
+        (20_000, 64, 0.9, 0.8),
+        (20_000, 128, 0.3, 0.8),
+        (50_000, 3, 1.0, 0.8),
+        (20_000, 64, 0.001, 0.8),
+        (50_000, 10, 1.0, 1.0),  # every row allowed: the sampled threshold decides
+        (50_000, 64, 1.0, 0.002),  # few allowed above the sampled threshold: every match
+        (50_000, 64, 0.01, 1.0),  # the sampled threshold is 0: every positive score
+    ],
 )
 def test_best_matching_holds_the_k_best_positive_scores_of_the_allowed_rows(
-    n: int, k: int, matched: float
+    n: int, k: int, matched: float, admitted_share: float
 ) -> None:
     rng = np.random.default_rng(n + k)
     scores = np.round(rng.random(n) * 30 + 1).astype(np.float32)  # many ties
     scores[rng.random(n) >= matched] = 0.0
-    allowed = rng.random(n) < 0.8
+    allowed = rng.random(n) < admitted_share
     admitted = scores[allowed & (scores > 0)]
 
     best = best_matching(scores, allowed, k)

@@ -39,6 +39,7 @@ from capdisc.models import Capability, Visibility
 from capdisc.registry.flags import Mark
 from capdisc.retrieval.config import calibrated_for
 from capdisc.retrieval.neighbors import BackgroundBuilder, CarriedGraph
+from capdisc.retrieval.persist import load_index, save_index
 from capdisc.retrieval.probes import PROBES
 from capdisc.retrieval.text import full_text
 from capdisc_workers.discovery import DiscoveryWorker
@@ -158,6 +159,26 @@ def test_a_snapshot_read_back_answers_as_the_one_written(
     assert np.array_equal(loaded.matrix, built.matrix)
     assert answers(loaded) == answers(built)
     assert loaded.tier0(200, "heuristic") == built.tier0(200, "heuristic")
+
+
+def test_an_index_written_before_dense_rows_makes_them_and_answers_the_same(
+    built: IndexSnapshot, tmp_path: Path
+) -> None:
+    index = built.retriever.index  # type: ignore[attr-defined]
+    save_index(index, tmp_path)
+    for name in ("dense_terms", "dense_rows"):
+        (tmp_path / f"r.lexicon.{name}.npy").unlink()
+
+    loaded = load_index(tmp_path)
+
+    assert len(loaded.lexicon.dense_terms)
+    assert np.array_equal(loaded.lexicon.dense_terms, index.lexicon.dense_terms)
+    assert np.array_equal(loaded.lexicon.dense_rows, index.lexicon.dense_rows)
+    for query in QUERIES:
+        vector = EMBEDDER.embed([query])[0]
+        got = loaded.search(query, vector, 10, embed=EMBEDDER.embed, config=SMALL)
+        want = index.search(query, vector, 10, embed=EMBEDDER.embed, config=SMALL)
+        assert [e.capability_id for e in got.entries] == [e.capability_id for e in want.entries]
 
 
 def test_a_delta_on_a_snapshot_read_back_equals_the_delta_on_the_built_one(

@@ -9,8 +9,8 @@ same :func:`tokenize`.
 :class:`LexicalIndex` is immutable. It builds the eager BM25 score matrix once (the scores
 ``bm25s`` computes, from per-document term counts it keeps, so an update re-tokenizes only what
 changed), then scores a query in one vectorized pass over the postings of its terms
-(``np.bincount``), returning a dense score row for the whole catalog so it can be fused with dense
-scores.
+(``np.add.at``; the few terms in a large share of the documents add a dense row each instead),
+returning a dense score row for the whole catalog so it can be fused with dense scores.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import itertools
 import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Protocol
 
@@ -36,6 +36,12 @@ Ids32 = npt.NDArray[np.int32]
 
 #: Postings a delta's arithmetic handles at a time (:func:`_chunks`): 4 MB per float32 array.
 CHUNK = 1 << 20
+#: A term in more than this share of the documents also gets its weights as one dense row
+#: (:attr:`LexicalIndex.dense_rows`): adding a row of the catalog's length is several times
+#: cheaper than gathering and counting that many postings. At most :data:`DENSE_TERMS` terms,
+#: the most frequent, so the rows cost at most 128 bytes a document.
+DENSE_SHARE = 0.1
+DENSE_TERMS = 32
 #: One word: an acronym (HTTP in HTTPServer), a capitalized or lowercase run, or digits. Letters
 #: outside ASCII count as lowercase, so "Café" stays one word.
 _WORD = re.compile(r"[A-Z]+(?![^\W\dA-Z_])|[A-Z]?[^\W\dA-Z_]+|[0-9]+")
@@ -260,6 +266,13 @@ class LexicalIndex:
     doc_len: Scores = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
     k1: float = 1.5
     b: float = 0.75
+    #: The most frequent terms (:data:`DENSE_SHARE`, :data:`DENSE_TERMS`), sorted, and each
+    #: one's weight in every document as one row of ``dense_rows`` (0 where it is absent): a
+    #: query scores them by adding rows, the other terms through their postings.
+    dense_terms: Ids32 = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
+    dense_rows: npt.NDArray[np.float32] = field(
+        default_factory=lambda: np.zeros((0, 0), dtype=np.float32)
+    )
 
     @classmethod
     def build(
@@ -324,7 +337,7 @@ class LexicalIndex:
         weights = _weights(idf, doc_terms, doc_tf, _norm(doc_len, k1, b)[owners])
         by_term = np.argsort(doc_terms, kind="stable")
         indptr = np.concatenate(([0], np.cumsum(df))).astype(np.int64)
-        return cls(
+        made = cls(
             vocab,
             weights[by_term],
             owners[by_term],
@@ -339,6 +352,16 @@ class LexicalIndex:
             k1,
             b,
         )
+        return made.with_dense_rows()
+
+    def with_dense_rows(self) -> LexicalIndex:
+        """This index with :attr:`dense_rows` made from its postings."""
+        frequent = _frequent_terms(np.diff(self.indptr), self.num_docs)
+        rows = np.zeros((len(frequent), self.num_docs), dtype=np.float32)
+        for slot, term in enumerate(frequent.tolist()):
+            start, end = self.indptr[term], self.indptr[term + 1]
+            rows[slot, self.indices[start:end]] = self.data[start:end]
+        return replace(self, dense_terms=frequent, dense_rows=rows)
 
     def row_terms(self, row: int) -> tuple[Ids32, Scores, float]:
         """Document ``row``'s distinct term ids, their counts and its length."""
@@ -360,24 +383,53 @@ class LexicalIndex:
         return row
 
     def scores_many(self, queries: Sequence[IntArray]) -> npt.NDArray[np.float32]:
-        """BM25 scores of several queries at once: one row per query (one ``bincount``)."""
+        """BM25 scores of several queries at once: one row per query (the postings of their
+        less frequent terms added in one ``np.add.at``, then the dense rows of the frequent
+        ones)."""
         n = self.num_docs
         if not queries:
             return np.zeros((0, n), dtype=np.float32)
-        term_ids = np.concatenate([np.asarray(q, dtype=np.int64) for q in queries])
-        if term_ids.size == 0 or n == 0:
-            return np.zeros((len(queries), n), dtype=np.float32)
-        starts, ends = self.indptr[term_ids], self.indptr[term_ids + 1]
-        lengths = ends - starts
-        postings = np.arange(int(lengths.sum()), dtype=np.int64)
-        postings += np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
-        query_of_term = np.repeat(
-            np.arange(len(queries), dtype=np.int64), [len(q) for q in queries]
+        sparse, dense = self._split(queries)
+        slices = [
+            (query * n, slice(int(self.indptr[term]), int(self.indptr[term + 1])))
+            for query, terms in enumerate(sparse)
+            for term in terms.tolist()
+        ]  # each term's postings are one slice: copied, not gathered
+        targets = np.concatenate(
+            [np.zeros(0, dtype=np.int64)]
+            + [
+                self.indices[at] + np.int64(offset) if offset else self.indices[at]
+                for offset, at in slices
+            ]
         )
-        targets = self.indices[postings] + np.repeat(query_of_term * n, lengths)
-        flat = np.bincount(targets, weights=self.data[postings], minlength=len(queries) * n)
-        result: npt.NDArray[np.float32] = flat.astype(np.float32).reshape(len(queries), n)
+        weights = np.concatenate(
+            [np.zeros(0, dtype=np.float32)] + [self.data[at] for _offset, at in slices]
+        )
+        flat = np.zeros(len(queries) * n, dtype=np.float32)
+        np.add.at(flat, targets, weights)  # in float32: no float64 row to convert
+        result: npt.NDArray[np.float32] = flat.reshape(len(queries), n)
+        for row, slots in zip(result, dense, strict=True):
+            for slot in slots.tolist():
+                row += self.dense_rows[slot]
         return result
+
+    def _split(self, queries: Sequence[IntArray]) -> tuple[list[IntArray], list[IntArray]]:
+        """Per query, its term ids scored through postings, and the :attr:`dense_rows` slots
+        of the others."""
+        sparse: list[IntArray] = []
+        dense: list[IntArray] = []
+        frequent = self.dense_terms
+        for query in queries:
+            ids = np.asarray(query, dtype=np.int64)
+            if not frequent.size:
+                sparse.append(ids)
+                dense.append(ids[:0])
+                continue
+            slots = np.searchsorted(frequent, ids)
+            hit = frequent[np.minimum(slots, frequent.size - 1)] == ids
+            sparse.append(ids[~hit])
+            dense.append(slots[hit])
+        return sparse, dense
 
     def coverage(self, term_ids: IntArray, rows: Sequence[int]) -> Scores:
         """For each of ``rows``, the share of the query's IDF weight among the terms the
@@ -423,6 +475,16 @@ class LexicalIndex:
     def search(self, query: str) -> Scores:
         """BM25 score of every document for ``query``."""
         return self.scores(self.term_ids(query))
+
+
+def _frequent_terms(df: IntArray, n: int) -> Ids32:
+    """The terms that get a dense row: in more than :data:`DENSE_SHARE` of ``n`` documents, the
+    :data:`DENSE_TERMS` most frequent at most, sorted by id."""
+    candidates = np.flatnonzero(df > DENSE_SHARE * n)
+    if candidates.size > DENSE_TERMS:
+        order = np.argsort(-df[candidates], kind="stable")[:DENSE_TERMS]
+        candidates = candidates[order]
+    return np.sort(candidates).astype(np.int32)
 
 
 def _idf(df: IntArray, n: int) -> Scores:
@@ -482,7 +544,7 @@ def _updated(
     weights = np.empty(len(terms), dtype=np.float32)
     for at in _chunks(len(terms)):
         weights[at] = _weights(idf, terms[at], tf[at], norm[owners[at]])
-    return LexicalIndex(
+    updated = LexicalIndex(
         vocab,
         weights,
         owners,
@@ -497,6 +559,7 @@ def _updated(
         previous.k1,
         previous.b,
     )
+    return updated.with_dense_rows()
 
 
 def _kept_postings(previous: LexicalIndex, picks: IntArray) -> tuple[Ids32, Ids32, Scores | None]:

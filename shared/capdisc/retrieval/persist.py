@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence, Sized
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,9 @@ TABLE_ARRAYS = ("blob", "offsets", "category_codes", "available", "open")
 TABLE = "table.json"
 #: The lexicon's arrays (:class:`LexicalIndex` fields).
 LEXICON = ("data", "indices", "indptr", "idf", "doc_indptr", "doc_terms", "doc_tf", "doc_len")
+#: The lexicon's dense rows of its most frequent terms (made from the postings when a snapshot
+#: written before them has none).
+LEXICON_DENSE = ("dense_terms", "dense_rows")
 
 
 def save_index(index: RetrievalIndex, directory: Path) -> list[str]:
@@ -66,7 +70,7 @@ def save_index(index: RetrievalIndex, directory: Path) -> list[str]:
     if index.probe_rows is not None:
         array("probe_rows", index.probe_rows)
     lexicon = index.lexicon
-    for name in LEXICON:
+    for name in LEXICON + LEXICON_DENSE:
         array(f"lexicon.{name}", getattr(lexicon, name))
     facet_keys: dict[str, list[str]] = {}
     for facet in FACETS:
@@ -141,6 +145,9 @@ def load_index(directory: Path, *, mmap: bool = True) -> RetrievalIndex:
         float(lex["k1"]),
         float(tables["lexicon_b"]),
     )
+    lexicon = _dense_rows(
+        lexicon, array("lexicon.dense_terms", True), array("lexicon.dense_rows", True)
+    )
     facets = {
         facet: _facet(tables["facets"][facet], array(f"{facet}.offsets"), array(f"{facet}.rows"))
         for facet in FACETS
@@ -190,6 +197,15 @@ def _graph(base: NeighborIndex, nodes: RowArray | None, rows: Sized) -> Graph:
     if len(nodes) != len(rows) or (len(nodes) and int(nodes.max()) >= base.rows):
         raise ValueError(f"the graph's nodes do not fit {len(rows)} capabilities")
     return CarriedGraph(base, np.asarray(nodes, dtype=np.int64))
+
+
+def _dense_rows(lexicon: LexicalIndex, terms: Any, rows: Any) -> LexicalIndex:
+    """``lexicon`` with the dense rows read (or made, when none were written)."""
+    if terms is None or rows is None:
+        return lexicon.with_dense_rows()
+    if rows.ndim != 2 or rows.shape != (len(terms), lexicon.num_docs):
+        raise ValueError(f"the lexicon's dense rows of shape {rows.shape} do not fit it")
+    return replace(lexicon, dense_terms=terms, dense_rows=rows)
 
 
 def _facet(

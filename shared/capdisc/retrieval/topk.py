@@ -48,8 +48,15 @@ def candidate_pool(ranking: list[int], bm25: Scores, allowed: BoolArray, size: i
 
 def best_matching(scores: Scores, allowed: BoolArray, k: int) -> IntArray:
     """Rows of the ``k`` best positive scores among the allowed (fewer when fewer match; in no
-    particular order): BM25 scores are zero for most rows, so only the matching ones are sorted."""
-    rows: IntArray = np.flatnonzero((scores > 0) & allowed)
+    particular order): BM25 scores are zero for most rows, so only the matching ones are sorted.
+    On a large catalog a strided sample first gives a threshold most rows fall under, so only
+    the rows above it are looked at (every matching row when fewer than ``k`` allowed ones pass
+    it)."""
+    if k > 0 and scores.size > 8 * _SAMPLE and k * 8 < scores.size:
+        rows = _above_sample(scores, allowed, k)
+        if rows is not None:
+            return rows[np.argpartition(-scores[rows], k - 1)[:k]] if rows.size > k else rows
+    rows = np.flatnonzero((scores > 0) & allowed)
     if rows.size <= k:
         return rows
     values = scores[rows]
@@ -58,6 +65,18 @@ def best_matching(scores: Scores, allowed: BoolArray, k: int) -> IntArray:
         rows, values = rows[keep], values[keep]
     picked: IntArray = rows[np.argpartition(-values, k - 1)[:k]] if rows.size > k else rows
     return picked
+
+
+def _above_sample(scores: Scores, allowed: BoolArray, k: int) -> IntArray | None:
+    """The allowed rows with a positive score at or above a threshold that a strided sample of
+    every row puts at about its ``2k``-th largest, when at least ``k`` of them are (then they
+    hold the ``k`` best allowed positive scores); else None."""
+    sample = scores[:: scores.size // _SAMPLE]
+    need = min(sample.size, 2 * (k * sample.size) // scores.size + 2)
+    threshold = max(float(np.partition(sample, sample.size - need)[sample.size - need]), 0.0)
+    rows: IntArray = np.flatnonzero(scores > threshold if threshold == 0.0 else scores >= threshold)
+    rows = rows[allowed[rows]]
+    return rows if rows.size >= k else None
 
 
 def _at_least_kth(values: Scores, k: int) -> IntArray:
