@@ -155,9 +155,10 @@ CORPUS = [
 def _score_table(index: LexicalIndex) -> dict[tuple[str, int], float]:
     terms = {term_id: term for term, term_id in index.vocabulary.items()}
     table = {}
+    data, indices, indptr = index.postings()
     for term_id, term in terms.items():
-        for at in range(int(index.indptr[term_id]), int(index.indptr[term_id + 1])):
-            table[(term, int(index.indices[at]))] = float(index.data[at])
+        for at in range(int(indptr[term_id]), int(indptr[term_id + 1])):
+            table[(term, int(indices[at]))] = float(data[at])
     return table
 
 
@@ -251,6 +252,7 @@ def test_an_in_order_update_is_the_index_a_full_update_makes(
         "doc_len",
         "dense_terms",
         "dense_rows",
+        "dense_df",
     ):
         assert np.array_equal(getattr(updated, name), getattr(full, name)), name
         assert getattr(updated, name).dtype == getattr(full, name).dtype, name
@@ -273,10 +275,15 @@ def test_postings_hold_32_bit_ids() -> None:
 
 
 def _without_dense_rows(index: LexicalIndex) -> LexicalIndex:
+    data, indices, indptr = index.postings()
     return replace(
         index,
+        data=data,
+        indices=indices,
+        indptr=indptr,
         dense_terms=np.zeros(0, dtype=np.int32),
         dense_rows=np.zeros((0, index.num_docs), dtype=np.float32),
+        dense_df=np.zeros(0, dtype=np.int64),
     )
 
 
@@ -324,8 +331,32 @@ def test_a_frequent_term_is_scored_from_its_dense_row() -> None:
     index = LexicalIndex.build(["weather map", "weather radar", "weather alerts", "email"])
     weather = index.vocabulary["weather"]
     assert weather in index.dense_terms.tolist()
-    blanked = replace(index, data=np.zeros_like(index.data))  # the postings no longer count
+    blanked = replace(index, data=np.zeros_like(index.data))  # the other terms' postings
 
     scores = blanked.scores(np.asarray([weather], dtype=np.int64))
 
     assert (scores[:3] > 0).all() and scores[3] == 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(texts, min_size=1, max_size=20), st.sampled_from([0.0, 0.3]))
+def test_postings_give_back_every_terms_postings(documents: list[str], share: float) -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(lexical, "DENSE_TERMS", 0)
+        whole = LexicalIndex.build(documents)
+        patch.setattr(lexical, "DENSE_SHARE", share)
+        patch.setattr(lexical, "DENSE_TERMS", 3)
+        index = LexicalIndex.build(documents)
+
+    for got, want in zip(index.postings(), whole.postings(), strict=True):
+        assert np.array_equal(got, want) and got.dtype == want.dtype
+    kept = int(np.diff(whole.indptr)[index.dense_terms].sum())
+    assert index.data.size == whole.data.size - kept  # a dense row's postings are not kept
+
+
+def test_a_dense_terms_document_frequency_is_kept() -> None:
+    index = LexicalIndex.build(["weather map", "weather radar", "weather alerts", "email"])
+    assert index.vocabulary["weather"] in index.dense_terms.tolist()
+
+    assert index.document_frequency("weather") == 3
+    assert index.document_frequencies(["weather", "email"]) == {"weather": 3, "email": 1}

@@ -266,13 +266,15 @@ class LexicalIndex:
     doc_len: Scores = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
     k1: float = 1.5
     b: float = 0.75
-    #: The most frequent terms (:data:`DENSE_SHARE`, :data:`DENSE_TERMS`), sorted, and each
-    #: one's weight in every document as one row of ``dense_rows`` (0 where it is absent): a
-    #: query scores them by adding rows, the other terms through their postings.
+    #: The most frequent terms (:data:`DENSE_SHARE`, :data:`DENSE_TERMS`), sorted, each one's
+    #: weight in every document as one row of ``dense_rows`` (0 where it is absent) and its
+    #: document frequency in ``dense_df``. Their postings are not kept (``indptr`` gives
+    #: them none): a query scores them by adding rows, the other terms through postings.
     dense_terms: Ids32 = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
     dense_rows: npt.NDArray[np.float32] = field(
         default_factory=lambda: np.zeros((0, 0), dtype=np.float32)
     )
+    dense_df: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @classmethod
     def build(
@@ -355,13 +357,63 @@ class LexicalIndex:
         return made.with_dense_rows()
 
     def with_dense_rows(self) -> LexicalIndex:
-        """This index with :attr:`dense_rows` made from its postings."""
-        frequent = _frequent_terms(np.diff(self.indptr), self.num_docs)
+        """This index, which keeps every term's postings, with its most frequent terms moved
+        to :attr:`dense_rows` (their postings dropped: a dense row is at most 1.25 times the
+        postings it replaces, and cheaper once a term is in half the documents)."""
+        if self.dense_terms.size:
+            return self
+        df = np.diff(self.indptr)
+        frequent = _frequent_terms(df, self.num_docs)
         rows = np.zeros((len(frequent), self.num_docs), dtype=np.float32)
         for slot, term in enumerate(frequent.tolist()):
-            start, end = self.indptr[term], self.indptr[term + 1]
-            rows[slot, self.indices[start:end]] = self.data[start:end]
-        return replace(self, dense_terms=frequent, dense_rows=rows)
+            at = slice(int(self.indptr[term]), int(self.indptr[term + 1]))
+            rows[slot, self.indices[at]] = self.data[at]
+        kept_df = df.copy()
+        kept_df[frequent] = 0
+        kept = np.repeat(kept_df > 0, df) if frequent.size else slice(None)
+        return replace(
+            self,
+            data=self.data[kept],
+            indices=self.indices[kept],
+            indptr=np.concatenate(([0], np.cumsum(kept_df))).astype(np.int64),
+            dense_terms=frequent,
+            dense_rows=rows,
+            dense_df=df[frequent].astype(np.int64),
+        )
+
+    def postings(self) -> tuple[Scores, Ids32, IntArray]:
+        """Every term's postings (weights, rows, offsets by term), the dense rows' terms
+        among them: what :meth:`with_dense_rows` was made from."""
+        if not self.dense_terms.size:
+            return self.data, self.indices, self.indptr
+        weights: list[Scores] = []
+        rows: list[Ids32] = []
+        start = 0
+        for slot, term in enumerate(self.dense_terms.tolist()):
+            end = int(self.indptr[term])
+            weights.append(self.data[start:end])
+            rows.append(self.indices[start:end])
+            present = np.flatnonzero(self.dense_rows[slot]).astype(np.int32)
+            weights.append(self.dense_rows[slot][present])
+            rows.append(present)
+            start = end
+        weights.append(self.data[start:])
+        rows.append(self.indices[start:])
+        df = np.diff(self.indptr)
+        df[self.dense_terms] = self.dense_df
+        return (
+            np.concatenate(weights),
+            np.concatenate(rows),
+            np.concatenate(([0], np.cumsum(df))).astype(np.int64),
+        )
+
+    def _df(self, term_id: int) -> int:
+        """How many documents hold term ``term_id``."""
+        if self.dense_terms.size:
+            slot = int(np.searchsorted(self.dense_terms, term_id))
+            if slot < self.dense_terms.size and int(self.dense_terms[slot]) == term_id:
+                return int(self.dense_df[slot])
+        return int(self.indptr[term_id + 1] - self.indptr[term_id])
 
     def row_terms(self, row: int) -> tuple[Ids32, Scores, float]:
         """Document ``row``'s distinct term ids, their counts and its length."""
@@ -455,8 +507,7 @@ class LexicalIndex:
         terms = tokenize(word, stem=self.stem)
         if len(terms) != 1 or terms[0] not in self.vocabulary:
             return 0
-        term_id = self.vocabulary[terms[0]]
-        return int(self.indptr[term_id + 1] - self.indptr[term_id])
+        return self._df(self.vocabulary[terms[0]])
 
     def document_frequencies(self, words: Sequence[str]) -> dict[str, int]:
         """:meth:`document_frequency` of many words at once (one stemmer call)."""
@@ -467,9 +518,7 @@ class LexicalIndex:
         out = {}
         for word, low, term in zip(distinct, lowered, stems, strict=True):
             term_id = self.vocabulary.get(term) if low not in STOPWORDS else None
-            out[word] = (
-                0 if term_id is None else int(self.indptr[term_id + 1] - self.indptr[term_id])
-            )
+            out[word] = 0 if term_id is None else self._df(term_id)
         return out
 
     def search(self, query: str) -> Scores:
@@ -569,11 +618,11 @@ def _kept_postings(previous: LexicalIndex, picks: IntArray) -> tuple[Ids32, Ids3
     moved = np.full(previous.num_docs, -1, dtype=np.int32)
     kept = np.flatnonzero(picks >= 0)
     moved[picks[kept]] = kept
-    old_rows = previous.indices
-    terms = np.repeat(np.arange(len(previous.indptr) - 1, dtype=np.int32), np.diff(previous.indptr))
+    data, old_rows, indptr = previous.postings()
+    terms = np.repeat(np.arange(len(indptr) - 1, dtype=np.int32), np.diff(indptr))
     rows = moved[old_rows]
     keep = rows >= 0
-    terms, old_rows, rows, weights = terms[keep], old_rows[keep], rows[keep], previous.data[keep]
+    terms, old_rows, rows, weights = terms[keep], old_rows[keep], rows[keep], data[keep]
     norm = _norm(previous.doc_len, previous.k1, previous.b)
     tf = np.empty(len(weights), dtype=np.float32)
     for at in _chunks(len(weights)):

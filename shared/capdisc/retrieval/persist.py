@@ -42,7 +42,7 @@ TABLE = "table.json"
 LEXICON = ("data", "indices", "indptr", "idf", "doc_indptr", "doc_terms", "doc_tf", "doc_len")
 #: The lexicon's dense rows of its most frequent terms (made from the postings when a snapshot
 #: written before them has none).
-LEXICON_DENSE = ("dense_terms", "dense_rows")
+LEXICON_DENSE = ("dense_terms", "dense_rows", "dense_df")
 
 
 def save_index(index: RetrievalIndex, directory: Path) -> list[str]:
@@ -145,9 +145,7 @@ def load_index(directory: Path, *, mmap: bool = True) -> RetrievalIndex:
         float(lex["k1"]),
         float(tables["lexicon_b"]),
     )
-    lexicon = _dense_rows(
-        lexicon, array("lexicon.dense_terms", True), array("lexicon.dense_rows", True)
-    )
+    lexicon = _dense_rows(lexicon, *(array(f"lexicon.{name}", True) for name in LEXICON_DENSE))
     facets = {
         facet: _facet(tables["facets"][facet], array(f"{facet}.offsets"), array(f"{facet}.rows"))
         for facet in FACETS
@@ -199,13 +197,14 @@ def _graph(base: NeighborIndex, nodes: RowArray | None, rows: Sized) -> Graph:
     return CarriedGraph(base, np.asarray(nodes, dtype=np.int64))
 
 
-def _dense_rows(lexicon: LexicalIndex, terms: Any, rows: Any) -> LexicalIndex:
-    """``lexicon`` with the dense rows read (or made, when none were written)."""
-    if terms is None or rows is None:
+def _dense_rows(lexicon: LexicalIndex, terms: Any, rows: Any, df: Any) -> LexicalIndex:
+    """``lexicon`` with its dense rows as read; made from its postings when none were written
+    (a snapshot written before they were: its postings are every term's)."""
+    if terms is None or rows is None or df is None:
         return lexicon.with_dense_rows()
-    if rows.ndim != 2 or rows.shape != (len(terms), lexicon.num_docs):
+    if rows.ndim != 2 or rows.shape != (len(terms), lexicon.num_docs) or len(df) != len(terms):
         raise ValueError(f"the lexicon's dense rows of shape {rows.shape} do not fit it")
-    return replace(lexicon, dense_terms=terms, dense_rows=rows)
+    return replace(lexicon, dense_terms=terms, dense_rows=rows, dense_df=df)
 
 
 def _facet(
