@@ -22,7 +22,14 @@ from capdisc.retrieval.documents import lexical_text
 from capdisc.retrieval.index import RetrievalIndex
 from capdisc.retrieval.relevance import _quantile
 from capdisc.retrieval.results import RetrievalResult
-from capdisc.retrieval.scoring import fuse, minmax, reciprocal_ranks, zscore
+from capdisc.retrieval.scoring import (
+    fuse,
+    fuse_pooled,
+    lexical_moments,
+    minmax,
+    reciprocal_ranks,
+    zscore,
+)
 from capdisc.retrieval.topk import best_matching, top_rows
 
 EMBEDDER = HashingEmbedder(256)
@@ -225,6 +232,22 @@ def test_every_fusion_prefers_a_row_both_sides_rank_first(fusion: str) -> None:
         config,
     )
     assert int(np.argmax(fused)) == 1
+
+
+def test_pooled_fusion_with_given_moments_equals_the_full_pass() -> None:
+    rng = np.random.default_rng(3)
+    cosine = rng.random(500).astype(np.float32)
+    bm25 = np.where(rng.random(500) < 0.2, rng.random(500) * 9, 0).astype(np.float32)
+    flat = np.zeros(500, dtype=np.float32)
+    pool = np.array([0, 7, 42, 499])
+    config = DEFAULT_CONFIG
+    moments = (np.array([cosine.mean()]), np.array([cosine.var()]))
+
+    for lexical in (bm25, flat):
+        given = lexical_moments(lexical[None, :])
+        pooled = fuse_pooled(cosine[pool][None, :], *moments, lexical[None, :], pool, config, given)
+        full = fuse(cosine, lexical, config)
+        np.testing.assert_allclose(pooled[0], full[pool], rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize(

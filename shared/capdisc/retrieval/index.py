@@ -46,7 +46,7 @@ from capdisc.retrieval.names import NameTable, build_name_table, named_rows, row
 from capdisc.retrieval.neighbors import Graph, NeighborSlot, dense_candidates
 from capdisc.retrieval.relevance import abstain_threshold, probe_cosines
 from capdisc.retrieval.results import RetrievalResult, Scored, best_rows, entries, merge
-from capdisc.retrieval.scoring import fuse, fuse_pooled, mix_moments
+from capdisc.retrieval.scoring import fuse, fuse_pooled, lexical_moments, mix_moments
 from capdisc.retrieval.topk import BoolArray, best_matching, candidate_pool
 
 #: Embeds extra query texts (sub-queries): one L2-normalized row per text.
@@ -382,12 +382,14 @@ class _Pooled:
             [max(float(vector @ index.moment @ vector) - mean * mean, 1e-12)], dtype=np.float32
         )
         self.bm25 = np.zeros((1, 0), dtype=np.float32)
+        self.lexical = (np.zeros(1, dtype=np.float32), np.full(1, np.inf, dtype=np.float32))
         self.term_ids = np.zeros(0, dtype=np.int64)
 
     def score(self, query: str) -> Scored:
         index = self.index
         self.term_ids = index.lexicon.term_ids(query)
         self.bm25 = index.lexicon.scores(self.term_ids)[None, :]
+        self.lexical = lexical_moments(self.bm25)  # once, for every pool this query scores
         dense = dense_candidates(
             index.matrix,
             self.vector,
@@ -409,7 +411,7 @@ class _Pooled:
     def _at(self, pool: npt.NDArray[np.int64]) -> Scored:
         cosine = self.index.matrix[pool] @ self.vector
         fused = fuse_pooled(
-            cosine[None, :], self.means, self.variances, self.bm25, pool, self.config
+            cosine[None, :], self.means, self.variances, self.bm25, pool, self.config, self.lexical
         )
         return Scored(pool, cosine, fused[0], self.term_ids)
 

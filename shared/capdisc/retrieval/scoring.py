@@ -89,21 +89,26 @@ def fuse_pooled(
     bm25: Scores,
     pool: IntArray,
     config: RetrievalConfig,
+    lexical: tuple[Scores, Scores] | None = None,
 ) -> Scores:
     """The mix of several query texts (one row each) at the ``pool`` rows only.
 
     ``cosine`` holds each text's cosines at ``pool``; ``means`` and ``variances`` are each
-    text's catalog-wide cosine moments; ``bm25`` holds each text's BM25 scores of every row.
-    The z-scores use the catalog-wide moments, so they equal a full pass's."""
+    text's catalog-wide cosine moments; ``bm25`` holds each text's BM25 scores of every row,
+    whose moments are ``lexical`` when given (:func:`lexical_moments`). The z-scores use the
+    catalog-wide moments, so they equal a full pass's."""
     dense_z = (cosine - means[:, None]) / np.sqrt(np.clip(variances, 1e-12, None))[:, None]
-    return mix(dense_z.astype(np.float32), _lexical_z_at(bm25, pool).astype(np.float32), config)
+    mean, deviation = lexical if lexical is not None else lexical_moments(bm25)
+    lexical_z = (bm25[:, pool] - mean[:, None]) / deviation[:, None]  # flat rows: 0
+    return mix(dense_z.astype(np.float32), lexical_z.astype(np.float32), config)
 
 
-def _lexical_z_at(bm25: Scores, pool: IntArray) -> Scores:
-    """Each row of ``bm25`` z-scored over the whole catalog, taken at ``pool`` (flat rows: 0)."""
+def lexical_moments(bm25: Scores) -> tuple[Scores, Scores]:
+    """Each row of ``bm25``'s mean and deviation over the whole catalog (an infinite deviation
+    for a flat row, so its z-scores are 0)."""
     n = max(bm25.shape[1], 1)
-    lex_mean = bm25.sum(axis=1) / n
-    lex_var = np.einsum("ij,ij->i", bm25, bm25) / n - lex_mean**2
-    lex_sd = np.where(lex_var > 1e-18, np.sqrt(np.clip(lex_var, 1e-18, None)), np.inf)
-    lexical_z: Scores = (bm25[:, pool] - lex_mean[:, None]) / lex_sd[:, None]
-    return lexical_z
+    mean = bm25.sum(axis=1, dtype=np.float64) / n
+    squares = np.fromiter((float(np.dot(row, row)) for row in bm25), np.float64, len(bm25))
+    variance = squares / n - mean**2
+    deviation = np.where(variance > 1e-18, np.sqrt(np.clip(variance, 1e-18, None)), np.inf)
+    return mean.astype(np.float32), deviation.astype(np.float32)
