@@ -382,29 +382,36 @@ class LexicalIndex:
             dense_df=df[frequent].astype(np.int64),
         )
 
+    def posting_runs(self) -> Iterator[tuple[Ids32, Ids32, Scores]]:
+        """Every term's postings in term order, a run at a time (each posting's term, row and
+        weight): the kept postings between two dense rows' terms as one run, each dense row's
+        as another. What :meth:`postings` concatenates, without holding it all at once."""
+        start_term = 0
+        dense = zip(self.dense_terms.tolist(), self.dense_rows, strict=True)
+        for term, row in [*dense, (len(self.indptr) - 1, None)]:
+            at = slice(int(self.indptr[start_term]), int(self.indptr[term]))
+            counts = np.diff(self.indptr[start_term : term + 1])
+            yield (
+                np.repeat(np.arange(start_term, term, dtype=np.int32), counts),
+                self.indices[at],
+                self.data[at],
+            )
+            if row is not None:
+                present = np.flatnonzero(row).astype(np.int32)
+                yield np.full(present.size, term, dtype=np.int32), present, row[present]
+            start_term = term + 1
+
     def postings(self) -> tuple[Scores, Ids32, IntArray]:
         """Every term's postings (weights, rows, offsets by term), the dense rows' terms
         among them: what :meth:`with_dense_rows` was made from."""
         if not self.dense_terms.size:
             return self.data, self.indices, self.indptr
-        weights: list[Scores] = []
-        rows: list[Ids32] = []
-        start = 0
-        for slot, term in enumerate(self.dense_terms.tolist()):
-            end = int(self.indptr[term])
-            weights.append(self.data[start:end])
-            rows.append(self.indices[start:end])
-            present = np.flatnonzero(self.dense_rows[slot]).astype(np.int32)
-            weights.append(self.dense_rows[slot][present])
-            rows.append(present)
-            start = end
-        weights.append(self.data[start:])
-        rows.append(self.indices[start:])
+        runs = list(self.posting_runs())
         df = np.diff(self.indptr)
         df[self.dense_terms] = self.dense_df
         return (
-            np.concatenate(weights),
-            np.concatenate(rows),
+            np.concatenate([weights for _terms, _rows, weights in runs]),
+            np.concatenate([rows for _terms, rows, _weights in runs]),
             np.concatenate(([0], np.cumsum(df))).astype(np.int64),
         )
 
@@ -619,11 +626,24 @@ def _kept_postings(previous: LexicalIndex, picks: IntArray) -> tuple[Ids32, Ids3
     moved = np.full(previous.num_docs, -1, dtype=np.int32)
     kept = np.flatnonzero(picks >= 0)
     moved[picks[kept]] = kept
-    data, old_rows, indptr = previous.postings()
-    terms = np.repeat(np.arange(len(indptr) - 1, dtype=np.int32), np.diff(indptr))
-    rows = moved[old_rows]
-    keep = rows >= 0
-    terms, old_rows, rows, weights = terms[keep], old_rows[keep], rows[keep], data[keep]
+    run_terms: list[Ids32] = []
+    run_old: list[Ids32] = []
+    run_new: list[Ids32] = []
+    run_weights: list[Scores] = []
+    for terms_of, rows_of, weights_of in previous.posting_runs():
+        new_rows = moved[rows_of]
+        keep = new_rows >= 0
+        run_terms.append(terms_of[keep])
+        run_old.append(rows_of[keep])
+        run_new.append(new_rows[keep])
+        run_weights.append(weights_of[keep])
+    terms, old_rows, rows = (
+        np.concatenate(run_terms),
+        np.concatenate(run_old),
+        np.concatenate(run_new),
+    )
+    weights = np.concatenate(run_weights)
+    del run_terms, run_old, run_new, run_weights
     norm = _norm(previous.doc_len, previous.k1, previous.b)
     tf = np.empty(len(weights), dtype=np.float32)
     for at in _chunks(len(weights)):
