@@ -191,6 +191,21 @@ def test_an_index_written_before_dense_rows_makes_them_and_answers_the_same(
         assert [e.capability_id for e in got.entries] == [e.capability_id for e in want.entries]
 
 
+@pytest.mark.parametrize("terms", [[10**6], [5, 3]])
+def test_dense_rows_of_terms_the_lexicon_lacks_are_refused(
+    built: IndexSnapshot, tmp_path: Path, terms: list[int]
+) -> None:
+    index = built.retriever.index  # type: ignore[attr-defined]
+    save_index(index, tmp_path)
+    rows = np.zeros((len(terms), len(index)), dtype=np.float32)
+    np.save(tmp_path / "r.lexicon.dense_terms.npy", np.asarray(terms, dtype=np.int32))
+    np.save(tmp_path / "r.lexicon.dense_rows.npy", rows)
+    np.save(tmp_path / "r.lexicon.dense_df.npy", np.ones(len(terms), dtype=np.int64))
+
+    with pytest.raises(ValueError, match="dense rows name terms"):
+        load_index(tmp_path)
+
+
 def test_a_delta_on_a_snapshot_read_back_equals_the_delta_on_the_built_one(
     built: IndexSnapshot, tmp_path: Path
 ) -> None:

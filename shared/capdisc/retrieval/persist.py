@@ -204,6 +204,12 @@ def _dense_rows(lexicon: LexicalIndex, terms: Any, rows: Any, df: Any) -> Lexica
         return lexicon.with_dense_rows()
     if rows.ndim != 2 or rows.shape != (len(terms), lexicon.num_docs) or len(df) != len(terms):
         raise ValueError(f"the lexicon's dense rows of shape {rows.shape} do not fit it")
+    if len(terms) and not (
+        int(terms[0]) >= 0
+        and int(terms[-1]) < len(lexicon.idf)
+        and bool(np.all(terms[1:] > terms[:-1]))
+    ):
+        raise ValueError("the lexicon's dense rows name terms it does not have, or out of order")
     return replace(lexicon, dense_terms=terms, dense_rows=rows, dense_df=df)
 
 
