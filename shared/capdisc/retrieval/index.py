@@ -382,7 +382,7 @@ class _Pooled:
             [max(float(vector @ index.moment @ vector) - mean * mean, 1e-12)], dtype=np.float32
         )
         self.bm25 = np.zeros((1, 0), dtype=np.float32)
-        self.lexical = (np.zeros(1, dtype=np.float32), np.full(1, np.inf, dtype=np.float32))
+        self.lexical = lexical_moments(np.zeros((1, 1), dtype=np.float32))
         self.term_ids = np.zeros(0, dtype=np.int64)
 
     def score(self, query: str) -> Scored:

@@ -9,12 +9,14 @@ catalog moments given (:func:`mix_moments`, :func:`fuse_pooled`); both equal the
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
+import numpy.typing as npt
 
 from capdisc.retrieval.config import RetrievalConfig
 from capdisc.retrieval.lexical import IntArray, Scores
+
+#: Per query text, a catalog-wide moment of its scores (double precision).
+Moments = npt.NDArray[np.float64]
 
 
 def fuse(cosine: Scores, bm25: Scores, config: RetrievalConfig) -> Scores:
@@ -72,10 +74,9 @@ def mix_moments(
 ) -> Scores:
     """``mix(zscore(cosine), zscore(bm25))`` with the dense moments given: two passes."""
     w = config.dense_weight
-    n = max(bm25.size, 1)
-    lex_mean = float(bm25.sum()) / n
-    lex_var = float(np.dot(bm25, bm25)) / n - lex_mean * lex_mean
-    lex_scale = (1.0 - w) / math.sqrt(lex_var) if lex_var > 1e-18 else 0.0
+    means, deviations = lexical_moments(bm25[None, :])
+    lex_mean = float(means[0])
+    lex_scale = (1.0 - w) / float(deviations[0])  # 0 for a flat row
     fused: Scores = cosine * np.float32(w / deviation)
     fused += bm25 * np.float32(lex_scale)
     fused -= np.float32(w * mean / deviation + lex_scale * lex_mean)
@@ -89,7 +90,7 @@ def fuse_pooled(
     bm25: Scores,
     pool: IntArray,
     config: RetrievalConfig,
-    lexical: tuple[Scores, Scores] | None = None,
+    lexical: tuple[Moments, Moments] | None = None,
 ) -> Scores:
     """The mix of several query texts (one row each) at the ``pool`` rows only.
 
@@ -103,12 +104,12 @@ def fuse_pooled(
     return mix(dense_z.astype(np.float32), lexical_z.astype(np.float32), config)
 
 
-def lexical_moments(bm25: Scores) -> tuple[Scores, Scores]:
-    """Each row of ``bm25``'s mean and deviation over the whole catalog (an infinite deviation
-    for a flat row, so its z-scores are 0)."""
+def lexical_moments(bm25: Scores) -> tuple[Moments, Moments]:
+    """Each row of ``bm25``'s mean and deviation over the whole catalog, in double precision
+    (an infinite deviation for a flat row, so its z-scores are 0)."""
     n = max(bm25.shape[1], 1)
     mean = bm25.sum(axis=1, dtype=np.float64) / n
     squares = np.fromiter((float(np.dot(row, row)) for row in bm25), np.float64, len(bm25))
     variance = squares / n - mean**2
-    deviation = np.where(variance > 1e-18, np.sqrt(np.clip(variance, 1e-18, None)), np.inf)
-    return mean.astype(np.float32), deviation.astype(np.float32)
+    deviation: Moments = np.where(variance > 1e-18, np.sqrt(np.clip(variance, 1e-18, None)), np.inf)
+    return mean, deviation

@@ -52,7 +52,7 @@ def best_matching(scores: Scores, allowed: BoolArray, k: int) -> IntArray:
     On a large catalog a strided sample first gives a threshold most rows fall under, so only
     the rows above it are looked at (every matching row when fewer than ``k`` allowed ones pass
     it)."""
-    if k > 0 and scores.size > 8 * _SAMPLE and k * 8 < scores.size:
+    if k > 0 and _worth_sampling(scores.size, k):
         rows = _above_sample(scores, allowed, k)
         if rows is not None:
             return rows[np.argpartition(-scores[rows], k - 1)[:k]] if rows.size > k else rows
@@ -60,7 +60,7 @@ def best_matching(scores: Scores, allowed: BoolArray, k: int) -> IntArray:
     if rows.size <= k:
         return rows
     values = scores[rows]
-    if k > 0 and rows.size > 8 * _SAMPLE and k * 8 < rows.size:
+    if k > 0 and _worth_sampling(rows.size, k):
         keep = _at_least_kth(values, k)
         rows, values = rows[keep], values[keep]
     picked: IntArray = rows[np.argpartition(-values, k - 1)[:k]] if rows.size > k else rows
@@ -71,9 +71,7 @@ def _above_sample(scores: Scores, allowed: BoolArray, k: int) -> IntArray | None
     """The allowed rows with a positive score at or above a threshold that a strided sample of
     every row puts at about its ``2k``-th largest, when at least ``k`` of them are (then they
     hold the ``k`` best allowed positive scores); else None."""
-    sample = scores[:: scores.size // _SAMPLE]
-    need = min(sample.size, 2 * (k * sample.size) // scores.size + 2)
-    threshold = max(float(np.partition(sample, sample.size - need)[sample.size - need]), 0.0)
+    threshold = max(_sampled_threshold(scores, k), 0.0)
     rows: IntArray = np.flatnonzero(scores > threshold if threshold == 0.0 else scores >= threshold)
     rows = rows[allowed[rows]]
     return rows if rows.size >= k else None
@@ -83,9 +81,7 @@ def _at_least_kth(values: Scores, k: int) -> IntArray:
     """Positions of ``values`` that surely hold its ``k`` largest: those at or above a
     threshold a strided sample puts below the ``k``-th largest (every position when it does
     not), so the many matches of a common word are not all partitioned."""
-    sample = values[:: values.size // _SAMPLE]
-    need = min(sample.size, 2 * (k * sample.size) // values.size + 2)
-    threshold = np.partition(sample, sample.size - need)[sample.size - need]
+    threshold = _sampled_threshold(values, k)
     keep: IntArray = np.flatnonzero(values >= threshold)
     return keep if keep.size >= k else np.arange(values.size)
 
@@ -97,11 +93,9 @@ def _above_threshold(scores: Scores, allowed: BoolArray, k: int) -> IntArray:
     everyone = bool(allowed.all())
     n = scores.size
     rows: IntArray = np.arange(n) if everyone else np.flatnonzero(allowed)
-    if n <= 8 * _SAMPLE or k * 8 >= n:
+    if not _worth_sampling(n, k):
         return rows
-    sample = scores[:: n // _SAMPLE]
-    need = min(sample.size, 2 * (k * sample.size) // n + 2)
-    threshold = np.partition(sample, sample.size - need)[sample.size - need]
+    threshold = _sampled_threshold(scores, k)
     above = scores > threshold if everyone else (scores > threshold) & allowed
     count = int(np.count_nonzero(above))
     if count > n // 4:
@@ -113,3 +107,16 @@ def _above_threshold(scores: Scores, allowed: BoolArray, k: int) -> IntArray:
     if count + ties.size < k:
         return rows
     return np.concatenate([np.flatnonzero(above), ties])
+
+
+def _worth_sampling(n: int, k: int) -> bool:
+    """Whether ``n`` scores are enough, against ``k`` wanted, for a sampled threshold to pay."""
+    return n > 8 * _SAMPLE and k * 8 < n
+
+
+def _sampled_threshold(values: Scores, k: int) -> float:
+    """About the ``2k``-th largest of ``values``, read off a strided sample of :data:`_SAMPLE`
+    of them (callers check that enough values pass it, and fall back when not)."""
+    sample = values[:: values.size // _SAMPLE]
+    need = min(sample.size, 2 * (k * sample.size) // values.size + 2)
+    return float(np.partition(sample, sample.size - need)[sample.size - need])
