@@ -1,7 +1,7 @@
 """Applying registry events: the tasks that take encoded events off the indexing queue.
 
 Each event is decoded and admitted (with auth on, its token must grant ``write`` on its tenant);
-what it does is decided and written atomically by :func:`capdisc.registry.store.apply_event`
+what it does is decided and written atomically by :func:`capdisc.registry.store.apply_events`
 (the policy is :func:`capdisc.registry.policy.decide`), with the vectors it needs embedded
 beforehand, a chunk of events at a time (:mod:`capdisc_workers.embedding`): the later chunks'
 on the embedding thread while this one's are written, so the model does not wait for Redis.
@@ -30,10 +30,11 @@ from capdisc.registry.normalize import capability_from_record
 from capdisc.registry.policy import retry_delay_s
 from capdisc.registry.store import (
     Outcome,
-    apply_event,
+    apply_events,
     needing_vectors,
     record_ack,
     record_acks,
+    transaction_runs,
 )
 from capdisc.retrieval.text import vector_space
 from capdisc_workers import metrics
@@ -111,10 +112,11 @@ def apply_payloads(res: Resources, task: Any, payloads: list[str]) -> list[dict[
         try:
             for chunk, vectors in zip(parsed, making, strict=True):
                 try:
-                    for slot, _payload, event, capability in chunk:
-                        outcomes[slot] = _apply(
-                            res, task, event, capability, vectors.result(), space
-                        )
+                    made = vectors.result()
+                    for run in _runs(chunk):
+                        applied = _apply(res, task, run, made, space)
+                        for (slot, *_rest), outcome in zip(run, applied, strict=True):
+                            outcomes[slot] = outcome
                 finally:
                     _settle(res, chunk, outcomes, space)
         except EmbeddingError as exc:
@@ -203,36 +205,54 @@ def _vectors_needed(
     return {**changed, **vectors_for(client, embedder, stored, use_cache=False)}
 
 
+def _runs(chunk: list[_Pending]) -> list[list[_Pending]]:
+    """``chunk`` cut where :func:`capdisc.registry.store.apply_events` starts a transaction, so
+    each run's outcomes are kept as soon as it is written."""
+    runs, start = [], 0
+    for run in transaction_runs((event, capability) for _s, _p, event, capability in chunk):
+        runs.append(chunk[start : start + len(run)])
+        start += len(run)
+    return runs
+
+
 def _apply(
     res: Resources,
     task: Any,
-    event: RegistryEvent,
-    capability: Capability | None,
+    run: list[_Pending],
     vectors: dict[str, tuple[str, bytes]],
     space: str,
-) -> dict[str, Any]:
+) -> list[dict[str, Any]]:
+    """Apply one transaction's events (:func:`capdisc.registry.store.apply_events`) with the
+    vectors made for their chunk; their outcomes, in order."""
+    reindexed = {event.capability_id for _s, _p, event, _c in run if event.type == "reindex"}
+
     def vector_for(cap: Capability) -> bytes:
         made = vectors.get(cap.id)
         if made is not None and made[0] == cap.content_hash:
             return made[1]
         # not foreseen by the batch (a write raced it): embedded alone
-        again = vectors_for(res.redis, res.embedder, [cap], use_cache=event.type != "reindex")
+        again = vectors_for(res.redis, res.embedder, [cap], use_cache=cap.id not in reindexed)
         return again[cap.id][1]
 
     # acknowledged with the write, or with an external store once it holds the change too
-    outcome = apply_event(
-        res.redis, event, capability, vector_for, space, acknowledge=res.store is None
+    applied = apply_events(
+        res.redis,
+        [(event, capability) for _s, _p, event, capability in run],
+        vector_for,
+        space,
+        acknowledge=res.store is None,
     )
-    log.info(
-        "event_applied",
-        event_id=event.event_id,
-        tenant=event.tenant,
-        capability_id=event.capability_id,
-        task_id=task.request.id,
-        decision=outcome.decision,
-        index_version=outcome.version,
-    )
-    return outcome.to_dict()
+    for outcome in applied:
+        log.info(
+            "event_applied",
+            event_id=outcome.event_id,
+            tenant=run[0][2].tenant,
+            capability_id=outcome.capability_id,
+            task_id=task.request.id,
+            decision=outcome.decision,
+            index_version=outcome.version,
+        )
+    return [outcome.to_dict() for outcome in applied]
 
 
 def _settle(

@@ -1,9 +1,10 @@
 """The registry in Redis: stored records, tombstones, vectors, index versions and change records.
 
-Writers (indexing workers) apply one event at a time under optimistic locking (WATCH on the
-tenant's records, tombstones and version), so the record, the vector, its tool-poisoning flag
-(:mod:`capdisc.registry.flags`, scanned as it is written), the version bump, the change record
-and the acknowledgement to a waiting publisher land together or not at all. Readers (discovery
+Writers (indexing workers) apply events under optimistic locking (WATCH on the tenant's
+records, tombstones and version), a run of one tenant's events in one transaction, so an
+event's record, vector, tool-poisoning flag (:mod:`capdisc.registry.flags`, scanned as it is
+written), version bump, change record and acknowledgement to a waiting publisher land together
+or not at all. Readers (discovery
 workers, producers, status) read consistent snapshots in one MULTI.
 
 A full reindex's staging and swap are :mod:`capdisc.registry.reindexstore`, the repair of
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,23 +108,118 @@ class Spaces:
         return list(dict.fromkeys([self.own, self.active, *self.write_targets()]))
 
 
+#: Events of one tenant written in one transaction: one round trip to read what they find and
+#: one to write them, instead of about ten per event, while a transaction stays short enough
+#: not to hold other clients up.
+TRANSACTION_EVENTS = 128
+#: Concurrent writes a transaction of several events may meet before its events are applied
+#: one at a time (each then retried until it lands, as a single event always is).
+BATCH_CONFLICTS = 3
+VectorFor = Callable[[Capability], bytes]
+
+
 def apply_event(
     client: Redis,
     event: RegistryEvent,
     capability: Capability | None,
-    vector_for: Callable[[Capability], bytes],
+    vector_for: VectorFor,
     space: str,
     *,
     acknowledge: bool = True,
 ) -> Outcome:
-    """Apply one decoded event atomically; ``vector_for`` runs only when an embedding is needed.
-    ``space`` is the writer's vector space; a reindex event re-embeds the stored capability.
-    The outcome of an event of a publish batch is acknowledged in the same transaction, so a
-    worker killed right after the write cannot leave the producer with a wrong outcome; unless
-    not ``acknowledge`` (the caller acknowledges it once the change is written elsewhere too,
-    :func:`record_acks`)."""
-    tenant, cap_id = event.tenant, event.capability_id
-    watched = (
+    """Apply one decoded event atomically: :func:`apply_events` of that event alone."""
+    return apply_events(client, [(event, capability)], vector_for, space, acknowledge=acknowledge)[
+        0
+    ]
+
+
+def apply_events(
+    client: Redis,
+    items: Iterable[tuple[RegistryEvent, Capability | None]],
+    vector_for: VectorFor,
+    space: str,
+    *,
+    acknowledge: bool = True,
+) -> list[Outcome]:
+    """Apply decoded events in order, each atomically with the others of its transaction:
+    consecutive events of one tenant, up to :data:`TRANSACTION_EVENTS`, are read in one round
+    trip under WATCH, decided in order (a later event of the same capability finds what an
+    earlier one left) and written in one MULTI (:func:`transaction_runs`).
+
+    ``vector_for`` runs only when an embedding is needed. ``space`` is the writer's vector
+    space; a reindex event re-embeds the stored capability. The outcome of an event of a
+    publish batch is acknowledged in the same transaction, so a worker killed right after the
+    write cannot leave the producer with a wrong outcome; unless not ``acknowledge`` (the
+    caller acknowledges it once the change is written elsewhere too, :func:`record_acks`)."""
+    outcomes: list[Outcome] = []
+    for run in transaction_runs(items):
+        outcomes += _apply_run(client, run, vector_for, space, acknowledge)
+    return outcomes
+
+
+def transaction_runs(
+    items: Iterable[tuple[RegistryEvent, Capability | None]],
+) -> Iterator[list[tuple[RegistryEvent, Capability | None]]]:
+    """``items`` cut where :func:`apply_events` starts a new transaction: at a change of tenant
+    and every :data:`TRANSACTION_EVENTS` events."""
+    run: list[tuple[RegistryEvent, Capability | None]] = []
+    for item in items:
+        if run and (item[0].tenant != run[0][0].tenant or len(run) >= TRANSACTION_EVENTS):
+            yield run
+            run = []
+        run.append(item)
+    if run:
+        yield run
+
+
+@dataclass
+class _Current:
+    """One capability as the next event of a transaction finds it."""
+
+    stored: StoredRecord | None
+    tombstone: int | None
+    has_vector: bool
+    flag: Flag | None
+
+
+@dataclass(frozen=True)
+class _Step:
+    """What one event does: its decision, the record before and after it (None: none stored),
+    the vector it stores and the flag its capability's scan left."""
+
+    event: RegistryEvent
+    decision: Decision
+    before: StoredRecord | None
+    after: StoredRecord | None
+    vector: bytes | None
+    flag: Flag | None
+
+
+def _apply_run(
+    client: Redis,
+    run: list[tuple[RegistryEvent, Capability | None]],
+    vector_for: VectorFor,
+    space: str,
+    acknowledge: bool,
+) -> list[Outcome]:
+    """One tenant's events in one transaction, again while another writer changes the tenant
+    meanwhile; after :data:`BATCH_CONFLICTS` such conflicts, one event at a time."""
+    conflicts = 0
+    while True:
+        try:
+            return _transaction(client, run, vector_for, space, acknowledge)
+        except redis.WatchError:
+            conflicts += 1
+            if len(run) > 1 and conflicts >= BATCH_CONFLICTS:
+                return [
+                    outcome
+                    for item in run
+                    for outcome in _apply_run(client, [item], vector_for, space, acknowledge)
+                ]
+
+
+def _watched(tenant: str) -> tuple[str, ...]:
+    return (
         keys.caps(tenant),
         keys.tombstones(tenant),
         keys.version(tenant),
@@ -131,57 +227,150 @@ def apply_event(
         keys.reindex(tenant),
         keys.flags(tenant),
     )
+
+
+def _transaction(
+    client: Redis,
+    run: list[tuple[RegistryEvent, Capability | None]],
+    vector_for: VectorFor,
+    space: str,
+    acknowledge: bool,
+) -> list[Outcome]:
+    """Read, decide and write ``run`` (one tenant's events); WatchError if the tenant changed
+    between the read and the write. The read goes through another connection after the
+    WATCH: whatever changes after the WATCH fails the MULTI, so what was read still holds."""
+    tenant = run[0][0].tenant
     with client.pipeline(transaction=True) as pipe:
-        while True:
-            try:
-                pipe.watch(*watched)  # type: ignore[no-untyped-call]
-                stored = _read_record(pipe, tenant, cap_id)
-                if event.type == "reindex" and stored is not None:
-                    capability = Capability.from_dict(stored.capability)
-                tomb = pipe.hget(keys.tombstones(tenant), cap_id)
-                version = int(pipe.get(keys.version(tenant)) or 0)
-                spaces = read_spaces(pipe, tenant, space)
-                content_hash = capability.content_hash if capability else None
-                has_vector = bool(pipe.hexists(keys.vectors(tenant, space), cap_id))
-                decision = decide(
-                    event, stored, int(tomb) if tomb else None, content_hash, has_vector
-                )
-                vector = (
-                    vector_for(capability)
-                    if decision in ("upsert", "reindex") and capability
-                    else None
-                )
-                flag = _rescan(pipe, tenant, cap_id, capability) if vector else None
-                pipe.multi()
-                version = _write(pipe, event, capability, decision, version, vector, spaces, stored)
-                _queue_flag(pipe, tenant, cap_id, decision, flag)
-                outcome = Outcome(
-                    event.event_id,
-                    cap_id,
-                    decision,
-                    version,
-                    ownership_note(event, decision, stored),
-                )
-                if event.batch_id and acknowledge:
-                    _queue_ack(pipe, event.batch_id, outcome.to_dict())
-                pipe.execute()
-                return outcome
-            except redis.WatchError:
-                continue
+        pipe.watch(*_watched(tenant))  # type: ignore[no-untyped-call]
+        version, spaces, current = _read_current(
+            client, tenant, [event.capability_id for event, _ in run], space
+        )
+        steps = []
+        for event, capability in run:
+            state = current[event.capability_id]
+            step = _step(event, capability, state, vector_for)
+            _advance(state, step)
+            steps.append(step)
+        pipe.multi()
+        outcomes = []
+        for step in steps:
+            version = _write(pipe, step, version, spaces)
+            _queue_flag(pipe, tenant, step.event.capability_id, step.decision, step.flag)
+            outcome = Outcome(
+                step.event.event_id,
+                step.event.capability_id,
+                step.decision,
+                version,
+                ownership_note(step.event, step.decision, step.before),
+            )
+            if step.event.batch_id and acknowledge:
+                _queue_ack(pipe, step.event.batch_id, outcome.to_dict())
+            outcomes.append(outcome)
+        pipe.execute()
+        return outcomes
 
 
-def _rescan(pipe: Any, tenant: str, cap_id: str, capability: Capability | None) -> Flag | None:
-    """The tool-poisoning flag of ``capability`` as it is about to be stored: scanned now, its
-    previous flag's approval carried over (:func:`capdisc.registry.flags.rescanned`). An unreadable
-    previous flag counts as none (its approval is lost: it is reviewed again)."""
-    if capability is None:
-        return None
-    raw = pipe.hget(keys.flags(tenant), cap_id)
+def _read_current(
+    client: Redis, tenant: str, ids: list[str], space: str
+) -> tuple[int, Spaces, dict[str, _Current]]:
+    """The tenant's version and spaces, and each of ``ids`` as stored, in one round trip."""
+    unique = list(dict.fromkeys(ids))
+    with client.pipeline(transaction=False) as reads:
+        reads.get(keys.version(tenant))
+        reads.get(keys.space(tenant))
+        reads.hgetall(keys.reindex(tenant))
+        reads.hmget(keys.caps(tenant), unique)
+        reads.hmget(keys.tombstones(tenant), unique)
+        reads.hmget(keys.flags(tenant), unique)
+        for cap_id in unique:
+            reads.hexists(keys.vectors(tenant, space), cap_id)
+        version, active, marker, records, tombs, flags, *vectors = reads.execute()
+    current = {
+        cap_id: _Current(
+            StoredRecord.from_dict(json.loads(record)) if record else None,
+            int(tomb) if tomb else None,
+            bool(has_vector),
+            _previous_flag(flag),
+        )
+        for cap_id, record, tomb, flag, has_vector in zip(
+            unique, records, tombs, flags, vectors, strict=True
+        )
+    }
+    return int(version or 0), _spaces(active, marker, space), current
+
+
+def _previous_flag(raw: bytes | str | None) -> Flag | None:
+    """A stored flag; an unreadable one counts as none (its approval is lost: it is reviewed
+    again)."""
     try:
-        previous = Flag.from_json(raw) if raw else None
+        return Flag.from_json(raw) if raw else None
     except (ValueError, KeyError, TypeError):
-        previous = None
-    return rescanned(capability, previous)
+        return None
+
+
+def _step(
+    event: RegistryEvent,
+    capability: Capability | None,
+    current: _Current,
+    vector_for: VectorFor,
+) -> _Step:
+    """What ``event`` does to its capability as ``current`` holds it (the vector made only
+    when one is stored; the tool-poisoning flag of what is stored scanned now, its previous
+    flag's approval carried over, :func:`capdisc.registry.flags.rescanned`)."""
+    stored = current.stored
+    if event.type == "reindex" and stored is not None:
+        capability = Capability.from_dict(stored.capability)
+    content_hash = capability.content_hash if capability else None
+    decision = decide(event, stored, current.tombstone, content_hash, current.has_vector)
+    vector = vector_for(capability) if decision in ("upsert", "reindex") and capability else None
+    flag = rescanned(capability, current.flag) if vector and capability else None
+    return _Step(
+        event,
+        decision,
+        stored,
+        _record_after(event, capability, decision, stored, vector),
+        vector,
+        flag,
+    )
+
+
+def _record_after(
+    event: RegistryEvent,
+    capability: Capability | None,
+    decision: Decision,
+    stored: StoredRecord | None,
+    vector: bytes | None,
+) -> StoredRecord | None:
+    """The record stored once ``event`` is applied."""
+    if decision == "unchanged" and capability is not None:
+        return StoredRecord(
+            capability.to_dict(), event.seq, capability.content_hash, event.occurred_at_ms
+        )
+    if decision in ("upsert", "reindex") and capability is not None and vector is not None:
+        seq = stored.seq if decision == "reindex" and stored else event.seq
+        return StoredRecord(
+            capability.to_dict(), seq, capability.content_hash, int(time.time() * 1000)
+        )
+    if decision in ("upsert", "reindex", "delete"):
+        return None
+    return stored
+
+
+def _advance(current: _Current, step: _Step) -> None:
+    """``current`` as the next event of the same capability finds it after ``step``."""
+    decision = step.decision
+    if decision in ("delete", "absent"):
+        current.tombstone = step.event.seq
+    if decision not in ("upsert", "reindex", "delete", "unchanged"):
+        return
+    current.stored = step.after
+    if decision == "unchanged":
+        return
+    current.flag = step.flag
+    if step.after is not None:
+        current.tombstone, current.has_vector = None, True
+    else:
+        current.has_vector = False
 
 
 def _queue_flag(pipe: Any, tenant: str, cap_id: str, decision: Decision, flag: Flag | None) -> None:
@@ -195,8 +384,10 @@ def _queue_flag(pipe: Any, tenant: str, cap_id: str, decision: Decision, flag: F
 
 def read_spaces(client: Any, tenant: str, own: str) -> Spaces:
     """The :class:`Spaces` of a writer whose vector space is ``own``."""
-    active = client.get(keys.space(tenant))
-    marker = client.hgetall(keys.reindex(tenant))
+    return _spaces(client.get(keys.space(tenant)), client.hgetall(keys.reindex(tenant)), own)
+
+
+def _spaces(active: bytes | str | None, marker: dict[Any, Any], own: str) -> Spaces:
     build = {as_str(k): as_str(v) for k, v in marker.items()}
     staging = keys.staging_space(own, build["job"]) if build.get("target") == own else None
     return Spaces(own, as_str(active) if active else own, staging)
@@ -236,43 +427,29 @@ def needing_vectors(
     return needed
 
 
-def _write(
-    pipe: Any,
-    event: RegistryEvent,
-    capability: Capability | None,
-    decision: Decision,
-    version: int,
-    vector: bytes | None,
-    spaces: Spaces,
-    stored: StoredRecord | None,
-) -> int:
+def _write(pipe: Any, step: _Step, version: int, spaces: Spaces) -> int:
+    """Queue what ``step`` changes; the tenant's version after it."""
+    event, decision, before, after = step.event, step.decision, step.before, step.after
     tenant, cap_id = event.tenant, event.capability_id
     pipe.sadd(keys.TENANTS, tenant)
     if decision in ("delete", "absent"):
         pipe.hset(keys.tombstones(tenant), cap_id, event.seq)
-    if decision == "unchanged" and capability is not None:
-        record = StoredRecord(
-            capability.to_dict(), event.seq, capability.content_hash, event.occurred_at_ms
-        )
-        pipe.hset(keys.caps(tenant), cap_id, json.dumps(record.to_dict()))
-        _index_source(pipe, tenant, cap_id, stored, record)
+    if decision == "unchanged" and after is not None:
+        pipe.hset(keys.caps(tenant), cap_id, json.dumps(after.to_dict()))
+        _index_source(pipe, tenant, cap_id, before, after)
     if decision not in ("upsert", "delete", "reindex"):
         return version
     version += 1
-    if decision in ("upsert", "reindex") and capability is not None and vector is not None:
-        seq = stored.seq if decision == "reindex" and stored else event.seq
-        record = StoredRecord(
-            capability.to_dict(), seq, capability.content_hash, int(time.time() * 1000)
-        )
-        pipe.hset(keys.caps(tenant), cap_id, json.dumps(record.to_dict()))
-        _index_source(pipe, tenant, cap_id, stored, record)
+    if after is not None and step.vector is not None:
+        pipe.hset(keys.caps(tenant), cap_id, json.dumps(after.to_dict()))
+        _index_source(pipe, tenant, cap_id, before, after)
         for space in spaces.write_targets():
-            pipe.hset(keys.vectors(tenant, space), cap_id, vector)
+            pipe.hset(keys.vectors(tenant, space), cap_id, step.vector)
         pipe.setnx(keys.space(tenant), spaces.own)
         pipe.hdel(keys.tombstones(tenant), cap_id)
     else:
         pipe.hdel(keys.caps(tenant), cap_id)
-        _index_source(pipe, tenant, cap_id, stored, None)
+        _index_source(pipe, tenant, cap_id, before, None)
         for space in spaces.delete_targets():
             pipe.hdel(keys.vectors(tenant, space), cap_id)
     pipe.set(keys.version(tenant), version)
@@ -294,11 +471,6 @@ def _index_source(
         pipe.srem(keys.source_ids(tenant, old.source), cap_id)
     if new is not None:
         pipe.sadd(keys.source_ids(tenant, new.source), cap_id)
-
-
-def _read_record(client: Any, tenant: str, cap_id: str) -> StoredRecord | None:
-    raw = client.hget(keys.caps(tenant), cap_id)
-    return StoredRecord.from_dict(json.loads(raw)) if raw else None
 
 
 def record_ack(client: Redis, batch_id: str, outcome: dict[str, Any]) -> None:
