@@ -252,22 +252,43 @@ def _transaction(
             _advance(state, step)
             steps.append(step)
         pipe.multi()
-        outcomes = []
-        for step in steps:
-            version = _write(pipe, step, version, spaces)
-            _queue_flag(pipe, tenant, step.event.capability_id, step.decision, step.flag)
-            outcome = Outcome(
-                step.event.event_id,
-                step.event.capability_id,
-                step.decision,
-                version,
-                ownership_note(step.event, step.decision, step.before),
-            )
-            if step.event.batch_id and acknowledge:
-                _queue_ack(pipe, step.event.batch_id, outcome.to_dict())
-            outcomes.append(outcome)
+        outcomes = _queue_steps(pipe, steps, version, spaces)
+        if acknowledge:
+            _queue_acks(pipe, [(s.event.batch_id, o) for s, o in zip(steps, outcomes, strict=True)])
         pipe.execute()
         return outcomes
+
+
+def _queue_steps(pipe: Any, steps: list[_Step], version: int, spaces: Spaces) -> list[Outcome]:
+    """Queue the writes of one tenant's ``steps`` (the tenant's version at the start:
+    ``version``); their outcomes. What the whole run shares (the tenant's membership, its
+    vector space, its version) is written once."""
+    tenant = steps[0].event.tenant
+    start, outcomes = version, []
+    for step in steps:
+        version = _write(pipe, step, version, spaces)
+        _queue_flag(pipe, tenant, step.event.capability_id, step.decision, step.flag)
+        note = ownership_note(step.event, step.decision, step.before)
+        outcomes.append(
+            Outcome(step.event.event_id, step.event.capability_id, step.decision, version, note)
+        )
+    pipe.sadd(keys.TENANTS, tenant)
+    if any(step.after is not None and step.vector is not None for step in steps):
+        pipe.setnx(keys.space(tenant), spaces.own)
+    if version != start:
+        pipe.set(keys.version(tenant), version)
+    return outcomes
+
+
+def _queue_acks(pipe: Any, acks: list[tuple[str | None, Outcome]]) -> None:
+    """Acknowledge each outcome of an event of a publish batch: one push per batch."""
+    batches: dict[str, list[str]] = {}
+    for batch_id, outcome in acks:
+        if batch_id:
+            batches.setdefault(batch_id, []).append(json.dumps(outcome.to_dict()))
+    for batch_id, values in batches.items():
+        pipe.rpush(keys.acks(batch_id), *values)
+        pipe.expire(keys.acks(batch_id), ACK_TTL_S)
 
 
 def _read_current(
@@ -431,7 +452,6 @@ def _write(pipe: Any, step: _Step, version: int, spaces: Spaces) -> int:
     """Queue what ``step`` changes; the tenant's version after it."""
     event, decision, before, after = step.event, step.decision, step.before, step.after
     tenant, cap_id = event.tenant, event.capability_id
-    pipe.sadd(keys.TENANTS, tenant)
     if decision in ("delete", "absent"):
         pipe.hset(keys.tombstones(tenant), cap_id, event.seq)
     if decision == "unchanged" and after is not None:
@@ -445,14 +465,12 @@ def _write(pipe: Any, step: _Step, version: int, spaces: Spaces) -> int:
         _index_source(pipe, tenant, cap_id, before, after)
         for space in spaces.write_targets():
             pipe.hset(keys.vectors(tenant, space), cap_id, step.vector)
-        pipe.setnx(keys.space(tenant), spaces.own)
         pipe.hdel(keys.tombstones(tenant), cap_id)
     else:
         pipe.hdel(keys.caps(tenant), cap_id)
         _index_source(pipe, tenant, cap_id, before, None)
         for space in spaces.delete_targets():
             pipe.hdel(keys.vectors(tenant, space), cap_id)
-    pipe.set(keys.version(tenant), version)
     op = "upsert" if decision == "reindex" else decision
     pipe.xadd(
         keys.CHANGES,
