@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from capdisc.errors import ManifestError
 from capdisc.models import Capability, Relationship, SourceRef, display_name_from
@@ -14,6 +17,7 @@ from capdisc.registry.normalize import (
     from_extension,
     from_skill,
     from_tool,
+    refuse_invisible,
     split_front_matter,
 )
 
@@ -492,3 +496,23 @@ def test_side_effects_not_said_stay_unknown_through_a_record(
     assert capability.has_side_effects is expected
     # what an indexing worker checks again is what a producer sent: the record form
     assert capability_from_record(capability.to_dict(), "event") == capability
+
+
+def _refused_one_by_one(text: str) -> bool:
+    """The character-by-character rule: a control or format character other than newline,
+    tab and carriage return."""
+    return any(
+        char not in "\n\t\r" and unicodedata.category(char) in {"Cc", "Cf", "Co", "Cn", "Cs"}
+        for char in text
+    )
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=0x7F), max_size=40))
+def test_ascii_text_is_refused_exactly_when_a_character_is(text: str) -> None:
+    try:
+        refuse_invisible("tools.yaml", "description", text)
+        refused = False
+    except ManifestError:
+        refused = True
+
+    assert refused == _refused_one_by_one(text)

@@ -44,6 +44,9 @@ MAX_LIST_ITEMS = 64
 # U+2060, U+FEFF and the bidi embeddings; private-use (Co) and unassigned (Cn) are refused too.
 _REFUSED_CATEGORIES = {"Cf", "Co", "Cn", "Cs"}
 _ALLOWED_CONTROL = {"\n", "\t", "\r"}
+#: The only refused characters plain ASCII text can hold (the C0 controls but newline, tab and
+#: carriage return, and DEL): most text is ASCII, and needs no look at each character.
+_ASCII_REFUSED = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 def capability_from_record(record: Mapping[str, Any], source: str) -> Capability:
@@ -102,6 +105,8 @@ def _text(source: str, key: str, value: Any, *, max_chars: int, allow_empty: boo
 def refuse_invisible(source: str, key: str, value: str) -> None:
     """Refuse ``value`` (of field ``key``) if it holds an invisible or control character other
     than a newline, a tab or a carriage return, naming the character and where it is."""
+    if value.isascii() and _ASCII_REFUSED.search(value) is None:
+        return
     for position, char in enumerate(value):
         if char in _ALLOWED_CONTROL:
             continue
