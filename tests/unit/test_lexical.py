@@ -307,6 +307,25 @@ def test_dense_rows_score_as_the_postings_do(
     np.testing.assert_allclose(index.scores_many(ids), postings_only.scores_many(ids), atol=1e-5)
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(texts, min_size=1, max_size=20),
+    st.lists(texts, min_size=1, max_size=4),
+    st.sampled_from([0.0, 0.3]),
+)
+def test_score_sums_are_the_sums_of_the_scores(
+    documents: list[str], queries: list[str], share: float
+) -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(lexical, "DENSE_SHARE", share)
+        index = LexicalIndex.build(documents)
+    ids = [index.term_ids(q) for q in queries]
+    expected = index.scores_many(ids).sum(axis=1, dtype=np.float64)
+
+    np.testing.assert_allclose(index.score_sums(ids), expected, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(index.score_sums(ids), expected, rtol=1e-6, atol=1e-6)  # kept
+
+
 @pytest.mark.parametrize(
     ("df", "share", "most", "expected"),
     [

@@ -274,7 +274,8 @@ class RetrievalIndex:
             return Scored(None, cosine, fuse(cosine, bm25, config), term_ids)
         mean = float(vector @ self.mean_vector)
         deviation = math.sqrt(max(float(vector @ self.moment @ vector) - mean * mean, 1e-12))
-        fused = mix_moments(cosine, mean, deviation, bm25, config)
+        bm25_sum = float(self.lexicon.score_sums([term_ids])[0])
+        fused = mix_moments(cosine, mean, deviation, bm25, config, bm25_sum)
         return Scored(None, cosine, fused, term_ids)
 
     def _score_parts(
@@ -295,7 +296,8 @@ class RetrievalIndex:
         cosine = vectors @ self.matrix[pool].T  # (parts, pool)
         means = vectors @ self.mean_vector
         spread = ((vectors @ self.moment) * vectors).sum(axis=1) - means**2
-        fused = fuse_pooled(cosine, means, spread, bm25, pool, config)
+        lexical = lexical_moments(bm25, self.lexicon.score_sums(term_ids))
+        fused = fuse_pooled(cosine, means, spread, bm25, pool, config, lexical)
         return [Scored(pool, cosine[i], fused[i], term_ids[i]) for i in range(len(parts))]
 
     def _project(self, vectors: Matrix) -> Matrix:
@@ -389,7 +391,8 @@ class _Pooled:
         index = self.index
         self.term_ids = index.lexicon.term_ids(query)
         self.bm25 = index.lexicon.scores(self.term_ids)[None, :]
-        self.lexical = lexical_moments(self.bm25)  # once, for every pool this query scores
+        sums = index.lexicon.score_sums([self.term_ids])
+        self.lexical = lexical_moments(self.bm25, sums)  # once, for every pool this query scores
         dense = dense_candidates(
             index.matrix,
             self.vector,

@@ -275,6 +275,11 @@ class LexicalIndex:
         default_factory=lambda: np.zeros((0, 0), dtype=np.float32)
     )
     dense_df: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    #: Per term asked for so far, the sum of its weights over every document
+    #: (:meth:`score_sums`); not copied by ``replace``.
+    _term_sums: dict[int, float] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @classmethod
     def build(
@@ -472,6 +477,28 @@ class LexicalIndex:
             for slot in slots.tolist():
                 row += self.dense_rows[slot]
         return result
+
+    def score_sums(self, queries: Sequence[IntArray]) -> npt.NDArray[np.float64]:
+        """Per query (:meth:`term_ids`), the sum of its BM25 scores over every document, in
+        double precision: its terms' weight sums, each counted once from that term's postings
+        or dense row and then remembered (a query's catalog mean without a pass over its
+        scores)."""
+        return np.array(
+            [sum(self._term_sum(term) for term in query.tolist()) for query in queries],
+            dtype=np.float64,
+        )
+
+    def _term_sum(self, term: int) -> float:
+        total = self._term_sums.get(term)
+        if total is None:
+            slot = int(np.searchsorted(self.dense_terms, term))
+            if slot < self.dense_terms.size and int(self.dense_terms[slot]) == term:
+                weights = self.dense_rows[slot]
+            else:
+                weights = self.data[int(self.indptr[term]) : int(self.indptr[term + 1])]
+            total = float(weights.sum(dtype=np.float64))
+            self._term_sums[term] = total
+        return total
 
     def _split(self, queries: Sequence[IntArray]) -> tuple[list[IntArray], list[IntArray]]:
         """Per query, its term ids scored through postings, and the :attr:`dense_rows` slots

@@ -70,11 +70,18 @@ def mix(dense_z: Scores, lexical_z: Scores, config: RetrievalConfig) -> Scores:
 
 
 def mix_moments(
-    cosine: Scores, mean: float, deviation: float, bm25: Scores, config: RetrievalConfig
+    cosine: Scores,
+    mean: float,
+    deviation: float,
+    bm25: Scores,
+    config: RetrievalConfig,
+    bm25_sum: float | None = None,
 ) -> Scores:
-    """``mix(zscore(cosine), zscore(bm25))`` with the dense moments given: two passes."""
+    """``mix(zscore(cosine), zscore(bm25))`` with the dense moments given (and the sum of
+    ``bm25``, when known): two passes."""
     w = config.dense_weight
-    means, deviations = lexical_moments(bm25[None, :])
+    sums = np.array([bm25_sum], dtype=np.float64) if bm25_sum is not None else None
+    means, deviations = lexical_moments(bm25[None, :], sums)
     lex_mean = float(means[0])
     lex_scale = (1.0 - w) / float(deviations[0])  # 0 for a flat row
     fused: Scores = cosine * np.float32(w / deviation)
@@ -104,11 +111,13 @@ def fuse_pooled(
     return mix(dense_z.astype(np.float32), lexical_z.astype(np.float32), config)
 
 
-def lexical_moments(bm25: Scores) -> tuple[Moments, Moments]:
+def lexical_moments(bm25: Scores, sums: Moments | None = None) -> tuple[Moments, Moments]:
     """Each row of ``bm25``'s mean and deviation over the whole catalog, in double precision
-    (an infinite deviation for a flat row, so its z-scores are 0)."""
+    (an infinite deviation for a flat row, so its z-scores are 0). ``sums``: each row's sum,
+    when known (:meth:`capdisc.retrieval.lexical.LexicalIndex.score_sums`), which saves a
+    pass over the row."""
     n = max(bm25.shape[1], 1)
-    mean = bm25.sum(axis=1, dtype=np.float64) / n
+    mean = (sums if sums is not None else bm25.sum(axis=1, dtype=np.float64)) / n
     squares = np.fromiter((float(np.dot(row, row)) for row in bm25), np.float64, len(bm25))
     variance = squares / n - mean**2
     deviation: Moments = np.where(variance > 1e-18, np.sqrt(np.clip(variance, 1e-18, None)), np.inf)
