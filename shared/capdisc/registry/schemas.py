@@ -151,11 +151,85 @@ def check_schema(source: str, key: str, schema: Mapping[str, Any]) -> None:
 
 def _first_problem(schema: Mapping[str, Any]) -> tuple[str, str] | None:
     """The path and the problem of the meta-schema's most relevant error on ``schema``."""
+    if "$schema" not in schema and plainly_valid(schema):
+        return None
     error = best_match(_meta_validator(schema).iter_errors(schema))
     if error is None:
         return None
     path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
     return path, _problem(error)
+
+
+def plainly_valid(schema: Any) -> bool:
+    """Whether ``schema`` surely passes the 2020-12 meta-schema, seen without ``jsonschema``:
+    it uses only the plain keywords most tool schemas are made of (:data:`_PLAIN`), each with
+    a value of the form the meta-schema asks for, its subschemas likewise. False means "not
+    seen to": the meta-schema check decides (the full check costs most of a millisecond a
+    schema; this one a few microseconds)."""
+    if isinstance(schema, bool):
+        return True
+    if not isinstance(schema, dict):
+        return False
+    for keyword, value in schema.items():
+        if keyword in _SUBSCHEMA:
+            if not plainly_valid(value):
+                return False
+        elif keyword == "properties":
+            if not isinstance(value, dict) or not all(plainly_valid(v) for v in value.values()):
+                return False
+        else:
+            check = _PLAIN.get(keyword)
+            if check is None or not check(value):
+                return False
+    return True
+
+
+def _is_type(value: Any) -> bool:
+    if isinstance(value, str):
+        return value in JSON_TYPES
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(v, str) and v in JSON_TYPES for v in value)
+        and len(set(value)) == len(value)
+    )
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_names(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and all(isinstance(v, str) for v in value)
+        and len(set(value)) == len(value)
+    )
+
+
+#: Keywords whose value is one subschema.
+_SUBSCHEMA = frozenset({"items", "additionalProperties"})
+#: The other plain keywords, each with the check its value must pass (2020-12's meta-schema:
+#: the validation, meta-data and format-annotation vocabularies).
+_PLAIN: Mapping[str, Callable[[Any], bool]] = {
+    "type": _is_type,
+    **dict.fromkeys(("description", "title", "pattern", "format"), lambda v: isinstance(v, str)),
+    **dict.fromkeys(("enum", "examples"), lambda v: isinstance(v, list)),
+    **dict.fromkeys(("default", "const"), lambda _v: True),
+    "required": _is_names,
+    **dict.fromkeys(("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"), _is_number),
+    **dict.fromkeys(
+        ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties"),
+        _is_count,
+    ),
+    **dict.fromkeys(
+        ("uniqueItems", "deprecated", "readOnly", "writeOnly"), lambda v: isinstance(v, bool)
+    ),
+}
 
 
 def _meta_validator(schema: Mapping[str, Any]) -> Any:
