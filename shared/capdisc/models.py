@@ -11,6 +11,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
 from typing import Any, Literal, cast
 
 Kind = Literal["tool", "skill", "extension", "channel"]
@@ -118,9 +119,10 @@ class Capability:
         props = (self.full_schema or {}).get("properties")
         return tuple(props) if isinstance(props, dict) else ()
 
-    @property
+    @cached_property
     def content_hash(self) -> str:
-        """sha256 over the canonical JSON of every field: equal hashes mean equal capabilities."""
+        """sha256 over the canonical JSON of every field: equal hashes mean equal capabilities
+        (computed once: the capability is immutable)."""
         return hashlib.sha256(canonical_json(self.to_dict()).encode()).hexdigest()
 
     def to_dict(self) -> JSONDict:
