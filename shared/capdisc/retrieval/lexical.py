@@ -448,9 +448,8 @@ class LexicalIndex:
         return row
 
     def scores_many(self, queries: Sequence[IntArray]) -> npt.NDArray[np.float32]:
-        """BM25 scores of several queries at once: one row per query (the postings of their
-        less frequent terms added in one ``np.add.at``, then the dense rows of the frequent
-        ones)."""
+        """BM25 scores of several queries at once: one row per query (the dense rows of their
+        frequent terms summed, then the postings of the others added in one ``np.add.at``)."""
         n = self.num_docs
         if not queries:
             return np.zeros((0, n), dtype=np.float32)
@@ -470,13 +469,25 @@ class LexicalIndex:
         weights = np.concatenate(
             [np.zeros(0, dtype=np.float32)] + [self.data[at] for _offset, at in slices]
         )
-        flat = np.zeros(len(queries) * n, dtype=np.float32)
+        flat = self._dense_sums(dense, n)
         np.add.at(flat, targets, weights)  # in float32: no float64 row to convert
         result: npt.NDArray[np.float32] = flat.reshape(len(queries), n)
-        for row, slots in zip(result, dense, strict=True):
-            for slot in slots.tolist():
-                row += self.dense_rows[slot]
         return result
+
+    def _dense_sums(self, dense: list[IntArray], n: int) -> npt.NDArray[np.float32]:
+        """One row of ``n`` per query, end to end: the sum of its dense rows (zeros for a
+        query without any), written in place rather than added to a row of zeros."""
+        flat = np.empty(len(dense) * n, dtype=np.float32)
+        for query, slots in enumerate(dense):
+            row = flat[query * n : (query + 1) * n]
+            picks = slots.tolist()
+            if not picks:
+                row.fill(0.0)
+                continue
+            np.copyto(row, self.dense_rows[picks[0]])
+            for slot in picks[1:]:
+                row += self.dense_rows[slot]
+        return flat
 
     def score_sums(self, queries: Sequence[IntArray]) -> npt.NDArray[np.float64]:
         """Per query (:meth:`term_ids`), the sum of its BM25 scores over every document, in
