@@ -3,7 +3,7 @@ its batches are built into beside the live one, and the swap.
 
 :func:`begin_reindex` records the job and cuts the tenant's capabilities into batches; indexing
 workers store each built batch with :func:`stage_vectors` (a writer stages the capabilities it
-changes meanwhile too: :func:`capdisc.registry.store.read_spaces`); the last batch calls
+changes meanwhile too: :func:`capdisc.registry.store.apply_events`); the last batch calls
 :func:`finish_reindex`, which renames the staging vectors over the target space, serves it and
 bumps the version in one transaction. :func:`abandon_reindex` drops a job that will not finish.
 """

@@ -116,6 +116,8 @@ TRANSACTION_EVENTS = 128
 #: one at a time (each then retried until it lands, as a single event always is).
 BATCH_CONFLICTS = 3
 VectorFor = Callable[[Capability], bytes]
+#: An event to apply and its validated capability (None for a delete or reindex).
+Item = tuple[RegistryEvent, Capability | None]
 
 
 def apply_event(
@@ -128,14 +130,15 @@ def apply_event(
     acknowledge: bool = True,
 ) -> Outcome:
     """Apply one decoded event atomically: :func:`apply_events` of that event alone."""
-    return apply_events(client, [(event, capability)], vector_for, space, acknowledge=acknowledge)[
-        0
-    ]
+    (outcome,) = apply_events(
+        client, [(event, capability)], vector_for, space, acknowledge=acknowledge
+    )
+    return outcome
 
 
 def apply_events(
     client: Redis,
-    items: Iterable[tuple[RegistryEvent, Capability | None]],
+    items: Iterable[Item],
     vector_for: VectorFor,
     space: str,
     *,
@@ -158,11 +161,11 @@ def apply_events(
 
 
 def transaction_runs(
-    items: Iterable[tuple[RegistryEvent, Capability | None]],
-) -> Iterator[list[tuple[RegistryEvent, Capability | None]]]:
+    items: Iterable[Item],
+) -> Iterator[list[Item]]:
     """``items`` cut where :func:`apply_events` starts a new transaction: at a change of tenant
     and every :data:`TRANSACTION_EVENTS` events."""
-    run: list[tuple[RegistryEvent, Capability | None]] = []
+    run: list[Item] = []
     for item in items:
         if run and (item[0].tenant != run[0][0].tenant or len(run) >= TRANSACTION_EVENTS):
             yield run
@@ -197,7 +200,7 @@ class _Step:
 
 def _apply_run(
     client: Redis,
-    run: list[tuple[RegistryEvent, Capability | None]],
+    run: list[Item],
     vector_for: VectorFor,
     space: str,
     acknowledge: bool,
@@ -231,7 +234,7 @@ def _watched(tenant: str) -> tuple[str, ...]:
 
 def _transaction(
     client: Redis,
-    run: list[tuple[RegistryEvent, Capability | None]],
+    run: list[Item],
     vector_for: VectorFor,
     space: str,
     acknowledge: bool,
@@ -403,20 +406,15 @@ def _queue_flag(pipe: Any, tenant: str, cap_id: str, decision: Decision, flag: F
         pipe.hdel(keys.flags(tenant), cap_id)
 
 
-def read_spaces(client: Any, tenant: str, own: str) -> Spaces:
-    """The :class:`Spaces` of a writer whose vector space is ``own``."""
-    return _spaces(client.get(keys.space(tenant)), client.hgetall(keys.reindex(tenant)), own)
-
-
 def _spaces(active: bytes | str | None, marker: dict[Any, Any], own: str) -> Spaces:
+    """The :class:`Spaces` of a writer whose vector space is ``own``, from the tenant's active
+    space and reindex marker as read."""
     build = {as_str(k): as_str(v) for k, v in marker.items()}
     staging = keys.staging_space(own, build["job"]) if build.get("target") == own else None
     return Spaces(own, as_str(active) if active else own, staging)
 
 
-def needing_vectors(
-    client: Redis, pending: list[tuple[RegistryEvent, Capability | None]], space: str
-) -> list[Capability]:
+def needing_vectors(client: Redis, pending: list[Item], space: str) -> list[Capability]:
     """The capabilities among ``pending`` events that applying them now would embed: one read
     of every record, tombstone and vector, so a batch embeds in one model call and nothing that
     is stale, a duplicate or unchanged is embedded. :func:`apply_event` still decides for itself
