@@ -35,8 +35,10 @@ every row against the graph search, with the graph's recall@10 of the exact answ
 ``capabilities``, ``rss_mb``, ``peak_rss_mb``, ``start_to_serving_s``, ``graph_ready_s``,
 ``discover_cached_ms`` and ``discover_fresh_ms`` (``{"p50": .., "p99": ..}``),
 ``recall_at_10_vs_exact`` (and ``recall_at_10_ties``: ties with the exact 10th count),
-``change_served_s``, ``rss_after_change_mb`` and ``peak_rss_after_change_mb`` (one
-capability changed after the queries, applied by the worker as a delta),
+``change_served_s``, ``rss_before_change_mb``, ``rss_after_change_mb`` and
+``peak_rss_after_change_mb`` (one capability changed after the second worker's queries),
+``change_apart`` (when a child process applied it, see ``map_above``: how long that took and
+its peak RSS),
 ``built_apart`` (when the worker had a child process build the tenant, see
 ``map_above``: how long that took and the child's peak RSS), ``floors``
 and ``ratios``; from the snapshot: ``snapshot_written_s`` (from the first start until the
@@ -427,11 +429,21 @@ def measure_change(
     event = RegistryEvent(
         type="upsert", tenant=TENANT, capability_id=edited.id, seq=2, capability=edited.to_dict()
     )
+    before = memory_mb(worker.pid)  # after its queries: the pages they touch resident
+    offset = LOG.stat().st_size
     started = time.perf_counter()
     apply_event(client, event, edited, lambda _c: vector, vector_space(embedder_id))
     served_s = wait_ready(client, worker, tenant_version(client, TENANT), started)
     time.sleep(SETTLE_S)
-    return {"change_served_s": round(served_s, 2), "after_change": memory_mb(worker.pid)}
+    apart = log_events(offset, "index_changed_apart")
+    return {
+        "change_served_s": round(served_s, 2),
+        "before_change": before,
+        "after_change": memory_mb(worker.pid),
+        "change_apart": (
+            {k: apart[0].get(k) for k in ("took_s", "child_peak_rss_mb")} if apart else None
+        ),
+    }
 
 
 def measure_restart(
@@ -626,8 +638,10 @@ def summary_object(result: dict[str, Any]) -> dict[str, Any]:
         "rss_mb": result["after_queries"]["rss_mb"],
         "peak_rss_mb": result["after_queries"]["peak_mb"],
         "change_served_s": result["change_served_s"],
+        "rss_before_change_mb": result["before_change"]["rss_mb"],
         "rss_after_change_mb": result["after_change"]["rss_mb"],
         "peak_rss_after_change_mb": result["after_change"]["peak_mb"],
+        "change_apart": result["change_apart"],
         "start_to_serving_s": result["ready_s"],
         "graph_ready_s": result["graph_ready_s"],
         "built_apart": result["built_apart"],
@@ -690,10 +704,16 @@ def print_size(result: dict[str, Any], idle: dict[str, Any]) -> None:
     )
     changed = result["after_change"]
     print(
-        f"  that worker, one capability then changed: served as a delta in "
+        f"  that worker, after its queries: RSS {result['before_change']['rss_mb']} MB (peak "
+        f"{result['before_change']['peak_mb']} MB); one capability then changed: served in "
         f"{result['change_served_s']:.2f} s; RSS then {changed['rss_mb']} MB (peak "
         f"{changed['peak_mb']} MB)"
     )
+    if result["change_apart"] is not None:
+        print(
+            f"  that change applied by a child process ({result['change_apart']['took_s']} s, "
+            f"its peak RSS {result['change_apart']['child_peak_rss_mb']} MB) and mapped"
+        )
     if result["snapshot_refused"]:
         print(f"  snapshot refused: {result['snapshot_refused']}")
     print(f"  load average (1, 5, 15 min) before and after: {result['load_average']}")

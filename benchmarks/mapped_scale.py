@@ -15,6 +15,13 @@ are measured again, with the search mode right after the delta and the graphs bu
 then that index is written and mapped in its place, and they are measured once more (what
 mapping each written snapshot would give: the worker does not, see docs/benchmarks.md).
 
+Last, a second fresh process maps the snapshot and has the same change applied apart, as a
+discovery worker applies changes to a tenant of ``map_above`` capabilities or more: a child
+process maps the snapshot, applies the change, writes the result, and exits; this process maps
+that in place of the one it served. Printed: the time that took, the child's peak, and this
+process's memory (before, after and at its peak) and cached turns after it. (The worker's child
+reads the change from Redis; here it is made in the child, so one Redis read is left out.)
+
     .venv/bin/python benchmarks/mapped_scale.py [--size 1000000] [--queries 300] [--json PATH]
 """
 
@@ -68,10 +75,16 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1_000_000)
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--json", help="write the figures to this file")
-    parser.add_argument("--serve", help=argparse.SUPPRESS)  # the child: map and measure
+    parser.add_argument("--serve", help=argparse.SUPPRESS)  # a child: map and measure
+    parser.add_argument("--apart", action="store_true", help=argparse.SUPPRESS)  # ...apart
+    parser.add_argument("--change-apart", help=argparse.SUPPRESS)  # its child: one change
     args = parser.parse_args()
+    if args.change_apart:
+        print(json.dumps(change_apart(Path(args.change_apart))))
+        return
     if args.serve:
-        print(json.dumps(serve(Path(args.serve), args.queries)))
+        served = (serve_apart if args.apart else serve)(Path(args.serve), args.queries)
+        print(json.dumps(served))
         return
     root = Path(tempfile.mkdtemp(prefix="capdisc-mapped-"))
     try:
@@ -82,6 +95,13 @@ def main() -> None:
             check=True,
         )
         served = json.loads(child.stdout.decode().strip().splitlines()[-1])
+        apart = ["--serve", built["path"], "--apart", "--queries", str(args.queries)]
+        child = subprocess.run(
+            [sys.executable, __file__, *apart],
+            stdout=subprocess.PIPE,
+            check=True,
+        )
+        served |= json.loads(child.stdout.decode().strip().splitlines()[-1])
     finally:
         shutil.rmtree(root, ignore_errors=True)
     figures = {"capabilities": args.size, "vectors": "hashing-384 stand-ins", **built, **served}
@@ -182,6 +202,57 @@ def serve(path: Path, count: int) -> dict[str, Any]:
     }
 
 
+def serve_apart(path: Path, count: int) -> dict[str, Any]:
+    """In a fresh process: map the snapshot at ``path``, have a child apply one change to it
+    and write the result, map that in its place, and time cached turns on it."""
+    process = psutil.Process()
+    queries = seal_queries()[:count]
+    cached = CachedQueryEmbedder(EMBEDDER)
+    config = DiscoveryConfig()
+    snapshot = load_snapshot(path, read_header(path), EMBEDDER.embed(list(PROBES)))
+    for query in queries:
+        turn(snapshot, cached, query, config)
+    mapped_mb = process.memory_info().rss / 2**20
+    started = time.perf_counter()
+    child = subprocess.run(
+        [sys.executable, __file__, "--change-apart", str(path)], stdout=subprocess.PIPE, check=True
+    )
+    made = json.loads(child.stdout.decode().strip().splitlines()[-1])
+    written = Path(made["path"])
+    changed = load_snapshot(written, read_header(written), snapshot.probes)
+    apart_s = time.perf_counter() - started
+    del snapshot
+    gc.collect()
+    release_freed_memory()
+    after = timed_turns(changed, cached, queries, config)
+    return {
+        "apart_rss_mb": round(mapped_mb),
+        "apart_s": round(apart_s, 2),
+        "apart_child_s": made["took_s"],
+        "apart_child_peak_rss_mb": made["peak_rss_mb"],
+        "rss_after_apart_mb": round(process.memory_info().rss / 2**20),
+        "peak_rss_apart_mb": round(peak_rss_mb()),
+        "discover_cached_after_apart_ms": pair(after),
+    }
+
+
+def change_apart(path: Path) -> dict[str, Any]:
+    """The child of :func:`serve_apart`: map the snapshot at ``path``, apply one change, write
+    the result beside it (under ``apart/``); its path, its time and this process's peak."""
+    started = time.perf_counter()
+    snapshot = load_snapshot(path, read_header(path), EMBEDDER.embed(list(PROBES)))
+    changed = one_change(snapshot)
+    graph_builder().idle(7200)  # as the worker's child does, when the change called for one
+    written = write_snapshot(
+        path.parents[2] / "apart", changed, space="s", epoch="e", changes_id="0-1", policy="flag"
+    )
+    return {
+        "path": str(written),
+        "took_s": round(time.perf_counter() - started, 2),
+        "peak_rss_mb": round(peak_rss_mb()),
+    }
+
+
 def timed_turns(
     snapshot: IndexSnapshot,
     cached: CachedQueryEmbedder,
@@ -200,8 +271,18 @@ def one_change(snapshot: IndexSnapshot) -> IndexSnapshot:
     """``snapshot`` with one capability's description edited, as a hot reload applies it: the
     new index lives in the heap, no longer mapped."""
     edited = replace(snapshot.capabilities.row(0), description="Edited for the benchmark.")
-    vector = snapshot.vectors()[0].tobytes()
-    return snapshot.with_changes(snapshot.version + 1, [(edited, vector)], [])
+    return snapshot.with_changes(snapshot.version + 1, [(edited, first_vector(snapshot))], [])
+
+
+def first_vector(snapshot: IndexSnapshot) -> bytes:
+    """Row 0's stored vector (mapped back from the reduced row when the index keeps them
+    reduced, as :meth:`IndexSnapshot.vectors` does for every row)."""
+    retriever = snapshot.retriever
+    assert isinstance(retriever, HybridRetriever)
+    index = retriever.index
+    if index.projection is None:
+        return np.asarray(snapshot.matrix[0], dtype=np.float32).tobytes()
+    return np.asarray(index.matrix[0] @ index.projection.T, dtype=np.float32).tobytes()
 
 
 def written_and_mapped(snapshot: IndexSnapshot, root: Path) -> tuple[IndexSnapshot, float]:
@@ -247,6 +328,7 @@ def report(figures: dict[str, Any]) -> None:
     cached, scan = figures["discover_cached_ms"], figures["exact_scan_ms"]
     delta = figures["discover_cached_after_delta_ms"]
     remap = figures["discover_cached_after_remap_ms"]
+    apart = figures["discover_cached_after_apart_ms"]
     print(
         f"{figures['capabilities']:,} capabilities ({figures['vectors']}; relevance meaningless)\n"
         f"  built in {figures['build_s']} s, graph {figures['graph_s']} s, snapshot written in "
@@ -266,7 +348,13 @@ def report(figures: dict[str, Any]) -> None:
         f"{delta['p50']} ms, p99 {delta['p99']} ms\n"
         f"  that index written and mapped in its place ({figures['remap_s']} s; the worker does "
         f"not do this): RSS {figures['rss_after_remap_mb']} MB; cached "
-        f"turn median {remap['p50']} ms, p99 {remap['p99']} ms"
+        f"turn median {remap['p50']} ms, p99 {remap['p99']} ms\n"
+        f"  another fresh process, the change applied apart (a child mapped the snapshot, "
+        f"applied it and wrote the result in {figures['apart_child_s']} s, peaking at "
+        f"{figures['apart_child_peak_rss_mb']} MB; mapped here {figures['apart_s']} s after "
+        f"the start): RSS {figures['apart_rss_mb']} MB before, "
+        f"{figures['rss_after_apart_mb']} MB after (peak {figures['peak_rss_apart_mb']} MB); "
+        f"cached turn median {apart['p50']} ms, p99 {apart['p99']} ms"
     )
 
 

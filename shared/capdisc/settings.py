@@ -150,10 +150,13 @@ class Settings(BaseModel):
     #: With ``snapshot_dir`` set, a tenant of at least this many capabilities loaded whole from
     #: Redis is built by a short-lived child process, which writes it as a snapshot the worker
     #: then maps (:mod:`capdisc_workers.buildapart`): the load's transient objects never stay
-    #: in the serving process (at 100,000: 494 MB resident instead of about 900 MB). 0: always
-    #: built in the worker.
+    #: in the serving process (at 100,000: 494 MB resident instead of about 900 MB). Changes to
+    #: such a tenant are applied by the same kind of child, from the snapshot on disk, and the
+    #: result mapped: the worker never holds two indexes at once. 0: always built and changed
+    #: in the worker.
     map_above: int = Field(20_000, ge=0)
-    #: How long that child may take before the worker builds the tenant itself.
+    #: How long that child may take before the worker builds the tenant (or applies the
+    #: changes) itself.
     build_apart_timeout_s: float = Field(600.0, gt=0)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["json", "console"] = "json"

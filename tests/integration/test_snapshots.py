@@ -203,3 +203,89 @@ def test_a_child_build_that_fails_leaves_the_worker_to_build_the_tenant_itself(
         assert "TimeoutExpired" in failed[0]["reason"]
         loaded = [e for e in stack.events("discovery-2", "index_loaded") if e["tenant"] == TENANT]
         assert [e["index_version"] for e in loaded] == [written]
+
+
+def large_tenant_served_apart(tmp_path: Path) -> tuple[PrivateStack, Path, Path, int]:
+    """A stack whose second discovery worker built the tenant apart (``map_above`` 1) into a
+    snapshot directory of its own and maps it; the stack, the registry copy, that directory and
+    the version served."""
+    stack, registry, _path, written = served_and_written(tmp_path)
+    try:
+        fresh = tmp_path / "fresh-snapshots"
+        stack.spawn_discovery("discovery-2", CAPDISC_SNAPSHOT_DIR=str(fresh), CAPDISC_MAP_ABOVE="1")
+        with Client(stack.connection(), tenant=TENANT, timeout_s=60) as client:
+            assert client.discover("post a message to slack").index_version == written
+        assert stack.events("discovery-2", "index_built_apart")
+        return stack, registry, fresh, written
+    except BaseException:
+        stack.close()
+        raise
+
+
+def zebrafish_published(stack: PrivateStack, registry: Path) -> int:
+    """The Slack tool's description changed and published; the new index version."""
+    manifest = registry / MANIFEST
+    manifest.write_text(
+        manifest.read_text().replace(
+            "Posts a message to a Slack channel", "Posts a zebrafish bulletin to a Slack channel"
+        )
+    )
+    return publish(stack.url, registry, TENANT, wait_s=60).index_version
+
+
+def test_a_large_tenants_change_is_applied_by_a_child_and_mapped(tmp_path: Path) -> None:
+    stack, registry, fresh, written = large_tenant_served_apart(tmp_path)
+    with stack:
+        changed = zebrafish_published(stack, registry)
+        assert changed == written + 1
+        with Client(stack.connection(), tenant=TENANT, timeout_s=60) as client:
+            answer = client.discover("post a zebrafish bulletin", min_version=changed)
+
+        assert answer.index_version == changed and answer.ids[0] == SLACK
+        apart = stack.events("discovery-2", "index_changed_apart")
+        assert [(e["tenant"], e["index_version"]) for e in apart] == [(TENANT, changed)]
+        assert Path(apart[0]["path"]).parent.parent.parent == fresh  # the child's, mapped
+        assert f"v{changed:012d}-" in Path(apart[0]["path"]).name
+        updated = [e for e in stack.events("discovery-2", "index_updated") if e["tenant"] == TENANT]
+        assert [(e["index_version"], e["applied"]) for e in updated] == [(changed, "apart")]
+        assert not stack.events("discovery-2", "change_apart_failed")
+
+
+def test_a_change_no_child_can_apply_is_applied_in_the_worker(tmp_path: Path) -> None:
+    stack, registry, fresh, written = large_tenant_served_apart(tmp_path)
+    with stack:
+        for path in (fresh / TENANT).rglob("snapshot.json"):
+            path.unlink()  # the mapped snapshot stays mapped; the child finds none to start from
+        changed = zebrafish_published(stack, registry)
+        assert changed == written + 1
+        with Client(stack.connection(), tenant=TENANT, timeout_s=60) as client:
+            answer = client.discover("post a zebrafish bulletin", min_version=changed)
+
+        assert answer.index_version == changed and answer.ids[0] == SLACK
+        failed = stack.events("discovery-2", "change_apart_failed")
+        assert [(e["tenant"], e["index_version"]) for e in failed] == [(TENANT, changed)]
+        assert "exit status 4" in failed[0]["reason"]
+        updated = [e for e in stack.events("discovery-2", "index_updated") if e["tenant"] == TENANT]
+        assert [(e["index_version"], e["applied"]) for e in updated] == [(changed, "in_process")]
+
+
+def test_a_large_tenant_restarted_behind_its_snapshot_has_the_changes_applied_apart(
+    tmp_path: Path,
+) -> None:
+    stack, registry, path, written = served_and_written(tmp_path)
+    with stack:
+        changed = zebrafish_published(stack, registry)  # while no worker runs
+        assert changed == written + 1
+
+        stack.spawn_discovery(
+            "discovery-2", CAPDISC_SNAPSHOT_DIR=str(path.parents[2]), CAPDISC_MAP_ABOVE="1"
+        )
+        with Client(stack.connection(), tenant=TENANT, timeout_s=60) as client:
+            answer = client.discover("post a zebrafish bulletin", min_version=changed)
+
+        assert answer.index_version == changed and answer.ids[0] == SLACK
+        apart = stack.events("discovery-2", "index_changed_apart")
+        assert [(e["tenant"], e["index_version"]) for e in apart] == [(TENANT, changed)]
+        loaded = stack.events("discovery-2", "index_loaded_from_snapshot")
+        assert [(e["snapshot_version"], e["index_version"]) for e in loaded] == [(written, changed)]
+        assert loaded[0]["changes_applied"] == 1

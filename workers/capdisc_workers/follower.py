@@ -16,7 +16,10 @@ vector space, build and poisoning policy, not newer than Redis) is mapped, graph
 the changes made since it was written are applied as one delta; anything that does not fit (or
 a changes stream that no longer reaches back to it) is logged and the tenant is loaded from
 Redis as before. Every snapshot swapped in is offered to the worker's
-:class:`~capdisc_workers.snapshots.SnapshotWriter`.
+:class:`~capdisc_workers.snapshots.SnapshotWriter`. A tenant of at least ``map_above``
+capabilities is loaded from Redis, and has its changes applied, by a child process that writes
+the result as a snapshot this worker then maps (:mod:`capdisc_workers.buildapart`): the worker
+never holds a heap index of it beside the mapped one.
 
 It also holds the query embedders, one per embedder id (a reindex onto another model serves a
 tenant from vectors of another embedder), in front of the query-vector cache the discovery
@@ -38,21 +41,27 @@ import structlog
 
 from capdisc import keys
 from capdisc.discovery.snapshot import IndexSnapshot, hybrid_retriever, store_retriever
-from capdisc.discovery.snapshotfile import SnapshotHeader, Wanted, build_fingerprint, open_newest
+from capdisc.discovery.snapshotfile import (
+    Wanted,
+    build_fingerprint,
+    load_snapshot,
+    open_newest,
+    read_header,
+)
 from capdisc.embedders.port import CachedQueryEmbedder, Embedder, Matrix
 from capdisc.errors import CapdiscError, SnapshotError
 from capdisc.models import Capability
 from capdisc.redistext import as_str
-from capdisc.registry.events import TENANT_RE
-from capdisc.registry.flags import Mark, Policy, mark, serving, treatment
+from capdisc.registry.flags import Policy, serving
 from capdisc.registry.policy import coalesce_window_s
-from capdisc.registry.store import Delta, Snapshot, read_delta, read_snapshot
+from capdisc.registry.store import Snapshot, read_delta, read_snapshot
 from capdisc.resources import embedder_for_id
 from capdisc.retrieval.probes import PROBES
 from capdisc.retrieval.text import embedder_id_of, vector_space
 from capdisc.settings import Settings
 from capdisc.vectorstores.port import VectorStore
 from capdisc_workers.buildapart import build_apart, policy_of
+from capdisc_workers.catchup import Change, change_records, changes_of, since
 from capdisc_workers.heap import collection_paused, release_freed_memory
 from capdisc_workers.outage import RETRYABLE, Backoff, RedisHealth
 from capdisc_workers.snapshots import SnapshotWriter
@@ -62,10 +71,6 @@ log = structlog.get_logger("capdisc.discovery")
 BLOCK_MS = 1000
 #: Approximate length the served stream is trimmed to.
 SERVED_MAXLEN = 10_000
-
-#: One record read from the changes stream: its entry id and its checked fields (None for a
-#: record that cannot be read).
-Change = tuple[str, dict[str, str] | None]
 
 
 class Indexes:
@@ -295,8 +300,16 @@ class SnapshotFollower:
         if found is None:
             return None
         snapshot, header, path = found
+        behind = header.version < wanted.stored_version  # changes made since it was written
+        apart = self._changed_apart(snapshot, wanted.stored_version, space) if behind else None
         try:
-            index, changes_id, applied = self._since(snapshot, header, wanted, path)
+            index, changes_id, applied = (
+                (*apart, apart[0].version - header.version)
+                if apart is not None
+                else since(
+                    self.redis, snapshot, header, wanted, path, lambda p: self.policy(tenant, p)
+                )
+            )
         except SnapshotError as exc:
             refused(exc)
             return None
@@ -357,69 +370,6 @@ class SnapshotFollower:
             )
             _warn_without_vectors(tenant, space, outcome.counts.get("without_vectors", 0))
         return loaded
-
-    def _since(
-        self, snapshot: IndexSnapshot, header: SnapshotHeader, wanted: Wanted, path: Path
-    ) -> tuple[IndexSnapshot, str, int]:
-        """``snapshot`` with the changes of its tenant after ``header.changes_id`` applied, the
-        stream entry it is then current to, and how many changes that was. A
-        :class:`SnapshotError` when they do not all follow on from the snapshot's version up to
-        the stored one (the stream was trimmed) or one of them reloads the tenant whole."""
-        tenant = header.tenant
-        records = self._changes_after(header.changes_id)
-        last_id = records[-1][0] if records else header.changes_id
-        fresh = [
-            fields
-            for _entry_id, fields in records
-            if fields is not None
-            and fields["tenant"] == tenant
-            and int(fields["version"]) > header.version
-        ]
-        versions = [int(f["version"]) for f in fresh]
-        expected = list(range(header.version + 1, header.version + 1 + len(versions)))
-        if versions != expected or (versions[-1] if versions else header.version) < (
-            wanted.stored_version
-        ):
-            raise SnapshotError(
-                f"the changes stream no longer holds every change since its version "
-                f"{header.version} (trimmed); Redis is at {wanted.stored_version}",
-                path,
-            )
-        if any(f["op"] == "reload" for f in fresh):
-            raise SnapshotError(
-                "the tenant was reindexed or its poisoning policy set since it was written", path
-            )
-        if not fresh:
-            return snapshot, last_id, 0
-        ids = list(dict.fromkeys(f["id"] for f in fresh))
-        upserts, deletes, marks = self._changes(
-            tenant, ids, read_delta(self.redis, tenant, ids, wanted.space)
-        )
-        try:
-            changed = snapshot.with_changes(versions[-1], upserts, deletes, marks)
-        except Exception as exc:  # a fault applying them must not keep the worker from starting
-            log.exception("snapshot_changes_failed", tenant=tenant, path=str(path))
-            raise SnapshotError(
-                f"its {len(fresh)} changes since could not be applied ({type(exc).__name__}: "
-                f"{exc}; the worker log has the traceback)",
-                path,
-            ) from exc
-        return changed, last_id, len(fresh)
-
-    def _changes_after(self, after: str, page: int = 10_000) -> list[Change]:
-        """Every change record on the stream after entry ``after``, in order."""
-        records: list[Change] = []
-        start = after
-        while True:
-            batch: Any = self.redis.xrange(keys.CHANGES, min=start, max="+", count=page)
-            records += [
-                (entry_id, _change_record(entry_id, fields))
-                for raw_id, fields in batch
-                if (entry_id := as_str(raw_id)) != start
-            ]
-            if len(batch) < page:
-                return records
-            start = as_str(batch[-1][0])
 
     def _load(self, tenant: str) -> IndexSnapshot:
         snap = read_snapshot(self.redis, tenant, self.space)
@@ -504,7 +454,7 @@ class SnapshotFollower:
                 batch: Any = client.xread(
                     {keys.CHANGES: self.changes_id}, count=1000, block=BLOCK_MS
                 )
-                self._follow(client, _change_records(batch))
+                self._follow(client, change_records(batch))
                 health.ok("changes")
                 backoff.reset()
             except RETRYABLE as exc:
@@ -550,7 +500,7 @@ class SnapshotFollower:
             batch: Any = client.xread(
                 {keys.CHANGES: after}, count=1000, block=max(1, int(remaining * 1000))
             )
-            items = _change_records(batch)
+            items = change_records(batch)
             if not items:
                 break
             more += items
@@ -588,41 +538,73 @@ class SnapshotFollower:
             self.reload(tenant)
             return
         ids = list(dict.fromkeys(c["id"] for c in fresh))
-        space = self.spaces.get(tenant, self.space)
-        upserts, deletes, marks = self._changes(
-            tenant, ids, read_delta(self.redis, tenant, ids, space)
-        )
-        version = int(fresh[-1]["version"])
         started = time.monotonic()
-        self._swap_in(current.with_changes(version, upserts, deletes, marks), self.changes_id)
+        space = self.spaces.get(tenant, self.space)
+        apart = self._changed_apart(current, int(fresh[-1]["version"]), space)
+        index, changes_id = apart or self._changed_here(current, ids, int(fresh[-1]["version"]))
+        self._swap_in(index, changes_id)
         self.last_build_s = time.monotonic() - started
         self.last_build_end = time.monotonic()
         log.info(
             "index_updated",
             tenant=tenant,
-            index_version=version,
-            upserts=len(upserts),
-            deletes=len(deletes),
+            index_version=index.version,
+            capabilities_changed=len(ids),
+            applied="apart" if apart is not None else "in_process",
+            took_s=round(self.last_build_s, 3),
         )
 
-    def _changes(
-        self, tenant: str, ids: list[str], delta: Delta
-    ) -> tuple[list[tuple[Capability, bytes]], list[str], dict[str, Mark]]:
-        """The upserts (with their marks) and deletes a read of changed ``ids`` makes: a
-        capability gone, or withheld by the tenant's poisoning policy, is deleted."""
-        policy = self.policy(tenant, delta.policy)
-        upserts, deletes, marks = [], [], {}
-        for cap_id, (record, vector) in zip(ids, delta.entries, strict=True):
-            flag = delta.flags.get(cap_id)
-            if record is None or treatment(flag, policy) == "withhold":
-                deletes.append(cap_id)
-            elif vector is not None:
-                upserts.append((Capability.from_dict(record.capability), vector))
-                if (marked := mark(flag, policy)) is not None:
-                    marks[cap_id] = marked
-            # else: changed by a writer of another vector space (a model change building):
-            # the previous version keeps serving until the reindex swaps in
-        return upserts, deletes, marks
+    def _changed_here(
+        self, current: IndexSnapshot, ids: list[str], version: int
+    ) -> tuple[IndexSnapshot, str]:
+        """``current`` with the changed ``ids`` read and applied in this process (a delta in
+        the heap), at ``version``, and the changes stream entry it is current to."""
+        tenant = current.tenant
+        delta = read_delta(self.redis, tenant, ids, self.spaces.get(tenant, self.space))
+        upserts, deletes, marks = changes_of(ids, delta, self.policy(tenant, delta.policy))
+        return current.with_changes(version, upserts, deletes, marks), self.changes_id
+
+    def _changed_apart(
+        self, current: IndexSnapshot, version: int, space: str
+    ) -> tuple[IndexSnapshot, str] | None:
+        """``current``'s tenant (served from ``space``) brought to ``version`` (or later) by a
+        child process from its snapshot on disk, and mapped (:mod:`capdisc_workers.buildapart`),
+        with the changes stream entry it is current to; None when it holds fewer than
+        ``map_above`` capabilities, no snapshot directory is set, or the child failed (said
+        why: the changes are then applied here)."""
+        root, limit = self.settings.snapshot_dir, self.settings.map_above
+        if root is None or self.store is not None or not limit or len(current) < limit:
+            return None
+        tenant = current.tenant
+        self.queries_for(current.embedder_id)  # its probe vectors
+        probes = self._probes[current.embedder_id]
+        outcome = build_apart(self.settings, tenant, space, self.space, probes, changes=True)
+        try:
+            if not outcome.ok:
+                raise SnapshotError(outcome.reason, root)
+            path = Path(outcome.path)
+            header = read_header(path)
+            if header.version < version:
+                raise SnapshotError(f"written at version {header.version}, not {version}", path)
+            index = load_snapshot(path, header, probes)
+        except SnapshotError as exc:
+            log.warning(
+                "change_apart_failed",
+                tenant=tenant,
+                index_version=version,
+                reason=str(exc),
+                hint="applying the changes in this worker instead",
+            )
+            return None
+        log.info(
+            "index_changed_apart",
+            tenant=tenant,
+            index_version=index.version,
+            took_s=round(outcome.took_s, 3),
+            child_peak_rss_mb=round(outcome.child_peak_rss_mb, 1),
+            path=str(path),
+        )
+        return index, header.changes_id
 
     def policy(self, tenant: str, stored: str | None) -> Policy:
         """``tenant``'s poisoning policy: its own (``stored``), else this worker's setting. A
@@ -701,41 +683,6 @@ def current_epoch(client: redis.Redis) -> str:
         client.set(keys.EPOCH, uuid.uuid4().hex, nx=True)  # the first worker to look wins
         epoch = client.get(keys.EPOCH)
     return as_str(epoch)
-
-
-def _change_records(batch: Any) -> list[Change]:
-    """``(entry id, fields)`` of every record in an XREAD reply (None when it timed out);
-    the fields are None for a record that cannot be read."""
-    return [
-        (as_str(eid), _change_record(as_str(eid), fields))
-        for _stream, items in batch or []
-        for eid, fields in items
-    ]
-
-
-def _change_record(entry_id: str, raw: Any) -> dict[str, str] | None:
-    """A change record's fields, checked: ``tenant`` a tenant name, ``version`` a number,
-    ``op`` and ``id`` text; None (and a warning) otherwise."""
-    try:
-        fields = {k.decode(): v.decode() for k, v in raw.items()}
-    except (AttributeError, UnicodeDecodeError):
-        fields = {}
-    tenant, version = fields.get("tenant", ""), fields.get("version", "")
-    if (
-        TENANT_RE.fullmatch(tenant)
-        and version.isdigit()
-        and len(version) <= 16
-        and "op" in fields
-        and "id" in fields
-    ):
-        return fields
-    log.warning(
-        "change_record_skipped",
-        entry_id=entry_id,
-        fields=repr(raw)[:200],
-        hint="not a change record the indexing workers write; skipped",
-    )
-    return None
 
 
 def _version(raw: Any) -> int:
