@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from capdisc.access import Caller
-from capdisc.captable import CapabilityTable, dense_strings
+from capdisc.captable import CapabilityTable
 from capdisc.embedders.port import Matrix, Vector
 from capdisc.filters import NO_FILTERS, SearchFilters
 from capdisc.models import Capability
@@ -42,7 +42,13 @@ from capdisc.retrieval.config import DEFAULT_CONFIG, RetrievalConfig
 from capdisc.retrieval.decompose import decompose
 from capdisc.retrieval.documents import lexical_text
 from capdisc.retrieval.lexical import LexicalIndex, Scores
-from capdisc.retrieval.names import NameTable, build_name_table, named_rows, row_name_keys
+from capdisc.retrieval.names import (
+    NameTable,
+    PackedStrings,
+    build_name_table,
+    named_rows,
+    row_name_keys,
+)
 from capdisc.retrieval.neighbors import Graph, NeighborSlot, dense_candidates
 from capdisc.retrieval.relevance import abstain_threshold, probe_cosines
 from capdisc.retrieval.results import RetrievalResult, Scored, best_rows, entries, merge
@@ -77,7 +83,7 @@ class RetrievalIndex:
     #: Per row, the keys that could name its capability, as one string
     #: (:func:`capdisc.retrieval.names.row_name_keys`; checks a name's hash, and kept for the
     #: next delta).
-    row_keys: tuple[str, ...]
+    row_keys: PackedStrings
     rows: dict[str, int]
     #: Mean row and second-moment matrix of ``matrix``: the catalog mean and deviation of a
     #: query's cosines, without scoring every row.
@@ -140,7 +146,7 @@ class RetrievalIndex:
         reuse = _reuse(table, previous, sources) if previous is not None and texts is None else None
         lexicon = _lexicon(capabilities, texts, previous, reuse)
         keys = _row_keys(capabilities, previous, reuse)
-        row_keys = tuple(keys if previous is not None else dense_strings(keys))
+        row_keys = PackedStrings.of(keys)
         names = build_name_table(row_keys, lexicon)
         kinds, categories, tags, roles, users = _facets(capabilities, previous, reuse)
         mean_vector = _mean_row(matrix)

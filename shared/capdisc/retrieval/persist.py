@@ -23,10 +23,10 @@ import numpy.typing as npt
 from capdisc.captable import table_arrays, table_from_arrays
 from capdisc.retrieval.index import RetrievalIndex, RowArray
 from capdisc.retrieval.lexical import LexicalIndex
-from capdisc.retrieval.names import NameTable
+from capdisc.retrieval.names import NameTable, PackedStrings
 from capdisc.retrieval.neighbors import CarriedGraph, Graph, NeighborIndex, NeighborSlot
 
-#: The tables that are not arrays (names, vocabulary, facet keys, row keys, scalars).
+#: The tables that are not arrays (names, vocabulary, facet keys, scalars).
 TABLES = "retrieval.json"
 #: The HNSW graph, when the index had one (faiss's own format).
 GRAPH = "graph.faiss"
@@ -58,6 +58,8 @@ def save_index(index: RetrievalIndex, directory: Path) -> list[str]:
     array("matrix", index.matrix)
     array("names.hashes", index.names.hashes)
     array("names.rows", index.names.rows)
+    array("row_keys.blob", index.row_keys.blob)
+    array("row_keys.offsets", index.row_keys.offsets)
     array("mean_vector", index.mean_vector)
     array("moment", index.moment)
     table = table_arrays(index.table)
@@ -87,7 +89,6 @@ def save_index(index: RetrievalIndex, directory: Path) -> list[str]:
     tables = {
         "rows": len(index),
         "name_starts": sorted(index.names.starts),
-        "row_keys": list(index.row_keys),
         "vocabulary": [term for term, _id in vocabulary],
         "facets": facet_keys,
         "lexicon": {"num_docs": lexicon.num_docs, "stem": lexicon.stem, "k1": lexicon.k1},
@@ -151,7 +152,7 @@ def load_index(directory: Path, *, mmap: bool = True) -> RetrievalIndex:
         for facet in FACETS
     }
     names = NameTable(array("names.hashes"), array("names.rows"), frozenset(tables["name_starts"]))
-    row_keys = tuple(str(keys) for keys in tables["row_keys"])
+    row_keys = PackedStrings(array("row_keys.blob"), array("row_keys.offsets"))
     if len(names.rows) != len(names.hashes) or (
         len(names.rows) and not 0 <= int(names.rows.min()) <= int(names.rows.max()) < len(table)
     ):
@@ -161,7 +162,8 @@ def load_index(directory: Path, *, mmap: bool = True) -> RetrievalIndex:
         raise ValueError(f"the index arrays do not have {len(table)} rows")
     slot = NeighborSlot()
     if (directory / GRAPH).exists():
-        slot.fill(_graph(NeighborIndex.read(directory / GRAPH), array("graph_nodes", True), table))
+        graph = NeighborIndex.read(directory / GRAPH, mmap=mmap)
+        slot.fill(_graph(graph, array("graph_nodes", True), table))
     return RetrievalIndex(
         table=table,
         ids=table.ids,
