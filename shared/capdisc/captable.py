@@ -16,11 +16,13 @@ busy tenant's turns keep returning are parsed once.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import zlib
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import pairwise
 from typing import Any, overload
 
 import numpy as np
@@ -80,14 +82,15 @@ class CapabilityTable(Mapping[str, Capability]):
 
     def __init__(
         self,
-        ids: tuple[str, ...],
+        ids: PackedStrings,
         blob: bytes | Bytes,
         offsets: Offsets,
-        names: tuple[str, ...],
+        names: PackedStrings,
         category_codes: npt.NDArray[np.int32],
         category_values: tuple[str, ...],
         available: BoolArray,
         open_rows: BoolArray,
+        rows: IdRows | None = None,
     ) -> None:
         if not len(ids) + 1 == len(offsets) == len(names) + 1 == len(category_codes) + 1:
             raise ValueError(
@@ -95,9 +98,9 @@ class CapabilityTable(Mapping[str, Capability]):
                 f"{len(names)} names and {len(category_codes)} categories"
             )
         self.ids = ids
-        self.rows = {cap_id: row for row, cap_id in enumerate(ids)}
-        if len(self.rows) != len(ids):
-            raise ValueError("a capability table holds an id twice")
+        self.rows = rows if rows is not None else IdRows.of(ids)
+        if self.rows.ids is not ids:
+            raise ValueError("a capability table's id rows are of other ids")
         self.blob = blob
         self.offsets = offsets
         self.names = names
@@ -117,7 +120,7 @@ class CapabilityTable(Mapping[str, Capability]):
         for capability in capabilities:
             latest[capability.id] = capability
         caps = list(latest.values())
-        return _Columns.of(caps).table([encode(c) for c in caps], dense=True)
+        return _Columns.of(caps).table([encode(c) for c in caps])
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -214,15 +217,20 @@ class CapabilityTable(Mapping[str, Capability]):
         available, open_rows = self.available[kept], self.open[kept]
         for row, capability in news.items():
             available[row], open_rows[row] = capability.available, capability.visibility.open
+        ids = self.ids.picked(picks, {r: c.id for r, c in news.items()})
+        hashes = self.rows.by_row()[kept] if len(self) else np.zeros(len(picks), np.uint64)
+        for row, capability in news.items():
+            hashes[row] = id_hash(capability.id)
         return CapabilityTable(
-            tuple(_picked_strings(self.ids, picks, {r: c.id for r, c in news.items()})),
+            ids,
             b"".join(self._runs(picks, records)),
             offsets,
-            tuple(_picked_strings(self.names, picks, {r: c.name for r, c in news.items()})),
+            self.names.picked(picks, {r: c.name for r, c in news.items()}),
             codes,
             values,
             available,
             open_rows,
+            IdRows.of(ids, hashes),
         )
 
     def _runs(
@@ -265,14 +273,134 @@ def runs(picks: npt.NDArray[np.int64]) -> Iterator[tuple[int, int]]:
     yield from zip(starts, [*breaks.tolist(), len(picks)], strict=True)
 
 
-def _picked_strings(
-    strings: Sequence[str], picks: npt.NDArray[np.int64], news: Mapping[int, str]
-) -> list[str]:
-    """``strings[picks[i]]`` for each kept row, ``news[i]`` for each fresh one."""
-    picked = [strings[p] for p in np.maximum(picks, 0).tolist()]
-    for row, value in news.items():
-        picked[row] = value
-    return picked
+class PackedStrings(Sequence[str]):
+    """Strings held as one UTF-8 byte array and their offsets, each decoded when read: a
+    snapshot maps both from its files, so a worker keeps no Python string per row (at 100,000
+    capabilities the retrieval index's row keys are 11 MB of file pages, read on use, against
+    about 18 MB of strings built at every load). Equal to a tuple or list of the same strings."""
+
+    __slots__ = ("_count", "blob", "offsets")
+
+    def __init__(self, blob: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64]) -> None:
+        if offsets.ndim != 1 or len(offsets) < 1 or int(offsets[0]) != 0:
+            raise ValueError("packed strings need offsets starting at 0")
+        if int(offsets[-1]) != len(blob) or bool(np.any(np.diff(offsets) < 0)):
+            raise ValueError(f"packed strings' offsets do not fit their {len(blob)} bytes")
+        self.blob = blob
+        self.offsets = offsets
+        self._count = len(offsets) - 1
+
+    @classmethod
+    def of(cls, strings: Iterable[str]) -> PackedStrings:
+        encoded = [text.encode() for text in strings]
+        offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+        np.cumsum(
+            np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)), out=offsets[1:]
+        )
+        return cls(np.frombuffer(b"".join(encoded), dtype=np.uint8), offsets)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, row: int) -> str:  # type: ignore[override]
+        if row < 0:
+            row += self._count
+        if not 0 <= row < self._count:
+            raise IndexError(f"row {row} of {self._count} packed strings")
+        return self.blob[self.offsets[row] : self.offsets[row + 1]].tobytes().decode()
+
+    def __iter__(self) -> Iterator[str]:
+        data, bounds = self.blob.tobytes(), self.offsets.tolist()
+        return (data[start:end].decode() for start, end in pairwise(bounds))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PackedStrings):
+            return np.array_equal(self.offsets, other.offsets) and np.array_equal(
+                self.blob, other.blob
+            )
+        if isinstance(other, tuple | list):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def picked(self, picks: npt.NDArray[np.int64], news: Mapping[int, str]) -> PackedStrings:
+        """The strings whose ``i``-th is ``self[picks[i]]``, or ``news[i]`` where ``picks[i]``
+        is negative; runs of consecutive kept rows are copied as one slice each."""
+        encoded = {row: text.encode() for row, text in news.items()}
+        kept = np.maximum(picks, 0)
+        lengths = self.offsets[kept + 1] - self.offsets[kept] if len(self) else kept * 0
+        for row, data in encoded.items():
+            lengths[row] = len(data)
+        offsets = np.zeros(len(picks) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        blob = np.empty(int(offsets[-1]), dtype=np.uint8)
+        for start, end in runs(picks):
+            first, last = int(picks[start]), int(picks[end - 1])
+            to = slice(int(offsets[start]), int(offsets[end]))
+            if first < 0:
+                blob[to] = np.frombuffer(encoded[start], dtype=np.uint8)
+            else:
+                blob[to] = self.blob[int(self.offsets[first]) : int(self.offsets[last + 1])]
+        return PackedStrings(blob, offsets)
+
+
+class IdRows(Mapping[str, int]):
+    """The row of each id, held as arrays: the ids' 64-bit hashes, sorted, and the row of
+    each; a hash found is checked against the id at its row, so a collision never answers
+    with the wrong row. Made once per table (a delta rehashes only its new ids), and mapped
+    from a snapshot's files like the ids."""
+
+    def __init__(
+        self, ids: PackedStrings, hashes: npt.NDArray[np.uint64], rows: npt.NDArray[np.int32]
+    ) -> None:
+        if len(hashes) != len(ids) or len(rows) != len(ids):
+            raise ValueError(f"{len(hashes)} id hashes and {len(rows)} rows for {len(ids)} ids")
+        if len(rows) and not 0 <= int(rows.min()) <= int(rows.max()) < len(ids):
+            raise ValueError("the id rows do not fit the ids")
+        self.ids = ids
+        self.hashes = hashes
+        self.rows = rows
+
+    @classmethod
+    def of(cls, ids: PackedStrings, by_row: npt.NDArray[np.uint64] | None = None) -> IdRows:
+        """The lookup of ``ids`` (``by_row``: their hashes in row order, when known)."""
+        if by_row is None:
+            by_row = np.fromiter(map(id_hash, ids), dtype=np.uint64, count=len(ids))
+        order = np.argsort(by_row, kind="stable")
+        made = cls(ids, by_row[order], order.astype(np.int32))
+        same = np.flatnonzero(made.hashes[1:] == made.hashes[:-1])
+        for at in same.tolist():
+            if ids[int(made.rows[at])] == ids[int(made.rows[at + 1])]:
+                raise ValueError(f"a capability table holds an id twice: {ids[int(made.rows[at])]}")
+        return made
+
+    def by_row(self) -> npt.NDArray[np.uint64]:
+        """Each row's id hash, in row order."""
+        hashes = np.empty(len(self.hashes), dtype=np.uint64)
+        hashes[self.rows] = self.hashes
+        return hashes
+
+    def __len__(self) -> int:
+        return len(self.hashes)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.ids)
+
+    def __getitem__(self, cap_id: str) -> int:
+        wanted = np.uint64(id_hash(cap_id))
+        at = int(np.searchsorted(self.hashes, wanted))
+        while at < len(self.hashes) and self.hashes[at] == wanted:
+            row = int(self.rows[at])
+            if self.ids[row] == cap_id:
+                return row
+            at += 1
+        raise KeyError(cap_id)
+
+
+def id_hash(text: str) -> int:
+    """An id's stable 64-bit hash (the same in every process: the lookup is written to disk)."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
 
 
 class RowView(Sequence[Capability]):
@@ -330,19 +458,16 @@ class _Columns:
         self.available.append(available)
         self.open.append(is_open)
 
-    def table(self, records: Sequence[bytes | memoryview], *, dense: bool) -> CapabilityTable:
-        """The table of ``records`` with these columns; ``dense``: copy the ids and names side
-        by side (:func:`dense_strings`: a table made of freshly parsed capabilities; a changed
-        table reuses its predecessor's, already side by side)."""
-        copied = dense_strings if dense else list
+    def table(self, records: Sequence[bytes | memoryview]) -> CapabilityTable:
+        """The table of ``records`` with these columns."""
         lengths = np.fromiter((len(r) for r in records), dtype=np.int64, count=len(records))
         offsets = np.zeros(len(records) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         return CapabilityTable(
-            tuple(copied(self.ids)),
+            PackedStrings.of(self.ids),
             b"".join(records),
             offsets,
-            tuple(copied(self.names)),
+            PackedStrings.of(self.names),
             np.asarray(self.codes, dtype=np.int32),
             tuple(self.categories),
             np.asarray(self.available, dtype=bool),
@@ -375,12 +500,13 @@ def table_arrays(table: CapabilityTable) -> dict[str, Any]:
         "category_codes": table.category_codes,
         "available": table.available,
         "open": table.open,
-        "json": {
-            "format": FORMAT,
-            "ids": list(table.ids),
-            "names": list(table.names),
-            "categories": list(table.category_values),
-        },
+        "ids.blob": table.ids.blob,
+        "ids.offsets": table.ids.offsets,
+        "names.blob": table.names.blob,
+        "names.offsets": table.names.offsets,
+        "id_hashes": table.rows.hashes,
+        "id_rows": table.rows.rows,
+        "json": {"format": FORMAT, "categories": list(table.category_values)},
     }
 
 
@@ -389,13 +515,15 @@ def table_from_arrays(arrays: Mapping[str, Any]) -> CapabilityTable:
     meta = arrays["json"]
     if meta.get("format") != FORMAT:
         raise ValueError(f"records in format {meta.get('format')!r}; this code reads {FORMAT!r}")
+    ids = PackedStrings(arrays["ids.blob"], np.asarray(arrays["ids.offsets"], dtype=np.int64))
     return CapabilityTable(
-        tuple(meta["ids"]),
+        ids,
         arrays["blob"],
         np.asarray(arrays["offsets"], dtype=np.int64),
-        tuple(meta["names"]),
+        PackedStrings(arrays["names.blob"], np.asarray(arrays["names.offsets"], dtype=np.int64)),
         np.asarray(arrays["category_codes"], dtype=np.int32),
         tuple(meta["categories"]),
         np.asarray(arrays["available"], dtype=bool),
         np.asarray(arrays["open"], dtype=bool),
+        IdRows(ids, arrays["id_hashes"], arrays["id_rows"]),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,6 +15,8 @@ from capdisc.access import Caller
 from capdisc.captable import (
     PARSED_CACHE,
     CapabilityTable,
+    IdRows,
+    PackedStrings,
     decode,
     dense_strings,
     encode,
@@ -187,7 +190,8 @@ def test_arrays_of_another_format_are_refused() -> None:
 
 def test_columns_that_disagree_with_the_records_are_refused() -> None:
     arrays = table_arrays(CapabilityTable.of(CAPS))
-    arrays["json"] = dict(arrays["json"], names=["t0"])
+    one = arrays["names.offsets"][:2]  # the first name only
+    arrays["names.offsets"], arrays["names.blob"] = one, arrays["names.blob"][: one[-1]]
 
     with pytest.raises(ValueError, match="6 ids has 6 records, 1 names"):
         table_from_arrays(arrays)
@@ -236,3 +240,76 @@ def test_dense_strings_are_equal_copies_in_order() -> None:
 
     assert dense_strings(items) == items
     assert dense_strings(["a\x00b", "c"]) == ["a\x00b", "c"]  # the separator inside: as they are
+
+
+@given(st.lists(st.text(max_size=40), max_size=30))
+def test_packed_strings_read_back_each_string_as_given(strings: list[str]) -> None:
+    packed = PackedStrings.of(strings)
+
+    assert len(packed) == len(strings)
+    assert list(packed) == strings
+    assert [packed[-1 - i] for i in range(len(strings))] == strings[::-1]
+
+
+def test_packed_strings_refuse_a_row_past_their_end() -> None:
+    with pytest.raises(IndexError, match="row 2 of 2"):
+        PackedStrings.of(["a", "b"])[2]
+
+
+@pytest.mark.parametrize(
+    ("blob", "offsets"),
+    [
+        (b"abc", [1, 3]),  # not from 0
+        (b"abc", [0, 2]),  # short of the bytes
+        (b"abc", [0, 2, 1, 3]),  # going back
+        (b"", []),  # no offsets at all
+    ],
+)
+def test_packed_strings_refuse_offsets_that_do_not_fit_their_bytes(
+    blob: bytes, offsets: list[int]
+) -> None:
+    with pytest.raises(ValueError, match="packed strings"):
+        PackedStrings(np.frombuffer(blob, dtype=np.uint8), np.asarray(offsets, dtype=np.int64))
+
+
+@given(
+    st.lists(st.text(max_size=12), max_size=20),
+    st.lists(st.integers(min_value=-3, max_value=25), max_size=30),
+)
+def test_packed_strings_picked_are_the_kept_rows_and_the_new_ones(
+    strings: list[str], picks: list[int]
+) -> None:
+    packed = PackedStrings.of(strings)
+    picks = [p for p in picks if p < len(strings)] if strings else [p for p in picks if p < 0]
+    news = {row: f"new-{row}" for row, p in enumerate(picks) if p < 0}
+
+    picked = packed.picked(np.asarray(picks, dtype=np.int64), news)
+
+    assert list(picked) == [news[row] if p < 0 else strings[p] for row, p in enumerate(picks)]
+
+
+def test_id_rows_find_each_id_and_refuse_others() -> None:
+    ids = PackedStrings.of(["tool:a", "tool:b", "skill:c"])
+    rows = IdRows.of(ids)
+
+    assert [rows[i] for i in ("tool:a", "tool:b", "skill:c")] == [0, 1, 2]
+    assert "tool:d" not in rows and rows.get("tool:d") is None
+    assert list(rows) == ["tool:a", "tool:b", "skill:c"]
+
+
+def test_id_rows_check_a_hash_found_against_the_id_at_its_row() -> None:
+    ids = PackedStrings.of(["tool:a", "tool:b"])
+    colliding = np.asarray([7, 7], dtype=np.uint64)  # both ids given one hash
+    rows = IdRows(ids, colliding, np.asarray([1, 0], dtype=np.int32))
+    original = captable.id_hash
+    try:
+        captable.id_hash = lambda _text: 7  # type: ignore[assignment]
+        assert (rows["tool:a"], rows["tool:b"]) == (0, 1)
+        assert "tool:c" not in rows
+    finally:
+        captable.id_hash = original
+
+
+def test_a_table_refuses_an_id_twice() -> None:
+    with pytest.raises(ValueError, match="holds an id twice: tool:a"):
+        IdRows.of(PackedStrings.of(["tool:a", "tool:b", "tool:a"]))

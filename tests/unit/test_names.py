@@ -3,16 +3,10 @@ alone."""
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
 from capdisc.models import Capability
 from capdisc.retrieval.lexical import LexicalIndex
 from capdisc.retrieval.names import (
     NameTable,
-    PackedStrings,
     build_name_table,
     key_hash,
     key_text,
@@ -60,33 +54,3 @@ def test_a_hash_that_matches_another_key_names_nothing() -> None:
     colliding = name_table([key_hash(key_text(("tool:intruder",)))], [1], ())
 
     assert list(named_rows("call tool:intruder", colliding, keys)) == []
-
-
-@given(st.lists(st.text(max_size=40), max_size=30))
-def test_packed_strings_read_back_each_string_as_given(strings: list[str]) -> None:
-    packed = PackedStrings.of(strings)
-
-    assert len(packed) == len(strings)
-    assert list(packed) == strings
-    assert [packed[-1 - i] for i in range(len(strings))] == strings[::-1]
-
-
-def test_packed_strings_refuse_a_row_past_their_end() -> None:
-    with pytest.raises(IndexError, match="row 2 of 2"):
-        PackedStrings.of(["a", "b"])[2]
-
-
-@pytest.mark.parametrize(
-    ("blob", "offsets"),
-    [
-        (b"abc", [1, 3]),  # not from 0
-        (b"abc", [0, 2]),  # short of the bytes
-        (b"abc", [0, 2, 1, 3]),  # going back
-        (b"", []),  # no offsets at all
-    ],
-)
-def test_packed_strings_refuse_offsets_that_do_not_fit_their_bytes(
-    blob: bytes, offsets: list[int]
-) -> None:
-    with pytest.raises(ValueError, match="packed strings"):
-        PackedStrings(np.frombuffer(blob, dtype=np.uint8), np.asarray(offsets, dtype=np.int64))

@@ -363,7 +363,7 @@ class IndexSnapshot:
     tenant: str
     version: int
     dim: int
-    ids: tuple[str, ...] = ()
+    ids: Sequence[str] = ()
     capabilities: CapabilityTable = field(default_factory=_empty_table)
     matrix: Matrix = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
     retriever: Retriever = field(default=None, repr=False)  # type: ignore[assignment]

@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from capdisc.access import Caller
-from capdisc.captable import CapabilityTable
+from capdisc.captable import CapabilityTable, IdRows, PackedStrings
 from capdisc.embedders.port import Matrix, Vector
 from capdisc.filters import NO_FILTERS, SearchFilters
 from capdisc.models import Capability
@@ -44,7 +44,6 @@ from capdisc.retrieval.documents import lexical_text
 from capdisc.retrieval.lexical import LexicalIndex, Scores
 from capdisc.retrieval.names import (
     NameTable,
-    PackedStrings,
     build_name_table,
     named_rows,
     row_name_keys,
@@ -66,7 +65,7 @@ class RetrievalIndex:
 
     #: The capabilities, compressed (:mod:`capdisc.captable`); its ids and rows are the index's.
     table: CapabilityTable
-    ids: tuple[str, ...]
+    ids: PackedStrings
     matrix: Matrix
     lexicon: LexicalIndex
     names: NameTable
@@ -84,7 +83,7 @@ class RetrievalIndex:
     #: (:func:`capdisc.retrieval.names.row_name_keys`; checks a name's hash, and kept for the
     #: next delta).
     row_keys: PackedStrings
-    rows: dict[str, int]
+    rows: IdRows
     #: Mean row and second-moment matrix of ``matrix``: the catalog mean and deviation of a
     #: query's cosines, without scoring every row.
     mean_vector: Vector
@@ -145,8 +144,7 @@ class RetrievalIndex:
         )
         reuse = _reuse(table, previous, sources) if previous is not None and texts is None else None
         lexicon = _lexicon(capabilities, texts, previous, reuse)
-        keys = _row_keys(capabilities, previous, reuse)
-        row_keys = PackedStrings.of(keys)
+        row_keys = _row_keys(capabilities, previous, reuse)
         names = build_name_table(row_keys, lexicon)
         kinds, categories, tags, roles, users = _facets(capabilities, previous, reuse)
         mean_vector = _mean_row(matrix)
@@ -560,14 +558,14 @@ def _lexicon(
 
 def _row_keys(
     caps: Sequence[Capability], previous: RetrievalIndex | None, reuse: list[int | None] | None
-) -> list[str]:
-    """Per capability, the keys that could name it; reused rows keep ``previous``'s."""
+) -> PackedStrings:
+    """Per capability, the keys that could name it; reused rows keep ``previous``'s (copied a
+    run of rows at a time)."""
     if previous is None or not reuse:
-        return [row_name_keys(c) for c in caps]
-    return [
-        previous.row_keys[old] if old is not None else row_name_keys(caps[row])
-        for row, old in enumerate(reuse)
-    ]
+        return PackedStrings.of(row_name_keys(c) for c in caps)
+    picks = np.fromiter((-1 if old is None else old for old in reuse), np.int64, len(reuse))
+    fresh = {row: row_name_keys(caps[row]) for row in np.flatnonzero(picks < 0).tolist()}
+    return previous.row_keys.picked(picks, fresh)
 
 
 def _facets(

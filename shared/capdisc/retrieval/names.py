@@ -58,45 +58,6 @@ class NameTable:
                     yield row
 
 
-class PackedStrings(Sequence[str]):
-    """Strings held as one UTF-8 byte array and their offsets, each decoded when read: a
-    snapshot maps both from its files, so a worker keeps no Python string per row (at 100,000
-    capabilities the row keys are 11 MB of file pages, read on use, against about 18 MB of
-    strings built at every load)."""
-
-    __slots__ = ("blob", "offsets")
-
-    def __init__(self, blob: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64]) -> None:
-        if offsets.ndim != 1 or len(offsets) < 1 or int(offsets[0]) != 0:
-            raise ValueError("packed strings need offsets starting at 0")
-        if int(offsets[-1]) != len(blob) or bool(np.any(np.diff(offsets) < 0)):
-            raise ValueError(f"packed strings' offsets do not fit their {len(blob)} bytes")
-        self.blob = blob
-        self.offsets = offsets
-
-    @classmethod
-    def of(cls, strings: Iterable[str]) -> PackedStrings:
-        encoded = [text.encode() for text in strings]
-        offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
-        np.cumsum(
-            np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)), out=offsets[1:]
-        )
-        return cls(np.frombuffer(b"".join(encoded), dtype=np.uint8), offsets)
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def __getitem__(self, row: int) -> str:  # type: ignore[override]
-        if not -len(self) <= row < len(self):
-            raise IndexError(f"row {row} of {len(self)} packed strings")
-        row %= len(self)
-        start, end = int(self.offsets[row]), int(self.offsets[row + 1])
-        return bytes(self.blob[start:end]).decode()
-
-    def __iter__(self) -> Iterator[str]:
-        return (self[row] for row in range(len(self)))
-
-
 def key_text(key: NameKey) -> str:
     """A key as one string (its words joined by :data:`WORDS`)."""
     return WORDS.join(key)

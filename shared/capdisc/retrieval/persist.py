@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from capdisc.captable import table_arrays, table_from_arrays
+from capdisc.captable import PackedStrings, table_arrays, table_from_arrays
 from capdisc.retrieval.index import RetrievalIndex, RowArray
 from capdisc.retrieval.lexical import LexicalIndex
-from capdisc.retrieval.names import NameTable, PackedStrings
+from capdisc.retrieval.names import NameTable
 from capdisc.retrieval.neighbors import CarriedGraph, Graph, NeighborIndex, NeighborSlot
 
 #: The tables that are not arrays (names, vocabulary, facet keys, scalars).
@@ -34,9 +34,21 @@ GRAPH = "graph.faiss"
 ARRAYS = "r."
 #: The row facets of the index, each written as its keys, one array of rows and offsets.
 FACETS = ("kinds", "categories", "tags", "role_rows", "user_rows")
-#: The capability table (:mod:`capdisc.captable`): its arrays, and its ids, names and
-#: categories as JSON.
-TABLE_ARRAYS = ("blob", "offsets", "category_codes", "available", "open")
+#: The capability table (:mod:`capdisc.captable`): its arrays (ids and names packed, the
+#: id lookup's hashes and rows among them), and its categories as JSON.
+TABLE_ARRAYS = (
+    "blob",
+    "offsets",
+    "category_codes",
+    "available",
+    "open",
+    "ids.blob",
+    "ids.offsets",
+    "names.blob",
+    "names.offsets",
+    "id_hashes",
+    "id_rows",
+)
 TABLE = "table.json"
 #: The lexicon's arrays (:class:`LexicalIndex` fields).
 LEXICON = ("data", "indices", "indptr", "idf", "doc_indptr", "doc_terms", "doc_tf", "doc_len")
