@@ -315,6 +315,20 @@ def test_a_corrupt_file_is_refused_and_the_next_snapshot_is_taken(
     assert "r.matrix.npy is corrupt" in refused[0].reason
 
 
+def test_checksums_are_skipped_only_when_asked(built: IndexSnapshot, tmp_path: Path) -> None:
+    path = write(tmp_path, built)
+    marks = path / "marks.json"
+    marks.write_text(marks.read_text() + " ")  # other bytes, the same marks
+    header = read_header(path)
+
+    with pytest.raises(SnapshotError, match=r"marks\.json is corrupt"):
+        load_snapshot(path, header, PROBE_VECTORS)
+    assert load_snapshot(path, header, PROBE_VECTORS, verify=False).ids == built.ids
+    (path / "graph.faiss").unlink()
+    with pytest.raises(SnapshotError, match=r"graph\.faiss is missing"):
+        load_snapshot(path, header, PROBE_VECTORS, verify=False)
+
+
 @pytest.mark.parametrize("damage", ["truncate", "delete", "header", "unlisted"])
 def test_a_damaged_snapshot_is_refused(built: IndexSnapshot, tmp_path: Path, damage: str) -> None:
     path = write(tmp_path, built)
