@@ -33,6 +33,8 @@ from capdisc.models import Capability
 
 #: Parsed capabilities kept per table (least recently read dropped first).
 PARSED_CACHE = 1024
+#: Ids whose rows a table's :class:`IdRows` keeps at hand (all forgotten when it fills).
+RECENT_IDS = 4096
 #: zlib level of the records: measured 215 bytes a record at 6 against 235 at 1, for 4 µs more.
 LEVEL = 6
 #: zlib's preset dictionary: the record's keys in their order and words most schemas use. It
@@ -349,7 +351,9 @@ class IdRows(Mapping[str, int]):
     """The row of each id, held as arrays: the ids' 64-bit hashes, sorted, and the row of
     each; a hash found is checked against the id at its row, so a collision never answers
     with the wrong row. Made once per table (a delta rehashes only its new ids), and mapped
-    from a snapshot's files like the ids."""
+    from a snapshot's files like the ids. A lookup takes about 3.6 µs against a dict's 0.07, so
+    the ids found most recently (:data:`RECENT_IDS`: a turn reads its answers by id) are kept in
+    a small dict."""
 
     def __init__(
         self, ids: PackedStrings, hashes: npt.NDArray[np.uint64], rows: npt.NDArray[np.int32]
@@ -361,6 +365,7 @@ class IdRows(Mapping[str, int]):
         self.ids = ids
         self.hashes = hashes
         self.rows = rows
+        self._recent: dict[str, int] = {}
 
     @classmethod
     def of(cls, ids: PackedStrings, by_row: npt.NDArray[np.uint64] | None = None) -> IdRows:
@@ -388,11 +393,17 @@ class IdRows(Mapping[str, int]):
         return iter(self.ids)
 
     def __getitem__(self, cap_id: str) -> int:
+        row = self._recent.get(cap_id)
+        if row is not None:
+            return row
         wanted = np.uint64(id_hash(cap_id))
         at = int(np.searchsorted(self.hashes, wanted))
         while at < len(self.hashes) and self.hashes[at] == wanted:
             row = int(self.rows[at])
             if self.ids[row] == cap_id:
+                if len(self._recent) >= RECENT_IDS:
+                    self._recent.clear()
+                self._recent[cap_id] = row
                 return row
             at += 1
         raise KeyError(cap_id)

@@ -65,6 +65,34 @@ def served_and_written(tmp_path: Path) -> tuple[PrivateStack, Path, Path, int]:
         raise
 
 
+def zebrafish_published(stack: PrivateStack, registry: Path, written: int) -> int:
+    """The Slack tool's description changed and published after version ``written``; the new
+    index version (the next one)."""
+    manifest = registry / MANIFEST
+    manifest.write_text(
+        manifest.read_text().replace(
+            "Posts a message to a Slack channel", "Posts a zebrafish bulletin to a Slack channel"
+        )
+    )
+    changed = publish(stack.url, registry, TENANT, wait_s=60).index_version
+    assert changed == written + 1
+    return changed
+
+
+def assert_zebrafish_served(stack: PrivateStack, changed: int) -> None:
+    """A turn that waits for version ``changed`` gets it, with the edited Slack tool first."""
+    with Client(stack.connection(), tenant=TENANT, timeout_s=60) as client:
+        answer = client.discover("post a zebrafish bulletin", min_version=changed)
+    assert answer.index_version == changed and answer.ids[0] == SLACK
+
+
+def updates(stack: PrivateStack, worker: str) -> list[tuple[int, str]]:
+    """The tenant's ``index_updated`` events of ``worker``: each version and how it was
+    applied."""
+    events = stack.events(worker, "index_updated")
+    return [(e["index_version"], e["applied"]) for e in events if e["tenant"] == TENANT]
+
+
 def test_status_reports_the_snapshot_a_worker_wrote_with_its_version(tmp_path: Path) -> None:
     stack, _registry, written, version = serving_and_written(tmp_path)
     with stack, stack.connection() as connection:
@@ -91,15 +119,7 @@ def test_a_restarted_worker_serves_its_snapshot_and_the_change_made_while_it_was
 ) -> None:
     stack, registry, path, written = served_and_written(tmp_path)
     with stack:
-        manifest = registry / MANIFEST
-        manifest.write_text(
-            manifest.read_text().replace(
-                "Posts a message to a Slack channel",
-                "Posts a zebrafish bulletin to a Slack channel",
-            )
-        )
-        changed = publish(stack.url, registry, TENANT, wait_s=60).index_version
-        assert changed == written + 1
+        changed = zebrafish_published(stack, registry, written)
 
         worker = stack.spawn_discovery("discovery-2", CAPDISC_SNAPSHOT_DIR=str(path.parents[2]))
         with Client(stack.connection(), tenant=TENANT, timeout_s=60) as client:
@@ -222,32 +242,17 @@ def large_tenant_served_apart(tmp_path: Path) -> tuple[PrivateStack, Path, Path,
         raise
 
 
-def zebrafish_published(stack: PrivateStack, registry: Path) -> int:
-    """The Slack tool's description changed and published; the new index version."""
-    manifest = registry / MANIFEST
-    manifest.write_text(
-        manifest.read_text().replace(
-            "Posts a message to a Slack channel", "Posts a zebrafish bulletin to a Slack channel"
-        )
-    )
-    return publish(stack.url, registry, TENANT, wait_s=60).index_version
-
-
 def test_a_large_tenants_change_is_applied_by_a_child_and_mapped(tmp_path: Path) -> None:
     stack, registry, fresh, written = large_tenant_served_apart(tmp_path)
     with stack:
-        changed = zebrafish_published(stack, registry)
-        assert changed == written + 1
-        with Client(stack.connection(), tenant=TENANT, timeout_s=60) as client:
-            answer = client.discover("post a zebrafish bulletin", min_version=changed)
+        changed = zebrafish_published(stack, registry, written)
 
-        assert answer.index_version == changed and answer.ids[0] == SLACK
+        assert_zebrafish_served(stack, changed)
         apart = stack.events("discovery-2", "index_changed_apart")
         assert [(e["tenant"], e["index_version"]) for e in apart] == [(TENANT, changed)]
         assert Path(apart[0]["path"]).parent.parent.parent == fresh  # the child's, mapped
         assert f"v{changed:012d}-" in Path(apart[0]["path"]).name
-        updated = [e for e in stack.events("discovery-2", "index_updated") if e["tenant"] == TENANT]
-        assert [(e["index_version"], e["applied"]) for e in updated] == [(changed, "apart")]
+        assert updates(stack, "discovery-2") == [(changed, "apart")]
         assert not stack.events("discovery-2", "change_apart_failed")
 
 
@@ -256,17 +261,13 @@ def test_a_change_no_child_can_apply_is_applied_in_the_worker(tmp_path: Path) ->
     with stack:
         for path in (fresh / TENANT).rglob("snapshot.json"):
             path.unlink()  # the mapped snapshot stays mapped; the child finds none to start from
-        changed = zebrafish_published(stack, registry)
-        assert changed == written + 1
-        with Client(stack.connection(), tenant=TENANT, timeout_s=60) as client:
-            answer = client.discover("post a zebrafish bulletin", min_version=changed)
+        changed = zebrafish_published(stack, registry, written)
 
-        assert answer.index_version == changed and answer.ids[0] == SLACK
+        assert_zebrafish_served(stack, changed)
         failed = stack.events("discovery-2", "change_apart_failed")
         assert [(e["tenant"], e["index_version"]) for e in failed] == [(TENANT, changed)]
         assert "exit status 4" in failed[0]["reason"]
-        updated = [e for e in stack.events("discovery-2", "index_updated") if e["tenant"] == TENANT]
-        assert [(e["index_version"], e["applied"]) for e in updated] == [(changed, "in_process")]
+        assert updates(stack, "discovery-2") == [(changed, "in_process")]
 
 
 def test_a_large_tenant_restarted_behind_its_snapshot_has_the_changes_applied_apart(
@@ -274,16 +275,12 @@ def test_a_large_tenant_restarted_behind_its_snapshot_has_the_changes_applied_ap
 ) -> None:
     stack, registry, path, written = served_and_written(tmp_path)
     with stack:
-        changed = zebrafish_published(stack, registry)  # while no worker runs
-        assert changed == written + 1
-
+        changed = zebrafish_published(stack, registry, written)  # while no worker runs
         stack.spawn_discovery(
             "discovery-2", CAPDISC_SNAPSHOT_DIR=str(path.parents[2]), CAPDISC_MAP_ABOVE="1"
         )
-        with Client(stack.connection(), tenant=TENANT, timeout_s=60) as client:
-            answer = client.discover("post a zebrafish bulletin", min_version=changed)
 
-        assert answer.index_version == changed and answer.ids[0] == SLACK
+        assert_zebrafish_served(stack, changed)
         apart = stack.events("discovery-2", "index_changed_apart")
         assert [(e["tenant"], e["index_version"]) for e in apart] == [(TENANT, changed)]
         loaded = stack.events("discovery-2", "index_loaded_from_snapshot")

@@ -297,6 +297,17 @@ def test_id_rows_find_each_id_and_refuse_others() -> None:
     assert list(rows) == ["tool:a", "tool:b", "skill:c"]
 
 
+def test_id_rows_answer_alike_once_their_recent_ids_are_forgotten(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(captable, "RECENT_IDS", 2)
+    names = [f"tool:t{n}" for n in range(5)]
+    rows = IdRows.of(PackedStrings.of(names))
+
+    assert [rows[i] for i in names * 2] == [*range(5), *range(5)]
+    assert len(rows._recent) <= 2
+
+
 def test_id_rows_check_a_hash_found_against_the_id_at_its_row() -> None:
     ids = PackedStrings.of(["tool:a", "tool:b"])
     colliding = np.asarray([7, 7], dtype=np.uint64)  # both ids given one hash

@@ -49,7 +49,7 @@ import redis
 
 from capdisc import keys
 from capdisc.discovery.snapshot import IndexSnapshot, graph_builder, hybrid_retriever
-from capdisc.discovery.snapshotfile import Wanted, build_fingerprint, open_newest, write_snapshot
+from capdisc.discovery.snapshotfile import open_newest, write_snapshot
 from capdisc.embedders.port import Matrix
 from capdisc.errors import CapdiscError, SnapshotError
 from capdisc.models import Capability
@@ -59,7 +59,7 @@ from capdisc.registry.store import Snapshot, read_snapshot
 from capdisc.retrieval.neighbors import BackgroundBuilder
 from capdisc.retrieval.text import embedder_id_of
 from capdisc.settings import Settings
-from capdisc_workers.catchup import since
+from capdisc_workers.catchup import since, wanted_now
 
 #: Exit status of a child that found the tenant in another vector space than it was told.
 MOVED = 3
@@ -211,23 +211,13 @@ def brought_up_to_date(
     they called for, if any, is built); what to report: its ``path``, ``version`` and the
     number of changes ``applied``. Exits with :data:`NO_SNAPSHOT` (saying why on stderr) when
     there is none, or its changes cannot all be read or applied."""
-    with client.pipeline(transaction=True) as pipe:
-        pipe.get(keys.version(tenant))
-        pipe.get(keys.poisoning_policy(tenant))
-        pipe.get(keys.EPOCH)
-        stored, stored_policy, epoch = pipe.execute()
-    if epoch is None:
-        raise SystemExit("Redis holds no data generation marker yet: nothing to bring up to date")
     default = settings.poisoning_policy
-    wanted = Wanted(
-        tenant,
-        space,
-        as_str(epoch),
-        int(stored or 0),
-        policy_of(as_str(stored_policy) if stored_policy is not None else None, default),
-        build_fingerprint(embedder_id_of(space)),
-    )
+    wanted = wanted_now(client, tenant, space, lambda raw: policy_of(raw, default))
+    if wanted is None:
+        raise SystemExit("Redis holds no data generation marker yet: nothing to bring up to date")
     try:
+        if wanted.space != space:  # reindexed onto another model: the worker reloads it whole
+            raise SnapshotError(f"the tenant is served from {wanted.space} now", root / tenant)
         found = open_newest(root, wanted, probes, _refused)
         if found is None:
             raise SnapshotError("none fits what Redis holds", root / tenant)

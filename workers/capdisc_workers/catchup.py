@@ -16,13 +16,14 @@ import structlog
 
 from capdisc import keys
 from capdisc.discovery.snapshot import IndexSnapshot
-from capdisc.discovery.snapshotfile import SnapshotHeader, Wanted
+from capdisc.discovery.snapshotfile import SnapshotHeader, Wanted, build_fingerprint
 from capdisc.errors import SnapshotError
 from capdisc.models import Capability
 from capdisc.redistext import as_str
 from capdisc.registry.events import TENANT_RE
 from capdisc.registry.flags import Mark, Policy, mark, treatment
 from capdisc.registry.store import Delta, read_delta
+from capdisc.retrieval.text import embedder_id_of
 
 log = structlog.get_logger("capdisc.discovery")
 
@@ -32,6 +33,40 @@ Change = tuple[str, dict[str, str] | None]
 #: What a read of changed ids makes: upserts (capability, vector), deletes, and the upserts'
 #: marks.
 Changes = tuple[list[tuple[Capability, bytes]], list[str], dict[str, Mark]]
+
+
+def wanted_now(
+    client: redis.Redis, tenant: str, default_space: str, policy: Callable[[str | None], Policy]
+) -> Wanted | None:
+    """What a snapshot of ``tenant`` must match to be served now, read in one transaction: its
+    active vector space (``default_space`` when none is stored), Redis epoch, stored version,
+    poisoning policy (``policy`` of the stored value) and this code's build; None when Redis
+    holds no epoch marker yet."""
+    with client.pipeline(transaction=True) as pipe:
+        pipe.get(keys.version(tenant))
+        pipe.get(keys.space(tenant))
+        pipe.get(keys.poisoning_policy(tenant))
+        pipe.get(keys.EPOCH)
+        stored, active, stored_policy, epoch = pipe.execute()
+    if epoch is None:
+        return None
+    space = as_str(active) if active else default_space
+    return Wanted(
+        tenant,
+        space,
+        as_str(epoch),
+        stored_version(stored),
+        policy(as_str(stored_policy) if stored_policy is not None else None),
+        build_fingerprint(embedder_id_of(space)),
+    )
+
+
+def stored_version(raw: Any) -> int:
+    """A stored version (0 when missing or unreadable)."""
+    try:
+        return int(raw or 0)
+    except ValueError:
+        return 0
 
 
 def change_records(batch: Any) -> list[Change]:

@@ -42,8 +42,6 @@ import structlog
 from capdisc import keys
 from capdisc.discovery.snapshot import IndexSnapshot, hybrid_retriever, store_retriever
 from capdisc.discovery.snapshotfile import (
-    Wanted,
-    build_fingerprint,
     load_snapshot,
     open_newest,
     read_header,
@@ -61,7 +59,14 @@ from capdisc.retrieval.text import embedder_id_of, vector_space
 from capdisc.settings import Settings
 from capdisc.vectorstores.port import VectorStore
 from capdisc_workers.buildapart import build_apart, policy_of
-from capdisc_workers.catchup import Change, change_records, changes_of, since
+from capdisc_workers.catchup import (
+    Change,
+    change_records,
+    changes_of,
+    since,
+    stored_version,
+    wanted_now,
+)
 from capdisc_workers.heap import collection_paused, release_freed_memory
 from capdisc_workers.outage import RETRYABLE, Backoff, RedisHealth
 from capdisc_workers.snapshots import SnapshotWriter
@@ -260,24 +265,11 @@ class SnapshotFollower:
         if root is None or self.store is not None:
             return None
         started = time.monotonic()
-        with self.redis.pipeline(transaction=True) as pipe:
-            pipe.get(keys.version(tenant))
-            pipe.get(keys.space(tenant))
-            pipe.get(keys.poisoning_policy(tenant))
-            pipe.get(keys.EPOCH)
-            stored, active, stored_policy, epoch = pipe.execute()
-        if epoch is None:
+        wanted = wanted_now(self.redis, tenant, self.space, lambda p: self.policy(tenant, p))
+        if wanted is None:
             return None
-        space = as_str(active) if active else self.space
+        space = wanted.space
         embedder_id = embedder_id_of(space)
-        wanted = Wanted(
-            tenant,
-            space,
-            as_str(epoch),
-            _version(stored),
-            self.policy(tenant, as_str(stored_policy) if stored_policy is not None else None),
-            build_fingerprint(embedder_id),
-        )
         self.queries_for(embedder_id)  # its model and probe vectors
         current = self.indexes.get(tenant)
 
@@ -538,10 +530,11 @@ class SnapshotFollower:
             self.reload(tenant)
             return
         ids = list(dict.fromkeys(c["id"] for c in fresh))
+        version = int(fresh[-1]["version"])
         started = time.monotonic()
         space = self.spaces.get(tenant, self.space)
-        apart = self._changed_apart(current, int(fresh[-1]["version"]), space)
-        index, changes_id = apart or self._changed_here(current, ids, int(fresh[-1]["version"]))
+        apart = self._changed_apart(current, version, space)
+        index, changes_id = apart or self._changed_here(current, ids, version, space)
         self._swap_in(index, changes_id)
         self.last_build_s = time.monotonic() - started
         self.last_build_end = time.monotonic()
@@ -555,12 +548,13 @@ class SnapshotFollower:
         )
 
     def _changed_here(
-        self, current: IndexSnapshot, ids: list[str], version: int
+        self, current: IndexSnapshot, ids: list[str], version: int, space: str
     ) -> tuple[IndexSnapshot, str]:
-        """``current`` with the changed ``ids`` read and applied in this process (a delta in
-        the heap), at ``version``, and the changes stream entry it is current to."""
+        """``current`` with the changed ``ids`` read (from ``space``) and applied in this
+        process (a delta in the heap), at ``version``, and the changes stream entry it is
+        current to."""
         tenant = current.tenant
-        delta = read_delta(self.redis, tenant, ids, self.spaces.get(tenant, self.space))
+        delta = read_delta(self.redis, tenant, ids, space)
         upserts, deletes, marks = changes_of(ids, delta, self.policy(tenant, delta.policy))
         return current.with_changes(version, upserts, deletes, marks), self.changes_id
 
@@ -631,11 +625,16 @@ class SnapshotFollower:
         for tenant, raw in zip(tenants, stored, strict=True):
             stale = tenant in self.stale
             if needs_reload(
-                served.get(tenant), _version(raw), stale=stale, failed_at=self.failed.get(tenant)
+                served.get(tenant),
+                stored_version(raw),
+                stale=stale,
+                failed_at=self.failed.get(tenant),
             ):
                 if stale:
                     log.info(
-                        "index_reload_after_data_loss", tenant=tenant, index_version=_version(raw)
+                        "index_reload_after_data_loss",
+                        tenant=tenant,
+                        index_version=stored_version(raw),
                     )
                 self.reload(tenant)
 
@@ -683,14 +682,6 @@ def current_epoch(client: redis.Redis) -> str:
         client.set(keys.EPOCH, uuid.uuid4().hex, nx=True)  # the first worker to look wins
         epoch = client.get(keys.EPOCH)
     return as_str(epoch)
-
-
-def _version(raw: Any) -> int:
-    """A stored version (0 when missing or unreadable)."""
-    try:
-        return int(raw or 0)
-    except ValueError:
-        return 0
 
 
 def _contiguous(changes: list[dict[str, str]]) -> bool:

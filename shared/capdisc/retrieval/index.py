@@ -42,12 +42,7 @@ from capdisc.retrieval.config import DEFAULT_CONFIG, RetrievalConfig
 from capdisc.retrieval.decompose import decompose
 from capdisc.retrieval.documents import lexical_text
 from capdisc.retrieval.lexical import LexicalIndex, Scores
-from capdisc.retrieval.names import (
-    NameTable,
-    build_name_table,
-    named_rows,
-    row_name_keys,
-)
+from capdisc.retrieval.names import NameTable, build_name_table, named_rows, row_name_keys
 from capdisc.retrieval.neighbors import Graph, NeighborSlot, dense_candidates
 from capdisc.retrieval.relevance import abstain_threshold, probe_cosines
 from capdisc.retrieval.results import RetrievalResult, Scored, best_rows, entries, merge
