@@ -8,9 +8,11 @@ figures are of the whole-query mix alone, comparable with each other and with pl
     .venv/bin/python benchmarks/query_signals.py fusion [--only NAME,...]
     .venv/bin/python benchmarks/query_signals.py abstention [--features top,z,probe,...]
 
-``fusion`` prints recall@5 of the z-score mix (the engine's) and of variants that damp the
-lexical z: min-max normalization, a cap at the dense top z, moments over the dense top 100,
-the lexical z times the row's query coverage or gated by its dense z, scaled by catalog size.
+``fusion`` prints recall@5 of the z-score mix (the engine's before coverage damping) and of
+variants that damp the lexical z: min-max normalization, a cap at the dense top z, moments over
+the dense top 100, the lexical z times the row's query coverage, or the square root of its
+coverage of the query's best-covered part (the engine's damping, applied to every row), or
+gated by its dense z, scaled by catalog size.
 
 ``abstention`` fits a logistic model of "answerable" over query-level features on all
 catalogs but one group (catalogs that share queries are one group: the two MCP catalogs;
@@ -35,6 +37,7 @@ import numpy as np
 
 from capdisc.bench.evaluation import default_cache_dir, recall_at
 from capdisc.embedders.factory import make_embedder
+from capdisc.retrieval.decompose import decompose
 from generalization import SUITES, Loaded, _plain, _present, load
 
 Array = np.ndarray[Any, np.dtype[np.float64]]
@@ -76,7 +79,7 @@ def _minmax(x: Array) -> Array:
     return (x - x.min()) / span if span > 1e-12 else np.zeros_like(x)
 
 
-def _variants(cosine: Array, bm25: Array, coverage: Array) -> dict[str, Array]:
+def _variants(cosine: Array, bm25: Array, coverage: Array, parts: Array) -> dict[str, Array]:
     w = DENSE_WEIGHT
     dz, lz = _z(cosine), _z(bm25)
     pool = np.argsort(-cosine)[:100]
@@ -90,6 +93,7 @@ def _variants(cosine: Array, bm25: Array, coverage: Array) -> dict[str, Array]:
         "moments of dense top 100": pool_z,
         "x sqrt(1000/rows)": lz * size,
         "x coverage": lz * coverage,
+        "x sqrt(part coverage), positive": np.where(lz > 0, lz * np.sqrt(parts), lz),
         "x sigmoid(dense z)": lz / (1 + np.exp(-dz)),
         "x sigmoid(dense z - 1)": lz / (1 + np.exp(-(dz - 1))),
     }
@@ -102,11 +106,14 @@ def _fusion_row(item: Loaded) -> str:
     recalls: dict[str, list[float]] = {}
     for query in item.answerable:
         cosine, bm25, terms = _scored(index, item, query.query)
-        coverage = np.zeros_like(bm25)
+        coverage, parts = np.zeros_like(bm25), np.zeros_like(bm25)
         hit = np.flatnonzero(bm25 > 0)
         if hit.size:
             coverage[hit] = index.lexicon.coverage(terms, [int(r) for r in hit])
-        for name, fused in _variants(cosine, bm25, coverage).items():
+            split = decompose(query.query)
+            sets = [terms, *(index.lexicon.term_ids(p) for p in split if len(split) > 1)]
+            parts[hit] = index.lexicon.coverage_many(sets, hit.astype(np.int64)).max(axis=0)
+        for name, fused in _variants(cosine, bm25, coverage, parts).items():
             top = [index.ids[i] for i in np.argsort(-fused)[:5]]
             recalls.setdefault(name, []).append(recall_at(top, query.relevant, 5))
     cells = "  ".join(f"{name} {np.mean(r):.3f}" for name, r in recalls.items())

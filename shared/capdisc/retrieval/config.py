@@ -25,6 +25,12 @@ class RetrievalConfig:
     max_subqueries: int = 8
     #: A sub-query reserves a slot for its best capability when that one's fused z reaches this.
     subquery_min_z: float = 6.0
+    #: A row's positive lexical z is multiplied by its coverage of the request (the share of
+    #: the query's IDF weight it contains; of the best-covered part of a decomposed query) to
+    #: this power (0: off), so one rare shared word no longer outweighs the dense side
+    #: (:mod:`capdisc.retrieval.coverage`). 0.5 was chosen leaving one catalog out
+    #: (docs/benchmarks.md, "Lexical matches weighed by what they cover").
+    coverage_power: float = 0.5
     #: Rows a sub-query is scored on: this many best of the whole query plus as many BM25 best
     #: of the sub-query.
     candidates: int = 64

@@ -7,7 +7,8 @@ filter masks, the exact-name table) so a query only does arithmetic:
    capability first.
 2. **Hybrid scores** (:mod:`capdisc.retrieval.scoring`). Dense cosine (optionally the weighted
    sum of a full-text and a summary vector per capability, folded into one matrix at build
-   time) and BM25 (:mod:`capdisc.retrieval.lexical`) are fused.
+   time) and BM25 (:mod:`capdisc.retrieval.lexical`) are fused; a row's lexical part is
+   damped by how much of the request its words cover (:mod:`capdisc.retrieval.coverage`).
 3. **Decomposition** (:mod:`capdisc.retrieval.decompose`). A query that chains several requests
    is split into sub-queries; each is scored the same way, and every sub-query whose best
    capability stands out (fused z >= ``subquery_min_z``) reserves a slot for it right after the
@@ -39,14 +40,21 @@ from capdisc.embedders.port import Matrix, Vector
 from capdisc.filters import NO_FILTERS, SearchFilters
 from capdisc.models import Capability
 from capdisc.retrieval.config import DEFAULT_CONFIG, RetrievalConfig
+from capdisc.retrieval.coverage import damp_uncovered, part_coverage
 from capdisc.retrieval.decompose import decompose
 from capdisc.retrieval.documents import lexical_text
-from capdisc.retrieval.lexical import LexicalIndex, Scores
+from capdisc.retrieval.lexical import IntArray, LexicalIndex, Scores
 from capdisc.retrieval.names import NameTable, build_name_table, named_rows, row_name_keys
 from capdisc.retrieval.neighbors import Graph, NeighborSlot, dense_candidates
 from capdisc.retrieval.relevance import abstain_threshold, probe_cosines
 from capdisc.retrieval.results import RetrievalResult, Scored, best_rows, entries, merge
-from capdisc.retrieval.scoring import fuse, fuse_pooled, lexical_moments, mix_moments
+from capdisc.retrieval.scoring import (
+    LexicalSide,
+    fuse,
+    fuse_pooled,
+    lexical_moments,
+    mix_moments,
+)
 from capdisc.retrieval.topk import BoolArray, best_matching, candidate_pool
 
 #: Embeds extra query texts (sub-queries): one L2-normalized row per text.
@@ -196,21 +204,25 @@ class RetrievalIndex:
             return RetrievalResult((), abstained=True)
         vector = np.asarray(query_vector, dtype=np.float32).reshape(-1)
         parts = self._subqueries(query, embed, config)
+        part_terms = [self.lexicon.term_ids(part) for part in parts]
         want = max(k + len(parts) + 1, config.candidates if parts else 0)
         exact = self._exact(query, allowed) if config.exact_name else None
         pooled = self._pooled_scoring(vector, allowed, filters, want, config)
         whole = (
             pooled.score(query) if pooled is not None else self._score_whole(query, vector, config)
         )
+        whole = self._covered(whole, part_terms, allowed, config)
         ranking = best_rows(whole, allowed, want)
         scored_parts = (
-            self._score_parts(parts, embed, ranking, allowed, config)
+            self._score_parts(parts, part_terms, embed, ranking, allowed, config)
             if parts and embed is not None
             else []
         )
         if pooled is not None:  # every row the merge may place gets the whole query's score
-            whole = pooled.extend(whole, [exact] if exact is not None else [], scored_parts)
-            ranking = best_rows(whole, allowed, want)
+            extended = pooled.extend(whole, [exact] if exact is not None else [], scored_parts)
+            if extended is not whole:
+                whole = self._covered(extended, part_terms, allowed, config)
+                ranking = best_rows(whole, allowed, want)
         order = merge(ranking, scored_parts, k, exact, config)
         shift = self._probe_shift(vector, config)
         ranked = entries(order, whole, scored_parts, self.ids, self.lexicon, config, shift)
@@ -256,6 +268,21 @@ class RetrievalIndex:
         restricted = filters != NO_FILTERS or not self.all_open
         return _Pooled(self, graph, self._project(vector), allowed, restricted, want, config)
 
+    def _covered(
+        self,
+        whole: Scored,
+        part_terms: list[IntArray],
+        allowed: BoolArray,
+        config: RetrievalConfig,
+    ) -> Scored:
+        """``whole`` with its lexical side damped by how much of the request (or of its
+        best-covered part, given each part's terms) each best row covers
+        (:mod:`capdisc.retrieval.coverage`)."""
+        if not config.coverage_power or whole.lexical is None:
+            return whole
+        coverage = part_coverage(self.lexicon, [whole.term_ids, *part_terms])
+        return damp_uncovered(whole, allowed, coverage, config.coverage_power)
+
     def _subqueries(
         self, query: str, embed: QueryEmbed | None, config: RetrievalConfig
     ) -> list[str]:
@@ -274,12 +301,13 @@ class RetrievalIndex:
         mean = float(vector @ self.mean_vector)
         deviation = math.sqrt(max(float(vector @ self.moment @ vector) - mean * mean, 1e-12))
         bm25_sum = float(self.lexicon.score_sums([term_ids])[0])
-        fused = mix_moments(cosine, mean, deviation, bm25, config, bm25_sum)
-        return Scored(None, cosine, fused, term_ids)
+        fused, side = mix_moments(cosine, mean, deviation, bm25, config, bm25_sum)
+        return Scored(None, cosine, fused, term_ids, side)
 
     def _score_parts(
         self,
         parts: list[str],
+        term_ids: list[IntArray],
         embed: QueryEmbed,
         ranking: list[int],
         allowed: BoolArray,
@@ -289,7 +317,6 @@ class RetrievalIndex:
         rows (``ranking``) and each sub-query's BM25 top rows. The z-scores use catalog-wide
         moments (the dense ones from the matrix moments), so they equal a full pass's."""
         vectors = self._project(np.asarray(embed(parts), dtype=np.float32))
-        term_ids = [self.lexicon.term_ids(part) for part in parts]
         bm25 = self.lexicon.scores_many(term_ids)
         pool = candidate_pool(ranking, bm25, allowed, config.candidates)
         cosine = vectors @ self.matrix[pool].T  # (parts, pool)
@@ -415,7 +442,10 @@ class _Pooled:
         fused = fuse_pooled(
             cosine[None, :], self.means, self.variances, self.bm25, pool, self.config, self.lexical
         )
-        return Scored(pool, cosine, fused[0], self.term_ids)
+        mean, deviation = self.lexical
+        scale = (1.0 - self.config.dense_weight) / float(deviation[0])  # 0 for a flat row
+        side = LexicalSide(self.bm25[0], float(mean[0]), scale)
+        return Scored(pool, cosine, fused[0], self.term_ids, side)
 
 
 # -- building ------------------------------------------------------------------------------------

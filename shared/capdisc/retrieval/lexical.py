@@ -548,6 +548,32 @@ class LexicalIndex:
         result /= total
         return result
 
+    def coverage_many(self, term_sets: Sequence[IntArray], rows: IntArray) -> Scores:
+        """:meth:`coverage` of ``rows`` for each of ``term_sets`` (one row of the result per
+        set), the documents' terms read once for all of them."""
+        result = np.zeros((len(term_sets), rows.size), dtype=np.float32)
+        asked = np.concatenate([np.zeros(0, dtype=np.int64), *term_sets])
+        if not rows.size or not asked.size:
+            return result
+        owner = np.repeat(np.arange(len(term_sets)), [terms.size for terms in term_sets])
+        union, slot = np.unique(asked, return_inverse=True)
+        idf = self.idf[asked].astype(np.float64)
+        totals = np.bincount(owner, weights=idf, minlength=len(term_sets))
+        weights = np.zeros((len(term_sets), union.size), dtype=np.float64)
+        counted = totals[owner] > 0.0  # a term asked twice weighs once, as in coverage()
+        weights[owner[counted], slot[counted]] = idf[counted] / totals[owner[counted]]
+        starts, ends = self.doc_indptr[rows], self.doc_indptr[rows + 1]
+        lengths = ends - starts
+        positions = np.arange(int(lengths.sum()), dtype=np.int64)
+        positions += np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+        present = self.doc_terms[positions]
+        slots = np.minimum(np.searchsorted(union, present), union.size - 1)
+        hit = union[slots] == present
+        owners = np.repeat(np.arange(rows.size), lengths)[hit]
+        cells = np.bincount(owners * union.size + slots[hit], minlength=rows.size * union.size)
+        result[:] = weights @ cells.reshape(rows.size, union.size).T  # (sets, rows)
+        return result
+
     def document_frequency(self, word: str) -> int:
         """How many documents contain ``word`` (after tokenization; 0 for a stop word)."""
         terms = tokenize(word, stem=self.stem)

@@ -13,6 +13,7 @@ import numpy as np
 from capdisc.retrieval.config import RetrievalConfig
 from capdisc.retrieval.lexical import IntArray, LexicalIndex, Scores
 from capdisc.retrieval.relevance import relevance
+from capdisc.retrieval.scoring import LexicalSide
 from capdisc.retrieval.topk import BoolArray, top_rows
 
 
@@ -51,6 +52,8 @@ class Scored:
     cosine: Scores
     fused: Scores
     term_ids: IntArray  # the text's BM25 terms (coverage is computed for the final rows only)
+    #: How the text's BM25 scores entered ``fused`` (the z-score mix only).
+    lexical: LexicalSide | None = None
 
     def at(self, row: int) -> int | None:
         """Position of catalog ``row`` in these scores, None when it was not scored."""

@@ -9,6 +9,8 @@ catalog moments given (:func:`mix_moments`, :func:`fuse_pooled`); both equal the
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import numpy.typing as npt
 
@@ -17,6 +19,21 @@ from capdisc.retrieval.lexical import IntArray, Scores
 
 #: Per query text, a catalog-wide moment of its scores (double precision).
 Moments = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class LexicalSide:
+    """How a query's BM25 scores enter its fused scores: ``(bm25 - mean) * scale`` (the
+    lexical weight over the catalog's deviation, so the result is in fused units)."""
+
+    bm25: Scores  # every catalog row's BM25 score for the query
+    mean: float
+    scale: float
+
+    def contribution(self, rows: IntArray) -> Scores:
+        """The lexical part of ``rows``' fused scores."""
+        part: Scores = ((self.bm25[rows] - self.mean) * self.scale).astype(np.float32)
+        return part
 
 
 def fuse(cosine: Scores, bm25: Scores, config: RetrievalConfig) -> Scores:
@@ -76,18 +93,25 @@ def mix_moments(
     bm25: Scores,
     config: RetrievalConfig,
     bm25_sum: float | None = None,
-) -> Scores:
+) -> tuple[Scores, LexicalSide]:
     """``mix(zscore(cosine), zscore(bm25))`` with the dense moments given (and the sum of
-    ``bm25``, when known): two passes."""
+    ``bm25``, when known): two passes. Also how the lexical side entered it."""
     w = config.dense_weight
+    side = lexical_side(bm25, config, bm25_sum)
+    fused: Scores = cosine * np.float32(w / deviation)
+    fused += bm25 * np.float32(side.scale)
+    fused -= np.float32(w * mean / deviation + side.scale * side.mean)
+    return fused, side
+
+
+def lexical_side(
+    bm25: Scores, config: RetrievalConfig, bm25_sum: float | None = None
+) -> LexicalSide:
+    """How one query's BM25 scores (every catalog row's) enter its z-score mix."""
     sums = np.array([bm25_sum], dtype=np.float64) if bm25_sum is not None else None
     means, deviations = lexical_moments(bm25[None, :], sums)
-    lex_mean = float(means[0])
-    lex_scale = (1.0 - w) / float(deviations[0])  # 0 for a flat row
-    fused: Scores = cosine * np.float32(w / deviation)
-    fused += bm25 * np.float32(lex_scale)
-    fused -= np.float32(w * mean / deviation + lex_scale * lex_mean)
-    return fused
+    scale = (1.0 - config.dense_weight) / float(deviations[0])  # 0 for a flat row
+    return LexicalSide(bm25, float(means[0]), scale)
 
 
 def fuse_pooled(

@@ -1,0 +1,80 @@
+"""The lexical side damped by how much of a request a capability's words cover.
+
+In a large catalog BM25 is zero for most rows, so a row sharing one rare word with the query
+gets a lexical z of about the square root of the catalog's size over the rows that share it:
+at 10,000 rows one shared word ("show", "reminder", "playlist") outweighs the dense side, and
+near-duplicate tools of other providers that share that word crowd out the tool the query
+describes. A row that has most of the request's words earns its lexical z; a row that has one
+of them mostly does not.
+
+So a row's positive lexical contribution is multiplied by ``coverage ** coverage_power``:
+``coverage`` is the share of the IDF weight of the query's terms the row contains
+(:meth:`capdisc.retrieval.lexical.LexicalIndex.coverage`), taken over the query's best-covered
+part when the query chains several requests (:func:`capdisc.retrieval.decompose.decompose`),
+so a tool that serves one step of a multi-step request is not held against the other steps'
+words. Rows the query shares no word with keep their (negative) lexical z, so damping only
+lowers scores.
+
+Coverage is read for the best rows only (:data:`POOL` by fused score and as many by cosine,
+so a row the damping lifts past lexical matches is among them); every other row is scored as
+if it covered nothing, the most damping could take from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from capdisc.retrieval.lexical import IntArray, LexicalIndex, Scores
+from capdisc.retrieval.results import Scored
+from capdisc.retrieval.topk import BoolArray, top_rows
+
+#: Rows whose coverage is read: this many best by fused score.
+POOL = 16
+
+#: The coverage of each of the given catalog rows.
+CoverageOf = Callable[[IntArray], Scores]
+
+
+def damped_scores(fused: Scores, lexical: Scores, coverage: Scores, power: float) -> Scores:
+    """``fused`` with each positive ``lexical`` contribution multiplied by
+    ``coverage ** power`` (coverage in [0, 1])."""
+    kept = np.power(np.clip(coverage, 0.0, 1.0), power, dtype=np.float32)
+    result: Scores = (fused - np.maximum(lexical, 0.0) * (1.0 - kept)).astype(np.float32)
+    return result
+
+
+def part_coverage(lexicon: LexicalIndex, term_sets: Sequence[IntArray]) -> CoverageOf:
+    """Coverage of a row: the best over ``term_sets`` (the whole query's terms, then each
+    part's) of the share of that set's IDF weight the row contains."""
+
+    def coverage_of(rows: IntArray) -> Scores:
+        best: Scores = lexicon.coverage_many(term_sets, rows).max(axis=0, initial=0.0)
+        return best
+
+    return coverage_of
+
+
+def damp_uncovered(
+    scored: Scored,
+    allowed: BoolArray,
+    coverage_of: CoverageOf,
+    power: float,
+    pool: int = POOL,
+) -> Scored:
+    """``scored`` with its lexical contributions damped by coverage: exactly for the ``pool``
+    best allowed rows by fused score; every other row as if it covered nothing (its positive
+    lexical part dropped), which is what it would at most lose."""
+    side = scored.lexical
+    if side is None or power <= 0.0:
+        return scored
+    at = np.arange(scored.fused.size) if scored.rows is None else scored.rows
+    lexical = side.bm25 if scored.rows is None else side.bm25[at]
+    lexical = ((lexical - side.mean) * side.scale).astype(np.float32)
+    fused: Scores = scored.fused - np.maximum(lexical, 0.0)
+    admitted = allowed if scored.rows is None else allowed[at]
+    best = np.asarray(top_rows(scored.fused, admitted, pool), dtype=np.int64)
+    fused[best] = damped_scores(scored.fused[best], lexical[best], coverage_of(at[best]), power)
+    return replace(scored, fused=fused)
