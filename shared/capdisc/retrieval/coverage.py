@@ -15,9 +15,8 @@ so a tool that serves one step of a multi-step request is not held against the o
 words. Rows the query shares no word with keep their (negative) lexical z, so damping only
 lowers scores.
 
-Coverage is read for the best rows only (:data:`POOL` by fused score and as many by cosine,
-so a row the damping lifts past lexical matches is among them); every other row is scored as
-if it covered nothing, the most damping could take from it.
+Coverage is read for the :data:`POOL` best rows by fused score only; every other row is
+scored as if it covered nothing, the most the damping could take from it.
 """
 
 from __future__ import annotations
@@ -70,11 +69,10 @@ def damp_uncovered(
     side = scored.lexical
     if side is None or power <= 0.0:
         return scored
-    at = np.arange(scored.fused.size) if scored.rows is None else scored.rows
-    lexical = side.bm25 if scored.rows is None else side.bm25[at]
-    lexical = ((lexical - side.mean) * side.scale).astype(np.float32)
+    lexical = side.contribution(scored.rows)  # at each position of ``scored``
     fused: Scores = scored.fused - np.maximum(lexical, 0.0)
-    admitted = allowed if scored.rows is None else allowed[at]
+    admitted = allowed if scored.rows is None else allowed[scored.rows]
     best = np.asarray(top_rows(scored.fused, admitted, pool), dtype=np.int64)
-    fused[best] = damped_scores(scored.fused[best], lexical[best], coverage_of(at[best]), power)
+    rows = best if scored.rows is None else scored.rows[best]
+    fused[best] = damped_scores(scored.fused[best], lexical[best], coverage_of(rows), power)
     return replace(scored, fused=fused)

@@ -412,6 +412,7 @@ class _Pooled:
         self.bm25 = np.zeros((1, 0), dtype=np.float32)
         self.lexical = lexical_moments(np.zeros((1, 1), dtype=np.float32))
         self.term_ids = np.zeros(0, dtype=np.int64)
+        self.side: LexicalSide | None = None
 
     def score(self, query: str) -> Scored:
         index = self.index
@@ -419,6 +420,8 @@ class _Pooled:
         self.bm25 = index.lexicon.scores(self.term_ids)[None, :]
         sums = index.lexicon.score_sums([self.term_ids])
         self.lexical = lexical_moments(self.bm25, sums)  # once, for every pool this query scores
+        mean, deviation = self.lexical
+        self.side = LexicalSide.of(self.bm25[0], float(mean[0]), float(deviation[0]), self.config)
         dense = dense_candidates(
             index.matrix,
             self.vector,
@@ -442,10 +445,7 @@ class _Pooled:
         fused = fuse_pooled(
             cosine[None, :], self.means, self.variances, self.bm25, pool, self.config, self.lexical
         )
-        mean, deviation = self.lexical
-        scale = (1.0 - self.config.dense_weight) / float(deviation[0])  # 0 for a flat row
-        side = LexicalSide(self.bm25[0], float(mean[0]), scale)
-        return Scored(pool, cosine, fused[0], self.term_ids, side)
+        return Scored(pool, cosine, fused[0], self.term_ids, self.side)
 
 
 # -- building ------------------------------------------------------------------------------------

@@ -532,25 +532,13 @@ class LexicalIndex:
     def coverage(self, term_ids: IntArray, rows: Sequence[int]) -> Scores:
         """For each of ``rows``, the share of the query's IDF weight among the terms the
         document contains (1.0: it has every query term)."""
-        result = np.zeros(len(rows), dtype=np.float32)
-        total = float(self.idf[term_ids].sum()) if term_ids.size else 0.0
-        if total <= 0.0 or not len(rows):
-            return result
-        wanted = np.asarray(rows, dtype=np.int64)
-        starts, ends = self.doc_indptr[wanted], self.doc_indptr[wanted + 1]
-        lengths = ends - starts
-        positions = np.arange(int(lengths.sum()), dtype=np.int64)
-        positions += np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
-        terms = self.doc_terms[positions]
-        weights = np.where(np.isin(terms, term_ids), self.idf[terms], 0.0)
-        owners = np.repeat(np.arange(len(rows)), lengths)
-        result += np.bincount(owners, weights=weights, minlength=len(rows)).astype(np.float32)
-        result /= total
-        return result
+        covered: Scores = self.coverage_many([term_ids], np.asarray(rows, dtype=np.int64))[0]
+        return covered
 
     def coverage_many(self, term_sets: Sequence[IntArray], rows: IntArray) -> Scores:
         """:meth:`coverage` of ``rows`` for each of ``term_sets`` (one row of the result per
-        set), the documents' terms read once for all of them."""
+        set; a term asked twice counts twice in its set's total), the documents' terms read
+        once for all of them."""
         result = np.zeros((len(term_sets), rows.size), dtype=np.float32)
         asked = np.concatenate([np.zeros(0, dtype=np.int64), *term_sets])
         if not rows.size or not asked.size:
@@ -560,7 +548,7 @@ class LexicalIndex:
         idf = self.idf[asked].astype(np.float64)
         totals = np.bincount(owner, weights=idf, minlength=len(term_sets))
         weights = np.zeros((len(term_sets), union.size), dtype=np.float64)
-        counted = totals[owner] > 0.0  # a term asked twice weighs once, as in coverage()
+        counted = totals[owner] > 0.0
         weights[owner[counted], slot[counted]] = idf[counted] / totals[owner[counted]]
         starts, ends = self.doc_indptr[rows], self.doc_indptr[rows + 1]
         lengths = ends - starts

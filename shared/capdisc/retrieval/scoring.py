@@ -30,9 +30,17 @@ class LexicalSide:
     mean: float
     scale: float
 
-    def contribution(self, rows: IntArray) -> Scores:
-        """The lexical part of ``rows``' fused scores."""
-        part: Scores = ((self.bm25[rows] - self.mean) * self.scale).astype(np.float32)
+    @classmethod
+    def of(
+        cls, bm25: Scores, mean: float, deviation: float, config: RetrievalConfig
+    ) -> LexicalSide:
+        """The side of scores ``bm25`` whose catalog moments are ``mean`` and ``deviation``."""
+        return cls(bm25, mean, (1.0 - config.dense_weight) / deviation)  # 0 for a flat row
+
+    def contribution(self, rows: IntArray | None = None) -> Scores:
+        """The lexical part of ``rows``' fused scores (every row's without ``rows``)."""
+        scores = self.bm25 if rows is None else self.bm25[rows]
+        part: Scores = ((scores - self.mean) * self.scale).astype(np.float32)
         return part
 
 
@@ -110,8 +118,7 @@ def lexical_side(
     """How one query's BM25 scores (every catalog row's) enter its z-score mix."""
     sums = np.array([bm25_sum], dtype=np.float64) if bm25_sum is not None else None
     means, deviations = lexical_moments(bm25[None, :], sums)
-    scale = (1.0 - config.dense_weight) / float(deviations[0])  # 0 for a flat row
-    return LexicalSide(bm25, float(means[0]), scale)
+    return LexicalSide.of(bm25, float(means[0]), float(deviations[0]), config)
 
 
 def fuse_pooled(
