@@ -113,3 +113,37 @@ def test_a_batch_of_several_chunks_applies_every_event_once_in_order(
         for t in embedding_texts(capability_from_record(e.capability or {}, "test"))
     }
     assert collect_status(connection)["embedding_calls"] - before == len(texts)
+
+
+def test_a_chunks_missing_texts_reach_the_model_in_as_few_calls_as_allowed(
+    connection: redis.Redis, tenant: str
+) -> None:
+    """Small model calls idle the cores at each call's end; a chunk's misses go in calls of
+    :data:`~capdisc_workers.embedding.MODEL_CALL_TEXTS`."""
+    from capdisc.embedders.hashing import HashingEmbedder
+    from capdisc_workers.embedding import MODEL_CALL_TEXTS, vectors_for
+
+    calls: list[int] = []
+
+    class Counting(HashingEmbedder):
+        @property
+        def id(self) -> str:
+            return f"counting-{tenant}"  # an embedding cache of its own: every text misses
+
+        def embed(self, texts):  # type: ignore[no-untyped-def]
+            calls.append(len(texts))
+            return super().embed(texts)
+
+    caps = [
+        capability_from_record(
+            {"kind": "tool", "name": f"t{i}", "description": f"Tool {i} of {tenant}."}, "test"
+        )
+        for i in range(MODEL_CALL_TEXTS + 10)
+    ]
+    texts = {text for cap in caps for text in embedding_texts(cap)}
+
+    made = vectors_for(connection, Counting(8), caps)
+
+    assert len(texts) > MODEL_CALL_TEXTS
+    assert calls == [MODEL_CALL_TEXTS, len(texts) - MODEL_CALL_TEXTS]
+    assert set(made) == {cap.id for cap in caps}

@@ -171,11 +171,12 @@ def test_an_embedding_failing_in_a_later_chunk_keeps_what_was_applied_before_it(
     the others are retried, then dead-lettered."""
     import math
 
+    from capdisc.embedders.openai import OpenAIEmbedderSettings
     from capdisc.registry.events import RegistryEvent
     from capdisc.registry.normalize import capability_from_record
     from capdisc.retrieval.text import embedding_texts
     from capdisc_producers.publisher import wait_for_acks
-    from capdisc_workers.embedding import APPLY_CHUNK, EMBED_BATCH
+    from capdisc_workers.embedding import APPLY_CHUNK, MODEL_CALL_TEXTS
 
     batch = f"{tenant}-late"
     events = [
@@ -194,7 +195,12 @@ def test_an_embedding_failing_in_a_later_chunk_keeps_what_was_applied_before_it(
         for e in events[:APPLY_CHUNK]
         for t in embedding_texts(capability_from_record(e.capability or {}, "test"))
     }
-    first_calls = math.ceil(len(first_texts) / EMBED_BATCH)
+    per_request = OpenAIEmbedderSettings(api_key="sk-test").batch_size
+    model_calls = [
+        min(MODEL_CALL_TEXTS, len(first_texts) - start)
+        for start in range(0, len(first_texts), MODEL_CALL_TEXTS)
+    ]  # each model call is cut into requests of the adapter's batch size
+    first_calls = sum(math.ceil(size / per_request) for size in model_calls)
     answered = [(200, None, {})] * first_calls
     with failing_embedder(stack, "failing-late", tenant, 10, answered) as (
         private,

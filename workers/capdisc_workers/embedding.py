@@ -28,8 +28,15 @@ from capdisc.registry.policy import StoredRecord
 from capdisc.registry.store import vector_bytes
 from capdisc.retrieval.text import combine, embedding_texts, text_hash
 
-#: Texts embedded per model call when a batch of events needs many.
+#: Capabilities a reindex batch embeds again, and events per task the reconciler sends again.
 EMBED_BATCH = 64
+#: Texts per model call when a chunk of events needs many: a chunk's misses at once. The
+#: local model splits a call into batches of 8 over its streams, and those wait for each other
+#: at the call's end, so small calls idle the cores: measured on a 4,000-capability import
+#: (``benchmarks/bulk_import.py``), 64-text calls left the cores 8.4 % idle during the import,
+#: whole chunks 2.8 % (with the local model's batches run longest first). A remote embedder
+#: splits a call to its API's own limits.
+MODEL_CALL_TEXTS = 1024
 
 #: Events whose vectors are made together (one forecast, one cache read, their misses sorted by
 #: length into model calls) while the chunks before them are written to Redis. Also how many
@@ -82,8 +89,8 @@ def vectors_for(
 ) -> dict[str, tuple[str, bytes]]:
     """``(content hash, stored vector)`` by capability id. Each text's embedding comes from the
     shared cache (unless ``use_cache`` is off: a reindex that must not trust it); the misses of
-    the whole batch are embedded together, in chunks of ``EMBED_BATCH``, and refresh the
-    cache."""
+    the whole batch are embedded together, :data:`MODEL_CALL_TEXTS` a model call, and refresh
+    the cache."""
     if not capabilities:
         return {}
     texts = [embedding_texts(c) for c in capabilities]
@@ -103,8 +110,8 @@ def vectors_for(
         ((text, digest) for text, digest in zip(flat, digests, strict=True) if text not in rows),
         key=lambda pair: len(pair[0]),
     )  # less padding
-    for start in range(0, len(missing), EMBED_BATCH):
-        _embed_chunk(client, embedder, missing[start : start + EMBED_BATCH], rows)
+    for start in range(0, len(missing), MODEL_CALL_TEXTS):
+        _embed_chunk(client, embedder, missing[start : start + MODEL_CALL_TEXTS], rows)
     return {
         cap.id: (cap.content_hash, vector_bytes(combine(rows[full], rows[summary])))
         for cap, (full, summary) in zip(capabilities, texts, strict=True)

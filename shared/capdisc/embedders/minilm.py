@@ -102,7 +102,8 @@ class MiniLMEmbedder:
 
         if self._streams > 1 and len(batches) >= 2 * self._streams:
             session, pool = self._bulk_session()
-            for done in [pool.submit(one, rows, session) for rows in batches]:
+            # longest first: the streams end together, not one waiting on the longest batch
+            for done in [pool.submit(one, rows, session) for rows in reversed(batches)]:
                 done.result()
         else:
             for rows in batches:
