@@ -13,6 +13,7 @@ retried, then dead-lettered.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future
 from functools import partial
@@ -242,17 +243,41 @@ def _apply(
         space,
         acknowledge=res.store is None,
     )
+    log_applied(run[0][2].tenant, task.request.id, applied)
+    return [outcome.to_dict() for outcome in applied]
+
+
+#: Decisions a bulk load is made of: logged one line a transaction (``events_applied``, with
+#: their counts), each event at DEBUG. A line per event cost the indexing worker about 0.6 ms
+#: of CPU an event, beside the model, in a 4,000-capability import (py-spy).
+ROUTINE_DECISIONS = frozenset({"upsert", "unchanged", "delete", "reindex"})
+
+
+def log_applied(tenant: str, task_id: str, applied: list[Outcome]) -> None:
+    """One ``events_applied`` line for a transaction's outcomes; each outcome as
+    ``event_applied``, at INFO when it is out of the ordinary (a stale, refused or absent
+    event, or one with a reason such as a take-over), else at DEBUG."""
     for outcome in applied:
-        log.info(
+        routine = outcome.decision in ROUTINE_DECISIONS and not outcome.reason
+        (log.debug if routine else log.info)(
             "event_applied",
             event_id=outcome.event_id,
-            tenant=run[0][2].tenant,
+            tenant=tenant,
             capability_id=outcome.capability_id,
-            task_id=task.request.id,
+            task_id=task_id,
             decision=outcome.decision,
             index_version=outcome.version,
+            **({"reason": outcome.reason} if outcome.reason else {}),
         )
-    return [outcome.to_dict() for outcome in applied]
+    if applied:
+        log.info(
+            "events_applied",
+            tenant=tenant,
+            task_id=task_id,
+            events=len(applied),
+            decisions=dict(Counter(outcome.decision for outcome in applied)),
+            index_version=max(outcome.version for outcome in applied),
+        )
 
 
 def _settle(
