@@ -57,10 +57,11 @@ NO_TOOL_QUERIES = ROOT / "benchmarks" / "no_tool_queries.jsonl"
 
 ENGINE = DiscoveryConfig()
 EVIDENCE = replace(DEFAULT_CONFIG, collect_evidence=True)
-#: The baselines: the same index with one fusion each, no decomposition, no exact-name path,
-#: no graph, no minimum relevance and no abstention.
+#: The baselines: the same index with one fusion each, no decomposition, no entity kinds, no
+#: exact-name path, no graph, no minimum relevance and no abstention.
 SIMPLE = {
     "decompose_queries": False,
+    "entity_types": False,
     "exact_name_match": False,
     "use_graph_reranking": False,
     "tier1_min_relevance": 0.0,

@@ -21,7 +21,7 @@ from capdisc.retrieval.decompose import decompose
 from capdisc.retrieval.documents import lexical_text
 from capdisc.retrieval.index import RetrievalIndex
 from capdisc.retrieval.relevance import _quantile
-from capdisc.retrieval.results import RetrievalResult
+from capdisc.retrieval.results import RetrievalResult, Scored, merge
 from capdisc.retrieval.scoring import (
     fuse,
     fuse_pooled,
@@ -179,11 +179,57 @@ def search(
         ),
         ("search the web for cats and dogs", ["search the web for cats and dogs"]),
         ("compare flights and hotels in Rome", ["compare flights and hotels in Rome"]),
+        (
+            "open https://example.com/login, fill in the form and click sign in",
+            ["open https://example.com/login", "fill in the form", "click sign in"],
+        ),
+        (
+            "With the Stripe API, refund payment pi_3N",
+            ["With the Stripe API, refund payment pi_3N"],
+        ),
+        (
+            "check whether the CI is green on PR 31 and if so merge it",
+            ["check whether the CI is green on PR 31", "merge it"],
+        ),
+        (
+            "Find the droplet named db-old and destroy it",
+            ["Find the droplet named db-old", "destroy it"],
+        ),
+        ("detect and track objects with the radar", ["detect and track objects with the radar"]),
+        ("list the files and folders it holds", ["list the files and folders it holds"]),
+        (
+            "I need a playlist with a mix of genres. Can you assist me with that?",
+            ["I need a playlist with a mix of genres."],
+        ),
         ("", []),
     ],
 )
 def test_decompose_splits_chained_requests(query: str, parts: list[str]) -> None:
     assert decompose(query) == parts
+
+
+# parts' best fused z, the reserved rows after the whole query's best (row 0)
+@pytest.mark.parametrize(
+    ("part_best", "reserved"),
+    [
+        ([7.0, 2.0], [10]),  # a part that does not stand out gets no slot
+        ([7.0, 4.0], [10, 11]),  # in a short request a part that stands out less gets one
+        ([7.0, 4.0, 4.5, 5.0], [10]),  # in a long one only the confident parts do
+        ([7.0, 4.0, 4.5, 6.5], [10, 13]),
+    ],
+)
+def test_merge_reserves_slots_for_the_parts_that_stand_out(
+    part_best: list[float], reserved: list[int]
+) -> None:
+    parts = [
+        Scored(
+            np.array([10 + i, 50], dtype=np.int64), np.zeros(2), np.array([z, 0.0]), np.array([])
+        )
+        for i, z in enumerate(part_best)
+    ]
+    order = merge([0, 1, 2, 3, 4, 5, 6], parts, 10, None, DEFAULT_CONFIG)
+    assert order[: 1 + len(reserved)] == [0, *reserved]
+    assert order[1 + len(reserved)] == 1
 
 
 def test_decompose_caps_the_number_of_parts() -> None:

@@ -35,6 +35,7 @@ from capdisc.models import Capability
 from capdisc.registry.catalogs import Catalog, load_catalog, read_jsonl
 from capdisc.retrieval.config import DEFAULT_CONFIG, RetrievalConfig
 from capdisc.retrieval.decompose import decompose
+from capdisc.retrieval.entities import annotate
 from capdisc.retrieval.index import RetrievalIndex
 from capdisc.retrieval.probes import PROBES
 from capdisc.retrieval.relevance import relevance
@@ -160,6 +161,11 @@ class QueryVectors:
     def __call__(self, texts: list[str]) -> Matrix:
         return np.stack([self.vectors[t] for t in texts]).astype(np.float32)
 
+    def of(self, query: str, entity_types: bool) -> np.ndarray:
+        """``query``'s vector as the engine embeds a turn: with its entities' kinds written
+        beside them when ``entity_types`` is on (:func:`annotate`), else as asked."""
+        return self.vectors[annotate(query) if entity_types else query]
+
     @classmethod
     def embed(
         cls,
@@ -169,13 +175,13 @@ class QueryVectors:
         config: RetrievalConfig = DEFAULT_CONFIG,
     ) -> QueryVectors:
         texts: dict[str, None] = {}
-        for query in queries:
-            texts.setdefault(query)
-            for part in decompose(query, config.max_subqueries):
-                texts.setdefault(part)
+        for query in queries:  # as asked, and as a turn embeds it (see :meth:`of`)
+            for text in dict.fromkeys((query, annotate(query))):
+                texts.setdefault(text)
+                for part in decompose(text, config.max_subqueries):
+                    texts.setdefault(part)
         ordered = list(texts)
-        matrix = embed_cached(embedder, ordered, cache_dir)
-        return cls(dict(zip(ordered, matrix, strict=True)))
+        return cls(dict(zip(ordered, embed_cached(embedder, ordered, cache_dir), strict=True)))
 
 
 # -- metrics ---------------------------------------------------------------------------------------
@@ -282,7 +288,7 @@ def run_queries(
         return rank(
             snapshot,
             Query(query.query, k, filters),
-            vectors.vectors[query.query],
+            vectors.of(query.query, config.entity_types),
             config,
             k,
             vectors,
@@ -306,7 +312,7 @@ def run_retrieval(
     def search(query: LabelledQuery, excluded: Sequence[str]) -> Ranked:
         return index.search(
             query.query,
-            vectors.vectors[query.query],
+            vectors.of(query.query, config.entity_types),
             k,
             filters=SearchFilters(exclude_ids=frozenset(excluded)),
             embed=vectors,

@@ -31,11 +31,13 @@ class DiscoveryConfig(BaseModel):
     collection_name: str = "capability_index"
     token_counter: Literal["auto", "heuristic", "cl100k"] = "heuristic"
     #: Retrieval: dense and BM25 z-scores mixed with ``dense_weight`` on the dense side (or
-    #: RRF, or one side alone), the exact-name path, query decomposition.
+    #: RRF, or one side alone), the exact-name path, query decomposition, and the kind of each
+    #: file name, path or URL written beside it (:mod:`capdisc.retrieval.entities`).
     fusion: Literal["zscore", "minmax", "rrf", "dense", "lexical"] = "zscore"
     dense_weight: float = Field(0.7, ge=0.0, le=1.0)
     exact_name_match: bool = True
     decompose_queries: bool = True
+    entity_types: bool = True
     #: Abstain ("nothing fits") when no match reaches this calibrated relevance; None: the
     #: value calibrated for the embedder (0 never abstains).
     abstain_threshold: float | None = Field(None, ge=0.0, le=1.0)

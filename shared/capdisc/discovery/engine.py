@@ -23,6 +23,7 @@ from capdisc.models import Capability
 from capdisc.registry.flags import Mark
 from capdisc.retrieval.config import DEFAULT_CONFIG
 from capdisc.retrieval.decompose import decompose
+from capdisc.retrieval.entities import annotate
 from capdisc.retrieval.index import QueryEmbed
 from capdisc.tokens import make_counter
 
@@ -257,6 +258,8 @@ def embed_turn(
     """The query vector of one turn and the embedder :func:`discover` asks for sub-queries: the
     sub-queries decomposition will find are embedded with the query in one model pass (late
     chunking, cached), so a chained request costs one model call, not one per request."""
+    if config.entity_types:
+        text = annotate(text)
     parts: list[str] = []
     if config.decompose_queries and config.fusion == "zscore":
         parts = decompose(text, DEFAULT_CONFIG.max_subqueries)

@@ -25,6 +25,7 @@ from capdisc.filters import SearchFilters
 from capdisc.models import Capability
 from capdisc.registry.flags import Mark
 from capdisc.retrieval.config import RetrievalConfig, calibrated_for
+from capdisc.retrieval.entities import annotate
 from capdisc.retrieval.index import QueryEmbed, RetrievalIndex
 from capdisc.retrieval.neighbors import BackgroundBuilder, CarriedGraph
 from capdisc.tokens import make_counter
@@ -117,6 +118,7 @@ class HybridRetriever:
             config.dense_weight,
             config.exact_name_match,
             config.decompose_queries,
+            config.entity_types,
             config.abstain_threshold,
         )
         cached = self._configs.get(key)
@@ -127,6 +129,7 @@ class HybridRetriever:
                 dense_weight=config.dense_weight,
                 exact_name=config.exact_name_match,
                 decompose=config.decompose_queries,
+                entity_types=config.entity_types,
             )
             if config.abstain_threshold is not None:  # exactly this, not adapted
                 cached = replace(
@@ -156,8 +159,9 @@ class StoreRetriever:
         config: DiscoveryConfig,
         embed: QueryEmbed | None = None,
     ) -> Retrieved:
+        text = annotate(query) if config.entity_types else query  # as the vector was embedded
         hits = self.store.search(
-            self.tenant, query, query_vector, k, alpha=config.dense_weight, filters=filters
+            self.tenant, text, query_vector, k, alpha=config.dense_weight, filters=filters
         )
         return Retrieved(tuple(Hit(h.id, h.score, h.score) for h in hits))
 

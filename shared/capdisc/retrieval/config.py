@@ -22,9 +22,17 @@ class RetrievalConfig:
     rrf_k: int = 60
     exact_name: bool = True
     decompose: bool = True
+    #: The kind of each file name, path or URL written beside it in the request
+    #: (:func:`capdisc.retrieval.entities.annotate`).
+    entity_types: bool = True
     max_subqueries: int = 8
-    #: A sub-query reserves a slot for its best capability when that one's fused z reaches this.
+    #: A sub-query reserves a slot for its best capability when that one's fused z reaches this,
     subquery_min_z: float = 6.0
+    #: or this one in a request of at most ``few_parts`` parts (a task of two or three steps,
+    #: where each step's best gets a slot though it stands out less; a long request's many
+    #: parts would crowd out the whole request's ranking).
+    few_parts_min_z: float = 3.0
+    few_parts: int = 3
     #: A row's positive lexical z is multiplied by its coverage of the request (the share of
     #: the query's IDF weight it contains; of the best-covered part of a decomposed query) to
     #: this power (0: off), so one rare shared word no longer outweighs the dense side

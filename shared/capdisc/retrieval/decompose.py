@@ -12,7 +12,8 @@ from capdisc.retrieval.lexical import words
 
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+(?=[\"'(\[]?[A-Z0-9])|\n+")
 _CHAIN = re.compile(
-    r"(?:[,;]\s*|\s+)(?:and then|after that|and also|and finally|then)\s+", re.IGNORECASE
+    r"(?:[,;]\s*|\s+)(?:and then|after that|and also|and finally|and if so,?|if so,|then)\s+",
+    re.IGNORECASE,
 )
 _LEAD = re.compile(
     r"^(?:(?:and|also|additionally|furthermore|moreover|besides|then|next|finally|lastly|"
@@ -23,17 +24,41 @@ _LEAD = re.compile(
 #: Verbs a request starts with: "read todo.txt and post it to slack" chains two requests,
 #: "search for cats and dogs" does not.
 _ACTIONS = (
-    "add|analy[sz]e|append|apply|archive|book|build|calculate|call|cancel|chart|check|clean|"
-    "click|close|commit|compare|compile|compute|convert|copy|count|create|crawl|delete|deploy|"
-    "describe|download|draft|draw|edit|email|export|extract|fetch|fill|filter|find|forward|"
-    "generate|get|import|insert|install|invite|leave|list|load|locate|look|make|merge|message|"
-    "move|notify|open|order|plot|post|print|publish|pull|push|put|read|record|remember|remove|"
-    "rename|reply|report|reserve|restart|retrieve|review|run|save|schedule|scrape|search|send|"
-    "set|share|show|sort|stage|start|stop|store|submit|summari[sz]e|sync|take|tell|translate|"
-    "update|upload|verify|visit|wait|write"
+    "add|analy[sz]e|append|apply|approve|archive|assign|attach|book|build|buy|calculate|call|"
+    "cancel|chart|check|clean|click|clone|close|comment|commit|compare|compile|compute|"
+    "convert|copy|count|crawl|create|delete|deploy|describe|destroy|detect|disable|download|"
+    "draft|draw|edit|email|enable|export|extract|fetch|fill|filter|find|follow|fork|forward|"
+    "generate|get|identify|import|insert|install|invite|leave|list|load|locate|look|make|"
+    "mark|merge|message|monitor|move|navigate|notify|open|order|parse|pay|pick|pin|plot|post|"
+    "press|print|publish|pull|push|put|query|read|record|refund|register|remember|remove|"
+    "rename|reply|report|reserve|resize|restart|retrieve|review|run|save|scan|schedule|"
+    "scrape|scroll|search|select|send|set|share|show|sort|stage|start|stop|store|submit|"
+    "summari[sz]e|sync|take|tell|test|track|transcribe|transfer|translate|trigger|turn|type|"
+    "update|upload|validate|verify|view|visit|wait|watch|write"
 )
-_AND_ACTION = re.compile(rf"(?:,\s*|\s+)and\s+(?=(?:{_ACTIONS})\b)", re.IGNORECASE)
+#: A word that takes a pronoun as its object is a verb ("... and refund her"); a plural
+#: noun ("files and folders it holds") is not taken for one.
+_VERB_OBJECT = r"[a-z]*(?:ss|[a-rt-z])\s+(?:it|them|her|him|me|us)\b"
+_NEXT_REQUEST = rf"(?:{_ACTIONS})\b|{_VERB_OBJECT}"
+_AND_ACTION = re.compile(rf"(?:,\s*|\s+)and\s+(?={_NEXT_REQUEST})", re.IGNORECASE)
+#: "open the page, fill in the form": a comma or colon before an action verb, which splits
+#: only after a request ("With the Stripe API, refund ..." stays whole).
+_COMMA_ACTION = re.compile(rf"[,:]\s*(?=(?:{_ACTIONS})\b)", re.IGNORECASE)
 _MIN_SUBQUERY_WORDS = 3
+#: The words of asking itself: a part made only of them asks for nothing in particular.
+_ASKING_WORDS = (
+    "a all an and any anything appreciate are assist assistance be can could do for get "
+    "give glad great greatly hello help hi i if is it kindly know let like me my need "
+    "now of please provide question questions request requests so some something thank "
+    "thanks that the them these this those to us want we what with would yes you your"
+)
+_ASKING = frozenset(_ASKING_WORDS.split())
+_REQUEST = re.compile(rf"^(?:{_ACTIONS})\b", re.IGNORECASE)
+#: Two words still make a request when they are an action on a pronoun ("... and merge it").
+_SHORT_REQUEST = re.compile(
+    rf"^(?:{_ACTIONS})\s+(?:it|them|her|him|me|us|this|that|these|those|all|everything)\W*$",
+    re.IGNORECASE,
+)
 
 
 def decompose(query: str, max_parts: int = 8) -> list[str]:
@@ -53,8 +78,50 @@ def _decompose(query: str, max_parts: int) -> tuple[str, ...]:
     parts: list[str] = []
     for sentence in _SENTENCE.split(query):
         for chained in _CHAIN.split(sentence.strip()):
-            for clause in _AND_ACTION.split(chained):
+            for clause in _clauses(chained):
                 text = _LEAD.sub("", clause.strip()).strip()
-                if len(words(text)) >= _MIN_SUBQUERY_WORDS:
+                if _is_request(text):
                     parts.append(text)
     return tuple(parts[:max_parts])
+
+
+def _is_request(text: str) -> bool:
+    """A part that asks for something: three words or more, or an action on a pronoun, and
+    not only the words of asking ("Can you help me with that?")."""
+    found = words(text)
+    if not set(found) - _ASKING:
+        return False
+    return len(found) >= _MIN_SUBQUERY_WORDS or (
+        len(found) == 2 and bool(_SHORT_REQUEST.match(text))
+    )
+
+
+def _clauses(text: str) -> list[str]:
+    """``text`` split at "and" before a request, then at a comma or colon before an action
+    verb where what precedes it is a request too."""
+    out: list[str] = []
+    for clause in _and_requests(text):
+        pieces = _COMMA_ACTION.split(clause)
+        current = pieces[0]
+        for piece in pieces[1:]:
+            if _REQUEST.match(_LEAD.sub("", current.strip())):
+                out.append(current)
+                current = piece
+            else:
+                current = f"{current}, {piece}"
+        out.append(current)
+    return out
+
+
+def _and_requests(text: str) -> list[str]:
+    """``text`` split at "and" before a request, except between two verbs that share their
+    object ("detect and track objects", "track and record the sugar content")."""
+    out, start = [], 0
+    for match in _AND_ACTION.finditer(text):
+        before = words(text[start : match.start()])
+        if before and _REQUEST.match(before[-1]):
+            continue
+        out.append(text[start : match.start()])
+        start = match.end()
+    out.append(text[start:])
+    return out

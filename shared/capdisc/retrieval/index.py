@@ -11,8 +11,9 @@ filter masks, the exact-name table) so a query only does arithmetic:
    damped by how much of the request its words cover (:mod:`capdisc.retrieval.coverage`).
 3. **Decomposition** (:mod:`capdisc.retrieval.decompose`). A query that chains several requests
    is split into sub-queries; each is scored the same way, and every sub-query whose best
-   capability stands out (fused z >= ``subquery_min_z``) reserves a slot for it right after the
-   whole query's best match (:func:`capdisc.retrieval.results.merge`). The rest of the list
+   capability stands out (fused z >= ``subquery_min_z``, or ``few_parts_min_z`` in a request
+   of at most ``few_parts`` parts) reserves a slot for it right after the whole query's best
+   match (:func:`capdisc.retrieval.results.merge`). The rest of the list
    follows the whole query's ranking.
 4. **Relevance and abstention** (:mod:`capdisc.retrieval.relevance`). Each entry gets a
    relevance in [0, 1]; the result abstains when no entry reaches the threshold (an exact-name
@@ -43,6 +44,7 @@ from capdisc.retrieval.config import DEFAULT_CONFIG, RetrievalConfig
 from capdisc.retrieval.coverage import damp_uncovered, part_coverage
 from capdisc.retrieval.decompose import decompose
 from capdisc.retrieval.documents import lexical_text
+from capdisc.retrieval.entities import annotate
 from capdisc.retrieval.lexical import IntArray, LexicalIndex, Scores
 from capdisc.retrieval.names import NameTable, build_name_table, named_rows, row_name_keys
 from capdisc.retrieval.neighbors import Graph, NeighborSlot, dense_candidates
@@ -196,20 +198,23 @@ class RetrievalIndex:
         """The ``k`` best capabilities for ``query`` among those ``filters`` admit (visible to
         their caller included).
 
-        ``query_vector`` embeds ``query``; ``embed`` embeds sub-queries (without it, or with
-        ``config.decompose`` off, the query is not decomposed).
+        ``query_vector`` embeds ``query`` (with its entities' kinds written beside them when
+        ``config.entity_types`` is on: :func:`capdisc.retrieval.entities.annotate`); ``embed``
+        embeds sub-queries (without it, or with ``config.decompose`` off, the query is not
+        decomposed).
         """
         allowed = self._allowed(filters)
         if k <= 0 or not allowed.any():
             return RetrievalResult((), abstained=True)
         vector = np.asarray(query_vector, dtype=np.float32).reshape(-1)
-        parts = self._subqueries(query, embed, config)
+        exact = self._exact(query, allowed) if config.exact_name else None
+        text = annotate(query) if config.entity_types else query
+        parts = self._subqueries(text, embed, config)
         part_terms = [self.lexicon.term_ids(part) for part in parts]
         want = max(k + len(parts) + 1, config.candidates if parts else 0)
-        exact = self._exact(query, allowed) if config.exact_name else None
         pooled = self._pooled_scoring(vector, allowed, filters, want, config)
         whole = (
-            pooled.score(query) if pooled is not None else self._score_whole(query, vector, config)
+            pooled.score(text) if pooled is not None else self._score_whole(text, vector, config)
         )
         whole = self._covered(whole, part_terms, allowed, config)
         ranking = best_rows(whole, allowed, want)

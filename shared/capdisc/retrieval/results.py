@@ -78,10 +78,12 @@ def merge(
     order: list[int] = [exact] if exact is not None else []
     reserved = ranking[:1]
     tops = []
+    few = len(parts) <= config.few_parts
+    min_z = min(config.subquery_min_z, config.few_parts_min_z) if few else config.subquery_min_z
     for part in parts:
         if part.fused.size and part.rows is not None:
             at = int(np.argmax(part.fused))
-            if float(part.fused[at]) >= config.subquery_min_z:
+            if float(part.fused[at]) >= min_z:
                 tops.append((float(part.fused[at]), int(part.rows[at])))
     reserved += [row for _, row in sorted(tops, key=lambda t: -t[0])]
     for row in [*reserved, *ranking]:

@@ -1,0 +1,53 @@
+"""Typed entities in a request: the kind of thing a file name, a path or a URL is, written
+beside it (:func:`annotate`), so the request names what the tool it needs works on.
+
+"save the headlines into notes.md" asks for a tool that writes a *file*, but neither the model
+nor BM25 reads "notes.md" as one: its words are "notes" and "md", and "papers.md" pulls tools
+about papers. With the type word beside the entity ("into notes.md file") the request matches
+file tools both ways; a URL gets "web page" (or "file" when its path ends in one), a path
+"folder". Only the kind is added: the entity itself stays, so a tool that names it still
+matches. A bare domain gets nothing: "arxiv.org" names a service as often as a site.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+#: File extensions common in requests to agents: documents, data, code, media, archives.
+_EXTENSIONS = (
+    "txt|md|csv|tsv|json|jsonl|ya?ml|xml|pdf|docx?|xlsx?|pptx?|png|jpe?g|gif|svg|webp|html?|"
+    "py|ipynb|sh|log|env|ini|toml|sql|db|sqlite|zip|tar|gz|mp3|mp4|wav|mov"
+)
+_END = r"""(?=[,;:.!?)\]"'’]*(?:\s|$))"""  # what may follow an entity: punctuation, a space
+_ENTITY = re.compile(
+    r"(?:"
+    rf"(?P<url>\b[a-z][a-z0-9+.-]*://\S+?){_END}"
+    rf"|(?<![\w@/.:-])(?P<file>(?:~|\.{{1,2}})?/?(?:[\w.-]+/)*[\w-][\w.-]*\.(?:{_EXTENSIONS}))"
+    r"(?![\w/])"
+    r"|(?<![\w.:/])(?P<path>(?:~|\.{1,2})?/[\w.-]+(?:/[\w.-]+)*/?)(?![\w/])"
+    r""")(?P<quote>["'’]?)""",
+    re.IGNORECASE,
+)
+#: A URL whose path ends in a file's extension is a file to fetch, not a page.
+_FILE_URL = re.compile(rf"\.(?:{_EXTENSIONS})$", re.IGNORECASE)
+_KIND = {"url": "web page", "file": "file", "path": "folder"}
+
+
+@functools.lru_cache(maxsize=4096)
+def annotate(text: str) -> str:
+    """``text`` with the kind of each file name, path and URL written after it
+    ("read todo.txt" -> "read todo.txt file"); unchanged when it has none. Memoized: a turn
+    annotates its request to embed it and again to score it."""
+    return _ENTITY.sub(_with_kind, text)
+
+
+def _with_kind(match: re.Match[str]) -> str:
+    found = next(name for name in _KIND if match.group(name) is not None)
+    kind = _KIND[found]
+    if found == "url" and _FILE_URL.search(match.group("url")):
+        kind = "file"
+    following = match.string[match.end() : match.end() + len(kind) + 1].lower()
+    if following.strip() == kind or following.startswith(f" {kind}"):
+        return match.group(0)  # "the file notes.md file" reads worse, not better
+    return f"{match.group(0)} {kind}"
