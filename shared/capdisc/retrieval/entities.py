@@ -22,7 +22,7 @@ _EXTENSIONS = (
 _END = r"""(?=[,;:.!?)\]"'’]*(?:\s|$))"""  # what may follow an entity: punctuation, a space
 _ENTITY = re.compile(
     r"(?:"
-    rf"(?P<url>\b[a-z][a-z0-9+.-]*://\S+?){_END}"
+    rf"(?P<url>\b[a-z][a-z0-9+.-]{{0,31}}://\S+?){_END}"
     rf"|(?<![\w@/.:-])(?P<file>(?:~|\.{{1,2}})?/?(?:[\w.-]+/)*[\w-][\w.-]*\.(?:{_EXTENSIONS}))"
     r"(?![\w/])"
     r"|(?<![\w.:/])(?P<path>(?:~|\.{1,2})?/[\w.-]+(?:/[\w.-]+)*/?)(?![\w/])"
