@@ -35,13 +35,14 @@ from capdisc.retrieval.index import RetrievalIndex
         ),
         ("the report.pdf file please", "the report.pdf file please"),
         ("fetch the headlines of example.com", "fetch the headlines of example.com"),
-        ("email bob@example.com the notes", "email bob@example.com the notes"),
+        ("share it with bob@example.com.", "share it with bob@example.com email address."),
+        ("price is 5@3.50, user@localhost", "price is 5@3.50, user@localhost"),
         ("version 1.2.3 of numpy, 24/7", "version 1.2.3 of numpy, 24/7"),
         ("open vercel/next.js on github", "open vercel/next.js on github"),
         ("", ""),
     ],
 )
-def test_annotate_writes_the_kind_beside_files_paths_and_urls(
+def test_annotate_writes_the_kind_beside_files_paths_urls_and_addresses(
     request_text: str, annotated: str
 ) -> None:
     assert annotate(request_text) == annotated

@@ -32,7 +32,7 @@ class DiscoveryConfig(BaseModel):
     token_counter: Literal["auto", "heuristic", "cl100k"] = "heuristic"
     #: Retrieval: dense and BM25 z-scores mixed with ``dense_weight`` on the dense side (or
     #: RRF, or one side alone), the exact-name path, query decomposition, and the kind of each
-    #: file name, path or URL written beside it (:mod:`capdisc.retrieval.entities`).
+    #: file name, path, URL or email address written beside it (:mod:`capdisc.retrieval.entities`).
     fusion: Literal["zscore", "minmax", "rrf", "dense", "lexical"] = "zscore"
     dense_weight: float = Field(0.7, ge=0.0, le=1.0)
     exact_name_match: bool = True

@@ -22,7 +22,7 @@ class RetrievalConfig:
     rrf_k: int = 60
     exact_name: bool = True
     decompose: bool = True
-    #: The kind of each file name, path or URL written beside it in the request
+    #: The kind of each file name, path, URL or email address written beside it in the request
     #: (:func:`capdisc.retrieval.entities.annotate`).
     entity_types: bool = True
     max_subqueries: int = 8

@@ -1,12 +1,14 @@
-"""Typed entities in a request: the kind of thing a file name, a path or a URL is, written
-beside it (:func:`annotate`), so the request names what the tool it needs works on.
+"""Typed entities in a request: the kind of thing a file name, a path, a URL or an email
+address is, written beside it (:func:`annotate`), so the request names what the tool it needs
+works on.
 
 "save the headlines into notes.md" asks for a tool that writes a *file*, but neither the model
 nor BM25 reads "notes.md" as one: its words are "notes" and "md", and "papers.md" pulls tools
 about papers. With the type word beside the entity ("into notes.md file") the request matches
 file tools both ways; a URL gets "web page" (or "file" when its path ends in one), a path
-"folder". Only the kind is added: the entity itself stays, so a tool that names it still
-matches. A bare domain gets nothing: "arxiv.org" names a service as often as a site.
+"folder", an address "email address". Only the kind is added: the entity itself stays, so a
+tool that names it still matches. A bare domain gets nothing: "arxiv.org" names a service as
+often as a site.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ _EXTENSIONS = (
 _END = r"""(?=[,;:.!?)\]"'’]*(?:\s|$))"""  # what may follow an entity: punctuation, a space
 _ENTITY = re.compile(
     r"(?:"
-    rf"(?P<url>\b[a-z][a-z0-9+.-]{{0,31}}://\S+?){_END}"
+    r"(?<![\w.+-])(?P<email>[\w.+-]{1,64}@[\w-]{1,63}(?:\.[\w-]{1,63}){0,7}\.[a-z]{2,24})"
+    r"(?![\w.-]*\w)"
+    rf"|(?P<url>\b[a-z][a-z0-9+.-]{{0,31}}://\S+?){_END}"
     rf"|(?<![\w@/.:-])(?P<file>(?:~|\.{{1,2}})?/?(?:[\w.-]+/)*[\w-][\w.-]*\.(?:{_EXTENSIONS}))"
     r"(?![\w/])"
     r"|(?<![\w.:/])(?P<path>(?:~|\.{1,2})?/[\w.-]+(?:/[\w.-]+)*/?)(?![\w/])"
@@ -31,12 +35,12 @@ _ENTITY = re.compile(
 )
 #: A URL whose path ends in a file's extension is a file to fetch, not a page.
 _FILE_URL = re.compile(rf"\.(?:{_EXTENSIONS})$", re.IGNORECASE)
-_KIND = {"url": "web page", "file": "file", "path": "folder"}
+_KIND = {"email": "email address", "url": "web page", "file": "file", "path": "folder"}
 
 
 @functools.lru_cache(maxsize=4096)
 def annotate(text: str) -> str:
-    """``text`` with the kind of each file name, path and URL written after it
+    """``text`` with the kind of each file name, path, URL and email address written after it
     ("read todo.txt" -> "read todo.txt file"); unchanged when it has none. Memoized: a turn
     annotates its request to embed it and again to score it."""
     return _ENTITY.sub(_with_kind, text)
