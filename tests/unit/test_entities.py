@@ -1,4 +1,4 @@
-"""The kind of each file name, path and URL written beside it in a request."""
+"""The kind of each file name, path, URL and email address written beside it in a request."""
 
 from __future__ import annotations
 

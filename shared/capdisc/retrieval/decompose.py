@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import re
 
-from capdisc.retrieval.lexical import words
+from capdisc.retrieval.lexical import STOPWORDS, words
 
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+(?=[\"'(\[]?[A-Z0-9])|\n+")
 _CHAIN = re.compile(
@@ -45,14 +45,13 @@ _AND_ACTION = re.compile(rf"(?:,\s*|\s+)and\s+(?={_NEXT_REQUEST})", re.IGNORECAS
 #: only after a request ("With the Stripe API, refund ..." stays whole).
 _COMMA_ACTION = re.compile(rf"[,:]\s*(?=(?:{_ACTIONS})\b)", re.IGNORECASE)
 _MIN_SUBQUERY_WORDS = 3
-#: The words of asking itself: a part made only of them asks for nothing in particular.
+#: The words of asking itself, beyond BM25's stop words (which hold "can you please ..."): a
+#: part made only of them asks for nothing in particular.
 _ASKING_WORDS = (
-    "a all an and any anything appreciate are assist assistance be can could do for get "
-    "give glad great greatly hello help hi i if is it kindly know let like me my need "
-    "now of please provide question questions request requests so some something thank "
-    "thanks that the them these this those to us want we what with would yes you your"
+    "anything appreciate assist assistance get give glad great greatly hello help hi know let "
+    "like need provide question questions request requests something us want yes"
 )
-_ASKING = frozenset(_ASKING_WORDS.split())
+_ASKING = STOPWORDS | frozenset(_ASKING_WORDS.split())
 _REQUEST = re.compile(rf"^(?:{_ACTIONS})\b", re.IGNORECASE)
 #: Two words still make a request when they are an action on a pronoun ("... and merge it").
 _SHORT_REQUEST = re.compile(
