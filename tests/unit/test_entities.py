@@ -1,4 +1,5 @@
-"""The kind of each file name, path, URL and email address written beside it in a request."""
+"""The kind of each file name, path, URL and email address written beside it in a request, and
+the step a file saved into implies."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from capdisc.embedders.hashing import HashingEmbedder
 from capdisc.embedders.port import CachedQueryEmbedder
 from capdisc.models import Capability
 from capdisc.retrieval.config import DEFAULT_CONFIG
+from capdisc.retrieval.decompose import decompose
 from capdisc.retrieval.documents import lexical_text
-from capdisc.retrieval.entities import annotate
+from capdisc.retrieval.entities import WRITE_FILE, annotate, implied_steps
 from capdisc.retrieval.index import RetrievalIndex
 
 
@@ -46,6 +48,58 @@ def test_annotate_writes_the_kind_beside_files_paths_urls_and_addresses(
     request_text: str, annotated: str
 ) -> None:
     assert annotate(request_text) == annotated
+
+
+@pytest.mark.parametrize(
+    ("request_text", "steps"),
+    [
+        ("save a summary to pixel.md", [WRITE_FILE]),
+        ("write the titles into papers.md file", [WRITE_FILE]),
+        ("get the transcript and save it as talk.txt", [WRITE_FILE]),
+        ("store the rows in a new file called rows.csv", []),  # "in": not a destination
+        ("export the report into a new file called q3.pdf", [WRITE_FILE]),
+        ("add a 3x4 table to the report.docx", []),  # an edit in place, not a save
+        ("rename report_v2.docx to report.docx", []),
+        ("read the Q3 numbers from sales.xlsx", []),
+        ("save the page to https://example.com/upload", []),  # a web page, not a file
+        ("save the summary to notes", []),
+        ("", []),
+    ],
+)
+def test_a_request_that_saves_into_a_file_implies_writing_one(
+    request_text: str, steps: list[str]
+) -> None:
+    assert implied_steps(request_text) == steps
+
+
+@pytest.mark.parametrize(
+    ("query", "parts"),
+    [
+        (
+            "find papers about RAG and write the titles into papers.md",
+            ["find papers about RAG", "write the titles into papers.md", WRITE_FILE],
+        ),
+        (
+            "save the headlines of example.com into notes.md",
+            ["save the headlines of example.com into notes.md", WRITE_FILE],
+        ),
+        ("read todo.txt and post it to slack", ["read todo.txt", "post it to slack"]),
+    ],
+)
+def test_decompose_adds_the_implied_steps_after_the_requests(query: str, parts: list[str]) -> None:
+    assert decompose(query, implied=True) == parts
+
+
+def test_decompose_adds_no_implied_step_unless_asked() -> None:
+    assert decompose("save the headlines of example.com into notes.md") == [
+        "save the headlines of example.com into notes.md"
+    ]
+
+
+def test_a_saving_verb_far_before_the_file_implies_nothing() -> None:
+    request = "save the list, " + "and the notes " * 20 + "to x.md"
+
+    assert implied_steps(request) == []
 
 
 EMBEDDER = HashingEmbedder(256)
@@ -94,3 +148,51 @@ def test_benchmark_query_vectors_embed_each_request_as_a_turn_does(
     np.testing.assert_allclose(
         vectors.of("read todo.txt", entity_types), EMBEDDER.embed([embedded])[0]
     )
+
+
+def test_a_turn_embeds_an_implied_step_on_its_own() -> None:
+    query = "save the headlines of example.com into notes.md"
+    _, embed = embed_turn(CachedQueryEmbedder(EMBEDDER), query, DiscoveryConfig())
+
+    np.testing.assert_allclose(embed([WRITE_FILE])[0], EMBEDDER.embed([WRITE_FILE])[0])
+
+
+def test_benchmark_query_vectors_hold_the_implied_steps() -> None:
+    vectors = QueryVectors.embed(EMBEDDER, ["save a summary to notes.md"], None)
+
+    np.testing.assert_allclose(vectors([WRITE_FILE])[0], EMBEDDER.embed([WRITE_FILE])[0])
+
+
+NEWS_CATALOG = [
+    Capability(id="tool:write_file", kind="tool", name="write_file", description="Write a file"),
+    *(
+        Capability(
+            id=f"tool:news{i}",
+            kind="tool",
+            name=f"news_{i}",
+            description=f"Get the latest news headlines of a site and save them, variant {i}",
+        )
+        for i in range(6)
+    ),
+    *(
+        Capability(
+            id=f"tool:other{i}", kind="tool", name=f"other_{i}", description=f"Weather map {i}"
+        )
+        for i in range(30)
+    ),
+]
+
+
+@pytest.mark.parametrize(("entity_types", "writes"), [(True, True), (False, False)])
+def test_a_request_saving_into_a_file_gets_the_write_tool_among_its_answers(
+    entity_types: bool, writes: bool
+) -> None:
+    index = RetrievalIndex.build(
+        NEWS_CATALOG, EMBEDDER.embed([lexical_text(c) for c in NEWS_CATALOG])
+    )
+    config = replace(DEFAULT_CONFIG, entity_types=entity_types)
+    query = "save the headlines of example.com into notes.md"
+
+    result = index.search(query, EMBEDDER.embed([query])[0], 3, embed=EMBEDDER.embed, config=config)
+
+    assert ("tool:write_file" in result.ids) is writes

@@ -178,7 +178,7 @@ class QueryVectors:
         for query in queries:  # as asked, and as a turn embeds it (see :meth:`of`)
             for text in dict.fromkeys((query, annotate(query))):
                 texts.setdefault(text)
-                for part in decompose(text, config.max_subqueries):
+                for part in decompose(text, config.max_subqueries, implied=True):
                     texts.setdefault(part)
         ordered = list(texts)
         return cls(dict(zip(ordered, embed_cached(embedder, ordered, cache_dir), strict=True)))

@@ -256,14 +256,16 @@ def embed_turn(
     queries: CachedQueryEmbedder, text: str, config: DiscoveryConfig
 ) -> tuple[Vector, QueryEmbed]:
     """The query vector of one turn and the embedder :func:`discover` asks for sub-queries: the
-    sub-queries decomposition will find are embedded with the query in one model pass (late
-    chunking, cached), so a chained request costs one model call, not one per request."""
+    sub-queries decomposition will find in the text are embedded with the query in one model
+    pass (late chunking, cached), so a chained request costs one model call, not one per
+    request; an implied step ("write a file"), not in the text, comes from the query cache."""
     if config.entity_types:
         text = annotate(text)
     parts: list[str] = []
     if config.decompose_queries and config.fusion == "zscore":
-        parts = decompose(text, DEFAULT_CONFIG.max_subqueries)
-    vector, rows = queries.embed_with_parts(text, parts if len(parts) > 1 else [])
+        found = decompose(text, DEFAULT_CONFIG.max_subqueries, implied=config.entity_types)
+        parts = [part for part in found if part in text] if len(found) > 1 else []
+    vector, rows = queries.embed_with_parts(text, parts)
     known = dict(zip(parts, rows, strict=False))
 
     def embed(texts: list[str]) -> Matrix:

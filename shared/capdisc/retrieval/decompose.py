@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import re
 
+from capdisc.retrieval.entities import implied_steps
 from capdisc.retrieval.lexical import STOPWORDS, words
 
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+(?=[\"'(\[]?[A-Z0-9])|\n+")
@@ -60,20 +61,23 @@ _SHORT_REQUEST = re.compile(
 )
 
 
-def decompose(query: str, max_parts: int = 8) -> list[str]:
+def decompose(query: str, max_parts: int = 8, implied: bool = False) -> list[str]:
     """The separate requests of a query: sentences, then chained clauses ("and then ..."), then
     clauses joined by "and" before an action verb ("read todo.txt and post it to slack"; "search
     for cats and dogs" stays whole).
 
     Leading discourse markers ("Additionally,", "Finally,") are dropped, and so are fragments of
-    fewer than three words. One part (or none) means the query is a single request. Memoized:
-    a turn splits its query once to embed the parts and once to score them.
+    fewer than three words. With ``implied``, the steps a request implies follow the requests
+    ("... save it as talk.txt" -> "write a file":
+    :func:`capdisc.retrieval.entities.implied_steps`). One part (or none) means the query is a
+    single request. Memoized: a turn splits its query once to embed the parts and once to
+    score them.
     """
-    return list(_decompose(query, max_parts))
+    return list(_decompose(query, max_parts, implied))
 
 
 @functools.lru_cache(maxsize=4096)
-def _decompose(query: str, max_parts: int) -> tuple[str, ...]:
+def _decompose(query: str, max_parts: int, implied: bool) -> tuple[str, ...]:
     parts: list[str] = []
     for sentence in _SENTENCE.split(query):
         for chained in _CHAIN.split(sentence.strip()):
@@ -81,6 +85,9 @@ def _decompose(query: str, max_parts: int) -> tuple[str, ...]:
                 text = _LEAD.sub("", clause.strip()).strip()
                 if _is_request(text):
                     parts.append(text)
+    if implied:
+        steps = [step for part in parts for step in implied_steps(part)]
+        parts += [step for step in dict.fromkeys(steps) if step not in parts]
     return tuple(parts[:max_parts])
 
 

@@ -9,6 +9,10 @@ file tools both ways; a URL gets "web page" (or "file" when its path ends in one
 "folder", an address "email address". Only the kind is added: the entity itself stays, so a
 tool that names it still matches. A bare domain gets nothing: "arxiv.org" names a service as
 often as a site.
+
+A file a request saves into is a step of its own (:func:`implied_steps`): "find arXiv papers
+about RAG and write the titles into papers.md" needs a tool that writes a file, which the words
+of that request ("titles", "papers") do not find.
 """
 
 from __future__ import annotations
@@ -36,6 +40,16 @@ _ENTITY = re.compile(
 #: A URL whose path ends in a file's extension is a file to fetch, not a page.
 _FILE_URL = re.compile(rf"\.(?:{_EXTENSIONS})$", re.IGNORECASE)
 _KIND = {"email": "email address", "url": "web page", "file": "file", "path": "folder"}
+#: What a request that saves into a file implies, as a request of its own.
+WRITE_FILE = "write a file"
+_SAVING = re.compile(r"\b(?:save|write|store|export|dump|output|append)\b", re.IGNORECASE)
+#: "to", "into" or "as" right before the file, a few words such as "a new file called" between.
+_DESTINATION = re.compile(
+    r"\b(?:into|onto|to|as)\s+(?:(?:the|a|an|my|our|your|new|local|file|called|named)\s+){0,4}$",
+    re.IGNORECASE,
+)
+#: How far before a file its saving verb may stand (one request: the decomposer's part).
+_WINDOW_CHARS = 200
 
 
 @functools.lru_cache(maxsize=4096)
@@ -46,11 +60,32 @@ def annotate(text: str) -> str:
     return _ENTITY.sub(_with_kind, text)
 
 
-def _with_kind(match: re.Match[str]) -> str:
+def implied_steps(request: str) -> list[str]:
+    """The steps ``request`` implies without asking for them: :data:`WRITE_FILE` when it saves
+    into a file ("save a summary to notes.md", "write the titles into papers.md", "save it as
+    talk.txt"); none otherwise. A file the request reads from or edits in place implies
+    nothing: "add a table to report.docx" is one step of a document tool."""
+    if _SAVING.search(request) is None:  # most requests: no need to look for files
+        return []
+    for match in _ENTITY.finditer(request):
+        if _kind(match) != "file":
+            continue
+        before = request[max(0, match.start() - _WINDOW_CHARS) : match.start()]
+        destination = _DESTINATION.search(before)
+        if destination is not None and _SAVING.search(before[: destination.start()]):
+            return [WRITE_FILE]
+    return []
+
+
+def _kind(match: re.Match[str]) -> str:
     found = next(name for name in _KIND if match.group(name) is not None)
-    kind = _KIND[found]
     if found == "url" and _FILE_URL.search(match.group("url")):
-        kind = "file"
+        return "file"
+    return found
+
+
+def _with_kind(match: re.Match[str]) -> str:
+    kind = _KIND[_kind(match)]
     following = match.string[match.end() : match.end() + len(kind) + 1].lower()
     if following.strip() == kind or following.startswith(f" {kind}"):
         return match.group(0)  # "the file notes.md file" reads worse, not better

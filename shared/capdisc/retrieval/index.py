@@ -293,7 +293,7 @@ class RetrievalIndex:
     ) -> list[str]:
         if embed is None or not config.decompose or config.fusion != "zscore":
             return []
-        parts = decompose(query, config.max_subqueries)
+        parts = decompose(query, config.max_subqueries, implied=config.entity_types)
         return parts if len(parts) > 1 else []
 
     def _score_whole(self, query: str, vector: Vector, config: RetrievalConfig) -> Scored:
