@@ -17,7 +17,7 @@ from capdisc.models import Capability
 from capdisc.retrieval.config import DEFAULT_CONFIG
 from capdisc.retrieval.decompose import decompose
 from capdisc.retrieval.documents import lexical_text
-from capdisc.retrieval.entities import WRITE_FILE, annotate, implied_steps
+from capdisc.retrieval.entities import MOVE_FILE, WRITE_FILE, annotate, implied_steps
 from capdisc.retrieval.index import RetrievalIndex
 
 
@@ -59,14 +59,20 @@ def test_annotate_writes_the_kind_beside_files_paths_urls_and_addresses(
         ("store the rows in a new file called rows.csv", []),  # "in": not a destination
         ("export the report into a new file called q3.pdf", [WRITE_FILE]),
         ("add a 3x4 table to the report.docx", []),  # an edit in place, not a save
-        ("rename report_v2.docx to report.docx", []),
+        ("rename report_v2.docx to report.docx", [MOVE_FILE]),
+        ("move old_data.csv into it", [MOVE_FILE]),
+        (
+            "move the file notes.txt to ./archive and save a copy as notes.md",
+            [MOVE_FILE, WRITE_FILE],
+        ),
+        ("move fast and read todo.txt", []),
         ("read the Q3 numbers from sales.xlsx", []),
         ("save the page to https://example.com/upload", []),  # a web page, not a file
         ("save the summary to notes", []),
         ("", []),
     ],
 )
-def test_a_request_that_saves_into_a_file_implies_writing_one(
+def test_a_request_that_saves_into_or_moves_a_file_implies_that_step(
     request_text: str, steps: list[str]
 ) -> None:
     assert implied_steps(request_text) == steps

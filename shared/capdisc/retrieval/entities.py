@@ -10,9 +10,9 @@ file tools both ways; a URL gets "web page" (or "file" when its path ends in one
 tool that names it still matches. A bare domain gets nothing: "arxiv.org" names a service as
 often as a site.
 
-A file a request saves into is a step of its own (:func:`implied_steps`): "find arXiv papers
-about RAG and write the titles into papers.md" needs a tool that writes a file, which the words
-of that request ("titles", "papers") do not find.
+A file a request saves into, or moves, is a step of its own (:func:`implied_steps`): "find
+arXiv papers about RAG and write the titles into papers.md" needs a tool that writes a file,
+which the words of that request ("titles", "papers") do not find.
 """
 
 from __future__ import annotations
@@ -40,9 +40,18 @@ _ENTITY = re.compile(
 #: A URL whose path ends in a file's extension is a file to fetch, not a page.
 _FILE_URL = re.compile(rf"\.(?:{_EXTENSIONS})$", re.IGNORECASE)
 _KIND = {"email": "email address", "url": "web page", "file": "file", "path": "folder"}
-#: What a request that saves into a file implies, as a request of its own.
+#: What a request that saves into a file, or moves one, implies, as a request of its own.
 WRITE_FILE = "write a file"
+MOVE_FILE = "move a file"
 _SAVING = re.compile(r"\b(?:save|write|store|export|dump|output|append)\b", re.IGNORECASE)
+#: "move old_data.csv", "rename the file report_v2.docx": the file right after the verb.
+_MOVING = re.compile(
+    r"\b(?:move|rename)\s+(?:(?:the|a|an|my|our|your|this|that|local|file)\s+){0,4}$",
+    re.IGNORECASE,
+)
+_STEP_VERB = re.compile(
+    r"\b(?:save|write|store|export|dump|output|append|move|rename)\b", re.IGNORECASE
+)
 #: "to", "into" or "as" right before the file, a few words such as "a new file called" between.
 _DESTINATION = re.compile(
     r"\b(?:into|onto|to|as)\s+(?:(?:the|a|an|my|our|your|new|local|file|called|named)\s+){0,4}$",
@@ -61,20 +70,24 @@ def annotate(text: str) -> str:
 
 
 def implied_steps(request: str) -> list[str]:
-    """The steps ``request`` implies without asking for them: :data:`WRITE_FILE` when it saves
-    into a file ("save a summary to notes.md", "write the titles into papers.md", "save it as
-    talk.txt"); none otherwise. A file the request reads from or edits in place implies
+    """The steps ``request`` implies without asking for them in so many words:
+    :data:`WRITE_FILE` when it saves into a file ("save a summary to notes.md", "write the
+    titles into papers.md", "save it as talk.txt"), :data:`MOVE_FILE` when it moves or renames
+    one ("move old_data.csv into it"). A file the request reads from or edits in place implies
     nothing: "add a table to report.docx" is one step of a document tool."""
-    if _SAVING.search(request) is None:  # most requests: no need to look for files
+    if _STEP_VERB.search(request) is None:  # most requests: no need to look for files
         return []
+    steps: list[str] = []
     for match in _ENTITY.finditer(request):
         if _kind(match) != "file":
             continue
         before = request[max(0, match.start() - _WINDOW_CHARS) : match.start()]
+        if _MOVING.search(before):
+            steps.append(MOVE_FILE)
         destination = _DESTINATION.search(before)
         if destination is not None and _SAVING.search(before[: destination.start()]):
-            return [WRITE_FILE]
-    return []
+            steps.append(WRITE_FILE)
+    return list(dict.fromkeys(steps))
 
 
 def _kind(match: re.Match[str]) -> str:
