@@ -1,6 +1,8 @@
 """Per-turn discovery speed at registry scale, beside the Redis floors of the same run.
 
-1. the engine in-process with cached query embeddings;
+1. the engine in-process with cached query embeddings, then with nothing cached: each query
+   with its sub-queries embedded as by default, always pooled from its own pass and always on
+   their own, in turn;
 2. the bare Redis request/reply floor (BLPOP/RPUSH between two processes) and capdisc's own
    transport floor (stream + consumer group + reply list) with an echo worker that does nothing;
 3. through Redis and one discovery worker, with a cached and with a fresh query embedding, for
@@ -209,16 +211,28 @@ def cached_turns(
 def fresh_turns(
     snapshot: IndexSnapshot, embedder: Embedder, queries: list[str], config: DiscoveryConfig
 ) -> None:
-    fresh = CachedQueryEmbedder(embedder, 0)
-    samples, model = [], []
-    for query in queries[:100]:
-        started = time.perf_counter()
-        vector, embed = embed_turn(fresh, query, config)
-        model.append(time.perf_counter() - started)
-        discover(snapshot, Query(query), vector, config, embed)
-        samples.append(time.perf_counter() - started)
-    report("engine in-process, fresh query embedding", samples)
-    report("  of which the model (one pass, sub-queries pooled)", model)
+    """Turns with nothing cached, each query in turn with the default (a request's parts each
+    embedded on their own up to three parts, pooled from its own pass above), with the parts
+    always pooled and always on their own, so the three see the same machine."""
+    modes = {
+        "parts on their own up to 3 (default)": config,
+        "parts always pooled from the query's pass": config.merged({"pooled_parts_above": 0}),
+        "parts always on their own": config.merged({"pooled_parts_above": 1_000}),
+    }
+    sample = queries[:: max(1, len(queries) // 100)][:100]  # as many chained as in the whole
+    samples: dict[str, list[float]] = {name: [] for name in modes}
+    for query in sample:
+        for name, mode in modes.items():
+            fresh = CachedQueryEmbedder(embedder, 0)
+            started = time.perf_counter()
+            vector, embed = embed_turn(fresh, query, mode)
+            discover(snapshot, Query(query), vector, mode, embed)
+            samples[name].append(time.perf_counter() - started)
+    chained = [len(decompose(q)) > 1 for q in sample]
+    for name, values in samples.items():
+        report(f"engine in-process, fresh query embedding, {name}", values)
+        report("  one-request queries", [v for v, c in zip(values, chained, strict=True) if not c])
+        report("  queries chaining several", [v for v, c in zip(values, chained, strict=True) if c])
 
 
 def turn(

@@ -278,15 +278,29 @@ class DictVectors:
         self.values[key] = value
 
 
-def test_a_turn_embedded_by_one_worker_costs_another_no_model_call() -> None:
+@pytest.mark.parametrize("pooled", [True, False])
+def test_a_turn_embedded_by_one_worker_costs_another_no_model_call(pooled: bool) -> None:
     shared = DictVectors()
     first, second = CountingEmbedder(), CountingEmbedder()
+    text, parts = "a b. c d.", ["a b.", "c d."]
 
-    one = CachedQueryEmbedder(first, shared=shared).embed_with_parts("a b. c d.", ["a b.", "c d."])
-    two = CachedQueryEmbedder(second, shared=shared).embed_with_parts("a b. c d.", ["a b.", "c d."])
+    one = CachedQueryEmbedder(first, shared=shared).embed_with_parts(text, parts, pooled)
+    two = CachedQueryEmbedder(second, shared=shared).embed_with_parts(text, parts, pooled)
 
-    assert len(first.calls) == 1 and second.calls == []
+    assert first.calls and second.calls == []
     assert np.array_equal(one[0], two[0]) and np.array_equal(one[1], two[1])
+
+
+def test_parts_embedded_on_their_own_are_cached_apart_from_pooled_ones() -> None:
+    shared, inner = DictVectors(), CountingEmbedder()
+    cache = CachedQueryEmbedder(inner, shared=shared)
+    text, parts = "a b. c d.", ["a b.", "c d."]
+
+    cache.embed_with_parts(text, parts, pooled=True)
+    cache.embed_with_parts(text, parts, pooled=False)
+
+    assert inner.calls[-2:] == [[text], parts]  # the parts alone, after the pooled pass
+    assert len(shared.values) == 2
 
 
 def test_a_shared_value_of_the_wrong_size_is_embedded_again() -> None:

@@ -202,3 +202,27 @@ def test_a_request_saving_into_a_file_gets_the_write_tool_among_its_answers(
     result = index.search(query, EMBEDDER.embed([query])[0], 3, embed=EMBEDDER.embed, config=config)
 
     assert ("tool:write_file" in result.ids) is writes
+
+
+class _SpanEmbedder(HashingEmbedder):
+    """Pools spans the way MiniLM does, so a pooled part differs from the part embedded alone
+    (here: the whole text's vector)."""
+
+    def embed_spans(self, text: str, spans: list[tuple[int, int]]) -> np.ndarray:
+        return np.vstack([self.embed([text])] * (len(spans) + 1))
+
+
+CHAINED = "read todo.txt and post it to slack"
+
+
+@pytest.mark.parametrize(("pooled_above", "alone"), [(3, True), (1, False), (0, False)])
+def test_a_short_request_embeds_each_part_on_its_own_and_a_longer_one_pools_them(
+    pooled_above: int, alone: bool
+) -> None:
+    embedder = _SpanEmbedder(256)
+    config = DiscoveryConfig(pooled_parts_above=pooled_above)
+    _, embed = embed_turn(CachedQueryEmbedder(embedder), CHAINED, config)
+
+    part = "post it to slack"
+    same = np.allclose(embed([part])[0], embedder.embed([part])[0])
+    assert same is alone

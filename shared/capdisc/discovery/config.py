@@ -38,6 +38,12 @@ class DiscoveryConfig(BaseModel):
     exact_name_match: bool = True
     decompose_queries: bool = True
     entity_types: bool = True
+    #: A request of more parts than this has its parts' vectors pooled from its own model pass
+    #: (late chunking: one pass, each part's tokens in the context of the whole); a shorter one
+    #: has each part embedded on its own, which measured better for tasks of two or three
+    #: steps and for abstention, at more model time (docs/benchmarks.md, "Sub-query vectors").
+    #: 0 pools every request's parts.
+    pooled_parts_above: int = Field(3, ge=0)
     #: Abstain ("nothing fits") when no match reaches this calibrated relevance; None: the
     #: value calibrated for the embedder (0 never abstains).
     abstain_threshold: float | None = Field(None, ge=0.0, le=1.0)

@@ -256,16 +256,19 @@ def embed_turn(
     queries: CachedQueryEmbedder, text: str, config: DiscoveryConfig
 ) -> tuple[Vector, QueryEmbed]:
     """The query vector of one turn and the embedder :func:`discover` asks for sub-queries: the
-    sub-queries decomposition will find in the text are embedded with the query in one model
-    pass (late chunking, cached), so a chained request costs one model call, not one per
-    request; an implied step ("write a file"), not in the text, comes from the query cache."""
+    sub-queries decomposition will find are embedded with the query and cached with it, each
+    on its own or, in a request of more than ``pooled_parts_above`` parts, pooled from the
+    query's own model pass (late chunking: one model call for a long chained request; an
+    implied step such as "write a file", not a span of the text, is still embedded on its
+    own)."""
     if config.entity_types:
         text = annotate(text)
     parts: list[str] = []
     if config.decompose_queries and config.fusion == "zscore":
         found = decompose(text, DEFAULT_CONFIG.max_subqueries, implied=config.entity_types)
-        parts = [part for part in found if part in text] if len(found) > 1 else []
-    vector, rows = queries.embed_with_parts(text, parts)
+        parts = found if len(found) > 1 else []
+    pooled = len(parts) > config.pooled_parts_above
+    vector, rows = queries.embed_with_parts(text, parts, pooled=pooled)
     known = dict(zip(parts, rows, strict=False))
 
     def embed(texts: list[str]) -> Matrix:

@@ -71,16 +71,21 @@ class CachedQueryEmbedder:
                 self._cache.popitem(last=False)
         return vector
 
-    def embed_with_parts(self, text: str, parts: Sequence[str]) -> tuple[Vector, Matrix]:
-        """``text``'s vector and its ``parts``' vectors (:func:`embed_with_parts`), cached under
-        ``text`` together, so a repeated turn costs no model call."""
-        key = "\x00parts\x00" + text + "\x00" + "\x00".join(parts)
+    def embed_with_parts(
+        self, text: str, parts: Sequence[str], pooled: bool = True
+    ) -> tuple[Vector, Matrix]:
+        """``text``'s vector and its ``parts``' vectors: pooled from ``text``'s own pass
+        (:func:`embed_with_parts`) or, without ``pooled``, each embedded on its own. Cached
+        under ``text`` together (here and in the shared cache), so a repeated turn costs no
+        model call on any worker."""
+        pooled = pooled or not parts
+        key = ("\x00parts\x00" if pooled else "\x00apart\x00") + text + "\x00" + "\x00".join(parts)
         with self._lock:
             hit = self._cache.get(key)
             if hit is not None:
                 self._cache.move_to_end(key)
         if hit is None:
-            hit = self._shared_or_embedded(text, parts)
+            hit = self._shared_or_embedded(text, parts, pooled)
             with self._lock:
                 self._cache[key] = hit
                 self._cache[text] = hit[0]
@@ -88,18 +93,25 @@ class CachedQueryEmbedder:
                     self._cache.popitem(last=False)
         return hit[0], hit[1:]
 
-    def _shared_or_embedded(self, text: str, parts: Sequence[str]) -> Matrix:
+    def _shared_or_embedded(self, text: str, parts: Sequence[str], pooled: bool) -> Matrix:
         if self._shared is None:
-            return embed_with_parts(self.inner, text, parts)
-        key = hashlib.sha256("\x00".join([self.inner.id, text, *parts]).encode()).hexdigest()
-        raw = self._shared.get(key)
+            return self._embedded(text, parts, pooled)
+        mode = [] if pooled else ["\x00apart"]
+        key = hashlib.sha256("\x00".join([self.inner.id, *mode, text, *parts]).encode())
+        raw = self._shared.get(key.hexdigest())
         rows = len(parts) + 1
         if raw is not None and len(raw) == rows * self.inner.dim * 4:
             shared: Matrix = np.frombuffer(raw, dtype=np.float32).reshape(rows, self.inner.dim)
             return shared
-        matrix = embed_with_parts(self.inner, text, parts)
-        self._shared.put(key, np.ascontiguousarray(matrix, dtype=np.float32).tobytes())
+        matrix = self._embedded(text, parts, pooled)
+        self._shared.put(key.hexdigest(), np.ascontiguousarray(matrix, dtype=np.float32).tobytes())
         return matrix
+
+    def _embedded(self, text: str, parts: Sequence[str], pooled: bool) -> Matrix:
+        if pooled:
+            return embed_with_parts(self.inner, text, parts)
+        # two calls: the parts padded to the longest part, not to the whole text
+        return np.vstack([self.inner.embed([text]), self.inner.embed(list(parts))])
 
     def embed_many(self, texts: Sequence[str]) -> Matrix:
         """One row per text; the cache misses are embedded in one batch."""
