@@ -97,14 +97,14 @@ class CachedQueryEmbedder:
         if self._shared is None:
             return self._embedded(text, parts, pooled)
         mode = [] if pooled else ["\x00apart"]
-        key = hashlib.sha256("\x00".join([self.inner.id, *mode, text, *parts]).encode())
-        raw = self._shared.get(key.hexdigest())
+        key = hashlib.sha256("\x00".join([self.inner.id, *mode, text, *parts]).encode()).hexdigest()
+        raw = self._shared.get(key)
         rows = len(parts) + 1
         if raw is not None and len(raw) == rows * self.inner.dim * 4:
             shared: Matrix = np.frombuffer(raw, dtype=np.float32).reshape(rows, self.inner.dim)
             return shared
         matrix = self._embedded(text, parts, pooled)
-        self._shared.put(key.hexdigest(), np.ascontiguousarray(matrix, dtype=np.float32).tobytes())
+        self._shared.put(key, np.ascontiguousarray(matrix, dtype=np.float32).tobytes())
         return matrix
 
     def _embedded(self, text: str, parts: Sequence[str], pooled: bool) -> Matrix:

@@ -43,15 +43,15 @@ _KIND = {"email": "email address", "url": "web page", "file": "file", "path": "f
 #: What a request that saves into a file, or moves one, implies, as a request of its own.
 WRITE_FILE = "write a file"
 MOVE_FILE = "move a file"
-_SAVING = re.compile(r"\b(?:save|write|store|export|dump|output|append)\b", re.IGNORECASE)
+_SAVE_VERBS = "save|write|store|export|dump|output|append"
+_MOVE_VERBS = "move|rename"
+_SAVING = re.compile(rf"\b(?:{_SAVE_VERBS})\b", re.IGNORECASE)
 #: "move old_data.csv", "rename the file report_v2.docx": the file right after the verb.
 _MOVING = re.compile(
-    r"\b(?:move|rename)\s+(?:(?:the|a|an|my|our|your|this|that|local|file)\s+){0,4}$",
+    rf"\b(?:{_MOVE_VERBS})\s+(?:(?:the|a|an|my|our|your|this|that|local|file)\s+){{0,4}}$",
     re.IGNORECASE,
 )
-_STEP_VERB = re.compile(
-    r"\b(?:save|write|store|export|dump|output|append|move|rename)\b", re.IGNORECASE
-)
+_STEP_VERB = re.compile(rf"\b(?:{_SAVE_VERBS}|{_MOVE_VERBS})\b", re.IGNORECASE)
 #: "to", "into" or "as" right before the file, a few words such as "a new file called" between.
 _DESTINATION = re.compile(
     r"\b(?:into|onto|to|as)\s+(?:(?:the|a|an|my|our|your|new|local|file|called|named)\s+){0,4}$",
