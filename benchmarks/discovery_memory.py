@@ -25,8 +25,14 @@ the time until that worker serves the new version (a delta on the mapped tenant)
 memory then.
 
 Beside them, the floors of the same run: the bare Redis round trip (PING), the model's own time
-for one query, and, in this process on the same capabilities and vectors, the exact scan of
-every row against the graph search, with the graph's recall@10 of the exact answers.
+for one query and for what a fresh turn embeds (the query and, for a request chaining several,
+its parts, as the worker's engine embeds them), back to back and each right after a search of
+the same index (as in a worker, whose searches push the model's weights out of the CPU caches),
+and, in this process on the same capabilities and vectors, the exact scan of every row against
+the graph search (and the search right after the model), with the graph's recall@10 of the
+exact answers. ``fresh_beyond_model_ms`` is what a fresh discover took beyond the model's time
+for its own texts, query by query (``fresh_beyond_model_after_search_ms``: beyond that time
+measured right after a search).
 
     .venv/bin/python benchmarks/discovery_memory.py [--sizes 10000,100000 | --size N]
         [--queries 300] [--embedder hashing|minilm] [--json [PATH]]
@@ -63,7 +69,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -72,8 +78,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _catalog import CACHE, embed_catalog, load_catalog, seal_queries, stand_in_vectors
 from _common import percentile
 from capdisc.client import Client
+from capdisc.discovery.config import DiscoveryConfig
+from capdisc.discovery.engine import embed_turn
 from capdisc.embedders.hashing import HashingEmbedder
-from capdisc.embedders.port import Embedder, Matrix
+from capdisc.embedders.port import CachedQueryEmbedder, Embedder, Matrix
 from capdisc.localredis import start_redis
 from capdisc.models import Capability
 from capdisc.registry.events import RegistryEvent
@@ -410,6 +418,12 @@ def measure_size(
             "after": [round(x, 2) for x in os.getloadavg()],
         },
     }
+    fresh_each = result["fresh"].pop("each_ms")
+    result["cached"].pop("each_ms")
+    model_each = result["floors"].pop("model_turn_each_ms")
+    after_each = result["floors"].pop("model_turn_after_search_each_ms")
+    result["fresh_beyond_model_ms"] = beyond_model(fresh_each, model_each)
+    result["fresh_beyond_model_after_search_ms"] = beyond_model(fresh_each, after_each)
     result["ratios"] = ratios(result)
     result["mb_per_1k"] = per_1k(result, idle)
     print_size(result, idle)
@@ -510,7 +524,8 @@ def timed(
 ) -> dict[str, Any]:
     """Round-trip and in-worker latency (ms), median and p99, of one pass over ``queries``
     (each answer's ids appended to ``answers`` when given)."""
-    round_trip, in_worker = [], []
+    round_trip: list[float] = []
+    in_worker: list[float] = []
     for query in queries:
         started = time.perf_counter()
         answer = client.discover(query)
@@ -518,7 +533,11 @@ def timed(
         in_worker.append(answer.took_ms)
         if answers is not None:
             answers.append(answer.ids)
-    return {"round_trip_ms": _stats(round_trip), "in_worker_ms": _stats(in_worker)}
+    return {
+        "round_trip_ms": _stats(round_trip),
+        "in_worker_ms": _stats(in_worker),
+        "each_ms": [round(v, 3) for v in round_trip],
+    }
 
 
 def _stats(values_ms: list[float]) -> dict[str, float]:
@@ -546,11 +565,45 @@ def in_process_search(
         graph_ms, found = _search_pass(index, queries, vectors, embedder, config)
         figures["graph_search_ms"] = _p50_p99(graph_ms)
         recall, tied = recall_at_10(exact, found)
+    after_search, after_model = model_after_search(index, queries, vectors, embedder, config)
+    figures["model_turn_after_search_ms"] = _p50_p99(after_search)
+    figures["search_after_model_ms"] = _p50_p99(after_model)
+    figures["model_turn_after_search_each_ms"] = [round(v, 3) for v in after_search]
+    shown = {k: v for k, v in figures.items() if not k.endswith("_each_ms")}
     print(
-        f"  in this process: {figures}; recall@10 of the exact answers: {recall} "
+        f"  in this process: {shown}; recall@10 of the exact answers: {recall} "
         f"(counting an answer scored as high as the exact 10th: {tied})"
     )
     return {"floors": figures, "recall_at_10_vs_exact": recall, "recall_at_10_ties": tied}
+
+
+def model_after_search(
+    index: RetrievalIndex,
+    queries: list[str],
+    vectors: Matrix,
+    embedder: Embedder,
+    config: RetrievalConfig,
+) -> tuple[list[float], list[float]]:
+    """A fresh turn's two halves as a worker runs them, query by query: the model's own time
+    for the turn's texts (as :func:`floors` times them) right after a search of ``index`` for
+    the query before it, then the search for this query right after its model calls. In a
+    serving process each half pushes the other's data out of the CPU caches; back to back,
+    neither does."""
+    clock = ModelClock(embedder)
+    model_ms, search_ms = [], []
+    for previous, query, vector in zip(
+        [*queries[-1:], *queries[:-1]], queries, vectors, strict=True
+    ):
+        index.search(
+            previous, vectors[queries.index(previous)], 10, embed=embedder.embed, config=config
+        )
+        clock.spent_ms = 0.0
+        embed_turn(CachedQueryEmbedder(cast(Embedder, clock)), query, DiscoveryConfig())
+        model_ms.append(clock.spent_ms)
+        started = time.perf_counter()
+        index.search(query, vector, 10, embed=embedder.embed, config=config)
+        search_ms.append((time.perf_counter() - started) * 1000)
+    return model_ms, search_ms
 
 
 def recall_at_10(exact: list[RetrievalResult], found: list[RetrievalResult]) -> tuple[float, float]:
@@ -586,7 +639,11 @@ def _search_pass(
 
 
 def floors(url: str, embedder: Embedder, queries: list[str]) -> dict[str, Any]:
-    """The bare Redis round trip (PING) and the model's own time for one query."""
+    """The bare Redis round trip (PING), the model's own time for one query (one pass over its
+    whole text), and the model's own time for what a fresh turn embeds: the query and, for a
+    request chaining several, its parts, as the worker's engine embeds them
+    (:func:`capdisc.discovery.engine.embed_turn` with the default config and an empty cache),
+    back to back in this process, for every query."""
     client = redis.Redis.from_url(url)
     pings = []
     for _ in range(500):
@@ -598,7 +655,48 @@ def floors(url: str, embedder: Embedder, queries: list[str]) -> dict[str, Any]:
         started = time.perf_counter()
         embedder.embed([query])
         model.append((time.perf_counter() - started) * 1000)
-    return {"redis_round_trip_ms": _p50_p99(pings), "model_query_ms": _p50_p99(model)}
+    clock = ModelClock(embedder)
+    turn = []
+    for query in queries:
+        clock.spent_ms = 0.0
+        embed_turn(CachedQueryEmbedder(cast(Embedder, clock)), query, DiscoveryConfig())
+        turn.append(clock.spent_ms)
+    return {
+        "redis_round_trip_ms": _p50_p99(pings),
+        "model_query_ms": _p50_p99(model),
+        "model_turn_ms": _p50_p99(turn),
+        "model_turn_each_ms": [round(v, 3) for v in turn],
+    }
+
+
+class ModelClock:
+    """An embedder that forwards to ``inner`` and adds the time of each of its model calls
+    (``embed``, ``embed_spans``) to ``spent_ms``."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self.spent_ms = 0.0
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self.inner, name)
+        if not callable(found):
+            return found
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return found(*args, **kwargs)
+            finally:
+                self.spent_ms += (time.perf_counter() - started) * 1000
+
+        return timed
+
+
+def beyond_model(fresh_each_ms: list[float], model_each_ms: list[float]) -> dict[str, float]:
+    """What a fresh turn costs beyond the model's own time for its texts, query by query
+    (median and p99 of the differences)."""
+    gaps = [f - m for f, m in zip(fresh_each_ms, model_each_ms, strict=True)]
+    return {"p50": round(statistics.median(gaps), 3), "p99": round(percentile(gaps, 99), 3)}
 
 
 def _p50_p99(values_ms: list[float]) -> dict[str, float]:
@@ -610,9 +708,10 @@ def _p50_p99(values_ms: list[float]) -> dict[str, float]:
 
 def ratios(result: dict[str, Any]) -> dict[str, float]:
     """Each latency over its floor: cached discover over the Redis round trip, fresh discover
-    over the model's time plus the round trip, the graph search over the exact scan."""
+    over the model's time for the turn's texts plus the round trip, the graph search over the
+    exact scan."""
     f = result["floors"]
-    ping, model = f["redis_round_trip_ms"]["p50"], f["model_query_ms"]["p50"]
+    ping, model = f["redis_round_trip_ms"]["p50"], f["model_turn_ms"]["p50"]
     out = {
         "cached_over_redis": round(result["cached"]["round_trip_ms"]["median"] / ping, 2),
         "fresh_over_model_and_redis": round(
@@ -647,6 +746,8 @@ def summary_object(result: dict[str, Any]) -> dict[str, Any]:
         "built_apart": result["built_apart"],
         "discover_cached_ms": pair(result["cached"]["round_trip_ms"]),
         "discover_fresh_ms": pair(result["fresh"]["round_trip_ms"]),
+        "fresh_beyond_model_ms": result["fresh_beyond_model_ms"],
+        "fresh_beyond_model_after_search_ms": result["fresh_beyond_model_after_search_ms"],
         "recall_at_10_vs_exact": result["recall_at_10_vs_exact"],
         "recall_at_10_ties": result["recall_at_10_ties"],
         "floors": result["floors"],
@@ -720,12 +821,21 @@ def print_size(result: dict[str, Any], idle: dict[str, Any]) -> None:
     f = result["floors"]
     print(
         f"  floors: Redis PING {f['redis_round_trip_ms']['p50']:.3f} ms, the model for one "
-        f"query {f['model_query_ms']['p50']:.3f} ms, the exact scan in-process "
+        f"query {f['model_query_ms']['p50']:.3f} ms, for a fresh turn's texts (the query and "
+        f"its parts) {f['model_turn_ms']['p50']:.3f} ms, the exact scan in-process "
         f"{f['exact_scan_ms']['p50']:.3f} ms (graph search in-process: "
         f"{f.get('graph_search_ms', {}).get('p50', 'n/a')} ms); recall@10 of exact: "
         f"{result['recall_at_10_vs_exact']}"
     )
     print(f"  ratios to the floors: {result['ratios']}")
+    gap, after = result["fresh_beyond_model_ms"], result["fresh_beyond_model_after_search_ms"]
+    print(
+        f"  a fresh discover beyond the model's time for its texts, query by query: median "
+        f"{gap['p50']:.2f} ms, p99 {gap['p99']:.2f} ms (beyond the model's time right after a "
+        f"search, {f['model_turn_after_search_ms']['p50']:.3f} ms: median {after['p50']:.2f} "
+        f"ms, p99 {after['p99']:.2f} ms); in this process, the search right after the model "
+        f"{f['search_after_model_ms']['p50']:.3f} ms"
+    )
     for label in ("fresh", "cached"):
         trip, inside = result[label]["round_trip_ms"], result[label]["in_worker_ms"]
         print(
