@@ -196,6 +196,26 @@ def search(
             ["Find the droplet named db-old", "destroy it"],
         ),
         ("detect and track objects with the radar", ["detect and track objects with the radar"]),
+        (
+            'stage README.md and commit it as "docs: update readme"',
+            ["stage README.md", 'commit it as "docs: update readme"'],
+        ),
+        (
+            "post 'build done. and deploy it' to slack and then close the ticket",
+            ["post 'build done. and deploy it' to slack", "close the ticket"],
+        ),
+        (
+            "scrape the table on shop.example.com/list and insert the rows into my db",
+            ["scrape the table on shop.example.com/list", "insert the rows into my db"],
+        ),
+        (
+            "look up the algorithm named 'Depth-First Search' and send it to Ana",
+            ["look up the algorithm named 'Depth-First Search'", "send it to Ana"],
+        ),
+        (
+            '"This article is too long. Can you summarize this web page for me?"',
+            ['"This article is too long.', 'Can you summarize this web page for me?"'],
+        ),
         ("list the files and folders it holds", ["list the files and folders it holds"]),
         (
             "I need a playlist with a mix of genres. Can you assist me with that?",

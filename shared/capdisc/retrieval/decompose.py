@@ -54,11 +54,22 @@ _ASKING_WORDS = (
 )
 _ASKING = STOPWORDS | frozenset(_ASKING_WORDS.split())
 _REQUEST = re.compile(rf"^(?:{_ACTIONS})\b", re.IGNORECASE)
+_BARE_VERB = re.compile(rf"^(?:{_ACTIONS})$", re.IGNORECASE)
 #: Two words still make a request when they are an action on a pronoun ("... and merge it").
 _SHORT_REQUEST = re.compile(
     rf"^(?:{_ACTIONS})\s+(?:it|them|her|him|me|us|this|that|these|those|all|everything)\W*$",
     re.IGNORECASE,
 )
+
+
+#: Quoted text: double quotes, curly quotes, and single quotes that are not apostrophes.
+#: Unbounded (a quote cannot cross another), so quotes pair up in order however long.
+_QUOTED = re.compile(
+    r"\"[^\"\n]+\"|\u201c[^\u201d\n]+\u201d|\u2018[^\u2019\n]+\u2019|(?<![\w'])'[^'\n]+'(?![\w'])"
+)
+_SPLITTING = " \t,:;.!?"
+_MASK = {ord(c): 0xE000 + i for i, c in enumerate(_SPLITTING)}
+_UNMASK = {0xE000 + i: ord(c) for i, c in enumerate(_SPLITTING)}
 
 
 def decompose(query: str, max_parts: int = 8, implied: bool = False) -> list[str]:
@@ -79,16 +90,36 @@ def decompose(query: str, max_parts: int = 8, implied: bool = False) -> list[str
 @functools.lru_cache(maxsize=4096)
 def _decompose(query: str, max_parts: int, implied: bool) -> tuple[str, ...]:
     parts: list[str] = []
-    for sentence in _SENTENCE.split(query):
+    for sentence in _SENTENCE.split(_masked(query)):
         for chained in _CHAIN.split(sentence.strip()):
             for clause in _clauses(chained):
-                text = _LEAD.sub("", clause.strip()).strip()
+                text = _LEAD.sub("", _unmasked(clause).strip()).strip()
                 if _is_request(text):
                     parts.append(text)
     if implied:
         steps = [step for part in parts for step in implied_steps(part)]
         parts += [step for step in dict.fromkeys(steps) if step not in parts]
     return tuple(parts[:max_parts])
+
+
+def _masked(query: str) -> str:
+    """``query`` with the spaces and punctuation of its quoted text (a message to send, a
+    commit message, a name) moved to private-use characters, so no split happens inside it
+    ('commit it as "docs: update readme"', 'post "build and deploy done"')."""
+    core = query.strip()
+    whole = _QUOTED.fullmatch(core)
+    if whole is not None:  # the whole request in quotes: only the quotes inside it count
+        start = query.index(core) + 1
+        return (
+            query[:start]
+            + _masked(query[start : start + len(core) - 2])
+            + query[start + len(core) - 2 :]
+        )
+    return _QUOTED.sub(lambda m: m.group(0).translate(_MASK), query)
+
+
+def _unmasked(text: str) -> str:
+    return text.translate(_UNMASK)
 
 
 def _is_request(text: str) -> bool:
@@ -124,8 +155,8 @@ def _and_requests(text: str) -> list[str]:
     object ("detect and track objects", "track and record the sugar content")."""
     out, start = [], 0
     for match in _AND_ACTION.finditer(text):
-        before = words(text[start : match.start()])
-        if before and _REQUEST.match(before[-1]):
+        before = text[start : match.start()].split()
+        if before and _BARE_VERB.match(before[-1]):  # not the end of a URL or path (".../list")
             continue
         out.append(text[start : match.start()])
         start = match.end()
