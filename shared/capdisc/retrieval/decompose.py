@@ -77,8 +77,9 @@ def decompose(query: str, max_parts: int = 8, implied: bool = False) -> list[str
     clauses joined by "and" before an action verb ("read todo.txt and post it to slack"; "search
     for cats and dogs" stays whole).
 
-    Leading discourse markers ("Additionally,", "Finally,") are dropped, and so are fragments of
-    fewer than three words. With ``implied``, the steps a request implies follow the requests
+    Quoted text (a message to send, a name) is never split. Leading discourse markers
+    ("Additionally,", "Finally,") are dropped, and so are fragments of fewer than three words.
+    With ``implied``, the steps a request implies follow the requests
     ("... save it as talk.txt" -> "write a file":
     :func:`capdisc.retrieval.entities.implied_steps`). One part (or none) means the query is a
     single request. Memoized: a turn splits its query once to embed the parts and once to
