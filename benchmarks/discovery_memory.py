@@ -591,15 +591,10 @@ def model_after_search(
     neither does."""
     clock = ModelClock(embedder)
     model_ms, search_ms = [], []
-    for previous, query, vector in zip(
-        [*queries[-1:], *queries[:-1]], queries, vectors, strict=True
-    ):
-        index.search(
-            previous, vectors[queries.index(previous)], 10, embed=embedder.embed, config=config
-        )
-        clock.spent_ms = 0.0
-        embed_turn(CachedQueryEmbedder(cast(Embedder, clock)), query, DiscoveryConfig())
-        model_ms.append(clock.spent_ms)
+    before = zip([*queries[-1:], *queries[:-1]], [*vectors[-1:], *vectors[:-1]], strict=True)
+    for (previous, previous_vector), query, vector in zip(before, queries, vectors, strict=True):
+        index.search(previous, previous_vector, 10, embed=embedder.embed, config=config)
+        model_ms.append(clock.turn_ms(query))
         started = time.perf_counter()
         index.search(query, vector, 10, embed=embedder.embed, config=config)
         search_ms.append((time.perf_counter() - started) * 1000)
@@ -656,11 +651,7 @@ def floors(url: str, embedder: Embedder, queries: list[str]) -> dict[str, Any]:
         embedder.embed([query])
         model.append((time.perf_counter() - started) * 1000)
     clock = ModelClock(embedder)
-    turn = []
-    for query in queries:
-        clock.spent_ms = 0.0
-        embed_turn(CachedQueryEmbedder(cast(Embedder, clock)), query, DiscoveryConfig())
-        turn.append(clock.spent_ms)
+    turn = [clock.turn_ms(query) for query in queries]
     return {
         "redis_round_trip_ms": _p50_p99(pings),
         "model_query_ms": _p50_p99(model),
@@ -676,6 +667,13 @@ class ModelClock:
     def __init__(self, inner: Embedder) -> None:
         self.inner = inner
         self.spent_ms = 0.0
+
+    def turn_ms(self, query: str) -> float:
+        """The model's time for what a fresh turn of ``query`` embeds, as the worker's engine
+        embeds it (:func:`capdisc.discovery.engine.embed_turn`, default config, empty cache)."""
+        self.spent_ms = 0.0
+        embed_turn(CachedQueryEmbedder(cast(Embedder, self)), query, DiscoveryConfig())
+        return self.spent_ms
 
     def __getattr__(self, name: str) -> Any:
         found = getattr(self.inner, name)
