@@ -454,25 +454,23 @@ class LexicalIndex:
         if not queries:
             return np.zeros((0, n), dtype=np.float32)
         sparse, dense = self._split(queries)
-        slices = [
-            (query * n, slice(int(self.indptr[term]), int(self.indptr[term + 1])))
-            for query, terms in enumerate(sparse)
-            for term in terms.tolist()
-        ]  # each term's postings are one slice: copied, not gathered
-        targets = np.concatenate(
-            [np.zeros(0, dtype=np.int64)]
-            + [
-                self.indices[at] + np.int64(offset) if offset else self.indices[at]
-                for offset, at in slices
-            ]
-        )
-        weights = np.concatenate(
-            [np.zeros(0, dtype=np.float32)] + [self.data[at] for _offset, at in slices]
-        )
+        positions, lengths = self._posting_positions(sparse)
+        targets = self.indices[positions]
+        if len(queries) > 1:  # query q's rows are q * n + row of the flat result
+            offsets = np.repeat(np.arange(len(queries), dtype=np.int64) * n, _sizes(sparse))
+            targets = targets + np.repeat(offsets, lengths)
         flat = self._dense_sums(dense, n)
-        np.add.at(flat, targets, weights)  # in float32: no float64 row to convert
+        np.add.at(flat, targets, self.data[positions])  # in float32: no float64 row to convert
         result: npt.NDArray[np.float32] = flat.reshape(len(queries), n)
         return result
+
+    def _posting_positions(self, queries: Sequence[IntArray]) -> tuple[IntArray, IntArray]:
+        """Where the postings of every term of ``queries`` are in :attr:`indices`, one run
+        per term in order (gathered at once, not sliced term by term), and each run's length."""
+        terms = np.concatenate([np.zeros(0, dtype=np.int64), *queries])
+        starts = self.indptr[terms]
+        lengths = self.indptr[terms + 1] - starts
+        return _runs(starts, lengths), lengths
 
     def _dense_sums(self, dense: list[IntArray], n: int) -> npt.NDArray[np.float32]:
         """One row of ``n`` per query, end to end: the sum of its dense rows (zeros for a
@@ -552,9 +550,7 @@ class LexicalIndex:
         weights[owner[counted], slot[counted]] = idf[counted] / totals[owner[counted]]
         starts, ends = self.doc_indptr[rows], self.doc_indptr[rows + 1]
         lengths = ends - starts
-        positions = np.arange(int(lengths.sum()), dtype=np.int64)
-        positions += np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
-        present = self.doc_terms[positions]
+        present = self.doc_terms[_runs(starts, lengths)]
         slots = np.minimum(np.searchsorted(union, present), union.size - 1)
         hit = union[slots] == present
         owners = np.repeat(np.arange(rows.size), lengths)[hit]
@@ -584,6 +580,17 @@ class LexicalIndex:
     def search(self, query: str) -> Scores:
         """BM25 score of every document for ``query``."""
         return self.scores(self.term_ids(query))
+
+
+def _sizes(arrays: Sequence[IntArray]) -> list[int]:
+    return [array.size for array in arrays]
+
+
+def _runs(starts: IntArray, lengths: IntArray) -> IntArray:
+    """``starts[i] .. starts[i] + lengths[i]`` for each ``i``, end to end."""
+    positions = np.arange(int(lengths.sum()), dtype=np.int64)
+    positions += np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+    return positions
 
 
 def _frequent_terms(df: IntArray, n: int) -> Ids32:
