@@ -112,3 +112,18 @@ def test_coverage_of_several_sets_equals_each_set_alone() -> None:
 
     for at, terms in enumerate(sets):
         assert many[at] == pytest.approx(lexicon.coverage(terms, rows.tolist()), abs=1e-6)
+
+
+def test_coverage_asked_again_answers_as_the_first_time() -> None:
+    lexicon = LexicalIndex.build(
+        ["read a file from disk", "post a message to a slack channel", "slack file upload", "x"]
+    )
+    sets = [lexicon.term_ids("read file and post to slack"), lexicon.term_ids("post to slack")]
+    coverage = part_coverage(lexicon, sets)
+
+    first = coverage(np.array([2, 0], dtype=np.int64))
+    again = coverage(np.array([0, 1, 2, 3], dtype=np.int64))
+
+    fresh = part_coverage(lexicon, sets)(np.array([0, 1, 2, 3], dtype=np.int64))
+    np.testing.assert_allclose(again, fresh)
+    np.testing.assert_allclose(first, fresh[[2, 0]])

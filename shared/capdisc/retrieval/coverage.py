@@ -47,11 +47,17 @@ def damped_scores(fused: Scores, lexical: Scores, coverage: Scores, power: float
 
 def part_coverage(lexicon: LexicalIndex, term_sets: Sequence[IntArray]) -> CoverageOf:
     """Coverage of a row: the best over ``term_sets`` (the whole query's terms, then each
-    part's) of the share of that set's IDF weight the row contains."""
+    part's) of the share of that set's IDF weight the row contains. Each row's is read once:
+    a search that damps its scores again after adding candidates asks for the same best rows
+    a second time."""
+    known: dict[int, float] = {}
 
     def coverage_of(rows: IntArray) -> Scores:
-        best: Scores = lexicon.coverage_many(term_sets, rows).max(axis=0, initial=0.0)
-        return best
+        missing = np.asarray([row for row in rows.tolist() if row not in known], dtype=np.int64)
+        if missing.size:
+            best = lexicon.coverage_many(term_sets, missing).max(axis=0, initial=0.0)
+            known.update(zip(missing.tolist(), best.tolist(), strict=True))
+        return np.asarray([known[row] for row in rows.tolist()], dtype=np.float32)
 
     return coverage_of
 

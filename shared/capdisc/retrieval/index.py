@@ -41,7 +41,7 @@ from capdisc.embedders.port import Matrix, Vector
 from capdisc.filters import NO_FILTERS, SearchFilters
 from capdisc.models import Capability
 from capdisc.retrieval.config import DEFAULT_CONFIG, RetrievalConfig
-from capdisc.retrieval.coverage import damp_uncovered, part_coverage
+from capdisc.retrieval.coverage import CoverageOf, damp_uncovered, part_coverage
 from capdisc.retrieval.decompose import decompose
 from capdisc.retrieval.documents import lexical_text
 from capdisc.retrieval.entities import annotate
@@ -216,7 +216,8 @@ class RetrievalIndex:
         whole = (
             pooled.score(text) if pooled is not None else self._score_whole(text, vector, config)
         )
-        whole = self._covered(whole, part_terms, allowed, config)
+        coverage = part_coverage(self.lexicon, [whole.term_ids, *part_terms])
+        whole = self._covered(whole, coverage, allowed, config)
         ranking = best_rows(whole, allowed, want)
         scored_parts = (
             self._score_parts(parts, part_terms, embed, ranking, allowed, config)
@@ -226,7 +227,7 @@ class RetrievalIndex:
         if pooled is not None:  # every row the merge may place gets the whole query's score
             extended = pooled.extend(whole, [exact] if exact is not None else [], scored_parts)
             if extended is not whole:
-                whole = self._covered(extended, part_terms, allowed, config)
+                whole = self._covered(extended, coverage, allowed, config)
                 ranking = best_rows(whole, allowed, want)
         order = merge(ranking, scored_parts, k, exact, config)
         shift = self._probe_shift(vector, config)
@@ -276,16 +277,14 @@ class RetrievalIndex:
     def _covered(
         self,
         whole: Scored,
-        part_terms: list[IntArray],
+        coverage: CoverageOf,
         allowed: BoolArray,
         config: RetrievalConfig,
     ) -> Scored:
         """``whole`` with its lexical side damped by how much of the request (or of its
-        best-covered part, given each part's terms) each best row covers
-        (:mod:`capdisc.retrieval.coverage`)."""
+        best-covered part) each best row covers (:mod:`capdisc.retrieval.coverage`)."""
         if not config.coverage_power or whole.lexical is None:
             return whole
-        coverage = part_coverage(self.lexicon, [whole.term_ids, *part_terms])
         return damp_uncovered(whole, allowed, coverage, config.coverage_power)
 
     def _subqueries(
