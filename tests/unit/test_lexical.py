@@ -379,3 +379,16 @@ def test_a_dense_terms_document_frequency_is_kept() -> None:
 
     assert index.document_frequency("weather") == 3
     assert index.document_frequencies(["weather", "email"]) == {"weather": 3, "email": 1}
+
+
+def test_long_postings_copied_score_as_gathered_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    kinds = {0: "weather report city", 1: "stock quote", 2: "city stock"}
+    docs = [kinds.get(i % 20, f"filler text {i}") for i in range(600)]  # query terms in 5-10%
+    index = LexicalIndex.build(docs)
+    queries = [index.term_ids("weather city"), index.term_ids("stock quote 7")]
+    gathered = index.scores_many(queries)
+
+    monkeypatch.setattr(lexical, "COPY_RUNS_FROM", 1)
+    copied = index.scores_many(queries)
+
+    np.testing.assert_array_equal(copied, gathered)
