@@ -392,3 +392,10 @@ def test_long_postings_copied_score_as_gathered_ones(monkeypatch: pytest.MonkeyP
     copied = index.scores_many(queries)
 
     np.testing.assert_array_equal(copied, gathered)
+
+
+def test_a_query_is_tokenized_as_a_document_is() -> None:
+    text = "Upload the HTTPServer logs and email them"
+
+    assert list(lexical.query_terms(text, True)) == lexical.index_terms(text, stem=True)
+    assert lexical.query_terms(text, True) is lexical.query_terms(text, True)

@@ -3,7 +3,10 @@ alone."""
 
 from __future__ import annotations
 
+import pytest
+
 from capdisc.models import Capability
+from capdisc.retrieval import names as names_module
 from capdisc.retrieval.lexical import LexicalIndex
 from capdisc.retrieval.names import (
     NameTable,
@@ -54,3 +57,25 @@ def test_a_hash_that_matches_another_key_names_nothing() -> None:
     colliding = name_table([key_hash(key_text(("tool:intruder",)))], [1], ())
 
     assert list(named_rows("call tool:intruder", colliding, keys)) == []
+
+
+def test_a_repeated_query_names_what_it_named_the_first_time() -> None:
+    keys, names = table()
+
+    first = list(named_rows("use Create Issue and call tool:forecast", names, keys))
+    again = list(named_rows("use Create Issue and call tool:forecast", names, keys))
+
+    assert first == again == [2, 0]
+
+
+def test_a_table_forgets_its_queries_when_it_has_remembered_enough(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    keys, names = table()
+    monkeypatch.setattr(names_module, "QUERIES_REMEMBERED", 2)
+
+    for query in ("call tool:weather", "call tool:forecast", "run gh_create_issue"):
+        names.query_keys(query)
+
+    assert list(names._queries) == ["run gh_create_issue"]
+    assert list(named_rows("call tool:weather", names, keys)) == [1]

@@ -243,6 +243,13 @@ def index_terms(text: str, *, stem: bool = True) -> list[str]:
     return terms + [f"{a}_{b}" for a, b in itertools.pairwise(terms)]
 
 
+@lru_cache(maxsize=4096)
+def query_terms(query: str, stem: bool) -> tuple[str, ...]:
+    """:func:`index_terms` of a query, memoized as the query's parts and embedding are: a
+    repeated turn tokenizes nothing (documents go through :func:`index_terms` uncached)."""
+    return tuple(index_terms(query, stem=stem))
+
+
 @dataclass(frozen=True)
 class LexicalIndex:
     """BM25 over one document per capability, rows aligned with the caller's order.
@@ -439,7 +446,7 @@ class LexicalIndex:
     def term_ids(self, query: str) -> IntArray:
         """Vocabulary ids of the distinct terms of ``query`` (unknown terms left out)."""
         seen: dict[int, None] = {}
-        for term in index_terms(query, stem=self.stem):
+        for term in query_terms(query, self.stem):
             term_id = self.vocabulary.get(term)
             if term_id is not None and term:
                 seen.setdefault(term_id)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Collection, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -29,6 +29,8 @@ KEYS = "\x1f"
 _RAW_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/&-]*[A-Za-z0-9]|[A-Za-z0-9]")
 _WORD = re.compile(r"[^\W_]+")
 _MAX_NAME_WORDS = 6
+#: Queries whose name keys a table remembers (all forgotten at once when full).
+QUERIES_REMEMBERED = 4096
 
 
 @dataclass(frozen=True, eq=False)
@@ -41,21 +43,42 @@ class NameTable:
     hashes: npt.NDArray[np.uint64]
     rows: npt.NDArray[np.int32]
     starts: frozenset[str]
+    _queries: dict[str, tuple[tuple[str, ...], npt.NDArray[np.uint64]]] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
     def __len__(self) -> int:
         return len(self.hashes)
 
-    def lookup(self, texts: Sequence[str], row_keys: Sequence[str]) -> Iterator[int]:
-        """The row each of ``texts`` (key texts, :func:`key_text`) names, in order."""
+    def query_keys(self, query: str) -> tuple[tuple[str, ...], npt.NDArray[np.uint64]]:
+        """The key texts ``query`` could name a capability by (:func:`_query_keys`) and their
+        hashes, remembered as a query's parts are (up to :data:`QUERIES_REMEMBERED` queries,
+        then forgotten at once): a repeated turn hashes nothing."""
+        found = self._queries.get(query)
+        if found is None:
+            texts = tuple(key_text(key) for key in _query_keys(query, self.starts))
+            found = (texts, _hashes(texts))
+            if len(self._queries) >= QUERIES_REMEMBERED:
+                self._queries.clear()
+            self._queries[query] = found
+        return found
+
+    def lookup(
+        self,
+        texts: Sequence[str],
+        row_keys: Sequence[str],
+        hashes: npt.NDArray[np.uint64] | None = None,
+    ) -> Iterator[int]:
+        """The row each of ``texts`` (key texts, :func:`key_text`; ``hashes``: their
+        :func:`key_hash` when known) names, in order."""
         if not texts or not len(self.hashes):
             return
-        wanted = np.fromiter((key_hash(t) for t in texts), dtype=np.uint64, count=len(texts))
+        wanted = hashes if hashes is not None else _hashes(texts)
         at = np.minimum(np.searchsorted(self.hashes, wanted), len(self.hashes) - 1)
-        for text, found, place in zip(texts, wanted, at, strict=True):
-            if self.hashes[place] == found:
-                row = int(self.rows[place])
-                if text in row_keys[row].split(KEYS):
-                    yield row
+        for i in np.flatnonzero(self.hashes[at] == wanted).tolist():
+            row = int(self.rows[at[i]])
+            if texts[i] in row_keys[row].split(KEYS):
+                yield row
 
 
 def key_text(key: NameKey) -> str:
@@ -110,7 +133,14 @@ def name_table(hashes: Sequence[int], rows: Sequence[int], starts: Iterable[str]
 def named_rows(query: str, names: NameTable, row_keys: Sequence[str]) -> Iterator[int]:
     """Rows of the capabilities ``query`` names, its raw tokens first, then its runs of words
     (longest first); the first one a search allows is its exact match."""
-    return names.lookup([key_text(key) for key in _query_keys(query, names.starts)], row_keys)
+    texts, hashes = names.query_keys(query)
+    return names.lookup(texts, row_keys, hashes)
+
+
+def _hashes(texts: Sequence[str]) -> npt.NDArray[np.uint64]:
+    hashes = np.fromiter((key_hash(t) for t in texts), dtype=np.uint64, count=len(texts))
+    hashes.flags.writeable = False  # shared by every turn that asks the same query
+    return hashes
 
 
 def _name_keys(capability: Capability) -> dict[NameKey, None]:
