@@ -45,17 +45,18 @@ from capdisc.retrieval.coverage import CoverageOf, damp_uncovered, part_coverage
 from capdisc.retrieval.decompose import decompose
 from capdisc.retrieval.documents import lexical_text
 from capdisc.retrieval.entities import annotate
-from capdisc.retrieval.lexical import IntArray, LexicalIndex, Scores
+from capdisc.retrieval.lexical import LexicalIndex, Scores
 from capdisc.retrieval.names import NameTable, build_name_table, named_rows, row_name_keys
 from capdisc.retrieval.neighbors import Graph, NeighborSlot, dense_candidates
 from capdisc.retrieval.relevance import abstain_threshold, probe_cosines
 from capdisc.retrieval.results import RetrievalResult, Scored, best_rows, entries, merge
 from capdisc.retrieval.scoring import (
+    LexicalScores,
     LexicalSide,
     fuse,
     fuse_pooled,
     lexical_moments,
-    mix_moments,
+    mix_side,
 )
 from capdisc.retrieval.topk import BoolArray, best_matching, candidate_pool
 
@@ -210,17 +211,19 @@ class RetrievalIndex:
         exact = self._exact(query, allowed) if config.exact_name else None
         text = annotate(query) if config.entity_types else query
         parts = self._subqueries(text, embed, config)
-        part_terms = [self.lexicon.term_ids(part) for part in parts]
+        lexical = self._lexical([text, *parts])
         want = max(k + len(parts) + 1, config.candidates if parts else 0)
         pooled = self._pooled_scoring(vector, allowed, filters, want, config)
         whole = (
-            pooled.score(text) if pooled is not None else self._score_whole(text, vector, config)
+            pooled.score(lexical.text(0))
+            if pooled is not None
+            else self._score_whole(vector, lexical.text(0), config)
         )
-        coverage = part_coverage(self.lexicon, [whole.term_ids, *part_terms])
+        coverage = part_coverage(self.lexicon, lexical.term_ids)
         whole = self._covered(whole, coverage, allowed, config)
         ranking = best_rows(whole, allowed, want)
         scored_parts = (
-            self._score_parts(parts, part_terms, embed, ranking, allowed, config)
+            self._score_parts(parts, lexical.parts(), embed, ranking, allowed, config)
             if parts and embed is not None
             else []
         )
@@ -295,23 +298,32 @@ class RetrievalIndex:
         parts = decompose(query, config.max_subqueries, implied=config.entity_types)
         return parts if len(parts) > 1 else []
 
-    def _score_whole(self, query: str, vector: Vector, config: RetrievalConfig) -> Scored:
+    def _lexical(self, texts: list[str]) -> LexicalScores:
+        """The BM25 side of the query and its parts, scored in one pass."""
+        term_ids = [self.lexicon.term_ids(text) for text in texts]
+        bm25 = self.lexicon.scores_many(term_ids)
+        return LexicalScores(
+            term_ids, bm25, lexical_moments(bm25, self.lexicon.score_sums(term_ids))
+        )
+
+    def _score_whole(
+        self, vector: Vector, lexical: LexicalScores, config: RetrievalConfig
+    ) -> Scored:
+        """Every row's scores for the whole query (``lexical``: its BM25 side alone)."""
         vector = self._project(vector)
         cosine: Scores = self.matrix @ vector
-        term_ids = self.lexicon.term_ids(query)
-        bm25 = self.lexicon.scores(term_ids)
+        term_ids, bm25 = lexical.term_ids[0], lexical.bm25[0]
         if config.fusion != "zscore":
             return Scored(None, cosine, fuse(cosine, bm25, config), term_ids)
         mean = float(vector @ self.mean_vector)
         deviation = math.sqrt(max(float(vector @ self.moment @ vector) - mean * mean, 1e-12))
-        bm25_sum = float(self.lexicon.score_sums([term_ids])[0])
-        fused, side = mix_moments(cosine, mean, deviation, bm25, config, bm25_sum)
-        return Scored(None, cosine, fused, term_ids, side)
+        side = lexical.side(0, config)
+        return Scored(None, cosine, mix_side(cosine, mean, deviation, side, config), term_ids, side)
 
     def _score_parts(
         self,
         parts: list[str],
-        term_ids: list[IntArray],
+        lexical: LexicalScores,
         embed: QueryEmbed,
         ranking: list[int],
         allowed: BoolArray,
@@ -321,13 +333,12 @@ class RetrievalIndex:
         rows (``ranking``) and each sub-query's BM25 top rows. The z-scores use catalog-wide
         moments (the dense ones from the matrix moments), so they equal a full pass's."""
         vectors = self._project(np.asarray(embed(parts), dtype=np.float32))
-        bm25 = self.lexicon.scores_many(term_ids)
+        term_ids, bm25 = lexical.term_ids, lexical.bm25
         pool = candidate_pool(ranking, bm25, allowed, config.candidates)
         cosine = vectors @ self.matrix[pool].T  # (parts, pool)
         means = vectors @ self.mean_vector
         spread = ((vectors @ self.moment) * vectors).sum(axis=1) - means**2
-        lexical = lexical_moments(bm25, self.lexicon.score_sums(term_ids))
-        fused = fuse_pooled(cosine, means, spread, bm25, pool, config, lexical)
+        fused = fuse_pooled(cosine, means, spread, bm25, pool, config, lexical.moments)
         return [Scored(pool, cosine[i], fused[i], term_ids[i]) for i in range(len(parts))]
 
     def _project(self, vectors: Matrix) -> Matrix:
@@ -418,14 +429,13 @@ class _Pooled:
         self.term_ids = np.zeros(0, dtype=np.int64)
         self.side: LexicalSide | None = None
 
-    def score(self, query: str) -> Scored:
+    def score(self, lexical: LexicalScores) -> Scored:
+        """The query's scores on its candidates (``lexical``: its BM25 side alone)."""
         index = self.index
-        self.term_ids = index.lexicon.term_ids(query)
-        self.bm25 = index.lexicon.scores(self.term_ids)[None, :]
-        sums = index.lexicon.score_sums([self.term_ids])
-        self.lexical = lexical_moments(self.bm25, sums)  # once, for every pool this query scores
-        mean, deviation = self.lexical
-        self.side = LexicalSide.of(self.bm25[0], float(mean[0]), float(deviation[0]), self.config)
+        self.term_ids = lexical.term_ids[0]
+        self.bm25 = lexical.bm25
+        self.lexical = lexical.moments  # once, for every pool this query scores
+        self.side = lexical.side(0, self.config)
         dense = dense_candidates(
             index.matrix,
             self.vector,
@@ -434,8 +444,8 @@ class _Pooled:
             self.graph,
             self.config.ann_exact_below,
         )
-        lexical = best_matching(self.bm25[0], self.allowed, self.size)
-        return self._at(np.union1d(dense, lexical))
+        matching = best_matching(self.bm25[0], self.allowed, self.size)
+        return self._at(np.union1d(dense, matching))
 
     def extend(self, whole: Scored, rows: list[int], parts: list[Scored]) -> Scored:
         """``whole`` with the rows of ``rows`` and of the sub-queries' candidates added."""

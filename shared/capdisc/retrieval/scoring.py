@@ -4,7 +4,7 @@ The default is the z-score convex mix: each side z-normalized over the catalog, 
 on the dense side. Chosen by measurement against RRF and max/min-max normalized fusion
 (``docs/benchmarks.md``); RRF and either side alone stay available (:func:`fuse`). The index
 scores a query without a full pass over every row where it can, so the mix also comes with the
-catalog moments given (:func:`mix_moments`, :func:`fuse_pooled`); both equal the full pass.
+catalog moments given (:func:`mix_side`, :func:`fuse_pooled`); both equal the full pass.
 """
 
 from __future__ import annotations
@@ -42,6 +42,34 @@ class LexicalSide:
         scores = self.bm25 if rows is None else self.bm25[rows]
         part: Scores = ((scores - self.mean) * self.scale).astype(np.float32)
         return part
+
+
+@dataclass(frozen=True)
+class LexicalScores:
+    """The BM25 side of several query texts (a query, then its parts): each one's term ids,
+    its scores of every catalog row (one row of ``bm25`` each) and their catalog moments
+    (:func:`lexical_moments`)."""
+
+    term_ids: list[IntArray]
+    bm25: npt.NDArray[np.float32]
+    moments: tuple[Moments, Moments]
+
+    def text(self, i: int) -> LexicalScores:
+        """Text ``i``'s side alone."""
+        return self._rows(slice(i, i + 1))
+
+    def parts(self) -> LexicalScores:
+        """Every text's side but the first (the query's)."""
+        return self._rows(slice(1, None))
+
+    def side(self, i: int, config: RetrievalConfig) -> LexicalSide:
+        """How text ``i``'s scores enter its fused scores."""
+        mean, deviation = self.moments
+        return LexicalSide.of(self.bm25[i], float(mean[i]), float(deviation[i]), config)
+
+    def _rows(self, rows: slice) -> LexicalScores:
+        mean, deviation = self.moments
+        return LexicalScores(self.term_ids[rows], self.bm25[rows], (mean[rows], deviation[rows]))
 
 
 def fuse(cosine: Scores, bm25: Scores, config: RetrievalConfig) -> Scores:
@@ -94,31 +122,16 @@ def mix(dense_z: Scores, lexical_z: Scores, config: RetrievalConfig) -> Scores:
     return fused
 
 
-def mix_moments(
-    cosine: Scores,
-    mean: float,
-    deviation: float,
-    bm25: Scores,
-    config: RetrievalConfig,
-    bm25_sum: float | None = None,
-) -> tuple[Scores, LexicalSide]:
-    """``mix(zscore(cosine), zscore(bm25))`` with the dense moments given (and the sum of
-    ``bm25``, when known): two passes. Also how the lexical side entered it."""
+def mix_side(
+    cosine: Scores, mean: float, deviation: float, side: LexicalSide, config: RetrievalConfig
+) -> Scores:
+    """``mix(zscore(cosine), zscore(bm25))`` with the dense moments given and the lexical side
+    known (:meth:`LexicalScores.side`): two passes."""
     w = config.dense_weight
-    side = lexical_side(bm25, config, bm25_sum)
     fused: Scores = cosine * np.float32(w / deviation)
-    fused += bm25 * np.float32(side.scale)
+    fused += side.bm25 * np.float32(side.scale)
     fused -= np.float32(w * mean / deviation + side.scale * side.mean)
-    return fused, side
-
-
-def lexical_side(
-    bm25: Scores, config: RetrievalConfig, bm25_sum: float | None = None
-) -> LexicalSide:
-    """How one query's BM25 scores (every catalog row's) enter its z-score mix."""
-    sums = np.array([bm25_sum], dtype=np.float64) if bm25_sum is not None else None
-    means, deviations = lexical_moments(bm25[None, :], sums)
-    return LexicalSide.of(bm25, float(means[0]), float(deviations[0]), config)
+    return fused
 
 
 def fuse_pooled(
