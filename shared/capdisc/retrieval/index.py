@@ -52,7 +52,6 @@ from capdisc.retrieval.relevance import abstain_threshold, probe_cosines
 from capdisc.retrieval.results import RetrievalResult, Scored, best_rows, entries, merge
 from capdisc.retrieval.scoring import (
     LexicalScores,
-    LexicalSide,
     fuse,
     fuse_pooled,
     lexical_moments,
@@ -213,12 +212,8 @@ class RetrievalIndex:
         parts = self._subqueries(text, embed, config)
         lexical = self._lexical([text, *parts])
         want = max(k + len(parts) + 1, config.candidates if parts else 0)
-        pooled = self._pooled_scoring(vector, allowed, filters, want, config)
-        whole = (
-            pooled.score(lexical.text(0))
-            if pooled is not None
-            else self._score_whole(vector, lexical.text(0), config)
-        )
+        pooled = self._pooled_scoring(vector, lexical.text(0), allowed, filters, want, config)
+        whole = pooled.score() if pooled is not None else self._score_whole(vector, lexical, config)
         coverage = part_coverage(self.lexicon, lexical.term_ids)
         whole = self._covered(whole, coverage, allowed, config)
         ranking = best_rows(whole, allowed, want)
@@ -262,20 +257,22 @@ class RetrievalIndex:
     def _pooled_scoring(
         self,
         vector: Vector,
+        lexical: LexicalScores,
         allowed: BoolArray,
         filters: SearchFilters,
         want: int,
         config: RetrievalConfig,
     ) -> _Pooled | None:
         """The candidate-only scoring of a large catalog whose graph is built (None: score
-        every row)."""
+        every row); ``lexical``: the query's BM25 side alone."""
         graph = self.neighbors.graph
         if graph is None or config.fusion != "zscore" or not config.ann_above:
             return None
         if len(self.ids) <= config.ann_above or graph.rows != len(self.ids):
             return None
         restricted = filters != NO_FILTERS or not self.all_open
-        return _Pooled(self, graph, self._project(vector), allowed, restricted, want, config)
+        vector = self._project(vector)
+        return _Pooled(self, graph, vector, lexical, allowed, restricted, want, config)
 
     def _covered(
         self,
@@ -309,7 +306,7 @@ class RetrievalIndex:
     def _score_whole(
         self, vector: Vector, lexical: LexicalScores, config: RetrievalConfig
     ) -> Scored:
-        """Every row's scores for the whole query (``lexical``: its BM25 side alone)."""
+        """Every row's scores for the whole query (``lexical``: its BM25 side first)."""
         vector = self._project(vector)
         cosine: Scores = self.matrix @ vector
         term_ids, bm25 = lexical.term_ids[0], lexical.bm25[0]
@@ -409,13 +406,14 @@ class _Pooled:
         index: RetrievalIndex,
         graph: Graph,
         vector: Vector,
+        lexical: LexicalScores,
         allowed: BoolArray,
         restricted: bool,
         want: int,
         config: RetrievalConfig,
     ) -> None:
-        """``allowed``: the rows the search admits; ``restricted``: whether that is fewer than
-        every row (the graph walk then checks it)."""
+        """``lexical``: the query's BM25 side alone; ``allowed``: the rows the search admits;
+        ``restricted``: whether that is fewer than every row (the graph walk then checks it)."""
         self.index, self.graph, self.vector, self.config = index, graph, vector, config
         self.allowed, self.restricted = allowed, restricted
         self.size = max(config.ann_candidates, want)
@@ -424,18 +422,11 @@ class _Pooled:
         self.variances = np.array(
             [max(float(vector @ index.moment @ vector) - mean * mean, 1e-12)], dtype=np.float32
         )
-        self.bm25 = np.zeros((1, 0), dtype=np.float32)
-        self.lexical = lexical_moments(np.zeros((1, 1), dtype=np.float32))
-        self.term_ids = np.zeros(0, dtype=np.int64)
-        self.side: LexicalSide | None = None
+        self.lexical, self.side = lexical, lexical.side(0, config)
 
-    def score(self, lexical: LexicalScores) -> Scored:
-        """The query's scores on its candidates (``lexical``: its BM25 side alone)."""
+    def score(self) -> Scored:
+        """The query's scores on its candidates."""
         index = self.index
-        self.term_ids = lexical.term_ids[0]
-        self.bm25 = lexical.bm25
-        self.lexical = lexical.moments  # once, for every pool this query scores
-        self.side = lexical.side(0, self.config)
         dense = dense_candidates(
             index.matrix,
             self.vector,
@@ -444,7 +435,7 @@ class _Pooled:
             self.graph,
             self.config.ann_exact_below,
         )
-        matching = best_matching(self.bm25[0], self.allowed, self.size)
+        matching = best_matching(self.lexical.bm25[0], self.allowed, self.size)
         return self._at(np.union1d(dense, matching))
 
     def extend(self, whole: Scored, rows: list[int], parts: list[Scored]) -> Scored:
@@ -456,10 +447,17 @@ class _Pooled:
 
     def _at(self, pool: npt.NDArray[np.int64]) -> Scored:
         cosine = self.index.matrix[pool] @ self.vector
+        lexical = self.lexical
         fused = fuse_pooled(
-            cosine[None, :], self.means, self.variances, self.bm25, pool, self.config, self.lexical
+            cosine[None, :],
+            self.means,
+            self.variances,
+            lexical.bm25,
+            pool,
+            self.config,
+            lexical.moments,
         )
-        return Scored(pool, cosine, fused[0], self.term_ids, self.side)
+        return Scored(pool, cosine, fused[0], lexical.term_ids[0], self.side)
 
 
 # -- building ------------------------------------------------------------------------------------

@@ -574,7 +574,7 @@ class LexicalIndex:
         asked = np.concatenate([np.zeros(0, dtype=np.int64), *term_sets])
         if not rows.size or not asked.size:
             return result
-        owner = np.repeat(np.arange(len(term_sets)), [terms.size for terms in term_sets])
+        owner = np.repeat(np.arange(len(term_sets)), _sizes(term_sets))
         union, slot = np.unique(asked, return_inverse=True)
         idf = self.idf[asked].astype(np.float64)
         totals = np.bincount(owner, weights=idf, minlength=len(term_sets))

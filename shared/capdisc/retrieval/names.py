@@ -64,16 +64,12 @@ class NameTable:
         return found
 
     def lookup(
-        self,
-        texts: Sequence[str],
-        row_keys: Sequence[str],
-        hashes: npt.NDArray[np.uint64] | None = None,
+        self, texts: Sequence[str], wanted: npt.NDArray[np.uint64], row_keys: Sequence[str]
     ) -> Iterator[int]:
-        """The row each of ``texts`` (key texts, :func:`key_text`; ``hashes``: their
-        :func:`key_hash` when known) names, in order."""
+        """The row each of ``texts`` (key texts, :func:`key_text`, whose :func:`key_hash` are
+        ``wanted``) names, in order."""
         if not texts or not len(self.hashes):
             return
-        wanted = hashes if hashes is not None else _hashes(texts)
         at = np.minimum(np.searchsorted(self.hashes, wanted), len(self.hashes) - 1)
         for i in np.flatnonzero(self.hashes[at] == wanted).tolist():
             row = int(self.rows[at[i]])
@@ -134,7 +130,7 @@ def named_rows(query: str, names: NameTable, row_keys: Sequence[str]) -> Iterato
     """Rows of the capabilities ``query`` names, its raw tokens first, then its runs of words
     (longest first); the first one a search allows is its exact match."""
     texts, hashes = names.query_keys(query)
-    return names.lookup(texts, row_keys, hashes)
+    return names.lookup(texts, hashes, row_keys)
 
 
 def _hashes(texts: Sequence[str]) -> npt.NDArray[np.uint64]:
