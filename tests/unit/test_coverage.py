@@ -9,7 +9,7 @@ import pytest
 from capdisc.retrieval.coverage import damp_uncovered, damped_scores, part_coverage
 from capdisc.retrieval.lexical import LexicalIndex
 from capdisc.retrieval.results import Scored, best_rows
-from capdisc.retrieval.scoring import LexicalSide
+from capdisc.retrieval.scoring import LexicalScores, LexicalSide
 
 
 @pytest.mark.parametrize(
@@ -38,8 +38,10 @@ def test_damped_scores_keep_the_covered_share_of_a_positive_lexical_part(
 def _scored(rows: np.ndarray | None = None) -> Scored:
     """Four catalog rows: 0 matches one rare query word, 1 is near in meaning, 2 covers the
     request's words, 3 shares nothing."""
-    bm25 = np.array([9.0, 0.0, 9.0, 0.0], dtype=np.float32)
-    side = LexicalSide(bm25, 0.0, 0.5)
+    bm25 = np.array([[9.0, 0.0, 9.0, 0.0]], dtype=np.float32)
+    moments = (np.zeros(1), np.ones(1))
+    scores = LexicalScores([np.zeros(0, np.int64)], moments, np.ones(4, dtype=bool), bm25)
+    side = LexicalSide(scores, 0.0, 0.5)
     at = np.arange(4) if rows is None else rows
     cosine = np.array([0.1, 0.6, 0.3, 0.0], dtype=np.float32)[at]
     fused = (cosine * 5 + side.contribution(at)).astype(np.float32)

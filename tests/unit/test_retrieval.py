@@ -311,7 +311,7 @@ def test_pooled_fusion_with_given_moments_equals_the_full_pass() -> None:
 
     for lexical in (bm25, flat):
         given = lexical_moments(lexical[None, :])
-        pooled = fuse_pooled(cosine[pool][None, :], *moments, lexical[None, :], pool, config, given)
+        pooled = fuse_pooled(cosine[pool][None, :], *moments, lexical[pool][None, :], given, config)
         full = fuse(cosine, lexical, config)
         np.testing.assert_allclose(pooled[0], full[pool], rtol=1e-4, atol=1e-5)
 

@@ -23,13 +23,19 @@ Catalogs larger than ``reduce_above`` rows are searched in a ``reduce_dims`` pro
 vectors (within 0.002 recall@5 of exact on both benchmarks, half the memory traffic). Filters
 (:class:`capdisc.filters.SearchFilters`: kind, category, tags, availability, ids, and the
 caller's visibility) are applied before top-k, as a row mask.
+
+Catalogs larger than ``ann_above`` rows, once their HNSW graph is built, score candidate rows
+only (:class:`_Pooled`): the graph's dense best and the BM25 best, with catalog-wide moments.
+The BM25 side then reads no score row of the catalog's length: a query text's moments and
+best rows are computed once and remembered (:mod:`capdisc.retrieval.textstats`), and the
+candidates' scores are read from their documents.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -54,10 +60,10 @@ from capdisc.retrieval.scoring import (
     LexicalScores,
     fuse,
     fuse_pooled,
-    lexical_moments,
     mix_side,
 )
-from capdisc.retrieval.topk import BoolArray, best_matching, candidate_pool
+from capdisc.retrieval.textstats import TextMemo
+from capdisc.retrieval.topk import BoolArray, candidate_pool
 
 #: Embeds extra query texts (sub-queries): one L2-normalized row per text.
 QueryEmbed = Callable[[list[str]], Matrix]
@@ -101,6 +107,8 @@ class RetrievalIndex:
     probe_rows: Matrix | None = None
     #: The HNSW graph of ``matrix`` once built (large catalogs only; see ``ann_above``).
     neighbors: NeighborSlot = field(default_factory=NeighborSlot)
+    #: Query texts' BM25 figures over the catalog (:mod:`capdisc.retrieval.textstats`).
+    texts: TextMemo = field(default_factory=TextMemo)
 
     @classmethod
     def build(
@@ -179,6 +187,13 @@ class RetrievalIndex:
         return len(self.ids)
 
     @cached_property
+    def everyone(self) -> BoolArray:
+        """Every row, as a read-only mask (computed once)."""
+        mask = np.ones(len(self.ids), dtype=bool)
+        mask.flags.writeable = False
+        return mask
+
+    @cached_property
     def all_open(self) -> bool:
         """Whether every row is open to the whole tenant (computed once)."""
         return bool(self.open_rows.all())
@@ -210,9 +225,14 @@ class RetrievalIndex:
         exact = self._exact(query, allowed) if config.exact_name else None
         text = annotate(query) if config.entity_types else query
         parts = self._subqueries(text, embed, config)
-        lexical = self._lexical([text, *parts])
         want = max(k + len(parts) + 1, config.candidates if parts else 0)
-        pooled = self._pooled_scoring(vector, lexical.text(0), allowed, filters, want, config)
+        graph = self._graph(config)
+        lexical = self._lexical([text, *parts], allowed, want, graph is not None, config)
+        pooled = (
+            _Pooled(self, graph, vector, lexical.text(0), want, config)
+            if graph is not None
+            else None
+        )
         whole = pooled.score() if pooled is not None else self._score_whole(vector, lexical, config)
         coverage = part_coverage(self.lexicon, lexical.term_ids)
         whole = self._covered(whole, coverage, allowed, config)
@@ -254,25 +274,15 @@ class RetrievalIndex:
         nearest = float((self.probe_rows @ self._project(vector)).max())
         return config.probe_penalty * (nearest - config.probe_baseline)
 
-    def _pooled_scoring(
-        self,
-        vector: Vector,
-        lexical: LexicalScores,
-        allowed: BoolArray,
-        filters: SearchFilters,
-        want: int,
-        config: RetrievalConfig,
-    ) -> _Pooled | None:
-        """The candidate-only scoring of a large catalog whose graph is built (None: score
-        every row); ``lexical``: the query's BM25 side alone."""
+    def _graph(self, config: RetrievalConfig) -> Graph | None:
+        """The graph a query's candidates come from: a large catalog's, once built (None:
+        score every row)."""
         graph = self.neighbors.graph
         if graph is None or config.fusion != "zscore" or not config.ann_above:
             return None
         if len(self.ids) <= config.ann_above or graph.rows != len(self.ids):
             return None
-        restricted = filters != NO_FILTERS or not self.all_open
-        vector = self._project(vector)
-        return _Pooled(self, graph, vector, lexical, allowed, restricted, want, config)
+        return graph
 
     def _covered(
         self,
@@ -295,13 +305,22 @@ class RetrievalIndex:
         parts = decompose(query, config.max_subqueries, implied=config.entity_types)
         return parts if len(parts) > 1 else []
 
-    def _lexical(self, texts: list[str]) -> LexicalScores:
-        """The BM25 side of the query and its parts, scored in one pass."""
+    def _lexical(
+        self,
+        texts: list[str],
+        allowed: BoolArray,
+        want: int,
+        pooled: bool,
+        config: RetrievalConfig,
+    ) -> LexicalScores:
+        """The BM25 side of the query and its parts among the ``allowed`` rows: every row's
+        scores, or (``pooled``: candidates only are scored) what the candidates need, from
+        each text's figures over the catalog, remembered."""
         term_ids = [self.lexicon.term_ids(text) for text in texts]
-        bm25 = self.lexicon.scores_many(term_ids)
-        return LexicalScores(
-            term_ids, bm25, lexical_moments(bm25, self.lexicon.score_sums(term_ids))
-        )
+        if not pooled:
+            return LexicalScores.full(self.lexicon, term_ids, allowed)
+        reach = max(config.ann_candidates, want, config.candidates)
+        return LexicalScores.remembered(self.texts, self.lexicon, term_ids, allowed, reach)
 
     def _score_whole(
         self, vector: Vector, lexical: LexicalScores, config: RetrievalConfig
@@ -309,7 +328,7 @@ class RetrievalIndex:
         """Every row's scores for the whole query (``lexical``: its BM25 side first)."""
         vector = self._project(vector)
         cosine: Scores = self.matrix @ vector
-        term_ids, bm25 = lexical.term_ids[0], lexical.bm25[0]
+        term_ids, bm25 = lexical.term_ids[0], lexical.row(0)
         if config.fusion != "zscore":
             return Scored(None, cosine, fuse(cosine, bm25, config), term_ids)
         mean = float(vector @ self.mean_vector)
@@ -330,12 +349,13 @@ class RetrievalIndex:
         rows (``ranking``) and each sub-query's BM25 top rows. The z-scores use catalog-wide
         moments (the dense ones from the matrix moments), so they equal a full pass's."""
         vectors = self._project(np.asarray(embed(parts), dtype=np.float32))
-        term_ids, bm25 = lexical.term_ids, lexical.bm25
-        pool = candidate_pool(ranking, bm25, allowed, config.candidates)
+        matching = [lexical.matching(i, config.candidates) for i in range(len(parts))]
+        pool = candidate_pool(ranking, matching, allowed, config.candidates)
         cosine = vectors @ self.matrix[pool].T  # (parts, pool)
         means = vectors @ self.mean_vector
         spread = ((vectors @ self.moment) * vectors).sum(axis=1) - means**2
-        fused = fuse_pooled(cosine, means, spread, bm25, pool, config, lexical.moments)
+        fused = fuse_pooled(cosine, means, spread, lexical.at(pool), lexical.moments, config)
+        term_ids = lexical.term_ids
         return [Scored(pool, cosine[i], fused[i], term_ids[i]) for i in range(len(parts))]
 
     def _project(self, vectors: Matrix) -> Matrix:
@@ -351,7 +371,10 @@ class RetrievalIndex:
     # -- filters ----------------------------------------------------------------------------------
 
     def _allowed(self, filters: SearchFilters) -> BoolArray:
-        """Rows ``filters`` admit (:meth:`capdisc.filters.SearchFilters.admits`, as a mask)."""
+        """Rows ``filters`` admit (:meth:`capdisc.filters.SearchFilters.admits`, as a mask;
+        read-only)."""
+        if self.all_open and replace(filters, caller=NO_FILTERS.caller) == NO_FILTERS:
+            return self.everyone  # anyone may see every row, and nothing else is asked
         allowed = np.ones(len(self.ids), dtype=bool)
         chosen = (
             ([self.kinds.get(filters.kind)] if filters.kind is not None else [])
@@ -407,15 +430,15 @@ class _Pooled:
         graph: Graph,
         vector: Vector,
         lexical: LexicalScores,
-        allowed: BoolArray,
-        restricted: bool,
         want: int,
         config: RetrievalConfig,
     ) -> None:
-        """``lexical``: the query's BM25 side alone; ``allowed``: the rows the search admits;
-        ``restricted``: whether that is fewer than every row (the graph walk then checks it)."""
+        """``lexical``: the query's BM25 side alone, among the rows the search admits."""
+        vector = index._project(vector)
         self.index, self.graph, self.vector, self.config = index, graph, vector, config
-        self.allowed, self.restricted = allowed, restricted
+        self.allowed = lexical.allowed
+        #: Whether the search admits fewer than every row (the graph walk then checks it).
+        self.restricted = self.allowed is not index.everyone
         self.size = max(config.ann_candidates, want)
         mean = float(vector @ index.mean_vector)
         self.means = np.array([mean], dtype=np.float32)
@@ -435,7 +458,7 @@ class _Pooled:
             self.graph,
             self.config.ann_exact_below,
         )
-        matching = best_matching(self.lexical.bm25[0], self.allowed, self.size)
+        matching = self.lexical.matching(0, self.size)
         return self._at(np.union1d(dense, matching))
 
     def extend(self, whole: Scored, rows: list[int], parts: list[Scored]) -> Scored:
@@ -452,10 +475,9 @@ class _Pooled:
             cosine[None, :],
             self.means,
             self.variances,
-            lexical.bm25,
-            pool,
-            self.config,
+            lexical.at(pool),
             lexical.moments,
+            self.config,
         )
         return Scored(pool, cosine, fused[0], lexical.term_ids[0], self.side)
 

@@ -290,6 +290,8 @@ class LexicalIndex:
     _term_sums: dict[int, float] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+    #: The mean document length once asked for (:meth:`norm_at`); not copied by ``replace``.
+    _memo: dict[str, float] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def build(
@@ -351,7 +353,7 @@ class LexicalIndex:
         df = np.bincount(doc_terms, minlength=len(vocab))
         idf = _idf(df, n)
         owners = np.repeat(np.arange(n, dtype=np.int32), lengths)
-        weights = _weights(idf, doc_terms, doc_tf, _norm(doc_len, k1, b)[owners])
+        weights = bm25_weights(idf, doc_terms, doc_tf, _norm(doc_len, k1, b)[owners])
         by_term = np.argsort(doc_terms, kind="stable")
         indptr = np.concatenate(([0], np.cumsum(df))).astype(np.int64)
         made = cls(
@@ -484,7 +486,7 @@ class LexicalIndex:
     ) -> None:
         """Add the postings of every query's terms (``sizes[q]`` of them for query ``q``, their
         runs at ``starts``) to ``flat``, query ``q``'s row at ``q * num_docs``."""
-        positions = _runs(starts, lengths)
+        positions = run_positions(starts, lengths)
         targets = self.indices[positions]
         if len(sizes) > 1:
             offsets = np.repeat(np.arange(len(sizes), dtype=np.int64) * self.num_docs, sizes)
@@ -542,6 +544,15 @@ class LexicalIndex:
             self._term_sums[term] = total
         return total
 
+    def norm_at(self, rows: IntArray) -> Scores:
+        """BM25's length normalization of documents ``rows`` (the numbers the postings'
+        weights were made with: the mean length is the whole catalog's)."""
+        mean = self._memo.get("mean length")
+        if mean is None:
+            mean = max(float(self.doc_len.mean()) if len(self.doc_len) else 1.0, 1e-9)
+            self._memo["mean length"] = mean
+        return _norm(self.doc_len[rows], self.k1, self.b, mean)
+
     def _split(self, queries: Sequence[IntArray]) -> tuple[list[IntArray], list[IntArray]]:
         """Per query, its term ids scored through postings, and the :attr:`dense_rows` slots
         of the others."""
@@ -583,7 +594,7 @@ class LexicalIndex:
         weights[owner[counted], slot[counted]] = idf[counted] / totals[owner[counted]]
         starts, ends = self.doc_indptr[rows], self.doc_indptr[rows + 1]
         lengths = ends - starts
-        present = self.doc_terms[_runs(starts, lengths)]
+        present = self.doc_terms[run_positions(starts, lengths)]
         slots = np.minimum(np.searchsorted(union, present), union.size - 1)
         hit = union[slots] == present
         owners = np.repeat(np.arange(rows.size), lengths)[hit]
@@ -619,7 +630,7 @@ def _sizes(arrays: Sequence[IntArray]) -> list[int]:
     return [array.size for array in arrays]
 
 
-def _runs(starts: IntArray, lengths: IntArray) -> IntArray:
+def run_positions(starts: IntArray, lengths: IntArray) -> IntArray:
     """``starts[i] .. starts[i] + lengths[i]`` for each ``i``, end to end."""
     positions = np.arange(int(lengths.sum()), dtype=np.int64)
     positions += np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
@@ -642,14 +653,16 @@ def _idf(df: IntArray, n: int) -> Scores:
     return idf
 
 
-def _norm(doc_len: Scores, k1: float, b: float) -> Scores:
-    """Per document, BM25's length normalization ``k1 * (1 - b + b * len / mean len)``."""
-    mean = max(float(doc_len.mean()) if len(doc_len) else 1.0, 1e-9)
+def _norm(doc_len: Scores, k1: float, b: float, mean: float | None = None) -> Scores:
+    """Per document, BM25's length normalization ``k1 * (1 - b + b * len / mean len)``
+    (``mean``: the mean length, when ``doc_len`` is not every document's)."""
+    if mean is None:
+        mean = max(float(doc_len.mean()) if len(doc_len) else 1.0, 1e-9)
     norm: Scores = (k1 * ((1.0 - b) + b * doc_len / mean)).astype(np.float32, copy=False)
     return norm
 
 
-def _weights(idf: Scores, terms: npt.NDArray[np.integer], tf: Scores, norm: Scores) -> Scores:
+def bm25_weights(idf: Scores, terms: npt.NDArray[np.integer], tf: Scores, norm: Scores) -> Scores:
     """Each posting's BM25 weight (term ``terms[i]``, count ``tf[i]``, its document's
     ``norm[i]``), the same numbers in whatever order the postings come."""
     weights: Scores = (idf[terms] * tf / (tf + norm)).astype(np.float32)
@@ -692,7 +705,7 @@ def _updated(
     norm = _norm(doc_len, previous.k1, previous.b)
     weights = np.empty(len(terms), dtype=np.float32)
     for at in _chunks(len(terms)):
-        weights[at] = _weights(idf, terms[at], tf[at], norm[owners[at]])
+        weights[at] = bm25_weights(idf, terms[at], tf[at], norm[owners[at]])
     updated = LexicalIndex(
         vocab,
         weights,

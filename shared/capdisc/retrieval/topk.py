@@ -34,15 +34,14 @@ def top_rows(scores: Scores, allowed: BoolArray, k: int) -> list[int]:
     return [int(r) for r in candidates[order]]
 
 
-def candidate_pool(ranking: list[int], bm25: Scores, allowed: BoolArray, size: int) -> IntArray:
+def candidate_pool(
+    ranking: list[int], matching: list[IntArray], allowed: BoolArray, size: int
+) -> IntArray:
     """Allowed rows worth scoring sub-queries on, sorted: the first ``size`` of ``ranking``
-    (the whole query's best) and, per row of ``bm25`` (one per sub-query), its ``size`` best
-    matching rows."""
-    mark = np.zeros(allowed.size, dtype=bool)
-    mark[ranking[:size]] = True
-    for row in bm25:
-        mark[best_matching(row, allowed, size)] = True
-    pool: IntArray = np.flatnonzero(mark & allowed)
+    (the whole query's best) and each sub-query's best matching rows (``matching``)."""
+    picked = np.concatenate([np.asarray(ranking[:size], dtype=np.int64), *matching])
+    picked = np.unique(picked)
+    pool: IntArray = picked[allowed[picked]]
     return pool
 
 
