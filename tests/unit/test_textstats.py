@@ -108,3 +108,16 @@ def test_a_text_is_scored_once_and_then_remembered() -> None:
 
     assert memo.stats(index, ids, 16) is first
     assert memo.stats(index, ids, 8) is first  # fewer rows asked: what is kept serves
+
+
+def test_a_forgotten_text_is_scored_again() -> None:
+    index = _lexicon(_catalog(500, 5), 0.1)
+    memo = TextMemo()
+    ids = index.term_ids("weather map")
+    first = memo.stats(index, ids, 16)
+
+    memo.forget()
+
+    assert len(memo) == 0
+    again = memo.stats(index, ids, 16)
+    assert again is not first and again.best.tolist() == first.best.tolist()

@@ -58,7 +58,7 @@ class TextStats:
         everyone = np.ones(row.size, dtype=bool)
         best = best_matching(row, everyone, kept)
         best = best[np.argsort(-row[best], kind="stable")]
-        complete = best.size < kept or int(np.count_nonzero(row > 0.0)) <= kept
+        complete = best.size < kept  # fewer came back: every matching row did
         in_order = np.sort(best)
         square = float(np.dot(row, row))
         return cls(total, square, best, complete, in_order, row[in_order])
@@ -85,6 +85,14 @@ class TextMemo:
     def __init__(self) -> None:
         self._stats: dict[bytes, TextStats] = {}
         self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._stats)
+
+    def forget(self) -> None:
+        """Forget every text (the next search of each scores its row again)."""
+        with self._lock:
+            self._stats.clear()
 
     def stats(self, lexicon: LexicalIndex, term_ids: IntArray, kept: int) -> TextStats:
         """``term_ids``'s figures with at least ``kept`` best rows, remembered."""
