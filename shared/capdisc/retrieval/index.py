@@ -229,7 +229,7 @@ class RetrievalIndex:
         graph = self._graph(config)
         lexical = self._lexical([text, *parts], allowed, want, graph is not None, config)
         pooled = (
-            _Pooled(self, graph, vector, lexical.text(0), want, config)
+            _Pooled(self, graph, self._project(vector), lexical.text(0), want, config)
             if graph is not None
             else None
         )
@@ -433,8 +433,8 @@ class _Pooled:
         want: int,
         config: RetrievalConfig,
     ) -> None:
-        """``lexical``: the query's BM25 side alone, among the rows the search admits."""
-        vector = index._project(vector)
+        """``vector``: the query's, in the searched space; ``lexical``: its BM25 side alone,
+        among the rows the search admits."""
         self.index, self.graph, self.vector, self.config = index, graph, vector, config
         self.allowed = lexical.allowed
         #: Whether the search admits fewer than every row (the graph walk then checks it).

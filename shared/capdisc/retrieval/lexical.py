@@ -20,7 +20,7 @@ import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Protocol
 
 import numpy as np
@@ -290,8 +290,6 @@ class LexicalIndex:
     _term_sums: dict[int, float] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
-    #: The mean document length once asked for (:meth:`norm_at`); not copied by ``replace``.
-    _memo: dict[str, float] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def build(
@@ -544,14 +542,15 @@ class LexicalIndex:
             self._term_sums[term] = total
         return total
 
+    @cached_property
+    def mean_length(self) -> float:
+        """The mean document length, as BM25's length normalization takes it (computed once)."""
+        return _mean_length(self.doc_len)
+
     def norm_at(self, rows: IntArray) -> Scores:
         """BM25's length normalization of documents ``rows`` (the numbers the postings'
         weights were made with: the mean length is the whole catalog's)."""
-        mean = self._memo.get("mean length")
-        if mean is None:
-            mean = max(float(self.doc_len.mean()) if len(self.doc_len) else 1.0, 1e-9)
-            self._memo["mean length"] = mean
-        return _norm(self.doc_len[rows], self.k1, self.b, mean)
+        return _norm(self.doc_len[rows], self.k1, self.b, self.mean_length)
 
     def _split(self, queries: Sequence[IntArray]) -> tuple[list[IntArray], list[IntArray]]:
         """Per query, its term ids scored through postings, and the :attr:`dense_rows` slots
@@ -653,11 +652,15 @@ def _idf(df: IntArray, n: int) -> Scores:
     return idf
 
 
+def _mean_length(doc_len: Scores) -> float:
+    return max(float(doc_len.mean()) if len(doc_len) else 1.0, 1e-9)
+
+
 def _norm(doc_len: Scores, k1: float, b: float, mean: float | None = None) -> Scores:
     """Per document, BM25's length normalization ``k1 * (1 - b + b * len / mean len)``
     (``mean``: the mean length, when ``doc_len`` is not every document's)."""
     if mean is None:
-        mean = max(float(doc_len.mean()) if len(doc_len) else 1.0, 1e-9)
+        mean = _mean_length(doc_len)
     norm: Scores = (k1 * ((1.0 - b) + b * doc_len / mean)).astype(np.float32, copy=False)
     return norm
 
