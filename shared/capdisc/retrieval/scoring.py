@@ -112,7 +112,7 @@ class LexicalScores:
     ) -> IntArray:
         found = stats.matching(allowed, k)
         if found is not None:
-            return found
+            return found.astype(np.int64)  # kept as 32-bit ids; rows are 64-bit here
         row = lexicon.scores(ids)  # too few of the kept rows allowed: score the row again
         return _ordered(row, best_matching(row, allowed, k))
 

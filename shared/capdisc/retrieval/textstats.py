@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from capdisc.retrieval.lexical import (
+    Ids32,
     IntArray,
     LexicalIndex,
     Scores,
@@ -31,7 +32,8 @@ from capdisc.retrieval.lexical import (
 )
 from capdisc.retrieval.topk import BoolArray, best_matching
 
-#: Texts a memo remembers (all forgotten at once when full: about 4 KB each).
+#: Texts a memo remembers (all forgotten at once when full): about 6 KB each with the
+#: default 512 kept rows, so at most 24 MB an index.
 TEXTS_REMEMBERED = 4096
 #: A text's best rows kept: this many times the rows a search asks for, so a search that
 #: admits most rows finds enough of them allowed.
@@ -46,17 +48,17 @@ class TextStats:
 
     total: float
     square_total: float
-    best: IntArray
+    best: Ids32
     complete: bool
     #: The best rows in row order, and their scores: a candidate among them is not read again.
-    kept_rows: IntArray
+    kept_rows: Ids32
     kept_scores: Scores
 
     @classmethod
     def of(cls, row: Scores, total: float, kept: int) -> TextStats:
         """The figures of score row ``row`` (whose sum is ``total``), ``kept`` best rows."""
         everyone = np.ones(row.size, dtype=bool)
-        best = best_matching(row, everyone, kept)
+        best = best_matching(row, everyone, kept).astype(np.int32)  # 32-bit, as postings
         best = best[np.argsort(-row[best], kind="stable")]
         complete = best.size < kept  # fewer came back: every matching row did
         in_order = np.sort(best)
@@ -71,10 +73,10 @@ class TextStats:
         found = self.kept_rows[at] == rows
         return found, np.where(found, self.kept_scores[at], np.float32(0.0))
 
-    def matching(self, allowed: BoolArray, k: int) -> IntArray | None:
+    def matching(self, allowed: BoolArray, k: int) -> Ids32 | None:
         """The ``k`` best ``allowed`` matching rows, best first (fewer when fewer match);
         None when the kept rows cannot tell."""
-        picked: IntArray = self.best[allowed[self.best]][:k]
+        picked: Ids32 = self.best[allowed[self.best]][:k]
         return picked if picked.size == k or self.complete else None
 
 
