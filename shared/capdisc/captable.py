@@ -31,8 +31,10 @@ import numpy.typing as npt
 from capdisc.access import Caller, visible
 from capdisc.models import Capability
 
-#: Parsed capabilities kept per table (least recently read dropped first).
-PARSED_CACHE = 1024
+#: Parsed capabilities kept per table (least recently read dropped first): about 2.6 KB each,
+#: so at most ~11 MB a table. Parsing one costs ~35 µs and a turn renders about five, so a
+#: working set of a few hundred distinct turns (1,500 rows) must fit: 1,024 did not.
+PARSED_CACHE = 4096
 #: Ids whose rows a table's :class:`IdRows` keeps at hand (all forgotten when it fills).
 RECENT_IDS = 4096
 #: zlib level of the records: measured 215 bytes a record at 6 against 235 at 1, for 4 µs more.

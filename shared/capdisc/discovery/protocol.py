@@ -19,7 +19,8 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 from typing import Any, Literal
 
 from capdisc.agents.formatnames import TOOL_FORMATS
@@ -79,7 +80,7 @@ class DiscoverRequest:
     def encode(self) -> str:
         """The request as JSON; :class:`RequestEncodeError` naming the field when a value
         cannot be sent (text that is not valid Unicode, a value JSON cannot carry)."""
-        return _encode(_without_no_token(asdict(self)), "discovery request")
+        return _encode(_without_no_token(_shallow(self)), "discovery request")
 
     @classmethod
     def decode(cls, data: str | bytes) -> DiscoverRequest:
@@ -111,7 +112,7 @@ class SessionRequest:
 
     def encode(self) -> str:
         """The request as JSON (see :meth:`DiscoverRequest.encode`)."""
-        return _encode(_without_no_token(asdict(self)), "session request")
+        return _encode(_without_no_token(_shallow(self)), "session request")
 
     @classmethod
     def decode(cls, data: str | bytes) -> SessionRequest:
@@ -501,6 +502,12 @@ DOCUMENT_FIELDS: dict[str, Check] = {
 # -- encoding (the client's side) ----------------------------------------------------------------
 
 
+def _shallow(request: DiscoverRequest | SessionRequest) -> dict[str, Any]:
+    """The request's fields by name, values as they are (JSON encoding reads them, so no deep
+    copy as ``dataclasses.asdict`` makes)."""
+    return {f.name: getattr(request, f.name) for f in dataclass_fields(request)}
+
+
 def _without_no_token(fields: dict[str, Any]) -> dict[str, Any]:
     """Fields to send: without ``token`` when there is none (a worker that predates tokens
     still reads such a request)."""
@@ -510,11 +517,19 @@ def _without_no_token(fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def _encode(fields: dict[str, Any], what: str) -> str:
+    """``fields`` as compact JSON; when they cannot be sent, the error names the first field
+    that cannot (each is tried on its own only then)."""
+    try:
+        text = json.dumps(fields, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text.encode("utf-8")
+        return text
+    except (UnicodeEncodeError, TypeError, ValueError, RecursionError):
+        pass
     for name, value in fields.items():
         problem = _unsendable(value)
         if problem:
             raise RequestEncodeError(f"{what} field '{name}' {problem}")
-    return json.dumps(fields, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    raise RequestEncodeError(f"{what} cannot be sent as JSON")  # no single field is to blame
 
 
 def _unsendable(value: Any) -> str | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -55,12 +56,17 @@ class Scored:
     #: How the text's BM25 scores entered ``fused`` (the z-score mix only).
     lexical: LexicalSide | None = None
 
-    def at(self, row: int) -> int | None:
-        """Position of catalog ``row`` in these scores, None when it was not scored."""
+    def positions(self, rows: Sequence[int]) -> list[int | None]:
+        """The position of each catalog row of ``rows`` in these scores, None when it was not
+        scored (one search of the sorted candidate rows for all)."""
         if self.rows is None:
-            return row
-        at = int(np.searchsorted(self.rows, row))  # sub-query rows are sorted (np.flatnonzero)
-        return at if at < self.rows.size and int(self.rows[at]) == row else None
+            return list(rows)
+        if not self.rows.size:
+            return [None] * len(rows)
+        asked = np.asarray(rows, dtype=np.int64)
+        at = np.searchsorted(self.rows, asked)  # candidate rows are sorted (np.union1d)
+        found = self.rows[np.minimum(at, self.rows.size - 1)] == asked
+        return [int(a) if f else None for a, f in zip(at.tolist(), found.tolist(), strict=True)]
 
 
 def best_rows(scored: Scored, allowed: BoolArray, k: int) -> list[int]:
@@ -104,9 +110,10 @@ def entries(
     """Entries for the rows of ``order`` (``ids`` names each row); each row's relevance comes
     from the query text (whole or sub-query) it scored best on, its cosine lowered by
     ``cosine_shift`` (the query's no-tool signal) for the relevance model only."""
-    sources = _sources(order, whole, parts)
+    placed = _placed(whole, order)
+    sources = _sources(order, whole, placed, parts)
     coverage = _coverage(order, sources, lexicon, config)
-    scores = _non_increasing([float(whole.fused[_position(whole, row)]) for row in order])
+    scores = _non_increasing(whole.fused[placed].tolist())
     ranked = []
     for row, (scored, at), cov, score in zip(order, sources, coverage, scores, strict=True):
         evidence = (float(scored.cosine[at]), float(cov), float(scored.fused[at]))
@@ -115,24 +122,27 @@ def entries(
     return tuple(ranked)
 
 
-def _sources(order: list[int], whole: Scored, parts: list[Scored]) -> list[tuple[Scored, int]]:
-    """Per row of ``order``, the query text it scored best on and its position there."""
-    sources: list[tuple[Scored, int]] = []
-    for row in order:
-        best = (whole, _position(whole, row))
-        for part in parts:
-            at = part.at(row)
-            if at is not None and part.fused[at] > best[0].fused[best[1]]:
-                best = (part, at)
-        sources.append(best)
+def _placed(whole: Scored, order: list[int]) -> list[int]:
+    """Each row's position in the whole query's scores (every ranked row has one)."""
+    placed = whole.positions(order)
+    missing = [row for row, at in zip(order, placed, strict=True) if at is None]
+    if missing:
+        raise ValueError(f"row {missing[0]} was not scored for the whole query")
+    return cast(list[int], placed)
+
+
+def _sources(
+    order: list[int], whole: Scored, placed: list[int], parts: list[Scored]
+) -> list[tuple[Scored, int]]:
+    """Per row of ``order`` (at ``placed`` in ``whole``), the query text it scored best on and
+    its position there."""
+    sources: list[tuple[Scored, int]] = [(whole, at) for at in placed]
+    for part in parts:
+        for i, at in enumerate(part.positions(order)):
+            best, best_at = sources[i]
+            if at is not None and part.fused[at] > best.fused[best_at]:
+                sources[i] = (part, at)
     return sources
-
-
-def _position(scored: Scored, row: int) -> int:
-    at = scored.at(row)
-    if at is None:
-        raise ValueError(f"row {row} was not scored for the whole query")
-    return at
 
 
 def _coverage(
