@@ -73,6 +73,10 @@ class Settings(BaseModel):
     query_cache_size: int = Field(4096, ge=0)
     #: How long a query's vectors stay in the cache shared by discovery workers (0: no sharing).
     query_cache_ttl_s: int = Field(86400, ge=0)
+    #: When a discovery worker swaps in a tenant's next snapshot, the BM25 figures of this
+    #: many query texts the one it replaces remembered last are computed for the new one on a
+    #: thread of its own (a large tenant's busy queries then answer at once; 0: not warmed).
+    warm_texts: int = Field(1024, ge=0)
     manifest_max_bytes: int = Field(64 * 1024, ge=256)
     event_max_bytes: int = Field(1024 * 1024, ge=1024)
     watch_debounce_ms: int = Field(500, ge=0)

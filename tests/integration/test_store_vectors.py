@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from capdisc import keys
 from capdisc.models import Capability
@@ -60,6 +62,17 @@ def test_query_vectors_shared_by_workers_live_in_redis_and_expire(connection: re
 
     shared.put("abc", vector_of(3.0))
 
+    assert shared.flush(timeout_s=5)
     assert shared.get("abc") == vector_of(3.0)
     assert 0 < connection.ttl(keys.query_vectors("abc")) <= 30
     assert shared.get("missing") is None
+
+
+def test_a_query_vector_write_redis_refuses_is_logged_not_raised() -> None:
+    unreachable = redis.Redis(host="127.0.0.1", port=1, retry=Retry(NoBackoff(), 0))
+    shared = RedisQueryVectors(unreachable, ttl_s=30)
+
+    shared.put("abc", vector_of(3.0))  # handed to the writer thread: the turn goes on
+
+    assert shared.flush(timeout_s=10)  # the writer tried, failed and went on
+    assert shared.get("abc") is None

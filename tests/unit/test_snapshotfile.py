@@ -43,6 +43,7 @@ from capdisc.retrieval.persist import load_index, save_index
 from capdisc.retrieval.probes import PROBES
 from capdisc.retrieval.text import full_text
 from capdisc_workers.discovery import DiscoveryWorker
+from capdisc_workers.follower import Indexes, TextWarmer
 from capdisc_workers.snapshots import SnapshotWriter, Written
 
 pytest.importorskip("faiss")
@@ -480,3 +481,70 @@ def test_snapshots_are_off_unless_a_directory_is_set() -> None:
     assert Settings.load({"CAPDISC_SNAPSHOT_DIR": "/var/lib/capdisc"}).snapshot_dir == Path(
         "/var/lib/capdisc"
     )
+
+
+def _remembered(snapshot: IndexSnapshot) -> int:
+    retriever = snapshot.retriever
+    assert isinstance(retriever, HybridRetriever)
+    return len(retriever.index.texts)
+
+
+def test_a_changed_snapshot_warmed_from_the_one_it_replaces_answers_as_a_cold_one(
+    built: IndexSnapshot,
+) -> None:
+    answers(built)  # its memo now holds the queries' texts
+    edited = replace(built.capabilities.row(0), description="Edited: a zebra crossing map.")
+    vector = EMBEDDER.embed([full_text(edited)])[0].tobytes()
+    cold, warm = (built.with_changes(43, [(edited, vector)], []) for _ in range(2))
+
+    made = warm.warm(built.recent_texts(100))
+
+    assert warm.search_mode == "graph" and made > 0 and _remembered(warm) == made
+    assert answers(warm) == answers(cold)
+
+
+def test_a_mapped_snapshot_is_warmed_through_terms_not_ids(
+    built: IndexSnapshot, tmp_path: Path
+) -> None:
+    answers(built)
+    path = write(tmp_path, built)
+    cold, warm = (load_snapshot(path, read_header(path), PROBE_VECTORS) for _ in range(2))
+
+    made = warm.warm(built.recent_texts(100))
+
+    assert made == _remembered(warm) > 0
+    assert answers(warm) == answers(cold)
+
+
+def _changed(snapshot: IndexSnapshot, version: int) -> IndexSnapshot:
+    edited = replace(snapshot.capabilities.row(1), description=f"Edited for version {version}.")
+    vector = EMBEDDER.embed([full_text(edited)])[0].tobytes()
+    return snapshot.with_changes(version, [(edited, vector)], [])
+
+
+def test_a_worker_warms_the_snapshot_it_swaps_in_from_the_one_replaced(
+    built: IndexSnapshot,
+) -> None:
+    answers(built)
+    indexes = Indexes()
+    warmer = TextWarmer(indexes, limit=100)
+    new = _changed(built, 44)
+    indexes.put(new)
+
+    warmer.submit(new, built)
+
+    assert warmer.wait(60)
+    assert _remembered(new) == len(built.recent_texts(100)) > 0
+
+
+def test_a_snapshot_no_longer_served_is_not_warmed(built: IndexSnapshot) -> None:
+    answers(built)
+    indexes = Indexes()
+    warmer = TextWarmer(indexes, limit=100)
+    replaced, newer = _changed(built, 45), _changed(built, 46)
+    indexes.put(newer)
+
+    warmer.submit(replaced, built)
+
+    assert warmer.wait(60)
+    assert _remembered(replaced) == 0

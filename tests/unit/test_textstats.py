@@ -121,3 +121,47 @@ def test_a_forgotten_text_is_scored_again() -> None:
     assert len(memo) == 0
     again = memo.stats(index, ids, 16)
     assert again is not first and again.best.tolist() == first.best.tolist()
+
+
+def test_a_memo_lists_its_texts_latest_last_with_the_rows_each_kept() -> None:
+    index = _lexicon(_catalog(500, 6), 0.1)
+    memo = TextMemo()
+    for query, kept in [("send email", 16), ("weather map", 32), ("get money", 8)]:
+        memo.stats(index, index.term_ids(query), kept)
+
+    recent = memo.recent(2)
+
+    assert [(ids.tolist(), kept) for ids, kept in recent] == [
+        (index.term_ids("weather map").tolist(), 32),
+        (index.term_ids("get money").tolist(), 8),
+    ]
+
+
+def test_a_memo_warmed_from_another_holds_what_its_own_searches_would_compute() -> None:
+    old, new = _lexicon(_catalog(500, 7), 0.1), _lexicon(_catalog(520, 8), 0.1)
+    previous = TextMemo()
+    for query in ["send email", "weather radar map"]:
+        previous.stats(old, old.term_ids(query), 16)
+    warmed = TextMemo()
+
+    texts = [(new.ids_of(old.terms_of(ids)), kept) for ids, kept in previous.recent(10)]
+    made = warmed.warm(new, texts)
+
+    assert made == 2 and len(warmed) == 2
+    for query in ["send email", "weather radar map"]:
+        ids = new.term_ids(query)
+        got, want = warmed.stats(new, ids, 16), TextMemo().stats(new, ids, 16)
+        assert got.best.tolist() == want.best.tolist()
+        assert got.total == pytest.approx(want.total) and got.kept == want.kept
+
+
+def test_a_warm_stops_when_told_to() -> None:
+    index = _lexicon(_catalog(500, 9), 0.1)
+    previous = TextMemo()
+    for query in ["send email", "weather map", "get money"]:
+        previous.stats(index, index.term_ids(query), 16)
+    warmed, asked = TextMemo(), []
+
+    made = warmed.warm(index, previous.recent(10), lambda: len(asked.append(1) or asked) <= 1)
+
+    assert made == 1 and len(warmed) == 1

@@ -21,13 +21,15 @@ capabilities is loaded from Redis, and has its changes applied, by a child proce
 the result as a snapshot this worker then maps (:mod:`capdisc_workers.buildapart`): the worker
 never holds a heap index of it beside the mapped one.
 
-It also holds the query embedders, one per embedder id (a reindex onto another model serves a
+Each snapshot swapped in is warmed with the query texts the one it replaced remembered last
+(:class:`TextWarmer`, on a thread of its own). It also holds the query embedders, one per embedder id (a reindex onto another model serves a
 tenant from vectors of another embedder), in front of the query-vector cache the discovery
 workers share in Redis (:class:`RedisQueryVectors`).
 """
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 import uuid
@@ -40,7 +42,12 @@ import redis
 import structlog
 
 from capdisc import keys
-from capdisc.discovery.snapshot import IndexSnapshot, hybrid_retriever, store_retriever
+from capdisc.discovery.snapshot import (
+    IndexSnapshot,
+    RecentTexts,
+    hybrid_retriever,
+    store_retriever,
+)
 from capdisc.discovery.snapshotfile import (
     load_snapshot,
     open_newest,
@@ -76,6 +83,8 @@ log = structlog.get_logger("capdisc.discovery")
 BLOCK_MS = 1000
 #: Approximate length the served stream is trimmed to.
 SERVED_MAXLEN = 10_000
+#: Shared query-vector writes that may wait for the writer thread (more are dropped).
+PENDING_WRITES = 1024
 
 
 class Indexes:
@@ -111,12 +120,72 @@ class Indexes:
                 self.changed.wait(remaining)
 
 
+class TextWarmer:
+    """Warms each snapshot swapped in with the query texts the one it replaced remembered last
+    (their BM25 figures: :meth:`IndexSnapshot.warm`), on a thread of its own, one at a time,
+    in the order they were swapped in. A warm stops as soon as its snapshot is no longer the
+    one served; the snapshot replaced is not kept for it."""
+
+    def __init__(self, indexes: Indexes, limit: int) -> None:
+        self.indexes = indexes
+        self.limit = limit
+        self._jobs: queue.Queue[tuple[IndexSnapshot, RecentTexts]] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, new: IndexSnapshot, old: IndexSnapshot) -> None:
+        texts = old.recent_texts(self.limit) if new is not old else []
+        if not texts:
+            return
+        self._jobs.put((new, texts))
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="warm-texts", daemon=True)
+                self._thread.start()
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait until every warm submitted so far has ended; False on timeout."""
+        done = self._jobs.all_tasks_done
+        with done:
+            return done.wait_for(lambda: not self._jobs.unfinished_tasks, timeout_s)
+
+    def _run(self) -> None:
+        while True:
+            new, texts = self._jobs.get()
+            try:
+                self._warm(new, texts)
+            except Exception:  # a warm is an optimisation: a failed one must not end the thread
+                log.exception("texts_warm_failed", tenant=new.tenant, index_version=new.version)
+            finally:
+                self._jobs.task_done()
+
+    def _warm(self, new: IndexSnapshot, texts: RecentTexts) -> None:
+        started = time.perf_counter()
+        made = new.warm(texts, lambda: self.indexes.get(new.tenant) is new)
+        if made:
+            log.info(
+                "texts_warmed",
+                tenant=new.tenant,
+                index_version=new.version,
+                texts=made,
+                took_s=round(time.perf_counter() - started, 3),
+            )
+
+
 class RedisQueryVectors:
-    """The query-vector cache shared by discovery workers, in Redis (keys expire)."""
+    """The query-vector cache shared by discovery workers, in Redis (keys expire).
+
+    A read is made on the turn that asks; a write is handed to a thread of its own, so the
+    turn that embedded a query is answered without waiting for Redis to store its vectors. At
+    most :data:`PENDING_WRITES` writes wait; beyond that a write is dropped (it is a cache: the
+    next worker to see the query embeds it)."""
 
     def __init__(self, connection: redis.Redis, ttl_s: int) -> None:
         self._redis = connection
         self._ttl_s = ttl_s
+        self._writes: queue.Queue[tuple[str, bytes]] = queue.Queue(maxsize=PENDING_WRITES)
+        self._writer: threading.Thread | None = None
+        self._lock = threading.Lock()
 
     def get(self, key: str) -> bytes | None:
         try:
@@ -127,10 +196,37 @@ class RedisQueryVectors:
         return value if isinstance(value, bytes) else None
 
     def put(self, key: str, value: bytes) -> None:
+        """Store ``value`` under ``key`` soon (on the writer thread)."""
         try:
-            self._redis.set(keys.query_vectors(key), value, ex=self._ttl_s)
-        except redis.RedisError as exc:
-            log.warning("query_cache_unavailable", error=str(exc))
+            self._writes.put_nowait((key, value))
+        except queue.Full:
+            log.debug("query_cache_write_dropped", pending=PENDING_WRITES)
+            return
+        self._start_writer()
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait until every write handed over so far is made (or failed); False on timeout."""
+        done = self._writes.all_tasks_done
+        with done:
+            return done.wait_for(lambda: not self._writes.unfinished_tasks, timeout_s)
+
+    def _start_writer(self) -> None:
+        with self._lock:
+            if self._writer is None:
+                self._writer = threading.Thread(
+                    target=self._write_forever, name="query-vectors", daemon=True
+                )
+                self._writer.start()
+
+    def _write_forever(self) -> None:
+        while True:
+            key, value = self._writes.get()
+            try:
+                self._redis.set(keys.query_vectors(key), value, ex=self._ttl_s)
+            except redis.RedisError as exc:
+                log.warning("query_cache_unavailable", error=str(exc))
+            finally:
+                self._writes.task_done()
 
 
 class SnapshotFollower:
@@ -160,6 +256,8 @@ class SnapshotFollower:
         self._probes: dict[str, Matrix] = {}
         self._lock = threading.Lock()
         self.indexes = Indexes()
+        #: Warms each snapshot swapped in from the one it replaced.
+        self.warmer = TextWarmer(self.indexes, settings.warm_texts)
         #: The vector space each tenant is served from (set at every full load).
         self.spaces: dict[str, str] = {}
         #: Tenants whose last load failed, with the stored version it failed at.
@@ -408,7 +506,10 @@ class SnapshotFollower:
         """Serve ``index`` from now on, and say so on the served stream (what ``capdisc
         status`` and the change-to-served benchmark read: when each worker serves what).
         ``changes_id``: the changes stream entry it is current to (for its snapshot file)."""
+        replaced = self.indexes.get(index.tenant)
         self.indexes.put(index)
+        if replaced is not None:
+            self.warmer.submit(index, replaced)
         tenant = index.tenant
         if self.writer is not None and self.epoch is not None and tenant not in self.stale:
             self.writer.offer(

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 TIER0_CACHE = 256
 #: Rows of vectors a delta copies at a time: 12 MB of 384-wide vectors.
 MOVED_SLICE = 8_192
+#: Query texts a retrieval index remembered: each text's BM25 terms and the best rows it kept.
+RecentTexts = list[tuple[tuple[str, ...], int]]
 
 
 @dataclass(frozen=True)
@@ -519,6 +521,29 @@ class IndexSnapshot:
             self,
             kept,
         )
+
+    def recent_texts(self, limit: int) -> RecentTexts:
+        """Up to ``limit`` query texts whose BM25 figures this snapshot's retrieval index
+        remembered last (:meth:`~capdisc.retrieval.textstats.TextMemo.recent`; none without
+        one), as their terms: what the snapshot that replaces it is warmed with
+        (:meth:`warm`)."""
+        retriever = self.retriever
+        if not isinstance(retriever, HybridRetriever):
+            return []
+        index = retriever.index
+        return [(index.lexicon.terms_of(ids), kept) for ids, kept in index.texts.recent(limit)]
+
+    def warm(self, texts: RecentTexts, go_on: Callable[[], bool] = lambda: True) -> int:
+        """Remember ``texts``' BM25 figures over this catalog (as :meth:`recent_texts` of the
+        snapshot this one replaces gives them), so the busy queries' first turns here cost no
+        more than their next ones; stops early once ``go_on`` says no. How many were
+        computed (0 without a retrieval index)."""
+        retriever = self.retriever
+        if not isinstance(retriever, HybridRetriever):
+            return 0
+        lexicon = retriever.index.lexicon
+        ids = [(lexicon.ids_of(terms), kept) for terms, kept in texts]
+        return retriever.index.texts.warm(lexicon, [(i, kept) for i, kept in ids if i.size], go_on)
 
     def _moved_vectors(self, sources: list[int], fresh: list[bytes]) -> tuple[Matrix, bool]:
         """The vectors of a table whose row ``i`` was row ``sources[i]`` here (or, when

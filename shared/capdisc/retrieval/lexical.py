@@ -547,6 +547,26 @@ class LexicalIndex:
         """The mean document length, as BM25's length normalization takes it (computed once)."""
         return _mean_length(self.doc_len)
 
+    def terms_of(self, term_ids: IntArray) -> tuple[str, ...]:
+        """The terms of vocabulary ids ``term_ids`` (:meth:`ids_of` reads them back in another
+        lexicon, whose ids may differ)."""
+        terms = self._terms
+        return tuple(terms[i] for i in term_ids.tolist())
+
+    def ids_of(self, terms: Sequence[str]) -> IntArray:
+        """The vocabulary ids of ``terms``, in their order, unknown ones left out (as
+        :meth:`term_ids` gives them for a text of those terms)."""
+        found = [i for i in (self.vocabulary.get(t) for t in terms) if i is not None]
+        return np.asarray(found, dtype=np.int64)
+
+    @cached_property
+    def _terms(self) -> list[str]:
+        """Each vocabulary id's term (made on first use)."""
+        terms = [""] * len(self.vocabulary)
+        for term, term_id in self.vocabulary.items():
+            terms[term_id] = term
+        return terms
+
     def norm_at(self, rows: IntArray) -> Scores:
         """BM25's length normalization of documents ``rows`` (the numbers the postings'
         weights were made with: the mean length is the whole catalog's)."""

@@ -17,7 +17,7 @@ documents' side (:func:`scores_at`): their terms and counts, the weights the pos
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,6 +53,8 @@ class TextStats:
     #: The best rows in row order, and their scores: a candidate among them is not read again.
     kept_rows: Ids32
     kept_scores: Scores
+    #: How many best rows were asked for (``best`` holds fewer when ``complete``).
+    kept: int
 
     @classmethod
     def of(cls, row: Scores, total: float, kept: int) -> TextStats:
@@ -63,7 +65,7 @@ class TextStats:
         complete = best.size < kept  # fewer came back: every matching row did
         in_order = np.sort(best)
         square = float(np.dot(row, row))
-        return cls(total, square, best, complete, in_order, row[in_order])
+        return cls(total, square, best, complete, in_order, row[in_order], kept)
 
     def known(self, rows: IntArray) -> tuple[BoolArray, Scores]:
         """Which of ``rows`` were kept, and their scores (0 for the others)."""
@@ -96,9 +98,34 @@ class TextMemo:
         with self._lock:
             self._stats.clear()
 
+    def recent(self, limit: int) -> list[tuple[IntArray, int]]:
+        """Up to ``limit`` remembered texts, the latest remembered last: each text's term ids
+        and the best rows it kept (what :meth:`warm` takes)."""
+        with self._lock:
+            latest = list(self._stats.items())[-limit:] if limit > 0 else []
+        return [(np.frombuffer(key, dtype=np.int64), stats.kept) for key, stats in latest]
+
+    def warm(
+        self,
+        lexicon: LexicalIndex,
+        texts: Sequence[tuple[IntArray, int]],
+        go_on: Callable[[], bool] = lambda: True,
+    ) -> int:
+        """Remember ``texts``' figures over ``lexicon`` (term ids and rows to keep, as
+        :meth:`recent` gives another memo's), stopping early once ``go_on`` says no; how many
+        were computed (those already remembered cost nothing)."""
+        made = 0
+        for term_ids, kept in texts:
+            if not go_on():
+                break
+            if _key(term_ids) not in self._stats:
+                self.stats(lexicon, term_ids, kept)
+                made += 1
+        return made
+
     def stats(self, lexicon: LexicalIndex, term_ids: IntArray, kept: int) -> TextStats:
         """``term_ids``'s figures with at least ``kept`` best rows, remembered."""
-        key = term_ids.tobytes()
+        key = _key(term_ids)
         found = self._stats.get(key)
         if found is not None and (found.best.size >= kept or found.complete):
             return found
@@ -109,6 +136,12 @@ class TextMemo:
                 self._stats.clear()
             self._stats[key] = made
         return made
+
+
+def _key(term_ids: IntArray) -> bytes:
+    """A text's key in a memo: its term ids as 64-bit integers (:meth:`TextMemo.recent` reads
+    them back)."""
+    return np.asarray(term_ids, dtype=np.int64).tobytes()
 
 
 def scores_at(lexicon: LexicalIndex, queries: Sequence[IntArray], rows: IntArray) -> Scores:
