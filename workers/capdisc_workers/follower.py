@@ -22,9 +22,10 @@ the result as a snapshot this worker then maps (:mod:`capdisc_workers.buildapart
 never holds a heap index of it beside the mapped one.
 
 Each snapshot swapped in is warmed with the query texts the one it replaced remembered last
-(:class:`TextWarmer`, on a thread of its own). It also holds the query embedders, one per embedder id (a reindex onto another model serves a
-tenant from vectors of another embedder), in front of the query-vector cache the discovery
-workers share in Redis (:class:`RedisQueryVectors`).
+(:class:`TextWarmer`, on a thread of its own). It also holds the query embedders, one per
+embedder id (a reindex onto another model serves a tenant from vectors of another embedder),
+in front of the query-vector cache the discovery workers share in Redis
+(:class:`RedisQueryVectors`).
 """
 
 from __future__ import annotations
