@@ -43,7 +43,7 @@ from capdisc.retrieval.persist import load_index, save_index
 from capdisc.retrieval.probes import PROBES
 from capdisc.retrieval.text import full_text
 from capdisc_workers.discovery import DiscoveryWorker
-from capdisc_workers.follower import Indexes, TextWarmer
+from capdisc_workers.follower import Indexes, SnapshotWarmer
 from capdisc_workers.snapshots import SnapshotWriter, Written
 
 pytest.importorskip("faiss")
@@ -526,8 +526,9 @@ def test_a_worker_warms_the_snapshot_it_swaps_in_from_the_one_replaced(
     built: IndexSnapshot,
 ) -> None:
     answers(built)
+    busy = built.capabilities.row(5).id  # a capability the old snapshot's turns rendered
     indexes = Indexes()
-    warmer = TextWarmer(indexes, limit=100)
+    warmer = SnapshotWarmer(indexes, limit=100)
     new = _changed(built, 44)
     indexes.put(new)
 
@@ -535,12 +536,13 @@ def test_a_worker_warms_the_snapshot_it_swaps_in_from_the_one_replaced(
 
     assert warmer.wait(60)
     assert _remembered(new) == len(built.recent_texts(100)) > 0
+    assert busy in new.capabilities.recent_ids()
 
 
 def test_a_snapshot_no_longer_served_is_not_warmed(built: IndexSnapshot) -> None:
     answers(built)
     indexes = Indexes()
-    warmer = TextWarmer(indexes, limit=100)
+    warmer = SnapshotWarmer(indexes, limit=100)
     replaced, newer = _changed(built, 45), _changed(built, 46)
     indexes.put(newer)
 

@@ -21,8 +21,8 @@ capabilities is loaded from Redis, and has its changes applied, by a child proce
 the result as a snapshot this worker then maps (:mod:`capdisc_workers.buildapart`): the worker
 never holds a heap index of it beside the mapped one.
 
-Each snapshot swapped in is warmed with the query texts the one it replaced remembered last
-(:class:`TextWarmer`, on a thread of its own). It also holds the query embedders, one per
+Each snapshot swapped in is warmed with what the one it replaced was busy with
+(:class:`SnapshotWarmer`, on a thread of its own). It also holds the query embedders, one per
 embedder id (a reindex onto another model serves a tenant from vectors of another embedder),
 in front of the query-vector cache the discovery workers share in Redis
 (:class:`RedisQueryVectors`).
@@ -45,7 +45,7 @@ import structlog
 from capdisc import keys
 from capdisc.discovery.snapshot import (
     IndexSnapshot,
-    RecentTexts,
+    Warmth,
     hybrid_retriever,
     store_retriever,
 )
@@ -121,27 +121,27 @@ class Indexes:
                 self.changed.wait(remaining)
 
 
-class TextWarmer:
-    """Warms each snapshot swapped in with the query texts the one it replaced remembered last
-    (their BM25 figures: :meth:`IndexSnapshot.warm`), on a thread of its own, one at a time,
-    in the order they were swapped in. A warm stops as soon as its snapshot is no longer the
-    one served; the snapshot replaced is not kept for it."""
+class SnapshotWarmer:
+    """Warms each snapshot swapped in with what the one it replaced was busy with (its last
+    ``limit`` query texts' BM25 figures and the capabilities it parsed:
+    :meth:`IndexSnapshot.warm_with`), on a thread of its own, one at a time, in the order they
+    were swapped in. A warm stops as soon as its snapshot is no longer the one served; the
+    snapshot replaced is not kept for it."""
 
     def __init__(self, indexes: Indexes, limit: int) -> None:
         self.indexes = indexes
         self.limit = limit
-        self._jobs: queue.Queue[tuple[IndexSnapshot, RecentTexts]] = queue.Queue()
+        self._jobs: queue.Queue[tuple[IndexSnapshot, Warmth]] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
     def submit(self, new: IndexSnapshot, old: IndexSnapshot) -> None:
-        texts = old.recent_texts(self.limit) if new is not old else []
-        if not texts:
+        if self.limit <= 0 or new is old:
             return
-        self._jobs.put((new, texts))
+        self._jobs.put((new, old.warmth(self.limit)))
         with self._lock:
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="warm-texts", daemon=True)
+                self._thread = threading.Thread(target=self._run, name="warm", daemon=True)
                 self._thread.start()
 
     def wait(self, timeout_s: float) -> bool:
@@ -152,23 +152,24 @@ class TextWarmer:
 
     def _run(self) -> None:
         while True:
-            new, texts = self._jobs.get()
+            new, warmth = self._jobs.get()
             try:
-                self._warm(new, texts)
+                self._warm(new, warmth)
             except Exception:  # a warm is an optimisation: a failed one must not end the thread
-                log.exception("texts_warm_failed", tenant=new.tenant, index_version=new.version)
+                log.exception("snapshot_warm_failed", tenant=new.tenant, index_version=new.version)
             finally:
                 self._jobs.task_done()
 
-    def _warm(self, new: IndexSnapshot, texts: RecentTexts) -> None:
+    def _warm(self, new: IndexSnapshot, warmth: Warmth) -> None:
         started = time.perf_counter()
-        made = new.warm(texts, lambda: self.indexes.get(new.tenant) is new)
-        if made:
+        warmed = new.warm_with(warmth, lambda: self.indexes.get(new.tenant) is new)
+        if any(warmed):
             log.info(
-                "texts_warmed",
+                "snapshot_warmed",
                 tenant=new.tenant,
                 index_version=new.version,
-                texts=made,
+                records=warmed.records,
+                texts=warmed.texts,
                 took_s=round(time.perf_counter() - started, 3),
             )
 
@@ -258,7 +259,7 @@ class SnapshotFollower:
         self._lock = threading.Lock()
         self.indexes = Indexes()
         #: Warms each snapshot swapped in from the one it replaced.
-        self.warmer = TextWarmer(self.indexes, settings.warm_texts)
+        self.warmer = SnapshotWarmer(self.indexes, settings.warm_texts)
         #: The vector space each tenant is served from (set at every full load).
         self.spaces: dict[str, str] = {}
         #: Tenants whose last load failed, with the stored version it failed at.
