@@ -12,9 +12,8 @@ with the exact scan of one query's rows as the floor measured in that run, and t
 once more with the index's memo of query texts' BM25 figures emptied (each text's first turn
 on the index). Then one capability is changed as a hot reload changes it (a delta: the new
 index is built in the heap, no longer mapped, and serves with the graph it carries over; its
-memo of texts and its parsed records are warmed with what the old one was busy with, as a
-worker warms each snapshot it swaps in, here before the turns, and how long that took is
-printed) and the memory and turns are
+memo of texts is warmed with the old index's, as a worker warms each snapshot it swaps in,
+here before the turns, and how long that took is printed) and the memory and turns are
 measured again, with the search mode right after the delta and the graphs built for it;
 then that index is written and mapped in its place, and they are measured once more (what
 mapping each written snapshot would give: the worker does not, see docs/benchmarks.md).
@@ -58,8 +57,7 @@ from capdisc.discovery.service import Context, answer
 from capdisc.discovery.snapshot import (
     HybridRetriever,
     IndexSnapshot,
-    Warmed,
-    Warmth,
+    RecentTexts,
     graph_builder,
     hybrid_retriever,
 )
@@ -180,21 +178,21 @@ def serve(path: Path, count: int) -> dict[str, Any]:
     changed = one_change(snapshot)
     delta_s = time.perf_counter() - started
     delta_mode = changed.search_mode  # right after the delta, before any build could finish
-    warmth = snapshot.warmth(WARM_TEXTS)  # what a worker warms the new snapshot with
+    texts = snapshot.recent_texts(WARM_TEXTS)  # what a worker warms the new index with
     del snapshot
     gc.collect()
     release_freed_memory()  # as a discovery worker does after applying changes
     graph_builder().idle(7200)
     rebuilt = graph_builder().built - builds
-    warm_s, warmed = warmed_with(changed, warmth)
+    warm_s, warmed = warmed_with(changed, texts)
     after_delta = timed_turns(changed, cached, queries, config)
     delta_mb = process.memory_info().rss / 2**20
     remapped, remap_s = written_and_mapped(changed, path.parents[2])
-    warmth = changed.warmth(WARM_TEXTS)
+    texts = changed.recent_texts(WARM_TEXTS)
     del changed
     gc.collect()
     release_freed_memory()
-    warmed_with(remapped, warmth)
+    warmed_with(remapped, texts)
     after_remap = timed_turns(remapped, cached, queries, config)
     return {
         "load_s": round(load_s, 2),
@@ -205,8 +203,7 @@ def serve(path: Path, count: int) -> dict[str, Any]:
         "delta_s": round(delta_s, 2),
         "search_after_delta": delta_mode,
         "graphs_built_after_delta": rebuilt,
-        "texts_warmed_after_delta": warmed.texts,
-        "records_warmed_after_delta": warmed.records,
+        "texts_warmed_after_delta": warmed,
         "warm_after_delta_s": round(warm_s, 2),
         "rss_after_delta_mb": round(delta_mb),
         "remap_s": round(remap_s, 2),
@@ -239,11 +236,11 @@ def serve_apart(path: Path, count: int) -> dict[str, Any]:
     written = Path(made["path"])
     changed = load_snapshot(written, read_header(written), snapshot.probes)
     apart_s = time.perf_counter() - started
-    warmth = snapshot.warmth(WARM_TEXTS)
+    texts = snapshot.recent_texts(WARM_TEXTS)
     del snapshot
     gc.collect()
     release_freed_memory()
-    warmed_with(changed, warmth)
+    warmed_with(changed, texts)
     after = timed_turns(changed, cached, queries, config)
     return {
         "apart_rss_mb": round(mapped_mb),
@@ -301,13 +298,13 @@ def first_turns(
     return timed_turns(snapshot, cached, queries, config)
 
 
-def warmed_with(snapshot: IndexSnapshot, warmth: Warmth) -> tuple[float, Warmed]:
-    """``snapshot`` warmed with what the one it replaced was busy with, as a discovery worker
+def warmed_with(snapshot: IndexSnapshot, texts: RecentTexts) -> tuple[float, int]:
+    """``snapshot`` warmed with the query texts of the one it replaced, as a discovery worker
     does on a thread of its own once it swaps a snapshot in (here before the timed turns):
-    how long it took and how much it did."""
+    how long it took and how many texts it computed."""
     started = time.perf_counter()
-    warmed = snapshot.warm_with(warmth)
-    return time.perf_counter() - started, warmed
+    made = snapshot.warm(texts)
+    return time.perf_counter() - started, made
 
 
 def one_change(snapshot: IndexSnapshot) -> IndexSnapshot:
@@ -390,10 +387,8 @@ def report(figures: dict[str, Any]) -> None:
         f"  after one change applied as a delta ({figures['delta_s']} s; the new index lives "
         f"in the heap, no longer mapped; {figures['search_after_delta']} search at once, "
         f"{figures['graphs_built_after_delta']} graphs built for it): RSS "
-        f"{figures['rss_after_delta_mb']} MB; warmed with the old snapshot's "
-        f"{figures['texts_warmed_after_delta']} texts and "
-        f"{figures['records_warmed_after_delta']} parsed records in "
-        f"{figures['warm_after_delta_s']} s (a "
+        f"{figures['rss_after_delta_mb']} MB; its memo warmed with the old index's "
+        f"{figures['texts_warmed_after_delta']} texts in {figures['warm_after_delta_s']} s (a "
         f"worker does this on a thread of its own after the swap; here before the turns, as in "
         f"the two cases below); cached turn median {delta['p50']} ms, p99 {delta['p99']} ms\n"
         f"  that index written and mapped in its place ({figures['remap_s']} s; the worker does "

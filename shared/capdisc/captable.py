@@ -21,7 +21,7 @@ import json
 import threading
 import zlib
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import pairwise
 from typing import Any, overload
 
@@ -153,26 +153,6 @@ class CapabilityTable(Mapping[str, Capability]):
             if len(self._parsed) > PARSED_CACHE:
                 self._parsed.popitem(last=False)
         return capability
-
-    def recent_ids(self) -> list[str]:
-        """The ids of the capabilities parsed here, the latest read last (what the table that
-        replaces this one parses ahead: :meth:`parse_ahead`)."""
-        with self._lock:
-            rows = list(self._parsed)
-        return [self.ids[row] for row in rows]
-
-    def parse_ahead(self, ids: Iterable[str], go_on: Callable[[], bool] = lambda: True) -> int:
-        """Parse the capabilities of ``ids`` this table holds into its cache (unknown ids are
-        skipped), until ``go_on`` says no; how many were parsed."""
-        parsed = 0
-        for cap_id in ids:
-            if not go_on():
-                break
-            row = self.rows.get(cap_id)
-            if row is not None:
-                self.row(row)
-                parsed += 1
-        return parsed
 
     def record(self, row: int) -> memoryview:
         """The stored (compressed) record at ``row``."""

@@ -324,27 +324,3 @@ def test_id_rows_check_a_hash_found_against_the_id_at_its_row() -> None:
 def test_a_table_refuses_an_id_twice() -> None:
     with pytest.raises(ValueError, match="holds an id twice: tool:a"):
         IdRows.of(PackedStrings.of(["tool:a", "tool:b", "tool:a"]))
-
-
-def test_a_table_lists_the_ids_it_parsed_latest_read_last() -> None:
-    table = CapabilityTable.of(CAPS)
-
-    table.row(2), table.row(0), table.row(2)
-
-    assert table.recent_ids() == [CAPS[0].id, CAPS[2].id]
-
-
-def test_parsing_ahead_fills_the_cache_with_the_known_ids_only() -> None:
-    table = CapabilityTable.of(CAPS)
-
-    parsed = table.parse_ahead([CAPS[1].id, "tool:nowhere", CAPS[0].id])
-
-    assert parsed == 2 and table.recent_ids() == [CAPS[1].id, CAPS[0].id]
-    assert table.row(1) is table.row(1)  # from the cache
-
-
-def test_parsing_ahead_stops_when_told_to() -> None:
-    table = CapabilityTable.of(CAPS)
-
-    assert table.parse_ahead([c.id for c in CAPS], lambda: False) == 0
-    assert table.recent_ids() == []

@@ -526,7 +526,6 @@ def test_a_worker_warms_the_snapshot_it_swaps_in_from_the_one_replaced(
     built: IndexSnapshot,
 ) -> None:
     answers(built)
-    busy = built.capabilities.row(5).id  # a capability the old snapshot's turns rendered
     indexes = Indexes()
     warmer = SnapshotWarmer(indexes, limit=100)
     new = _changed(built, 44)
@@ -536,7 +535,6 @@ def test_a_worker_warms_the_snapshot_it_swaps_in_from_the_one_replaced(
 
     assert warmer.wait(60)
     assert _remembered(new) == len(built.recent_texts(100)) > 0
-    assert busy in new.capabilities.recent_ids()
 
 
 def test_a_snapshot_no_longer_served_is_not_warmed(built: IndexSnapshot) -> None:

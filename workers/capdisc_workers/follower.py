@@ -21,7 +21,7 @@ capabilities is loaded from Redis, and has its changes applied, by a child proce
 the result as a snapshot this worker then maps (:mod:`capdisc_workers.buildapart`): the worker
 never holds a heap index of it beside the mapped one.
 
-Each snapshot swapped in is warmed with what the one it replaced was busy with
+Each snapshot swapped in is warmed with the query texts the one it replaced remembered last
 (:class:`SnapshotWarmer`, on a thread of its own). It also holds the query embedders, one per
 embedder id (a reindex onto another model serves a tenant from vectors of another embedder),
 in front of the query-vector cache the discovery workers share in Redis
@@ -30,7 +30,6 @@ in front of the query-vector cache the discovery workers share in Redis
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 import uuid
@@ -45,7 +44,7 @@ import structlog
 from capdisc import keys
 from capdisc.discovery.snapshot import (
     IndexSnapshot,
-    Warmth,
+    RecentTexts,
     hybrid_retriever,
     store_retriever,
 )
@@ -66,6 +65,7 @@ from capdisc.retrieval.probes import PROBES
 from capdisc.retrieval.text import embedder_id_of, vector_space
 from capdisc.settings import Settings
 from capdisc.vectorstores.port import VectorStore
+from capdisc_workers.background import OneThread
 from capdisc_workers.buildapart import build_apart, policy_of
 from capdisc_workers.catchup import (
     Change,
@@ -122,54 +122,35 @@ class Indexes:
 
 
 class SnapshotWarmer:
-    """Warms each snapshot swapped in with what the one it replaced was busy with (its last
-    ``limit`` query texts' BM25 figures and the capabilities it parsed:
-    :meth:`IndexSnapshot.warm_with`), on a thread of its own, one at a time, in the order they
-    were swapped in. A warm stops as soon as its snapshot is no longer the one served; the
-    snapshot replaced is not kept for it."""
+    """Warms each snapshot swapped in with the ``limit`` query texts the one it replaced
+    remembered last (their BM25 figures: :meth:`IndexSnapshot.warm`), on a thread of its own,
+    one at a time, in the order they were swapped in. A warm stops as soon as its snapshot is
+    no longer the one served; the snapshot replaced is not kept for it."""
 
     def __init__(self, indexes: Indexes, limit: int) -> None:
         self.indexes = indexes
         self.limit = limit
-        self._jobs: queue.Queue[tuple[IndexSnapshot, Warmth]] = queue.Queue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
+        self._jobs: OneThread[tuple[IndexSnapshot, RecentTexts]] = OneThread("warm", self._warm)
 
     def submit(self, new: IndexSnapshot, old: IndexSnapshot) -> None:
-        if self.limit <= 0 or new is old:
-            return
-        self._jobs.put((new, old.warmth(self.limit)))
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="warm", daemon=True)
-                self._thread.start()
+        texts = old.recent_texts(self.limit) if new is not old else []
+        if texts:
+            self._jobs.submit((new, texts))
 
     def wait(self, timeout_s: float) -> bool:
         """Wait until every warm submitted so far has ended; False on timeout."""
-        done = self._jobs.all_tasks_done
-        with done:
-            return done.wait_for(lambda: not self._jobs.unfinished_tasks, timeout_s)
+        return self._jobs.wait(timeout_s)
 
-    def _run(self) -> None:
-        while True:
-            new, warmth = self._jobs.get()
-            try:
-                self._warm(new, warmth)
-            except Exception:  # a warm is an optimisation: a failed one must not end the thread
-                log.exception("snapshot_warm_failed", tenant=new.tenant, index_version=new.version)
-            finally:
-                self._jobs.task_done()
-
-    def _warm(self, new: IndexSnapshot, warmth: Warmth) -> None:
+    def _warm(self, job: tuple[IndexSnapshot, RecentTexts]) -> None:
+        new, texts = job
         started = time.perf_counter()
-        warmed = new.warm_with(warmth, lambda: self.indexes.get(new.tenant) is new)
-        if any(warmed):
+        made = new.warm(texts, lambda: self.indexes.get(new.tenant) is new)
+        if made:
             log.info(
                 "snapshot_warmed",
                 tenant=new.tenant,
                 index_version=new.version,
-                records=warmed.records,
-                texts=warmed.texts,
+                texts=made,
                 took_s=round(time.perf_counter() - started, 3),
             )
 
@@ -185,9 +166,9 @@ class RedisQueryVectors:
     def __init__(self, connection: redis.Redis, ttl_s: int) -> None:
         self._redis = connection
         self._ttl_s = ttl_s
-        self._writes: queue.Queue[tuple[str, bytes]] = queue.Queue(maxsize=PENDING_WRITES)
-        self._writer: threading.Thread | None = None
-        self._lock = threading.Lock()
+        self._writes: OneThread[tuple[str, bytes]] = OneThread(
+            "query-vectors", self._write, PENDING_WRITES
+        )
 
     def get(self, key: str) -> bytes | None:
         try:
@@ -199,36 +180,19 @@ class RedisQueryVectors:
 
     def put(self, key: str, value: bytes) -> None:
         """Store ``value`` under ``key`` soon (on the writer thread)."""
-        try:
-            self._writes.put_nowait((key, value))
-        except queue.Full:
+        if not self._writes.submit((key, value)):
             log.debug("query_cache_write_dropped", pending=PENDING_WRITES)
-            return
-        self._start_writer()
 
     def flush(self, timeout_s: float) -> bool:
         """Wait until every write handed over so far is made (or failed); False on timeout."""
-        done = self._writes.all_tasks_done
-        with done:
-            return done.wait_for(lambda: not self._writes.unfinished_tasks, timeout_s)
+        return self._writes.wait(timeout_s)
 
-    def _start_writer(self) -> None:
-        with self._lock:
-            if self._writer is None:
-                self._writer = threading.Thread(
-                    target=self._write_forever, name="query-vectors", daemon=True
-                )
-                self._writer.start()
-
-    def _write_forever(self) -> None:
-        while True:
-            key, value = self._writes.get()
-            try:
-                self._redis.set(keys.query_vectors(key), value, ex=self._ttl_s)
-            except redis.RedisError as exc:
-                log.warning("query_cache_unavailable", error=str(exc))
-            finally:
-                self._writes.task_done()
+    def _write(self, job: tuple[str, bytes]) -> None:
+        key, value = job
+        try:
+            self._redis.set(keys.query_vectors(key), value, ex=self._ttl_s)
+        except redis.RedisError as exc:
+            log.warning("query_cache_unavailable", error=str(exc))
 
 
 class SnapshotFollower:

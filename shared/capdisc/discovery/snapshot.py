@@ -42,22 +42,6 @@ RecentTexts = list[tuple[tuple[str, ...], int]]
 
 
 @dataclass(frozen=True)
-class Warmth:
-    """What a snapshot hands the one that replaces it, so its busy queries' next turns cost no
-    more than their last: the query texts it remembered last and the capabilities it parsed."""
-
-    texts: RecentTexts
-    records: tuple[str, ...]
-
-
-class Warmed(NamedTuple):
-    """How much a warm did: capabilities parsed, texts' BM25 figures computed."""
-
-    records: int
-    texts: int
-
-
-@dataclass(frozen=True)
 class Hit:
     """One retrieved capability: its ranking score and a calibrated 0..1 relevance."""
 
@@ -537,17 +521,6 @@ class IndexSnapshot:
             self,
             kept,
         )
-
-    def warmth(self, texts: int) -> Warmth:
-        """What the snapshot that replaces this one is warmed with (:meth:`warm`): up to
-        ``texts`` query texts this one remembered last, and the capabilities it parsed."""
-        return Warmth(self.recent_texts(texts), tuple(self.capabilities.recent_ids()))
-
-    def warm_with(self, warmth: Warmth, go_on: Callable[[], bool] = lambda: True) -> Warmed:
-        """Parse ``warmth``'s capabilities and remember its texts' BM25 figures here (the
-        records first: they are cheap), until ``go_on`` says no."""
-        records = self.capabilities.parse_ahead(warmth.records, go_on)
-        return Warmed(records, self.warm(warmth.texts, go_on))
 
     def recent_texts(self, limit: int) -> RecentTexts:
         """Up to ``limit`` query texts whose BM25 figures this snapshot's retrieval index
