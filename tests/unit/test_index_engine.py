@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 import pytest
@@ -10,11 +11,12 @@ import pytest
 from capdisc.discovery import snapshot as snapshot_module
 from capdisc.discovery.config import DiscoveryConfig
 from capdisc.discovery.engine import Match, Query, discover
-from capdisc.discovery.snapshot import IndexSnapshot, cosine_retriever
+from capdisc.discovery.snapshot import IndexSnapshot, cosine_retriever, hybrid_retriever
 from capdisc.discovery.tiers import NOTHING_FITS
 from capdisc.embedders.port import Vector
 from capdisc.filters import SearchFilters
 from capdisc.models import Capability, Kind
+from capdisc.retrieval.config import calibrated_for
 
 DIM = 3
 
@@ -263,16 +265,22 @@ def test_match_to_dict_rounds_score_and_relevance_and_names_the_tier() -> None:
 # -- a snapshot whose retriever keeps its vectors reduced ----------------------------------------
 
 
-def reduced_snapshot(rows: int = 2100) -> IndexSnapshot:
+def reduced_snapshot(rows: int = 2100, rescore_below: int = 0) -> IndexSnapshot:
     """A hybrid snapshot above ``reduce_above`` (2,000 rows): its index keeps its vectors
-    projected to ``reduce_dims`` dimensions."""
+    projected to ``reduce_dims`` dimensions, and no full ones unless ``rescore_below`` admits
+    its size."""
     from capdisc.embedders.hashing import HashingEmbedder
 
     embedder = HashingEmbedder(384)
     caps = [cap(f"tool-{i}", category=f"topic-{i % 97}") for i in range(rows)]
     vectors = embedder.embed([f"{c.name} {c.category}" for c in caps])
+    base = replace(calibrated_for(""), rescore_below=rescore_below)
     return IndexSnapshot.build(
-        "acme", 1, 384, [(c, v.tobytes()) for c, v in zip(caps, vectors, strict=True)]
+        "acme",
+        1,
+        384,
+        [(c, v.tobytes()) for c, v in zip(caps, vectors, strict=True)],
+        retriever=partial(hybrid_retriever, base=base),
     )
 
 
@@ -312,6 +320,36 @@ def test_a_delta_on_a_reduced_snapshot_copies_every_unchanged_row_as_it_is(
     assert after.projection is before.projection
     assert np.array_equal(after.matrix[:-1], before.matrix[1:])
     np.testing.assert_allclose(after.matrix[-1], vector @ before.projection, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def rescoring() -> IndexSnapshot:
+    return reduced_snapshot(rescore_below=20_000)
+
+
+def test_a_projected_snapshot_that_rescores_keeps_one_copy_of_its_full_vectors(
+    rescoring: IndexSnapshot,
+) -> None:
+    index = rescoring.retriever.index  # type: ignore[attr-defined]
+
+    assert index.projection is not None and index.exact is not None
+    assert rescoring.matrix.shape == (2100, 384)
+    assert index.exact.matrix is rescoring.matrix
+
+
+def test_a_delta_on_it_keeps_the_full_vectors_of_every_row(rescoring: IndexSnapshot) -> None:
+    new = cap("send-mail")
+    vector = np.zeros(384, dtype=np.float32)
+    vector[7] = 1.0
+
+    changed = rescoring.with_changes(2, upserts=[(new, vector.tobytes())], deletes=["tool:tool-0"])
+    after = changed.retriever.index  # type: ignore[attr-defined]
+
+    assert after.exact is not None
+    assert np.array_equal(after.exact.matrix[:-1], rescoring.matrix[1:])
+    assert np.array_equal(after.exact.matrix[-1], vector)
+    found = changed.retriever.search("send mail", vector, 3, SearchFilters(), DiscoveryConfig())
+    assert found.hits[0].id == "tool:send-mail"
 
 
 def test_a_delta_of_reduced_rows_is_refused_by_a_retriever_that_does_not_keep_them(

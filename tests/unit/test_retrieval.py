@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from capdisc.embedders.hashing import HashingEmbedder
-from capdisc.embedders.port import Matrix
+from capdisc.embedders.port import Matrix, Vector
 from capdisc.filters import SearchFilters
 from capdisc.models import Capability, Kind
 from capdisc.retrieval.config import DEFAULT_CONFIG, RetrievalConfig, calibrated_for
@@ -523,6 +523,76 @@ def test_projection_keeps_the_ranking_of_a_large_catalog() -> None:
     assert (
         exact.search("x", query, 1).ids == reduced.search("x", query, 1, config=reduced_config).ids
     )
+
+
+def _unit_rows(rows: int, dim: int, seed: int) -> Matrix:
+    matrix = np.random.default_rng(seed).normal(size=(rows, dim)).astype(np.float32)
+    return matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+
+
+EXACT = replace(DEFAULT_CONFIG, reduce_dims=0)
+PROJECTED = replace(DEFAULT_CONFIG, reduce_dims=12, reduce_above=100, rescore_below=0)
+RESCORED = replace(PROJECTED, rescore_below=1_000, rescore_rows=300)  # every row
+
+
+def _top(config: RetrievalConfig, query: Vector, base: Matrix) -> list[tuple[str, float]]:
+    caps = [cap(f"tool:t{i}", f"tool number {i}") for i in range(len(base))]
+    index = RetrievalIndex.build(caps, base, config=config)
+    return [
+        (e.capability_id, e.evidence[0]) for e in index.search("x", query, 5, config=config).entries
+    ]
+
+
+def test_a_small_projected_catalog_scores_its_best_rows_with_exact_cosines() -> None:
+    base = _unit_rows(300, 32, 11)
+    near = base[[3, 42, 77, 150, 199, 260]] + 0.6 * _unit_rows(6, 32, 12)
+    queries = near / np.linalg.norm(near, axis=1, keepdims=True)
+
+    exact = [_top(EXACT, q, base) for q in queries]
+    rescored = [_top(RESCORED, q, base) for q in queries]
+    projected = [_top(PROJECTED, q, base) for q in queries]
+
+    assert [[i for i, _ in t] for t in rescored] == [[i for i, _ in t] for t in exact]
+    np.testing.assert_allclose(
+        [[c for _, c in t] for t in rescored], [[c for _, c in t] for t in exact], atol=1e-5
+    )
+    assert projected != exact  # 12 dimensions of 32 alone rank otherwise
+
+
+def test_every_row_a_rescoring_catalog_ranks_carries_its_exact_cosine() -> None:
+    base = _unit_rows(300, 32, 11)
+    caps = [cap(f"tool:t{i}", f"tool number {i}") for i in range(300)]
+    config = replace(RESCORED, rescore_rows=4)
+    index = RetrievalIndex.build(caps, base, config=config)
+    query = _unit_rows(1, 32, 13)[0]
+
+    found = index.search("x", query, 5, config=config).entries
+
+    rows = [int(e.capability_id.removeprefix("tool:t")) for e in found]
+    np.testing.assert_allclose([e.evidence[0] for e in found], base[rows] @ query, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("rows", "config", "kept"),
+    [
+        (300, RESCORED, True),
+        (300, PROJECTED, False),  # rescoring off
+        (300, replace(RESCORED, rescore_below=200), False),  # too large to keep them
+        (300, replace(RESCORED, ann_above=250), False),  # large enough for the graph
+        (80, RESCORED, False),  # not projected at all
+    ],
+)
+def test_only_a_projected_catalog_within_the_limits_keeps_its_full_vectors(
+    rows: int, config: RetrievalConfig, kept: bool
+) -> None:
+    caps = [cap(f"tool:t{i}", f"tool number {i}") for i in range(rows)]
+    base = _unit_rows(rows, 32, 5)
+
+    index = RetrievalIndex.build(caps, base, config=config)
+
+    assert (index.exact is not None) == kept
+    if kept:
+        assert index.exact is not None and index.exact.matrix is base  # not a copy
 
 
 def test_config_is_a_frozen_value() -> None:

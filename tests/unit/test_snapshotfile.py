@@ -162,6 +162,33 @@ def test_a_snapshot_read_back_answers_as_the_one_written(
     assert loaded.tier0(200, "heuristic") == built.tier0(200, "heuristic")
 
 
+def test_a_snapshot_that_rescores_is_read_back_with_its_full_vectors(tmp_path: Path) -> None:
+    rescoring = replace(calibrated_for(EMBEDDER.id), reduce_above=100, reduce_dims=16)
+    caps = catalog()
+    vectors = EMBEDDER.embed([full_text(c) for c in caps])
+    built = IndexSnapshot.build(
+        "acme",
+        42,
+        EMBEDDER.dim,
+        ((c, vectors[i].tobytes()) for i, c in enumerate(caps)),
+        EMBEDDER.id,
+        functools.partial(hybrid_retriever, base=rescoring),
+        probes=PROBE_VECTORS,
+    )
+    path = write(tmp_path, built)
+
+    loaded = load_snapshot(path, read_header(path), PROBE_VECTORS)
+
+    index = loaded.retriever.index  # type: ignore[attr-defined]
+    assert index.projection is not None and index.exact is not None
+    assert np.array_equal(index.exact.matrix, vectors)
+    for query in QUERIES:
+        vector = EMBEDDER.embed([query])[0]
+        assert index.search(query, vector, 10, config=rescoring) == built.retriever.index.search(  # type: ignore[attr-defined]
+            query, vector, 10, config=rescoring
+        )
+
+
 def test_an_index_written_before_dense_rows_makes_them_and_answers_the_same(
     built: IndexSnapshot, tmp_path: Path
 ) -> None:

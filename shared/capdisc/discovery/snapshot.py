@@ -323,10 +323,12 @@ def _gather(
 
 
 def _reduced_index(retriever: Retriever) -> RetrievalIndex | None:
-    """The retrieval index of a hybrid retriever that reduced its vectors, else None."""
-    if isinstance(retriever, HybridRetriever) and retriever.index.projection is not None:
-        return retriever.index
-    return None
+    """The retrieval index of a hybrid retriever that reduced its vectors and kept no full
+    ones (a catalog above ``rescore_below``), else None."""
+    if not isinstance(retriever, HybridRetriever):
+        return None
+    index = retriever.index
+    return index if index.projection is not None and index.exact is None else None
 
 
 def _kept(matrix: Matrix, retriever: Retriever, dim: int) -> Matrix:
@@ -362,7 +364,7 @@ class IndexSnapshot:
     snapshot at all.
 
     ``matrix`` holds the stored vectors, except when the retriever keeps them reduced to its
-    projection (a hybrid retriever above ``reduce_above`` rows): then it is empty, and
+    projection only (a hybrid retriever above ``rescore_below`` rows): then it is empty, and
     :meth:`vectors` gives them back from the reduced rows (1.5 KB less per capability held).
     """
 

@@ -40,7 +40,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -59,6 +59,7 @@ from capdisc.embedders.port import Matrix
 from capdisc.errors import SnapshotError
 from capdisc.registry.flags import Mark
 from capdisc.retrieval.config import calibrated_for
+from capdisc.retrieval.index import ExactRows
 from capdisc.retrieval.lexical import stemming_available
 from capdisc.retrieval.persist import load_index, save_index
 from capdisc.retrieval.text import embedder_id_of
@@ -397,7 +398,10 @@ def _load(path: Path, header: SnapshotHeader, probes: Matrix | None, mmap: bool)
         raise ValueError(f"{len(table)} records for {header.capabilities} capabilities")
     loaded = np.load(path / VECTORS, mmap_mode="r" if mmap else None, allow_pickle=False)
     vectors: Matrix = loaded.view(np.ndarray) if isinstance(loaded, np.memmap) else loaded
-    rows = 0 if index.projection is not None else len(table)  # reduced: kept by the index
+    if index.projection is not None and len(vectors) == len(table) > 0:
+        index = replace(index, exact=ExactRows.of(vectors))  # its best rows rescored exactly
+    reduced = index.projection is not None and index.exact is None  # the vectors: in the index
+    rows = 0 if reduced else len(table)
     if vectors.dtype != np.float32 or vectors.shape != (rows, header.dim):
         raise ValueError(f"vectors of shape {vectors.shape} for {len(table)} records")
     marks = {

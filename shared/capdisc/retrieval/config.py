@@ -44,9 +44,16 @@ class RetrievalConfig:
     candidates: int = 64
     #: Catalogs of more than ``reduce_above`` rows search a ``reduce_dims``-dimensional
     #: projection of the vectors (the top right singular vectors of the matrix): half the memory
-    #: traffic of a full pass, measured within 0.002 recall@5 of exact (0 disables).
+    #: traffic of a full pass (0 disables).
     reduce_dims: int = 192
     reduce_above: int = 2000
+    #: A projected catalog of at most ``rescore_below`` rows (and not above ``ann_above``)
+    #: also keeps its full vectors: the ``k + 1`` rows a query asks for, and ``rescore_rows``
+    #: more, best by the projected scores, are scored again with exact cosines and ranked by
+    #: those, since the projection drops the directions that tell near-duplicate tools apart
+    #: (docs/benchmarks.md, "Exact cosines for the best rows"; 0 disables).
+    rescore_below: int = 20_000
+    rescore_rows: int = 32
     #: Catalogs of more than ``ann_above`` rows take a query's dense candidates from an HNSW
     #: graph (:mod:`capdisc.retrieval.neighbors`) once it is built: its ``ann_candidates`` best
     #: rows and as many BM25 best are scored exactly, instead of every row. A filter that

@@ -20,7 +20,11 @@ filter masks, the exact-name table) so a query only does arithmetic:
    match never abstains).
 
 Catalogs larger than ``reduce_above`` rows are searched in a ``reduce_dims`` projection of the
-vectors (within 0.002 recall@5 of exact on both benchmarks, half the memory traffic). Filters
+vectors (half the memory traffic). Up to ``rescore_below`` rows the index also keeps the full
+vectors and scores the rows a query asks for, and ``rescore_rows`` more, again with exact
+cosines (:class:`ExactRows`): the projection drops the directions that tell near-duplicates
+apart.
+Filters
 (:class:`capdisc.filters.SearchFilters`: kind, category, tags, availability, ids, and the
 caller's visibility) are applied before top-k, as a row mask.
 
@@ -71,6 +75,22 @@ RowArray = npt.NDArray[np.int32]
 
 
 @dataclass(frozen=True, eq=False)
+class ExactRows:
+    """A projected index's full vectors, their mean row and second-moment matrix: the exact
+    cosines of a few rows and the catalog-wide moments they are standardized with."""
+
+    matrix: Matrix
+    mean_vector: Vector
+    moment: Matrix
+
+    @classmethod
+    def of(cls, matrix: Matrix, gram: npt.NDArray[np.float64] | None = None) -> ExactRows:
+        """``matrix``'s (``gram``: its Gram matrix, when already computed)."""
+        gram = gram if gram is not None else _gram(matrix)
+        return cls(matrix, _mean_row(matrix), _second_moment(gram, len(matrix)))
+
+
+@dataclass(frozen=True, eq=False)
 class RetrievalIndex:
     """Everything a query needs, precomputed from one set of capabilities and their vectors."""
 
@@ -109,6 +129,8 @@ class RetrievalIndex:
     neighbors: NeighborSlot = field(default_factory=NeighborSlot)
     #: Query texts' BM25 figures over the catalog (:mod:`capdisc.retrieval.textstats`).
     texts: TextMemo = field(default_factory=TextMemo)
+    #: The full vectors of a projected index small enough to keep them (``rescore_below``).
+    exact: ExactRows | None = None
 
     @classmethod
     def build(
@@ -150,7 +172,7 @@ class RetrievalIndex:
             raise ValueError(
                 f"{len(capabilities)} capabilities for a table of {len(table)} (an id repeated?)"
             )
-        matrix, projection, moment = (
+        matrix, projection, moment, exact = (
             _reduced_side(vectors, len(table), previous)
             if reduced
             else _dense_side(vectors, summary_vectors, len(table), config, previous)
@@ -179,8 +201,13 @@ class RetrievalIndex:
             mean_vector=mean_vector,
             moment=moment,
             projection=projection,
-            probe_cosines=probe_cosines(matrix, probe_vectors, projection),
-            probe_rows=_probe_rows(probe_vectors, projection),
+            probe_cosines=(
+                probe_cosines(exact.matrix, probe_vectors, None)
+                if exact is not None
+                else probe_cosines(matrix, probe_vectors, projection)
+            ),
+            probe_rows=_probe_rows(probe_vectors, projection if exact is None else None),
+            exact=exact,
         )
 
     def __len__(self) -> int:
@@ -236,7 +263,7 @@ class RetrievalIndex:
         whole = pooled.score() if pooled is not None else self._score_whole(vector, lexical, config)
         coverage = part_coverage(self.lexicon, lexical.term_ids)
         whole = self._covered(whole, coverage, allowed, config)
-        ranking = best_rows(whole, allowed, want)
+        ranking = self._ranked(whole, allowed, (k, want), vector, exact, config)
         scored_parts = (
             self._score_parts(parts, lexical.parts(), embed, ranking, allowed, config)
             if parts and embed is not None
@@ -271,7 +298,8 @@ class RetrievalIndex:
         a tool is less often answered."""
         if not config.probe_penalty or self.probe_rows is None:
             return 0.0
-        nearest = float((self.probe_rows @ self._project(vector)).max())
+        searched = vector if self.exact is not None else self._project(vector)
+        nearest = float((self.probe_rows @ searched).max())
         return config.probe_penalty * (nearest - config.probe_baseline)
 
     def _graph(self, config: RetrievalConfig) -> Graph | None:
@@ -331,10 +359,35 @@ class RetrievalIndex:
         term_ids, bm25 = lexical.term_ids[0], lexical.row(0)
         if config.fusion != "zscore":
             return Scored(None, cosine, fuse(cosine, bm25, config), term_ids)
-        mean = float(vector @ self.mean_vector)
-        deviation = math.sqrt(max(float(vector @ self.moment @ vector) - mean * mean, 1e-12))
+        mean, deviation = _spread(vector, self.mean_vector, self.moment)
         side = lexical.side(0, config)
         return Scored(None, cosine, mix_side(cosine, mean, deviation, side, config), term_ids, side)
+
+    def _ranked(
+        self,
+        whole: Scored,
+        allowed: BoolArray,
+        sizes: tuple[int, int],
+        vector: Vector,
+        exact: int | None,
+        config: RetrievalConfig,
+    ) -> list[int]:
+        """The best rows of ``whole`` (``sizes``: the ``k`` asked for and how many ranked). With
+        full vectors kept, the best ``k + 1 + rescore_rows`` of the projected scores (and the
+        ``exact``-name row) are scored again with exact cosines first, in ``whole`` itself,
+        and lead the ranking in the order of those."""
+        k, want = sizes
+        rescore = self.exact is not None and whole.rows is None and whole.lexical is not None
+        if not rescore or not config.rescore_rows:
+            return best_rows(whole, allowed, want)
+        assert self.exact is not None
+        head = min(want, k + 1) + config.rescore_rows
+        rows = best_rows(whole, allowed, max(want, head))
+        again = rows[:head] if exact is None or exact in rows[:head] else [*rows[:head], exact]
+        projected = _spread(self._project(vector), self.mean_vector, self.moment)
+        _rescore(whole, np.asarray(again, dtype=np.int64), vector, self.exact, projected, config)
+        fused = whole.fused
+        return (sorted(rows[:head], key=lambda row: (-fused[row], row)) + rows[head:])[:want]
 
     def _score_parts(
         self,
@@ -348,12 +401,14 @@ class RetrievalIndex:
         """Score all sub-queries at once, on candidate rows only: the whole query's fused top
         rows (``ranking``) and each sub-query's BM25 top rows. The z-scores use catalog-wide
         moments (the dense ones from the matrix moments), so they equal a full pass's."""
-        vectors = self._project(np.asarray(embed(parts), dtype=np.float32))
+        vectors = np.asarray(embed(parts), dtype=np.float32)
         matching = [lexical.matching(i, config.candidates) for i in range(len(parts))]
         pool = candidate_pool(ranking, matching, allowed, config.candidates)
-        cosine = vectors @ self.matrix[pool].T  # (parts, pool)
-        means = vectors @ self.mean_vector
-        spread = ((vectors @ self.moment) * vectors).sum(axis=1) - means**2
+        space = self.exact or ExactRows(self.matrix, self.mean_vector, self.moment)
+        vectors = vectors if self.exact is not None else self._project(vectors)
+        cosine = vectors @ space.matrix[pool].T  # (parts, pool)
+        means = vectors @ space.mean_vector
+        spread = ((vectors @ space.moment) * vectors).sum(axis=1) - means**2
         fused = fuse_pooled(cosine, means, spread, lexical.at(pool), lexical.moments, config)
         term_ids = lexical.term_ids
         return [Scored(pool, cosine[i], fused[i], term_ids[i]) for i in range(len(parts))]
@@ -485,31 +540,71 @@ class _Pooled:
 # -- building ------------------------------------------------------------------------------------
 
 
+DenseSide = tuple[Matrix, Matrix | None, Matrix, ExactRows | None]
+
+
 def _dense_side(
     vectors: Matrix,
     summary_vectors: Matrix | None,
     count: int,
     config: RetrievalConfig,
     previous: RetrievalIndex | None,
-) -> tuple[Matrix, Matrix | None, Matrix]:
+) -> DenseSide:
     """The matrix queries are scored against, the projection it was reduced with (kept from
-    ``previous`` when it has one) and its second-moment matrix (from the full matrix's when
-    the projection is fitted here: one product of the large matrix instead of two)."""
+    ``previous`` when it has one), its second-moment matrix (from the full matrix's when
+    the projection is fitted here: one product of the large matrix instead of two) and, for
+    a projected catalog small enough, its full vectors (:func:`_kept_exact`)."""
     matrix = _dense_matrix(vectors, summary_vectors, count, config.full_text_weight)
     if previous is not None and previous.projection is not None:
         reduced = np.ascontiguousarray(matrix @ previous.projection)
-        return reduced, previous.projection, _second_moment(_gram(reduced), count)
+        moment = _second_moment(_gram(reduced), count)
+        return reduced, previous.projection, moment, _kept_exact(matrix, None, config)
     gram = _gram(matrix)
     projection = _projection(gram, count, config)
     if projection is None:
-        return matrix, None, _second_moment(gram, count)
+        return matrix, None, _second_moment(gram, count), None
     reduced = np.ascontiguousarray(matrix @ projection)
-    return reduced, projection, _second_moment(projection.T @ gram @ projection, count)
+    moment = _second_moment(projection.T @ gram @ projection, count)
+    return reduced, projection, moment, _kept_exact(matrix, gram, config)
 
 
-def _reduced_side(
-    rows: Matrix, count: int, previous: RetrievalIndex | None
-) -> tuple[Matrix, Matrix | None, Matrix]:
+def _kept_exact(
+    matrix: Matrix, gram: npt.NDArray[np.float64] | None, config: RetrievalConfig
+) -> ExactRows | None:
+    """The full vectors of a projected catalog of at most ``rescore_below`` rows (and not
+    large enough for the graph), else None."""
+    limit = min(config.rescore_below, config.ann_above or config.rescore_below)
+    if not config.rescore_rows or not limit or len(matrix) > limit:
+        return None
+    return ExactRows.of(matrix, gram)
+
+
+def _spread(vector: Vector, mean_vector: Vector, moment: Matrix) -> tuple[float, float]:
+    """The mean and deviation of ``vector``'s cosines over the catalog of these moments."""
+    mean = float(vector @ mean_vector)
+    return mean, math.sqrt(max(float(vector @ moment @ vector) - mean * mean, 1e-12))
+
+
+def _rescore(
+    scored: Scored,
+    rows: npt.NDArray[np.int64],
+    vector: Vector,
+    exact: ExactRows,
+    projected: tuple[float, float],
+    config: RetrievalConfig,
+) -> None:
+    """``scored`` (every row, projected) with exact cosines at ``rows``, in place: their dense
+    z-score, standardized with the full vectors' moments, replaces the projected one
+    (``projected``: that pass's mean and deviation)."""
+    mean, deviation = projected
+    exact_mean, exact_deviation = _spread(vector, exact.mean_vector, exact.moment)
+    cosine = exact.matrix[rows] @ vector
+    change = (cosine - exact_mean) / exact_deviation - (scored.cosine[rows] - mean) / deviation
+    scored.fused[rows] += (config.dense_weight * change).astype(np.float32)
+    scored.cosine[rows] = cosine
+
+
+def _reduced_side(rows: Matrix, count: int, previous: RetrievalIndex | None) -> DenseSide:
     """:func:`_dense_side` of rows in ``previous``'s projection already."""
     projection = previous.projection if previous is not None else None
     if projection is None or rows.ndim != 2 or rows.shape != (count, projection.shape[1]):
@@ -518,7 +613,7 @@ def _reduced_side(
             "need an earlier index with a projection of that width"
         )
     matrix = np.ascontiguousarray(rows, dtype=np.float32)
-    return matrix, projection, _second_moment(_gram(matrix), count)
+    return matrix, projection, _second_moment(_gram(matrix), count), None
 
 
 def _gram(matrix: Matrix) -> npt.NDArray[np.float64]:
