@@ -37,7 +37,7 @@ from capdisc.errors import SnapshotError
 from capdisc.filters import SearchFilters
 from capdisc.models import Capability, Visibility
 from capdisc.registry.flags import Mark
-from capdisc.retrieval.config import calibrated_for
+from capdisc.retrieval.config import RetrievalConfig, calibrated_for
 from capdisc.retrieval.neighbors import BackgroundBuilder, CarriedGraph
 from capdisc.retrieval.persist import load_index, save_index
 from capdisc.retrieval.probes import PROBES
@@ -87,7 +87,7 @@ def catalog() -> list[Capability]:
     return caps
 
 
-def build(builder: BackgroundBuilder) -> IndexSnapshot:
+def build(builder: BackgroundBuilder, base: RetrievalConfig = SMALL) -> IndexSnapshot:
     caps = catalog()
     vectors = EMBEDDER.embed([full_text(c) for c in caps])
     snapshot = IndexSnapshot.build(
@@ -96,7 +96,7 @@ def build(builder: BackgroundBuilder) -> IndexSnapshot:
         EMBEDDER.dim,
         ((c, vectors[i].tobytes()) for i, c in enumerate(caps)),
         EMBEDDER.id,
-        functools.partial(hybrid_retriever, base=SMALL, builder=builder),
+        functools.partial(hybrid_retriever, base=base, builder=builder),
         probes=PROBE_VECTORS,
         marks={caps[3].id: Mark((("R1", "description"),), caution=True)},
     )
@@ -164,29 +164,20 @@ def test_a_snapshot_read_back_answers_as_the_one_written(
 
 def test_a_snapshot_that_rescores_is_read_back_with_its_full_vectors(tmp_path: Path) -> None:
     rescoring = replace(calibrated_for(EMBEDDER.id), reduce_above=100, reduce_dims=16)
-    caps = catalog()
-    vectors = EMBEDDER.embed([full_text(c) for c in caps])
-    built = IndexSnapshot.build(
-        "acme",
-        42,
-        EMBEDDER.dim,
-        ((c, vectors[i].tobytes()) for i, c in enumerate(caps)),
-        EMBEDDER.id,
-        functools.partial(hybrid_retriever, base=rescoring),
-        probes=PROBE_VECTORS,
-    )
+    built = build(BackgroundBuilder(), rescoring)
     path = write(tmp_path, built)
 
     loaded = load_snapshot(path, read_header(path), PROBE_VECTORS)
 
     index = loaded.retriever.index  # type: ignore[attr-defined]
+    original = built.retriever.index  # type: ignore[attr-defined]
     assert index.projection is not None and index.exact is not None
-    assert np.array_equal(index.exact.matrix, vectors)
+    assert built.matrix.shape == (ROWS, EMBEDDER.dim)
+    assert np.array_equal(index.exact.matrix, built.matrix)
     for query in QUERIES:
         vector = EMBEDDER.embed([query])[0]
-        assert index.search(query, vector, 10, config=rescoring) == built.retriever.index.search(  # type: ignore[attr-defined]
-            query, vector, 10, config=rescoring
-        )
+        found = index.search(query, vector, 10, config=rescoring)
+        assert found == original.search(query, vector, 10, config=rescoring)
 
 
 def test_an_index_written_before_dense_rows_makes_them_and_answers_the_same(

@@ -23,10 +23,8 @@ Catalogs larger than ``reduce_above`` rows are searched in a ``reduce_dims`` pro
 vectors (half the memory traffic). Up to ``rescore_below`` rows the index also keeps the full
 vectors and scores the rows a query asks for, and ``rescore_rows`` more, again with exact
 cosines (:class:`ExactRows`): the projection drops the directions that tell near-duplicates
-apart.
-Filters
-(:class:`capdisc.filters.SearchFilters`: kind, category, tags, availability, ids, and the
-caller's visibility) are applied before top-k, as a row mask.
+apart. Filters (:class:`capdisc.filters.SearchFilters`: kind, category, tags, availability,
+ids, and the caller's visibility) are applied before top-k, as a row mask.
 
 Catalogs larger than ``ann_above`` rows, once their HNSW graph is built, score candidate rows
 only (:class:`_Pooled`): the graph's dense best and the BM25 best, with catalog-wide moments.
@@ -298,8 +296,7 @@ class RetrievalIndex:
         a tool is less often answered."""
         if not config.probe_penalty or self.probe_rows is None:
             return 0.0
-        searched = vector if self.exact is not None else self._project(vector)
-        nearest = float((self.probe_rows @ searched).max())
+        nearest = float((self.probe_rows @ self._exactly(vector)).max())
         return config.probe_penalty * (nearest - config.probe_baseline)
 
     def _graph(self, config: RetrievalConfig) -> Graph | None:
@@ -361,7 +358,8 @@ class RetrievalIndex:
             return Scored(None, cosine, fuse(cosine, bm25, config), term_ids)
         mean, deviation = _spread(vector, self.mean_vector, self.moment)
         side = lexical.side(0, config)
-        return Scored(None, cosine, mix_side(cosine, mean, deviation, side, config), term_ids, side)
+        fused = mix_side(cosine, mean, deviation, side, config)
+        return Scored(None, cosine, fused, term_ids, side, (mean, deviation))
 
     def _ranked(
         self,
@@ -377,15 +375,12 @@ class RetrievalIndex:
         ``exact``-name row) are scored again with exact cosines first, in ``whole`` itself,
         and lead the ranking in the order of those."""
         k, want = sizes
-        rescore = self.exact is not None and whole.rows is None and whole.lexical is not None
-        if not rescore or not config.rescore_rows:
+        if self.exact is None or whole.dense is None or not config.rescore_rows:
             return best_rows(whole, allowed, want)
-        assert self.exact is not None
         head = min(want, k + 1) + config.rescore_rows
         rows = best_rows(whole, allowed, max(want, head))
         again = rows[:head] if exact is None or exact in rows[:head] else [*rows[:head], exact]
-        projected = _spread(self._project(vector), self.mean_vector, self.moment)
-        _rescore(whole, np.asarray(again, dtype=np.int64), vector, self.exact, projected, config)
+        _rescore(whole, np.asarray(again, dtype=np.int64), vector, self.exact, whole.dense, config)
         fused = whole.fused
         return (sorted(rows[:head], key=lambda row: (-fused[row], row)) + rows[head:])[:want]
 
@@ -401,11 +396,10 @@ class RetrievalIndex:
         """Score all sub-queries at once, on candidate rows only: the whole query's fused top
         rows (``ranking``) and each sub-query's BM25 top rows. The z-scores use catalog-wide
         moments (the dense ones from the matrix moments), so they equal a full pass's."""
-        vectors = np.asarray(embed(parts), dtype=np.float32)
+        vectors = self._exactly(np.asarray(embed(parts), dtype=np.float32))
         matching = [lexical.matching(i, config.candidates) for i in range(len(parts))]
         pool = candidate_pool(ranking, matching, allowed, config.candidates)
-        space = self.exact or ExactRows(self.matrix, self.mean_vector, self.moment)
-        vectors = vectors if self.exact is not None else self._project(vectors)
+        space = self.exact or self
         cosine = vectors @ space.matrix[pool].T  # (parts, pool)
         means = vectors @ space.mean_vector
         spread = ((vectors @ space.moment) * vectors).sum(axis=1) - means**2
@@ -416,6 +410,11 @@ class RetrievalIndex:
     def _project(self, vectors: Matrix) -> Matrix:
         """Query vectors in the space the catalog is searched in."""
         return vectors @ self.projection if self.projection is not None else vectors
+
+    def _exactly(self, vectors: Matrix) -> Matrix:
+        """Query vectors in the space rows are scored exactly in: as given when the full
+        vectors are kept (:class:`ExactRows`), else the searched space."""
+        return vectors if self.exact is not None else self._project(vectors)
 
     def _exact(self, query: str, allowed: BoolArray) -> int | None:
         """The first row ``query`` names that the search allows."""

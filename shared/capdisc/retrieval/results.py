@@ -55,6 +55,9 @@ class Scored:
     term_ids: IntArray  # the text's BM25 terms (coverage is computed for the final rows only)
     #: How the text's BM25 scores entered ``fused`` (the z-score mix only).
     lexical: LexicalSide | None = None
+    #: The catalog mean and deviation its cosines were standardized with (the z-score mix of
+    #: every row only): what an exact cosine's z-score replaces.
+    dense: tuple[float, float] | None = None
 
     def positions(self, rows: Sequence[int]) -> list[int | None]:
         """The position of each catalog row of ``rows`` in these scores, None when it was not
