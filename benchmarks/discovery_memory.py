@@ -32,7 +32,8 @@ and, in this process on the same capabilities and vectors, the exact scan of eve
 the graph search (and the search right after the model), with the graph's recall@10 of the
 exact answers. ``fresh_beyond_model_ms`` is what a fresh discover took beyond the model's time
 for its own texts, query by query (``fresh_beyond_model_after_search_ms``: beyond that time
-measured right after a search).
+measured right after a search); ``fresh_beyond_model_in_worker_ms`` beyond the model's time as
+the worker itself timed it in that turn (each reply's ``model_ms``).
 
     .venv/bin/python benchmarks/discovery_memory.py [--sizes 10000,100000 | --size N]
         [--queries 300] [--embedder hashing|minilm] [--json [PATH]]
@@ -526,16 +527,22 @@ def timed(
     (each answer's ids appended to ``answers`` when given)."""
     round_trip: list[float] = []
     in_worker: list[float] = []
+    model: list[float] = []
     for query in queries:
         started = time.perf_counter()
         answer = client.discover(query)
         round_trip.append((time.perf_counter() - started) * 1000)
         in_worker.append(answer.took_ms)
+        model.append(answer.model_ms)
         if answers is not None:
             answers.append(answer.ids)
     return {
         "round_trip_ms": _stats(round_trip),
         "in_worker_ms": _stats(in_worker),
+        "model_in_worker_ms": _stats(model),
+        "beyond_model_in_worker_ms": _stats(
+            [t - m for t, m in zip(round_trip, model, strict=True)]
+        ),
         "each_ms": [round(v, 3) for v in round_trip],
     }
 
@@ -746,6 +753,8 @@ def summary_object(result: dict[str, Any]) -> dict[str, Any]:
         "discover_fresh_ms": pair(result["fresh"]["round_trip_ms"]),
         "fresh_beyond_model_ms": result["fresh_beyond_model_ms"],
         "fresh_beyond_model_after_search_ms": result["fresh_beyond_model_after_search_ms"],
+        "fresh_beyond_model_in_worker_ms": pair(result["fresh"]["beyond_model_in_worker_ms"]),
+        "model_in_worker_ms": pair(result["fresh"]["model_in_worker_ms"]),
         "recall_at_10_vs_exact": result["recall_at_10_vs_exact"],
         "recall_at_10_ties": result["recall_at_10_ties"],
         "floors": result["floors"],
@@ -833,6 +842,15 @@ def print_size(result: dict[str, Any], idle: dict[str, Any]) -> None:
         f"search, {f['model_turn_after_search_ms']['p50']:.3f} ms: median {after['p50']:.2f} "
         f"ms, p99 {after['p99']:.2f} ms); in this process, the search right after the model "
         f"{f['search_after_model_ms']['p50']:.3f} ms"
+    )
+    model, beyond = (
+        result["fresh"]["model_in_worker_ms"],
+        result["fresh"]["beyond_model_in_worker_ms"],
+    )
+    print(
+        f"  the model as the worker timed it in each fresh turn (its reply's model_ms): median "
+        f"{model['median']:.2f} ms, p99 {model['p99']:.2f} ms; each fresh discover beyond it: "
+        f"median {beyond['median']:.2f} ms, p99 {beyond['p99']:.2f} ms"
     )
     for label in ("fresh", "cached"):
         trip, inside = result[label]["round_trip_ms"], result[label]["in_worker_ms"]

@@ -497,7 +497,8 @@ def _render_answer(answer: Answer) -> str:
         f"index version {answer.index_version} · {len(answer.capabilities)} capabilities"
         f" · {tokens.get('total', 0)} tokens (tier 0 {tokens.get('tier0', 0)}, tier 1 "
         f"{tokens.get('tier1', 0)}, tier 2 {tokens.get('tier2', 0)}) · "
-        f"{answer.took_ms:.1f} ms in {answer.worker}",
+        f"{answer.took_ms:.1f} ms in {answer.worker}"
+        + (f" (the model {answer.model_ms:.1f} ms)" if answer.model_ms else ""),
         "",
     ]
     if answer.abstained:

@@ -54,6 +54,8 @@ class Answer:
     tool_sources: dict[str, SourceRef] = field(default_factory=dict)
     worker: str = ""
     took_ms: float = 0.0
+    #: Of ``took_ms``, the time the worker spent in the query model (0: the vectors were cached).
+    model_ms: float = 0.0
     #: Category -> workflow guidance for the categories found (docs/design.md, "Workflow hints").
     workflow_hints: dict[str, str] = field(default_factory=dict)
     #: In a session: ``id``, ``bound`` (the working set), ``added``, ``evicted``,
@@ -386,6 +388,7 @@ def _answer(raw: dict[str, Any]) -> Answer:
         tool_sources=dict(reply.tools.sources) if reply.tools else {},
         worker=reply.worker,
         took_ms=reply.took_ms,
+        model_ms=reply.model_ms,
         workflow_hints=dict(reply.workflow_hints),
         session=reply.session.to_dict() if reply.session else None,
         raw=raw,

@@ -56,18 +56,21 @@ def _metrics_port(stack: PrivateStack, kind: str) -> int:
 def test_a_discovery_worker_counts_what_it_answers_and_serves(stack: PrivateStack) -> None:
     version = publish_and_serve(stack, EXAMPLES, TENANT)
     client = Client.from_url(stack.url, tenant=TENANT, timeout_s=20)
-    client.discover("refund a stripe payment")
+    fresh = client.discover("refund a stripe payment")
+    again = client.discover("refund a stripe payment")  # its vectors cached: no model time
     with pytest.raises(UnknownTenantError):
         client.discover("anything", tenant="nobody-here")
 
     samples = _samples(_metrics_port(stack, "discovery"))
 
-    assert samples[("capdisc_requests_total", (("op", "discover"), ("outcome", "ok")))] == 1
+    assert samples[("capdisc_requests_total", (("op", "discover"), ("outcome", "ok")))] == 2
     assert (
         samples[("capdisc_requests_total", (("op", "discover"), ("outcome", "unknown_tenant")))]
         == 1
     )
-    assert samples[("capdisc_request_seconds_count", (("op", "discover"),))] == 2
+    assert samples[("capdisc_request_seconds_count", (("op", "discover"),))] == 3
+    assert samples[("capdisc_model_seconds_count", ())] == 1
+    assert 0 < fresh.model_ms <= fresh.took_ms and again.model_ms == 0
     assert samples[("capdisc_index_version", (("tenant", TENANT),))] == version
     assert samples[("capdisc_served_version", (("tenant", TENANT),))] == version
     assert samples[("capdisc_redis_up", ())] == 1

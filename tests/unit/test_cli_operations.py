@@ -14,11 +14,13 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from capdisc.client import Answer
 from capdisc.status import health_failures
 from capdisc_producers.cli import (
     Verbs,
     _ago,
     _outcome_verb,
+    _render_answer,
     _render_status,
     _snapshot_lines,
     _versions,
@@ -237,3 +239,19 @@ def test_the_snapshot_lines_follow_the_workers_line_of_the_status() -> None:
         "  discovery@host:2: no snapshot written yet (snapshot_dir set)",
     ]
     assert lines[at + 3].startswith("queues: ")
+
+
+@pytest.mark.parametrize(
+    ("model_ms", "says"),
+    [
+        (4.7, "7.0 ms in discovery@h:1 (the model 4.7 ms)"),
+        (0.0, "7.0 ms in discovery@h:1\n"),
+    ],
+    ids=["fresh: the model's share shown", "cached: no model time"],
+)
+def test_a_discover_answer_says_how_much_of_its_time_was_the_model(
+    model_ms: float, says: str
+) -> None:
+    answer = Answer("q", "acme", 3, [], "", worker="discovery@h:1", took_ms=7.0, model_ms=model_ms)
+
+    assert says in _render_answer(answer) + "\n"

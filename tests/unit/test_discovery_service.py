@@ -3,6 +3,8 @@ in, one typed reply out, with the in-memory session binder behind its port."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from capdisc.discovery.config import DiscoveryConfig
@@ -135,6 +137,18 @@ def test_a_caller_sees_only_what_its_roles_allow(
     assert ("tool:payroll-run" in reply.ids) is sees_payroll
     assert reply.tools is not None
     assert ("tool:payroll-run" in reply.tools.tool_names.values()) is sees_payroll
+
+
+def test_a_reply_says_the_time_its_turn_spent_in_the_model_and_a_cached_turn_spent_none() -> None:
+    ticks = itertools.count()  # one second a reading: each model call takes 1,000 ms
+    queries = CachedQueryEmbedder(EMBEDDER, clock=lambda: float(next(ticks)))
+    context = Context(_snapshot(), queries, CONFIG, SessionPolicy())
+    request = DiscoverRequest("refund a stripe payment", tenant="acme")
+
+    fresh, again = answer(request, context), answer(request, context)
+
+    assert fresh.model_ms >= 1000.0 and fresh.model_ms % 1000.0 == 0.0
+    assert again.model_ms == 0.0
 
 
 def test_a_bad_per_call_option_is_a_config_error_naming_it() -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -132,6 +134,55 @@ def test_cache_evicts_the_least_recently_used_text() -> None:
         cache.embed_one(text)
 
     assert inner.calls == [["a"], ["b"], ["c"], ["b"]]
+
+
+def _ticking() -> Callable[[], float]:
+    """A clock that moves one second each time it is read (a model call reads it twice)."""
+    return itertools.count().__next__  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda cache: cache.embed_one("find flights"),
+        lambda cache: cache.embed_many(["find flights", "book hotels"]),
+        lambda cache: cache.embed_with_parts("find flights and book hotels", ["book hotels"]),
+        lambda cache: cache.embed_with_parts("find flights and book hotels", ["book"], False),
+    ],
+    ids=["one", "many", "pooled parts", "parts apart"],
+)
+def test_each_model_call_is_timed_and_a_cached_call_costs_no_model_time(
+    call: Callable[[CachedQueryEmbedder], object],
+) -> None:
+    cache = CachedQueryEmbedder(CountingEmbedder(), clock=_ticking())
+
+    call(cache)
+    first = cache.take_model_ms()
+    call(cache)
+
+    assert first == 1000.0 and cache.take_model_ms() == 0.0
+
+
+def test_the_model_time_is_taken_once() -> None:
+    cache = CachedQueryEmbedder(CountingEmbedder(), clock=_ticking())
+    cache.embed_one("a")
+
+    assert cache.take_model_ms() == 1000.0 and cache.take_model_ms() == 0.0
+
+
+def test_another_threads_model_calls_do_not_count_for_this_thread() -> None:
+    cache = CachedQueryEmbedder(CountingEmbedder(), clock=_ticking())
+    theirs: list[float] = []
+
+    def other_turn() -> None:
+        cache.embed_one("b")
+        theirs.append(cache.take_model_ms())
+
+    worker = threading.Thread(target=other_turn)
+    worker.start()
+    worker.join()
+
+    assert theirs == [1000.0] and cache.take_model_ms() == 0.0
 
 
 def test_cache_of_size_zero_always_calls_the_inner_embedder() -> None:

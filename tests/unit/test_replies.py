@@ -44,6 +44,7 @@ GOOD: dict[str, Any] = {
     "workflow_hints": {},
     "worker": "w",
     "took_ms": 1.0,
+    "model_ms": 0.5,
 }
 
 
@@ -54,9 +55,16 @@ def test_a_discover_reply_reads_back_what_was_sent() -> None:
     assert DiscoverReply.from_dict(reply.to_dict()) == reply
 
 
+def test_a_discover_reply_of_a_worker_that_does_not_time_its_model_reads_as_no_model_time() -> None:
+    raw = {k: v for k, v in GOOD.items() if k != "model_ms"}
+
+    assert DiscoverReply.from_dict(raw).model_ms == 0.0
+
+
 @pytest.mark.parametrize(
     ("change", "says"),
     [
+        ({"model_ms": "fast"}, "field 'model_ms' has the wrong type"),
         ({"index_version": None}, "field 'index_version' has the wrong type"),
         ({"abstained": 1}, "field 'abstained' has the wrong type"),
         ({"index_version": True}, "field 'index_version' has the wrong type"),

@@ -197,6 +197,8 @@ class DiscoveryWorker:
         op = "session" if isinstance(entry.request, SessionRequest) else "discover"
         metrics.REQUESTS.labels(op, reply.code if isinstance(reply, ErrorReply) else "ok").inc()
         metrics.REQUEST_SECONDS.labels(op).observe(took_s)
+        if isinstance(reply, DiscoverReply) and reply.model_ms > 0:
+            metrics.MODEL_SECONDS.observe(reply.model_ms / 1000)
         return reply.with_timing(self.worker_id, round(took_s * 1000, 3))
 
     def _reply(self, entry: Entry) -> Reply:

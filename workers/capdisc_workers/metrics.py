@@ -12,6 +12,8 @@ metric                                          what
 ``capdisc_requests_total{op,outcome}``          discovery requests answered; ``outcome`` is
                                                 ``ok`` or the error code of the reply
 ``capdisc_request_seconds{op}``                 time to answer one (histogram)
+``capdisc_model_seconds``                       of a discover turn that embedded its query,
+                                                the time in the query model (histogram)
 ``capdisc_tasks_total{task,outcome}``           indexing tasks run (``ok``, ``retry``,
                                                 ``failed``)
 ``capdisc_task_seconds{task}``                  time of one indexing task (histogram)
@@ -50,6 +52,11 @@ REQUEST_SECONDS = Histogram(
     "capdisc_request_seconds",
     "Time to answer a discovery request",
     ["op"],
+    buckets=REQUEST_BUCKETS,
+)
+MODEL_SECONDS = Histogram(
+    "capdisc_model_seconds",
+    "Time a discovery turn spent in the query model (turns whose vectors were not cached)",
     buckets=REQUEST_BUCKETS,
 )
 TASKS = Counter("capdisc_tasks", "Indexing tasks run", ["task", "outcome"])

@@ -205,6 +205,8 @@ class DiscoverReply:
     tools: ToolBundle | None = None
     worker: str = ""
     took_ms: float = 0.0
+    #: Of ``took_ms``, the time spent in the query model (0 when every vector was cached).
+    model_ms: float = 0.0
 
     @property
     def ids(self) -> list[str]:
@@ -229,6 +231,7 @@ class DiscoverReply:
             "workflow_hints": dict(self.workflow_hints),
             "worker": self.worker,
             "took_ms": self.took_ms,
+            "model_ms": self.model_ms,
         }
         if self.session is not None:
             reply["session"] = self.session.to_dict()
@@ -266,10 +269,14 @@ class DiscoverReply:
             tools=ToolBundle.from_dict(raw, where) if "tools" in raw else None,
             worker=_optional(raw, "worker", str, where, ""),
             took_ms=_optional(raw, "took_ms", (int, float), where, 0.0),
+            model_ms=_optional(raw, "model_ms", (int, float), where, 0.0),
         )
 
     def with_timing(self, worker: str, took_ms: float) -> DiscoverReply:
         return _with(self, worker=worker, took_ms=took_ms)
+
+    def with_model_time(self, model_ms: float) -> DiscoverReply:
+        return _with(self, model_ms=round(model_ms, 3))
 
 
 @dataclass(frozen=True)

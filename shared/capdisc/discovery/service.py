@@ -54,19 +54,21 @@ class Context:
 def answer(request: DiscoverRequest, context: Context) -> DiscoverReply:
     """The reply to ``request`` (already admitted: its roles and user are who asks).
     :class:`~capdisc.errors.CapdiscError` for a bad per-call option, a failed embedding or a
-    session that cannot be bound."""
+    session that cannot be bound. The reply says how much of the turn was the query model."""
+    context.queries.take_model_ms()  # this turn's model time counts from here
     profile = context.sessions.profile(request.profile)
     config = context.discovery.merged({**profile.options, **request.options})
     vector, embed = embed_turn(context.queries, request.query, config)
     query = query_for(request, context.sessions)
     result = discover(context.snapshot, query, vector, config, embed)
     session = _bind(request, context, query, result, vector, config)
-    return reply_for(
+    reply = reply_for(
         request.request_id,
         result,
         session,
         _tools(request, context.snapshot, result, session, query),
     )
+    return reply.with_model_time(context.queries.take_model_ms())
 
 
 def query_for(request: DiscoverRequest, policy: SessionPolicy) -> Query:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -47,16 +48,42 @@ class SharedVectors(Protocol):
 
 class CachedQueryEmbedder:
     """An LRU cache of query embeddings in front of an embedder (per-turn queries), backed by
-    an optional :class:`SharedVectors` cache for the vectors of whole turns."""
+    an optional :class:`SharedVectors` cache for the vectors of whole turns.
+
+    It also counts, per thread, the time its calls spend in the model (``clock`` in seconds):
+    :meth:`take_model_ms` gives what a turn spent there, so a reply can say how much of it was
+    the model and how much the search (a cached turn spends none)."""
 
     def __init__(
-        self, inner: Embedder, size: int = 4096, shared: SharedVectors | None = None
+        self,
+        inner: Embedder,
+        size: int = 4096,
+        shared: SharedVectors | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.inner = inner
         self._size = size
         self._cache: OrderedDict[str, Vector] = OrderedDict()
         self._lock = threading.Lock()
         self._shared = shared
+        self._clock = clock
+        self._spent = threading.local()
+
+    def take_model_ms(self) -> float:
+        """Milliseconds this thread's calls spent in the model since it last asked (the
+        count starts again from zero)."""
+        spent: float = getattr(self._spent, "ms", 0.0)
+        self._spent.ms = 0.0
+        return spent
+
+    def _in_model(self, call: Callable[[], Matrix]) -> Matrix:
+        """``call()`` (a call of the model), its time added to this thread's count."""
+        started = self._clock()
+        try:
+            return call()
+        finally:
+            spent = (self._clock() - started) * 1000
+            self._spent.ms = getattr(self._spent, "ms", 0.0) + spent
 
     def embed_one(self, text: str) -> Vector:
         with self._lock:
@@ -64,7 +91,7 @@ class CachedQueryEmbedder:
             if hit is not None:
                 self._cache.move_to_end(text)
                 return hit
-        vector: Vector = self.inner.embed([text])[0]
+        vector: Vector = self._in_model(lambda: self.inner.embed([text]))[0]
         with self._lock:
             self._cache[text] = vector
             while len(self._cache) > self._size:
@@ -109,9 +136,11 @@ class CachedQueryEmbedder:
 
     def _embedded(self, text: str, parts: Sequence[str], pooled: bool) -> Matrix:
         if pooled:
-            return embed_with_parts(self.inner, text, parts)
+            return self._in_model(lambda: embed_with_parts(self.inner, text, parts))
         # two calls: the parts padded to the longest part, not to the whole text
-        return np.vstack([self.inner.embed([text]), self.inner.embed(list(parts))])
+        return self._in_model(
+            lambda: np.vstack([self.inner.embed([text]), self.inner.embed(list(parts))])
+        )
 
     def embed_many(self, texts: Sequence[str]) -> Matrix:
         """One row per text; the cache misses are embedded in one batch."""
@@ -121,7 +150,7 @@ class CachedQueryEmbedder:
             hits = {t: self._cache[t] for t in texts if t in self._cache}
         missing = list(dict.fromkeys(t for t in texts if t not in hits))
         if missing:
-            fresh = self.inner.embed(missing)
+            fresh = self._in_model(lambda: self.inner.embed(missing))
             with self._lock:
                 for text, vector in zip(missing, fresh, strict=True):
                     hits[text] = vector
