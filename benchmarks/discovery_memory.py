@@ -70,7 +70,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import redis
 
@@ -596,12 +596,11 @@ def model_after_search(
     the query before it, then the search for this query right after its model calls. In a
     serving process each half pushes the other's data out of the CPU caches; back to back,
     neither does."""
-    clock = ModelClock(embedder)
     model_ms, search_ms = [], []
     before = zip([*queries[-1:], *queries[:-1]], [*vectors[-1:], *vectors[:-1]], strict=True)
     for (previous, previous_vector), query, vector in zip(before, queries, vectors, strict=True):
         index.search(previous, previous_vector, 10, embed=embedder.embed, config=config)
-        model_ms.append(clock.turn_ms(query))
+        model_ms.append(model_turn_ms(embedder, query))
         started = time.perf_counter()
         index.search(query, vector, 10, embed=embedder.embed, config=config)
         search_ms.append((time.perf_counter() - started) * 1000)
@@ -657,8 +656,7 @@ def floors(url: str, embedder: Embedder, queries: list[str]) -> dict[str, Any]:
         started = time.perf_counter()
         embedder.embed([query])
         model.append((time.perf_counter() - started) * 1000)
-    clock = ModelClock(embedder)
-    turn = [clock.turn_ms(query) for query in queries]
+    turn = [model_turn_ms(embedder, query) for query in queries]
     return {
         "redis_round_trip_ms": _p50_p99(pings),
         "model_query_ms": _p50_p99(model),
@@ -667,34 +665,13 @@ def floors(url: str, embedder: Embedder, queries: list[str]) -> dict[str, Any]:
     }
 
 
-class ModelClock:
-    """An embedder that forwards to ``inner`` and adds the time of each of its model calls
-    (``embed``, ``embed_spans``) to ``spent_ms``."""
-
-    def __init__(self, inner: Embedder) -> None:
-        self.inner = inner
-        self.spent_ms = 0.0
-
-    def turn_ms(self, query: str) -> float:
-        """The model's time for what a fresh turn of ``query`` embeds, as the worker's engine
-        embeds it (:func:`capdisc.discovery.engine.embed_turn`, default config, empty cache)."""
-        self.spent_ms = 0.0
-        embed_turn(CachedQueryEmbedder(cast(Embedder, self)), query, DiscoveryConfig())
-        return self.spent_ms
-
-    def __getattr__(self, name: str) -> Any:
-        found = getattr(self.inner, name)
-        if not callable(found):
-            return found
-
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            try:
-                return found(*args, **kwargs)
-            finally:
-                self.spent_ms += (time.perf_counter() - started) * 1000
-
-        return timed
+def model_turn_ms(embedder: Embedder, query: str) -> float:
+    """The model's time for what a fresh turn of ``query`` embeds, as the worker's engine
+    embeds it (:func:`capdisc.discovery.engine.embed_turn`, default config, empty cache), as
+    the query embedder counts it for a reply's ``model_ms``."""
+    queries = CachedQueryEmbedder(embedder)
+    embed_turn(queries, query, DiscoveryConfig())
+    return queries.take_model_ms()
 
 
 def beyond_model(fresh_each_ms: list[float], model_each_ms: list[float]) -> dict[str, float]:

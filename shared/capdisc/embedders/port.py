@@ -11,15 +11,12 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from capdisc.errors import EmbeddingError
-
-if TYPE_CHECKING:
-    pass
 
 Vector = npt.NDArray[np.float32]
 Matrix = npt.NDArray[np.float32]

@@ -550,32 +550,29 @@ def _dense_side(
     previous: RetrievalIndex | None,
 ) -> DenseSide:
     """The matrix queries are scored against, the projection it was reduced with (kept from
-    ``previous`` when it has one), its second-moment matrix (from the full matrix's when
-    the projection is fitted here: one product of the large matrix instead of two) and, for
-    a projected catalog small enough, its full vectors (:func:`_kept_exact`)."""
+    ``previous`` when it has one), its second-moment matrix (from the full matrix's Gram
+    matrix whenever that is computed: one product of the large matrix instead of two) and,
+    for a projected catalog small enough, its full vectors (:func:`_keeps_exact`)."""
     matrix = _dense_matrix(vectors, summary_vectors, count, config.full_text_weight)
-    if previous is not None and previous.projection is not None:
-        reduced = np.ascontiguousarray(matrix @ previous.projection)
-        moment = _second_moment(_gram(reduced), count)
-        return reduced, previous.projection, moment, _kept_exact(matrix, None, config)
+    kept = previous.projection if previous is not None else None
+    if kept is not None and not _keeps_exact(count, config):  # the reduced rows' moment only
+        reduced = np.ascontiguousarray(matrix @ kept)
+        return reduced, kept, _second_moment(_gram(reduced), count), None
     gram = _gram(matrix)
-    projection = _projection(gram, count, config)
+    projection = kept if kept is not None else _projection(gram, count, config)
     if projection is None:
         return matrix, None, _second_moment(gram, count), None
     reduced = np.ascontiguousarray(matrix @ projection)
     moment = _second_moment(projection.T @ gram @ projection, count)
-    return reduced, projection, moment, _kept_exact(matrix, gram, config)
+    exact = ExactRows.of(matrix, gram) if _keeps_exact(count, config) else None
+    return reduced, projection, moment, exact
 
 
-def _kept_exact(
-    matrix: Matrix, gram: npt.NDArray[np.float64] | None, config: RetrievalConfig
-) -> ExactRows | None:
-    """The full vectors of a projected catalog of at most ``rescore_below`` rows (and not
-    large enough for the graph), else None."""
+def _keeps_exact(count: int, config: RetrievalConfig) -> bool:
+    """Whether a projected catalog of ``count`` rows keeps its full vectors: at most
+    ``rescore_below`` rows, and not large enough for the graph."""
     limit = min(config.rescore_below, config.ann_above or config.rescore_below)
-    if not config.rescore_rows or not limit or len(matrix) > limit:
-        return None
-    return ExactRows.of(matrix, gram)
+    return bool(config.rescore_rows) and 0 < count <= limit
 
 
 def _spread(vector: Vector, mean_vector: Vector, moment: Matrix) -> tuple[float, float]:
