@@ -71,8 +71,8 @@ class BadRequestError(EventDecodeError):
 class RequestEncodeError(CapdiscError):
     """A request could not be sent: an argument carries text that cannot be encoded as UTF-8
     (a lone surrogate such as ``"\\udc80"``, or bytes that were not UTF-8 decoded with
-    ``surrogateescape``), or a value JSON cannot carry. The message names the argument; pass
-    valid Unicode text."""
+    ``surrogateescape``), a value JSON cannot carry, or a request larger than a worker reads
+    (64 KiB). The message names the argument; pass valid Unicode text, or shorten it."""
 
     code = "unencodable"
 

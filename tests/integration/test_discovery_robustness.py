@@ -180,6 +180,18 @@ def test_the_client_refuses_a_lone_surrogate_naming_the_argument(stack: Stack) -
         client.working_set("s\ud800")
 
 
+def test_the_client_refuses_a_query_too_large_to_send_before_sending_it(
+    stack: Stack, connection: redis.Redis
+) -> None:
+    client = Client(stack.connection(), tenant="warmup", timeout_s=5)
+    last_before = connection.xinfo_stream(keys.DISCOVERY_REQUESTS)["last-generated-id"]
+
+    with pytest.raises(RequestEncodeError, match=r"its field 'query' takes \d+ of them"):
+        client.discover("x" * 100_000)
+
+    assert connection.xinfo_stream(keys.DISCOVERY_REQUESTS)["last-generated-id"] == last_before
+
+
 def test_an_entry_delivered_three_times_unanswered_is_quarantined(
     stack: Stack, connection: redis.Redis, dead_consumer: str
 ) -> None:

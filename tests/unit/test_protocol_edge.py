@@ -584,6 +584,40 @@ def test_the_client_refuses_text_it_cannot_encode_naming_the_field(
 
 
 @pytest.mark.parametrize(
+    ("message", "field", "limit"),
+    [
+        (DiscoverRequest(query="x" * (MAX_REQUEST_BYTES + 1)), "query", "4096 characters"),
+        (
+            SessionRequest(op="call", session="s", tool_id="t", arguments={"a": "é" * 40_000}),
+            "arguments",
+            "shorten it",
+        ),
+    ],
+)
+def test_the_client_refuses_a_request_larger_than_a_worker_reads_naming_its_largest_field(
+    message: DiscoverRequest | SessionRequest, field: str, limit: str
+) -> None:
+    with pytest.raises(RequestEncodeError) as refused:
+        message.encode()
+
+    text = str(refused.value)
+    assert f"the limit is {MAX_REQUEST_BYTES}: its field '{field}'" in text and limit in text
+
+
+def test_a_request_of_exactly_the_limit_is_sent_and_read() -> None:
+    base = SessionRequest(op="call", session="s", tool_id="t", arguments="", request_id="r-1")
+    room = MAX_REQUEST_BYTES - len(base.encode().encode("utf-8"))
+    request = SessionRequest(
+        op="call", session="s", tool_id="t", arguments="a" * room, request_id="r-1"
+    )
+
+    payload = request.encode()
+
+    assert len(payload.encode("utf-8")) == MAX_REQUEST_BYTES
+    assert SessionRequest.decode(payload) == request
+
+
+@pytest.mark.parametrize(
     ("text", "problem"),
     [
         ("fine ✓", None),

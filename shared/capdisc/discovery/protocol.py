@@ -518,18 +518,37 @@ def _without_no_token(fields: dict[str, Any]) -> dict[str, Any]:
 
 def _encode(fields: dict[str, Any], what: str) -> str:
     """``fields`` as compact JSON; when they cannot be sent, the error names the first field
-    that cannot (each is tried on its own only then)."""
+    that cannot (each is tried on its own only then). A request larger than a worker reads
+    (:data:`MAX_REQUEST_BYTES`) is refused here: a worker could not even find its id to
+    answer it."""
     try:
         text = json.dumps(fields, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-        text.encode("utf-8")
-        return text
+        size = len(text.encode("utf-8"))
     except (UnicodeEncodeError, TypeError, ValueError, RecursionError):
         pass
+    else:
+        if size > MAX_REQUEST_BYTES:
+            raise RequestEncodeError(_too_large(fields, what, size))
+        return text
     for name, value in fields.items():
         problem = _unsendable(value)
         if problem:
             raise RequestEncodeError(f"{what} field '{name}' {problem}")
     raise RequestEncodeError(f"{what} cannot be sent as JSON")  # no single field is to blame
+
+
+def _too_large(fields: dict[str, Any], what: str, size: int) -> str:
+    """Why a request of ``size`` bytes cannot be sent, naming its largest field."""
+    sizes = {
+        name: len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
+        for name, value in fields.items()
+    }
+    largest = max(sizes, key=sizes.__getitem__)
+    limit = f" (a query may have {MAX_QUERY_CHARS} characters)" if largest == "query" else ""
+    return (
+        f"{what} is {size} bytes, the limit is {MAX_REQUEST_BYTES}: its field '{largest}' "
+        f"takes {sizes[largest]} of them; shorten it{limit}"
+    )
 
 
 def _unsendable(value: Any) -> str | None:
