@@ -203,6 +203,8 @@ class CapabilityTable(Mapping[str, Capability]):
                 keep[self.rows[cid]] = False
         added = [-1 - i for cid, i in latest.items() if cid not in self.rows]
         picks = np.concatenate([sources[keep], np.asarray(added, dtype=np.int64)])
+        if not len(self):  # no rows to copy from (a worker's empty first snapshot)
+            return CapabilityTable.of(upserts[-1 - pick] for pick in added), picks.tolist()
         return self._picked(picks, upserts), picks.tolist()
 
     def _picked(

@@ -128,7 +128,7 @@ def test_a_change_replaces_in_place_appends_new_ids_and_drops_deleted_ones() -> 
     st.lists(st.integers(0, 11), max_size=6),
     st.sampled_from(["c0", "c1", "new"]),
     st.booleans(),
-    st.integers(1, 8),
+    st.integers(0, 8),
 )
 def test_a_changed_table_equals_the_table_made_afresh_of_the_same_capabilities(
     upserted: list[int], deleted: list[int], category: str, hidden: bool, size: int

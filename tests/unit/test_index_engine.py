@@ -128,6 +128,26 @@ def test_with_changes_upserts_and_deletes_into_a_new_snapshot(snapshot: IndexSna
     assert ranked(changed.search(vec(0, 1, 0), 1)) == [("tool:send-mail", 1.0)]
 
 
+@pytest.mark.parametrize("retriever", [cosine_retriever, hybrid_retriever])
+def test_with_changes_fills_an_empty_snapshot_as_a_build_would(retriever: object) -> None:
+    empty = IndexSnapshot.build("acme", 0, DIM, [], retriever=retriever)  # type: ignore[arg-type]
+
+    filled = empty.with_changes(3, upserts=ENTRIES, deletes=[])
+    built = IndexSnapshot.build("acme", 3, DIM, ENTRIES, retriever=retriever)  # type: ignore[arg-type]
+
+    assert filled.ids == built.ids and np.array_equal(filled.matrix, built.matrix)
+    assert ranked(filled.search(vec(0.8, 0.6, 0), 2)) == ranked(built.search(vec(0.8, 0.6, 0), 2))
+
+
+def test_a_build_after_an_empty_snapshot_serves_as_a_build_from_nothing() -> None:
+    empty = IndexSnapshot.build("acme", 0, DIM, [], retriever=hybrid_retriever)
+
+    after = IndexSnapshot.build("acme", 3, DIM, ENTRIES, retriever=hybrid_retriever, previous=empty)
+    built = IndexSnapshot.build("acme", 3, DIM, ENTRIES, retriever=hybrid_retriever)
+
+    assert ranked(after.search(vec(0.8, 0.6, 0), 2)) == ranked(built.search(vec(0.8, 0.6, 0), 2))
+
+
 def test_with_changes_leaves_the_old_snapshot_unchanged(snapshot: IndexSnapshot) -> None:
     matrix_before = snapshot.matrix.copy()
 

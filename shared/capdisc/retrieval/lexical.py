@@ -308,7 +308,7 @@ class LexicalIndex:
         ``previous`` takes that row's terms instead of tokenizing ``documents[i]`` again; when
         the reused rows keep their order (a delta's do), the postings are updated in place of
         being sorted again (:func:`_updated`: the same index, at a fraction of the work)."""
-        if previous is not None and reuse is not None:
+        if previous is not None and previous.num_docs and reuse is not None:
             picks = np.fromiter((-1 if r is None else r for r in reuse), np.int64, len(reuse))
             kept = picks[picks >= 0]
             if bool(np.all(kept[1:] > kept[:-1])):
