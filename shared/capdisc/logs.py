@@ -30,6 +30,13 @@ def _quiet_chatty_libraries(record: logging.LogRecord) -> bool:
     return record.levelno >= logging.WARNING or record.name.split(".")[0] not in _CHATTY
 
 
+#: Tracebacks as data, without each frame's local variables: those would put secrets (a
+#: token being checked, a password being read) and whole capability records into the logs.
+_TRACEBACKS = structlog.processors.ExceptionRenderer(
+    structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
+)
+
+
 def configure_logging(level: str = "INFO", fmt: str = "json", stream: Any = None) -> None:
     """Route structlog and stdlib logging (Celery's too) through one renderer on ``stream``."""
     renderer: Any = (
@@ -52,7 +59,7 @@ def configure_logging(level: str = "INFO", fmt: str = "json", stream: Any = None
             foreign_pre_chain=_SHARED,
             processors=[
                 structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                structlog.processors.dict_tracebacks,
+                _TRACEBACKS,
                 renderer,
             ],
         )
