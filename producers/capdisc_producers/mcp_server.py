@@ -72,6 +72,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from importlib import metadata
 from typing import Any
 
 import anyio
@@ -319,6 +320,7 @@ def build_server(
 
     server = GatewayServer(
         SERVER_NAME,
+        version=_package_version(),
         on_list_tools=list_tools,
         on_call_tool=call_tool,
         get_tool_input_schema=schemas.get,
@@ -327,6 +329,14 @@ def build_server(
         "server/discover", types.RequestParams, functools.partial(_handshake_only, server)
     )
     return server
+
+
+def _package_version() -> str:
+    """The installed capdisc's version, as the server says in its handshake (``serverInfo``)."""
+    try:
+        return metadata.version("capdisc")
+    except metadata.PackageNotFoundError:  # run from a source tree
+        return "unknown"
 
 
 def unknown_tool(name: str, handlers: Mapping[str, Handler]) -> str:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,7 @@ def test_stdio_lists_capdiscs_meta_tool_and_returns_argument_errors(
 ) -> None:
     async def body() -> None:
         async with MCPClient(stdio_server(stack, tenant)) as mcp:
+            server = mcp.server_info
             listed = {tool.name: tool for tool in (await mcp.list_tools()).tools}
             empty = await mcp.call_tool(METATOOL_NAME, {"query": "  "})
             extra = await mcp.call_tool(METATOOL_NAME, {"query": "x", "limit": 50})
@@ -75,6 +77,7 @@ def test_stdio_lists_capdiscs_meta_tool_and_returns_argument_errors(
             no_tool_id = await mcp.call_tool("record_tool_call", {"arguments": {}})
 
         meta = listed[METATOOL_NAME]
+        assert (server.name, server.version) == ("capdisc", metadata.version("capdisc"))
         assert set(listed) == {METATOOL_NAME, "record_tool_call"}
         assert meta.description == METATOOL_DESCRIPTION
         assert meta.input_schema == metatool_definition()["parameters"]
