@@ -1037,12 +1037,18 @@ def delete(
 ) -> None:
     """Delete capabilities by id (tool:web-search ...) or a whole --source, and wait until the
     workers applied it. Ids named here are deleted whichever source owns them (the output names
-    it); --source deletes only what that source still owns. A later manifest or import of the
-    same id publishes it again; an older event never does."""
+    it); --source deletes only what that source still owns, and forgets a registry directory's
+    rejected manifests. A later manifest or import of the same id publishes it again; an older
+    event never does."""
     from capdisc.registry.policy import SyncPlan
+    from capdisc_producers.sync import forget_manifest_errors
 
     settings, connection = _connect(ctx, redis_url)
     tenant = _tenant(ctx, tenant)
+    if source and Path(source).is_absolute():  # a registry directory: its rejections go too
+        forgotten = forget_manifest_errors(connection, tenant, Path(source))
+        if forgotten:
+            click.echo(f"{source}: {forgotten} rejected manifest(s) forgotten")
     ids = _chosen_ids(connection, tenant, capability_ids, source)
     plan = SyncPlan(deletes=ids, taken_over=[] if source else ids)
     report = _publish_ids(settings, connection, plan, tenant, timeout_s, source or "cli")

@@ -243,11 +243,7 @@ def events_for(plan: SyncPlan, tenant: str, source: str, batch_id: str) -> list[
 
 def _record_errors(client: redis.Redis, tenant: str, root: Path, plan: SyncPlan) -> None:
     key = keys.manifest_errors(tenant)
-    stale = [
-        k
-        for k in client.hkeys(key)
-        if as_str(k).startswith(str(root)) and Path(as_str(k)) not in plan.errors
-    ]
+    stale = [k for k in _errors_under(client, key, root) if Path(as_str(k)) not in plan.errors]
     with client.pipeline(transaction=True) as pipe:
         if stale:
             pipe.hdel(key, *stale)
@@ -255,3 +251,17 @@ def _record_errors(client: redis.Redis, tenant: str, root: Path, plan: SyncPlan)
             pipe.hset(key, str(path), str(error))
         pipe.sadd(keys.TENANTS, tenant)
         pipe.execute()
+
+
+def forget_manifest_errors(client: redis.Redis, tenant: str, root: Path) -> int:
+    """Forget the rejections recorded for manifests under ``root`` (a registry directory whose
+    capabilities are being deleted); how many there were."""
+    key = keys.manifest_errors(tenant)
+    stale = _errors_under(client, key, root)
+    return int(client.hdel(key, *stale)) if stale else 0
+
+
+def _errors_under(client: redis.Redis, key: str, root: Path) -> list[bytes | str]:
+    """The manifest paths in ``key``'s hash that lie under directory ``root`` (not merely
+    share its prefix: ``/reg`` is not ``/reg2``)."""
+    return [k for k in client.hkeys(key) if Path(as_str(k)).is_relative_to(root)]

@@ -223,3 +223,39 @@ def test_a_duplicate_in_one_directory_never_replaces_the_last_good_version(
     status = run_cli("status", "--json", env=stack.env)
     errors = json.loads(status.stdout)["tenants"][tenant]["manifest_errors"]
     assert set(errors) == {str(original), str(duplicate)}
+
+
+def rejected_paths(connection: redis.Redis, tenant: str) -> set[str]:
+    return {k.decode() for k in connection.hkeys(keys.manifest_errors(tenant))}
+
+
+def test_publishing_a_directory_keeps_the_rejections_of_one_sharing_its_prefix(
+    stack: Stack, tenant: str, tmp_path: Path, connection: redis.Redis
+) -> None:
+    team, sibling = (tmp_path / "reg").resolve(), (tmp_path / "reg2").resolve()
+    manifest(team / "ok", ORIGINAL)
+    broken = sibling / "bad" / "CAPABILITY.yaml"
+    broken.parent.mkdir(parents=True)
+    broken.write_text("name: [unclosed\n")
+    publish(stack.url, sibling, tenant)
+
+    publish(stack.url, team, tenant)
+
+    assert rejected_paths(connection, tenant) == {str(broken)}
+
+
+def test_deleting_a_directory_source_forgets_its_rejected_manifests_only(
+    stack: Stack, tenant: str, tmp_path: Path, connection: redis.Redis
+) -> None:
+    team, sibling = (tmp_path / "reg").resolve(), (tmp_path / "reg2").resolve()
+    manifest(team / "ok", ORIGINAL)
+    for root in (team, sibling):
+        (root / "bad").mkdir(parents=True)
+        (root / "bad" / "CAPABILITY.yaml").write_text("name: [unclosed\n")
+        publish(stack.url, root, tenant)
+
+    result = run_cli("delete", "--source", str(team), "--tenant", tenant, env=stack.env)
+
+    assert result.returncode == 0, result.stderr
+    assert f"{team}: 1 rejected manifest(s) forgotten" in result.stdout
+    assert rejected_paths(connection, tenant) == {str(sibling / "bad" / "CAPABILITY.yaml")}
