@@ -470,12 +470,26 @@ def discover_cmd(
             profile=profile,
             tool_format=tool_format,
         )
+    behind = _behind_warning(answer.index_version, min_version)
+    if behind:
+        click.echo(behind, err=True)
     if as_json:
         click.echo(json.dumps(answer.to_dict(), indent=2))
     elif tool_format:
         click.echo(json.dumps(answer.tools, indent=2))
     else:
         click.echo(_render_answer(answer))
+
+
+def _behind_warning(served: int, asked: int) -> str | None:
+    """What to say when an answer comes from an older index version than ``--min-version``
+    asked for (the worker waited as long as it may, then answered with what it serves)."""
+    if served >= asked:
+        return None
+    return (
+        f"warning: index version {asked} was not served in time; this answer is from version "
+        f"{served} (capdisc status shows what the workers serve)"
+    )
 
 
 def _parse_options(options: tuple[str, ...]) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from capdisc.status import health_failures
 from capdisc_producers.cli import (
     Verbs,
     _ago,
+    _behind_warning,
     _outcome_verb,
     _render_answer,
     _render_status,
@@ -255,3 +256,18 @@ def test_a_discover_answer_says_how_much_of_its_time_was_the_model(
     answer = Answer("q", "acme", 3, [], "", worker="discovery@h:1", took_ms=7.0, model_ms=model_ms)
 
     assert says in _render_answer(answer) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("served", "asked", "warned"),
+    [(7, 0, False), (7, 7, False), (9, 7, False), (6, 7, True)],
+)
+def test_an_answer_older_than_the_version_asked_for_is_warned_about(
+    served: int, asked: int, warned: bool
+) -> None:
+    warning = _behind_warning(served, asked)
+
+    assert (warning is not None) == warned
+    if warning:
+        assert f"index version {asked} was not served in time" in warning
+        assert f"from version {served}" in warning
