@@ -2,7 +2,8 @@
 
 A request goes on the requests stream; the client blocks on its own reply list, in slices (the
 redis-py socket timeout is 5 s), until the deadline. No worker answering is a clear
-:class:`DiscoveryTimeout`, not a hang.
+:class:`DiscoveryTimeout`, not a hang. Redis restarting or away is ridden out until the same
+deadline (the request sent again under its id), then a :class:`RedisUnavailableError`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import redis
 from capdisc import keys, tenants
 from capdisc.discovery.protocol import DiscoverRequest, SessionRequest
 from capdisc.discovery.replies import DiscoverReply, ErrorReply, SessionReply, decode_reply
-from capdisc.errors import DiscoveryTimeout
+from capdisc.errors import DiscoveryTimeout, RedisUnavailableError
 
 # What a discover call does not need is imported where it is used: a process that asks once
 # (the ``capdisc`` command) starts without the sessions store, the status report, the
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 
 #: Longest single blocking read; keeps every wait under redis-py's socket timeout.
 BLOCK_SLICE_S = 1.0
+#: Pause between attempts while Redis cannot be reached (redis-py's own retries come first).
+REDIS_RETRY_S = 0.1
 #: The identity token :meth:`Client.from_stack` presents when none is given.
 TOKEN_ENV = "CAPDISC_TOKEN"
 #: The tenant claim of a token for every tenant (``capdisc.identity.auth.ALL_TENANTS``).
@@ -274,15 +277,25 @@ class Client:
         self, fields: dict[str, str], request_id: str, timeout_s: float | None
     ) -> dict[str, Any]:
         """Send a request and wait for its reply, sending it again (same id) whenever
-        ``resend_after_s`` passes unanswered, until the timeout."""
+        ``resend_after_s`` passes unanswered, or Redis could not be reached, until the
+        timeout."""
         timeout = timeout_s if timeout_s is not None else self.timeout_s
         deadline = time.monotonic() + timeout
         entry: dict[Any, Any] = {**fields, "deadline_ms": int((time.time() + timeout) * 1000)}
+        outage: redis.RedisError | None = None
         while (remaining := deadline - time.monotonic()) > 0:
-            self.redis.xadd(keys.DISCOVERY_REQUESTS, entry)
-            reply = wait_for_reply(self.redis, request_id, min(remaining, self.resend_after_s))
+            try:
+                self.redis.xadd(keys.DISCOVERY_REQUESTS, entry)
+                reply = wait_for_reply(self.redis, request_id, min(remaining, self.resend_after_s))
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                outage = exc  # Redis restarting or away: asked again, same id, until the deadline
+                time.sleep(max(0.0, min(REDIS_RETRY_S, deadline - time.monotonic())))
+                continue
+            outage = None
             if reply is not None:
                 return reply
+        if outage is not None:
+            raise _unreachable(outage, timeout) from outage
         raise DiscoveryTimeout(
             f"no discovery worker answered within {timeout:.1f} s "
             f"({self._discovery_workers_seen()} discovery worker(s) seen "
@@ -352,6 +365,13 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _unreachable(outage: redis.RedisError, timeout_s: float) -> RedisUnavailableError:
+    return RedisUnavailableError(
+        f"capdisc cannot reach its Redis ({outage}) within {timeout_s:.1f} s; is the stack "
+        "running? (capdisc status; make up starts one)"
+    )
 
 
 def wait_for_reply(

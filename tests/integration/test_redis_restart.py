@@ -6,18 +6,23 @@ the suite's shared stack is never disturbed."""
 
 from __future__ import annotations
 
+import socket
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
+import redis
 from mcp import Client as MCPClient
 from mcp import StdioServerParameters
 from mcp_types import CallToolResult
 
 from capdisc.agents.metatool import METATOOL_NAME
 from capdisc.client import Answer, Client
+from capdisc.errors import CapdiscError, RedisUnavailableError
 
 from .conftest import ROOT, publish
 from .private import PrivateStack, copy_registry, publish_and_serve, wait_for
@@ -90,6 +95,44 @@ def test_a_redis_restart_with_its_data_kept_leaves_the_worker_serving(tmp_path: 
         reconnected = stack.events("discovery", "redis_reconnected")
         assert len(reconnected) == 1 and reconnected[0]["outage_s"] > 0
         assert not stack.events("discovery", "redis_data_lost")
+
+
+def test_a_client_asking_while_redis_is_away_is_answered_once_it_is_back(tmp_path: Path) -> None:
+    stack, before = started(tmp_path)
+    with stack:
+        stack.stop_process("indexing")
+        stack.stop_redis()
+        asking, outcome = threading.Event(), {}
+
+        def ask_across_the_outage() -> None:
+            asking.set()
+            try:
+                outcome["answer"] = ask(stack, timeout_s=30)
+            except Exception as exc:  # reported below
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=ask_across_the_outage)
+        thread.start()
+        assert asking.wait(5)
+        time.sleep(4.0)  # the outage: longer than redis-py's own retries of one command
+        stack.start_redis(lose_data=False)
+        thread.join(40)
+
+        assert "error" not in outcome, outcome.get("error")
+        assert outcome["answer"].ids == before.ids
+
+
+def test_a_client_whose_redis_stays_away_gets_a_capdisc_error_saying_so() -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    client = Client(redis.Redis(port=port, socket_connect_timeout=0.5), timeout_s=1.0)
+
+    with pytest.raises(RedisUnavailableError, match="cannot reach its Redis") as raised:
+        client.discover("open a pull request")
+
+    assert isinstance(raised.value, CapdiscError)
+    assert isinstance(raised.value.__cause__, redis.ConnectionError)
 
 
 def test_a_redis_restart_that_lost_its_data_serves_the_last_snapshot_then_the_new_registry(

@@ -17,7 +17,7 @@ from structlog.testing import capture_logs
 
 from capdisc import keys
 from capdisc.client import Answer, Client
-from capdisc.errors import DiscoveryTimeout
+from capdisc.errors import DiscoveryTimeout, RedisUnavailableError
 from capdisc_producers.publisher import Publisher
 from capdisc_producers.watcher import watch_directory
 
@@ -38,7 +38,7 @@ def answered_by_another_worker(up: UpProcess, old_worker: str) -> Answer | None:
     with Client(up.connection(), tenant="default", timeout_s=2, token=up.token) as client:
         try:
             answer = client.discover("post a message to the team's slack channel")
-        except (DiscoveryTimeout, redis.ConnectionError):
+        except (DiscoveryTimeout, RedisUnavailableError, redis.ConnectionError):
             return None
     return answer if answer.worker != old_worker else None
 
