@@ -22,6 +22,7 @@ itself is killed, the kernel stops the children (the supervisor module says how)
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -41,13 +42,13 @@ import structlog
 
 from capdisc import keys
 from capdisc.client import Answer, Client
-from capdisc.errors import CapdiscError
+from capdisc.errors import CapdiscError, StackRunningError
 from capdisc.identity import auth
 from capdisc.localredis import LocalRedis, start_redis
 from capdisc.redistext import as_str
 from capdisc.registry.store import tenant_version
 from capdisc.settings import Settings, mask_url
-from capdisc.stackfile import REDIS_ENV, STACK_FILE, STATE_DIR
+from capdisc.stackfile import LOCK_FILE, REDIS_ENV, STACK_FILE, STATE_DIR
 from capdisc.stackfile import find_stack as find_stack
 from capdisc.status import forget_worker, live_workers, record_supervised
 from capdisc_producers.access import TOKEN_ENV as TOKEN_ENV
@@ -474,20 +475,49 @@ def run_up(
 ) -> None:
     """Start everything, index ``registry``, print the ready line, then watch and supervise
     until SIGINT, SIGTERM or SIGHUP; stop everything in order."""
-    signals = StopSignals()
-    signals.install()
-    stack = Stack(project=project, settings=settings, say=say)
+    with only_stack_here(project / STATE_DIR):
+        signals = StopSignals()
+        signals.install()
+        stack = Stack(project=project, settings=settings, say=say)
+        try:
+            _run(stack, registry, settings, environ, signals)
+        except StopRequested:
+            pass
+        finally:
+            signals.serving = True  # from here a signal only hurries the stop
+            if signals.signum is not None:
+                log.info("stop_requested", signal=signal.Signals(signals.signum).name)
+            say("stopping capdisc...")
+            stack.stop(force=signals.forced)
+            signals.restore()
+
+
+@contextlib.contextmanager
+def only_stack_here(state_dir: Path) -> Iterator[None]:
+    """Hold ``state_dir``'s :data:`LOCK_FILE` while a stack runs there: a second ``capdisc up``
+    in the same project is refused (:class:`StackRunningError`) rather than starting a second
+    Redis on the same files and overwriting ``stack.json``. The lock goes with the process, so
+    an ``up`` that was killed leaves none behind."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with open(state_dir / LOCK_FILE, "a+") as handle:  # not inherited by the children
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise StackRunningError(_already_running(state_dir)) from exc
+        yield
+
+
+def _already_running(state_dir: Path) -> str:
+    """Why ``up`` refuses to start beside the stack running in ``state_dir``."""
     try:
-        _run(stack, registry, settings, environ, signals)
-    except StopRequested:
-        pass
-    finally:
-        signals.serving = True  # from here a signal only hurries the stop
-        if signals.signum is not None:
-            log.info("stop_requested", signal=signal.Signals(signals.signum).name)
-        say("stopping capdisc...")
-        stack.stop(force=signals.forced)
-        signals.restore()
+        running = json.loads((state_dir / STACK_FILE).read_text())
+        where = f" (pid {running['pid']}, Redis at {mask_url(running['redis_url'])})"
+    except (OSError, ValueError, KeyError, TypeError):
+        where = " (it is still starting)"
+    return (
+        f"a capdisc stack already runs in {state_dir.parent}{where}: use it (capdisc status), "
+        "or stop it first (Ctrl-C in its terminal) before starting another"
+    )
 
 
 def _run(

@@ -120,6 +120,14 @@ class StackNotFoundError(CapdiscError):
     code = "no_stack"
 
 
+class StackRunningError(CapdiscError):
+    """``capdisc up`` was asked to start where a stack already runs (the same project
+    directory): a second Redis and watcher on the same files would corrupt them. Use the
+    running stack, or stop it first (Ctrl-C in its terminal)."""
+
+    code = "stack_running"
+
+
 class RedisUnavailableError(CapdiscError):
     """Redis could not be reached or started."""
 

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 STATE_DIR = ".capdisc"
 STACK_FILE = "stack.json"
+#: Held by the running ``capdisc up`` (one stack a project directory).
+LOCK_FILE = "up.lock"
 REDIS_ENV = "CAPDISC_REDIS_URL"
 #: The project directory of the stack to use, for processes started elsewhere (an MCP host).
 STACK_ENV = "CAPDISC_STACK"

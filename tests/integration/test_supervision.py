@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +24,7 @@ from capdisc_producers.watcher import watch_directory
 
 from .conftest import MAX_BYTES
 from .private import PrivateStack, copy_registry
-from .upstack import UpProcess, alive, start_up, wait_for
+from .upstack import CLI, UpProcess, alive, start_up, wait_for
 
 __all__ = ["start_up"]  # the fixture, imported for pytest
 
@@ -158,6 +159,25 @@ def test_a_stop_signal_stops_up_and_every_child_and_removes_the_stack_file(
     assert "capdisc stopped." in up.output()
     with pytest.raises(redis.ConnectionError):
         redis.Redis.from_url(url, socket_connect_timeout=1).ping()
+
+
+def test_a_second_up_in_the_same_project_is_refused_and_leaves_the_first_serving(
+    start_up: Start,
+) -> None:
+    first = start_up()
+    stack_before = first.stack_file.read_text()
+
+    second = subprocess.run(
+        [*CLI, "up"], cwd=first.project, env=first.env, capture_output=True, text=True, timeout=60
+    )
+
+    assert second.returncode == 2, second.stdout + second.stderr
+    assert f"a capdisc stack already runs in {first.project}" in second.stderr
+    assert f"pid {first.process.pid}" in second.stderr
+    assert first.process.poll() is None
+    assert first.stack_file.read_text() == stack_before
+    with Client(first.connection(), tenant="default", token=first.token) as client:
+        assert client.discover("post a message to the team's slack channel").capabilities
 
 
 def test_a_killed_up_leaves_no_child_alive(start_up: Start) -> None:
