@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from capdisc.bench.evaluation import (
 from capdisc.discovery.config import DiscoveryConfig
 from capdisc.embedders.hashing import HashingEmbedder
 from capdisc.embedders.port import Matrix
+from capdisc.errors import ManifestError
 from capdisc.models import Capability
 from capdisc.registry.catalogs import (
     capability_from_benchmark_tool,
@@ -266,6 +268,36 @@ def test_queries_map_labels_and_drop_unknown_ones(dataset: tuple[Path, Path]) ->
     queries = load_queries(dataset[1], catalog)
     assert [q.id for q in queries] == ["q1", "q2", "q3"]
     assert queries[2].relevant == ("tool:convertCurrency",)
+
+
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ("not json", "queries.jsonl:2: is not JSON"),
+        ('["a list"]', "queries.jsonl:2: must be a JSON object"),
+        ('{"id": "q", "relevant": ["getWeather"]}', "queries.jsonl:2: field 'query': must be"),
+        ('{"query": "  ", "relevant": []}', "queries.jsonl:2: field 'query': must be"),
+        ('{"query": "hi", "relevant": "getWeather"}', "queries.jsonl:2: field 'relevant'"),
+        ('{"query": "hi", "relevant": [{"id": 1}]}', "queries.jsonl:2: field 'relevant'"),
+    ],
+)
+def test_a_bad_query_line_is_refused_naming_its_line_and_field(
+    dataset: tuple[Path, Path], line: str, says: str
+) -> None:
+    queries = dataset[1]
+    first = queries.read_text().splitlines()[0]
+    queries.write_text(f"{first}\n{line}\n")
+
+    with pytest.raises(ManifestError, match=re.escape(says)):
+        load_queries(queries, load_catalog(dataset[0]))
+
+
+def test_a_query_without_an_id_is_named_by_its_line(dataset: tuple[Path, Path]) -> None:
+    dataset[1].write_text('\n{"query": "weather in Oslo", "relevant": ["getWeather"]}\n')
+
+    (query,) = load_queries(dataset[1], load_catalog(dataset[0]))
+
+    assert query.id == f"{dataset[1]}:2"
 
 
 def test_sample_is_fixed_by_the_seed(dataset: tuple[Path, Path]) -> None:

@@ -77,16 +77,33 @@ def read_queries(path: Path, catalog: Catalog) -> QuerySet:
     and counted in :attr:`QuerySet.dropped` when some of them name refused tools."""
     queries: list[LabelledQuery] = []
     dropped: list[str] = []
-    for record in read_jsonl(path):
-        labels = [str(r) for r in record.get("relevant") or ()]
+    for where, record in read_jsonl(path):
+        query_id, text, labels = _query_fields(record, where)
         relevant = tuple(dict.fromkeys(catalog.ids[r] for r in labels if r in catalog.ids))
         if labels and not relevant:
             if catalog.refused_labels.intersection(labels):
-                dropped.append(str(record["id"]))
+                dropped.append(query_id)
             continue
         meta = {k: v for k, v in record.items() if k not in ("id", "query", "relevant")}
-        queries.append(LabelledQuery(str(record["id"]), str(record["query"]), relevant, meta))
+        queries.append(LabelledQuery(query_id, text, relevant, meta))
     return QuerySet(queries, tuple(dropped))
+
+
+def _query_fields(record: Mapping[str, Any], where: str) -> tuple[str, str, list[str]]:
+    """A labelled query line's id (its place in the file when it has none), text and relevant
+    tool labels; :class:`ManifestError` naming the line and field when one is unusable."""
+    text = record.get("query")
+    if not isinstance(text, str) or not text.strip():
+        raise ManifestError(where, "query", "must be a non-empty string: the question asked")
+    labels = record.get("relevant")
+    if labels is None:
+        labels = []
+    if not isinstance(labels, list) or not all(isinstance(r, str | int) for r in labels):
+        raise ManifestError(
+            where, "relevant", "must be a list of tool ids (an empty list: nothing fits)"
+        )
+    query_id = record.get("id")
+    return str(query_id) if query_id is not None else where, text, [str(r) for r in labels]
 
 
 def load_queries(path: Path, catalog: Catalog) -> list[LabelledQuery]:

@@ -218,13 +218,15 @@ def read_jsonl_catalog(path: Path, source: str) -> JsonlImport:
     return JsonlImport(path, found, _refusals(lines), _notes(lines))
 
 
-def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    """The JSON object of each non-blank line of ``path`` (a labelled query file, whose lines
-    are all needed: a bad one raises)."""
+def read_jsonl(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Where each non-blank line of ``path`` is (``FILE:LINE``) and its JSON object (a labelled
+    query file, whose lines are all needed: a bad one raises :class:`ManifestError` naming
+    it)."""
     with path.open(encoding="utf-8-sig") as handle:
-        for line in handle:
+        for number, line in enumerate(handle, start=1):
             if line.strip():
-                yield json.loads(line)
+                where = f"{path}:{number}"
+                yield where, _json_object(line, where)
 
 
 def _lines(path: Path, source: str, *, servers: bool = False) -> Iterator[_Line]:
