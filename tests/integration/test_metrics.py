@@ -4,6 +4,10 @@ served index version, queue depth and dead letters; the port is in its heartbeat
 
 from __future__ import annotations
 
+import json
+import os
+import socket
+import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +19,7 @@ from capdisc.client import Client
 from capdisc.errors import UnknownTenantError
 from capdisc.status import live_workers
 
-from .conftest import EXAMPLES
+from .conftest import DISCOVERY_ARGV, EXAMPLES
 from .private import PrivateStack, publish_and_serve, wait_for
 
 pytestmark = pytest.mark.timeout(180)
@@ -92,3 +96,33 @@ def test_an_indexing_worker_serves_its_own_metrics_when_asked(tmp_path: Path) ->
         for name, labels in samples
     )
     assert samples[("capdisc_queue_depth", ())] == 0
+
+
+def test_a_discovery_worker_whose_metrics_port_is_taken_serves_without_metrics(
+    tmp_path: Path,
+) -> None:
+    with socket.socket() as taken, PrivateStack(tmp_path, durable=False) as private:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        private.spawn_indexing()
+        worker = private.spawn_discovery(CAPDISC_METRICS_PORT=str(port))
+        publish_and_serve(private, EXAMPLES, TENANT)
+
+        answer = Client(private.connection(), tenant=TENANT, timeout_s=20).discover("send an email")
+
+        assert answer.capabilities and worker.poll() is None
+        (refused,) = private.events("discovery", "metrics_not_served")
+        assert refused["port"] == port and "CAPDISC_METRICS_PORT" in refused["hint"]
+
+
+def test_a_discovery_worker_with_a_malformed_setting_exits_2_naming_it() -> None:
+    env = {**os.environ, "CAPDISC_METRICS_PORT": "abc"}
+
+    done = subprocess.run(DISCOVERY_ARGV, env=env, capture_output=True, text=True, timeout=60)
+
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    record = json.loads(line)
+    assert record["event"] == "worker_not_started"
+    assert "'metrics_port' (env CAPDISC_METRICS_PORT)" in record["reason"]

@@ -21,6 +21,7 @@ import contextlib
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -41,7 +42,13 @@ from capdisc.discovery.protocol import (
 )
 from capdisc.discovery.replies import DiscoverReply, ErrorReply, Reply, SessionReply
 from capdisc.discovery.snapshot import IndexSnapshot
-from capdisc.errors import AuthError, BadRequestError, CapdiscError, UnknownTenantError
+from capdisc.errors import (
+    AuthError,
+    BadRequestError,
+    CapdiscError,
+    ConfigError,
+    UnknownTenantError,
+)
 from capdisc.identity import auth
 from capdisc.identity.gate import Gate
 from capdisc.logs import configure_logging
@@ -382,7 +389,12 @@ class DiscoveryWorker:
 
 
 def main() -> None:
-    settings = Settings.load()
+    try:
+        settings = Settings.load()
+    except ConfigError as exc:  # one line saying which setting, not a traceback
+        configure_logging()
+        log.error("worker_not_started", reason=str(exc))
+        sys.exit(2)
     configure_logging(settings.log_level, settings.log_format)
     worker = DiscoveryWorker(settings, redis.Redis.from_url(settings.redis_url))
     signal.signal(signal.SIGTERM, lambda *_: worker.stop.set())

@@ -136,11 +136,23 @@ def _pending_requests(client: redis.Redis) -> int:
 
 def serve_metrics(port: int | None, host: str, gauges: RegistryGauges) -> int | None:
     """Serve ``/metrics`` on ``host:port`` (0: any free port) with the registry gauges; the
-    port bound, or None when ``port`` is None (metrics off)."""
+    port bound, or None when ``port`` is None (metrics off) or cannot be bound: the worker
+    serves without metrics rather than not at all, and says so (``metrics_not_served``)."""
     if port is None:
         return None
+    try:
+        server, _thread = start_http_server(port, addr=host)
+    except OSError as exc:  # the port is taken, or the address is not this host's
+        log.error(
+            "metrics_not_served",
+            port=port,
+            host=host,
+            reason=str(exc),
+            hint="give each worker on a host its own CAPDISC_METRICS_PORT (0: any free "
+            "port); this worker serves without metrics",
+        )
+        return None
     REGISTRY.register(gauges)
-    server, _thread = start_http_server(port, addr=host)
     bound: int = server.server_port
     log.info("metrics_serving", port=bound, path="/metrics")
     return bound
