@@ -386,9 +386,10 @@ CLIENT_COMMANDS = frozenset({"discover"})
 )
 @click.option(
     "--registry",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
     default=Path("examples/registry"),
     show_default=True,
+    help="Directory of CAPABILITY.yaml manifests to publish and watch",
 )
 @click.pass_context
 def up(ctx: click.Context, registry: Path) -> None:

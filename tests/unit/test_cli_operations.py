@@ -271,3 +271,15 @@ def test_an_answer_older_than_the_version_asked_for_is_warned_about(
     if warning:
         assert f"index version {asked} was not served in time" in warning
         assert f"from version {served}" in warning
+
+
+def test_up_refuses_a_registry_directory_that_does_not_exist_before_starting_anything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+
+    result = CliRunner().invoke(cli, ["up", "--registry", "no-such-registry"])
+
+    assert result.exit_code == 2
+    assert "Directory 'no-such-registry' does not exist" in result.output
+    assert not (tmp_path / ".capdisc").exists()
