@@ -27,6 +27,7 @@ from capdisc.agents.formatnames import TOOL_FORMATS
 from capdisc.errors import (
     AuthError,
     CapdiscError,
+    ConfigError,
     FlagError,
     SessionNotFoundError,
     UnknownTenantError,
@@ -272,7 +273,15 @@ def _redis(ctx: click.Context, redis_url: str | None) -> redis.Redis:
         _client_settings(ctx),
     )
     ctx.meta["capdisc.access"] = access
-    return redis.Redis.from_url(access.redis_url, socket_connect_timeout=2.0)
+    try:
+        return redis.Redis.from_url(access.redis_url, socket_connect_timeout=2.0)
+    except ValueError as exc:  # not a Redis URL at all
+        from capdisc.settings import mask_url
+
+        raise ConfigError(
+            f"the Redis URL {mask_url(access.redis_url)!r} cannot be used ({exc}); give "
+            "redis://HOST:PORT/DB with --redis-url or CAPDISC_REDIS_URL"
+        ) from exc
 
 
 def _environ(ctx: click.Context) -> Mapping[str, str]:

@@ -103,6 +103,15 @@ def with_password_file(url: str, password_file: Path | None) -> str:
     return with_password(url, password)
 
 
+#: The URL schemes redis-py connects with.
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def redis_url_form(url: str) -> bool:
+    """Whether ``url`` is in a form redis-py connects with (empty: not set, the stack's found)."""
+    return not url or url.startswith(REDIS_SCHEMES)
+
+
 # -- the settings a command needs to reach the stack ---------------------------------------------
 
 
@@ -150,6 +159,10 @@ def _text(value: object) -> Any:
     return value if isinstance(value, str) else _UNCHECKED
 
 
+def _redis_url(value: object) -> Any:
+    return value if isinstance(value, str) and redis_url_form(value) else _UNCHECKED
+
+
 def _tenant(value: object) -> Any:
     return value if isinstance(value, str) and tenant_problem(value) is None else _UNCHECKED
 
@@ -179,7 +192,7 @@ def _positive_seconds(value: object) -> Any:
 
 
 _CHECKS: dict[str, Callable[[object], Any]] = {
-    "redis_url": _text,
+    "redis_url": _redis_url,
     "redis_password_file": _optional_path,
     "tenant": _tenant,
     "auth": _optional_flag,

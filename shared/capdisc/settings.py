@@ -21,8 +21,10 @@ from capdisc.discovery.config import DiscoveryConfig, describe_invalid
 from capdisc.errors import ConfigError
 from capdisc.rawsettings import (
     DEFAULT_REDIS_URL,
+    REDIS_SCHEMES,
     ClientSettings,
     environment_values,
+    redis_url_form,
     settings_file_values,
     with_password_file,
 )
@@ -173,6 +175,16 @@ class Settings(BaseModel):
     @classmethod
     def _no_snapshot_dir(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, value: str) -> str:
+        if not redis_url_form(value):
+            raise ValueError(
+                f"must start with one of {', '.join(REDIS_SCHEMES)} (redis://HOST:PORT/DB), "
+                f"got {mask_url(value)!r}"
+            )
+        return value
 
     @field_validator("tenant")
     @classmethod

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from capdisc.client import Answer
+from capdisc.errors import ConfigError
 from capdisc.status import health_failures
 from capdisc_producers.cli import (
     Verbs,
@@ -283,3 +284,11 @@ def test_up_refuses_a_registry_directory_that_does_not_exist_before_starting_any
     assert result.exit_code == 2
     assert "Directory 'no-such-registry' does not exist" in result.output
     assert not (tmp_path / ".capdisc").exists()
+
+
+def test_a_redis_url_of_another_scheme_is_refused_naming_what_to_give() -> None:
+    result = CliRunner().invoke(cli, ["discover", "x", "--redis-url", "notaurl"])
+
+    assert result.exit_code != 0
+    assert isinstance(result.exception, ConfigError)
+    assert "give redis://HOST:PORT/DB with --redis-url" in str(result.exception)

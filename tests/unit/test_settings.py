@@ -131,6 +131,7 @@ def test_explicit_path_wins_over_the_settings_file_variable(tmp_path: Path) -> N
         ("CAPDISC_HASHING_DIM", "4"),
         ("CAPDISC_DISCOVER_TIMEOUT_S", "0"),
         ("CAPDISC_LOG_LEVEL", "TRACE"),
+        ("CAPDISC_REDIS_URL", "localhost:6379"),
     ],
 )
 def test_malformed_variable_is_a_config_error_naming_it(variable: str, raw: str) -> None:
@@ -320,6 +321,7 @@ CLIENT_CASES: list[tuple[dict[str, str], str | None, bool]] = [
     ({}, "tenant: 5\n", False),
     ({}, "auth: 1\n", False),
     ({}, "redis_url: 6379\n", False),
+    ({"CAPDISC_REDIS_URL": "localhost:6379"}, None, False),
     ({}, "discover_timeout_s: true\n", False),
     ({}, "discover_timeout_s: .nan\n", False),
     ({}, "auth_keys_file: 3\n", False),
@@ -402,3 +404,17 @@ def test_client_settings_find_the_settings_file_through_its_variable(tmp_path: P
     assert ClientSettings.load({"CAPDISC_SETTINGS_FILE": str(path)}) == ClientSettings(
         tenant="chosen"
     )
+
+
+@pytest.mark.parametrize(
+    "url", ["redis://127.0.0.1:6379/0", "rediss://:pw@host:6380/1", "unix:///run/redis.sock"]
+)
+def test_each_redis_url_scheme_redis_py_connects_with_is_accepted(url: str) -> None:
+    assert Settings.load(environ={"CAPDISC_REDIS_URL": url}).redis_url == url
+
+
+def test_a_malformed_redis_url_is_shown_without_its_password() -> None:
+    with pytest.raises(ConfigError) as info:
+        Settings.load(environ={"CAPDISC_REDIS_URL": "http://:s3cret@host:6379/0"})
+
+    assert "s3cret" not in str(info.value) and "redis://HOST:PORT/DB" in str(info.value)
