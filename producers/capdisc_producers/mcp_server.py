@@ -95,6 +95,7 @@ from capdisc.identity.gate import Gate, require
 from capdisc.logs import configure_logging
 from capdisc.models import JSONDict
 from capdisc.settings import Settings
+from capdisc_producers.bodylimit import BodyLimit
 from capdisc_producers.mcp_gateway import (
     RECORD_TOOL,
     RECORD_TOOL_NAME,
@@ -440,7 +441,7 @@ async def _serve_http(
                 "request needs a bearer token",
             )
         app = server.streamable_http_app(host=host)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning")
+    config = uvicorn.Config(BodyLimit(app), host=host, port=port, log_level="warning")
     async with pool.running():
         await uvicorn.Server(config).serve()
 

@@ -8,6 +8,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
 from importlib import metadata
 from pathlib import Path
@@ -22,6 +24,7 @@ from mcp_types import CallToolResult
 from capdisc.agents.formats import to_mcp
 from capdisc.agents.metatool import METATOOL_DESCRIPTION, METATOOL_NAME, metatool_definition
 from capdisc.client import Client
+from capdisc_producers.bodylimit import MAX_HTTP_BODY_BYTES
 
 from .conftest import ROOT, Stack, publish, stop_process
 from .test_import_mcp import free_port
@@ -211,3 +214,33 @@ def test_http_a_stateless_client_is_answered_without_a_session(
     assert found.structured_content["session"] is None
     assert found.structured_content["capabilities"][0]["id"] == "tool:ping"
     assert refused.is_error and "needs an MCP session" in text_of(refused)
+
+
+def test_http_a_request_body_over_the_limit_gets_413_and_the_server_keeps_serving(
+    stack: Stack, http_server: Callable[[str], str]
+) -> None:
+    url = http_server("warmup")
+    oversized = (
+        b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "pad": "'
+        + b"x" * (MAX_HTTP_BODY_BYTES)
+        + b'"}'
+    )
+    request = urllib.request.Request(
+        url,
+        data=oversized,
+        headers={"Content-Type": "application/json", "Accept": "application/json"},
+    )
+
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=30)
+
+    assert refused.value.code == 413
+    assert json.loads(refused.value.read())["error"] == "request_too_large"
+    results: list[CallToolResult] = []
+
+    async def body() -> None:
+        async with MCPClient(url, mode="2026-07-28") as mcp:
+            results.append(await mcp.call_tool(METATOOL_NAME, {"query": "ping"}))
+
+    run(body)
+    assert not results[0].is_error
