@@ -138,6 +138,20 @@ def test_a_byte_order_mark_at_the_start_of_the_file_is_no_refusal(tmp_path: Path
     assert len(read.found) == 1 and not read.refused and not read.notes
 
 
+def test_a_line_that_is_not_utf8_is_refused_on_its_own_naming_the_byte(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    good = json.dumps(WEATHER).encode()
+    path.write_bytes(
+        good + b"\n" + b'{"name": "caf\xe9"}\n' + good.replace(b"weather", b"w2") + b"\n"
+    )
+
+    read = read_jsonl_catalog(path, "s")
+
+    assert len(read.found) == 2
+    (refused,) = read.refused
+    assert refused.line == 2 and "is not UTF-8 text (byte 0xe9 at offset 13)" in str(refused.error)
+
+
 def test_a_line_nested_beyond_any_reason_is_refused_on_its_own(tmp_path: Path) -> None:
     path = write(tmp_path / "t.jsonl", [WEATHER, "[" * 100_000 + "]" * 100_000])
 

@@ -292,6 +292,15 @@ def test_a_bad_query_line_is_refused_naming_its_line_and_field(
         load_queries(queries, load_catalog(dataset[0]))
 
 
+def test_a_query_line_that_is_not_utf8_is_refused_naming_its_line(
+    dataset: tuple[Path, Path],
+) -> None:
+    dataset[1].write_bytes(b'{"query": "caf\xe9", "relevant": []}\n')
+
+    with pytest.raises(ManifestError, match=r"queries.jsonl:1: is not UTF-8 text \(byte 0xe9"):
+        load_queries(dataset[1], load_catalog(dataset[0]))
+
+
 def test_a_query_without_an_id_is_named_by_its_line(dataset: tuple[Path, Path]) -> None:
     dataset[1].write_text('\n{"query": "weather in Oslo", "relevant": ["getWeather"]}\n')
 

@@ -15,6 +15,7 @@ same. :func:`load_catalog` serves the benchmarks, :func:`read_jsonl_catalog` the
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 from collections.abc import Iterator, Mapping
@@ -222,19 +223,40 @@ def read_jsonl(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     """Where each non-blank line of ``path`` is (``FILE:LINE``) and its JSON object (a labelled
     query file, whose lines are all needed: a bad one raises :class:`ManifestError` naming
     it)."""
-    with path.open(encoding="utf-8-sig") as handle:
-        for number, line in enumerate(handle, start=1):
-            if line.strip():
-                where = f"{path}:{number}"
-                yield where, _json_object(line, where)
+    for _number, where, line in _numbered_lines(path):
+        yield where, _json_object(_utf8(line, where), where)
 
 
 def _lines(path: Path, source: str, *, servers: bool = False) -> Iterator[_Line]:
     taken: set[str] = set()
-    with path.open(encoding="utf-8-sig") as handle:
-        for number, text in enumerate(handle, start=1):
-            if text.strip():
-                yield _line(text, number, f"{path}:{number}", taken, source, servers)
+    for number, where, line in _numbered_lines(path):
+        try:
+            text = _utf8(line, where)
+        except ManifestError as exc:  # this line refused; the others are still read
+            yield _Line(number, None, error=exc)
+            continue
+        yield _line(text, number, where, taken, source, servers)
+
+
+def _numbered_lines(path: Path) -> Iterator[tuple[int, str, bytes]]:
+    """Each non-blank line of ``path`` as bytes (a BOM before the first dropped), with its
+    number and ``FILE:LINE``: decoded one at a time, so bytes that are not UTF-8 cost their
+    own line only."""
+    with path.open("rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            if number == 1:
+                line = line.removeprefix(codecs.BOM_UTF8)
+            if line.strip():
+                yield number, f"{path}:{number}", line
+
+
+def _utf8(line: bytes, where: str) -> str:
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ManifestError(
+            where, None, f"is not UTF-8 text (byte 0x{line[exc.start]:02x} at offset {exc.start})"
+        ) from exc
 
 
 def _line(text: str, number: int, where: str, taken: set[str], source: str, servers: bool) -> _Line:
