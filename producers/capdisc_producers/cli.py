@@ -1069,7 +1069,7 @@ def delete(
 
     settings, connection = _connect(ctx, redis_url)
     tenant = _tenant(ctx, tenant)
-    if source and Path(source).is_absolute():  # a registry directory: its rejections go too
+    if source and not capability_ids and Path(source).is_absolute():  # a registry directory
         forgotten = forget_manifest_errors(connection, tenant, Path(source))
         if forgotten:
             click.echo(f"{source}: {forgotten} rejected manifest(s) forgotten")
