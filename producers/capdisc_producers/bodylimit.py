@@ -3,7 +3,9 @@
 The MCP transport reads a request's whole body before it looks at it, so without a cap one
 client could make the server hold any amount of memory. :class:`BodyLimit` is ASGI middleware
 that answers 413 to a body declared (``Content-Length``) or found, as it streams in, to be
-larger than its limit, before the application sees more of it.
+larger than its limit, before the application sees more of it. The rest of such a body is read
+and dropped first (up to :data:`MAX_DRAINED_BYTES`): the server closes a connection once its
+response is sent, and a client still sending would see the connection reset, not the 413.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 #: The largest request body ``capdisc mcp --http`` reads: a discovery or a forwarded tool
 #: call with generous arguments fits many times over.
 MAX_HTTP_BODY_BYTES = 4 * 1024 * 1024
+#: How much of a refused body is read (and dropped) so that its 413 reaches the client.
+MAX_DRAINED_BYTES = 16 * 1024 * 1024
 
 
 class BodyTooLarge(Exception):
@@ -39,7 +43,7 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         if _declared_size(scope) > self.max_bytes:
-            await _refuse(send, self.max_bytes)
+            await _refuse(send, self.max_bytes, drained=await _drain(receive))
             return
         started = False
         received = 0
@@ -63,7 +67,7 @@ class BodyLimit:
         except BodyTooLarge:
             if started:  # too late to answer 413: the connection is closed instead
                 raise
-            await _refuse(send, self.max_bytes)
+            await _refuse(send, self.max_bytes, drained=await _drain(receive))
 
 
 def _declared_size(scope: Scope) -> int:
@@ -75,7 +79,21 @@ def _declared_size(scope: Scope) -> int:
     return 0
 
 
-async def _refuse(send: Send, max_bytes: int) -> None:
+async def _drain(receive: Receive) -> bool:
+    """Read and drop what is left of the request's body, up to :data:`MAX_DRAINED_BYTES`;
+    whether all of it was."""
+    drained = 0
+    while drained <= MAX_DRAINED_BYTES:
+        message = await receive()
+        if message["type"] != "http.request":  # the client went away
+            return False
+        drained += len(message.get("body", b""))
+        if not message.get("more_body"):
+            return True
+    return False
+
+
+async def _refuse(send: Send, max_bytes: int, *, drained: bool) -> None:
     body = json.dumps(
         {
             "error": "request_too_large",
@@ -89,7 +107,7 @@ async def _refuse(send: Send, max_bytes: int) -> None:
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
-                (b"connection", b"close"),
+                *([] if drained else [(b"connection", b"close")]),
             ],
         }
     )

@@ -32,10 +32,16 @@ class EchoApp:
 
 
 def call(
-    app: Any, chunks: list[bytes], headers: list[tuple[bytes, bytes]], kind: str = "http"
+    app: Any,
+    chunks: list[bytes],
+    headers: list[tuple[bytes, bytes]],
+    kind: str = "http",
+    unread: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run ``app`` on one request of ``chunks``; what it sent back."""
-    messages = [
+    """Run ``app`` on one request of ``chunks``; what it sent back (``unread`` keeps the
+    request messages nobody received)."""
+    messages = unread if unread is not None else []
+    messages += [
         {"type": "http.request", "body": chunk, "more_body": at < len(chunks) - 1}
         for at, chunk in enumerate(chunks)
     ]
@@ -72,11 +78,21 @@ def test_a_declared_length_over_the_limit_is_refused_before_the_app_runs() -> No
     assert inner.calls == 0
 
 
-def test_a_streamed_body_over_the_limit_is_refused_once_it_passes_it() -> None:
-    sent = call(BodyLimit(EchoApp(), LIMIT), [b"123456", b"789012", b"never read"], [])
+@pytest.mark.parametrize(
+    "declared", [[(b"content-length", b"18")], []], ids=["declared", "streamed"]
+)
+def test_a_refused_body_is_read_to_its_end_so_the_413_reaches_the_client(
+    declared: list[tuple[bytes, bytes]],
+) -> None:
+    unread: list[dict[str, Any]] = []
+
+    sent = call(
+        BodyLimit(EchoApp(), LIMIT), [b"123456", b"789012", b"345678"], declared, unread=unread
+    )
 
     assert status(sent) == 413
     assert len([m for m in sent if m["type"] == "http.response.start"]) == 1
+    assert unread == []
 
 
 @pytest.mark.parametrize("kind", ["lifespan", "websocket"])
@@ -89,3 +105,14 @@ def test_other_connections_pass_untouched(kind: str) -> None:
     call(BodyLimit(app, LIMIT), [b"x" * 100], [(b"content-length", b"100")], kind=kind)
 
     assert seen == [kind]
+
+
+def test_a_body_too_large_to_drain_is_refused_and_its_connection_closed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("capdisc_producers.bodylimit.MAX_DRAINED_BYTES", 8)
+
+    sent = call(BodyLimit(EchoApp(), LIMIT), [b"x" * 6] * 5, [(b"content-length", b"30")])
+
+    assert status(sent) == 413
+    assert (b"connection", b"close") in sent[0]["headers"]
