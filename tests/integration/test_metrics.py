@@ -116,13 +116,26 @@ def test_a_discovery_worker_whose_metrics_port_is_taken_serves_without_metrics(
         assert refused["port"] == port and "CAPDISC_METRICS_PORT" in refused["hint"]
 
 
-def test_a_discovery_worker_with_a_malformed_setting_exits_2_naming_it() -> None:
-    env = {**os.environ, "CAPDISC_METRICS_PORT": "abc"}
+@pytest.mark.parametrize(
+    ("variables", "reason"),
+    [
+        ({"CAPDISC_METRICS_PORT": "abc"}, "'metrics_port' (env CAPDISC_METRICS_PORT)"),
+        (
+            {"CAPDISC_EMBEDDER": "openai", "CAPDISC_OPENAI_API_KEY": ""},
+            "needs an API key: set CAPDISC_OPENAI_API_KEY",
+        ),
+    ],
+    ids=["malformed setting", "openai without a key"],
+)
+def test_a_discovery_worker_that_cannot_start_exits_2_with_one_line_saying_why(
+    variables: dict[str, str], reason: str
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"} | variables
 
     done = subprocess.run(DISCOVERY_ARGV, env=env, capture_output=True, text=True, timeout=60)
 
-    assert done.returncode == 2
+    assert done.returncode == 2, done.stderr
     (line,) = done.stderr.strip().splitlines()
     record = json.loads(line)
     assert record["event"] == "worker_not_started"
-    assert "'metrics_port' (env CAPDISC_METRICS_PORT)" in record["reason"]
+    assert reason in record["reason"]

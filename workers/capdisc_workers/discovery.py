@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import redis
 import structlog
@@ -391,17 +391,25 @@ class DiscoveryWorker:
 def main() -> None:
     try:
         settings = Settings.load()
-    except ConfigError as exc:  # one line saying which setting, not a traceback
+    except ConfigError as exc:
         configure_logging()
-        log.error("worker_not_started", reason=str(exc))
-        sys.exit(2)
+        _not_started(exc)
     configure_logging(settings.log_level, settings.log_format)
-    worker = DiscoveryWorker(settings, redis.Redis.from_url(settings.redis_url))
+    try:
+        worker = DiscoveryWorker(settings, redis.Redis.from_url(settings.redis_url))
+    except CapdiscError as exc:  # a missing keyring or API key, an unusable snapshot_dir, ...
+        _not_started(exc)
     signal.signal(signal.SIGTERM, lambda *_: worker.stop.set())
     try:
         worker.run()
     except KeyboardInterrupt:
         worker.stop.set()
+
+
+def _not_started(exc: CapdiscError) -> NoReturn:
+    """One line saying what stops the worker from starting (not a traceback), and exit 2."""
+    log.error("worker_not_started", reason=str(exc))
+    sys.exit(2)
 
 
 if __name__ == "__main__":
