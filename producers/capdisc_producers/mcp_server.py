@@ -68,6 +68,7 @@ import contextlib
 import functools
 import json
 import logging
+import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -441,9 +442,27 @@ async def _serve_http(
                 "request needs a bearer token",
             )
         app = server.streamable_http_app(host=host)
+    listening = listening_socket(host, port)
     config = uvicorn.Config(BodyLimit(app), host=host, port=port, log_level="warning")
     async with pool.running():
-        await uvicorn.Server(config).serve()
+        await uvicorn.Server(config).serve(sockets=[listening])
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The server's socket, bound to ``host:port`` here so that a port already taken is one
+    clear error (:class:`ConfigError`) rather than uvicorn's exit from inside the server."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listening = socket.socket(family, socket.SOCK_STREAM)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listening.bind((host, port))
+    except OSError as exc:
+        listening.close()
+        raise ConfigError(
+            f"capdisc mcp cannot listen on {_url_host(host)}:{port} ({exc.strerror or exc}); "
+            "choose another --http port, or stop what holds this one"
+        ) from exc
+    return listening
 
 
 def resource_server(host: str, port: int) -> AuthSettings:

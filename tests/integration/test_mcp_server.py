@@ -244,3 +244,23 @@ def test_http_a_request_body_over_the_limit_gets_413_and_the_server_keeps_servin
 
     run(body)
     assert not results[0].is_error
+
+
+def test_http_on_a_port_already_taken_exits_2_saying_so(stack: Stack) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+
+        done = subprocess.run(
+            [*SERVE, "--tenant", "warmup", "--http", str(port)],
+            env=stack.env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    assert done.returncode == 2, done.stderr
+    assert f"capdisc mcp cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr
