@@ -22,6 +22,7 @@ from capdisc.bench.evaluation import (
     build_snapshot,
     default_cache_dir,
     load_queries,
+    query_texts,
     run_retrieval_benchmark,
     sample_queries,
 )
@@ -230,12 +231,16 @@ def _catalog(
         )
         return caps, texts
     assert registry_path is not None
-    caps = list(scan_directory(registry_path).capabilities.values())
+    scan = scan_directory(registry_path)
+    for path, error in scan.errors.items():
+        click.echo(f"refused: {path}: {error.problem}", err=True)
+    caps = list(scan.capabilities.values())
+    if not caps:
+        why = f"{len(scan.errors)} refused, listed above" if scan.errors else "no CAPABILITY.yaml"
+        raise CapdiscError(f"no capability could be read from {registry_path} ({why})")
     if queries_path is None:
         return caps, [summary_text(c) for c in caps]
-    with queries_path.open(encoding="utf-8") as handle:
-        texts = [str(json.loads(line)["query"]) for line in handle if line.strip()]
-    return caps, texts
+    return caps, query_texts(queries_path)
 
 
 def format_tokens(report: dict[str, Any]) -> str:

@@ -110,3 +110,31 @@ def test_bench_tokens_needs_exactly_one_catalog() -> None:
 
     assert result.exit_code == 2
     assert "exactly one of --tools and --registry" in result.output
+
+
+def test_bench_tokens_on_a_registry_with_nothing_readable_fails_listing_the_refusals(
+    tmp_path: Path,
+) -> None:
+    broken = tmp_path / "registry" / "broken" / "CAPABILITY.yaml"
+    broken.parent.mkdir(parents=True)
+    broken.write_text("name: [unclosed\n")
+
+    result = CliRunner().invoke(cli, ["bench", "tokens", "--registry", str(broken.parents[1])])
+
+    assert result.exit_code == 1
+    assert f"refused: {broken}: is not valid YAML" in result.output
+    assert "no capability could be read from" in result.output
+    assert "(1 refused, listed above)" in result.output
+
+
+def test_bench_tokens_refuses_a_query_line_without_a_question(tmp_path: Path) -> None:
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text('{"id": "q1", "relevant": []}\n')
+    registry = str(ROOT / "examples" / "registry")
+
+    result = CliRunner().invoke(
+        cli, ["bench", "tokens", "--registry", registry, "--queries", str(queries)]
+    )
+
+    assert result.exit_code == 1
+    assert "queries.jsonl:1: field 'query': must be a non-empty string" in result.output

@@ -89,6 +89,12 @@ def read_queries(path: Path, catalog: Catalog) -> QuerySet:
     return QuerySet(queries, tuple(dropped))
 
 
+def query_texts(path: Path) -> list[str]:
+    """The question of each line of a ``queries.jsonl`` file (its labels not needed: a turn to
+    measure), each line checked as :func:`read_queries` checks it."""
+    return [_query_fields(record, where)[1] for where, record in read_jsonl(path)]
+
+
 def _query_fields(record: Mapping[str, Any], where: str) -> tuple[str, str, list[str]]:
     """A labelled query line's id (its place in the file when it has none), text and relevant
     tool labels; :class:`ManifestError` naming the line and field when one is unusable."""
