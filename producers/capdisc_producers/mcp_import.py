@@ -57,6 +57,8 @@ def list_server_tools(
     its tools."""
     if (url is None) == (command is None):
         raise MCPImportError("give exactly one of --url and --command")
+    if command is not None and not shlex.split(command):
+        raise MCPImportError("--command is empty: give the command that starts the MCP server")
     try:
         return asyncio.run(asyncio.wait_for(_list(url, command), timeout_s))
     except TimeoutError as exc:
