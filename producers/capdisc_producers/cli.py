@@ -1117,6 +1117,8 @@ def reindex(
     """Embed capabilities again: by id, a whole --source, or --all of a tenant (blue/green)."""
     from capdisc.registry.policy import SyncPlan
 
+    if not (capability_ids or source or everything):
+        _fail("give capability ids, --source, or --all (the whole tenant)")
     settings, connection = _connect(ctx, redis_url)
     tenant = _tenant(ctx, tenant)
     if everything:

@@ -292,3 +292,10 @@ def test_a_redis_url_of_another_scheme_is_refused_naming_what_to_give() -> None:
     assert result.exit_code != 0
     assert isinstance(result.exception, ConfigError)
     assert "give redis://HOST:PORT/DB with --redis-url" in str(result.exception)
+
+
+def test_reindex_without_ids_source_or_all_names_all_three() -> None:
+    result = CliRunner().invoke(cli, ["reindex"])
+
+    assert result.exit_code == 2
+    assert "give capability ids, --source, or --all" in result.output
