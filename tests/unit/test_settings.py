@@ -418,3 +418,16 @@ def test_a_malformed_redis_url_is_shown_without_its_password() -> None:
         Settings.load(environ={"CAPDISC_REDIS_URL": "http://:s3cret@host:6379/0"})
 
     assert "s3cret" not in str(info.value) and "redis://HOST:PORT/DB" in str(info.value)
+
+
+def test_a_nested_setting_is_named_as_in_the_settings_file_not_as_a_variable(
+    tmp_path: Path,
+) -> None:
+    path = write_settings(tmp_path, "sessions:\n  profiles:\n    billing:\n      allowlist: x\n")
+
+    with pytest.raises(ConfigError) as info:
+        Settings.load(environ={}, path=path)
+
+    assert str(info.value).startswith(
+        "setting 'sessions.profiles.billing.allowlist' (in the settings file): "
+    )

@@ -61,9 +61,12 @@ class DiscoveryConfig(BaseModel):
 
 
 def describe_invalid(exc: ValidationError, what: str) -> str:
+    """Each problem of ``exc``, naming the field and where it is set: a top-level field by its
+    ``CAPDISC_*`` variable, a nested one (``sessions.profiles.NAME...``) in the settings file."""
     problems = []
     for error in exc.errors():
         loc = [str(p) for p in error["loc"] if p != "discovery"]
         name = ".".join(loc)
-        problems.append(f"{what} '{name}' (env {ENV_PREFIX}{name.upper()}): {error['msg']}")
+        where = f"env {ENV_PREFIX}{name.upper()}" if len(loc) == 1 else "in the settings file"
+        problems.append(f"{what} '{name}' ({where}): {error['msg']}")
     return "; ".join(problems)
