@@ -73,7 +73,6 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from importlib import metadata
 from typing import Any
 
 import anyio
@@ -96,6 +95,7 @@ from capdisc.identity.gate import Gate, require
 from capdisc.logs import configure_logging
 from capdisc.models import JSONDict
 from capdisc.settings import Settings
+from capdisc.version import package_version
 from capdisc_producers.bodylimit import BodyLimit
 from capdisc_producers.mcp_gateway import (
     RECORD_TOOL,
@@ -322,7 +322,7 @@ def build_server(
 
     server = GatewayServer(
         SERVER_NAME,
-        version=_package_version(),
+        version=package_version(),
         on_list_tools=list_tools,
         on_call_tool=call_tool,
         get_tool_input_schema=schemas.get,
@@ -331,14 +331,6 @@ def build_server(
         "server/discover", types.RequestParams, functools.partial(_handshake_only, server)
     )
     return server
-
-
-def _package_version() -> str:
-    """The installed capdisc's version, as the server says in its handshake (``serverInfo``)."""
-    try:
-        return metadata.version("capdisc")
-    except metadata.PackageNotFoundError:  # run from a source tree
-        return "unknown"
 
 
 def unknown_tool(name: str, handlers: Mapping[str, Handler]) -> str:

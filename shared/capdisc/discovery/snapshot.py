@@ -506,21 +506,10 @@ class IndexSnapshot:
             latest[capability.id] = (capability, vector)
         fresh = [(c, v) for c, v in latest.values() if len(v) == width]
         gone = [*deletes, *(cid for cid, (_, v) in latest.items() if len(v) != width)]
-        kept = {i: m for i, m in self.marks.items() if i not in latest}
-        kept.update(marks or {})
-        if not len(self):  # nothing to carry over (a worker's empty first snapshot)
-            return IndexSnapshot.build(
-                self.tenant,
-                version,
-                self.dim,
-                fresh,
-                embedder_id=self.embedder_id,
-                retriever=self.factory,
-                probes=self.probes,
-                marks=kept,
-            )
         table, sources = self.capabilities.changed([c for c, _ in fresh], gone)
         matrix, reduced = self._moved_vectors(sources, [v for _, v in fresh])
+        kept = {i: m for i, m in self.marks.items() if i not in latest}
+        kept.update(marks or {})
         return IndexSnapshot._made(
             self.tenant,
             version,

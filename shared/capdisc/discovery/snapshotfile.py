@@ -42,7 +42,6 @@ import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from functools import cache
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +62,7 @@ from capdisc.retrieval.index import ExactRows
 from capdisc.retrieval.lexical import stemming_available
 from capdisc.retrieval.persist import load_index, save_index
 from capdisc.retrieval.text import embedder_id_of
+from capdisc.version import package_version
 
 #: The layout this code writes and reads; a snapshot of another format is refused.
 FORMAT_VERSION = 2
@@ -142,7 +142,7 @@ def build_fingerprint(embedder_id: str) -> str:
     stemming is installed and the retrieval knobs of ``embedder_id``. Any difference and the
     snapshot is refused (rebuilt from Redis), so an upgrade never serves stale arrays."""
     digest = hashlib.sha256()
-    digest.update(f"{FORMAT_VERSION}\0{_version()}\0{stemming_available()}\0".encode())
+    digest.update(f"{FORMAT_VERSION}\0{package_version()}\0{stemming_available()}\0".encode())
     digest.update(repr(calibrated_for(embedder_id)).encode())
     package = Path(capdisc.__file__).parent
     sources = [*sorted((package / "retrieval").glob("*.py")), package / "models.py"]
@@ -150,13 +150,6 @@ def build_fingerprint(embedder_id: str) -> str:
     for source in sources:
         digest.update(source.name.encode() + b"\0" + source.read_bytes())
     return digest.hexdigest()[:32]
-
-
-def _version() -> str:
-    try:
-        return metadata.version("capdisc")
-    except metadata.PackageNotFoundError:  # run from a source tree
-        return "unknown"
 
 
 def snapshot_dir(root: Path, tenant: str, space: str) -> Path:
