@@ -20,15 +20,24 @@ from .test_cli import run_cli
 
 def dead_letter_of(stack: Stack, connection: redis.Redis, payload: str) -> str:
     """Send ``payload`` to the indexing worker and wait for its dead letter; its entry id."""
-    last = connection.xrevrange(keys.DEADLETTERS, count=1)
-    start = last[0][0] if last else "0-0"
+    start = newest_dead_letter(connection)
     Publisher(stack.url).send_raw(payload)
+    return str(await_dead_letter(connection, start, payload)[0])
+
+
+def newest_dead_letter(connection: redis.Redis) -> Any:
+    last = connection.xrevrange(keys.DEADLETTERS, count=1)
+    return last[0][0] if last else "0-0"
+
+
+def await_dead_letter(connection: redis.Redis, start: Any, payload: str) -> tuple[str, str]:
+    """The entry id and reason of the dead letter of ``payload`` after ``start``, waited for."""
     for _ in range(20):
         entries = connection.xread({keys.DEADLETTERS: start}, block=500)
         for _stream, items in entries or []:
             for entry_id, fields in items:
                 if fields[b"payload"].decode() == payload:
-                    return str(entry_id.decode())
+                    return entry_id.decode(), fields[b"reason"].decode()
                 start = entry_id
     raise AssertionError(f"no dead letter for {payload}")
 
@@ -222,3 +231,17 @@ def test_an_embedding_failing_in_a_later_chunk_keeps_what_was_applied_before_it(
         assert {d.attempts for d in letters} == {2}
         assert connection.hlen(keys.caps(tenant)) == APPLY_CHUNK
         assert len(server.requests) == first_calls + 2  # one failing call per delivery
+
+
+def test_a_queue_entry_that_is_no_message_is_kept_and_the_worker_reads_on(
+    stack: Stack, connection: redis.Redis
+) -> None:
+    garbage = f"not a message {uuid.uuid4().hex}"
+    start = newest_dead_letter(connection)
+
+    connection.lpush(keys.INDEXING_QUEUE, garbage)
+
+    _entry_id, reason = await_dead_letter(connection, start, garbage)
+    assert "not JSON" in reason
+    tenant = f"dlq-{uuid.uuid4().hex[:8]}"  # the worker still applies (here: refuses) events
+    assert dead_letter_of(stack, connection, undecodable(tenant))

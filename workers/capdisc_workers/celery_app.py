@@ -25,13 +25,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import redis
 import structlog
 from celery import Celery, signals
 
 from capdisc import keys
 from capdisc.logs import configure_logging
+from capdisc.registry.deadletters import dead_letter
 from capdisc.settings import Settings
 from capdisc.stackfile import joining_stack
+from capdisc_workers.queueguard import REFUSE_OPTION, TRANSPORT, Refuse
 from capdisc_workers.resources import Resources
 
 #: The modules whose tasks and signal handlers the worker loads.
@@ -43,7 +46,9 @@ TASK_MODULES = [
 ]
 
 
-def create_app(settings: Settings) -> Celery:
+def create_app(settings: Settings, refuse_entry: Refuse | None = None) -> Celery:
+    """The indexing workers' app; ``refuse_entry`` is told of each queue entry that is no
+    message (:mod:`capdisc_workers.queueguard`), which the worker then skips."""
     celery = Celery("capdisc", broker=settings.redis_url, include=TASK_MODULES)
     celery.conf.update(
         task_default_queue=keys.INDEXING_QUEUE,
@@ -62,7 +67,12 @@ def create_app(settings: Settings) -> Celery:
         broker_connection_retry_on_startup=True,
         # Redis going away (a restart) never ends the worker: reconnect for as long as it takes
         broker_connection_max_retries=None,
-        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        # kombu's Redis transport, refusing a queue entry that is no message instead of ending
+        broker_transport=TRANSPORT,
+        broker_transport_options={
+            "visibility_timeout": settings.visibility_timeout_s,
+            REFUSE_OPTION: refuse_entry,
+        },
     )
     celery.conf.capdisc_settings = settings
     return celery
@@ -77,7 +87,28 @@ def from_environment(
     environ = os.environ if environ is None else environ
     settings = joining_stack(Settings.load(environ), environ, cwd or Path.cwd())
     resources = Resources.from_settings(settings)
-    return create_app(resources.settings), resources
+    return create_app(resources.settings, _refuser(resources)), resources
+
+
+def _refuser(resources: Resources) -> Refuse:
+    """Log a queue entry that is no message and keep it in the dead letters."""
+    log = structlog.get_logger("capdisc.indexing")
+
+    def refuse(queue: str, entry: str, reason: str) -> None:
+        log.error(
+            "queue_entry_refused",
+            queue=queue,
+            reason=reason,
+            hint=f"something other than a capdisc producer wrote to the list {queue!r} of this "
+            "Redis database; the entry was skipped and kept in the dead letters "
+            "(capdisc dlq list)",
+        )
+        try:
+            dead_letter(resources.redis, entry, f"not a queue message: {reason}")
+        except redis.RedisError as exc:
+            log.warning("queue_entry_not_kept", queue=queue, error=str(exc))
+
+    return refuse
 
 
 app, resources = from_environment()

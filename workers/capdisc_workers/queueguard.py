@@ -1,0 +1,129 @@
+"""The indexing queue's transport: kombu's Redis transport, refusing an entry that is no message.
+
+kombu pops each entry of the indexing queue (a Redis list) and decodes it inside the worker's
+event loop, where an entry that is not a kombu message (something other than a capdisc producer
+wrote to the list) would take the worker down: kombu's own transport ends the worker on text
+that is not JSON ("Unrecoverable error"), and drops the broker connection and restarts the
+consumer on a JSON object without its ``properties``. :class:`Channel` checks each entry's envelope before kombu delivers it and hands
+an entry that fails to the ``refuse_entry`` transport option (the worker logs it and keeps it
+in the dead letters), then reads on. What is inside a well-formed envelope (an unknown task, a
+body Celery cannot decode, an event capdisc refuses) is left to Celery and the tasks, which
+already refuse it without stopping.
+
+Celery selects this transport by ``broker_transport``
+(:func:`capdisc_workers.celery_app.create_app`) under the name :data:`TRANSPORT` (how the
+worker's log names its broker); ``redis://`` and ``rediss://`` URLs mean the same with it as
+with kombu's own.
+"""
+
+from __future__ import annotations
+
+import binascii
+import json
+from collections.abc import Callable
+from queue import Empty
+from typing import Any
+
+from kombu.transport import TRANSPORT_ALIASES
+from kombu.transport import redis as kombu_redis
+
+#: The transport option naming what to call with a refused entry: ``(queue, entry, reason)``.
+REFUSE_OPTION = "refuse_entry"
+#: The name Celery finds :class:`Transport` by (its ``broker_transport`` setting).
+TRANSPORT = "capdisc-redis"
+
+Refuse = Callable[[str, str, str], None]
+
+
+class MalformedEntry(ValueError):
+    """A queue entry that is not a kombu message; the message names the field."""
+
+
+def checked_message(text: str) -> dict[str, Any]:
+    """The kombu message ``text`` holds, its envelope checked as kombu will read it; raises
+    :class:`MalformedEntry` naming what is wrong."""
+    try:
+        payload = json.loads(text)
+    except ValueError as exc:
+        raise MalformedEntry(f"not JSON ({exc})") from exc
+    if not isinstance(payload, dict):
+        raise MalformedEntry("not a JSON object")
+    properties = payload.get("properties")
+    if not isinstance(properties, dict):
+        raise MalformedEntry("field 'properties': missing or not an object")
+    if not isinstance(properties.get("delivery_tag"), str):
+        raise MalformedEntry("field 'properties.delivery_tag': missing or not a string")
+    _check_delivery_info(properties.get("delivery_info"))
+    if not isinstance(payload.get("headers", {}), dict):
+        raise MalformedEntry("field 'headers': not an object")
+    _check_body(payload.get("body"), properties.get("body_encoding"))
+    return payload
+
+
+def _check_delivery_info(info: Any) -> None:
+    if not isinstance(info, dict) or not all(
+        isinstance(info.get(name), str) for name in ("exchange", "routing_key")
+    ):
+        raise MalformedEntry(
+            "field 'properties.delivery_info': needs 'exchange' and 'routing_key' strings"
+        )
+
+
+def _check_body(body: Any, encoding: Any) -> None:
+    if not body:
+        return
+    if not isinstance(body, str):
+        raise MalformedEntry("field 'body': not a string")
+    if encoding == "base64":
+        try:
+            binascii.a2b_base64(body.encode("ascii"))
+        except (binascii.Error, UnicodeEncodeError) as exc:
+            raise MalformedEntry(f"field 'body': not base64 ({exc})") from exc
+
+
+class Channel(kombu_redis.Channel):
+    """kombu's Redis channel, with each popped entry's envelope checked before delivery."""
+
+    def _brpop_read(self, **options: Any) -> bool:
+        try:
+            try:
+                dest_item = self.client.parse_response(self.client.connection, "BRPOP", **options)
+            except self.connection_errors:
+                # as kombu does: disconnect so that the next read reconnects
+                self.client.connection.disconnect()
+                raise
+            if not dest_item:
+                raise Empty()
+            dest, item = dest_item
+            dest = _text(dest).rsplit(self.sep, 1)[0]
+            self._queue_cycle.rotate(dest)
+            self._deliver_or_refuse(dest, _text(item))
+            return True
+        finally:
+            self._in_poll = None  # type: ignore[assignment]  # kombu's "no read in flight"
+            flush = getattr(self, "_flush_brpop_reauth", None)
+            if flush is not None:
+                flush()
+
+    def _deliver_or_refuse(self, queue: str, text: str) -> None:
+        try:
+            message = checked_message(text)
+        except MalformedEntry as exc:
+            refuse: Refuse | None = self.connection.client.transport_options.get(REFUSE_OPTION)
+            if refuse is not None:
+                refuse(queue, text, str(exc))
+            return
+        self.connection._deliver(message, queue)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+class Transport(kombu_redis.Transport):
+    """kombu's Redis transport with :class:`Channel`."""
+
+    Channel = Channel
+
+
+TRANSPORT_ALIASES.setdefault(TRANSPORT, f"{__name__}:Transport")
