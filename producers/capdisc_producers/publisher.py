@@ -17,6 +17,7 @@ import redis
 from celery import Celery
 
 from capdisc import keys
+from capdisc.rawsettings import celery_broker_url
 from capdisc.registry import outbox
 from capdisc.registry.events import RegistryEvent
 from capdisc.tenants import check_tenant
@@ -35,7 +36,7 @@ class Publisher:
         #: The identity token stamped on every event sent (or what makes one per send):
         #: with auth on, indexing workers apply only events whose token grants ``write``.
         self.token = token
-        self.app = Celery("capdisc-producer", broker=broker_url)
+        self.app = Celery("capdisc-producer", broker=celery_broker_url(broker_url))
         self.app.conf.update(
             task_serializer="json", accept_content=["json"], broker_connection_retry_on_startup=True
         )

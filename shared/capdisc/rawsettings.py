@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import parse_qs, quote, urlsplit, urlunsplit
 
 from capdisc.errors import ConfigError, ManifestError
 from capdisc.tenants import tenant_problem
@@ -110,6 +110,22 @@ REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 def redis_url_form(url: str) -> bool:
     """Whether ``url`` is in a form redis-py connects with (empty: not set, the stack's found)."""
     return not url or url.startswith(REDIS_SCHEMES)
+
+
+def celery_broker_url(url: str, transport: str = "redis") -> str:
+    """The URL a Celery app is given as its broker for the Redis ``url``: ``url`` itself, but a
+    ``unix://`` socket, which kombu does not read, in kombu's form for one
+    (``{transport}+socket://[user:password@]/path?virtual_host=db``); ``transport`` names the
+    kombu transport that reads it."""
+    if not url.startswith("unix://"):
+        return url
+    parts = urlsplit(url)
+    query = parse_qs(parts.query)
+    db = query.get("db", ["0"])[0]
+    user = quote(parts.username or query.get("username", [""])[0], safe="")
+    password = parts.password or quote(query.get("password", [""])[0], safe="")
+    login = f"{user}:{password}@" if user or password else ""
+    return f"{transport}+socket://{login}{parts.path}?virtual_host={db}"
 
 
 # -- the settings a command needs to reach the stack ---------------------------------------------

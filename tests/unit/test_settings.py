@@ -11,7 +11,7 @@ import pytest
 
 from capdisc.discovery.config import DiscoveryConfig
 from capdisc.errors import ConfigError
-from capdisc.rawsettings import ClientSettings
+from capdisc.rawsettings import ClientSettings, celery_broker_url
 from capdisc.settings import Settings
 from capdisc_producers.access import command_settings
 
@@ -411,6 +411,24 @@ def test_client_settings_find_the_settings_file_through_its_variable(tmp_path: P
 )
 def test_each_redis_url_scheme_redis_py_connects_with_is_accepted(url: str) -> None:
     assert Settings.load(environ={"CAPDISC_REDIS_URL": url}).redis_url == url
+
+
+@pytest.mark.parametrize(
+    ("url", "broker"),
+    [
+        ("redis://:pw@127.0.0.1:6379/2", "redis://:pw@127.0.0.1:6379/2"),
+        ("rediss://host:6380/1", "rediss://host:6380/1"),
+        ("unix:///run/redis.sock", "redis+socket:///run/redis.sock?virtual_host=0"),
+        ("unix://:p%40ss@/run/r.sock?db=3", "redis+socket://:p%40ss@/run/r.sock?virtual_host=3"),
+        (
+            "unix:///run/r.sock?db=1&password=p@ss",
+            "redis+socket://:p%40ss@/run/r.sock?virtual_host=1",
+        ),
+        ("unix://ops:pw@/run/r.sock", "redis+socket://ops:pw@/run/r.sock?virtual_host=0"),
+    ],
+)
+def test_a_unix_socket_url_is_given_to_celery_in_kombus_form(url: str, broker: str) -> None:
+    assert celery_broker_url(url) == broker
 
 
 def test_a_malformed_redis_url_is_shown_without_its_password() -> None:

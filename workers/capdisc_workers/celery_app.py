@@ -31,6 +31,7 @@ from celery import Celery, signals
 
 from capdisc import keys
 from capdisc.logs import configure_logging
+from capdisc.rawsettings import celery_broker_url
 from capdisc.registry.deadletters import dead_letter
 from capdisc.settings import Settings
 from capdisc.stackfile import joining_stack
@@ -49,7 +50,8 @@ TASK_MODULES = [
 def create_app(settings: Settings, refuse_entry: Refuse | None = None) -> Celery:
     """The indexing workers' app; ``refuse_entry`` is told of each queue entry that is no
     message (:mod:`capdisc_workers.queueguard`), which the worker then skips."""
-    celery = Celery("capdisc", broker=settings.redis_url, include=TASK_MODULES)
+    broker = celery_broker_url(settings.redis_url, TRANSPORT)
+    celery = Celery("capdisc", broker=broker, include=TASK_MODULES)
     celery.conf.update(
         task_default_queue=keys.INDEXING_QUEUE,
         task_routes={"capdisc.indexing.*": {"queue": keys.INDEXING_QUEUE}},

@@ -4,11 +4,11 @@ kombu pops each entry of the indexing queue (a Redis list) and decodes it inside
 event loop, where an entry that is not a kombu message (something other than a capdisc producer
 wrote to the list) would take the worker down: kombu's own transport ends the worker on text
 that is not JSON ("Unrecoverable error"), and drops the broker connection and restarts the
-consumer on a JSON object without its ``properties``. :class:`Channel` checks each entry's envelope before kombu delivers it and hands
-an entry that fails to the ``refuse_entry`` transport option (the worker logs it and keeps it
-in the dead letters), then reads on. What is inside a well-formed envelope (an unknown task, a
-body Celery cannot decode, an event capdisc refuses) is left to Celery and the tasks, which
-already refuse it without stopping.
+consumer on a JSON object without its ``properties``. :class:`Channel` checks each entry's
+envelope before kombu delivers it and hands an entry that fails to the ``refuse_entry``
+transport option (the worker logs it and keeps it in the dead letters), then reads on. What is
+inside a well-formed envelope (an unknown task, a body Celery cannot decode, an event capdisc
+refuses) is left to Celery and the tasks, which already refuse it without stopping.
 
 Celery selects this transport by ``broker_transport``
 (:func:`capdisc_workers.celery_app.create_app`) under the name :data:`TRANSPORT` (how the
