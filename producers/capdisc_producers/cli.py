@@ -857,6 +857,10 @@ def _render_status(report: dict[str, Any]) -> str:
             f"{info['capabilities']} capabilities ({kinds})"
         )
         lines += [f"  rejected manifest {p}: {e}" for p, e in info["manifest_errors"].items()]
+        lines += [
+            f"  unreadable record {i}: not served (capdisc delete {i} removes it)"
+            for i in info.get("unreadable_records", ())
+        ]
         lines += _poisoning_lines(tenant, info.get("poisoning"))
         if info.get("reindex"):
             job = info["reindex"]

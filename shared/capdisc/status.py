@@ -16,7 +16,7 @@ from capdisc.errors import FlagError
 from capdisc.redistext import as_str
 from capdisc.registry import flags
 from capdisc.registry.flagstore import read_flags, tenant_policy
-from capdisc.registry.policy import StoredRecord
+from capdisc.registry.policy import stored_record
 
 DEFAULT_STALE_AFTER_S = 10.0
 
@@ -129,9 +129,8 @@ def _json_or_none(raw: Any) -> Any:
 
 
 def _tenant_status(client: redis.Redis, tenant: str) -> dict[str, Any]:
-    records = [
-        StoredRecord.from_dict(json.loads(v)) for v in client.hgetall(keys.caps(tenant)).values()
-    ]
+    stored = {as_str(k): stored_record(v) for k, v in client.hgetall(keys.caps(tenant)).items()}
+    records = [r for r in stored.values() if r is not None and r.readable]
     errors = {as_str(k): as_str(v) for k, v in client.hgetall(keys.manifest_errors(tenant)).items()}
     space = client.get(keys.space(tenant))
     building = {as_str(k): as_str(v) for k, v in client.hgetall(keys.reindex(tenant)).items()}
@@ -146,6 +145,8 @@ def _tenant_status(client: redis.Redis, tenant: str) -> dict[str, Any]:
         "capabilities": len(records),
         "by_kind": dict(sorted(Counter(r.capability["kind"] for r in records).items())),
         "manifest_errors": errors,
+        # stored values that are no record (written by hand or damaged): never served
+        "unreadable_records": sorted(i for i, r in stored.items() if r is None or not r.readable),
     }
 
 

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from capdisc.registry import policy
+from capdisc.registry.events import RegistryEvent
 
 
 def test_records_parse_as_one_by_one_across_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -25,14 +26,55 @@ def test_chunk_parsing_shares_one_string_per_key() -> None:
     assert keys[0] is keys[1] is keys[2]
 
 
-def test_a_record_that_is_not_json_raises_its_own_error() -> None:
+def test_a_record_that_is_not_json_is_left_as_its_text_and_the_rest_parse() -> None:
     raw = [b'{"id": "a"}', b'{"id": ', b'{"id": "c"}']
 
-    with pytest.raises(ValueError, match="Expecting value"):
-        policy.parsed_records(raw)
+    assert policy.parsed_records(raw) == [{"id": "a"}, b'{"id": ', {"id": "c"}]
 
 
-@pytest.mark.parametrize("odd", [b"1, 2", b"", b'{"a": 1}]'])
+@pytest.mark.parametrize("odd", [b"1, 2", b'{"a": 1}]'])
 def test_a_record_that_is_not_one_value_is_not_taken_for_two(odd: bytes) -> None:
-    with pytest.raises(ValueError):
-        policy.parsed_records([b'{"id": "a"}', odd])
+    assert policy.parsed_records([b'{"id": "a"}', odd]) == [{"id": "a"}, odd]
+
+
+CAPABILITY = {"id": "tool:a", "kind": "tool", "name": "a", "description": "A."}
+RECORD = {"capability": CAPABILITY, "seq": 3, "content_hash": "h", "updated_at_ms": 5}
+
+
+@pytest.mark.parametrize("form", [json.dumps(RECORD), json.dumps(RECORD).encode(), RECORD])
+def test_a_stored_record_reads_from_text_bytes_or_parsed_json(form: object) -> None:
+    assert policy.stored_record(form) == policy.StoredRecord(CAPABILITY, 3, "h", 5)
+
+
+@pytest.mark.parametrize("value", [None, b"", ""])
+def test_no_stored_value_is_no_record(value: object) -> None:
+    assert policy.stored_record(value) is None
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        b"garbage",
+        b'{"id": ',
+        b"[1, 2]",
+        json.dumps({"seq": 1}),
+        json.dumps({**RECORD, "seq": "x"}),
+        json.dumps({**RECORD, "capability": "tool:a"}),
+        json.dumps({**RECORD, "capability": {"id": "tool:a", "kind": "tool"}}),
+        json.dumps({**RECORD, "capability": {**CAPABILITY, "name": 7}}),
+    ],
+)
+def test_a_stored_value_that_is_no_record_reads_as_unreadable(value: object) -> None:
+    record = policy.stored_record(value)
+
+    assert record is policy.UNREADABLE and not record.readable
+    assert policy.stored_capability(value) is None
+
+
+@pytest.mark.parametrize("event_type", ["upsert", "delete"])
+def test_an_event_replaces_or_removes_an_unreadable_record(event_type: str) -> None:
+    event = RegistryEvent(type=event_type, tenant="t", capability_id="tool:a", seq=1)
+
+    decision = policy.decide(event, policy.UNREADABLE, None, "h")
+
+    assert decision == event_type

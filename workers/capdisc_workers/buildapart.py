@@ -67,7 +67,7 @@ MOVED = 3
 #: one whose changes since could not all be read or applied (its stderr says which).
 NO_SNAPSHOT = 4
 #: The counts the child reports on its last line of output (JSON), with its peak RSS.
-COUNTS = ("without_vectors", "withheld", "marked")
+COUNTS = ("without_vectors", "withheld", "marked", "unreadable")
 
 
 @dataclass(frozen=True)
@@ -182,6 +182,7 @@ def built(snap: Snapshot, policy: Policy, probes: Matrix) -> tuple[IndexSnapshot
         "without_vectors": sum(cid not in snap.vectors for cid in snap.records),
         "withheld": len(served.withheld),
         "marked": len(served.marks),
+        "unreadable": len(snap.unreadable),
     }
     entries = (
         (Capability.from_dict(record.capability), snap.vectors[cid])

@@ -12,7 +12,6 @@ while the model runs).
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -24,7 +23,7 @@ import redis
 from capdisc import keys
 from capdisc.embedders.port import Embedder, Vector, check_vectors
 from capdisc.models import Capability
-from capdisc.registry.policy import StoredRecord
+from capdisc.registry.policy import stored_capability
 from capdisc.registry.store import vector_bytes
 from capdisc.retrieval.text import combine, embedding_texts, text_hash
 
@@ -78,9 +77,9 @@ def stored_capabilities(client: redis.Redis, refs: Iterable[tuple[str, str]]) ->
     """The stored capabilities named by ``(tenant, capability id)`` (those still stored)."""
     out = []
     for tenant, cap_id in refs:
-        raw = client.hget(keys.caps(tenant), cap_id)
-        if raw:
-            out.append(Capability.from_dict(StoredRecord.from_dict(json.loads(raw)).capability))
+        capability = stored_capability(client.hget(keys.caps(tenant), cap_id))
+        if capability is not None:
+            out.append(capability)
     return out
 
 

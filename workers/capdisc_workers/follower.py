@@ -34,7 +34,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -425,6 +425,7 @@ class SnapshotFollower:
                 marked=outcome.counts.get("marked", 0),
             )
             _warn_without_vectors(tenant, space, outcome.counts.get("without_vectors", 0))
+            _warn_unreadable(tenant, outcome.counts.get("unreadable", 0))
         return loaded
 
     def _load(self, tenant: str) -> IndexSnapshot:
@@ -466,6 +467,7 @@ class SnapshotFollower:
             marked=len(served.marks),
         )
         _warn_without_vectors(tenant, snap.space, missing)
+        _warn_unreadable(tenant, len(snap.unreadable), snap.unreadable)
         return index
 
     def _swap_in(self, index: IndexSnapshot, changes_id: str) -> None:
@@ -714,6 +716,19 @@ def _entries(snap: Snapshot, withheld: Collection[str]) -> Iterator[tuple[Capabi
         vector = snap.vectors.pop(cap_id, None)
         if vector is not None and cap_id not in withheld:
             yield Capability.from_dict(record.capability), vector
+
+
+def _warn_unreadable(tenant: str, count: int, ids: Sequence[str] = ()) -> None:
+    if count:
+        log.error(
+            "records_unreadable",
+            tenant=tenant,
+            count=count,
+            ids=list(ids[:20]),
+            hint="these stored values are no capability record (written by hand or damaged) "
+            "and are not served; capdisc status lists them, capdisc delete ID removes one, "
+            "publishing its source again replaces it",
+        )
 
 
 def _warn_without_vectors(tenant: str, space: str, missing: int) -> None:

@@ -10,7 +10,6 @@ these does nothing.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
@@ -19,10 +18,9 @@ import structlog
 
 from capdisc import keys
 from capdisc.errors import CapdiscError
-from capdisc.models import Capability
 from capdisc.redistext import as_str
 from capdisc.registry.events import RegistryEvent
-from capdisc.registry.policy import StoredRecord
+from capdisc.registry.policy import stored_capability
 from capdisc.vectorstores.port import StoredObject, VectorStore
 
 log = structlog.get_logger("capdisc.indexing")
@@ -109,8 +107,8 @@ def _stored_objects(
     rows = client.hmget(keys.vectors(tenant, space), ids)
     objects = []
     for raw, vector in zip(records, rows, strict=True):
-        if raw and isinstance(vector, bytes):
-            cap = Capability.from_dict(StoredRecord.from_dict(json.loads(raw)).capability)
+        cap = stored_capability(raw)
+        if cap is not None and isinstance(vector, bytes):
             objects.append(
                 StoredObject.from_capability(cap, np.frombuffer(vector, dtype=np.float32))
             )

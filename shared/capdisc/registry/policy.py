@@ -56,12 +56,47 @@ class StoredRecord:
         )
 
     @property
+    def readable(self) -> bool:
+        """False for :data:`UNREADABLE`: a stored value that is no record."""
+        return self is not UNREADABLE
+
+    @property
     def location(self) -> str:
         return str((self.capability.get("source_ref") or {}).get("location", ""))
 
     @property
     def source(self) -> str:
         return str((self.capability.get("source_ref") or {}).get("source", ""))
+
+
+#: What a stored value that is no record reads as (not JSON, or a field missing or of the wrong
+#: type: written by hand or damaged): older than any event and owned by no source, so the next
+#: upsert or delete of its id replaces or removes it; never served.
+UNREADABLE = StoredRecord(capability={}, seq=-1, content_hash="", updated_at_ms=0)
+#: The capability fields every stored record has (those :class:`Capability` needs).
+_NEEDED = ("id", "kind", "name", "description")
+
+
+def stored_record(value: Any) -> StoredRecord | None:
+    """The record a ``caps`` hash value holds (JSON text, or already parsed); None for no value,
+    :data:`UNREADABLE` for a value that is no record."""
+    if value is None or value == b"" or value == "":
+        return None
+    try:
+        data = json.loads(value) if isinstance(value, bytes | str) else value
+        record = StoredRecord.from_dict(data)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return UNREADABLE
+    capability = record.capability
+    if not all(isinstance(capability.get(name), str) for name in _NEEDED):
+        return UNREADABLE
+    return record
+
+
+def stored_capability(value: Any) -> Capability | None:
+    """The capability a ``caps`` hash value holds; None for no value or one that is no record."""
+    record = stored_record(value)
+    return Capability.from_dict(record.capability) if record and record.readable else None
 
 
 def decide(
@@ -249,7 +284,8 @@ def parsed_records(raw: Iterable[bytes | str]) -> list[Any]:
     """Each stored record's JSON, parsed. Records are parsed :data:`PARSE_CHUNK` at a time as
     one JSON array: the decoder then makes one string of each key for the whole chunk instead
     of one per record (about 300 bytes less per capability held, and a third faster); a chunk
-    that does not parse is parsed record by record, so a bad record raises its own error."""
+    that does not parse is parsed record by record, and a value that is no JSON is left as its
+    text (:func:`stored_record` reads it as :data:`UNREADABLE`)."""
     out: list[Any] = []
     values = [v.encode() if isinstance(v, str) else v for v in raw]
     for start in range(0, len(values), PARSE_CHUNK):
@@ -259,6 +295,13 @@ def parsed_records(raw: Iterable[bytes | str]) -> list[Any]:
         except ValueError:
             parsed = None
         if not isinstance(parsed, list) or len(parsed) != len(chunk):
-            parsed = [json.loads(v) for v in chunk]  # a record that is not one JSON value
+            parsed = [_parsed_or_text(v) for v in chunk]  # a record that is not one JSON value
         out.extend(parsed)
     return out
+
+
+def _parsed_or_text(value: bytes) -> Any:
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value

@@ -10,7 +10,6 @@ bumps the version in one transaction. :func:`abandon_reindex` drops a job that w
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ import redis
 from capdisc import keys
 from capdisc.models import Capability
 from capdisc.redistext import as_str
-from capdisc.registry.policy import StoredRecord
+from capdisc.registry.policy import stored_capability
 from capdisc.registry.store import CHANGES_MAXLEN
 
 Redis = redis.Redis
@@ -154,9 +153,7 @@ def _stage_missing(
     embed: Callable[[list[Capability]], dict[str, bytes]],
 ) -> None:
     raw = client.hmget(keys.caps(job.tenant), missing)
-    capabilities = [
-        Capability.from_dict(StoredRecord.from_dict(json.loads(r)).capability) for r in raw if r
-    ]
+    capabilities = [c for r in raw if (c := stored_capability(r)) is not None]
     vectors = embed(capabilities) if capabilities else {}
     with client.pipeline(transaction=False) as pipe:
         for cap_id, vector in vectors.items():

@@ -29,7 +29,14 @@ from capdisc.models import Capability
 from capdisc.redistext import as_str
 from capdisc.registry.events import RegistryEvent
 from capdisc.registry.flags import Flag, rescanned
-from capdisc.registry.policy import Decision, StoredRecord, decide, ownership_note, parsed_records
+from capdisc.registry.policy import (
+    Decision,
+    StoredRecord,
+    decide,
+    ownership_note,
+    parsed_records,
+    stored_record,
+)
 
 #: Approximate length the changes stream is trimmed to (discovery workers reload a full snapshot
 #: when they find a gap, so trimming never loses state, only deltas).
@@ -79,6 +86,9 @@ class Snapshot:
     #: (None: the workers' ``poisoning_policy``), read in the same transaction.
     flags: dict[str, Flag] = field(default_factory=dict)
     policy: str | None = None
+    #: The ids whose stored value is no record (:data:`~capdisc.registry.policy.UNREADABLE`):
+    #: left out of ``records``.
+    unreadable: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -311,7 +321,7 @@ def _read_current(
         version, active, marker, records, tombs, flags, *vectors = reads.execute()
     current = {
         cap_id: _Current(
-            StoredRecord.from_dict(json.loads(record)) if record else None,
+            stored_record(record),
             int(tomb) if tomb else None,
             bool(has_vector),
             _previous_flag(flag),
@@ -431,7 +441,7 @@ def needing_vectors(client: Redis, pending: list[Item], space: str) -> list[Capa
     needed = []
     for index, (event, capability) in enumerate(upserts):
         record, tomb, has_vector = raw[3 * index : 3 * index + 3]
-        stored = StoredRecord.from_dict(json.loads(record)) if record else None
+        stored = stored_record(record)
         if (
             decide(
                 event,
@@ -534,18 +544,37 @@ def read_snapshot(client: Redis, tenant: str, default_space: str) -> Snapshot:
                 break
             except redis.WatchError:
                 continue
-    parsed = parsed_records(caps.values())
-    records = {as_str(k): StoredRecord.from_dict(v) for k, v in zip(caps, parsed, strict=True)}
+    records, unreadable = _readable(caps.keys(), parsed_records(caps.values()))
     return Snapshot(
         tenant=tenant,
         version=int(version or 0),
         records=records,
+        unreadable=unreadable,
         vectors={as_str(k): v for k, v in vectors.items()},
         changes_id=as_str(last[0][0]) if last else "0-0",
         space=space,
         flags={as_str(k): Flag.from_json(v) for k, v in flags.items()},
         policy=as_str(policy) if policy is not None else None,
     )
+
+
+def _readable(
+    ids: Iterable[bytes | str], parsed: Iterable[Any]
+) -> tuple[dict[str, StoredRecord], tuple[str, ...]]:
+    """The records among ``parsed`` (by id) and the ids of the values that are no record."""
+    records, unreadable = {}, []
+    for raw_id, value in zip(ids, parsed, strict=True):
+        record = stored_record(value)
+        if record is not None and record.readable:
+            records[as_str(raw_id)] = record
+        else:
+            unreadable.append(as_str(raw_id))
+    return records, tuple(sorted(unreadable))
+
+
+def _served(record: StoredRecord | None) -> StoredRecord | None:
+    """What discovery serves of ``record``: nothing of one that is no record."""
+    return record if record is not None and record.readable else None
 
 
 def read_records(
@@ -559,8 +588,7 @@ def read_records(
         raw = pipe.execute()
     out = []
     for index in range(0, len(raw), 2):
-        record = StoredRecord.from_dict(json.loads(raw[index])) if raw[index] else None
-        out.append((record, raw[index + 1]))
+        out.append((_served(stored_record(raw[index])), raw[index + 1]))
     return out
 
 
@@ -576,10 +604,7 @@ def read_delta(client: Redis, tenant: str, ids: list[str], space: str) -> Delta:
         pipe.hmget(keys.flags(tenant), ids)
         pipe.get(keys.poisoning_policy(tenant))
         *raw, flags, policy = pipe.execute()
-    entries = [
-        (StoredRecord.from_dict(json.loads(raw[i])) if raw[i] else None, raw[i + 1])
-        for i in range(0, len(raw), 2)
-    ]
+    entries = [(_served(stored_record(raw[i])), raw[i + 1]) for i in range(0, len(raw), 2)]
     return Delta(
         entries,
         {cap_id: Flag.from_json(v) for cap_id, v in zip(ids, flags, strict=True) if v},
@@ -592,7 +617,7 @@ def stored_by_source(client: Redis, tenant: str, source: str) -> dict[str, Store
     ids = sorted(as_str(i) for i in client.smembers(keys.source_ids(tenant, source)))
     records = {}
     for cap_id, value in zip(ids, client.hmget(keys.caps(tenant), ids) if ids else [], strict=True):
-        record = StoredRecord.from_dict(json.loads(value)) if value else None
+        record = stored_record(value)
         if record is not None and record.source == source:
             records[cap_id] = record
     return records
@@ -606,8 +631,8 @@ def owners(client: Redis, tenant: str, ids: Iterable[str], chunk: int = 1000) ->
     for start in range(0, len(wanted), chunk):
         part = wanted[start : start + chunk]
         for cap_id, raw in zip(part, client.hmget(keys.caps(tenant), part), strict=True):
-            if raw:
-                found[cap_id] = StoredRecord.from_dict(json.loads(raw)).source
+            if (record := stored_record(raw)) is not None:
+                found[cap_id] = record.source
     return found
 
 

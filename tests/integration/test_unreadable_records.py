@@ -1,0 +1,35 @@
+"""A stored value that is no capability record (written into Redis by hand, or damaged) is
+left out of what a discovery worker serves, listed by `capdisc status`, and removed by
+`capdisc delete`; every other capability of its tenant is served as before."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import redis
+
+from capdisc import keys
+from capdisc.client import Client
+
+from .conftest import Stack, publish
+from .test_cli import run_cli
+
+
+def test_a_value_that_is_no_record_is_skipped_listed_and_deleted(
+    stack: Stack, connection: redis.Redis, registry: Path, tenant: str
+) -> None:
+    connection.hset(keys.caps(tenant), "tool:broken", "not a record")  # before its first load
+    report = publish(stack.url, registry, tenant)
+
+    answer = Client(connection, tenant=tenant, timeout_s=20).discover(
+        "refund a payment", min_version=report.index_version
+    )
+    status = json.loads(run_cli("status", "--json", env=stack.env).stdout)
+    deleted = run_cli("delete", "tool:broken", "--tenant", tenant, env=stack.env)
+
+    assert "tool:stripe-refund" in answer.ids
+    assert status["tenants"][tenant]["unreadable_records"] == ["tool:broken"]
+    assert status["tenants"][tenant]["capabilities"] == len(report.plan.upserts)
+    assert deleted.returncode == 0, deleted.stderr
+    assert not connection.hexists(keys.caps(tenant), "tool:broken")
