@@ -35,7 +35,7 @@ def live_workers(
     client: redis.Redis, stale_after_s: float = DEFAULT_STALE_AFTER_S
 ) -> list[dict[str, Any]]:
     now_ms = time.time() * 1000
-    workers = [json.loads(v) for v in client.hgetall(keys.WORKERS).values()]
+    workers = [w for v in client.hgetall(keys.WORKERS).values() if _is_heartbeat(w := _json(v))]
     return sorted(
         (w for w in workers if now_ms - w["last_seen_ms"] <= stale_after_s * 1000),
         key=lambda w: (w["kind"], w["id"]),
@@ -78,12 +78,31 @@ def supervised(
     """The children of a running ``capdisc up`` (pid, restarts, last exit), by name; empty when
     no ``up`` recorded them within ``stale_after_s``."""
     now_ms = time.time() * 1000
-    children = {as_str(k): json.loads(v) for k, v in client.hgetall(keys.SUPERVISED).items()}
+    children = {as_str(k): _json(v) for k, v in client.hgetall(keys.SUPERVISED).items()}
     return {
         name: child
         for name, child in sorted(children.items())
-        if now_ms - child.get("updated_ms", 0) <= stale_after_s * 1000
+        if isinstance(child, dict)
+        and isinstance(child.get("updated_ms", 0), int | float)
+        and now_ms - child.get("updated_ms", 0) <= stale_after_s * 1000
     }
+
+
+def _json(raw: Any) -> Any:
+    """``raw`` parsed; None for a value that is no JSON (written by hand or damaged)."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+def _is_heartbeat(entry: Any) -> bool:
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("kind"), str)
+        and isinstance(entry.get("id"), str)
+        and isinstance(entry.get("last_seen_ms"), int | float)
+    )
 
 
 def collect_status(
@@ -125,7 +144,7 @@ def collect_status(
 
 
 def _json_or_none(raw: Any) -> Any:
-    return json.loads(raw) if raw else None
+    return _json(raw) if raw else None
 
 
 def _tenant_status(client: redis.Redis, tenant: str) -> dict[str, Any]:

@@ -33,3 +33,21 @@ def test_a_value_that_is_no_record_is_skipped_listed_and_deleted(
     assert status["tenants"][tenant]["capabilities"] == len(report.plan.upserts)
     assert deleted.returncode == 0, deleted.stderr
     assert not connection.hexists(keys.caps(tenant), "tool:broken")
+
+
+def test_status_skips_heartbeats_and_reports_that_are_no_json(
+    stack: Stack, connection: redis.Redis
+) -> None:
+    connection.hset(keys.WORKERS, mapping={"bogus": "not json", "old": '{"id": "old"}'})
+    connection.hset(keys.SUPERVISED, "bogus", "not json")
+    try:
+        result = run_cli("status", "--json", env=stack.env)
+        check = run_cli("status", "--check", env=stack.env)
+    finally:
+        connection.hdel(keys.WORKERS, "bogus", "old")
+        connection.hdel(keys.SUPERVISED, "bogus")
+
+    assert result.returncode == 0, result.stderr
+    workers = json.loads(result.stdout)["workers"]
+    assert {w["kind"] for w in workers} == {"discovery", "indexing"}
+    assert check.returncode == 0, check.stdout + check.stderr
