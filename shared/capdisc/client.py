@@ -93,6 +93,7 @@ class Client:
         roles: list[str] | None = None,
         user: str | None = None,
         token: str | None = None,
+        backlog_max: int = keys.DISCOVERY_REQUESTS_MAXLEN,
     ) -> None:
         self.redis = connection
         self.token = token or None
@@ -106,6 +107,8 @@ class Client:
         #: Unanswered this long, a request is sent again under the same id (a worker died
         #: holding it); it is answered once and changes a session once.
         self.resend_after_s = resend_after_s
+        #: About how many unanswered requests the requests stream keeps (older ones trimmed).
+        self.backlog_max = backlog_max
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> Client:
@@ -285,7 +288,9 @@ class Client:
         outage: redis.RedisError | None = None
         while (remaining := deadline - time.monotonic()) > 0:
             try:
-                self.redis.xadd(keys.DISCOVERY_REQUESTS, entry)
+                self.redis.xadd(
+                    keys.DISCOVERY_REQUESTS, entry, maxlen=self.backlog_max, approximate=True
+                )
                 reply = wait_for_reply(self.redis, request_id, min(remaining, self.resend_after_s))
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 outage = exc  # Redis restarting or away: asked again, same id, until the deadline

@@ -52,7 +52,8 @@ key                                       type     what it holds
                                                    version, at_ms (capped)
 ``capdisc:reconcile:lock``                string   held by the indexing worker reconciling now
 ``capdisc:reconcile:last``                string   the last reconciler report (JSON)
-``capdisc:discovery:requests``            stream   per-turn discovery requests (consumer group)
+``capdisc:discovery:requests``            stream   per-turn discovery requests (consumer group;
+                                                   capped near DISCOVERY_REQUESTS_MAXLEN)
 ``capdisc:reply:{request_id}``            list     the reply to one request (expires)
 ``capdisc:epoch``                         string   a random id set (NX) by the first discovery
                                                    worker to find it missing: when it changes or
@@ -96,6 +97,12 @@ TASK_RECONCILE = "capdisc.indexing.reconcile"
 
 #: Stream of per-turn discovery requests, read by discovery workers in one consumer group.
 DISCOVERY_REQUESTS = f"{PREFIX}:discovery:requests"
+#: About how many entries :data:`DISCOVERY_REQUESTS` holds at most: clients trim it as they add
+#: (approximately, whole stream nodes). Workers delete each entry they answer, so it holds only
+#: requests not yet answered; while no discovery worker runs, clients keep asking (again every
+#: ``resend_after_s``) and, uncapped, would fill Redis's memory, the registry's too. At the cap
+#: the oldest requests, long past their deadline, go first.
+DISCOVERY_REQUESTS_MAXLEN = 100_000
 #: Consumer group of the discovery workers on :data:`DISCOVERY_REQUESTS`.
 DISCOVERY_GROUP = "discovery-workers"
 #: Stream of applied registry changes (hot reload).

@@ -17,7 +17,7 @@ import redis
 
 from capdisc import keys
 from capdisc.client import Client, wait_for_reply
-from capdisc.errors import RequestEncodeError
+from capdisc.errors import DiscoveryTimeout, RequestEncodeError
 from capdisc.registry.deadletters import dead_letter, list_dead_letters
 
 from .conftest import DISCOVERY_ARGV, Stack
@@ -285,3 +285,21 @@ def test_dlq_replay_all_replays_events_and_leaves_discovery_requests(tmp_path: P
         assert "left 1 discovery request(s): they cannot be replayed" in result.stdout
         assert [d.source for d in list_dead_letters(connection)] == [keys.DISCOVERY_REQUESTS]
         assert connection.llen(keys.INDEXING_QUEUE) == 1
+
+
+def test_requests_nobody_answers_stay_near_the_cap_of_the_stream(tmp_path: Path) -> None:
+    """With no discovery worker running, clients asking again and again trim the stream as they
+    add to it, instead of filling Redis's memory."""
+    private = PrivateStack(tmp_path, durable=False)
+    try:
+        private.connection().config_set("hz", 500)  # short BLPOP timeouts end on time
+        client = Client(private.connection(), timeout_s=0.02, resend_after_s=0.005, backlog_max=10)
+        for _ in range(150):
+            with pytest.raises(DiscoveryTimeout):
+                client.discover("anything")
+
+        held = private.connection().xlen(keys.DISCOVERY_REQUESTS)
+    finally:
+        private.close()
+
+    assert 10 <= held <= 110  # approximate trimming drops whole stream nodes of 100 entries
