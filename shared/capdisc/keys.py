@@ -42,7 +42,8 @@ key                                       type     what it holds
                                                    op, id (discovery workers follow it)
 ``capdisc:deadletters``                   stream   events that could not be applied, with reason;
                                                    also discovery requests refused or quarantined
-                                                   (``source``: the requests stream)
+                                                   (``source``: the requests stream); capped
+                                                   near DEADLETTERS_MAXLEN, oldest first
 ``capdisc:acks:{batch}``                  list     per-event outcome for a publish batch (expires)
 ``capdisc:counters``                      hash     embedding_calls and other running totals
 ``capdisc:workers``                       hash     worker id -> heartbeat (JSON)
@@ -109,6 +110,9 @@ DISCOVERY_GROUP = "discovery-workers"
 CHANGES = f"{PREFIX}:changes"
 #: Stream of events that could not be applied.
 DEADLETTERS = f"{PREFIX}:deadletters"
+#: About how many dead letters are kept (trimmed as they are added, oldest first): a client
+#: sending malformed requests in a loop must not fill Redis's memory with them.
+DEADLETTERS_MAXLEN = 100_000
 #: Hash of running totals (``embedding_calls``).
 COUNTERS = f"{PREFIX}:counters"
 #: Hash of worker heartbeats.

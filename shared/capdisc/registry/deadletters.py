@@ -104,7 +104,7 @@ def dead_letter(
         "at_ms": int(time.time() * 1000),
     }
     fields.update(context)
-    client.xadd(keys.DEADLETTERS, fields)
+    client.xadd(keys.DEADLETTERS, fields, maxlen=keys.DEADLETTERS_MAXLEN, approximate=True)
 
 
 def list_dead_letters(client: redis.Redis, limit: int = 100) -> list[DeadLetter]:
