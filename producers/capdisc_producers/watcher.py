@@ -9,9 +9,11 @@ last event of a burst (a burst that never pauses is cut after ``4 * debounce_ms`
 
 Redis going away (restarted, unreachable) does not end the watch: a sync that cannot reach it
 is logged once and tried again with a bounded backoff (0.5 s doubling to 10 s) until it goes
-through. Once a second without changes, the watcher asks Redis for its run id; when Redis was
-unreachable or has restarted since the last sync, the directory is synced again, which sends
-whatever the registry lost (a sync compares the directory with what Redis holds).
+through. Once a second without changes, the watcher asks Redis for its run id and whether it
+still knows the tenant (every sync registers it, nothing unregisters one); when Redis was
+unreachable, has restarted, or lost its data without a restart (``FLUSHALL``) since the last
+sync, the directory is synced again, which sends whatever the registry lost (a sync compares
+the directory with what Redis holds).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import redis
 import structlog
 import watchfiles
 
+from capdisc import keys
 from capdisc.registry.manifest import ScanCache
 from capdisc.tenants import check_tenant
 from capdisc_producers.publisher import Publisher
@@ -74,7 +77,7 @@ def watch_directory(
         if changes:
             log.info("registry_changed", root=str(syncer.root), files=len(changes))
             syncer.sync_until_done()
-        elif syncer.redis_restarted():
+        elif syncer.redis_lost_data():
             syncer.sync_until_done()
 
 
@@ -121,14 +124,20 @@ class _Syncer:
                 self.log.warning("redis_back", resynced=True)
             return
 
-    def redis_restarted(self) -> bool:
-        """Whether Redis restarted (or came back) since the last sync: it needs another."""
+    def redis_lost_data(self) -> bool:
+        """Whether Redis restarted, came back or was emptied since the last sync: it needs
+        another."""
         try:
             run_id = self._run_id()
+            known = bool(self.client.sismember(keys.TENANTS, self.tenant))
         except UNREACHABLE as exc:
             self._lost(exc)
             return False
-        return self.unreachable or (run_id is not None and run_id != self.run_id)
+        if not known and not self.unreachable:
+            self.log.warning(
+                "registry_lost", hint="Redis lost its data; syncing the directory again"
+            )
+        return self.unreachable or not known or (run_id is not None and run_id != self.run_id)
 
     def _lost(self, exc: Exception) -> None:
         if not self.unreachable:

@@ -261,3 +261,44 @@ def _stored_count(connection: redis.Redis) -> int:
         return int(connection.hlen(keys.caps("outage")))
     except redis.ConnectionError:
         return -1
+
+
+def test_the_watcher_resyncs_what_a_redis_emptied_without_a_restart_lost(tmp_path: Path) -> None:
+    registry = copy_registry(tmp_path / "registry", lambda p: "communication" in p.parts)
+    count = len(list(registry.rglob("CAPABILITY.yaml")))
+    stop = threading.Event()
+    with PrivateStack(tmp_path / "stack", durable=False) as stack, capture_logs() as logs:
+        stack.spawn_indexing()
+        publisher = Publisher(stack.url)
+        watcher = threading.Thread(
+            target=watch_directory,
+            daemon=True,
+            kwargs=dict(
+                client=stack.connection(),
+                publisher=publisher,
+                root=registry,
+                tenant="emptied",
+                max_bytes=MAX_BYTES,
+                debounce_ms=100,
+                stop=stop,
+            ),
+        )
+        watcher.start()
+        try:
+            connection = stack.connection()
+            wait_for(
+                lambda: connection.hlen(keys.caps("emptied")) == count, 60, "the first sync applied"
+            )
+            connection.flushall()  # same run id: only the data is gone
+
+            wait_for(
+                lambda: connection.hlen(keys.caps("emptied")) == count,
+                60,
+                "the watcher publishing the whole registry again",
+            )
+            assert watcher.is_alive()
+            assert "registry_lost" in [e["event"] for e in logs]
+        finally:
+            stop.set()
+            watcher.join(timeout=15)
+            publisher.close()
