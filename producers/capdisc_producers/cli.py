@@ -877,6 +877,7 @@ def _render_status(report: dict[str, Any]) -> str:
             "capdisc up children: "
             + ", ".join(_child(name, child) for name, child in report["supervised"].items())
         )
+        lines += _silent_children(report["supervised"], report["workers"])
     queues = ", ".join(f"{name} {depth}" for name, depth in report["queues"].items())
     lines.append(
         f"queues: {queues}; pending events {report['pending_events']}; dead letters "
@@ -902,6 +903,24 @@ def _child(name: str, child: dict[str, Any]) -> str:
     when = child.get("last_restart_ms")
     ago = f", last {max(0, int(time.time() - when / 1000))} s ago" if when else ""
     return f"{name} {state} ({counted}{ago}; last exit: {child.get('last_exit')})"
+
+
+def _silent_children(
+    children: dict[str, dict[str, Any]], workers: list[dict[str, Any]]
+) -> list[str]:
+    """One line per worker ``capdisc up`` runs that is alive but sends no heartbeat: one
+    starting, or one stopped or hung, which serves nothing and which ``up`` does not restart."""
+    from capdisc.status import NEEDED_WORKERS
+
+    beating = {w.get("pid") for w in workers}
+    return [
+        f"  {name} pid {child['pid']} is running but sent no recent heartbeat: still "
+        f"starting, or stopped or hung (it serves nothing meanwhile); if this lasts, "
+        f"`kill -CONT {child['pid']}` if it was stopped, else `kill -9 {child['pid']}` "
+        "and capdisc up starts another"
+        for name, child in children.items()
+        if name in NEEDED_WORKERS and child.get("alive") and child.get("pid") not in beating
+    ]
 
 
 def _snapshot_lines(worker: dict[str, Any]) -> list[str]:

@@ -299,3 +299,24 @@ def test_reindex_without_ids_source_or_all_names_all_three() -> None:
 
     assert result.exit_code == 2
     assert "give capability ids, --source, or --all" in result.output
+
+
+def test_status_says_a_supervised_worker_alive_without_a_heartbeat_serves_nothing() -> None:
+    report = {
+        "tenants": {},
+        "workers": [{"id": "indexing@host:8", "kind": "indexing", "pid": 8}],
+        "supervised": {
+            "discovery": {"pid": 7, "alive": True, "restarts": 0},
+            "indexing": {"pid": 8, "alive": True, "restarts": 0},
+            "redis": {"pid": 9, "alive": True, "restarts": 0},
+        },
+        "queues": {"discovery_requests": 2},
+        "pending_events": 0,
+        "dead_letters": 0,
+        "embedding_calls": 0,
+    }
+
+    silent = [line for line in _render_status(report).splitlines() if "no recent heartbeat" in line]
+
+    assert len(silent) == 1 and silent[0].startswith("  discovery pid 7 is running")
+    assert "`kill -CONT 7`" in silent[0] and "`kill -9 7`" in silent[0]
