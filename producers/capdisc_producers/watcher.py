@@ -7,6 +7,10 @@ batch. It checks for new events every ``debounce_ms / 2`` and yields a batch at 
 that found none, so a sync starts between half of ``debounce_ms`` and ``debounce_ms`` after the
 last event of a burst (a burst that never pauses is cut after ``4 * debounce_ms``).
 
+The directory itself going away (moved, deleted, replaced by a file) deletes nothing: the
+watcher says so once and syncs again when it is back; to delete capabilities, remove their
+manifests.
+
 Redis going away (restarted, unreachable) does not end the watch: a sync that cannot reach it
 is logged once and tried again with a bounded backoff (0.5 s doubling to 10 s) until it goes
 through. Once a second without changes, the watcher asks Redis for its run id and whether it
@@ -77,7 +81,7 @@ def watch_directory(
         if changes:
             log.info("registry_changed", root=str(syncer.root), files=len(changes))
             syncer.sync_until_done()
-        elif syncer.redis_lost_data():
+        elif syncer.dir_back() or syncer.redis_lost_data():
             syncer.sync_until_done()
 
 
@@ -106,6 +110,8 @@ class _Syncer:
         self.unreachable = False
         self.run_id: str | None = None
         self.take_over = False
+        #: Whether the directory was found missing (or not a directory) at the last sync.
+        self.gone = False
 
     def sync_until_done(self) -> None:
         """Sync; while Redis cannot be reached, try again with backoff (until ``stop``)."""
@@ -149,6 +155,20 @@ class _Syncer:
                 "syncing the directory again",
             )
 
+    def dir_back(self) -> bool:
+        """Whether the directory, missing at the last sync, is there again."""
+        return self.gone and self.root.is_dir()
+
+    def _gone(self) -> None:
+        if not self.gone:
+            self.gone = True
+            self.log.warning(
+                "registry_dir_missing",
+                hint="keeping every capability published from it (removing a manifest "
+                "deletes one; removing the directory does not); put the directory back and "
+                "it is synced again, or stop the watch",
+            )
+
     def _run_id(self) -> str | None:
         """Redis's run id (new at every start); ``None`` where INFO is not allowed."""
         try:
@@ -159,6 +179,12 @@ class _Syncer:
         return str(info.get("run_id")) if info.get("run_id") else None
 
     def _sync(self) -> None:
+        if not self.root.is_dir():  # moved, deleted or replaced: not a registry emptied
+            self._gone()
+            return
+        if self.gone:
+            self.gone = False
+            self.log.warning("registry_dir_back")
         report = sync_directory(
             self.client,
             self.publisher,
