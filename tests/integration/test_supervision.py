@@ -19,6 +19,7 @@ from structlog.testing import capture_logs
 from capdisc import keys
 from capdisc.client import Answer, Client
 from capdisc.errors import DiscoveryTimeout, RedisUnavailableError
+from capdisc.localredis import start_redis
 from capdisc_producers.publisher import Publisher
 from capdisc_producers.watcher import watch_directory
 
@@ -302,3 +303,19 @@ def test_the_watcher_resyncs_what_a_redis_emptied_without_a_restart_lost(tmp_pat
             stop.set()
             watcher.join(timeout=15)
             publisher.close()
+
+
+def test_a_redis_whose_data_files_cannot_be_loaded_says_why_and_how_to_repair(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "appendonlydir"
+    data.mkdir()
+    (data / "appendonly.aof.manifest").write_text("file appendonly.aof.9.base.rdb seq 9 type b\n")
+
+    with pytest.raises(RedisUnavailableError) as refused:
+        start_redis(tmp_path, durable=True).stop()  # stopped should it start after all
+
+    said = str(refused.value)
+    assert "appendonly.aof.9.base.rdb" in said and str(tmp_path / "redis.log") in said
+    assert f"redis-check-aof --fix {data / 'appendonly.aof.manifest'}" in said
+    assert f"move {data} aside" in said
