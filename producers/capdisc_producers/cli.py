@@ -1939,8 +1939,24 @@ def main() -> None:
         # redis is imported by the commands that use it: an error of it cannot come otherwise.
         redis = sys.modules.get("redis")
         if redis is not None and isinstance(exc, redis.ConnectionError):
-            _fail(f"cannot reach Redis ({exc}); is the stack running? (make up)")
+            _fail(f"cannot reach Redis ({exc}); {_redis_down_hint()}")
         raise
+
+
+def _redis_down_hint() -> str:
+    """What to do about an unreachable Redis: start the stack, or, when a running ``capdisc up``
+    is found whose Redis is down, wait for it to be restarted (and where to look if not)."""
+    from capdisc.stackfile import find_stack, stack_start
+
+    stack = find_stack(stack_start(os.environ, Path.cwd()))
+    if stack is None:
+        return "is the stack running? (make up)"
+    if "redis" in stack.get("children", {}):
+        return f"capdisc up (pid {stack.get('pid')}) is running: is this its Redis?"
+    return (
+        f"the Redis of capdisc up (pid {stack.get('pid')}) is down and being restarted: try "
+        "again in a few seconds; if it stays down, up's output says why"
+    )
 
 
 if __name__ == "__main__":
