@@ -881,6 +881,7 @@ def _render_status(report: dict[str, Any]) -> str:
             "capdisc up children: "
             + ", ".join(_child(name, child) for name, child in report["supervised"].items())
         )
+        lines += _silent_children(report["supervised"], report["workers"])
     queues = ", ".join(f"{name} {depth}" for name, depth in report["queues"].items())
     lines.append(
         f"queues: {queues}; pending events {report['pending_events']}; dead letters "
@@ -906,6 +907,24 @@ def _child(name: str, child: dict[str, Any]) -> str:
     when = child.get("last_restart_ms")
     ago = f", last {max(0, int(time.time() - when / 1000))} s ago" if when else ""
     return f"{name} {state} ({counted}{ago}; last exit: {child.get('last_exit')})"
+
+
+def _silent_children(
+    children: dict[str, dict[str, Any]], workers: list[dict[str, Any]]
+) -> list[str]:
+    """One line per worker ``capdisc up`` runs that is alive but sends no heartbeat: one
+    starting, or one stopped or hung, which serves nothing and which ``up`` does not restart."""
+    from capdisc.status import NEEDED_WORKERS
+
+    beating = {w.get("pid") for w in workers}
+    return [
+        f"  {name} pid {child['pid']} is running but sent no recent heartbeat: still "
+        f"starting, or stopped or hung (it serves nothing meanwhile); if this lasts, "
+        f"`kill -CONT {child['pid']}` if it was stopped, else `kill -9 {child['pid']}` "
+        "and capdisc up starts another"
+        for name, child in children.items()
+        if name in NEEDED_WORKERS and child.get("alive") and child.get("pid") not in beating
+    ]
 
 
 def _snapshot_lines(worker: dict[str, Any]) -> list[str]:
@@ -1924,8 +1943,24 @@ def main() -> None:
         # redis is imported by the commands that use it: an error of it cannot come otherwise.
         redis = sys.modules.get("redis")
         if redis is not None and isinstance(exc, redis.ConnectionError):
-            _fail(f"cannot reach Redis ({exc}); is the stack running? (make up)")
+            _fail(f"cannot reach Redis ({exc}); {_redis_down_hint()}")
         raise
+
+
+def _redis_down_hint() -> str:
+    """What to do about an unreachable Redis: start the stack, or, when a running ``capdisc up``
+    is found whose Redis is down, wait for it to be restarted (and where to look if not)."""
+    from capdisc.stackfile import find_stack, stack_start
+
+    stack = find_stack(stack_start(os.environ, Path.cwd()))
+    if stack is None:
+        return "is the stack running? (make up)"
+    if "redis" in stack.get("children", {}):
+        return f"capdisc up (pid {stack.get('pid')}) is running: is this its Redis?"
+    return (
+        f"the Redis of capdisc up (pid {stack.get('pid')}) is down and being restarted: try "
+        "again in a few seconds; if it stays down, up's output says why"
+    )
 
 
 if __name__ == "__main__":

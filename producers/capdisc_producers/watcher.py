@@ -7,11 +7,17 @@ batch. It checks for new events every ``debounce_ms / 2`` and yields a batch at 
 that found none, so a sync starts between half of ``debounce_ms`` and ``debounce_ms`` after the
 last event of a burst (a burst that never pauses is cut after ``4 * debounce_ms``).
 
+The directory itself going away (moved, deleted, replaced by a file) deletes nothing: the
+watcher says so once and syncs again when it is back; to delete capabilities, remove their
+manifests.
+
 Redis going away (restarted, unreachable) does not end the watch: a sync that cannot reach it
 is logged once and tried again with a bounded backoff (0.5 s doubling to 10 s) until it goes
-through. Once a second without changes, the watcher asks Redis for its run id; when Redis was
-unreachable or has restarted since the last sync, the directory is synced again, which sends
-whatever the registry lost (a sync compares the directory with what Redis holds).
+through. Once a second without changes, the watcher asks Redis for its run id and whether it
+still knows the tenant (every sync registers it, nothing unregisters one); when Redis was
+unreachable, has restarted, or lost its data without a restart (``FLUSHALL``) since the last
+sync, the directory is synced again, which sends whatever the registry lost (a sync compares
+the directory with what Redis holds).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import redis
 import structlog
 import watchfiles
 
+from capdisc import keys
 from capdisc.registry.manifest import ScanCache
 from capdisc.tenants import check_tenant
 from capdisc_producers.publisher import Publisher
@@ -74,7 +81,7 @@ def watch_directory(
         if changes:
             log.info("registry_changed", root=str(syncer.root), files=len(changes))
             syncer.sync_until_done()
-        elif syncer.redis_restarted():
+        elif syncer.dir_back() or syncer.redis_lost_data():
             syncer.sync_until_done()
 
 
@@ -103,6 +110,8 @@ class _Syncer:
         self.unreachable = False
         self.run_id: str | None = None
         self.take_over = False
+        #: Whether the directory was found missing (or not a directory) at the last sync.
+        self.gone = False
 
     def sync_until_done(self) -> None:
         """Sync; while Redis cannot be reached, try again with backoff (until ``stop``)."""
@@ -121,14 +130,20 @@ class _Syncer:
                 self.log.warning("redis_back", resynced=True)
             return
 
-    def redis_restarted(self) -> bool:
-        """Whether Redis restarted (or came back) since the last sync: it needs another."""
+    def redis_lost_data(self) -> bool:
+        """Whether Redis restarted, came back or was emptied since the last sync: it needs
+        another."""
         try:
             run_id = self._run_id()
+            known = bool(self.client.sismember(keys.TENANTS, self.tenant))
         except UNREACHABLE as exc:
             self._lost(exc)
             return False
-        return self.unreachable or (run_id is not None and run_id != self.run_id)
+        if not known and not self.unreachable:
+            self.log.warning(
+                "registry_lost", hint="Redis lost its data; syncing the directory again"
+            )
+        return self.unreachable or not known or (run_id is not None and run_id != self.run_id)
 
     def _lost(self, exc: Exception) -> None:
         if not self.unreachable:
@@ -138,6 +153,20 @@ class _Syncer:
                 error=str(exc),
                 hint=f"retrying with backoff up to {RETRY_CAP_S:g} s, then "
                 "syncing the directory again",
+            )
+
+    def dir_back(self) -> bool:
+        """Whether the directory, missing at the last sync, is there again."""
+        return self.gone and self.root.is_dir()
+
+    def _gone(self) -> None:
+        if not self.gone:
+            self.gone = True
+            self.log.warning(
+                "registry_dir_missing",
+                hint="keeping every capability published from it (removing a manifest "
+                "deletes one; removing the directory does not); put the directory back and "
+                "it is synced again, or stop the watch",
             )
 
     def _run_id(self) -> str | None:
@@ -150,6 +179,12 @@ class _Syncer:
         return str(info.get("run_id")) if info.get("run_id") else None
 
     def _sync(self) -> None:
+        if not self.root.is_dir():  # moved, deleted or replaced: not a registry emptied
+            self._gone()
+            return
+        if self.gone:
+            self.gone = False
+            self.log.warning("registry_dir_back")
         report = sync_directory(
             self.client,
             self.publisher,

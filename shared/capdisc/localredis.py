@@ -8,6 +8,7 @@ its own and keeps its files in a directory of its own, so it never collides with
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -145,9 +146,7 @@ def _wait_until_up(server: LocalRedis, timeout_s: float) -> None:
     try:
         while time.monotonic() < deadline:
             if server.process.poll() is not None:
-                log = server.directory / "redis.log"
-                tail = log.read_text(errors="replace")[-500:] if log.exists() else ""
-                raise RedisUnavailableError(f"redis-server exited at start: {tail}")
+                raise RedisUnavailableError(_start_failure(server.directory))
             try:
                 client.ping()
                 return
@@ -159,3 +158,26 @@ def _wait_until_up(server: LocalRedis, timeout_s: float) -> None:
         )
     finally:
         client.close()
+
+
+#: Words of redis-server's last log line when its data files cannot be loaded.
+DATA_FILE_WORDS = ("AOF", "RDB", "append only", "appendonly", ".rdb", "loading DB")
+
+
+def _start_failure(directory: Path) -> str:
+    """Why redis-server exited at start: its log's last line (the fatal one), where the log is,
+    and, when its data files in ``directory`` could not be loaded, how to repair or set them
+    aside."""
+    log = directory / "redis.log"
+    lines = log.read_text(errors="replace").strip().splitlines() if log.exists() else []
+    last = re.split(r" [#*.-] ", lines[-1], maxsplit=1)[-1] if lines else "it wrote no log"
+    said = f"redis-server exited at start: {last} (its log: {log})"
+    if not any(word in last for word in DATA_FILE_WORDS):
+        return said
+    aof = directory / "appendonlydir"
+    return (
+        f"{said}; its data files in {directory} cannot be loaded: repair them with "
+        f"`redis-check-aof --fix {aof / 'appendonly.aof.manifest'}`, or move {aof} aside to "
+        "start empty (capdisc up publishes its watched directory again; anything published "
+        "from elsewhere must be published again)"
+    )

@@ -19,10 +19,13 @@ import redis
 from mcp import Client as MCPClient
 from mcp import StdioServerParameters
 from mcp_types import CallToolResult
+from structlog.testing import capture_logs
 
+from capdisc import keys
 from capdisc.agents.metatool import METATOOL_NAME
 from capdisc.client import Answer, Client
 from capdisc.errors import CapdiscError, RedisUnavailableError
+from capdisc_workers.intake import RawEntry, RequestStream
 
 from .conftest import ROOT, publish
 from .private import PrivateStack, copy_registry, publish_and_serve, wait_for
@@ -239,3 +242,24 @@ def test_a_worker_started_before_redis_waits_for_it(tmp_path: Path) -> None:
         publish_and_serve(stack, copy_registry(tmp_path / "registry"), TENANT)
 
         assert ask(stack).ids[0] == PULL_REQUEST and worker.poll() is None
+
+
+def test_a_read_waiting_when_redis_is_emptied_recreates_the_group_without_an_error(
+    tmp_path: Path,
+) -> None:
+    with PrivateStack(tmp_path, durable=False) as stack, capture_logs() as logs:
+        connection = stack.connection()
+        requests = RequestStream(connection, "reader", claim_idle_ms=1000, reply_ttl_s=60)
+        read: list[list[RawEntry]] = []
+        reader = threading.Thread(target=lambda: read.append(requests.read(block_ms=4000)))
+        reader.start()
+        wait_for(
+            lambda: int(connection.info("clients")["blocked_clients"]) == 1, 10, "the read waiting"
+        )
+        connection.flushall()
+        reader.join(timeout=10)
+
+        assert read == [[]]
+        assert "request_group_missing" in [e["event"] for e in logs]
+        connection.xadd(keys.DISCOVERY_REQUESTS, {"request": "after"})
+        assert [fields for _id, fields in requests.read(block_ms=1000)] == [{b"request": b"after"}]

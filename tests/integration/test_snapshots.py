@@ -146,6 +146,27 @@ def test_a_restarted_worker_serves_its_snapshot_and_the_change_made_while_it_was
         assert [w["loaded_from"][TENANT] for w in beats] == ["snapshot"]
 
 
+def test_the_registry_published_again_after_redis_lost_its_data_is_written_to_disk(
+    tmp_path: Path,
+) -> None:
+    stack, registry, written, version = serving_and_written(tmp_path)
+    with stack, stack.connection() as connection:
+        connection.flushall()  # Redis lost its data: the snapshot on disk is of another epoch
+        wait_for(lambda: stack.events("discovery", "redis_data_lost"), 30, "the worker noticing")
+        assert publish(stack.url, registry, TENANT, wait_s=60).index_version == version
+
+        again = wait_for(
+            lambda: [
+                e
+                for e in stack.events("discovery", "snapshot_written")
+                if e["tenant"] == TENANT and e["path"] != written["path"]
+            ],
+            30,
+            "the index reloaded after the loss written as a snapshot of the new epoch",
+        )
+        assert again[0]["index_version"] == version
+
+
 def test_a_corrupt_snapshot_is_refused_by_name_and_the_tenant_loaded_from_redis(
     tmp_path: Path,
 ) -> None:

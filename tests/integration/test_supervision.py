@@ -19,6 +19,7 @@ from structlog.testing import capture_logs
 from capdisc import keys
 from capdisc.client import Answer, Client
 from capdisc.errors import DiscoveryTimeout, RedisUnavailableError
+from capdisc.localredis import start_redis
 from capdisc_producers.publisher import Publisher
 from capdisc_producers.watcher import watch_directory
 
@@ -261,3 +262,60 @@ def _stored_count(connection: redis.Redis) -> int:
         return int(connection.hlen(keys.caps("outage")))
     except redis.ConnectionError:
         return -1
+
+
+def test_the_watcher_resyncs_what_a_redis_emptied_without_a_restart_lost(tmp_path: Path) -> None:
+    registry = copy_registry(tmp_path / "registry", lambda p: "communication" in p.parts)
+    count = len(list(registry.rglob("CAPABILITY.yaml")))
+    stop = threading.Event()
+    with PrivateStack(tmp_path / "stack", durable=False) as stack, capture_logs() as logs:
+        stack.spawn_indexing()
+        publisher = Publisher(stack.url)
+        watcher = threading.Thread(
+            target=watch_directory,
+            daemon=True,
+            kwargs=dict(
+                client=stack.connection(),
+                publisher=publisher,
+                root=registry,
+                tenant="emptied",
+                max_bytes=MAX_BYTES,
+                debounce_ms=100,
+                stop=stop,
+            ),
+        )
+        watcher.start()
+        try:
+            connection = stack.connection()
+            wait_for(
+                lambda: connection.hlen(keys.caps("emptied")) == count, 60, "the first sync applied"
+            )
+            connection.flushall()  # same run id: only the data is gone
+
+            wait_for(
+                lambda: connection.hlen(keys.caps("emptied")) == count,
+                60,
+                "the watcher publishing the whole registry again",
+            )
+            assert watcher.is_alive()
+            assert "registry_lost" in [e["event"] for e in logs]
+        finally:
+            stop.set()
+            watcher.join(timeout=15)
+            publisher.close()
+
+
+def test_a_redis_whose_data_files_cannot_be_loaded_says_why_and_how_to_repair(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "appendonlydir"
+    data.mkdir()
+    (data / "appendonly.aof.manifest").write_text("file appendonly.aof.9.base.rdb seq 9 type b\n")
+
+    with pytest.raises(RedisUnavailableError) as refused:
+        start_redis(tmp_path, durable=True).stop()  # stopped should it start after all
+
+    said = str(refused.value)
+    assert "appendonly.aof.9.base.rdb" in said and str(tmp_path / "redis.log") in said
+    assert f"redis-check-aof --fix {data / 'appendonly.aof.manifest'}" in said
+    assert f"move {data} aside" in said

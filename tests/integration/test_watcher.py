@@ -12,13 +12,15 @@ from pathlib import Path
 import pytest
 import redis
 import yaml
+from structlog.testing import capture_logs
 
+from capdisc import keys
 from capdisc.client import Client
 from capdisc_producers.publisher import Publisher, wait_for_acks
 from capdisc_producers.sync import SyncReport
 from capdisc_producers.watcher import watch_directory
 
-from .conftest import MAX_BYTES, Stack
+from .conftest import MAX_BYTES, Stack, wait_for
 
 
 class Watching:
@@ -136,3 +138,36 @@ def test_watcher_publishes_an_added_directory_and_deletes_a_removed_one(
 
     assert answer.ids[0] == "tool:quokka-counter"
     assert "tool:slack-post-message" not in answer.ids
+
+
+@pytest.mark.parametrize("how", ["renamed", "deleted", "replaced by a file"])
+def test_watcher_keeps_the_registry_when_its_directory_goes_and_syncs_it_when_back(
+    watching: Watching, connection: redis.Redis, registry: Path, tenant: str, how: str
+) -> None:
+    count = len(watching.next_applied().plan.upserts)
+    aside = registry.with_name("registry.aside")
+    with capture_logs() as logs:
+        if how == "deleted":
+            shutil.copytree(registry, aside)
+            shutil.rmtree(registry)
+        else:
+            registry.rename(aside)
+        if how == "replaced by a file":
+            registry.write_text("not a registry")
+        wait_for(
+            lambda: "registry_dir_missing" in [e["event"] for e in logs],
+            30,
+            "the watcher noticing its directory is gone",
+        )
+        assert connection.hlen(keys.caps(tenant)) == count
+        assert watching.reports.empty()  # nothing synced, so nothing deleted
+
+        if registry.is_file():
+            registry.unlink()
+        aside.rename(registry)
+        _edit(_slack(registry), _slack(registry), version="8.0.0")
+        report = watching.next_applied()
+
+    assert [c.id for c in report.plan.upserts] == ["tool:slack-post-message"]
+    assert not report.plan.deletes
+    assert connection.hlen(keys.caps(tenant)) == count

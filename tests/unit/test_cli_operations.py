@@ -5,6 +5,8 @@ and reindex outcomes are worded."""
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from importlib import metadata
 from pathlib import Path
@@ -22,6 +24,7 @@ from capdisc_producers.cli import (
     _ago,
     _behind_warning,
     _outcome_verb,
+    _redis_down_hint,
     _render_answer,
     _render_status,
     _snapshot_lines,
@@ -299,3 +302,45 @@ def test_reindex_without_ids_source_or_all_names_all_three() -> None:
 
     assert result.exit_code == 2
     assert "give capability ids, --source, or --all" in result.output
+
+
+def test_status_says_a_supervised_worker_alive_without_a_heartbeat_serves_nothing() -> None:
+    report = {
+        "tenants": {},
+        "workers": [{"id": "indexing@host:8", "kind": "indexing", "pid": 8}],
+        "supervised": {
+            "discovery": {"pid": 7, "alive": True, "restarts": 0},
+            "indexing": {"pid": 8, "alive": True, "restarts": 0},
+            "redis": {"pid": 9, "alive": True, "restarts": 0},
+        },
+        "queues": {"discovery_requests": 2},
+        "pending_events": 0,
+        "dead_letters": 0,
+        "embedding_calls": 0,
+    }
+
+    silent = [line for line in _render_status(report).splitlines() if "no recent heartbeat" in line]
+
+    assert len(silent) == 1 and silent[0].startswith("  discovery pid 7 is running")
+    assert "`kill -CONT 7`" in silent[0] and "`kill -9 7`" in silent[0]
+
+
+@pytest.mark.parametrize(
+    ("children", "says"),
+    [
+        (None, "is the stack running? (make up)"),
+        ({"indexing": 2}, "is down and being restarted: try again in a few seconds"),
+        ({"indexing": 2, "redis": 3}, "is running: is this its Redis?"),
+    ],
+    ids=["no stack", "the stack's redis down", "the stack's redis up"],
+)
+def test_an_unreachable_redis_is_explained_by_the_stack_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, children: dict[str, int] | None, says: str
+) -> None:
+    if children is not None:
+        (tmp_path / ".capdisc").mkdir()
+        stack = {"redis_url": "redis://127.0.0.1:1/0", "pid": os.getpid(), "children": children}
+        (tmp_path / ".capdisc" / "stack.json").write_text(json.dumps(stack))
+    monkeypatch.setenv("CAPDISC_STACK", str(tmp_path))
+
+    assert says in _redis_down_hint()

@@ -370,6 +370,23 @@ def test_a_damaged_snapshot_is_refused(built: IndexSnapshot, tmp_path: Path, dam
         assert "r.extra.npy" in refused[0].reason
 
 
+@pytest.mark.parametrize("blocked", ["root", "tenant"])
+def test_a_file_where_the_snapshot_folder_should_be_is_refused_not_raised(
+    tmp_path: Path, blocked: str
+) -> None:
+    root = tmp_path / "snapshots"
+    if blocked == "root":
+        root.write_text("not a directory")
+    else:
+        root.mkdir()
+        (root / "acme").write_text("not a directory")
+    refused: list[SnapshotError] = []
+
+    assert open_newest(root, wanted(), None, refused.append) is None
+    assert len(refused) == 1 and "cannot list the directory" in refused[0].reason
+    assert refused[0].path == str(root / "acme" / SPACE)
+
+
 @pytest.mark.parametrize("mmap", [True, False])
 def test_an_array_of_objects_is_never_unpickled(
     built: IndexSnapshot, tmp_path: Path, mmap: bool

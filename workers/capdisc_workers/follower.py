@@ -372,8 +372,8 @@ class SnapshotFollower:
         self.spaces[tenant] = space
         self.policies[tenant] = wanted.policy
         self.loaded_from[tenant] = "snapshot"
+        self.stale.discard(tenant)  # before the swap: a stale tenant's index is not written
         self._swap_in(index, changes_id)
-        self.stale.discard(tenant)
         log.info(
             "index_loaded_from_snapshot",
             tenant=tenant,
@@ -455,8 +455,8 @@ class SnapshotFollower:
         self.spaces[tenant] = snap.space
         self.policies[tenant] = policy
         self.loaded_from[tenant] = "redis"
+        self.stale.discard(tenant)  # before the swap: a stale tenant's index is not written
         self._swap_in(index, snap.changes_id)
-        self.stale.discard(tenant)
         log.info(
             "index_loaded",
             tenant=tenant,

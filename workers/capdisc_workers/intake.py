@@ -145,6 +145,11 @@ def entry_text(fields: Mapping[Any, Any]) -> str:
     return rendered[:DEAD_LETTER_CHARS]
 
 
+#: How Redis says a consumer group is gone: never created (or lost), or deleted with its stream
+#: while a read waited on it.
+LOST_GROUP = ("NOGROUP", "UNBLOCKED")
+
+
 class RequestStream:
     """The requests stream seen by one consumer (worker) of the discovery group."""
 
@@ -254,7 +259,9 @@ class RequestStream:
         self._group_ready = True
 
     def _lost_group(self, exc: redis.ResponseError) -> None:
-        if "NOGROUP" not in str(exc):
+        """Re-create the group at the next read when Redis lost it: ``NOGROUP``, or
+        ``UNBLOCKED`` (the stream was deleted, as by a ``FLUSHALL``, under a blocked read)."""
+        if not any(code in str(exc) for code in LOST_GROUP):
             raise exc
         log.warning(
             "request_group_missing",

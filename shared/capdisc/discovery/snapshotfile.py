@@ -169,12 +169,15 @@ def snapshot_name(version: int, generation_key: str) -> str:
 
 
 def candidates(root: Path, tenant: str, space: str) -> list[Path]:
-    """The complete snapshots of ``tenant`` in ``space``, newest version first."""
+    """The complete snapshots of ``tenant`` in ``space``, newest version first; a folder that
+    cannot be listed (a file in its place, no permission) is a :class:`SnapshotError`."""
     folder = snapshot_dir(root, tenant, space)
     try:
         names = os.listdir(folder)
     except FileNotFoundError:
         return []
+    except OSError as exc:
+        raise SnapshotError(f"cannot list the directory: {exc.strerror or exc}", folder) from exc
     found = [(int(m.group(1)), n) for n in names if (m := _NAME.match(n))]
     return [folder / name for _version, name in sorted(found, reverse=True)]
 
@@ -434,7 +437,12 @@ def open_newest(
     reads back whole, with its header and directory; each one passed over is told to
     ``refused`` with why. None when there is none, or none of a version above ``newer_than``
     (what is served already: an older snapshot would not help)."""
-    for path in candidates(root, wanted.tenant, wanted.space):
+    try:
+        paths = candidates(root, wanted.tenant, wanted.space)
+    except SnapshotError as exc:
+        refused(exc)
+        return None
+    for path in paths:
         try:
             header = read_header(path)
             if header.version <= newer_than:
