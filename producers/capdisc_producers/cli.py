@@ -857,6 +857,10 @@ def _render_status(report: dict[str, Any]) -> str:
             f"{info['capabilities']} capabilities ({kinds})"
         )
         lines += [f"  rejected manifest {p}: {e}" for p, e in info["manifest_errors"].items()]
+        lines += [
+            f"  not in the vector store yet {cap_id} (the reconciler writes it again): {why}"
+            for cap_id, why in info.get("store_unwritten", {}).items()
+        ]
         lines += _poisoning_lines(tenant, info.get("poisoning"))
         if info.get("reindex"):
             job = info["reindex"]

@@ -28,6 +28,9 @@ key                                       type     what it holds
                                                    (a retry returns it; expires request_memory_s)
 ``capdisc:t:{t}:sessions``                zset     live session ids by last activity (bounded)
 ``capdisc:t:{t}:manifest_errors``         hash     manifest path -> last rejection message
+``capdisc:t:{t}:store_unwritten``         hash     capability id -> why the external vector store
+                                                   did not take its last change (the reconciler
+                                                   writes it again; gone once a write succeeds)
 ``capdisc:t:{t}:flags``                   hash     capability id -> its tool-poisoning flag (JSON:
                                                    findings, surface_hash, scanner_version,
                                                    state flagged|pending|approved,
@@ -194,6 +197,12 @@ def sessions(tenant: str) -> str:
 def manifest_errors(tenant: str) -> str:
     """Hash: manifest path -> the message of its last rejection (cleared once it parses)."""
     return f"{PREFIX}:t:{tenant}:manifest_errors"
+
+
+def store_unwritten(tenant: str) -> str:
+    """Hash: capability id -> why the external vector store did not take its last change
+    (written again by the reconciler; cleared once a write of it succeeds)."""
+    return f"{PREFIX}:t:{tenant}:store_unwritten"
 
 
 def flags(tenant: str) -> str:

@@ -146,6 +146,10 @@ def _tenant_status(client: redis.Redis, tenant: str) -> dict[str, Any]:
         "capabilities": len(records),
         "by_kind": dict(sorted(Counter(r.capability["kind"] for r in records).items())),
         "manifest_errors": errors,
+        # capability id -> why the external vector store did not take its last change
+        "store_unwritten": {
+            as_str(k): as_str(v) for k, v in client.hgetall(keys.store_unwritten(tenant)).items()
+        },
     }
 
 
