@@ -28,6 +28,7 @@ from capdisc.errors import (
     AuthError,
     CapdiscError,
     ConfigError,
+    EmbeddingError,
     FlagError,
     SessionNotFoundError,
     UnknownTenantError,
@@ -1302,7 +1303,10 @@ def _reindex_all(
             bar.length = max(1, total)
             bar.update(done - bar.pos)
 
-        version = wait_for_swap(connection, tenant, job, after, timeout_s, progress)
+        try:
+            version = wait_for_swap(connection, tenant, job, after, timeout_s, progress)
+        except EmbeddingError as exc:
+            _fail(str(exc), FAILED)
     if version is None:
         _fail(
             f"reindex {job} did not swap in within {timeout_s:.0f} s; it goes on building "

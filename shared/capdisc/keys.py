@@ -16,6 +16,7 @@ key                                       type     what it holds
 ``capdisc:t:{t}:reindex``                 hash     the full reindex being built: job, target
                                                    space, batches, fresh, started_at_ms
 ``capdisc:t:{t}:reindex:{job}:done``      set      batch numbers of that reindex already built
+``capdisc:t:{t}:reindex:{job}:failed``    string   why that reindex was abandoned (expires)
 ``capdisc:t:{t}:vectors:{m}~{job}``       hash     the reindex's staging vectors (renamed over
                                                    the live ones at the swap)
 ``capdisc:t:{t}:source:{h}``             set      ids of the capabilities stored from one source
@@ -161,6 +162,11 @@ def reindex(tenant: str) -> str:
 def reindex_done(tenant: str, job: str) -> str:
     """Set: the batch numbers of reindex ``job`` already built."""
     return f"{PREFIX}:t:{tenant}:reindex:{job}:done"
+
+
+def reindex_failed(tenant: str, job: str) -> str:
+    """String: why reindex ``job`` was abandoned, for the ``capdisc reindex`` waiting on it."""
+    return f"{PREFIX}:t:{tenant}:reindex:{job}:failed"
 
 
 def staging_space(space_id: str, job: str) -> str:
