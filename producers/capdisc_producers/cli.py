@@ -28,6 +28,7 @@ from capdisc.errors import (
     AuthError,
     CapdiscError,
     ConfigError,
+    EmbeddingError,
     FlagError,
     SessionNotFoundError,
     UnknownTenantError,
@@ -861,6 +862,10 @@ def _render_status(report: dict[str, Any]) -> str:
             f"  unreadable record {i}: not served (capdisc delete {i} removes it)"
             for i in info.get("unreadable_records", ())
         ]
+        lines += [
+            f"  not in the vector store yet {cap_id} (the reconciler writes it again): {why}"
+            for cap_id, why in info.get("store_unwritten", {}).items()
+        ]
         lines += _poisoning_lines(tenant, info.get("poisoning"))
         if info.get("reindex"):
             job = info["reindex"]
@@ -1321,7 +1326,10 @@ def _reindex_all(
             bar.length = max(1, total)
             bar.update(done - bar.pos)
 
-        version = wait_for_swap(connection, tenant, job, after, timeout_s, progress)
+        try:
+            version = wait_for_swap(connection, tenant, job, after, timeout_s, progress)
+        except EmbeddingError as exc:
+            _fail(str(exc), FAILED)
     if version is None:
         _fail(
             f"reindex {job} did not swap in within {timeout_s:.0f} s; it goes on building "

@@ -17,8 +17,9 @@ from typing import Any
 import redis
 
 from capdisc import keys
+from capdisc.errors import EmbeddingError
 from capdisc.redistext import as_str
-from capdisc.registry.reindexstore import ReindexJob
+from capdisc.registry.reindexstore import ReindexJob, reindex_failure
 from capdisc_producers.publisher import BLOCK_SLICE_S, Publisher
 
 #: ``progress(done_batches, total_batches)`` while the staging index is built.
@@ -46,9 +47,16 @@ def wait_for_swap(
     progress: ReindexProgress | None = None,
 ) -> int | None:
     """The index version the reindex ``job`` swapped in at, or None if it did not within
-    ``timeout_s`` (it goes on building; ``capdisc status`` shows it)."""
+    ``timeout_s`` (it goes on building; ``capdisc status`` shows it). An
+    :class:`~capdisc.errors.EmbeddingError` with the workers' reason when they abandoned it."""
     deadline = time.monotonic() + timeout_s
     while (remaining := deadline - time.monotonic()) > 0:
+        failed = reindex_failure(client, tenant, job)
+        if failed:
+            raise EmbeddingError(
+                f"reindex {job} of tenant {tenant!r} was abandoned: {failed}; the live index "
+                "is untouched: run `capdisc reindex --all` again once the embedder answers"
+            )
         block_ms = max(1, int(min(BLOCK_SLICE_S, remaining) * 1000))
         batch: Any = client.xread({keys.CHANGES: after}, count=1000, block=block_ms)
         for _stream, entries in batch or []:

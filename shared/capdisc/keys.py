@@ -16,6 +16,7 @@ key                                       type     what it holds
 ``capdisc:t:{t}:reindex``                 hash     the full reindex being built: job, target
                                                    space, batches, fresh, started_at_ms
 ``capdisc:t:{t}:reindex:{job}:done``      set      batch numbers of that reindex already built
+``capdisc:t:{t}:reindex:{job}:failed``    string   why that reindex was abandoned (expires)
 ``capdisc:t:{t}:vectors:{m}~{job}``       hash     the reindex's staging vectors (renamed over
                                                    the live ones at the swap)
 ``capdisc:t:{t}:source:{h}``             set      ids of the capabilities stored from one source
@@ -28,6 +29,9 @@ key                                       type     what it holds
                                                    (a retry returns it; expires request_memory_s)
 ``capdisc:t:{t}:sessions``                zset     live session ids by last activity (bounded)
 ``capdisc:t:{t}:manifest_errors``         hash     manifest path -> last rejection message
+``capdisc:t:{t}:store_unwritten``         hash     capability id -> why the external vector store
+                                                   did not take its last change (the reconciler
+                                                   writes it again; gone once a write succeeds)
 ``capdisc:t:{t}:flags``                   hash     capability id -> its tool-poisoning flag (JSON:
                                                    findings, surface_hash, scanner_version,
                                                    state flagged|pending|approved,
@@ -171,6 +175,11 @@ def reindex_done(tenant: str, job: str) -> str:
     return f"{PREFIX}:t:{tenant}:reindex:{job}:done"
 
 
+def reindex_failed(tenant: str, job: str) -> str:
+    """String: why reindex ``job`` was abandoned, for the ``capdisc reindex`` waiting on it."""
+    return f"{PREFIX}:t:{tenant}:reindex:{job}:failed"
+
+
 def staging_space(space_id: str, job: str) -> str:
     """The vector space a reindex ``job`` builds into, beside the live ``space_id``."""
     return f"{space_id}~{job}"
@@ -205,6 +214,12 @@ def sessions(tenant: str) -> str:
 def manifest_errors(tenant: str) -> str:
     """Hash: manifest path -> the message of its last rejection (cleared once it parses)."""
     return f"{PREFIX}:t:{tenant}:manifest_errors"
+
+
+def store_unwritten(tenant: str) -> str:
+    """Hash: capability id -> why the external vector store did not take its last change
+    (written again by the reconciler; cleared once a write of it succeeds)."""
+    return f"{PREFIX}:t:{tenant}:store_unwritten"
 
 
 def flags(tenant: str) -> str:

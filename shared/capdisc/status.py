@@ -166,6 +166,10 @@ def _tenant_status(client: redis.Redis, tenant: str) -> dict[str, Any]:
         "manifest_errors": errors,
         # stored values that are no record (written by hand or damaged): never served
         "unreadable_records": sorted(i for i, r in stored.items() if r is None or not r.readable),
+        # capability id -> why the external vector store did not take its last change
+        "store_unwritten": {
+            as_str(k): as_str(v) for k, v in client.hgetall(keys.store_unwritten(tenant)).items()
+        },
     }
 
 

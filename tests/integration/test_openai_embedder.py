@@ -47,12 +47,13 @@ def embeddings_body(request: dict[str, Any]) -> dict[str, Any]:
 
 class Server:
     """Answers POST /v1/embeddings; ``script`` holds replies for the next requests (status,
-    body or None for a normal answer, headers); afterwards it answers normally."""
+    body, raw text sent as it is, or None for a normal answer, headers); afterwards it answers
+    normally."""
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
-        self.script: list[tuple[int, dict[str, Any] | None, dict[str, str]]] = []
+        self.script: list[tuple[int, dict[str, Any] | str | None, dict[str, str]]] = []
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -61,7 +62,8 @@ class Server:
                 outer.requests.append(body)
                 outer.headers.append({k.lower(): v for k, v in self.headers.items()})
                 status, reply, headers = outer.script.pop(0) if outer.script else (200, None, {})
-                payload = json.dumps(reply if reply is not None else embeddings_body(body)).encode()
+                answer = reply if reply is not None else embeddings_body(body)
+                payload = (answer if isinstance(answer, str) else json.dumps(answer)).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
@@ -233,6 +235,35 @@ def test_a_broken_response_is_an_error_naming_the_field(
 
     assert message in str(info.value)
     assert len(server.requests) == 1  # a malformed answer is not retried
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            '{"object": "list", "data": [{"object": "embedding", "index": Infinity, '
+            f'"embedding": {[1.0] * DIM}}}]}}',
+            "without a numeric 'index'",
+        ),
+        (
+            '{"object": "list", "data": [{"object": "embedding", "index": 0, '
+            f'"embedding": [1{"0" * 400}{", 1.0" * (DIM - 1)}]}}]}}',
+            "not an embeddings response",
+        ),
+        ("this is not JSON", "not an embeddings response"),
+    ],
+)
+def test_an_unreadable_answer_is_an_embedding_error_not_a_crash(
+    server: Server, body: str, message: str
+) -> None:
+    server.script = [(200, body, {})]
+
+    with pytest.raises(EmbeddingError) as info:
+        embedder(server).embed(["alpha"])
+
+    assert message in str(info.value)
+    assert "could not be reached" not in str(info.value)  # it answered
+    assert len(server.requests) == 1
 
 
 def test_an_unreachable_server_is_an_error_after_the_attempts() -> None:

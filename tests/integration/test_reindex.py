@@ -244,3 +244,39 @@ def test_a_tenant_moves_to_a_new_embedding_model_without_a_failed_request(
     assert hammer.failures == [] and hammer.answers > 0
     workers = json.loads(run_cli("status", "--json", env=private_stack.env).stdout)["workers"]
     assert {w["kind"] for w in workers} == {"indexing", "discovery"}
+
+
+def test_a_reindex_whose_embedder_keeps_failing_is_abandoned_saying_why(
+    private_stack: Stack, registry: Path
+) -> None:
+    from capdisc.errors import EmbeddingError
+
+    from .test_openai_embedder import DIM, Server
+
+    server = Server()
+    try:
+        private_stack.spawn(
+            "indexing-openai",
+            [*INDEXING_ARGV, "-n", f"indexing-{uuid.uuid4().hex[:6]}@%h"],
+            CAPDISC_EMBEDDER="openai",
+            CAPDISC_OPENAI_BASE_URL=server.url,
+            CAPDISC_OPENAI_API_KEY="sk-test",
+            CAPDISC_OPENAI_DIMENSIONS=str(DIM),
+            CAPDISC_OPENAI_MAX_ATTEMPTS="1",
+            CAPDISC_INDEXING_MAX_ATTEMPTS="2",
+            CAPDISC_INDEXING_RETRY_BASE_S="0.1",
+        )
+        url, tenant = private_stack.url, "failing"
+        report = publish(url, registry, tenant, wait_s=90)
+        server.script = [(503, {"error": {"message": "overloaded"}}, {})] * 1000
+        connection = private_stack.connection()
+
+        job, after = start_full_reindex(connection, Publisher(url), tenant, fresh=True)
+        with pytest.raises(EmbeddingError) as info:
+            wait_for_swap(connection, tenant, job, after, timeout_s=30)
+    finally:
+        server.close()
+
+    assert "abandoned" in str(info.value) and "HTTP 503" in str(info.value)
+    assert ReindexJob.read(connection, tenant) is None  # the reconciler no longer holds off
+    assert int(connection.get(keys.version(tenant)) or 0) == report.index_version

@@ -174,3 +174,37 @@ def test_a_refused_event_in_a_batch_does_not_shift_what_reaches_the_store(
 
     assert sorted(o["decision"] for o in outcomes) == ["upsert", "upsert"]
     assert _objects(fake) == 2
+
+
+def test_a_change_the_store_refused_is_shown_and_written_again_by_the_reconciler(
+    weaviate_stack: tuple[Stack, object], registry: Path
+) -> None:
+    import json
+
+    from capdisc.vectorstores.weaviate import SEARCH_TEXT, object_uuid
+
+    from .test_cli import run_cli
+
+    stack, fake = weaviate_stack
+    publish(stack.url, registry, TENANT, wait_s=90)
+    slack = object_uuid(TENANT, SLACK)
+    fake.reject(slack, "disk quota exceeded", times=2)  # type: ignore[attr-defined]
+    path = next(registry.glob("*/slack-post-message/CAPABILITY.yaml"))
+    path.write_text(
+        path.read_text().replace("description: >-\n", "description: >-\n  Zanzibar.\n", 1)
+    )
+    publish(stack.url, registry, TENANT, wait_s=90)
+
+    def stored_text() -> str:
+        rows = fake.state.objects[("Capability", TENANT)]  # type: ignore[attr-defined]
+        return str(rows[slack].properties[SEARCH_TEXT])
+
+    status = json.loads(run_cli("status", "--json", env=stack.env).stdout)
+    assert "Zanzibar" not in stored_text()
+    assert "disk quota exceeded" in status["tenants"][TENANT]["store_unwritten"][SLACK]
+
+    run_cli("reconcile", "--json", env=stack.env)
+    status = json.loads(run_cli("status", "--json", env=stack.env).stdout)
+
+    assert "Zanzibar" in stored_text()
+    assert status["tenants"][TENANT]["store_unwritten"] == {}

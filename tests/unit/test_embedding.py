@@ -233,6 +233,22 @@ def test_check_vectors_rejects_non_finite_values(bad: float) -> None:
     assert str(info.value) == "model returned non-finite values"
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param(10**400, id="too-large-for-a-float"),
+        pytest.param("x", id="text"),
+        pytest.param({"a": 1}, id="object"),
+        pytest.param([1.0], id="nested"),
+    ],
+)
+def test_check_vectors_rejects_what_is_not_a_number_naming_the_source(bad: Any) -> None:
+    vectors: list[list[Any]] = [[1.0, 0.0], [bad, 1.0]]
+
+    with pytest.raises(EmbeddingError, match=r"^model returned"):
+        check_vectors(vectors, 2, 2, "model")
+
+
 # -- MiniLMEmbedder ------------------------------------------------------------------------------
 
 

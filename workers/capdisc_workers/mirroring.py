@@ -3,9 +3,11 @@
 Redis stays the source of truth: after events are applied, what they changed is written to the
 store too (:func:`mirror`); after a full reindex's swap, or when the reconciler finds the store
 holding another number of objects than Redis has records, a tenant is written again whole
-(:func:`resync`). A write the store refuses is logged and counted (``store_write_failures``);
-the next publish or reindex of it writes it again. Without an external store (None) each of
-these does nothing.
+(:func:`resync`). A write the store refuses is logged, counted (``store_write_failures``) and
+remembered by capability id (``keys.store_unwritten``, shown by ``capdisc status``): the
+reconciler writes those again (:func:`rewrite_unwritten`) until the store takes them, so a
+changed capability is not left stale there. Without an external store (None) each of these
+does nothing.
 """
 
 from __future__ import annotations
@@ -48,13 +50,53 @@ def mirror(
         elif decision == "delete":
             deletes.append(event.capability_id)
     for tenant, (upserts, deletes) in by_tenant.items():
-        try:
-            failed = mirror_tenant(client, store, tenant, upserts, deletes, space)
-        except CapdiscError as exc:
-            failed = len(upserts) + len(deletes)
-            log.error("store_write_failed", tenant=tenant, error=str(exc))
-        if failed:
-            client.hincrby(keys.COUNTERS, "store_write_failures", failed)
+        _mirror_tracked(client, store, tenant, upserts, deletes, space)
+
+
+def rewrite_unwritten(client: redis.Redis, store: VectorStore, tenant: str, space: str) -> int:
+    """Write again the changes of ``tenant`` the store did not take (``keys.store_unwritten``):
+    each id still stored as an upsert, each one gone as a delete; how many it still refuses."""
+    ids = sorted(as_str(i) for i in client.hkeys(keys.store_unwritten(tenant)))
+    if not ids:
+        return 0
+    held = client.hmget(keys.caps(tenant), ids)
+    upserts = [cap_id for cap_id, raw in zip(ids, held, strict=True) if raw]
+    deletes = [cap_id for cap_id, raw in zip(ids, held, strict=True) if not raw]
+    refused = _mirror_tracked(client, store, tenant, upserts, deletes, space)
+    log.info("store_rewritten", tenant=tenant, written=len(ids) - refused, refused=refused)
+    return refused
+
+
+def _mirror_tracked(
+    client: redis.Redis,
+    store: VectorStore,
+    tenant: str,
+    upserts: list[str],
+    deletes: list[str],
+    space: str,
+) -> int:
+    """:func:`mirror_tenant`, remembering the ids the store did not take (with why) and
+    forgetting those it took; how many it did not take."""
+    try:
+        refused = mirror_tenant(client, store, tenant, upserts, deletes, space)
+    except CapdiscError as exc:
+        log.error(
+            "store_write_failed",
+            tenant=tenant,
+            error=str(exc),
+            capability_ids=[*upserts, *deletes],
+            hint="the reconciler writes them again",
+        )
+        refused = dict.fromkeys([*upserts, *deletes], str(exc))
+    taken = [cap_id for cap_id in (*upserts, *deletes) if cap_id not in refused]
+    with client.pipeline(transaction=False) as pipe:
+        if taken:
+            pipe.hdel(keys.store_unwritten(tenant), *taken)
+        if refused:
+            pipe.hset(keys.store_unwritten(tenant), mapping={i: why for i, why in refused.items()})
+            pipe.hincrby(keys.COUNTERS, "store_write_failures", len(refused))
+        pipe.execute()
+    return len(refused)
 
 
 def resync(client: redis.Redis, store: VectorStore | None, tenant: str, space: str) -> int:
@@ -66,7 +108,7 @@ def resync(client: redis.Redis, store: VectorStore | None, tenant: str, space: s
     gone = sorted(as_str(i) for i in client.hkeys(keys.tombstones(tenant)))
     failed = 0
     for start in range(0, max(len(ids), len(gone)), RESYNC_CHUNK):
-        failed += mirror_tenant(
+        failed += _mirror_tracked(
             client,
             store,
             tenant,
@@ -85,8 +127,8 @@ def mirror_tenant(
     upserts: list[str],
     deletes: list[str],
     space: str,
-) -> int:
-    """Write one tenant's changes to the store; how many it refused."""
+) -> dict[str, str]:
+    """Write one tenant's changes to the store; why it refused each id it refused."""
     store.ensure_tenant(tenant)
     objects = _stored_objects(client, tenant, upserts, space) if upserts else []
     report = store.upsert(tenant, objects) if objects else None
@@ -96,7 +138,7 @@ def mirror_tenant(
         log.error(
             "store_write_failed", tenant=tenant, capability_id=failure.id, reason=failure.reason
         )
-    return len(report.failed) if report is not None else 0
+    return {failure.id: failure.reason for failure in report.failed} if report is not None else {}
 
 
 def _stored_objects(

@@ -32,7 +32,7 @@ from capdisc.registry.store import tenants
 from capdisc.retrieval.text import vector_space
 from capdisc_workers.celery_app import app, resources
 from capdisc_workers.embedding import EMBED_BATCH
-from capdisc_workers.mirroring import resync
+from capdisc_workers.mirroring import resync, rewrite_unwritten
 from capdisc_workers.outage import RETRYABLE, Backoff
 from capdisc_workers.resources import Resources
 
@@ -146,7 +146,8 @@ def _reindex_building(res: Resources, tenant: str, report: dict[str, Any]) -> bo
 
 def _reconcile_store(res: Resources, tenant: str, space: str, report: dict[str, Any]) -> None:
     """With an external store: when it holds another number of objects than Redis has
-    records, write them all again and delete the tombstoned ones (writes are idempotent)."""
+    records, write them all again and delete the tombstoned ones (writes are idempotent);
+    then write again the changes it did not take before (:func:`rewrite_unwritten`)."""
     store = res.store
     if store is None:
         return
@@ -158,6 +159,7 @@ def _reconcile_store(res: Resources, tenant: str, space: str, report: dict[str, 
             log.warning("store_drift", tenant=tenant, store=held, registry=stored)
             resync(client, store, tenant, space)
             report.setdefault("store_resynced", []).append(tenant)
+        rewrite_unwritten(client, store, tenant, space)
     except CapdiscError as exc:
         log.error("store_reconcile_failed", tenant=tenant, error=str(exc))
 

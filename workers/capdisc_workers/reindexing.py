@@ -16,11 +16,13 @@ from typing import Any
 import structlog
 
 from capdisc import keys
+from capdisc.errors import EmbeddingError
 from capdisc.models import Capability
 from capdisc.registry import outbox
 from capdisc.registry.policy import retry_delay_s
 from capdisc.registry.reindexstore import (
     ReindexJob,
+    abandon_reindex,
     begin_reindex,
     finish_reindex,
     stage_vectors,
@@ -72,12 +74,52 @@ def reindex_batch_task(
             countdown=retry_delay_s(self.request.retries + 1, res.settings.indexing_retry_base_s),
             max_retries=res.settings.indexing_max_attempts - 1,
         )
-    capabilities = stored_capabilities(client, [(tenant, cap_id) for cap_id in ids])
-    vectors = vectors_for(client, res.embedder, capabilities, use_cache=not current.fresh)
-    last = stage_vectors(client, tenant, job, number, {k: v for k, (_h, v) in vectors.items()})
-    if last:
-        _finish(res, tenant, job, current.fresh)
+    try:
+        capabilities = stored_capabilities(client, [(tenant, cap_id) for cap_id in ids])
+        vectors = vectors_for(client, res.embedder, capabilities, use_cache=not current.fresh)
+        last = stage_vectors(client, tenant, job, number, {k: v for k, (_h, v) in vectors.items()})
+        if last:
+            _finish(res, tenant, job, current.fresh)
+    except EmbeddingError as exc:
+        return _retry_or_abandon(self, res, current, number, exc)
     return {"job": job, "batch": number, "staged": len(vectors)}
+
+
+def _retry_or_abandon(
+    task: Any, res: Resources, job: ReindexJob, number: int, exc: EmbeddingError
+) -> dict[str, Any]:
+    """A batch whose embedding failed is retried with backoff up to ``indexing_max_attempts``
+    deliveries; then the reindex is abandoned with the reason (the live index is untouched),
+    not left building until ``reindex_timeout_s`` with the reconciler holding off the tenant."""
+    attempt = task.request.retries + 1
+    settings = res.settings
+    if attempt < settings.indexing_max_attempts:
+        log.warning(
+            "reindex_batch_retry",
+            tenant=job.tenant,
+            job=job.job,
+            batch=number,
+            attempt=attempt,
+            reason=str(exc),
+        )
+        raise task.retry(
+            exc=exc,
+            countdown=retry_delay_s(attempt, settings.indexing_retry_base_s),
+            max_retries=settings.indexing_max_attempts - 1,
+        )
+    reason = f"batch {number} could not be embedded after {attempt} attempts: {exc}"
+    current = ReindexJob.read(res.redis, job.tenant)
+    if current is not None and current.job == job.job:
+        abandon_reindex(res.redis, current, reason)
+    log.error(
+        "reindex_abandoned",
+        tenant=job.tenant,
+        job=job.job,
+        reason=reason,
+        hint="the live index is untouched; run `capdisc reindex --all` again once the "
+        "embedder answers",
+    )
+    return {"job": job.job, "batch": number, "abandoned": reason}
 
 
 def _finish(res: Resources, tenant: str, job: str, fresh: bool) -> None:

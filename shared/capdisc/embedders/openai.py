@@ -136,7 +136,7 @@ class OpenAIEmbedder:
         try:
             ordered = sorted(data, key=lambda item: int(item.index))
             vectors = [item.embedding for item in ordered]
-        except (AttributeError, TypeError, ValueError) as exc:
+        except (AttributeError, TypeError, ValueError, OverflowError) as exc:
             raise EmbeddingError(
                 f"{self._where()} returned an item without a numeric 'index' "
                 f"and an 'embedding' in field 'data': {exc}"
@@ -225,4 +225,9 @@ def _translated(exc: Exception, where: str) -> EmbeddingError:
         return EmbeddingError(f"{where} refused the API key (401); check CAPDISC_OPENAI_API_KEY")
     if isinstance(status, int):
         return EmbeddingError(f"{where} answered HTTP {status}: {detail}")
-    return EmbeddingError(f"{where} could not be reached: {detail}")
+    if _retryable(exc):
+        return EmbeddingError(f"{where} could not be reached: {detail}")
+    return EmbeddingError(
+        f"{where} answered with a body that is not an embeddings response ({detail}); "
+        "check that CAPDISC_OPENAI_BASE_URL points at an OpenAI-compatible API"
+    )

@@ -179,7 +179,7 @@ def check_vectors(vectors: Any, expected_rows: int, dim: int, source: str) -> Ma
     """Validate an embedder's answer: shape, dtype and finiteness, naming ``source``."""
     try:
         array = np.asarray(vectors, dtype=np.float32)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise EmbeddingError(
             f"{source} returned something that is not a matrix of numbers: {exc}"
         ) from exc

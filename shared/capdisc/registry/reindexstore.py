@@ -86,13 +86,25 @@ def begin_reindex(
     return batches
 
 
-def abandon_reindex(client: Redis, job: ReindexJob) -> None:
-    """Drop a reindex that will not finish (its staging vectors and marker); the live index is
-    untouched."""
+#: How long the reason a reindex was abandoned is kept for a ``capdisc reindex`` waiting on it.
+FAILED_TTL_S = 24 * 3600
+
+
+def abandon_reindex(client: Redis, job: ReindexJob, reason: str | None = None) -> None:
+    """Drop a reindex that will not finish (its staging vectors and marker), keeping
+    ``reason`` for whoever waits on it; the live index is untouched."""
     with client.pipeline(transaction=True) as pipe:
         pipe.delete(keys.vectors(job.tenant, job.staging), keys.reindex_done(job.tenant, job.job))
         pipe.delete(keys.reindex(job.tenant))
+        if reason:
+            pipe.set(keys.reindex_failed(job.tenant, job.job), reason, ex=FAILED_TTL_S)
         pipe.execute()
+
+
+def reindex_failure(client: Redis, tenant: str, job: str) -> str | None:
+    """Why reindex ``job`` was abandoned, if it was (and said why)."""
+    raw = client.get(keys.reindex_failed(tenant, job))
+    return as_str(raw) if raw else None
 
 
 def stage_vectors(
