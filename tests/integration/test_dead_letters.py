@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import redis
 
 from capdisc import keys
+from capdisc.embedders.hashing import HashingEmbedder
 from capdisc.registry.deadletters import dead_letter, list_dead_letters, replay
+from capdisc.registry.events import RegistryEvent
+from capdisc.settings import Settings
 from capdisc_producers.publisher import Publisher
 
 from .conftest import Stack
@@ -266,3 +270,42 @@ def test_dead_letters_are_trimmed_oldest_first_near_their_cap(
 
     assert 10 <= len(kept) <= 110  # approximate trimming drops whole stream nodes
     assert kept[-1] == "poison 249"
+
+
+class BrokenEmbedder(HashingEmbedder):
+    """An embedder with a fault no adapter translated: it raises what is no EmbeddingError."""
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        raise ZeroDivisionError("a bug in the embedder")
+
+
+def test_an_unexpected_error_dead_letters_the_events_instead_of_losing_them(
+    stack: Stack, tenant: str
+) -> None:
+    from capdisc_workers.indexing import apply_payloads
+    from capdisc_workers.resources import Resources
+
+    private = stack.url.rsplit("/", 1)[0] + "/12"
+    res = Resources.from_settings(Settings.load(environ={"CAPDISC_REDIS_URL": private}))
+    res.__dict__["embedder"] = BrokenEmbedder()
+    last_delivery = SimpleNamespace(
+        name=keys.TASK_APPLY_EVENTS,
+        request=SimpleNamespace(id="t1", retries=res.settings.indexing_max_attempts - 1),
+    )
+    payload = RegistryEvent(
+        type="upsert",
+        tenant=tenant,
+        capability_id="tool:clock",
+        seq=1,
+        capability={"kind": "tool", "name": "clock", "description": "Tells the time."},
+    ).encode()
+    try:
+        outcomes = apply_payloads(res, last_delivery, [payload])
+
+        letters = list_dead_letters(res.redis, 100)
+    finally:
+        res.redis.flushdb()
+
+    assert outcomes[0]["decision"] == "dead_lettered"
+    assert "ZeroDivisionError: a bug in the embedder" in outcomes[0]["reason"]
+    assert [d.payload for d in letters] == [payload]

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 import redis
 import structlog
+from celery.exceptions import SoftTimeLimitExceeded
 
 from capdisc import keys
 from capdisc.errors import AuthError, EmbeddingError, EventDecodeError, ManifestError
@@ -121,6 +122,14 @@ def apply_payloads(res: Resources, task: Any, payloads: list[str]) -> list[dict[
                 finally:
                     _settle(res, chunk, outcomes, space)
         except EmbeddingError as exc:
+            unfinished = [(p, e) for slot, p, e, _c in pending if outcomes[slot] is None]
+            return [o for o in outcomes if o is not None] + _retry_or_dead_letter(
+                res, task, unfinished, exc
+            )
+        except (redis.RedisError, SoftTimeLimitExceeded):
+            raise  # an outage is waited out whole; a task past its time limit ends as Celery says
+        except Exception as exc:  # a fault of capdisc or of an adapter: keep the events anyway
+            log.exception("events_failed_unexpectedly", task_id=task.request.id)
             unfinished = [(p, e) for slot, p, e, _c in pending if outcomes[slot] is None]
             return [o for o in outcomes if o is not None] + _retry_or_dead_letter(
                 res, task, unfinished, exc
@@ -299,11 +308,12 @@ def _settle(
 
 
 def _retry_or_dead_letter(
-    res: Resources, task: Any, unfinished: list[tuple[str, RegistryEvent]], exc: EmbeddingError
+    res: Resources, task: Any, unfinished: list[tuple[str, RegistryEvent]], exc: Exception
 ) -> list[dict[str, Any]]:
     """A failed embedding (a rate limit that outlasted the provider's own retries, a broken
-    answer) is retried with backoff up to ``indexing_max_attempts`` deliveries; then the events
-    not yet applied go to the dead-letter stream with the reason. Nothing stored is touched."""
+    answer), or any other unexpected error, is retried with backoff up to
+    ``indexing_max_attempts`` deliveries; then the events not yet applied go to the dead-letter
+    stream with the reason. Nothing stored is touched."""
     attempt = task.request.retries + 1
     settings = res.settings
     if attempt < settings.indexing_max_attempts:
@@ -320,7 +330,11 @@ def _retry_or_dead_letter(
             countdown=retry_delay_s(attempt, settings.indexing_retry_base_s),
             max_retries=settings.indexing_max_attempts - 1,
         )
-    reason = f"embedding failed after {attempt} attempts: {exc}"
+    reason = (
+        f"embedding failed after {attempt} attempts: {exc}"
+        if isinstance(exc, EmbeddingError)
+        else f"applying failed after {attempt} attempts: {type(exc).__name__}: {exc}"
+    )
     outcomes = []
     for payload, event in unfinished:
         log.error(
