@@ -301,12 +301,7 @@ class Client:
                 return reply
         if outage is not None:
             raise _unreachable(outage, timeout) from outage
-        raise DiscoveryTimeout(
-            f"no discovery worker answered within {timeout:.1f} s "
-            f"({self._discovery_workers_seen()} discovery worker(s) seen "
-            "alive); start one with `make up` or `python -m "
-            "capdisc_workers.discovery`"
-        )
+        raise DiscoveryTimeout(no_answer_message(timeout, self._discovery_workers_seen()))
 
     def _discovery_workers_seen(self) -> str:
         """How many discovery workers' heartbeats are fresh (``?`` when this client may not read
@@ -376,6 +371,24 @@ def _unreachable(outage: redis.RedisError, timeout_s: float) -> RedisUnavailable
     return RedisUnavailableError(
         f"capdisc cannot reach its Redis ({outage}) within {timeout_s:.1f} s; is the stack "
         "running? (capdisc status; make up starts one)"
+    )
+
+
+def no_answer_message(timeout_s: float, seen: str) -> str:
+    """Why a request went unanswered, by how many discovery workers are seen alive (``seen``:
+    a count, or ``?`` when the heartbeats cannot be read)."""
+    said = f"no discovery worker answered within {timeout_s:.1f} s"
+    if seen == "0":
+        return (
+            f"{said} (none seen alive); start one with `make up` or "
+            "`python -m capdisc_workers.discovery`"
+        )
+    if seen == "?":
+        return f"{said}; check that a discovery worker runs (capdisc status)"
+    return (
+        f"{said}, though {seen} discovery worker(s) are alive: busy or blocked (a slow query "
+        "embedder or vector store, a long reload); see their logs (capdisc status names them), "
+        "or give the call a longer timeout"
     )
 
 

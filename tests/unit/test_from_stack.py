@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from capdisc.client import Client, tenant_of
+from capdisc.client import Client, no_answer_message, tenant_of
 from capdisc.errors import StackNotFoundError
 from capdisc.identity import auth
 
@@ -165,3 +165,17 @@ def test_the_stack_option_names_where_the_command_looks(
 
     assert done.returncode == 2
     assert f"no running capdisc stack found from {project}" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("seen", "says"),
+    [
+        ("0", "none seen alive); start one"),
+        ("2", "though 2 discovery worker(s) are alive: busy or blocked"),
+        ("?", "check that a discovery worker runs"),
+    ],
+)
+def test_an_unanswered_request_is_explained_by_the_workers_seen(seen: str, says: str) -> None:
+    message = no_answer_message(5.0, seen)
+
+    assert message.startswith("no discovery worker answered within 5.0 s") and says in message
