@@ -230,6 +230,27 @@ def test_keyring_files_are_private_and_reread_when_changed(tmp_path: Path) -> No
         auth.load_keyring(tmp_path / "absent.json")
 
 
+@pytest.mark.parametrize("broken", ['{"k1": "short"}', "{not json", "[]"])
+def test_a_keyring_file_broken_while_running_keeps_the_last_keyring_and_says_why(
+    tmp_path: Path, broken: str
+) -> None:
+    path = tmp_path / "keys.json"
+    auth.save_keyring(path, KEYRING)
+    problems: list[str] = []
+    source = auth.KeyringFile(path, problems.append)
+    presented = token()
+    assert auth.verify(presented, source.current(), NOW).subject == "alice"
+
+    path.write_text(broken, encoding="utf-8")
+
+    assert auth.verify(presented, source.current(), NOW).subject == "alice"
+    assert source.current().kids == ["k1"]
+    assert len(problems) == 1  # said once, not at every request
+    assert str(path) in problems[0] and "stays in use" in problems[0]
+    auth.save_keyring(path, KEYRING.with_key(auth.new_key(NOW)))
+    assert len(source.current().kids) == 2
+
+
 @pytest.mark.parametrize(
     ("text", "seconds"), [("90", 90), ("90s", 90), ("15m", 900), ("24h", 86400), ("30d", 2_592_000)]
 )

@@ -52,9 +52,12 @@ class Gate:
     clock: Callable[[], float] = time.time
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Gate:
+    def from_settings(
+        cls, settings: Settings, on_keyring_problem: Callable[[str], None] | None = None
+    ) -> Gate:
         """The gate ``settings`` ask for; with auth on, the keyring is read once here so a
-        missing or broken one stops the process at start, naming the file."""
+        missing or broken one stops the process at start, naming the file. A keyring file
+        broken later keeps the keyring read before; ``on_keyring_problem`` is told why."""
         if not settings.auth:
             return cls(None)
         if settings.auth_keys_file is None:
@@ -63,7 +66,7 @@ class Gate:
                 "at one (`capdisc token keygen --keys PATH` makes it), or set "
                 "CAPDISC_AUTH=off for development"
             )
-        keys = auth.KeyringFile(settings.auth_keys_file)
+        keys = auth.KeyringFile(settings.auth_keys_file, on_keyring_problem)
         keys.current()
         return cls(keys)
 
