@@ -199,9 +199,13 @@ class AuthError(CapdiscError):
 class ForbiddenError(AuthError):
     """A proven identity asked for what its token does not allow: another tenant (``wrong
     tenant``), a grant it lacks (``write`` for a publish, ``session`` for a session), roles or a
-    user it does not carry. Ask the operator for a token that allows it."""
+    user it does not carry. ``reason`` says which (``wrong_tenant``, ``grant``, ``roles``,
+    ``user``). Ask the operator for a token that allows it."""
 
     code = "forbidden"
+
+    def __init__(self, message: str, reason: str = "forbidden") -> None:
+        super().__init__(message, reason)
 
 
 class FlagError(CapdiscError):

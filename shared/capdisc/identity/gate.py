@@ -116,12 +116,14 @@ def require(identity: auth.Identity, tenant: str, grant: str) -> None:
         raise ForbiddenError(
             f"wrong tenant: the token is for tenant {identity.tenant!r}, this "
             f"asks about {tenant!r}; use a token issued for {tenant!r} "
-            f"(capdisc token issue --tenant {tenant})"
+            f"(capdisc token issue --tenant {tenant})",
+            "wrong_tenant",
         )
     if not identity.allows(grant):
         raise ForbiddenError(
             f"the token (subject {identity.subject!r}) lacks the {grant!r} "
-            f"grant this needs; ask for a token with --grants {grant}"
+            f"grant this needs; ask for a token with --grants {grant}",
+            "grant",
         )
 
 
@@ -136,8 +138,9 @@ def served_as(
     if extra:
         raise ForbiddenError(
             f"the token does not carry role(s) {', '.join(extra)}; its roles "
-            f"are {', '.join(identity.roles) or 'none'}"
+            f"are {', '.join(identity.roles) or 'none'}",
+            "roles",
         )
     if user is not None and user != identity.user:
-        raise ForbiddenError(f"the token is for user {identity.user!r}, not {user!r}")
+        raise ForbiddenError(f"the token is for user {identity.user!r}, not {user!r}", "user")
     return (tuple(roles) or identity.roles), identity.user
