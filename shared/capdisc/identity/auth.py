@@ -468,7 +468,10 @@ def _whole(value: Any) -> bool:
 
 
 def _when(seconds: int) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
+    except (OverflowError, OSError, ValueError):  # beyond what the platform's clock can show
+        return f"{_short(seconds)} seconds since the epoch"
 
 
 def _short(value: Any, limit: int = 40) -> str:
