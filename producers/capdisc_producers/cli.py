@@ -29,6 +29,7 @@ from capdisc.errors import (
     CapdiscError,
     ConfigError,
     FlagError,
+    RedisCredentialsError,
     SessionNotFoundError,
     UnknownTenantError,
 )
@@ -1921,6 +1922,8 @@ def main() -> None:
     except Exception as exc:
         # redis is imported by the commands that use it: an error of it cannot come otherwise.
         redis = sys.modules.get("redis")
+        if redis is not None and isinstance(exc, redis.AuthenticationError):
+            _fail(str(RedisCredentialsError.refused(exc)))
         if redis is not None and isinstance(exc, redis.ConnectionError):
             _fail(f"cannot reach Redis ({exc}); is the stack running? (make up)")
         raise
