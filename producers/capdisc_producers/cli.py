@@ -30,6 +30,7 @@ from capdisc.errors import (
     ConfigError,
     EmbeddingError,
     FlagError,
+    RedisCredentialsError,
     SessionNotFoundError,
     UnknownTenantError,
 )
@@ -597,7 +598,7 @@ def mcp_cmd(
     asks as its holder. When an upstream MCP server's tools change, they are imported again
     with --import-token, which needs the write grant (said at start when it has not)."""
     from capdisc.identity.gate import Gate
-    from capdisc_producers.mcp_server import ServerAuth, serve
+    from capdisc_producers.mcp_server import ServerAuth, keyring_unusable, serve
 
     settings, _connection = _connect(ctx, redis_url)
     if import_token:
@@ -605,7 +606,9 @@ def mcp_cmd(
     access = _access(ctx)
     required = access.auth if access.auth is not None else access.keys_file is not None
     gate = (
-        Gate.from_settings(settings.with_changes(auth=True, auth_keys_file=access.keys_file))
+        Gate.from_settings(
+            settings.with_changes(auth=True, auth_keys_file=access.keys_file), keyring_unusable
+        )
         if access.keys_file is not None and required
         else Gate(None)
     )
@@ -1950,6 +1953,8 @@ def main() -> None:
     except Exception as exc:
         # redis is imported by the commands that use it: an error of it cannot come otherwise.
         redis = sys.modules.get("redis")
+        if redis is not None and isinstance(exc, redis.AuthenticationError):
+            _fail(str(RedisCredentialsError.refused(exc)))
         if redis is not None and isinstance(exc, redis.ConnectionError):
             _fail(f"cannot reach Redis ({exc}); {_redis_down_hint()}")
         raise

@@ -48,18 +48,18 @@ list differs per session.
 
 Who asks. Over stdio, every call asks as the process that started the server: the holder of its
 token (``--token`` or ``CAPDISC_TOKEN``, verified at start when the keyring is at hand). Over
-streamable HTTP with auth on, the server is an OAuth resource server built from the SDK's own
-pieces (``streamable_http_app(token_verifier=..., auth=AuthSettings(...))``: its bearer
-middleware and ``RequireAuthMiddleware``): every request needs ``Authorization: Bearer TOKEN``
-with the ``discover`` grant (401 with ``WWW-Authenticate: Bearer`` otherwise); each call asks as
-that token's holder, and the SDK binds each MCP session to the token's subject. The workers
-verify the token again. With auth off, HTTP callers ask as the process; on a host other than
-loopback the server says so in its log. When an upstream's tools change, the re-import is
-published with the import token (``--import-token`` or ``CAPDISC_MCP_IMPORT_TOKEN``, default the
-process's token), which with auth on needs the ``write`` grant: the token an MCP host is given
-normally has not. With the keyring at hand, a token that may not write the tenant served is
-said at start (``mcp_upstream_reimport_off``, once) and re-imports are not published (each
-change is logged as ``mcp_upstream_reimport_skipped``); without it, the workers verify.
+streamable HTTP with auth on, the server is an OAuth resource server built from the SDK's own pieces
+(``streamable_http_app(token_verifier=..., auth=AuthSettings(...))``: its bearer middleware and
+``RequireAuthMiddleware``): every request needs ``Authorization: Bearer TOKEN`` with the
+``discover`` and ``session`` grants (401 with ``WWW-Authenticate: Bearer`` otherwise, 403 without
+the grants); each call asks as that token's holder, and the SDK binds each MCP session to the
+token's subject. The workers verify the token again. With auth off, HTTP callers ask as the process;
+on a host other than loopback the server says so in its log. When an upstream's tools change, the
+re-import is published with the import token (``--import-token`` or ``CAPDISC_MCP_IMPORT_TOKEN``,
+default the process's token), which with auth on needs the ``write`` grant: the token an MCP host is
+given normally has not. With the keyring at hand, a token that may not write the tenant served is
+said at start (``mcp_upstream_reimport_off``, once) and re-imports are not published (each change is
+logged as ``mcp_upstream_reimport_skipped``); without it, the workers verify.
 """
 
 from __future__ import annotations
@@ -120,6 +120,12 @@ NOTIFICATIONS = NotificationOptions(tools_changed=True)
 CHATTY_LOGGERS = ("mcp", "httpx", "httpx2", "uvicorn.access")
 
 log = structlog.get_logger("capdisc.mcp")
+
+
+def keyring_unusable(reason: str) -> None:
+    """Say, once per change of the file, that the keyring file changed into one that cannot
+    be used (the keyring read before stays in use)."""
+    log.warning("keyring_unusable", reason=reason)
 
 
 @dataclass(frozen=True)
@@ -457,16 +463,22 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return listening
 
 
+#: The grants a bearer token needs over HTTP: each MCP session is a capdisc session, so every
+#: call asks in one (a token without ``session`` could connect and then do nothing).
+HTTP_GRANTS = ("discover", "session")
+
+
 def resource_server(host: str, port: int) -> AuthSettings:
     """The SDK's resource-server settings: ``/mcp`` requires a bearer token with the
-    ``discover`` grant (401 with ``WWW-Authenticate: Bearer`` otherwise). Tokens are issued out
+    ``discover`` and ``session`` grants (401 with ``WWW-Authenticate: Bearer`` without a valid
+    token, 403 ``insufficient_scope`` without those grants). Tokens are issued out
     of band (``capdisc token issue``): there is no authorization server, so no metadata is
     advertised (the issuer URL, required by the model, is this server's and only nominal);
     the verifier checks issuer and audience itself."""
     return AuthSettings(
         issuer_url=AnyHttpUrl(f"http://{_url_host(host)}:{port}"),
         resource_server_url=None,
-        required_scopes=["discover"],
+        required_scopes=list(HTTP_GRANTS),
         validate_token_resource=False,
     )
 

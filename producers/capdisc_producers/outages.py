@@ -16,7 +16,7 @@ from collections.abc import Callable
 import kombu.exceptions
 import redis
 
-from capdisc.errors import RedisUnavailableError
+from capdisc.errors import RedisCredentialsError, RedisUnavailableError
 from capdisc_producers.sync import SyncReport
 
 #: What a sync raises while Redis (the registry and the Celery broker) cannot be reached.
@@ -44,6 +44,8 @@ def through_outages(
     while True:
         try:
             report = attempt()
+        except redis.AuthenticationError as exc:  # not an outage: no wait makes it right
+            raise RedisCredentialsError.refused(exc) from exc
         except UNREACHABLE as exc:
             outages += 1
             say(
@@ -66,6 +68,8 @@ def await_redis(client: redis.Redis, limit_s: float) -> float:
         try:
             client.ping()
             return time.monotonic() - started
+        except redis.AuthenticationError as exc:
+            raise RedisCredentialsError.refused(exc) from exc
         except UNREACHABLE as exc:
             waited = time.monotonic() - started
             if waited >= limit_s:

@@ -15,7 +15,7 @@ import click
 from capdisc.errors import ConfigError
 from capdisc.identity import auth
 from capdisc.settings import Settings
-from capdisc_producers.credentials import StackSecrets, find_keys_file
+from capdisc_producers.credentials import StackSecrets, find_keys_file, read_secret
 from capdisc_producers.exits import FAILED, USAGE_ONLY, exit_status
 
 keys_option = click.option(
@@ -117,6 +117,26 @@ def token_retire(ctx: click.Context, kid: str, keys_file: Path | None) -> None:
         )
     auth.save_keyring(path, keyring)
     click.echo(f"retired key {kid}; {path} keeps {', '.join(keyring.kids)}")
+    _renew_admin_token(path, kid, keyring)
+
+
+def _renew_admin_token(keys_file: Path, kid: str, keyring: auth.Keyring) -> None:
+    """Issue the stack's admin token again when ``kid`` signed it: the CLI run in the project
+    presents that token without being told, and would be refused until the next ``up``."""
+    stack = StackSecrets(keys_file.parent)
+    if keys_file != stack.keys_file or not stack.token_file.is_file():
+        return
+    if auth.label(read_secret(stack.token_file)).get("kid") not in (kid, None):
+        return
+    try:
+        stack.write_admin_token(keyring, time.time())
+    except ConfigError as exc:
+        click.echo(f"warning: the admin token in {stack.token_file} no longer verifies: {exc}")
+        return
+    click.echo(
+        f"issued the stack's admin token ({stack.token_file}) again, signed with key "
+        f"{keyring.signing_key().kid}"
+    )
 
 
 def _keys_path(ctx: click.Context, explicit: Path | None, *, create: bool) -> Path:

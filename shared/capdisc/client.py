@@ -22,7 +22,7 @@ import redis
 from capdisc import keys, tenants
 from capdisc.discovery.protocol import DiscoverRequest, SessionRequest
 from capdisc.discovery.replies import DiscoverReply, ErrorReply, SessionReply, decode_reply
-from capdisc.errors import DiscoveryTimeout, RedisUnavailableError
+from capdisc.errors import DiscoveryTimeout, RedisCredentialsError, RedisUnavailableError
 
 # What a discover call does not need is imported where it is used: a process that asks once
 # (the ``capdisc`` command) starts without the sessions store, the status report, the
@@ -292,6 +292,8 @@ class Client:
                     keys.DISCOVERY_REQUESTS, entry, maxlen=self.backlog_max, approximate=True
                 )
                 reply = wait_for_reply(self.redis, request_id, min(remaining, self.resend_after_s))
+            except redis.AuthenticationError as exc:  # no wait makes a wrong password right
+                raise RedisCredentialsError.refused(exc) from exc
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 outage = exc  # Redis restarting or away: asked again, same id, until the deadline
                 time.sleep(max(0.0, min(REDIS_RETRY_S, deadline - time.monotonic())))

@@ -134,6 +134,21 @@ class RedisUnavailableError(CapdiscError):
     code = "redis_unavailable"
 
 
+class RedisCredentialsError(RedisUnavailableError):
+    """Redis answered but refused the password (or the ACL user) capdisc presented: no wait
+    makes that work, so it is said at once instead of waiting for Redis to come back."""
+
+    code = "redis_credentials"
+
+    @classmethod
+    def refused(cls, detail: object) -> RedisCredentialsError:
+        return cls(
+            f"Redis refused capdisc's credentials ({detail}): the password is wrong or "
+            "missing. Give the stack's password: CAPDISC_REDIS_PASSWORD_FILE naming its file "
+            "(.capdisc/secrets/redis.password where `capdisc up` runs), or in the Redis URL"
+        )
+
+
 class MCPImportError(CapdiscError):
     """An MCP server could not be reached or did not list its tools; check the URL or command
     (``capdisc import mcp --url URL | --command CMD``)."""
@@ -199,9 +214,13 @@ class AuthError(CapdiscError):
 class ForbiddenError(AuthError):
     """A proven identity asked for what its token does not allow: another tenant (``wrong
     tenant``), a grant it lacks (``write`` for a publish, ``session`` for a session), roles or a
-    user it does not carry. Ask the operator for a token that allows it."""
+    user it does not carry. ``reason`` says which (``wrong_tenant``, ``grant``, ``roles``,
+    ``user``). Ask the operator for a token that allows it."""
 
     code = "forbidden"
+
+    def __init__(self, message: str, reason: str = "forbidden") -> None:
+        super().__init__(message, reason)
 
 
 class FlagError(CapdiscError):

@@ -489,6 +489,8 @@ def test_mcp_http_needs_the_discover_grant_and_refuses_another_tenant(
 ) -> None:
     url = mcp_http("--tenant", TENANT)
     writer_status, writer_headers, _body = post_initialize(url, auth_stack.token(grants=["write"]))
+    # every MCP session is a capdisc session: without 'session' a token could only fail each call
+    asker_status, _headers, _body = post_initialize(url, auth_stack.token(grants=["discover"]))
     outcome: dict[str, Any] = {}
 
     async def body() -> None:
@@ -497,7 +499,7 @@ def test_mcp_http_needs_the_discover_grant_and_refuses_another_tenant(
             outcome["other"] = await mcp.call_tool(METATOOL_NAME, {"query": "refund"})
 
     anyio.run(body)
-    assert writer_status == 403
+    assert writer_status == 403 and asker_status == 403
     assert (
         "insufficient_scope"
         in {k.lower(): v for k, v in writer_headers.items()}["www-authenticate"]

@@ -307,8 +307,36 @@ def test_a_token_for_one_tenant_is_never_served_another(gate: Gate, tenant: str)
     if tenant == "t":
         assert gate.admit(request).tenant == "t"
     else:
-        with pytest.raises(ForbiddenError, match="wrong tenant"):
+        with pytest.raises(ForbiddenError, match="wrong tenant") as refused:
             gate.admit(request)
+        assert refused.value.reason == "wrong_tenant"  # what the worker's log says
+
+
+@pytest.mark.parametrize(
+    ("claimed", "reason"),
+    [
+        (DiscoverRequest("refund", tenant="t", session="s1"), "grant"),
+        (DiscoverRequest("refund", tenant="t", roles=["finance"]), "roles"),
+        (DiscoverRequest("refund", tenant="t", user="mallory"), "user"),
+    ],
+)
+def test_a_refusal_names_what_the_token_does_not_allow(
+    gate: Gate, claimed: DiscoverRequest, reason: str
+) -> None:
+    token = auth.issue(
+        _keyring(gate),
+        tenant="t",
+        roles=["hr"],
+        user="alice",
+        grants=["discover"],
+        ttl_s=600,
+        now=GATE_NOW,
+    )
+
+    with pytest.raises(ForbiddenError) as refused:
+        gate.admit(replace(claimed, token=token))
+
+    assert refused.value.reason == reason
 
 
 # -- graph re-ranking pulls in related capabilities: only those the query's filters admit -------

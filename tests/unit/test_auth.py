@@ -109,6 +109,9 @@ REFUSALS: list[tuple[str, Callable[[], str], str]] = [
     ("roles-not-a-list", lambda: signed(good_claims(roles="finance")), "claims"),
     ("every-tenant-without-admin", lambda: signed(good_claims(tenant="*")), "claims"),
     ("exp-not-a-number", lambda: signed(good_claims(exp="tomorrow")), "claims"),
+    ("exp-before-any-clock", lambda: signed(good_claims(exp=-(10**20))), "expired"),
+    ("nbf-beyond-any-clock", lambda: signed(good_claims(nbf=10**20)), "not_yet_valid"),
+    ("iat-beyond-any-clock", lambda: signed(good_claims(iat=10**30)), "not_yet_valid"),
 ]
 
 
@@ -127,6 +130,21 @@ def test_verify_refuses_with_a_clear_reason(make: Callable[[], str], reason: str
     signature = presented.rsplit(".", 1)[-1]
     assert len(presented) < 20 or presented not in message
     assert len(signature) < 20 or signature not in message
+
+
+@pytest.mark.parametrize(
+    ("claims", "reason"),
+    [({"exp": -(10**20)}, "expired"), ({"nbf": 10**20}, "not_yet_valid")],
+)
+def test_times_beyond_any_clock_are_refused_unverified_too(
+    claims: dict[str, Any], reason: str
+) -> None:
+    """The CLI reads a token's claims without the keyring when it has none at hand."""
+    with pytest.raises(AuthError) as caught:
+        auth.unverified(signed(good_claims(**claims), secret="y" * 32), NOW)
+
+    assert caught.value.reason == reason
+    assert "seconds since the epoch" in str(caught.value)
 
 
 def test_leeway_tolerates_a_little_clock_skew_only() -> None:
@@ -228,6 +246,27 @@ def test_keyring_files_are_private_and_reread_when_changed(tmp_path: Path) -> No
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     with pytest.raises(ConfigError, match="cannot be read"):
         auth.load_keyring(tmp_path / "absent.json")
+
+
+@pytest.mark.parametrize("broken", ['{"k1": "short"}', "{not json", "[]"])
+def test_a_keyring_file_broken_while_running_keeps_the_last_keyring_and_says_why(
+    tmp_path: Path, broken: str
+) -> None:
+    path = tmp_path / "keys.json"
+    auth.save_keyring(path, KEYRING)
+    problems: list[str] = []
+    source = auth.KeyringFile(path, problems.append)
+    presented = token()
+    assert auth.verify(presented, source.current(), NOW).subject == "alice"
+
+    path.write_text(broken, encoding="utf-8")
+
+    assert auth.verify(presented, source.current(), NOW).subject == "alice"
+    assert source.current().kids == ["k1"]
+    assert len(problems) == 1  # said once, not at every request
+    assert str(path) in problems[0] and "stays in use" in problems[0]
+    auth.save_keyring(path, KEYRING.with_key(auth.new_key(NOW)))
+    assert len(source.current().kids) == 2
 
 
 @pytest.mark.parametrize(

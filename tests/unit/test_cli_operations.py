@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 from capdisc.client import Answer
 from capdisc.errors import ConfigError
+from capdisc.identity import auth
 from capdisc.status import health_failures
 from capdisc_producers.cli import (
     Verbs,
@@ -31,6 +32,7 @@ from capdisc_producers.cli import (
     _versions,
     cli,
 )
+from capdisc_producers.credentials import StackSecrets
 from capdisc_producers.exits import exit_status
 
 
@@ -126,6 +128,25 @@ def test_retiring_a_key_the_keyring_lacks_exits_1_and_changes_nothing(tmp_path: 
     assert result.exit_code == 1
     assert f"error: {keys_file} has no key 'k-nope'" in result.output
     assert keys_file.read_text() == before
+
+
+def test_retiring_the_key_of_the_stacks_admin_token_issues_that_token_again(
+    tmp_path: Path,
+) -> None:
+    stack = StackSecrets.under(tmp_path / ".capdisc")
+    old = stack.ensure_keyring(time.time())
+    stack.write_admin_token(old, time.time())
+    runner = CliRunner()
+    keys = ["--keys", str(stack.keys_file)]
+    assert runner.invoke(cli, ["token", "keygen", *keys]).exit_code == 0
+
+    result = runner.invoke(cli, ["token", "retire", old.kids[0], *keys])
+
+    assert result.exit_code == 0, result.output
+    keyring = auth.load_keyring(stack.keys_file)
+    admin = auth.verify(stack.token_file.read_text().strip(), keyring, time.time())
+    assert admin.allows("admin") and admin.kid != old.kids[0]
+    assert "issued the stack's admin token" in result.output
 
 
 @pytest.mark.parametrize(

@@ -38,7 +38,7 @@ import secrets
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -230,10 +230,13 @@ def write_private(path: Path, text: str) -> None:
 
 class KeyringFile:
     """A keyring file, read again whenever it changes: a key added or retired takes effect
-    without a restart. A file that becomes unreadable keeps the last keyring read."""
+    without a restart. A file that becomes unreadable, or changes into one that is not a
+    keyring (a hand edit gone wrong), keeps the last keyring read: ``on_problem`` is told why,
+    once per such change, so the process can say so. Only the first read raises."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, on_problem: Callable[[str], None] | None = None) -> None:
         self.path = path
+        self.on_problem = on_problem
         self._stamp: tuple[int, int, int] | None = None
         self._keyring: Keyring | None = None
         self._lock = threading.Lock()
@@ -245,10 +248,21 @@ class KeyringFile:
                 stamp = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
             except OSError:
                 stamp = None
-            if self._keyring is None or (stamp is not None and stamp != self._stamp):
-                self._keyring = load_keyring(self.path)
+            if self._keyring is None:
+                self._keyring, self._stamp = load_keyring(self.path), stamp
+            elif stamp is not None and stamp != self._stamp:
                 self._stamp = stamp
+                self._keyring = self._reread(self._keyring)
             return self._keyring
+
+    def _reread(self, last: Keyring) -> Keyring:
+        """The changed file's keyring, or ``last`` when it is not a keyring."""
+        try:
+            return load_keyring(self.path)
+        except ConfigError as exc:
+            if self.on_problem is not None:
+                self.on_problem(f"{exc}; the keyring read before stays in use until it is fixed")
+            return last
 
 
 # -- tokens -------------------------------------------------------------------------------------
@@ -454,7 +468,10 @@ def _whole(value: Any) -> bool:
 
 
 def _when(seconds: int) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
+    except (OverflowError, OSError, ValueError):  # beyond what the platform's clock can show
+        return f"{_short(seconds)} seconds since the epoch"
 
 
 def _short(value: Any, limit: int = 40) -> str:

@@ -52,9 +52,12 @@ class Gate:
     clock: Callable[[], float] = time.time
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Gate:
+    def from_settings(
+        cls, settings: Settings, on_keyring_problem: Callable[[str], None] | None = None
+    ) -> Gate:
         """The gate ``settings`` ask for; with auth on, the keyring is read once here so a
-        missing or broken one stops the process at start, naming the file."""
+        missing or broken one stops the process at start, naming the file. A keyring file
+        broken later keeps the keyring read before; ``on_keyring_problem`` is told why."""
         if not settings.auth:
             return cls(None)
         if settings.auth_keys_file is None:
@@ -63,7 +66,7 @@ class Gate:
                 "at one (`capdisc token keygen --keys PATH` makes it), or set "
                 "CAPDISC_AUTH=off for development"
             )
-        keys = auth.KeyringFile(settings.auth_keys_file)
+        keys = auth.KeyringFile(settings.auth_keys_file, on_keyring_problem)
         keys.current()
         return cls(keys)
 
@@ -113,12 +116,14 @@ def require(identity: auth.Identity, tenant: str, grant: str) -> None:
         raise ForbiddenError(
             f"wrong tenant: the token is for tenant {identity.tenant!r}, this "
             f"asks about {tenant!r}; use a token issued for {tenant!r} "
-            f"(capdisc token issue --tenant {tenant})"
+            f"(capdisc token issue --tenant {tenant})",
+            "wrong_tenant",
         )
     if not identity.allows(grant):
         raise ForbiddenError(
             f"the token (subject {identity.subject!r}) lacks the {grant!r} "
-            f"grant this needs; ask for a token with --grants {grant}"
+            f"grant this needs; ask for a token with --grants {grant}",
+            "grant",
         )
 
 
@@ -133,8 +138,9 @@ def served_as(
     if extra:
         raise ForbiddenError(
             f"the token does not carry role(s) {', '.join(extra)}; its roles "
-            f"are {', '.join(identity.roles) or 'none'}"
+            f"are {', '.join(identity.roles) or 'none'}",
+            "roles",
         )
     if user is not None and user != identity.user:
-        raise ForbiddenError(f"the token is for user {identity.user!r}, not {user!r}")
+        raise ForbiddenError(f"the token is for user {identity.user!r}, not {user!r}", "user")
     return (tuple(roles) or identity.roles), identity.user
