@@ -68,6 +68,8 @@ import contextlib
 import functools
 import json
 import logging
+import os
+import signal
 import socket
 import time
 import uuid
@@ -148,11 +150,11 @@ def serve(
     access: ServerAuth | None = None,
     tenant_given: bool = False,
 ) -> None:
-    """Serve until stdin closes (stdio, ``port`` None) or the process is interrupted (streamable
-    HTTP on ``host:port``, at ``/mcp``), as a caller with ``roles`` and ``user`` in ``tenant``
-    (only what they may see is discovered). With ``access.required`` over HTTP, each request
-    asks as the holder of its bearer token, in the token's tenant (``tenant`` when
-    ``tenant_given``: a token for another tenant is then refused)."""
+    """Serve until stdin closes or a SIGTERM comes (stdio, ``port`` None) or the process is
+    interrupted (streamable HTTP on ``host:port``, at ``/mcp``), as a caller with ``roles`` and
+    ``user`` in ``tenant`` (only what they may see is discovered). With ``access.required``
+    over HTTP, each request asks as the holder of its bearer token, in the token's tenant
+    (``tenant`` when ``tenant_given``: a token for another tenant is then refused)."""
     access = access or ServerAuth()
     configure_server_logging(settings)
     if access.required and not access.gate.enabled:
@@ -404,14 +406,31 @@ async def _serve_stdio(server: Server[Any], pool: UpstreamPool) -> None:
     from mcp.server.stdio import stdio_server
 
     options = server.create_initialization_options()
-    async with (
-        pool.running(),
-        stdio_server() as (read_stream, write_stream),
-        server.lifespan(server) as state,
-    ):
-        await serve_loop(
-            server, read_stream, write_stream, lifespan_state=state, init_options=options
-        )
+    async with pool.running(), anyio.create_task_group() as tasks:
+        tasks.start_soon(_stop_on_sigterm, pool)
+        async with (
+            stdio_server() as (read_stream, write_stream),
+            server.lifespan(server) as state,
+        ):
+            await serve_loop(
+                server, read_stream, write_stream, lifespan_state=state, init_options=options
+            )
+        tasks.cancel_scope.cancel()
+
+
+async def _stop_on_sigterm(pool: UpstreamPool) -> None:
+    """A host that stops the server with SIGTERM rather than by closing stdin: each upstream
+    server is stopped first (they run in sessions of their own, which a signal to this process
+    does not reach, so dying at once would leave them running), then the signal ends the
+    process (waiting for the serving to end would wait on the thread that reads stdin)."""
+    with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+        async for _ in signals:
+            log.info("mcp_stopping", signal="SIGTERM")
+            with anyio.CancelScope(shield=True):
+                await pool.close()
+            break
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 async def _serve_http(
