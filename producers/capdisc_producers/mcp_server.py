@@ -75,7 +75,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp_types as types
@@ -108,6 +108,9 @@ from capdisc_producers.mcp_gateway import (
 )
 from capdisc_producers.mcp_reimport import IMPORT_TOKEN_HINT, Reimporter
 from capdisc_producers.mcp_upstream import UpstreamPool
+
+if TYPE_CHECKING:
+    import uvicorn
 
 SERVER_NAME = "capdisc"
 SESSION_HEADER = "mcp-session-id"
@@ -456,7 +459,23 @@ async def _serve_http(
     listening = listening_socket(host, port)
     config = uvicorn.Config(BodyLimit(app), host=host, port=port, log_level="warning")
     async with pool.running():
-        await uvicorn.Server(config).serve(sockets=[listening])
+        await stopping_upstreams(uvicorn.Server(config), pool).serve(sockets=[listening])
+
+
+def stopping_upstreams(server: uvicorn.Server, pool: UpstreamPool) -> uvicorn.Server:
+    """``server``, stopping the upstream servers as the last step of its shutdown. uvicorn
+    raises the SIGTERM or SIGINT it caught again as ``serve`` returns, which ends the process
+    before the pool is left; stdio upstreams run in sessions of their own, which that signal
+    does not reach, so they would be left running."""
+    shutdown = server.shutdown
+
+    async def shutdown_then_upstreams(sockets: list[socket.socket] | None = None) -> None:
+        await shutdown(sockets)
+        with anyio.CancelScope(shield=True):
+            await pool.close()
+
+    server.shutdown = shutdown_then_upstreams  # type: ignore[method-assign]
+    return server
 
 
 def listening_socket(host: str, port: int) -> socket.socket:

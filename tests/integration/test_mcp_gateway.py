@@ -396,12 +396,16 @@ server.run("stdio")
 """
 
 
-def test_a_stdio_gateway_stopped_with_sigterm_stops_its_upstream_servers(
-    stack: Stack, tenant: str, tmp_path: Path
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_a_gateway_stopped_with_sigterm_stops_its_upstream_servers(
+    stack: Stack, tenant: str, tmp_path: Path, serve_http: Callable[..., str], transport: str
 ) -> None:
     script, pids = tmp_path / "lighthouse.py", tmp_path / "pids"
     script.write_text(BLOCKING_UPSTREAM)
     import_upstream(stack, tenant, "--command", f"{sys.executable} {script} {pids}")
+    gateway: str | StdioServerParameters = stdio_gateway(stack, tenant)
+    if transport == "http":
+        gateway = serve_http([*GATEWAY, "--tenant", tenant, "--http", "{port}"], gateway_env(stack))
     changes = ListChanges()
     seen: dict[str, int] = {}
 
@@ -410,7 +414,7 @@ def test_a_stdio_gateway_stopped_with_sigterm_stops_its_upstream_servers(
             await mcp.call_tool("lighthouse.wait_for_fog", {"harbour": "Dover"})
 
     async def body() -> None:
-        async with MCPClient(stdio_gateway(stack, tenant), message_handler=changes) as mcp:
+        async with MCPClient(gateway, message_handler=changes) as mcp:
             await discover(mcp, changes, "lighthouse.wait_for_fog")
             async with anyio.create_task_group() as calls:
                 calls.start_soon(wait_for_fog, mcp)
