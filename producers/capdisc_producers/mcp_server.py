@@ -68,12 +68,14 @@ import contextlib
 import functools
 import json
 import logging
+import os
+import signal
 import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp_types as types
@@ -106,6 +108,9 @@ from capdisc_producers.mcp_gateway import (
 )
 from capdisc_producers.mcp_reimport import IMPORT_TOKEN_HINT, Reimporter
 from capdisc_producers.mcp_upstream import UpstreamPool
+
+if TYPE_CHECKING:
+    import uvicorn
 
 SERVER_NAME = "capdisc"
 SESSION_HEADER = "mcp-session-id"
@@ -154,11 +159,11 @@ def serve(
     access: ServerAuth | None = None,
     tenant_given: bool = False,
 ) -> None:
-    """Serve until stdin closes (stdio, ``port`` None) or the process is interrupted (streamable
-    HTTP on ``host:port``, at ``/mcp``), as a caller with ``roles`` and ``user`` in ``tenant``
-    (only what they may see is discovered). With ``access.required`` over HTTP, each request
-    asks as the holder of its bearer token, in the token's tenant (``tenant`` when
-    ``tenant_given``: a token for another tenant is then refused)."""
+    """Serve until stdin closes or a SIGTERM comes (stdio, ``port`` None) or the process is
+    interrupted (streamable HTTP on ``host:port``, at ``/mcp``), as a caller with ``roles`` and
+    ``user`` in ``tenant`` (only what they may see is discovered). With ``access.required``
+    over HTTP, each request asks as the holder of its bearer token, in the token's tenant
+    (``tenant`` when ``tenant_given``: a token for another tenant is then refused)."""
     access = access or ServerAuth()
     configure_server_logging(settings)
     if access.required and not access.gate.enabled:
@@ -410,14 +415,31 @@ async def _serve_stdio(server: Server[Any], pool: UpstreamPool) -> None:
     from mcp.server.stdio import stdio_server
 
     options = server.create_initialization_options()
-    async with (
-        pool.running(),
-        stdio_server() as (read_stream, write_stream),
-        server.lifespan(server) as state,
-    ):
-        await serve_loop(
-            server, read_stream, write_stream, lifespan_state=state, init_options=options
-        )
+    async with pool.running(), anyio.create_task_group() as tasks:
+        tasks.start_soon(_stop_on_sigterm, pool)
+        async with (
+            stdio_server() as (read_stream, write_stream),
+            server.lifespan(server) as state,
+        ):
+            await serve_loop(
+                server, read_stream, write_stream, lifespan_state=state, init_options=options
+            )
+        tasks.cancel_scope.cancel()
+
+
+async def _stop_on_sigterm(pool: UpstreamPool) -> None:
+    """A host that stops the server with SIGTERM rather than by closing stdin: each upstream
+    server is stopped first (they run in sessions of their own, which a signal to this process
+    does not reach, so dying at once would leave them running), then the signal ends the
+    process (waiting for the serving to end would wait on the thread that reads stdin)."""
+    with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+        async for _ in signals:
+            log.info("mcp_stopping", signal="SIGTERM")
+            with anyio.CancelScope(shield=True):
+                await pool.close()
+            break
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 async def _serve_http(
@@ -443,7 +465,23 @@ async def _serve_http(
     listening = listening_socket(host, port)
     config = uvicorn.Config(BodyLimit(app), host=host, port=port, log_level="warning")
     async with pool.running():
-        await uvicorn.Server(config).serve(sockets=[listening])
+        await stopping_upstreams(uvicorn.Server(config), pool).serve(sockets=[listening])
+
+
+def stopping_upstreams(server: uvicorn.Server, pool: UpstreamPool) -> uvicorn.Server:
+    """``server``, stopping the upstream servers as the last step of its shutdown. uvicorn
+    raises the SIGTERM or SIGINT it caught again as ``serve`` returns, which ends the process
+    before the pool is left; stdio upstreams run in sessions of their own, which that signal
+    does not reach, so they would be left running."""
+    shutdown = server.shutdown
+
+    async def shutdown_then_upstreams(sockets: list[socket.socket] | None = None) -> None:
+        await shutdown(sockets)
+        with anyio.CancelScope(shield=True):
+            await pool.close()
+
+    server.shutdown = shutdown_then_upstreams  # type: ignore[method-assign]
+    return server
 
 
 def listening_socket(host: str, port: int) -> socket.socket:

@@ -4,12 +4,12 @@
   (type ``mcp``, source ``mcp:<url>`` or ``mcp:<command>``, location the tool's name on that
   server) into the server and the tool to call. Pure.
 * :class:`UpstreamPool` holds one client session per upstream server, opened on its first call
-  and reused by every session served, closed on shutdown (a stdio server's process is stopped
-  with it). A call that is not answered within ``timeout_s``, connecting included, is cancelled
-  and raises :class:`~capdisc.errors.UpstreamTimeout`; a server that cannot be started or
-  reached, or breaks the protocol, raises :class:`~capdisc.errors.UpstreamError`; a connection
-  that was lost (closed, or an HTTP session the server forgot) is opened again on the next
-  call. A tool's own failure is its result
+  and reused by every session served, closed on shutdown or by :meth:`UpstreamPool.close` (a
+  stdio server's process is stopped with it). A call that is not answered within ``timeout_s``,
+  connecting included, is cancelled and raises :class:`~capdisc.errors.UpstreamTimeout`; a
+  server that cannot be started or reached, or breaks the protocol, raises
+  :class:`~capdisc.errors.UpstreamError`; a connection that was lost (closed, or an HTTP
+  session the server forgot) is opened again on the next call. A tool's own failure is its result
   (``isError``), returned as it is.
 * When a pooled server says its tools changed (``notifications/tools/list_changed``), the pool
   lists them again over the same connection and hands the listing to ``on_tools_changed``, with
@@ -130,6 +130,7 @@ class _Connection:
     failure: str = ""
     tenants: set[str] = field(default_factory=set)
     relisting: anyio.Lock = field(default_factory=anyio.Lock)
+    ended: anyio.Event = field(default_factory=anyio.Event)
 
 
 class UpstreamPool:
@@ -152,6 +153,17 @@ class UpstreamPool:
                 self._tasks = None
                 self._connections.clear()
                 tasks.cancel_scope.cancel()
+
+    async def close(self) -> None:
+        """Close every connection now and return once each is closed (a stdio server stopped:
+        its stdin closed, then SIGTERM, then SIGKILL)."""
+        connections = list(self._connections.values())
+        self._tasks = None
+        self._connections.clear()
+        for connection in connections:
+            connection.scope.cancel()
+        for connection in connections:
+            await connection.ended.wait()
 
     async def call(
         self, tool: UpstreamTool, arguments: Mapping[str, Any], tenant: str
@@ -219,6 +231,7 @@ class UpstreamPool:
         connection.client = None
         connection.ready.set()
         self._forget(connection)
+        connection.ended.set()
 
     async def _heard(self, connection: _Connection, message: Any) -> None:
         """A message from the server: a tool-list change starts a re-listing (in a task of its

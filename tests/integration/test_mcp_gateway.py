@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -375,6 +376,64 @@ def reimported(stack: Stack, connection: redis.Redis, tenant: str, cap_id: str) 
 
 
 # -- a tool with no upstream ---------------------------------------------------------------------
+
+
+BLOCKING_UPSTREAM = """
+import os, pathlib, sys, time
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("lighthouse")
+
+
+def wait_for_fog(harbour: str) -> str:
+    pathlib.Path(sys.argv[1]).write_text(f"{os.getpid()} {os.getppid()}")
+    time.sleep(600)  # blocking: the server does not end when its stdin closes
+    return harbour
+
+
+server.add_tool(wait_for_fog, description="Lighthouse fog watch: wait for fog at a harbour.")
+server.run("stdio")
+"""
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_a_gateway_stopped_with_sigterm_stops_its_upstream_servers(
+    stack: Stack, tenant: str, tmp_path: Path, serve_http: Callable[..., str], transport: str
+) -> None:
+    script, pids = tmp_path / "lighthouse.py", tmp_path / "pids"
+    script.write_text(BLOCKING_UPSTREAM)
+    import_upstream(stack, tenant, "--command", f"{sys.executable} {script} {pids}")
+    gateway: str | StdioServerParameters = stdio_gateway(stack, tenant)
+    if transport == "http":
+        gateway = serve_http([*GATEWAY, "--tenant", tenant, "--http", "{port}"], gateway_env(stack))
+    changes = ListChanges()
+    seen: dict[str, int] = {}
+
+    async def wait_for_fog(mcp: MCPClient) -> None:
+        with contextlib.suppress(MCPError):  # the gateway may end before it answers
+            await mcp.call_tool("lighthouse.wait_for_fog", {"harbour": "Dover"})
+
+    async def body() -> None:
+        async with MCPClient(gateway, message_handler=changes) as mcp:
+            await discover(mcp, changes, "lighthouse.wait_for_fog")
+            async with anyio.create_task_group() as calls:
+                calls.start_soon(wait_for_fog, mcp)
+                while not pids.exists() or not pids.read_text():  # the call is upstream
+                    await anyio.sleep(0.05)
+                seen["upstream"], seen["gateway"] = map(int, pids.read_text().split())
+                os.kill(seen["gateway"], signal.SIGTERM)
+                with anyio.fail_after(15):
+                    while alive(seen["gateway"]):
+                        await anyio.sleep(0.05)
+                calls.cancel_scope.cancel()
+
+    try:
+        anyio.run(body)
+        wait_for(lambda: not alive(seen["upstream"]), 10, "the upstream server's exit")
+    finally:
+        for pid in seen.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_a_tool_not_imported_from_mcp_is_a_definition_only(
