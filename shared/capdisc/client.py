@@ -382,7 +382,7 @@ def no_answer_message(timeout_s: float, seen: str) -> str:
     said = f"no discovery worker answered within {timeout_s:.1f} s"
     if seen == "0":
         return (
-            f"{said} (none seen alive); start one with `make up` or "
+            f"{said} (0 discovery workers seen alive); start one with `make up` or "
             "`python -m capdisc_workers.discovery`"
         )
     if seen == "?":

@@ -170,7 +170,7 @@ def test_the_stack_option_names_where_the_command_looks(
 @pytest.mark.parametrize(
     ("seen", "says"),
     [
-        ("0", "none seen alive); start one"),
+        ("0", "(0 discovery workers seen alive); start one"),
         ("2", "though 2 discovery worker(s) are alive: busy or blocked"),
         ("?", "check that a discovery worker runs"),
     ],
