@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -185,6 +187,34 @@ def test_scan_applies_its_max_bytes_to_every_manifest(tmp_path: Path) -> None:
 
     assert result.capabilities == {}
     assert result.errors[path].problem.startswith(f"is {len(MINIMAL)} bytes, the limit is ")
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _device(path: Path) -> None:
+    path.symlink_to("/dev/zero")
+
+
+def _directory(path: Path) -> None:
+    path.mkdir()
+
+
+@pytest.mark.parametrize("make", [_fifo, _device, _directory])
+def test_a_manifest_that_is_no_regular_file_is_refused_without_reading_it(
+    tmp_path: Path, make: Callable[[Path], None]
+) -> None:
+    good = write_capability(tmp_path / "web-search", MINIMAL)
+    (tmp_path / "odd").mkdir()
+    odd = tmp_path / "odd" / MANIFEST_NAME
+    make(odd)
+
+    result = scan_directory(tmp_path)  # a pipe or /dev/zero read would never end
+
+    assert result.errors[odd].problem.startswith("is not a regular file")
+    assert [c.id for c in result.capabilities.values()] == ["tool:web-search"]
+    assert good not in result.errors
 
 
 def test_unknown_field_error_lists_the_manifest_spelling_parameters() -> None:

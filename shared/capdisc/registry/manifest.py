@@ -9,6 +9,7 @@ fields have exact types. Every rejection is a :class:`ManifestError` naming the 
 from __future__ import annotations
 
 import json
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -231,18 +232,25 @@ def _validated(
 
 
 def _read_text(path: Path, max_bytes: int, source: str) -> str:
+    """The file's text, read only when it is a regular file (a FIFO would block the reader for
+    good, a device such as ``/dev/zero`` never end) and at most ``max_bytes`` of it."""
     try:
-        size = path.stat().st_size
-        if size > max_bytes:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
             raise ManifestError(
-                source,
-                None,
-                f"is {size} bytes, the limit is {max_bytes}; shorten it or move "
-                "long text to SKILL.md",
+                source, None, "is not a regular file (a directory, pipe or device); make it one"
             )
-        raw = path.read_bytes()
+        with path.open("rb") as file:
+            raw = file.read(max_bytes + 1)
     except OSError as exc:
         raise ManifestError(source, None, f"cannot be read: {exc.strerror}") from exc
+    if len(raw) > max_bytes:
+        size = max(info.st_size, len(raw))
+        raise ManifestError(
+            source,
+            None,
+            f"is {size} bytes, the limit is {max_bytes}; shorten it or move long text to SKILL.md",
+        )
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
