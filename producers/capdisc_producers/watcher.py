@@ -32,6 +32,7 @@ import structlog
 import watchfiles
 
 from capdisc import keys
+from capdisc.redisrefusal import advice, refuses_writes
 from capdisc.registry.manifest import ScanCache
 from capdisc.tenants import check_tenant
 from capdisc_producers.publisher import Publisher
@@ -125,6 +126,13 @@ class _Syncer:
                 self.stop.wait(delay)
                 delay = min(RETRY_CAP_S, delay * 2)
                 continue
+            except redis.RedisError as exc:
+                if not refuses_writes(exc):
+                    raise
+                self._refused(exc)
+                self.stop.wait(delay)
+                delay = min(RETRY_CAP_S, delay * 2)
+                continue
             if self.unreachable:
                 self.unreachable = False
                 self.log.warning("redis_back", resynced=True)
@@ -144,6 +152,15 @@ class _Syncer:
                 "registry_lost", hint="Redis lost its data; syncing the directory again"
             )
         return self.unreachable or not known or (run_id is not None and run_id != self.run_id)
+
+    def _refused(self, exc: Exception) -> None:
+        """Redis answers but refuses writes (full, cannot save): say so once; retried, and
+        synced again in full once it takes them (as after an outage)."""
+        if not self.unreachable:
+            self.unreachable = True
+            self.log.warning(
+                "redis_refuses_writes", error=str(exc), hint=advice(exc) + "; retrying the sync"
+            )
 
     def _lost(self, exc: Exception) -> None:
         if not self.unreachable:

@@ -23,6 +23,7 @@ from capdisc import keys, tenants
 from capdisc.discovery.protocol import DiscoverRequest, SessionRequest
 from capdisc.discovery.replies import DiscoverReply, ErrorReply, SessionReply, decode_reply
 from capdisc.errors import DiscoveryTimeout, RedisCredentialsError, RedisUnavailableError
+from capdisc.redisrefusal import advice, refuses_writes
 
 # What a discover call does not need is imported where it is used: a process that asks once
 # (the ``capdisc`` command) starts without the sessions store, the status report, the
@@ -294,8 +295,12 @@ class Client:
                 reply = wait_for_reply(self.redis, request_id, min(remaining, self.resend_after_s))
             except redis.AuthenticationError as exc:  # no wait makes a wrong password right
                 raise RedisCredentialsError.refused(exc) from exc
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                outage = exc  # Redis restarting or away: asked again, same id, until the deadline
+            except redis.RedisError as exc:
+                away = isinstance(exc, redis.ConnectionError | redis.TimeoutError)
+                if not away and not refuses_writes(exc):
+                    raise
+                # Redis restarting, away or full: asked again, same id, until the deadline
+                outage = exc
                 time.sleep(max(0.0, min(REDIS_RETRY_S, deadline - time.monotonic())))
                 continue
             outage = None
@@ -370,6 +375,11 @@ class Client:
 
 
 def _unreachable(outage: redis.RedisError, timeout_s: float) -> RedisUnavailableError:
+    if refuses_writes(outage):
+        return RedisUnavailableError(
+            f"capdisc's Redis refused the request for {timeout_s:.1f} s ({outage}): "
+            f"{advice(outage)}"
+        )
     return RedisUnavailableError(
         f"capdisc cannot reach its Redis ({outage}) within {timeout_s:.1f} s; is the stack "
         "running? (capdisc status; make up starts one)"

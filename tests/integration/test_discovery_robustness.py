@@ -17,7 +17,7 @@ import redis
 
 from capdisc import keys
 from capdisc.client import Client, wait_for_reply
-from capdisc.errors import DiscoveryTimeout, RequestEncodeError
+from capdisc.errors import DiscoveryTimeout, RedisUnavailableError, RequestEncodeError
 from capdisc.registry.deadletters import dead_letter, list_dead_letters
 
 from .conftest import DISCOVERY_ARGV, Stack
@@ -303,3 +303,15 @@ def test_requests_nobody_answers_stay_near_the_cap_of_the_stream(tmp_path: Path)
         private.close()
 
     assert 10 <= held <= 110  # approximate trimming drops whole stream nodes of 100 entries
+
+
+def test_a_full_redis_is_named_as_such_when_the_call_times_out(tmp_path: Path) -> None:
+    private = PrivateStack(tmp_path, durable=False)
+    try:
+        private.connection().config_set("maxmemory", 1)  # every write refused (noeviction)
+        with pytest.raises(RedisUnavailableError, match="Redis is full") as info:
+            Client(private.connection(), timeout_s=0.5).discover("anything")
+    finally:
+        private.close()
+
+    assert "maxmemory" in str(info.value)

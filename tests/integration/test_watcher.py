@@ -21,6 +21,7 @@ from capdisc_producers.sync import SyncReport
 from capdisc_producers.watcher import watch_directory
 
 from .conftest import MAX_BYTES, Stack, wait_for
+from .private import PrivateStack
 
 
 class Watching:
@@ -171,3 +172,46 @@ def test_watcher_keeps_the_registry_when_its_directory_goes_and_syncs_it_when_ba
     assert [c.id for c in report.plan.upserts] == ["tool:slack-post-message"]
     assert not report.plan.deletes
     assert connection.hlen(keys.caps(tenant)) == count
+
+
+def test_watcher_waits_out_a_redis_that_refuses_writes_then_syncs(
+    tmp_path: Path, registry: Path
+) -> None:
+    private = PrivateStack(tmp_path / "private", durable=False)
+    connection = private.connection()
+    connection.config_set("maxmemory", 1)  # full: every write is refused (noeviction)
+    reports: queue.Queue[SyncReport] = queue.Queue()
+    stop = threading.Event()
+    publisher = Publisher(private.url)
+    watcher = threading.Thread(
+        target=watch_directory,
+        daemon=True,
+        kwargs=dict(
+            client=private.connection(),
+            publisher=publisher,
+            root=registry,
+            tenant="full",
+            max_bytes=MAX_BYTES,
+            debounce_ms=100,
+            stop=stop,
+            on_sync=reports.put,
+        ),
+    )
+    try:
+        with capture_logs() as logs:
+            watcher.start()
+            wait_for(
+                lambda: "redis_refuses_writes" in [e["event"] for e in logs],
+                30,
+                "the watcher noticing Redis refuses writes",
+            )
+            assert reports.empty() and watcher.is_alive()
+            connection.config_set("maxmemory", 0)
+            report = reports.get(timeout=30)
+    finally:
+        stop.set()
+        watcher.join(timeout=10)
+        publisher.close()
+        private.close()
+
+    assert report.sent == len(report.plan.upserts) > 0

@@ -43,7 +43,7 @@ from capdisc_workers import metrics
 from capdisc_workers.celery_app import app, resources
 from capdisc_workers.embedding import ahead, chunk_bounds, stored_capabilities, vectors_for
 from capdisc_workers.mirroring import mirror
-from capdisc_workers.outage import RETRYABLE, Backoff
+from capdisc_workers.outage import Backoff, waited_out
 from capdisc_workers.resources import Resources
 
 log = structlog.get_logger("capdisc.indexing")
@@ -85,7 +85,9 @@ def _through_outage(res: Resources, run: Callable[[], _T]) -> _T:
     while True:
         try:
             result = run()
-        except RETRYABLE as exc:
+        except redis.RedisError as exc:
+            if not waited_out(exc):
+                raise
             res.health.failed("task", exc)
             if time.monotonic() >= deadline or res.stopping.wait(backoff.next()):
                 raise

@@ -25,7 +25,7 @@ from capdisc import status
 from capdisc.registry import outbox
 from capdisc_workers import metrics
 from capdisc_workers.celery_app import resources
-from capdisc_workers.outage import RETRYABLE, Backoff
+from capdisc_workers.outage import RETRYABLE, Backoff, waited_out
 from capdisc_workers.reconciling import periodic, reconcile_loop, sweep_loop
 from capdisc_workers.resources import Resources
 
@@ -78,12 +78,12 @@ def forget_done_task(
     failed because Redis was away stays, so the sweep sends it again."""
     if not task_id or state == "RETRY":
         return
-    if state == "FAILURE" and isinstance(retval, RETRYABLE):
+    if state == "FAILURE" and isinstance(retval, BaseException) and waited_out(retval):
         log.warning(
             "task_kept",
             task_id=task_id,
-            reason=f"Redis was away: {retval}",
-            hint="the sweep sends it again once Redis is back",
+            reason=f"Redis was away or refused writes: {retval}",
+            hint="the sweep sends it again once Redis is back and takes writes",
         )
         return
     try:

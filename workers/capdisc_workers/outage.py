@@ -16,9 +16,19 @@ from typing import Any
 
 import redis
 
+from capdisc.redisrefusal import refuses_writes
+
 #: Errors that mean Redis cannot be reached or is not ready (restarting, loading its data):
 #: retried with backoff, never fatal. ``BusyLoadingError`` is a ``ConnectionError``.
 RETRYABLE: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError)
+
+
+def waited_out(exc: BaseException) -> bool:
+    """Whether a task waits ``exc`` out (and is kept to run again) rather than failing: Redis
+    away (:data:`RETRYABLE`), or running but refusing writes for now (full, cannot save:
+    :func:`capdisc.redisrefusal.refuses_writes`)."""
+    return isinstance(exc, RETRYABLE) or refuses_writes(exc)
+
 
 #: First wait after a failure, doubling up to the cap: answers resume within about the cap
 #: (plus one blocking read) after Redis is back.
