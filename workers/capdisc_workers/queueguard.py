@@ -1,4 +1,5 @@
-"""The indexing queue's transport: kombu's Redis transport, refusing an entry that is no message.
+"""The indexing queue's transport: kombu's Redis transport, refusing an entry that is no message
+and waiting out a Redis that refuses writes.
 
 kombu pops each entry of the indexing queue (a Redis list) and decodes it inside the worker's
 event loop, where an entry that is not a kombu message (something other than a capdisc producer
@@ -20,12 +21,17 @@ from __future__ import annotations
 
 import binascii
 import json
+import time
 from collections.abc import Callable
 from queue import Empty
 from typing import Any
 
+import redis
+import structlog
 from kombu.transport import TRANSPORT_ALIASES
 from kombu.transport import redis as kombu_redis
+
+from capdisc.redisrefusal import advice, refuses_writes
 
 #: The transport option naming what to call with a refused entry: ``(queue, entry, reason)``.
 REFUSE_OPTION = "refuse_entry"
@@ -33,6 +39,11 @@ REFUSE_OPTION = "refuse_entry"
 TRANSPORT = "capdisc-redis"
 
 Refuse = Callable[[str, str, str], None]
+#: First wait before delivering a held message again, and its cap.
+WAIT_FIRST_S = 0.1
+WAIT_CAP_S = 2.0
+
+log = structlog.get_logger("capdisc.indexing")
 
 
 class MalformedEntry(ValueError):
@@ -81,8 +92,55 @@ def _check_body(body: Any, encoding: Any) -> None:
             raise MalformedEntry(f"field 'body': not base64 ({exc})") from exc
 
 
+def when_writable(call: Callable[[], None], what: str) -> None:
+    """``call()``, again with backoff while Redis refuses its writes (full, cannot save) instead
+    of ending the worker: kombu's delivery bookkeeping (recording a message delivered,
+    acknowledging or rejecting it) is idempotent, and a message held here was already taken
+    off the queue (were the worker killed meanwhile, the outbox sweep sends its task again)."""
+    wait_s, said = WAIT_FIRST_S, False
+    while True:
+        try:
+            call()
+        except redis.RedisError as exc:
+            if not refuses_writes(exc):
+                raise
+            if not said:
+                said = True
+                log.warning(
+                    "queue_bookkeeping_held",
+                    step=what,
+                    error=str(exc),
+                    hint=advice(exc) + "; the worker goes on once Redis takes writes",
+                )
+            time.sleep(wait_s)
+            wait_s = min(WAIT_CAP_S, wait_s * 2)
+            continue
+        if said:
+            log.warning("queue_bookkeeping_resumed", step=what)
+        return
+
+
+class QoS(kombu_redis.QoS):
+    """kombu's record of delivered messages, waiting out a Redis that refuses writes."""
+
+    def append(self, message: Any, delivery_tag: str) -> None:
+        base: Callable[..., None] = super().append  # kombu's methods are untyped
+        when_writable(lambda: base(message, delivery_tag), "deliver")
+
+    def ack(self, delivery_tag: str) -> None:
+        base: Callable[..., None] = super().ack
+        when_writable(lambda: base(delivery_tag), "acknowledge")
+
+    def reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        base: Callable[..., None] = super().reject
+        when_writable(lambda: base(delivery_tag, requeue), "reject")
+
+
 class Channel(kombu_redis.Channel):
-    """kombu's Redis channel, with each popped entry's envelope checked before delivery."""
+    """kombu's Redis channel, with each popped entry's envelope checked before delivery and
+    its delivery bookkeeping waiting out a Redis that refuses writes (:class:`QoS`)."""
+
+    QoS = QoS
 
     def _brpop_read(self, **options: Any) -> bool:
         try:
