@@ -442,6 +442,37 @@ def test_the_writer_leaves_a_snapshot_already_on_disk(built: IndexSnapshot, tmp_
     assert (path / HEADER).read_bytes() == (tmp_path / "header-before").read_bytes()
 
 
+def damage(path: Path) -> None:
+    """Flip a byte of the snapshot at ``path``'s matrix: its size stays, its checksum differs."""
+    matrix = path / "r.matrix.npy"
+    data = bytearray(matrix.read_bytes())
+    data[-5] ^= 0xFF
+    matrix.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("through", ["write_snapshot", "writer"])
+def test_a_damaged_snapshot_of_the_same_version_is_written_again(
+    built: IndexSnapshot, tmp_path: Path, through: str
+) -> None:
+    path = write(tmp_path, built)
+    damage(path)
+    refused: list[SnapshotError] = []
+    assert open_newest(tmp_path, wanted(), PROBE_VECTORS, refused.append) is None
+
+    if through == "writer":
+        writer = SnapshotWriter(tmp_path, keep=2, interval_s=0)
+        writer.offer(built, space=SPACE, epoch=EPOCH, changes_id="5-0", policy="warn")
+        assert writer.idle(60)
+        assert writer.written == 1
+    else:
+        assert write(tmp_path, built) == path
+
+    found = open_newest(tmp_path, wanted(), PROBE_VECTORS, refused.append)
+    assert found is not None and found[2] == path and found[0].ids == built.ids
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # nothing left aside
+    assert len(refused) == 1  # only the damaged one, before it was written again
+
+
 def test_the_writer_records_the_last_snapshot_it_wrote_of_each_tenant(
     built: IndexSnapshot, tmp_path: Path
 ) -> None:

@@ -25,7 +25,10 @@ from capdisc.discovery.snapshot import HybridRetriever, IndexSnapshot, graph_bui
 from capdisc.discovery.snapshotfile import (
     build_fingerprint,
     generation,
+    intact,
     newest_version,
+    snapshot_dir,
+    snapshot_name,
     write_snapshot,
 )
 from capdisc.retrieval.config import calibrated_for
@@ -161,8 +164,11 @@ class SnapshotWriter:
             return False
         key = generation(offer.epoch, build_fingerprint(snapshot.embedder_id), offer.policy)
         on_disk = newest_version(self.root, tenant, offer.space, key)
-        if on_disk is not None and on_disk >= snapshot.version:
+        if on_disk is not None and on_disk > snapshot.version:
             return False
+        same = snapshot_dir(self.root, tenant, offer.space) / snapshot_name(on_disk or 0, key)
+        if on_disk == snapshot.version and intact(same):
+            return False  # a damaged one is written again: every start would refuse it
         started = time.monotonic()
         path = write_snapshot(
             self.root,

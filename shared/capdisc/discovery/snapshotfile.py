@@ -209,7 +209,8 @@ def write_snapshot(
     ``changes_id``, built under poisoning ``policy``) under ``root``, atomically; then keep the
     newest ``keep`` of its tenant and space (removing those of another :func:`generation`). A
     snapshot of that version and generation already there (another worker wrote it) is left as
-    it is. Returns its directory."""
+    it is when it reads back whole (:func:`intact`), and replaced when it is damaged (else every
+    start would refuse it until the next version). Returns its directory."""
     retriever = snapshot.retriever
     if not isinstance(retriever, HybridRetriever):
         raise ValueError("only a snapshot searched in process (the hybrid index) can be written")
@@ -218,7 +219,9 @@ def write_snapshot(
     folder = snapshot_dir(root, snapshot.tenant, space)
     final = folder / snapshot_name(snapshot.version, key)
     if final.exists():
-        return final
+        if intact(final):
+            return final
+        _discard(final)
     folder.mkdir(parents=True, exist_ok=True)
     temporary = folder / f"{TEMPORARY}{final.name}-{uuid.uuid4().hex[:8]}"
     temporary.mkdir()
@@ -257,6 +260,28 @@ def write_snapshot(
             shutil.rmtree(temporary, ignore_errors=True)
     prune(root, snapshot.tenant, space, keep, key)
     return final
+
+
+def intact(path: Path) -> bool:
+    """Whether the snapshot at ``path`` has a readable header and every file it lists, with its
+    checksum (what a reader checks before mapping it)."""
+    try:
+        _verify(path, read_header(path))
+    except (SnapshotError, OSError):
+        return False
+    return True
+
+
+def _discard(path: Path) -> None:
+    """Remove the snapshot at ``path``: renamed aside first (atomically, so no reader takes it
+    half removed; a worker mapping its files keeps them), then deleted. Another writer may
+    have removed it already."""
+    aside = path.with_name(f"{TEMPORARY}{path.name}-{uuid.uuid4().hex[:8]}")
+    try:
+        path.rename(aside)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _file_sum(path: Path) -> dict[str, Any]:
