@@ -497,11 +497,32 @@ def test_the_writer_records_the_last_snapshot_it_wrote_of_each_tenant(
     assert list(writer.last_written()) == ["acme"]
 
 
+def test_a_failed_write_is_kept_with_why_until_one_succeeds(
+    built: IndexSnapshot, tmp_path: Path
+) -> None:
+    blocked = tmp_path / "acme"
+    blocked.write_text("a file where the tenant's folder goes")
+    writer = SnapshotWriter(tmp_path, keep=2, interval_s=0)
+
+    writer.offer(built, space=SPACE, epoch=EPOCH, changes_id="5-0", policy="warn")
+    assert writer.idle(60)
+
+    failed = writer.last_failed()
+    assert list(failed) == ["acme"] and failed["acme"].index_version == 42
+    assert "cannot list the directory" in failed["acme"].error
+    assert time.time() - failed["acme"].failed_at_unix_s < 60
+    assert writer.last_written() == {}
+    blocked.unlink()
+    writer.offer(built, space=SPACE, epoch=EPOCH, changes_id="5-0", policy="warn")
+    assert writer.idle(60)
+    assert writer.last_failed() == {} and list(writer.last_written()) == ["acme"]
+
+
 @pytest.mark.parametrize(
     ("written", "beat"),
     [
         (None, {}),  # no snapshot_dir: the heartbeat says nothing of snapshots
-        ({}, {"snapshots": {}}),  # a snapshot_dir, nothing written yet
+        ({}, {"snapshots": {}, "snapshots_failed": {}}),  # a snapshot_dir, nothing written yet
         (
             {"acme": Written(42, 1_700_000_000.5, 12.5, 0.31)},
             {
@@ -512,7 +533,8 @@ def test_the_writer_records_the_last_snapshot_it_wrote_of_each_tenant(
                         "megabytes": 12.5,
                         "took_s": 0.31,
                     }
-                }
+                },
+                "snapshots_failed": {},
             },
         ),
     ],
@@ -520,7 +542,11 @@ def test_the_writer_records_the_last_snapshot_it_wrote_of_each_tenant(
 def test_the_heartbeat_carries_the_snapshots_written_only_with_a_writer(
     written: dict[str, Written] | None, beat: dict[str, object]
 ) -> None:
-    writer = None if written is None else SimpleNamespace(last_written=lambda: written)
+    writer = (
+        None
+        if written is None
+        else SimpleNamespace(last_written=lambda: written, last_failed=lambda: {})
+    )
     worker = object.__new__(DiscoveryWorker)  # only what the heartbeat reads
     worker.follower = SimpleNamespace(writer=writer)  # type: ignore[assignment]
 

@@ -6,8 +6,9 @@ write_snapshot`), at most once per ``snapshot_interval_s`` a tenant, and only on
 graph is built (a snapshot is worth writing for what it saves a restart: the build and the
 graph). An offer holds its snapshot weakly: one replaced before its turn is not kept alive and
 not written. A write that fails is logged and left; serving never waits for one. Each tenant's
-last snapshot written is kept (:meth:`SnapshotWriter.last_written`) for the worker's heartbeat
-and ``capdisc status``.
+last snapshot written (:meth:`SnapshotWriter.last_written`) and its last write that failed
+since (:meth:`SnapshotWriter.last_failed`) are kept for the worker's heartbeat and ``capdisc
+status``.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class Offer:
     """A snapshot to write and what its header says beside it."""
 
     snapshot: weakref.ref[IndexSnapshot]
+    version: int
     space: str
     epoch: str
     changes_id: str
@@ -61,6 +63,20 @@ class Written:
     took_s: float
 
     def as_dict(self) -> dict[str, float]:
+        """The fields by name (what the heartbeat carries)."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A tenant's last snapshot write that failed (and none succeeded since): the index version
+    it was writing, when it failed (wall clock) and why."""
+
+    index_version: int
+    failed_at_unix_s: float
+    error: str
+
+    def as_dict(self) -> dict[str, float | str]:
         """The fields by name (what the heartbeat carries)."""
         return asdict(self)
 
@@ -88,6 +104,8 @@ class SnapshotWriter:
         self._busy = False
         #: Each tenant's last snapshot written (read by the heartbeat thread: under ``_lock``).
         self._written: dict[str, Written] = {}
+        #: Each tenant's last write that failed, until one succeeds (also under ``_lock``).
+        self._failed: dict[str, Failed] = {}
         self._lock = threading.Lock()
         #: Snapshots written by this process.
         self.written = 0
@@ -97,6 +115,11 @@ class SnapshotWriter:
         with self._lock:
             return dict(self._written)
 
+    def last_failed(self) -> dict[str, Failed]:
+        """Each tenant whose last snapshot write failed (none written since), and why."""
+        with self._lock:
+            return dict(self._failed)
+
     def offer(
         self, snapshot: IndexSnapshot, *, space: str, epoch: str, changes_id: str, policy: str
     ) -> None:
@@ -105,7 +128,7 @@ class SnapshotWriter:
             return  # searched in an external store, or empty: nothing to map
         with self._wake:
             self._pending[snapshot.tenant] = Offer(
-                weakref.ref(snapshot), space, epoch, changes_id, policy
+                weakref.ref(snapshot), snapshot.version, space, epoch, changes_id, policy
             )
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
@@ -144,6 +167,7 @@ class SnapshotWriter:
                 if self._write(tenant, offer):
                     self._last[tenant] = time.monotonic()
             except Exception as exc:  # a full disk or a bug here must not end serving
+                self._record_failure(tenant, offer, exc)
                 log.warning(
                     "snapshot_write_failed",
                     tenant=tenant,
@@ -156,6 +180,15 @@ class SnapshotWriter:
                 with self._wake:
                     self._busy = False
                     self._wake.notify_all()
+
+    def _record_failure(self, tenant: str, offer: Offer, exc: Exception) -> None:
+        failed = Failed(
+            index_version=offer.version,
+            failed_at_unix_s=round(time.time(), 3),
+            error=f"{type(exc).__name__}: {exc}",
+        )
+        with self._lock:
+            self._failed[tenant] = failed
 
     def _write(self, tenant: str, offer: Offer) -> bool:
         """Write one offer; False when it was superseded or is on disk already."""
@@ -187,6 +220,7 @@ class SnapshotWriter:
         )
         with self._lock:
             self._written[tenant] = record
+            self._failed.pop(tenant, None)
             self.written += 1
         log.info(
             "snapshot_written",
