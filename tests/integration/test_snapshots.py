@@ -246,6 +246,40 @@ def test_a_child_build_that_fails_leaves_the_worker_to_build_the_tenant_itself(
         assert [e["index_version"] for e in loaded] == [written]
 
 
+def test_snapshots_that_cannot_be_written_are_said_so_without_a_traceback(
+    tmp_path: Path,
+) -> None:
+    stack, _registry, _path, written = served_and_written(tmp_path)
+    with stack:
+        blocked = tmp_path / "blocked-snapshots"
+        blocked.mkdir()
+        (blocked / TENANT).write_text("a file where the tenant's snapshots go")
+        stack.spawn_discovery(
+            "discovery-2", CAPDISC_SNAPSHOT_DIR=str(blocked), CAPDISC_MAP_ABOVE="1"
+        )
+        with Client(stack.connection(), tenant=TENANT, timeout_s=60) as client:
+            answer = client.discover("post a message to the team's slack channel")
+
+        assert answer.index_version == written and answer.ids[0] == SLACK
+        failed = stack.events("discovery-2", "build_apart_failed")
+        assert [e["tenant"] for e in failed] == [TENANT]
+        assert f"cannot write the snapshot of {TENANT} under {blocked}" in failed[0]["reason"]
+        assert "Traceback" not in failed[0]["reason"] and 'File "' not in failed[0]["reason"]
+        wait_for(
+            lambda: stack.events("discovery-2", "snapshot_write_failed"), 30, "the write failed"
+        )
+        shown = wait_for(
+            lambda: [
+                line
+                for line in _render_status(collect_status(stack.connection())).splitlines()
+                if "FAILED" in line  # the first worker is stopped: discovery-2's
+            ],
+            30,
+            "the failed write in the status",
+        )
+        assert f"snapshot of {TENANT} v{written} FAILED" in shown[0]
+
+
 def large_tenant_served_apart(tmp_path: Path) -> tuple[PrivateStack, Path, Path, int]:
     """A stack whose second discovery worker built the tenant apart (``map_above`` 1) into a
     snapshot directory of its own and maps it; the stack, the registry copy, that directory and
