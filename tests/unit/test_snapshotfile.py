@@ -293,6 +293,23 @@ def test_only_the_newest_snapshots_are_kept(built: IndexSnapshot, tmp_path: Path
     ]
 
 
+def test_snapshots_of_a_space_the_tenant_moved_from_are_removed_when_it_is_written(
+    built: IndexSnapshot, tmp_path: Path
+) -> None:
+    moved_from = "hashing-64.fs0"
+    for version in (40, 41):
+        write(tmp_path, replace(built, version=version), space=moved_from)
+    newer = write(tmp_path, replace(built, version=43), space="hashing-64.fs2")
+    other_tenant = write(tmp_path, replace(built, tenant="beta", version=7), space=moved_from)
+
+    fresh = write(tmp_path, built)
+
+    assert candidates(tmp_path, "acme", moved_from) == []
+    assert candidates(tmp_path, "acme", "hashing-64.fs2") == [newer]  # its writer serves it
+    assert candidates(tmp_path, "acme", SPACE) == [fresh]
+    assert candidates(tmp_path, "beta", moved_from) == [other_tenant]
+
+
 @pytest.mark.parametrize(
     ("changes", "reason"),
     [
