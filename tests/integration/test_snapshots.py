@@ -311,6 +311,26 @@ def test_a_large_tenants_change_is_applied_by_a_child_and_mapped(tmp_path: Path)
         assert not stack.events("discovery-2", "change_apart_failed")
 
 
+def test_status_reports_the_snapshots_a_large_tenants_children_wrote(tmp_path: Path) -> None:
+    stack, registry, _fresh, written = large_tenant_served_apart(tmp_path)
+    with stack, stack.connection() as connection:
+        worker = stack.processes["discovery-2"]
+
+        def reported(version: int) -> dict[str, Any] | None:
+            for beat in collect_status(connection)["workers"]:
+                snapshot = beat.get("snapshots", {}).get(TENANT)
+                if beat.get("pid") == worker.pid and snapshot:
+                    return dict(snapshot) if snapshot["index_version"] == version else None
+            return None
+
+        built = wait_for(lambda: reported(written), 30, "the child's build in the heartbeat")
+        assert 0 <= time.time() - built["written_at_unix_s"] < 120 and built["megabytes"] > 0
+        changed = zebrafish_published(stack, registry, written)
+        wait_for(lambda: reported(changed), 30, "the child's change in the heartbeat")
+        shown = _render_status(collect_status(connection))
+        assert f"snapshot of {TENANT} v{changed} written " in shown
+
+
 def test_a_change_no_child_can_apply_is_applied_in_the_worker(tmp_path: Path) -> None:
     stack, registry, fresh, written = large_tenant_served_apart(tmp_path)
     with stack:

@@ -289,7 +289,7 @@ def main() -> None:
     if epoch is None:
         raise SystemExit("Redis holds no data generation marker yet: nothing to write")
     index, counts = built(snap, policy, probes)
-    written(
+    path = written(
         settings.snapshot_dir,
         index,
         space=snap.space,
@@ -298,7 +298,7 @@ def main() -> None:
         policy=policy,
         keep=settings.snapshot_keep,
     )
-    print(json.dumps({**counts, "peak_rss_mb": round(peak_rss_mb(), 1)}))
+    print(json.dumps({**counts, "path": str(path), "peak_rss_mb": round(peak_rss_mb(), 1)}))
 
 
 if __name__ == "__main__":

@@ -28,10 +28,12 @@ from capdisc.discovery.snapshotfile import (
     generation,
     intact,
     newest_version,
+    read_header,
     snapshot_dir,
     snapshot_name,
     write_snapshot,
 )
+from capdisc.errors import SnapshotError
 from capdisc.retrieval.config import calibrated_for
 from capdisc.retrieval.neighbors import BackgroundBuilder
 
@@ -119,6 +121,25 @@ class SnapshotWriter:
         """Each tenant whose last snapshot write failed (none written since), and why."""
         with self._lock:
             return dict(self._failed)
+
+    def written_apart(self, tenant: str, path: Path, took_s: float) -> None:
+        """Record the snapshot at ``path``, written for this worker by its child process
+        (:mod:`capdisc_workers.buildapart`, which writes a large tenant's snapshots), as
+        ``tenant``'s last one written; nothing when it cannot be read (it is then refused)."""
+        try:
+            header = read_header(path)
+            megabytes = round(sum(f.stat().st_size for f in path.iterdir()) / 2**20, 1)
+        except (SnapshotError, OSError):
+            return
+        record = Written(
+            index_version=header.version,
+            written_at_unix_s=round(header.written_at_ms / 1000, 3),
+            megabytes=megabytes,
+            took_s=round(took_s, 2),
+        )
+        with self._lock:
+            self._written[tenant] = record
+            self._failed.pop(tenant, None)
 
     def offer(
         self, snapshot: IndexSnapshot, *, space: str, epoch: str, changes_id: str, policy: str
