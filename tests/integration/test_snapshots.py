@@ -185,6 +185,19 @@ def test_a_corrupt_snapshot_is_refused_by_name_and_the_tenant_loaded_from_redis(
         assert "r.table.blob.npy is corrupt" in refused[0]["reason"]
         loaded = [e for e in stack.events("discovery-2", "index_loaded") if e["tenant"] == TENANT]
         assert [e["index_version"] for e in loaded] == [written]
+        again = wait_for(
+            lambda: stack.events("discovery-2", "snapshot_written"),
+            30,
+            "the snapshot written again",
+        )
+        assert [(e["tenant"], e["path"]) for e in again] == [(TENANT, str(path))]
+
+        stack.spawn_discovery("discovery-3", CAPDISC_SNAPSHOT_DIR=str(path.parents[2]))
+        mapped = wait_for(
+            lambda: stack.events("discovery-3", "index_loaded_from_snapshot"), 60, "a mapped start"
+        )
+        assert [(e["index_version"], e["path"]) for e in mapped] == [(written, str(path))]
+        assert not stack.events("discovery-3", "snapshot_refused")
 
 
 def test_a_snapshot_older_than_the_changes_stream_reaches_is_refused_and_redis_loaded(
