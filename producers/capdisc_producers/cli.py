@@ -937,19 +937,27 @@ def _silent_children(
 
 def _snapshot_lines(worker: dict[str, Any]) -> list[str]:
     """``  discovery@h:12: snapshot of acme v42 written 3 min ago (12.5 MB)``: one line per tenant
-    the worker last wrote a snapshot of to its ``snapshot_dir``; one saying so when it has one
-    and wrote nothing yet; none without one (or for a worker of another kind)."""
+    the worker last wrote a snapshot of to its ``snapshot_dir``, one per tenant whose last write
+    failed (with why and what to do), one saying so when it has one and wrote nothing yet; none
+    without one (or for a worker of another kind)."""
     written = worker.get("snapshots")
     if written is None:
         return []
-    if not written:
-        return [f"  {worker['id']}: no snapshot written yet (snapshot_dir set)"]
+    failed = worker.get("snapshots_failed") or {}
     now = time.time()
-    return [
+    lines = [
         f"  {worker['id']}: snapshot of {tenant} v{snap['index_version']} written "
         f"{_ago(now - snap['written_at_unix_s'])} ago ({snap['megabytes']:.1f} MB)"
         for tenant, snap in sorted(written.items())
     ]
+    lines += [
+        f"  {worker['id']}: snapshot of {tenant} v{fail['index_version']} FAILED "
+        f"{_ago(now - fail['failed_at_unix_s'])} ago: {fail['error']} (the worker serves on; a "
+        "restart loads from Redis until one is written: check the snapshot_dir's free space "
+        "and permissions, the next change retries)"
+        for tenant, fail in sorted(failed.items())
+    ]
+    return lines or [f"  {worker['id']}: no snapshot written yet (snapshot_dir set)"]
 
 
 def _ago(seconds: float) -> str:

@@ -185,6 +185,19 @@ def test_a_corrupt_snapshot_is_refused_by_name_and_the_tenant_loaded_from_redis(
         assert "r.table.blob.npy is corrupt" in refused[0]["reason"]
         loaded = [e for e in stack.events("discovery-2", "index_loaded") if e["tenant"] == TENANT]
         assert [e["index_version"] for e in loaded] == [written]
+        again = wait_for(
+            lambda: stack.events("discovery-2", "snapshot_written"),
+            30,
+            "the snapshot written again",
+        )
+        assert [(e["tenant"], e["path"]) for e in again] == [(TENANT, str(path))]
+
+        stack.spawn_discovery("discovery-3", CAPDISC_SNAPSHOT_DIR=str(path.parents[2]))
+        mapped = wait_for(
+            lambda: stack.events("discovery-3", "index_loaded_from_snapshot"), 60, "a mapped start"
+        )
+        assert [(e["index_version"], e["path"]) for e in mapped] == [(written, str(path))]
+        assert not stack.events("discovery-3", "snapshot_refused")
 
 
 def test_a_snapshot_older_than_the_changes_stream_reaches_is_refused_and_redis_loaded(
@@ -246,6 +259,40 @@ def test_a_child_build_that_fails_leaves_the_worker_to_build_the_tenant_itself(
         assert [e["index_version"] for e in loaded] == [written]
 
 
+def test_snapshots_that_cannot_be_written_are_said_so_without_a_traceback(
+    tmp_path: Path,
+) -> None:
+    stack, _registry, _path, written = served_and_written(tmp_path)
+    with stack:
+        blocked = tmp_path / "blocked-snapshots"
+        blocked.mkdir()
+        (blocked / TENANT).write_text("a file where the tenant's snapshots go")
+        stack.spawn_discovery(
+            "discovery-2", CAPDISC_SNAPSHOT_DIR=str(blocked), CAPDISC_MAP_ABOVE="1"
+        )
+        with Client(stack.connection(), tenant=TENANT, timeout_s=60) as client:
+            answer = client.discover("post a message to the team's slack channel")
+
+        assert answer.index_version == written and answer.ids[0] == SLACK
+        failed = stack.events("discovery-2", "build_apart_failed")
+        assert [e["tenant"] for e in failed] == [TENANT]
+        assert f"cannot write the snapshot of {TENANT} under {blocked}" in failed[0]["reason"]
+        assert "Traceback" not in failed[0]["reason"] and 'File "' not in failed[0]["reason"]
+        wait_for(
+            lambda: stack.events("discovery-2", "snapshot_write_failed"), 30, "the write failed"
+        )
+        shown = wait_for(
+            lambda: [
+                line
+                for line in _render_status(collect_status(stack.connection())).splitlines()
+                if "FAILED" in line  # the first worker is stopped: discovery-2's
+            ],
+            30,
+            "the failed write in the status",
+        )
+        assert f"snapshot of {TENANT} v{written} FAILED" in shown[0]
+
+
 def large_tenant_served_apart(tmp_path: Path) -> tuple[PrivateStack, Path, Path, int]:
     """A stack whose second discovery worker built the tenant apart (``map_above`` 1) into a
     snapshot directory of its own and maps it; the stack, the registry copy, that directory and
@@ -275,6 +322,26 @@ def test_a_large_tenants_change_is_applied_by_a_child_and_mapped(tmp_path: Path)
         assert f"v{changed:012d}-" in Path(apart[0]["path"]).name
         assert updates(stack, "discovery-2") == [(changed, "apart")]
         assert not stack.events("discovery-2", "change_apart_failed")
+
+
+def test_status_reports_the_snapshots_a_large_tenants_children_wrote(tmp_path: Path) -> None:
+    stack, registry, _fresh, written = large_tenant_served_apart(tmp_path)
+    with stack, stack.connection() as connection:
+        worker = stack.processes["discovery-2"]
+
+        def reported(version: int) -> dict[str, Any] | None:
+            for beat in collect_status(connection)["workers"]:
+                snapshot = beat.get("snapshots", {}).get(TENANT)
+                if beat.get("pid") == worker.pid and snapshot:
+                    return dict(snapshot) if snapshot["index_version"] == version else None
+            return None
+
+        built = wait_for(lambda: reported(written), 30, "the child's build in the heartbeat")
+        assert 0 <= time.time() - built["written_at_unix_s"] < 120 and built["megabytes"] > 0
+        changed = zebrafish_published(stack, registry, written)
+        wait_for(lambda: reported(changed), 30, "the child's change in the heartbeat")
+        shown = _render_status(collect_status(connection))
+        assert f"snapshot of {TENANT} v{changed} written " in shown
 
 
 def test_a_change_no_child_can_apply_is_applied_in_the_worker(tmp_path: Path) -> None:

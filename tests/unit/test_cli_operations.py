@@ -218,6 +218,29 @@ def test_status_shows_each_snapshot_a_worker_wrote_or_that_it_wrote_none_yet(
     assert _snapshot_lines(worker) == shown
 
 
+@pytest.mark.parametrize("wrote_before", [False, True])
+def test_status_says_a_worker_s_last_snapshot_write_failed_and_why(wrote_before: bool) -> None:
+    error = "OSError: [Errno 28] No space left on device"
+    worker: dict[str, Any] = {
+        "id": "discovery@host:1",
+        "kind": "discovery",
+        "snapshots": {"acme": written(41, 400, 12.5)} if wrote_before else {},
+        "snapshots_failed": {
+            "acme": {"index_version": 42, "failed_at_unix_s": time.time() - 185, "error": error}
+        },
+    }
+
+    lines = _snapshot_lines(worker)
+
+    assert lines[-1] == (
+        f"  discovery@host:1: snapshot of acme v42 FAILED 3 min ago: {error} (the worker serves "
+        "on; a restart loads from Redis until one is written: check the snapshot_dir's free "
+        "space and permissions, the next change retries)"
+    )
+    assert len(lines) == 1 + wrote_before
+    assert not any("no snapshot written yet" in line for line in lines)
+
+
 @pytest.mark.parametrize(
     ("seconds", "shown"),
     [

@@ -293,6 +293,23 @@ def test_only_the_newest_snapshots_are_kept(built: IndexSnapshot, tmp_path: Path
     ]
 
 
+def test_snapshots_of_a_space_the_tenant_moved_from_are_removed_when_it_is_written(
+    built: IndexSnapshot, tmp_path: Path
+) -> None:
+    moved_from = "hashing-64.fs0"
+    for version in (40, 41):
+        write(tmp_path, replace(built, version=version), space=moved_from)
+    newer = write(tmp_path, replace(built, version=43), space="hashing-64.fs2")
+    other_tenant = write(tmp_path, replace(built, tenant="beta", version=7), space=moved_from)
+
+    fresh = write(tmp_path, built)
+
+    assert candidates(tmp_path, "acme", moved_from) == []
+    assert candidates(tmp_path, "acme", "hashing-64.fs2") == [newer]  # its writer serves it
+    assert candidates(tmp_path, "acme", SPACE) == [fresh]
+    assert candidates(tmp_path, "beta", moved_from) == [other_tenant]
+
+
 @pytest.mark.parametrize(
     ("changes", "reason"),
     [
@@ -442,6 +459,37 @@ def test_the_writer_leaves_a_snapshot_already_on_disk(built: IndexSnapshot, tmp_
     assert (path / HEADER).read_bytes() == (tmp_path / "header-before").read_bytes()
 
 
+def damage(path: Path) -> None:
+    """Flip a byte of the snapshot at ``path``'s matrix: its size stays, its checksum differs."""
+    matrix = path / "r.matrix.npy"
+    data = bytearray(matrix.read_bytes())
+    data[-5] ^= 0xFF
+    matrix.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("through", ["write_snapshot", "writer"])
+def test_a_damaged_snapshot_of_the_same_version_is_written_again(
+    built: IndexSnapshot, tmp_path: Path, through: str
+) -> None:
+    path = write(tmp_path, built)
+    damage(path)
+    refused: list[SnapshotError] = []
+    assert open_newest(tmp_path, wanted(), PROBE_VECTORS, refused.append) is None
+
+    if through == "writer":
+        writer = SnapshotWriter(tmp_path, keep=2, interval_s=0)
+        writer.offer(built, space=SPACE, epoch=EPOCH, changes_id="5-0", policy="warn")
+        assert writer.idle(60)
+        assert writer.written == 1
+    else:
+        assert write(tmp_path, built) == path
+
+    found = open_newest(tmp_path, wanted(), PROBE_VECTORS, refused.append)
+    assert found is not None and found[2] == path and found[0].ids == built.ids
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # nothing left aside
+    assert len(refused) == 1  # only the damaged one, before it was written again
+
+
 def test_the_writer_records_the_last_snapshot_it_wrote_of_each_tenant(
     built: IndexSnapshot, tmp_path: Path
 ) -> None:
@@ -466,11 +514,32 @@ def test_the_writer_records_the_last_snapshot_it_wrote_of_each_tenant(
     assert list(writer.last_written()) == ["acme"]
 
 
+def test_a_failed_write_is_kept_with_why_until_one_succeeds(
+    built: IndexSnapshot, tmp_path: Path
+) -> None:
+    blocked = tmp_path / "acme"
+    blocked.write_text("a file where the tenant's folder goes")
+    writer = SnapshotWriter(tmp_path, keep=2, interval_s=0)
+
+    writer.offer(built, space=SPACE, epoch=EPOCH, changes_id="5-0", policy="warn")
+    assert writer.idle(60)
+
+    failed = writer.last_failed()
+    assert list(failed) == ["acme"] and failed["acme"].index_version == 42
+    assert "cannot list the directory" in failed["acme"].error
+    assert time.time() - failed["acme"].failed_at_unix_s < 60
+    assert writer.last_written() == {}
+    blocked.unlink()
+    writer.offer(built, space=SPACE, epoch=EPOCH, changes_id="5-0", policy="warn")
+    assert writer.idle(60)
+    assert writer.last_failed() == {} and list(writer.last_written()) == ["acme"]
+
+
 @pytest.mark.parametrize(
     ("written", "beat"),
     [
         (None, {}),  # no snapshot_dir: the heartbeat says nothing of snapshots
-        ({}, {"snapshots": {}}),  # a snapshot_dir, nothing written yet
+        ({}, {"snapshots": {}, "snapshots_failed": {}}),  # a snapshot_dir, nothing written yet
         (
             {"acme": Written(42, 1_700_000_000.5, 12.5, 0.31)},
             {
@@ -481,7 +550,8 @@ def test_the_writer_records_the_last_snapshot_it_wrote_of_each_tenant(
                         "megabytes": 12.5,
                         "took_s": 0.31,
                     }
-                }
+                },
+                "snapshots_failed": {},
             },
         ),
     ],
@@ -489,7 +559,11 @@ def test_the_writer_records_the_last_snapshot_it_wrote_of_each_tenant(
 def test_the_heartbeat_carries_the_snapshots_written_only_with_a_writer(
     written: dict[str, Written] | None, beat: dict[str, object]
 ) -> None:
-    writer = None if written is None else SimpleNamespace(last_written=lambda: written)
+    writer = (
+        None
+        if written is None
+        else SimpleNamespace(last_written=lambda: written, last_failed=lambda: {})
+    )
     worker = object.__new__(DiscoveryWorker)  # only what the heartbeat reads
     worker.follower = SimpleNamespace(writer=writer)  # type: ignore[assignment]
 

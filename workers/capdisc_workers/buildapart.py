@@ -231,7 +231,7 @@ def brought_up_to_date(
         raise SystemExit(NO_SNAPSHOT) from exc
     if applied:
         graph_builder().idle(timeout_s=settings.build_apart_timeout_s)
-        path = write_snapshot(
+        path = written(
             root,
             changed,
             space=space,
@@ -241,6 +241,19 @@ def brought_up_to_date(
             keep=settings.snapshot_keep,
         )
     return {"path": str(path), "version": changed.version, "applied": applied}
+
+
+def written(root: Path, snapshot: IndexSnapshot, **header: Any) -> Path:
+    """:func:`write_snapshot` of ``snapshot`` under ``root``; a write that fails (a full disk, no
+    permission, a file in the way) exits saying so, for the worker's ``build_apart_failed``,
+    rather than with a traceback."""
+    try:
+        return write_snapshot(root, snapshot, **header)
+    except (OSError, SnapshotError) as exc:
+        raise SystemExit(
+            f"cannot write the snapshot of {snapshot.tenant} under {root}: {exc} (check its "
+            "free space and permissions)"
+        ) from exc
 
 
 def _refused(exc: SnapshotError) -> None:
@@ -276,7 +289,7 @@ def main() -> None:
     if epoch is None:
         raise SystemExit("Redis holds no data generation marker yet: nothing to write")
     index, counts = built(snap, policy, probes)
-    write_snapshot(
+    path = written(
         settings.snapshot_dir,
         index,
         space=snap.space,
@@ -285,7 +298,7 @@ def main() -> None:
         policy=policy,
         keep=settings.snapshot_keep,
     )
-    print(json.dumps({**counts, "peak_rss_mb": round(peak_rss_mb(), 1)}))
+    print(json.dumps({**counts, "path": str(path), "peak_rss_mb": round(peak_rss_mb(), 1)}))
 
 
 if __name__ == "__main__":

@@ -334,13 +334,17 @@ class DiscoveryWorker:
         with contextlib.suppress(redis.RedisError):
             status.forget_worker(client, self.worker_id)
 
-    def _snapshots_written(self) -> dict[str, dict[str, dict[str, float]]]:
+    def _snapshots_written(self) -> dict[str, dict[str, dict[str, float | str]]]:
         """The heartbeat's ``snapshots``: each tenant's last snapshot this worker wrote to
-        ``snapshot_dir`` (empty before the first); nothing without a snapshot writer."""
+        ``snapshot_dir`` (empty before the first), and ``snapshots_failed``: each tenant whose
+        last write failed, and why; nothing without a snapshot writer."""
         writer = self.follower.writer
         if writer is None:
             return {}
-        return {"snapshots": {t: w.as_dict() for t, w in writer.last_written().items()}}
+        return {
+            "snapshots": {t: dict(w.as_dict()) for t, w in writer.last_written().items()},
+            "snapshots_failed": {t: f.as_dict() for t, f in writer.last_failed().items()},
+        }
 
     def run(self) -> None:
         if not self.gate.enabled:

@@ -66,7 +66,7 @@ from capdisc.retrieval.text import embedder_id_of, vector_space
 from capdisc.settings import Settings
 from capdisc.vectorstores.port import VectorStore
 from capdisc_workers.background import OneThread
-from capdisc_workers.buildapart import build_apart, policy_of
+from capdisc_workers.buildapart import Outcome, build_apart, policy_of
 from capdisc_workers.catchup import (
     Change,
     change_records,
@@ -414,6 +414,7 @@ class SnapshotFollower:
         loaded = self._load_from_disk(tenant)
         if loaded is not None:
             self.loaded_from[tenant] = "redis"
+            self._written_apart(tenant, outcome)
             log.info(
                 "index_built_apart",
                 tenant=tenant,
@@ -659,6 +660,7 @@ class SnapshotFollower:
                 hint="applying the changes in this worker instead",
             )
             return None
+        self._written_apart(tenant, outcome)
         log.info(
             "index_changed_apart",
             tenant=tenant,
@@ -668,6 +670,11 @@ class SnapshotFollower:
             path=str(path),
         )
         return index, header.changes_id
+
+    def _written_apart(self, tenant: str, outcome: Outcome) -> None:
+        """Tell the writer of the snapshot a child wrote (what ``capdisc status`` shows)."""
+        if self.writer is not None and outcome.path:
+            self.writer.written_apart(tenant, Path(outcome.path), outcome.took_s)
 
     def policy(self, tenant: str, stored: str | None) -> Policy:
         """``tenant``'s poisoning policy: its own (``stored``), else this worker's setting. A

@@ -6,8 +6,9 @@ write_snapshot`), at most once per ``snapshot_interval_s`` a tenant, and only on
 graph is built (a snapshot is worth writing for what it saves a restart: the build and the
 graph). An offer holds its snapshot weakly: one replaced before its turn is not kept alive and
 not written. A write that fails is logged and left; serving never waits for one. Each tenant's
-last snapshot written is kept (:meth:`SnapshotWriter.last_written`) for the worker's heartbeat
-and ``capdisc status``.
+last snapshot written (:meth:`SnapshotWriter.last_written`) and its last write that failed
+since (:meth:`SnapshotWriter.last_failed`) are kept for the worker's heartbeat and ``capdisc
+status``.
 """
 
 from __future__ import annotations
@@ -25,9 +26,14 @@ from capdisc.discovery.snapshot import HybridRetriever, IndexSnapshot, graph_bui
 from capdisc.discovery.snapshotfile import (
     build_fingerprint,
     generation,
+    intact,
     newest_version,
+    read_header,
+    snapshot_dir,
+    snapshot_name,
     write_snapshot,
 )
+from capdisc.errors import SnapshotError
 from capdisc.retrieval.config import calibrated_for
 from capdisc.retrieval.neighbors import BackgroundBuilder
 
@@ -41,6 +47,7 @@ class Offer:
     """A snapshot to write and what its header says beside it."""
 
     snapshot: weakref.ref[IndexSnapshot]
+    version: int
     space: str
     epoch: str
     changes_id: str
@@ -58,6 +65,20 @@ class Written:
     took_s: float
 
     def as_dict(self) -> dict[str, float]:
+        """The fields by name (what the heartbeat carries)."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A tenant's last snapshot write that failed (and none succeeded since): the index version
+    it was writing, when it failed (wall clock) and why."""
+
+    index_version: int
+    failed_at_unix_s: float
+    error: str
+
+    def as_dict(self) -> dict[str, float | str]:
         """The fields by name (what the heartbeat carries)."""
         return asdict(self)
 
@@ -85,6 +106,8 @@ class SnapshotWriter:
         self._busy = False
         #: Each tenant's last snapshot written (read by the heartbeat thread: under ``_lock``).
         self._written: dict[str, Written] = {}
+        #: Each tenant's last write that failed, until one succeeds (also under ``_lock``).
+        self._failed: dict[str, Failed] = {}
         self._lock = threading.Lock()
         #: Snapshots written by this process.
         self.written = 0
@@ -94,6 +117,30 @@ class SnapshotWriter:
         with self._lock:
             return dict(self._written)
 
+    def last_failed(self) -> dict[str, Failed]:
+        """Each tenant whose last snapshot write failed (none written since), and why."""
+        with self._lock:
+            return dict(self._failed)
+
+    def written_apart(self, tenant: str, path: Path, took_s: float) -> None:
+        """Record the snapshot at ``path``, written for this worker by its child process
+        (:mod:`capdisc_workers.buildapart`, which writes a large tenant's snapshots), as
+        ``tenant``'s last one written; nothing when it cannot be read (it is then refused)."""
+        try:
+            header = read_header(path)
+            megabytes = round(sum(f.stat().st_size for f in path.iterdir()) / 2**20, 1)
+        except (SnapshotError, OSError):
+            return
+        record = Written(
+            index_version=header.version,
+            written_at_unix_s=round(header.written_at_ms / 1000, 3),
+            megabytes=megabytes,
+            took_s=round(took_s, 2),
+        )
+        with self._lock:
+            self._written[tenant] = record
+            self._failed.pop(tenant, None)
+
     def offer(
         self, snapshot: IndexSnapshot, *, space: str, epoch: str, changes_id: str, policy: str
     ) -> None:
@@ -102,7 +149,7 @@ class SnapshotWriter:
             return  # searched in an external store, or empty: nothing to map
         with self._wake:
             self._pending[snapshot.tenant] = Offer(
-                weakref.ref(snapshot), space, epoch, changes_id, policy
+                weakref.ref(snapshot), snapshot.version, space, epoch, changes_id, policy
             )
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
@@ -141,6 +188,7 @@ class SnapshotWriter:
                 if self._write(tenant, offer):
                     self._last[tenant] = time.monotonic()
             except Exception as exc:  # a full disk or a bug here must not end serving
+                self._record_failure(tenant, offer, exc)
                 log.warning(
                     "snapshot_write_failed",
                     tenant=tenant,
@@ -154,6 +202,15 @@ class SnapshotWriter:
                     self._busy = False
                     self._wake.notify_all()
 
+    def _record_failure(self, tenant: str, offer: Offer, exc: Exception) -> None:
+        failed = Failed(
+            index_version=offer.version,
+            failed_at_unix_s=round(time.time(), 3),
+            error=f"{type(exc).__name__}: {exc}",
+        )
+        with self._lock:
+            self._failed[tenant] = failed
+
     def _write(self, tenant: str, offer: Offer) -> bool:
         """Write one offer; False when it was superseded or is on disk already."""
         snapshot = offer.snapshot()
@@ -161,8 +218,11 @@ class SnapshotWriter:
             return False
         key = generation(offer.epoch, build_fingerprint(snapshot.embedder_id), offer.policy)
         on_disk = newest_version(self.root, tenant, offer.space, key)
-        if on_disk is not None and on_disk >= snapshot.version:
+        if on_disk is not None and on_disk > snapshot.version:
             return False
+        same = snapshot_dir(self.root, tenant, offer.space) / snapshot_name(on_disk or 0, key)
+        if on_disk == snapshot.version and intact(same):
+            return False  # a damaged one is written again: every start would refuse it
         started = time.monotonic()
         path = write_snapshot(
             self.root,
@@ -181,6 +241,7 @@ class SnapshotWriter:
         )
         with self._lock:
             self._written[tenant] = record
+            self._failed.pop(tenant, None)
             self.written += 1
         log.info(
             "snapshot_written",

@@ -23,7 +23,8 @@ graph.faiss       table (:mod:`capdisc.captable`): compressed records in one map
 
 Nothing is unpickled (a snapshot directory may be shared): ``.npy`` with ``allow_pickle=False``,
 JSON, and faiss's format. A snapshot is written into a temporary directory and renamed into
-place, so a reader never sees half of one; the newest few are kept.
+place, so a reader never sees half of one; the newest few are kept, and those of a vector
+space the tenant has moved from are removed.
 
 A reader (:func:`open_newest`) takes the newest snapshot that fits what it wants
 (:class:`Wanted`) and refuses every other one with a reason (:class:`SnapshotError`); it never
@@ -209,7 +210,8 @@ def write_snapshot(
     ``changes_id``, built under poisoning ``policy``) under ``root``, atomically; then keep the
     newest ``keep`` of its tenant and space (removing those of another :func:`generation`). A
     snapshot of that version and generation already there (another worker wrote it) is left as
-    it is. Returns its directory."""
+    it is when it reads back whole (:func:`intact`), and replaced when it is damaged (else every
+    start would refuse it until the next version). Returns its directory."""
     retriever = snapshot.retriever
     if not isinstance(retriever, HybridRetriever):
         raise ValueError("only a snapshot searched in process (the hybrid index) can be written")
@@ -218,7 +220,9 @@ def write_snapshot(
     folder = snapshot_dir(root, snapshot.tenant, space)
     final = folder / snapshot_name(snapshot.version, key)
     if final.exists():
-        return final
+        if intact(final):
+            return final
+        _discard(final)
     folder.mkdir(parents=True, exist_ok=True)
     temporary = folder / f"{TEMPORARY}{final.name}-{uuid.uuid4().hex[:8]}"
     temporary.mkdir()
@@ -256,7 +260,30 @@ def write_snapshot(
         if temporary.exists():
             shutil.rmtree(temporary, ignore_errors=True)
     prune(root, snapshot.tenant, space, keep, key)
+    prune_other_spaces(root, snapshot.tenant, space, snapshot.version)
     return final
+
+
+def intact(path: Path) -> bool:
+    """Whether the snapshot at ``path`` has a readable header and every file it lists, with its
+    checksum (what a reader checks before mapping it)."""
+    try:
+        _verify(path, read_header(path))
+    except (SnapshotError, OSError):
+        return False
+    return True
+
+
+def _discard(path: Path) -> None:
+    """Remove the snapshot at ``path``: renamed aside first (atomically, so no reader takes it
+    half removed; a worker mapping its files keeps them), then deleted. Another writer may
+    have removed it already."""
+    aside = path.with_name(f"{TEMPORARY}{path.name}-{uuid.uuid4().hex[:8]}")
+    try:
+        path.rename(aside)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _file_sum(path: Path) -> dict[str, Any]:
@@ -287,6 +314,31 @@ def prune(
                 removed.append(Path(entry.path))
     for path in removed:
         shutil.rmtree(path, ignore_errors=True)
+    return removed
+
+
+def prune_other_spaces(root: Path, tenant: str, space: str, below: int) -> list[Path]:
+    """Remove the snapshots of ``tenant`` in vector spaces other than ``space`` of a version
+    below ``below`` (one being written in ``space``), and returns them: the tenant is served
+    from ``space`` since (moving back is a full reindex, after which they are refused), so they
+    would only pile up, ``keep`` of them per model it was ever served from. A newer one is left:
+    its writer serves the tenant from there now."""
+    folder = snapshot_dir(root, tenant, space)
+    try:
+        others = [e.path for e in os.scandir(folder.parent) if e.is_dir() and e.name != folder.name]
+    except OSError:
+        return []
+    removed: list[Path] = []
+    for other in others:
+        try:
+            paths = candidates(root, tenant, Path(other).name)
+        except SnapshotError:
+            continue
+        for path in paths:
+            found = _NAME.match(path.name)
+            if found is not None and int(found.group(1)) < below:
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
     return removed
 
 
