@@ -4,13 +4,16 @@ concurrent writer never loses an update."""
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import redis
 
 from capdisc import keys
+from capdisc.discovery.protocol import SessionRequest
 from capdisc.sessions import policy as policy_fns
 from capdisc.sessions import store
 from capdisc.sessions.policy import SessionPolicy, SessionState
+from capdisc.sessions.service import SessionService
 
 from .conftest import Stack
 
@@ -70,3 +73,24 @@ def test_concurrent_writers_never_lose_an_update(
 
     state = store.load(connection, tenant, "shared")
     assert state is not None and sorted(state.bound) == sorted(tools)
+
+
+def test_show_and_export_leave_out_loop_evictions_the_caller_may_not_see(
+    connection: redis.Redis, tenant: str
+) -> None:
+    sessions = SessionService(connection, SessionPolicy())
+    for number in range(4):  # the fourth same call is a loop: the tool is evicted
+        sessions.handle(
+            SessionRequest("call", "s1", tenant, tool_id="tool:payroll", request_id=f"c{number}"),
+            lambda _cap_id: True,
+        )
+    hidden = SessionRequest("show", "s1", tenant, request_id="show")
+
+    shown = sessions.handle(hidden, lambda cap_id: cap_id != "tool:payroll")
+    exported = sessions.handle(
+        replace(hidden, op="export", request_id="export"), lambda cap_id: cap_id != "tool:payroll"
+    )
+
+    assert store.load(connection, tenant, "s1").loop_evicted == {"tool:payroll"}  # type: ignore[union-attr]
+    assert shown["working_set"]["loop_evicted"] == []
+    assert exported["session"]["loop_evicted"] == []
