@@ -94,3 +94,19 @@ def test_show_and_export_leave_out_loop_evictions_the_caller_may_not_see(
     assert store.load(connection, tenant, "s1").loop_evicted == {"tool:payroll"}  # type: ignore[union-attr]
     assert shown["working_set"]["loop_evicted"] == []
     assert exported["session"]["loop_evicted"] == []
+
+
+def test_a_writer_holding_an_expired_sessions_state_never_overwrites_its_successor(
+    connection: redis.Redis, tenant: str
+) -> None:
+    policy = SessionPolicy()
+    now = int(connection.time()[0]) * 1000
+    first, second = store.StateCache(), store.StateCache()  # two discovery workers
+    store.update(connection, tenant, "s1", _bind("tool:a", now, policy), policy, now, cache=first)
+    connection.delete(keys.session(tenant, "s1"))  # expired, or evicted among live sessions
+    store.update(connection, tenant, "s1", _bind("tool:b", now, policy), policy, now, cache=second)
+
+    store.update(connection, tenant, "s1", _bind("tool:c", now, policy), policy, now, cache=first)
+
+    state = store.load(connection, tenant, "s1")
+    assert state is not None and sorted(state.bound) == ["tool:b", "tool:c"]

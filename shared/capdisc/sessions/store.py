@@ -11,6 +11,7 @@ the least recently active go first.
 from __future__ import annotations
 
 import json
+import secrets
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -136,7 +137,7 @@ def _cas_args(
     request_id: str,
 ) -> list[Any]:
     """The script's arguments (events travel as one JSON array: fewer arguments to pack)."""
-    revision = str(int(expected or 0) + 1)
+    revision = next_revision(expected)
     expires_ms = state.created_ms + int(policy.max_age_s * 1000)
     rows = [[e.type, str(e.at_ms), e.tool, e.reason] for e in events]
     return [
@@ -150,6 +151,17 @@ def _cas_args(
         state.session_id,
         request_id,
     ]
+
+
+def next_revision(expected: str) -> str:
+    """The revision after ``expected``: ``lineage:count``, where a new session (no revision)
+    starts a fresh random lineage. A session expired or evicted and started again under the
+    same id never repeats a revision of the one before, so a writer holding a state of the old
+    one cannot pass the compare-and-set and overwrite the new one with it."""
+    if not expected:
+        return f"{secrets.token_hex(6)}:1"
+    lineage, _, count = expected.rpartition(":")
+    return f"{lineage}:{int(count) + 1}" if lineage else str(int(count) + 1)
 
 
 def _bound_live_sessions(
