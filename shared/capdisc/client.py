@@ -247,10 +247,22 @@ class Client:
         """Every change to the session's working set, in order, as it happens (``bound``,
         ``refreshed``, ``evicted``, ``restored``, ``loop_detected``, ``redundant_search``,
         ``imported``; a ``refreshed`` event's ``tool`` lists the tools a discovery found again,
-        comma-separated), from stream id ``after``; ends when ``stop()`` is true."""
+        comma-separated), from stream id ``after``; ends when ``stop()`` is true. Redis
+        restarting is ridden out; away longer than ``timeout_s``, a
+        :class:`~capdisc.errors.RedisUnavailableError`."""
+        return self._followed(self._tenant(tenant), session, after, stop)
+
+    def _followed(
+        self, tenant: str, session: str, after: str, stop: Callable[[], bool]
+    ) -> Iterator[dict[str, str]]:
         from capdisc.sessions import store as sessions
 
-        return sessions.follow(self.redis, self._tenant(tenant), session, after, stop)
+        try:
+            yield from sessions.follow(self.redis, tenant, session, after, stop, self.timeout_s)
+        except redis.AuthenticationError as exc:
+            raise RedisCredentialsError.refused(exc) from exc
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise _unreachable(exc, self.timeout_s) from exc
 
     def _tenant(self, tenant: str | None) -> str:
         """The tenant a call names (checked: a bad name is refused before anything is sent),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import secrets
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -25,6 +26,8 @@ from capdisc.sessions.policy import SessionEvent, SessionPolicy, SessionState, n
 
 #: Events kept per session stream (approximate).
 EVENTS_MAXLEN = 1000
+#: Pause between reads of a session's events while Redis cannot be reached.
+OUTAGE_RETRY_S = 0.1
 
 T = TypeVar("T")
 #: A change: the current state in, the new state, its events and a result out.
@@ -202,9 +205,25 @@ def follow(
     session_id: str,
     after: str = "0-0",
     stop: Callable[[], bool] = lambda: False,
+    patience_s: float = 5.0,
 ) -> Iterator[dict[str, str]]:
-    """Every event of the session from ``after`` on, as it happens (in one-second slices)."""
+    """Every event of the session from ``after`` on, as it happens (in one-second slices).
+    Redis restarting is ridden out (read again from the last event seen); unreachable for
+    ``patience_s`` in a row, its connection error is raised (a refused password at once)."""
+    down_since: float | None = None
     while not stop():
-        for entry_id, fields in events(client, tenant, session_id, after):
+        reading_since = time.monotonic()
+        try:
+            batch = events(client, tenant, session_id, after)
+        except redis.AuthenticationError:
+            raise
+        except (redis.ConnectionError, redis.TimeoutError):
+            down_since = reading_since if down_since is None else down_since
+            if time.monotonic() - down_since >= patience_s:
+                raise
+            time.sleep(OUTAGE_RETRY_S)
+            continue
+        down_since = None
+        for entry_id, fields in batch:
             after = entry_id
             yield {"id": entry_id, **fields}
