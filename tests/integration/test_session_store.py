@@ -12,7 +12,7 @@ from capdisc import keys
 from capdisc.discovery.protocol import SessionRequest
 from capdisc.sessions import policy as policy_fns
 from capdisc.sessions import store
-from capdisc.sessions.policy import SessionPolicy, SessionState
+from capdisc.sessions.policy import SessionPolicy, SessionState, Turn
 from capdisc.sessions.service import SessionService
 
 from .conftest import Stack
@@ -110,3 +110,16 @@ def test_a_writer_holding_an_expired_sessions_state_never_overwrites_its_success
 
     state = store.load(connection, tenant, "s1")
     assert state is not None and sorted(state.bound) == ["tool:b", "tool:c"]
+
+
+def test_a_session_named_after_another_ones_event_stream_leaves_it_working(
+    connection: redis.Redis, tenant: str
+) -> None:
+    sessions = SessionService(connection, SessionPolicy())
+    sessions.after_discovery(Turn(tenant, "s1:events", "r1", None, ["tool:a"]))
+
+    view = sessions.after_discovery(Turn(tenant, "s1", "r2", None, ["tool:b"]))
+
+    assert view.bound == ("tool:b",)
+    streamed = connection.xrange(keys.session_events(tenant, "s1"))
+    assert [fields[b"tool"] for _id, fields in streamed] == [b"tool:b"]
