@@ -137,7 +137,9 @@ class Client:
         environ = dict(os.environ)
         if directory is not None:
             environ[STACK_ENV] = os.fspath(directory)
-        stack = running_stack_from(environ, Path.cwd())
+        stack = running_stack_from(
+            environ, Path.cwd(), "use Client.from_url(URL) for a Redis by URL"
+        )
         if kwargs.get("token") is None:
             kwargs["token"] = environ.get(TOKEN_ENV) or stack_token(stack)
         return cls.from_url(stack_url(stack), **kwargs)
