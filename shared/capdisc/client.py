@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -22,7 +23,12 @@ import redis
 from capdisc import keys, tenants
 from capdisc.discovery.protocol import DiscoverRequest, SessionRequest
 from capdisc.discovery.replies import DiscoverReply, ErrorReply, SessionReply, decode_reply
-from capdisc.errors import DiscoveryTimeout, RedisCredentialsError, RedisUnavailableError
+from capdisc.errors import (
+    ConfigError,
+    DiscoveryTimeout,
+    RedisCredentialsError,
+    RedisUnavailableError,
+)
 from capdisc.redisrefusal import advice, refuses_writes
 
 # What a discover call does not need is imported where it is used: a process that asks once
@@ -35,6 +41,8 @@ if TYPE_CHECKING:
 BLOCK_SLICE_S = 1.0
 #: Pause between attempts while Redis cannot be reached (redis-py's own retries come first).
 REDIS_RETRY_S = 0.1
+#: Longest wait a client accepts for one request (a year).
+MAX_TIMEOUT_S = 365 * 86400.0
 #: The identity token :meth:`Client.from_stack` presents when none is given.
 TOKEN_ENV = "CAPDISC_TOKEN"
 #: The tenant claim of a token for every tenant (``capdisc.identity.auth.ALL_TENANTS``).
@@ -104,10 +112,10 @@ class Client:
         #: Who asks, within the tenant: only capabilities visible to them come back.
         self.roles = list(roles or [])
         self.user = user
-        self.timeout_s = timeout_s
+        self.timeout_s = seconds(timeout_s, "Client timeout_s")
         #: Unanswered this long, a request is sent again under the same id (a worker died
         #: holding it); it is answered once and changes a session once.
-        self.resend_after_s = resend_after_s
+        self.resend_after_s = seconds(resend_after_s, "Client resend_after_s")
         #: About how many unanswered requests the requests stream keeps (older ones trimmed).
         self.backlog_max = backlog_max
 
@@ -130,7 +138,9 @@ class Client:
         environ = dict(os.environ)
         if directory is not None:
             environ[STACK_ENV] = os.fspath(directory)
-        stack = running_stack_from(environ, Path.cwd())
+        stack = running_stack_from(
+            environ, Path.cwd(), "use Client.from_url(URL) for a Redis by URL"
+        )
         if kwargs.get("token") is None:
             kwargs["token"] = environ.get(TOKEN_ENV) or stack_token(stack)
         return cls.from_url(stack_url(stack), **kwargs)
@@ -240,10 +250,22 @@ class Client:
         """Every change to the session's working set, in order, as it happens (``bound``,
         ``refreshed``, ``evicted``, ``restored``, ``loop_detected``, ``redundant_search``,
         ``imported``; a ``refreshed`` event's ``tool`` lists the tools a discovery found again,
-        comma-separated), from stream id ``after``; ends when ``stop()`` is true."""
+        comma-separated), from stream id ``after``; ends when ``stop()`` is true. Redis
+        restarting is ridden out; away longer than ``timeout_s``, a
+        :class:`~capdisc.errors.RedisUnavailableError`."""
+        return self._followed(self._tenant(tenant), session, after, stop)
+
+    def _followed(
+        self, tenant: str, session: str, after: str, stop: Callable[[], bool]
+    ) -> Iterator[dict[str, str]]:
         from capdisc.sessions import store as sessions
 
-        return sessions.follow(self.redis, self._tenant(tenant), session, after, stop)
+        try:
+            yield from sessions.follow(self.redis, tenant, session, after, stop, self.timeout_s)
+        except redis.AuthenticationError as exc:
+            raise RedisCredentialsError.refused(exc) from exc
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise _unreachable(exc, self.timeout_s) from exc
 
     def _tenant(self, tenant: str | None) -> str:
         """The tenant a call names (checked: a bad name is refused before anything is sent),
@@ -283,7 +305,7 @@ class Client:
         """Send a request and wait for its reply, sending it again (same id) whenever
         ``resend_after_s`` passes unanswered, or Redis could not be reached, until the
         timeout."""
-        timeout = timeout_s if timeout_s is not None else self.timeout_s
+        timeout = seconds(timeout_s, "timeout_s") if timeout_s is not None else self.timeout_s
         deadline = time.monotonic() + timeout
         entry: dict[Any, Any] = {**fields, "deadline_ms": int((time.time() + timeout) * 1000)}
         outage: redis.RedisError | None = None
@@ -372,6 +394,20 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def seconds(value: Any, name: str) -> float:
+    """``value`` as a wait in seconds: a number above 0, at most :data:`MAX_TIMEOUT_S`;
+    :class:`ConfigError` naming ``name`` otherwise (no wait is endless: a request carries the
+    time its answer is no longer awaited)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{name} must be a number of seconds, got {type(value).__name__}")
+    if not (0 < value <= MAX_TIMEOUT_S) or math.isnan(value):
+        raise ConfigError(
+            f"{name} must be above 0 and at most {MAX_TIMEOUT_S:.0f} seconds (a year), got "
+            f"{value!r}; to wait longer, ask again when it times out"
+        )
+    return float(value)
 
 
 def _unreachable(outage: redis.RedisError, timeout_s: float) -> RedisUnavailableError:

@@ -24,9 +24,11 @@ key                                       type     what it holds
 ``capdisc:t:{t}:session:{s}``            hash     session ``{s}``: ``state`` (working set and
                                                    guard memory, JSON) and ``rev`` (its revision);
                                                    expires max_age_s after creation
-``capdisc:t:{t}:session:{s}:events``     stream   every change to that working set, in order
-``capdisc:t:{t}:session:{s}:req:{r}``    string   the outcome of request ``{r}`` in that session
-                                                   (a retry returns it; expires request_memory_s)
+``capdisc:t:{t}:session:{s}~events``     stream   every change to that working set, in order
+``capdisc:t:{t}:session:{s}~req:{r}``    string   the outcome of request ``{r}`` in that session
+                                                   (a retry returns it; expires request_memory_s);
+                                                   ``~`` is in no session or request id, so no
+                                                   session's key is another's
 ``capdisc:t:{t}:sessions``                zset     live session ids by last activity (bounded)
 ``capdisc:t:{t}:manifest_errors``         hash     manifest path -> last rejection message
 ``capdisc:t:{t}:store_unwritten``         hash     capability id -> why the external vector store
@@ -198,12 +200,12 @@ def session(tenant: str, session_id: str) -> str:
 
 def session_events(tenant: str, session_id: str) -> str:
     """Stream: one session's working-set changes."""
-    return f"{PREFIX}:t:{tenant}:session:{session_id}:events"
+    return f"{PREFIX}:t:{tenant}:session:{session_id}~events"
 
 
 def session_request(tenant: str, session_id: str, request_id: str) -> str:
     """String: the outcome of one request applied to a session (exactly-once effects)."""
-    return f"{PREFIX}:t:{tenant}:session:{session_id}:req:{request_id}"
+    return f"{PREFIX}:t:{tenant}:session:{session_id}~req:{request_id}"
 
 
 def sessions(tenant: str) -> str:

@@ -203,7 +203,7 @@ def _positive_seconds(value: object) -> Any:
         value = float(value)
     if isinstance(value, int | float) and not isinstance(value, bool):
         number = float(value)
-        return number if number > 0 and not math.isnan(number) else _UNCHECKED
+        return number if number > 0 and math.isfinite(number) else _UNCHECKED
     return _UNCHECKED
 
 

@@ -82,7 +82,7 @@ class Settings(BaseModel):
     manifest_max_bytes: int = Field(64 * 1024, ge=256)
     event_max_bytes: int = Field(1024 * 1024, ge=1024)
     watch_debounce_ms: int = Field(500, ge=0)
-    discover_timeout_s: float = Field(5.0, gt=0)
+    discover_timeout_s: float = Field(5.0, gt=0, allow_inf_nan=False)
     #: ``capdisc mcp``: how long a call forwarded to the MCP server a tool was imported from may
     #: take, connecting included, before it is cancelled and answered with a tool error.
     mcp_upstream_timeout_s: float = Field(30.0, gt=0)

@@ -45,16 +45,19 @@ def find_stack(start: Path) -> dict[str, Any] | None:
     return None
 
 
-def running_stack_from(environ: Mapping[str, str], cwd: Path) -> dict[str, Any]:
+def running_stack_from(
+    environ: Mapping[str, str], cwd: Path, by_url: str = f"set {REDIS_ENV}"
+) -> dict[str, Any]:
     """The stack file of the running stack found from :func:`stack_start`;
-    :class:`~capdisc.errors.StackNotFoundError`, saying how to name one, when there is none."""
+    :class:`~capdisc.errors.StackNotFoundError`, saying how to name one (or, ``by_url``, how
+    to reach a Redis by URL instead), when there is none."""
     start = stack_start(environ, cwd)
     stack = find_stack(start)
     if not stack or not isinstance(stack.get("redis_url"), str) or not stack["redis_url"]:
         raise StackNotFoundError(
             f"no running capdisc stack found from {start} (no {STATE_DIR}/{STACK_FILE}); "
-            f"start one with `make up`, set {STACK_ENV} to the directory it runs in, or set "
-            f"{REDIS_ENV}"
+            f"start one with `make up`, set {STACK_ENV} to the directory it runs in, or "
+            f"{by_url}"
         )
     return stack
 

@@ -25,6 +25,8 @@ from capdisc import keys
 from capdisc.agents.metatool import METATOOL_NAME
 from capdisc.client import Answer, Client
 from capdisc.errors import CapdiscError, RedisUnavailableError
+from capdisc.sessions import store
+from capdisc.sessions.policy import SessionEvent, SessionPolicy, SessionState, bind
 from capdisc_workers.intake import RawEntry, RequestStream
 
 from .conftest import ROOT, publish
@@ -263,3 +265,51 @@ def test_a_read_waiting_when_redis_is_emptied_recreates_the_group_without_an_err
         assert "request_group_missing" in [e["event"] for e in logs]
         connection.xadd(keys.DISCOVERY_REQUESTS, {"request": "after"})
         assert [fields for _id, fields in requests.read(block_ms=1000)] == [{b"request": b"after"}]
+
+
+def _bound(stack: PrivateStack, tool: str) -> None:
+    """A change to session s1 (``tool`` bound), with its event on the session's stream."""
+    policy = SessionPolicy()
+    now = int(time.time() * 1000)
+
+    def change(state: SessionState) -> tuple[SessionState, list[SessionEvent], None]:
+        state, events = bind(state, [tool], now, policy)
+        return state, events, None
+
+    store.update(stack.connection(), TENANT, "s1", change, policy, now)
+
+
+def test_a_session_watcher_rides_out_a_redis_restart(tmp_path: Path) -> None:
+    with PrivateStack(tmp_path, durable=True) as stack:
+        _bound(stack, "tool:a")
+        client = Client(stack.connection(), tenant=TENANT, timeout_s=10.0)
+        seen: list[str] = []
+        failed: list[BaseException] = []
+
+        def watch() -> None:
+            try:
+                for event in client.watch_session("s1", stop=lambda: len(seen) >= 2):
+                    seen.append(event["tool"])
+            except Exception as exc:  # reported below
+                failed.append(exc)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        wait_for(lambda: seen, 10, "the first event")
+        stack.stop_redis()
+        stack.start_redis(lose_data=False)
+        _bound(stack, "tool:b")
+        watcher.join(20)
+
+        assert not failed, failed
+        assert seen == ["tool:a", "tool:b"]
+
+
+def test_a_session_watcher_whose_redis_stays_away_gets_a_capdisc_error_saying_so() -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    client = Client(redis.Redis(port=port, socket_connect_timeout=0.5), timeout_s=1.0)
+
+    with pytest.raises(RedisUnavailableError, match="cannot reach its Redis"):
+        next(iter(client.watch_session("s1")))

@@ -4,13 +4,16 @@ concurrent writer never loses an update."""
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import redis
 
 from capdisc import keys
+from capdisc.discovery.protocol import SessionRequest
 from capdisc.sessions import policy as policy_fns
 from capdisc.sessions import store
-from capdisc.sessions.policy import SessionPolicy, SessionState
+from capdisc.sessions.policy import SessionPolicy, SessionState, Turn
+from capdisc.sessions.service import SessionService
 
 from .conftest import Stack
 
@@ -70,3 +73,53 @@ def test_concurrent_writers_never_lose_an_update(
 
     state = store.load(connection, tenant, "shared")
     assert state is not None and sorted(state.bound) == sorted(tools)
+
+
+def test_show_and_export_leave_out_loop_evictions_the_caller_may_not_see(
+    connection: redis.Redis, tenant: str
+) -> None:
+    sessions = SessionService(connection, SessionPolicy())
+    for number in range(4):  # the fourth same call is a loop: the tool is evicted
+        sessions.handle(
+            SessionRequest("call", "s1", tenant, tool_id="tool:payroll", request_id=f"c{number}"),
+            lambda _cap_id: True,
+        )
+    hidden = SessionRequest("show", "s1", tenant, request_id="show")
+
+    shown = sessions.handle(hidden, lambda cap_id: cap_id != "tool:payroll")
+    exported = sessions.handle(
+        replace(hidden, op="export", request_id="export"), lambda cap_id: cap_id != "tool:payroll"
+    )
+
+    assert store.load(connection, tenant, "s1").loop_evicted == {"tool:payroll"}  # type: ignore[union-attr]
+    assert shown["working_set"]["loop_evicted"] == []
+    assert exported["session"]["loop_evicted"] == []
+
+
+def test_a_writer_holding_an_expired_sessions_state_never_overwrites_its_successor(
+    connection: redis.Redis, tenant: str
+) -> None:
+    policy = SessionPolicy()
+    now = int(connection.time()[0]) * 1000
+    first, second = store.StateCache(), store.StateCache()  # two discovery workers
+    store.update(connection, tenant, "s1", _bind("tool:a", now, policy), policy, now, cache=first)
+    connection.delete(keys.session(tenant, "s1"))  # expired, or evicted among live sessions
+    store.update(connection, tenant, "s1", _bind("tool:b", now, policy), policy, now, cache=second)
+
+    store.update(connection, tenant, "s1", _bind("tool:c", now, policy), policy, now, cache=first)
+
+    state = store.load(connection, tenant, "s1")
+    assert state is not None and sorted(state.bound) == ["tool:b", "tool:c"]
+
+
+def test_a_session_named_after_another_ones_event_stream_leaves_it_working(
+    connection: redis.Redis, tenant: str
+) -> None:
+    sessions = SessionService(connection, SessionPolicy())
+    sessions.after_discovery(Turn(tenant, "s1:events", "r1", None, ["tool:a"]))
+
+    view = sessions.after_discovery(Turn(tenant, "s1", "r2", None, ["tool:b"]))
+
+    assert view.bound == ("tool:b",)
+    streamed = connection.xrange(keys.session_events(tenant, "s1"))
+    assert [fields[b"tool"] for _id, fields in streamed] == [b"tool:b"]

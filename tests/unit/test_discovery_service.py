@@ -139,6 +139,22 @@ def test_a_caller_sees_only_what_its_roles_allow(
     assert ("tool:payroll-run" in reply.tools.tool_names.values()) is sees_payroll
 
 
+@pytest.mark.parametrize("cap", [8, 1])  # 1: the other caller's tool is evicted by this turn
+def test_a_session_reply_lists_only_the_bound_tools_its_caller_may_see(cap: int) -> None:
+    context = _context(policy=SessionPolicy(max_discovered_tools=cap))
+    answer(
+        DiscoverRequest("run payroll", tenant="acme", session="s1", roles=["finance"], limit=1),
+        context,
+    )
+    shared = DiscoverRequest("post to slack", tenant="acme", session="s1", limit=1)
+    anonymous = answer(shared, context)
+
+    assert anonymous.session is not None
+    assert "tool:payroll-run" not in anonymous.session.bound
+    assert "tool:payroll-run" not in anonymous.session.evicted
+    assert "tool:payroll-run" not in anonymous.context
+
+
 def test_a_reply_says_the_time_its_turn_spent_in_the_model_and_a_cached_turn_spent_none() -> None:
     ticks = itertools.count()  # one second a reading: each model call takes 1,000 ms
     queries = CachedQueryEmbedder(EMBEDDER, clock=lambda: float(next(ticks)))

@@ -99,6 +99,8 @@ def test_from_stack_without_a_running_stack_says_how_to_name_one(elsewhere: Path
         Client.from_stack()
 
     assert str(elsewhere) in str(raised.value)
+    assert "Client.from_url" in str(raised.value)
+    assert "CAPDISC_REDIS_URL" not in str(raised.value)  # from_stack does not read it
 
 
 def test_from_stack_presents_the_admin_token_the_stack_wrote(

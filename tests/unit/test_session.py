@@ -23,6 +23,7 @@ from capdisc.sessions.policy import (
     new_session,
     record_call,
 )
+from capdisc.sessions.store import next_revision
 
 S = 1000  # ms
 
@@ -295,3 +296,10 @@ def test_installable_offers_follow_the_profile_then_the_platform(
 
     assert rules.installable_for("p") == expected
     assert rules.installable_for(None) == platform
+
+
+def test_revisions_count_on_within_a_session_and_start_apart_for_a_new_one() -> None:
+    assert next_revision("7") == "8"  # a session stored before revisions had lineages
+    started = next_revision("")
+    assert next_revision(started) == started.replace(":1", ":2")
+    assert next_revision("") != started

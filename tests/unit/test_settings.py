@@ -152,6 +152,13 @@ def test_unknown_key_in_the_settings_file_is_a_config_error(tmp_path: Path) -> N
     assert "Extra inputs are not permitted" in str(info.value)
 
 
+def test_an_endless_discover_timeout_is_a_config_error_naming_it(tmp_path: Path) -> None:
+    path = write_settings(tmp_path, "discover_timeout_s: .inf\n")
+
+    with pytest.raises(ConfigError, match=r"^setting 'discover_timeout_s' .*finite"):
+        Settings.load(environ={}, path=path)
+
+
 def test_unknown_discovery_key_in_the_settings_file_is_a_config_error(tmp_path: Path) -> None:
     path = write_settings(tmp_path, "discovery:\n  tier1_topk: 3\n")
 
@@ -324,6 +331,7 @@ CLIENT_CASES: list[tuple[dict[str, str], str | None, bool]] = [
     ({"CAPDISC_REDIS_URL": "localhost:6379"}, None, False),
     ({}, "discover_timeout_s: true\n", False),
     ({}, "discover_timeout_s: .nan\n", False),
+    ({}, "discover_timeout_s: .inf\n", False),
     ({}, "auth_keys_file: 3\n", False),
 ]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, cast
 
-from capdisc.access import Caller
+from capdisc.access import Caller, visible
 from capdisc.agents.formats import ToolFormat
 from capdisc.discovery.config import DiscoveryConfig
 from capdisc.discovery.engine import DiscoveryResult, Match, Query, discover, embed_turn, rank
@@ -125,6 +125,7 @@ def _bind(
             [m.capability.id for m in result.matches],
         )
     )
+    view = _seen_by(view, context.snapshot, query.filters.caller)
     offers = installable(
         context.snapshot,
         query,
@@ -136,6 +137,21 @@ def _bind(
     if not offers:
         return view
     return replace(view, installable=tuple(_offer(m) for m in offers))
+
+
+def _seen_by(view: SessionView, snapshot: IndexSnapshot, caller: Caller) -> SessionView:
+    """``view`` with only the capabilities ``caller`` may see: a session's working set can hold
+    tools another caller bound, or ones whose visibility narrowed (or that were deleted) since."""
+
+    def shown(cap_id: str) -> bool:
+        cap = snapshot.capabilities.get(cap_id)
+        return cap is not None and visible(cap.visibility, caller)
+
+    return replace(
+        view,
+        bound=tuple(i for i in view.bound if shown(i)),
+        evicted=tuple(i for i in view.evicted if shown(i)),
+    )
 
 
 def _offer(match: Match) -> dict[str, Any]:

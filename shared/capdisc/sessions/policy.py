@@ -428,9 +428,14 @@ def imported(
 
 
 def without(state: SessionState, ids: Iterable[str]) -> SessionState:
-    """``state`` with ``ids`` left out of the working set (what a caller may not see)."""
+    """``state`` with ``ids`` left out of the working set and the loop guard's evictions
+    (what a caller may not see)."""
     gone = set(ids)
-    return replace(state, bound={k: v for k, v in state.bound.items() if k not in gone})
+    return replace(
+        state,
+        bound={k: v for k, v in state.bound.items() if k not in gone},
+        loop_evicted=state.loop_evicted - gone,
+    )
 
 
 def export(state: SessionState) -> dict[str, Any]:

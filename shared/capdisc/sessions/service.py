@@ -95,7 +95,7 @@ class SessionService:
                 f"{request.tenant!r} does not exist (or expired)"
             )
         if request.op == "export":
-            hidden = [i for i in state.bound if not can_see(i)]
+            hidden = [i for i in [*state.bound, *state.loop_evicted] if not can_see(i)]
             return {"session": policy_fns.export(policy_fns.without(state, hidden))}
         return _seen({"working_set": policy_fns.working_set_view(state, self.policy)}, can_see)
 
@@ -147,4 +147,5 @@ def _seen(reply: dict[str, Any], can_see: Callable[[str], bool]) -> dict[str, An
     view = dict(reply["working_set"])
     view["bound"] = [b for b in view["bound"] if can_see(b["id"])]
     view["always_include"] = [i for i in view["always_include"] if can_see(i)]
+    view["loop_evicted"] = [i for i in view["loop_evicted"] if can_see(i)]
     return {"working_set": view}

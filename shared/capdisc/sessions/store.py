@@ -11,7 +11,9 @@ the least recently active go first.
 from __future__ import annotations
 
 import json
+import secrets
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -24,6 +26,8 @@ from capdisc.sessions.policy import SessionEvent, SessionPolicy, SessionState, n
 
 #: Events kept per session stream (approximate).
 EVENTS_MAXLEN = 1000
+#: Pause between reads of a session's events while Redis cannot be reached.
+OUTAGE_RETRY_S = 0.1
 
 T = TypeVar("T")
 #: A change: the current state in, the new state, its events and a result out.
@@ -136,7 +140,7 @@ def _cas_args(
     request_id: str,
 ) -> list[Any]:
     """The script's arguments (events travel as one JSON array: fewer arguments to pack)."""
-    revision = str(int(expected or 0) + 1)
+    revision = next_revision(expected)
     expires_ms = state.created_ms + int(policy.max_age_s * 1000)
     rows = [[e.type, str(e.at_ms), e.tool, e.reason] for e in events]
     return [
@@ -150,6 +154,17 @@ def _cas_args(
         state.session_id,
         request_id,
     ]
+
+
+def next_revision(expected: str) -> str:
+    """The revision after ``expected``: ``lineage:count``, where a new session (no revision)
+    starts a fresh random lineage. A session expired or evicted and started again under the
+    same id never repeats a revision of the one before, so a writer holding a state of the old
+    one cannot pass the compare-and-set and overwrite the new one with it."""
+    if not expected:
+        return f"{secrets.token_hex(6)}:1"
+    lineage, _, count = expected.rpartition(":")
+    return f"{lineage}:{int(count) + 1}" if lineage else str(int(count) + 1)
 
 
 def _bound_live_sessions(
@@ -190,9 +205,25 @@ def follow(
     session_id: str,
     after: str = "0-0",
     stop: Callable[[], bool] = lambda: False,
+    patience_s: float = 5.0,
 ) -> Iterator[dict[str, str]]:
-    """Every event of the session from ``after`` on, as it happens (in one-second slices)."""
+    """Every event of the session from ``after`` on, as it happens (in one-second slices).
+    Redis restarting is ridden out (read again from the last event seen); unreachable for
+    ``patience_s`` in a row, its connection error is raised (a refused password at once)."""
+    down_since: float | None = None
     while not stop():
-        for entry_id, fields in events(client, tenant, session_id, after):
+        reading_since = time.monotonic()
+        try:
+            batch = events(client, tenant, session_id, after)
+        except redis.AuthenticationError:
+            raise
+        except (redis.ConnectionError, redis.TimeoutError):
+            down_since = reading_since if down_since is None else down_since
+            if time.monotonic() - down_since >= patience_s:
+                raise
+            time.sleep(OUTAGE_RETRY_S)
+            continue
+        down_since = None
+        for entry_id, fields in batch:
             after = entry_id
             yield {"id": entry_id, **fields}

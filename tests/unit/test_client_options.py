@@ -1,0 +1,36 @@
+"""The client's own options are checked before anything is sent: a wait that is not a number
+of seconds above 0 (and at most a year) is an error naming it. No Redis is reached: the
+connection names a port nothing listens on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis
+
+from capdisc.client import Client
+from capdisc.errors import ConfigError
+
+NOWHERE = redis.Redis(port=1, socket_connect_timeout=0.1)
+BAD_WAITS = [float("inf"), float("nan"), 0, -1.0, 1e14, "5", None, True]
+
+
+@pytest.mark.parametrize("wait", BAD_WAITS)
+def test_a_client_with_a_bad_wait_is_refused_naming_it(wait: Any) -> None:
+    with pytest.raises(ConfigError, match="Client timeout_s must be"):
+        Client(NOWHERE, timeout_s=wait)
+    with pytest.raises(ConfigError, match="Client resend_after_s must be"):
+        Client(NOWHERE, resend_after_s=wait)
+
+
+@pytest.mark.parametrize("wait", [w for w in BAD_WAITS if w is not None])
+def test_a_call_with_a_bad_timeout_is_refused_naming_it_before_anything_is_sent(
+    wait: Any,
+) -> None:
+    with pytest.raises(ConfigError, match=r"^timeout_s must be"):
+        Client(NOWHERE).discover("refund a payment", timeout_s=wait)
+
+
+def test_a_long_wait_is_taken_as_given() -> None:
+    assert Client(NOWHERE, timeout_s=86400 * 30, resend_after_s=2).timeout_s == 86400 * 30
