@@ -43,6 +43,7 @@ from .test_import_mcp import free_port, stored
 TIME_COMMAND = f"{sys.executable} -m mcp_server_time --local-timezone UTC"
 HARBOUR = ROOT / "tests" / "fixtures" / "mcp_harbour_server.py"
 TIME_HTTP = ROOT / "tests" / "fixtures" / "mcp_time_http.py"
+ODD_LISTING = ROOT / "tests" / "fixtures" / "mcp_odd_listing_server.py"
 GATEWAY = [sys.executable, "-m", "capdisc_producers.cli", "mcp"]
 OWN_TOOLS = {METATOOL_NAME, "record_tool_call"}
 UPSTREAM_TIMEOUT_S = 3
@@ -476,6 +477,20 @@ def pool_call(upstream: Upstream, timeout_s: float) -> str:
     anyio.run(body)
     assert caught, "the call did not fail"
     return str(caught[0])
+
+
+def test_a_tool_the_sdk_refuses_in_the_listing_leaves_the_other_tools_callable() -> None:
+    odd = Upstream("mcp:odd", argv=(sys.executable, str(ODD_LISTING)))
+    answers: list[types.CallToolResult] = []
+
+    async def body() -> None:
+        async with UpstreamPool(10).running() as pool:
+            answers.append(await pool.call(UpstreamTool(odd, "echo"), {"text": "ahoy"}, "t"))
+
+    anyio.run(body)
+
+    assert not answers[0].is_error
+    assert text_of(answers[0]) == "ahoy"
 
 
 def test_a_server_that_cannot_be_started_is_an_upstream_error(tmp_path: Path) -> None:
