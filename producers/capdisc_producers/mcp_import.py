@@ -7,7 +7,8 @@ full schema, its annotations deciding ``has_side_effects``, the server's own
 ``serverInfo.description`` (first paragraph) in its ``source_ref``. Each tool is repaired the
 way every import is (:mod:`capdisc.registry.tolerance`: zero-width characters, schema
 dialects, schemas nested deeper than the limit), each repair noted; a tool still invalid is
-refused on its own.
+refused on its own, and so is one that would be the capability an earlier tool of the listing
+is (the same name twice, or names that differ only in characters a capability name cannot hold).
 Then it syncs like a directory: unchanged tools send nothing, changed ones are re-indexed (and
 logged with the old and new content hash), tools the server no longer has are deleted.
 """
@@ -113,13 +114,32 @@ def capabilities_of(
     errors: dict[Path, ManifestError] = {}
     repairs = notes if notes is not None else []
     about = server_description(listing.description, source, repairs)
+    holders: dict[str, str] = {}  # capability id -> the tool that has it
     for tool in listing.tools:
-        where = Path(f"{source}#{tool.get('name') or ''}")
+        name = str(tool.get("name") or "")
+        where = Path(f"{source}#{name}")
         try:
-            found[where] = _capability(tool, server, about, source, repairs)
+            capability = _capability(tool, server, about, source, repairs)
+            holder = holders.setdefault(capability.id, name)
+            if holder != name or where in found:
+                raise same_capability(source, name, holder, capability.id)
+            found[where] = capability
         except ManifestError as exc:
             errors[where] = exc
     return found, errors
+
+
+def same_capability(source: str, name: str, holder: str, capability_id: str) -> ManifestError:
+    """The refusal of a tool that would be the capability an earlier tool of the listing is
+    (the same name listed twice, or names that differ only in characters a capability name
+    cannot hold): the first is kept, so that re-imports do not swap one for the other."""
+    first = "listed twice by the server" if name == holder else f"the same as tool {holder!r}"
+    return ManifestError(
+        f"{source} tool {name!r}",
+        "name",
+        f"would be capability {capability_id}, {first}; the first is kept and this one "
+        "left out. Rename one of the tools on the server to import both",
+    )
 
 
 def server_description(text: str, source: str, notes: list[str]) -> str:
