@@ -177,6 +177,13 @@ def _capability(
     picked = {wire: tool[key] for key, wire in _FIELDS.items() if tool.get(key) is not None}
     fields, repairs = tolerant_fields(picked, "inputSchema", where)
     name = str(fields.get("name") or "")
+    if not name.strip():
+        raise ManifestError(
+            where,
+            "name",
+            "is empty: a tool is called by its name, so this one cannot be called "
+            "and is left out; the server's other tools are imported",
+        )
     annotations = fields.get("annotations") or {}
     read_only = annotations.get("read_only_hint")
     record = {

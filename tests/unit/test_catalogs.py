@@ -299,6 +299,17 @@ def test_mcp_tools_that_would_be_one_capability_keep_the_first_and_refuse_the_re
     assert "Rename one of the tools on the server" in renamed.problem
 
 
+@pytest.mark.parametrize("name", ["", "   ", None])
+def test_an_mcp_tool_without_a_name_is_refused_on_its_own(name: str | None) -> None:
+    tools = [{"name": name, "description": "Nameless."}, {"name": "echo", "description": "Echo."}]
+
+    found, errors = capabilities_of(ServerTools("odd", tools), "mcp:odd")
+
+    assert [c.name for c in found.values()] == ["odd.echo"]
+    (error,) = errors.values()
+    assert error.field == "name" and "cannot be called" in error.problem
+
+
 def _described(description: str) -> tuple[list[Any], list[str]]:
     listing = ServerTools(
         "tides", [{"name": "high_water", "description": "High water times."}], description
