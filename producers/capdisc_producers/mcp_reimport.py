@@ -31,6 +31,7 @@ import structlog
 
 from capdisc.errors import AuthError
 from capdisc.identity.gate import Gate, require
+from capdisc.registry.events import DEFAULT_MAX_BYTES
 from capdisc.registry.policy import StoredRecord, plan_sync
 from capdisc.registry.store import stored_by_source
 from capdisc_producers.mcp_import import ServerTools, capabilities_of
@@ -58,12 +59,18 @@ class Reimporter:
     (logged with the reason); without it (``Gate(None)``) every tenant is published to."""
 
     def __init__(
-        self, redis_url: str, token: str | None, wait_s: float, gate: Gate | None = None
+        self,
+        redis_url: str,
+        token: str | None,
+        wait_s: float,
+        gate: Gate | None = None,
+        max_event_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         self.redis_url = redis_url
         self.token = token
         self.wait_s = wait_s
         self.gate = gate or Gate(None)
+        self.max_event_bytes = max_event_bytes
 
     async def __call__(
         self, upstream: Upstream, listing: ServerTools, tenants: frozenset[str]
@@ -110,7 +117,9 @@ class Reimporter:
     def publish(self, source: str, listing: ServerTools, tenant: str) -> SyncReport:
         """Sync ``listing`` as ``source``'s tools in ``tenant`` (blocking)."""
         connection = redis.Redis.from_url(self.redis_url, socket_connect_timeout=2.0)
-        publisher = Publisher(self.redis_url, token=self.token)
+        publisher = Publisher(
+            self.redis_url, token=self.token, max_event_bytes=self.max_event_bytes
+        )
         try:
             return publish_listing(connection, publisher, listing, source, tenant, self.wait_s)
         finally:

@@ -20,6 +20,7 @@ from .conftest import ROOT, Stack, stop_process
 from .test_cli import run_cli
 
 SERVER = ROOT / "tests" / "fixtures" / "mcp_weather_server.py"
+ODD_LISTING = ROOT / "tests" / "fixtures" / "mcp_odd_listing_server.py"
 
 
 def imported(stack: Stack, tenant: str, *source: str) -> tuple[int, str, str]:
@@ -132,3 +133,20 @@ def test_an_unreachable_server_is_a_clear_error(stack: Stack, tenant: str) -> No
 
     assert code == 2
     assert "could not be listed" in err or "did not list its tools" in err
+
+
+def test_a_tool_too_large_for_an_event_is_refused_at_once_and_the_rest_imported(
+    stack: Stack, tenant: str, connection: redis.Redis
+) -> None:
+    started = time.monotonic()
+    code, out, err = imported(
+        stack, tenant, "--command", f"{sys.executable} {ODD_LISTING} huge", "--timeout", "30"
+    )
+
+    assert code == 1, err
+    assert "tool:odd-listing.survey: is " in err and "the limit is 1048576" in err
+    assert "CAPDISC_EVENT_MAX_BYTES" in err
+    assert "1 upserted, 0 deleted, 0 unchanged, 1 rejected" in out and "applied" in out
+    assert time.monotonic() - started < 25  # not a wait for an event the workers never decode
+    assert stored(connection, tenant, "tool:odd-listing.echo")
+    assert stored(connection, tenant, "tool:odd-listing.survey") is None
