@@ -25,6 +25,7 @@ from typing import Any
 
 import redis
 import structlog
+from pydantic import ValidationError
 
 from capdisc.errors import ManifestError, MCPImportError
 from capdisc.models import Capability
@@ -39,6 +40,10 @@ from capdisc_producers.sync import SyncReport, held_elsewhere, publish_plan
 log = structlog.get_logger("capdisc.mcp_import")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 MAX_PAGES = 100
+#: How much of the reason a message could not be read is kept (pydantic's run long).
+MAX_UNREADABLE_CHARS = 300
+#: How many of those reasons are kept (a server may print junk for as long as it runs).
+MAX_UNREADABLE_NOTED = 100
 
 
 @dataclass(frozen=True)
@@ -60,11 +65,13 @@ def list_server_tools(
         raise MCPImportError("give exactly one of --url and --command")
     if command is not None and not shlex.split(command):
         raise MCPImportError("--command is empty: give the command that starts the MCP server")
+    unreadable: list[str] = []
     try:
-        return asyncio.run(asyncio.wait_for(_list(url, command), timeout_s))
+        return asyncio.run(asyncio.wait_for(_list(url, command, unreadable), timeout_s))
     except TimeoutError as exc:
         raise MCPImportError(
             f"MCP server {url or command} did not list its tools within {timeout_s:.0f} s"
+            f"{unread_answer(unreadable)}"
         ) from exc
     except (OSError, RuntimeError, ValueError) as exc:
         raise MCPImportError(f"MCP server {url or command} could not be listed: {exc}") from exc
@@ -76,14 +83,48 @@ def list_server_tools(
         ) from exc
 
 
-async def _list(url: str | None, command: str | None) -> ServerTools:
+def unread_answer(unreadable: Sequence[str]) -> str:
+    """What a timeout's message adds when the server sent messages the ``mcp`` client could not
+    read (dropped, so the answer may have been one of them): how many, and the first reason."""
+    if not unreadable:
+        return ""
+    many = f"{len(unreadable)} messages" if len(unreadable) > 1 else "a message"
+    return (
+        f"; it sent {many} that could not be read, which may have been the answer "
+        f"({unreadable[0]}): a server that answers with JSON nested hundreds of levels deep, or "
+        "not as JSON-RPC, must be fixed"
+    )
+
+
+class UnreadableNoted:
+    """An ``mcp`` client's message handler that notes why each message from the server the
+    client could not read could not be (the client hands those over as exceptions, and drops
+    them)."""
+
+    def __init__(self, unreadable: list[str]) -> None:
+        self.unreadable = unreadable
+
+    async def __call__(self, message: Any) -> None:
+        if isinstance(message, Exception) and len(self.unreadable) < MAX_UNREADABLE_NOTED:
+            self.unreadable.append(unreadable_reason(message))
+
+
+def unreadable_reason(exc: Exception) -> str:
+    """Why a message could not be read, in one line: pydantic's first error, else the
+    exception's text."""
+    errors = exc.errors() if isinstance(exc, ValidationError) else []
+    reason = str(errors[0].get("msg", "")) if errors else _first_cause(exc)
+    return " ".join(reason.split())[:MAX_UNREADABLE_CHARS]
+
+
+async def _list(url: str | None, command: str | None, unreadable: list[str]) -> ServerTools:
     from mcp import Client, StdioServerParameters
 
     target: Any = url
     if command is not None:
         argv = shlex.split(command)
         target = StdioServerParameters(command=argv[0], args=argv[1:])
-    async with Client(target) as client:
+    async with Client(target, message_handler=UnreadableNoted(unreadable)) as client:
         info = client.server_info
         tools: list[dict[str, Any]] = []
         cursor: str | None = None

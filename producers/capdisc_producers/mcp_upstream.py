@@ -6,8 +6,9 @@
 * :class:`UpstreamPool` holds one client session per upstream server, opened on its first call
   and reused by every session served, closed on shutdown or by :meth:`UpstreamPool.close` (a
   stdio server's process is stopped with it). A call that is not answered within ``timeout_s``,
-  connecting included, is cancelled and raises :class:`~capdisc.errors.UpstreamTimeout`; a
-  server that cannot be started or reached, or breaks the protocol, raises
+  connecting included, is cancelled and raises :class:`~capdisc.errors.UpstreamTimeout` (saying
+  so when the server meanwhile sent a message the client could not read: the answer may have
+  been that one); a server that cannot be started or reached, or breaks the protocol, raises
   :class:`~capdisc.errors.UpstreamError`; a connection that was lost (closed, or an HTTP
   session the server forgot) is opened again on the next call. A tool's own failure is its result
   (``isError``), returned as it is.
@@ -41,11 +42,17 @@ from mcp.shared.exceptions import MCPError
 from capdisc.discovery.toolsets import MCP_SOURCE_TYPE
 from capdisc.errors import UpstreamError, UpstreamTimeout
 from capdisc.models import SourceRef
-from capdisc_producers.mcp_import import MAX_PAGES, ServerTools
+from capdisc_producers.mcp_import import (
+    MAX_PAGES,
+    ServerTools,
+    unread_answer,
+    unreadable_reason,
+)
 
 SOURCE_PREFIX = "mcp:"
 _HTTP = ("http://", "https://")
 _REIMPORT_HINT = "import the server again with capdisc import mcp --url URL | --command CMD"
+_SLOW = "; retry it, or raise mcp_upstream_timeout_s for a slow server"
 #: Errors after which a pooled connection is opened again on the next call: the transport
 #: closed, or (streamable HTTP) the server no longer knows the session, say after a restart.
 SESSION_LOST = frozenset({types.CONNECTION_CLOSED, types.INVALID_REQUEST})
@@ -131,6 +138,9 @@ class _Connection:
     tenants: set[str] = field(default_factory=set)
     relisting: anyio.Lock = field(default_factory=anyio.Lock)
     ended: anyio.Event = field(default_factory=anyio.Event)
+    #: When the server last sent a message the client could not read (and dropped), and why.
+    unread_at: float = 0.0
+    unread_reason: str = ""
 
 
 class UpstreamPool:
@@ -169,16 +179,17 @@ class UpstreamPool:
         self, tool: UpstreamTool, arguments: Mapping[str, Any], tenant: str
     ) -> types.CallToolResult:
         """The server's answer to one call made for ``tenant``."""
+        started = time.monotonic()
         try:
             with anyio.fail_after(self.timeout_s):
                 client = await self._client(tool.upstream, tenant)
                 return await call_tool(client, tool.name, arguments)
         except TimeoutError as exc:
+            unread = self._unread_since(tool.upstream, started)
             self._drop_unconnected(tool.upstream)
             raise UpstreamTimeout(
                 f"MCP server {tool.upstream.label} did not answer {tool.name!r} within "
-                f"{self.timeout_s:g} s, so the call was cancelled; retry it, or raise "
-                "mcp_upstream_timeout_s for a slow server"
+                f"{self.timeout_s:g} s, so the call was cancelled{unread_answer(unread) or _SLOW}"
             ) from exc
         except (MCPError, RuntimeError, ValueError, OSError) as exc:
             if isinstance(exc, MCPError) and exc.code in SESSION_LOST:
@@ -236,6 +247,11 @@ class UpstreamPool:
     async def _heard(self, connection: _Connection, message: Any) -> None:
         """A message from the server: a tool-list change starts a re-listing (in a task of its
         own: the client's reader must not wait on a request it is to read the answer of)."""
+        if isinstance(message, Exception):  # a message the client could not read, dropped
+            connection.unread_at, connection.unread_reason = (
+                time.monotonic(),
+                unreadable_reason(message),
+            )
         if isinstance(message, types.ToolListChangedNotification) and self._tasks is not None:
             log.info("mcp_upstream_tools_changed", upstream=connection.upstream.label)
             self._tasks.start_soon(self._relist, connection)
@@ -257,6 +273,14 @@ class UpstreamPool:
                     upstream=connection.upstream.label,
                     error=first_cause(exc),
                 )
+
+    def _unread_since(self, upstream: Upstream, started: float) -> list[str]:
+        """Why the server's unreadable message since ``started`` could not be read, if it sent
+        one (the answer awaited may have been that message)."""
+        connection = self._connections.get(upstream.source)
+        if connection is None or connection.unread_at < started:
+            return []
+        return [connection.unread_reason]
 
     def _drop(self, upstream: Upstream) -> None:
         connection = self._connections.pop(upstream.source, None)

@@ -150,3 +150,15 @@ def test_a_tool_too_large_for_an_event_is_refused_at_once_and_the_rest_imported(
     assert time.monotonic() - started < 25  # not a wait for an event the workers never decode
     assert stored(connection, tenant, "tool:odd-listing.echo")
     assert stored(connection, tenant, "tool:odd-listing.survey") is None
+
+
+def test_a_listing_too_deep_to_read_is_named_when_the_import_times_out(
+    stack: Stack, tenant: str
+) -> None:
+    command = f"{sys.executable} {ODD_LISTING} deep"
+
+    code, _out, err = imported(stack, tenant, "--command", command, "--timeout", "3")
+
+    assert code == 2
+    assert "did not list its tools within 3 s; it sent a message that could not be read" in err
+    assert "recursion limit exceeded" in err

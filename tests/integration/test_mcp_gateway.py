@@ -493,6 +493,16 @@ def test_a_tool_the_sdk_refuses_in_the_listing_leaves_the_other_tools_callable()
     assert text_of(answers[0]) == "ahoy"
 
 
+def test_an_answer_too_deep_to_read_is_named_when_the_call_times_out() -> None:
+    deep = Upstream("mcp:deep", argv=(sys.executable, str(ODD_LISTING), "deep"))
+
+    message = pool_call(deep, 2)
+
+    assert "did not answer 'anything' within 2 s" in message
+    assert "sent a message that could not be read, which may have been the answer" in message
+    assert "recursion limit exceeded" in message
+
+
 def test_a_server_that_cannot_be_started_is_an_upstream_error(tmp_path: Path) -> None:
     missing = tmp_path / "no-such-server"
 
