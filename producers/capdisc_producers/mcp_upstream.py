@@ -14,7 +14,9 @@
   (``isError``), returned as it is.
 * When a pooled server says its tools changed (``notifications/tools/list_changed``), the pool
   lists them again over the same connection and hands the listing to ``on_tools_changed``, with
-  the tenants whose calls went to that server.
+  the tenants whose calls went to that server. Changes heard while a re-listing waits to start
+  are covered by it: a server that sends the notification in a burst, or on every call, costs
+  one re-listing at a time and one more after it, not one per notification.
 
 Connections use the initialize handshake (``mode="legacy"``): a server that speaks both
 protocol eras would otherwise be reached in the stateless 2026-07-28 era, which carries no
@@ -137,6 +139,8 @@ class _Connection:
     failure: str = ""
     tenants: set[str] = field(default_factory=set)
     relisting: anyio.Lock = field(default_factory=anyio.Lock)
+    #: A re-listing is waiting to start: a change heard meanwhile needs no other.
+    relist_pending: bool = False
     ended: anyio.Event = field(default_factory=anyio.Event)
     #: When the server last sent a message the client could not read (and dropped), and why.
     unread_at: float = 0.0
@@ -253,11 +257,15 @@ class UpstreamPool:
                 unreadable_reason(message),
             )
         if isinstance(message, types.ToolListChangedNotification) and self._tasks is not None:
+            if connection.relist_pending:  # the re-listing waiting to start will see this change
+                return
+            connection.relist_pending = True
             log.info("mcp_upstream_tools_changed", upstream=connection.upstream.label)
             self._tasks.start_soon(self._relist, connection)
 
     async def _relist(self, connection: _Connection) -> None:
         async with connection.relisting:  # one at a time per server; each sees the newest list
+            connection.relist_pending = False
             client = connection.client
             if client is None or self.on_tools_changed is None:
                 return
