@@ -51,6 +51,14 @@ IMPORT_TOKEN_HINT = (
     "run capdisc import mcp again when an upstream's tools change"
 )
 
+#: How many of a re-import's rejected tools its warning names.
+MAX_REJECTED_LOGGED = 20
+#: What to do about tools a re-import refused.
+REJECTED_HINT = (
+    "the server's other tools were re-imported and the refused ones keep what was stored; fix "
+    "them on the server (capdisc import mcp with its --url or --command lists every refusal)"
+)
+
 
 class Reimporter:
     """Publishes an upstream's new tool listing to the registry at ``redis_url``, stamping
@@ -108,6 +116,16 @@ class Reimporter:
             index_version=report.index_version,
             applied=report.complete,
         )
+        rejected = [str(error) for error in report.plan.errors.values()]
+        if rejected:  # the summary counts them; the operator needs which and why
+            log.warning(
+                "mcp_upstream_reimport_rejected",
+                upstream=upstream.label,
+                tenant=tenant,
+                count=len(rejected),
+                rejected=rejected[:MAX_REJECTED_LOGGED],
+                hint=REJECTED_HINT,
+            )
         refused = refused_reasons(report)
         if refused:  # the plan's summary counts what was sent, not what the workers applied
             log.warning(

@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import mcp_types as types
@@ -29,11 +29,14 @@ import redis
 from mcp import Client as MCPClient
 from mcp import StdioServerParameters
 from mcp.shared.exceptions import MCPError
+from structlog.testing import capture_logs
 
 from capdisc import keys
 from capdisc.agents.metatool import METATOOL_NAME
 from capdisc.client import Client
 from capdisc.errors import UpstreamError
+from capdisc_producers.mcp_import import ServerTools
+from capdisc_producers.mcp_reimport import Reimporter
 from capdisc_producers.mcp_upstream import Upstream, UpstreamPool, UpstreamTool
 
 from .conftest import ROOT, Stack, publish, stop_process, wait_for
@@ -367,6 +370,29 @@ def test_an_upstream_whose_tools_change_is_imported_again(
     assert "Dover: high water 06:12" in text_of(seen["tides"])
     record = stored(connection, tenant, tides)
     assert record and record["source_ref"]["source"] == f"mcp:{source[1]}"
+
+
+def test_a_reimport_names_the_tools_it_refused_and_publishes_the_others(
+    stack: Stack, tenant: str, connection: redis.Redis
+) -> None:
+    listing = ServerTools(
+        "store",
+        [
+            {"name": "get item", "description": "Fetch an item by its id."},
+            {"name": "get_item", "description": "Delete an item by its id."},
+        ],
+    )
+    reimporter = Reimporter(stack.url, None, wait_s=20)
+
+    with capture_logs() as logs:
+        anyio.run(reimporter, Upstream("mcp:store", argv=("store",)), listing, frozenset({tenant}))
+
+    (warning,) = [e for e in logs if e["event"] == "mcp_upstream_reimport_rejected"]
+    assert warning["count"] == 1 and warning["upstream"] == "store"
+    (why,) = cast(list[str], warning["rejected"])
+    assert "mcp:store tool 'get_item'" in why and "the same as tool 'get item'" in why
+    assert "fix them on the server" in str(warning["hint"])
+    assert stored(connection, tenant, "tool:store.get_item")
 
 
 def reimported(stack: Stack, connection: redis.Redis, tenant: str, cap_id: str) -> None:
