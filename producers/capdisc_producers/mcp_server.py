@@ -222,7 +222,7 @@ def upstream_pool(settings: Settings, access: ServerAuth, tenant: str | None) ->
         max_event_bytes=settings.event_max_bytes,
     )
     check_import_token(reimporter, tenant)
-    return UpstreamPool(timeout_s, reimporter)
+    return UpstreamPool(timeout_s, reimporter, settings.mcp_max_result_bytes)
 
 
 def check_import_token(reimporter: Reimporter, tenant: str | None) -> None:

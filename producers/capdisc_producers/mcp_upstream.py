@@ -10,7 +10,9 @@
   so when the server meanwhile sent a message the client could not read: the answer may have
   been that one); a server that cannot be started or reached, or breaks the protocol, raises
   :class:`~capdisc.errors.UpstreamError`; a connection that was lost (closed, or an HTTP
-  session the server forgot) is opened again on the next call. A tool's own failure is its result
+  session the server forgot) is opened again on the next call. An answer larger than
+  ``max_result_bytes`` as JSON raises :class:`~capdisc.errors.UpstreamError` saying to ask for
+  less, rather than reaching a host that cannot use it. A tool's own failure is its result
   (``isError``), returned as it is.
 * When a pooled server says its tools changed (``notifications/tools/list_changed``), the pool
   lists them again over the same connection and hands the listing to ``on_tools_changed``, with
@@ -54,6 +56,8 @@ from capdisc_producers.mcp_import import (
 SOURCE_PREFIX = "mcp:"
 _HTTP = ("http://", "https://")
 _REIMPORT_HINT = "import the server again with capdisc import mcp --url URL | --command CMD"
+#: The largest answer passed on by default (``mcp_max_result_bytes``).
+MAX_RESULT_BYTES = 8 * 1024 * 1024
 _SLOW = "; retry it, or raise mcp_upstream_timeout_s for a slow server"
 #: Errors after which a pooled connection is opened again on the next call: the transport
 #: closed, or (streamable HTTP) the server no longer knows the session, say after a restart.
@@ -150,9 +154,15 @@ class _Connection:
 class UpstreamPool:
     """One client session per upstream MCP server, shared by every session served."""
 
-    def __init__(self, timeout_s: float, on_tools_changed: ToolsChanged | None = None) -> None:
+    def __init__(
+        self,
+        timeout_s: float,
+        on_tools_changed: ToolsChanged | None = None,
+        max_result_bytes: int = MAX_RESULT_BYTES,
+    ) -> None:
         self.timeout_s = timeout_s
         self.on_tools_changed = on_tools_changed
+        self.max_result_bytes = max_result_bytes
         self._connections: dict[str, _Connection] = {}
         self._tasks: TaskGroup | None = None
 
@@ -187,7 +197,7 @@ class UpstreamPool:
         try:
             with anyio.fail_after(self.timeout_s):
                 client = await self._client(tool.upstream, tenant)
-                return await call_tool(client, tool.name, arguments)
+                result = await call_tool(client, tool.name, arguments)
         except TimeoutError as exc:
             unread = self._unread_since(tool.upstream, started)
             self._drop_unconnected(tool.upstream)
@@ -202,6 +212,19 @@ class UpstreamPool:
                 f"MCP server {tool.upstream.label} failed {tool.name!r} ({exc}); check that the "
                 "server runs, then call the tool again"
             ) from exc
+        self._check_size(tool, result)
+        return result
+
+    def _check_size(self, tool: UpstreamTool, result: types.CallToolResult) -> None:
+        """Refuse to pass on an answer larger than ``max_result_bytes`` (as JSON)."""
+        size = len(result.model_dump_json(by_alias=True, exclude_none=True).encode())
+        if size > self.max_result_bytes:
+            raise UpstreamError(
+                f"MCP server {tool.upstream.label} answered {tool.name!r} with {_size(size)}, "
+                f"more than the {_size(self.max_result_bytes)} capdisc passes on "
+                "(mcp_max_result_bytes); call it again asking for less (a narrower query, a "
+                "smaller page or range), or raise CAPDISC_MCP_MAX_RESULT_BYTES"
+            )
 
     async def _client(self, upstream: Upstream, tenant: str) -> MCPClient:
         connection = self._connections.get(upstream.source)
@@ -341,6 +364,10 @@ def first_cause(exc: BaseException) -> str:
     text."""
     inner: Sequence[BaseException] = getattr(exc, "exceptions", ())
     return first_cause(inner[0]) if inner else (str(exc) or type(exc).__name__)
+
+
+def _size(size: int) -> str:
+    return f"{size / 1_000_000:.1f} MB" if size >= 100_000 else f"{size} bytes"
 
 
 def _ms(started: float) -> float:

@@ -529,6 +529,27 @@ def test_an_answer_too_deep_to_read_is_named_when_the_call_times_out() -> None:
     assert "recursion limit exceeded" in message
 
 
+def test_an_answer_larger_than_the_limit_is_refused_saying_to_ask_for_less() -> None:
+    odd = Upstream("mcp:odd", argv=(sys.executable, str(ODD_LISTING)))
+    caught: list[UpstreamError] = []
+    answers: list[types.CallToolResult] = []
+
+    async def body() -> None:
+        async with UpstreamPool(10, max_result_bytes=2048).running() as pool:
+            answers.append(await pool.call(UpstreamTool(odd, "echo"), {"text": "ahoy"}, "t"))
+            with pytest.raises(UpstreamError) as raised:
+                await pool.call(UpstreamTool(odd, "echo"), {"text": "x" * 4096}, "t")
+            caught.append(raised.value)
+
+    anyio.run(body)
+
+    assert text_of(answers[0]) == "ahoy"
+    message = str(caught[0])
+    assert "MCP server odd answered 'echo' with 41" in message
+    assert "more than the 2048 bytes capdisc passes on" in message
+    assert "asking for less" in message and "CAPDISC_MCP_MAX_RESULT_BYTES" in message
+
+
 def test_a_server_that_cannot_be_started_is_an_upstream_error(tmp_path: Path) -> None:
     missing = tmp_path / "no-such-server"
 
