@@ -733,9 +733,10 @@ def _publisher(url: str, tenant: str | None) -> Publisher:
     refuses early, before anything is sent)."""
     from capdisc_producers.publisher import Publisher
 
-    access = _access(click.get_current_context())
+    ctx = click.get_current_context()
+    access = _access(ctx)
     _check_write(access, tenant)
-    return Publisher(url, token=access.token)
+    return Publisher(url, token=access.token, max_event_bytes=_settings(ctx).event_max_bytes)
 
 
 def _check_write(access: Access, tenant: str | None) -> None:

@@ -7,7 +7,8 @@ full schema, its annotations deciding ``has_side_effects``, the server's own
 ``serverInfo.description`` (first paragraph) in its ``source_ref``. Each tool is repaired the
 way every import is (:mod:`capdisc.registry.tolerance`: zero-width characters, schema
 dialects, schemas nested deeper than the limit), each repair noted; a tool still invalid is
-refused on its own.
+refused on its own, and so is one that would be the capability an earlier tool of the listing
+is (the same name twice, or names that differ only in characters a capability name cannot hold).
 Then it syncs like a directory: unchanged tools send nothing, changed ones are re-indexed (and
 logged with the old and new content hash), tools the server no longer has are deleted.
 """
@@ -24,6 +25,7 @@ from typing import Any
 
 import redis
 import structlog
+from pydantic import ValidationError
 
 from capdisc.errors import ManifestError, MCPImportError
 from capdisc.models import Capability
@@ -38,6 +40,10 @@ from capdisc_producers.sync import SyncReport, held_elsewhere, publish_plan
 log = structlog.get_logger("capdisc.mcp_import")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 MAX_PAGES = 100
+#: How much of the reason a message could not be read is kept (pydantic's run long).
+MAX_UNREADABLE_CHARS = 300
+#: How many of those reasons are kept (a server may print junk for as long as it runs).
+MAX_UNREADABLE_NOTED = 100
 
 
 @dataclass(frozen=True)
@@ -59,11 +65,13 @@ def list_server_tools(
         raise MCPImportError("give exactly one of --url and --command")
     if command is not None and not shlex.split(command):
         raise MCPImportError("--command is empty: give the command that starts the MCP server")
+    unreadable: list[str] = []
     try:
-        return asyncio.run(asyncio.wait_for(_list(url, command), timeout_s))
+        return asyncio.run(asyncio.wait_for(_list(url, command, unreadable), timeout_s))
     except TimeoutError as exc:
         raise MCPImportError(
             f"MCP server {url or command} did not list its tools within {timeout_s:.0f} s"
+            f"{unread_answer(unreadable)}"
         ) from exc
     except (OSError, RuntimeError, ValueError) as exc:
         raise MCPImportError(f"MCP server {url or command} could not be listed: {exc}") from exc
@@ -75,14 +83,48 @@ def list_server_tools(
         ) from exc
 
 
-async def _list(url: str | None, command: str | None) -> ServerTools:
+def unread_answer(unreadable: Sequence[str]) -> str:
+    """What a timeout's message adds when the server sent messages the ``mcp`` client could not
+    read (dropped, so the answer may have been one of them): how many, and the first reason."""
+    if not unreadable:
+        return ""
+    many = f"{len(unreadable)} messages" if len(unreadable) > 1 else "a message"
+    return (
+        f"; it sent {many} that could not be read, which may have been the answer "
+        f"({unreadable[0]}): a server that answers with JSON nested hundreds of levels deep, or "
+        "not as JSON-RPC, must be fixed"
+    )
+
+
+class UnreadableNoted:
+    """An ``mcp`` client's message handler that notes why each message from the server the
+    client could not read could not be (the client hands those over as exceptions, and drops
+    them)."""
+
+    def __init__(self, unreadable: list[str]) -> None:
+        self.unreadable = unreadable
+
+    async def __call__(self, message: Any) -> None:
+        if isinstance(message, Exception) and len(self.unreadable) < MAX_UNREADABLE_NOTED:
+            self.unreadable.append(unreadable_reason(message))
+
+
+def unreadable_reason(exc: Exception) -> str:
+    """Why a message could not be read, in one line: pydantic's first error, else the
+    exception's text."""
+    errors = exc.errors() if isinstance(exc, ValidationError) else []
+    reason = str(errors[0].get("msg", "")) if errors else _first_cause(exc)
+    return " ".join(reason.split())[:MAX_UNREADABLE_CHARS]
+
+
+async def _list(url: str | None, command: str | None, unreadable: list[str]) -> ServerTools:
     from mcp import Client, StdioServerParameters
 
     target: Any = url
     if command is not None:
         argv = shlex.split(command)
         target = StdioServerParameters(command=argv[0], args=argv[1:])
-    async with Client(target) as client:
+    async with Client(target, message_handler=UnreadableNoted(unreadable)) as client:
         info = client.server_info
         tools: list[dict[str, Any]] = []
         cursor: str | None = None
@@ -113,13 +155,32 @@ def capabilities_of(
     errors: dict[Path, ManifestError] = {}
     repairs = notes if notes is not None else []
     about = server_description(listing.description, source, repairs)
+    holders: dict[str, str] = {}  # capability id -> the tool that has it
     for tool in listing.tools:
-        where = Path(f"{source}#{tool.get('name') or ''}")
+        name = str(tool.get("name") or "")
+        where = Path(f"{source}#{name}")
         try:
-            found[where] = _capability(tool, server, about, source, repairs)
+            capability = _capability(tool, server, about, source, repairs)
+            holder = holders.setdefault(capability.id, name)
+            if holder != name or where in found:
+                raise same_capability(source, name, holder, capability.id)
+            found[where] = capability
         except ManifestError as exc:
             errors[where] = exc
     return found, errors
+
+
+def same_capability(source: str, name: str, holder: str, capability_id: str) -> ManifestError:
+    """The refusal of a tool that would be the capability an earlier tool of the listing is
+    (the same name listed twice, or names that differ only in characters a capability name
+    cannot hold): the first is kept, so that re-imports do not swap one for the other."""
+    first = "listed twice by the server" if name == holder else f"the same as tool {holder!r}"
+    return ManifestError(
+        f"{source} tool {name!r}",
+        "name",
+        f"would be capability {capability_id}, {first}; the first is kept and this one "
+        "left out. Rename one of the tools on the server to import both",
+    )
 
 
 def server_description(text: str, source: str, notes: list[str]) -> str:
@@ -157,6 +218,13 @@ def _capability(
     picked = {wire: tool[key] for key, wire in _FIELDS.items() if tool.get(key) is not None}
     fields, repairs = tolerant_fields(picked, "inputSchema", where)
     name = str(fields.get("name") or "")
+    if not name.strip():
+        raise ManifestError(
+            where,
+            "name",
+            "is empty: a tool is called by its name, so this one cannot be called "
+            "and is left out; the server's other tools are imported",
+        )
     annotations = fields.get("annotations") or {}
     read_only = annotations.get("read_only_hint")
     record = {

@@ -31,6 +31,7 @@ import structlog
 
 from capdisc.errors import AuthError
 from capdisc.identity.gate import Gate, require
+from capdisc.registry.events import DEFAULT_MAX_BYTES
 from capdisc.registry.policy import StoredRecord, plan_sync
 from capdisc.registry.store import stored_by_source
 from capdisc_producers.mcp_import import ServerTools, capabilities_of
@@ -50,6 +51,14 @@ IMPORT_TOKEN_HINT = (
     "run capdisc import mcp again when an upstream's tools change"
 )
 
+#: How many of a re-import's rejected tools its warning names.
+MAX_REJECTED_LOGGED = 20
+#: What to do about tools a re-import refused.
+REJECTED_HINT = (
+    "the server's other tools were re-imported and the refused ones keep what was stored; fix "
+    "them on the server (capdisc import mcp with its --url or --command lists every refusal)"
+)
+
 
 class Reimporter:
     """Publishes an upstream's new tool listing to the registry at ``redis_url``, stamping
@@ -58,12 +67,18 @@ class Reimporter:
     (logged with the reason); without it (``Gate(None)``) every tenant is published to."""
 
     def __init__(
-        self, redis_url: str, token: str | None, wait_s: float, gate: Gate | None = None
+        self,
+        redis_url: str,
+        token: str | None,
+        wait_s: float,
+        gate: Gate | None = None,
+        max_event_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         self.redis_url = redis_url
         self.token = token
         self.wait_s = wait_s
         self.gate = gate or Gate(None)
+        self.max_event_bytes = max_event_bytes
 
     async def __call__(
         self, upstream: Upstream, listing: ServerTools, tenants: frozenset[str]
@@ -101,6 +116,16 @@ class Reimporter:
             index_version=report.index_version,
             applied=report.complete,
         )
+        rejected = [str(error) for error in report.plan.errors.values()]
+        if rejected:  # the summary counts them; the operator needs which and why
+            log.warning(
+                "mcp_upstream_reimport_rejected",
+                upstream=upstream.label,
+                tenant=tenant,
+                count=len(rejected),
+                rejected=rejected[:MAX_REJECTED_LOGGED],
+                hint=REJECTED_HINT,
+            )
         refused = refused_reasons(report)
         if refused:  # the plan's summary counts what was sent, not what the workers applied
             log.warning(
@@ -110,7 +135,9 @@ class Reimporter:
     def publish(self, source: str, listing: ServerTools, tenant: str) -> SyncReport:
         """Sync ``listing`` as ``source``'s tools in ``tenant`` (blocking)."""
         connection = redis.Redis.from_url(self.redis_url, socket_connect_timeout=2.0)
-        publisher = Publisher(self.redis_url, token=self.token)
+        publisher = Publisher(
+            self.redis_url, token=self.token, max_event_bytes=self.max_event_bytes
+        )
         try:
             return publish_listing(connection, publisher, listing, source, tenant, self.wait_s)
         finally:

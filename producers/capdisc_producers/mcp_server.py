@@ -214,9 +214,15 @@ def upstream_pool(settings: Settings, access: ServerAuth, tenant: str | None) ->
     over HTTP without ``--tenant``, the token's own; each change is checked for its tenants)."""
     timeout_s = settings.mcp_upstream_timeout_s
     token = settings.mcp_import_token or access.token
-    reimporter = Reimporter(settings.redis_url, token, wait_s=timeout_s, gate=access.gate)
+    reimporter = Reimporter(
+        settings.redis_url,
+        token,
+        wait_s=timeout_s,
+        gate=access.gate,
+        max_event_bytes=settings.event_max_bytes,
+    )
     check_import_token(reimporter, tenant)
-    return UpstreamPool(timeout_s, reimporter)
+    return UpstreamPool(timeout_s, reimporter, settings.mcp_max_result_bytes)
 
 
 def check_import_token(reimporter: Reimporter, tenant: str | None) -> None:

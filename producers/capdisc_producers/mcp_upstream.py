@@ -6,14 +6,19 @@
 * :class:`UpstreamPool` holds one client session per upstream server, opened on its first call
   and reused by every session served, closed on shutdown or by :meth:`UpstreamPool.close` (a
   stdio server's process is stopped with it). A call that is not answered within ``timeout_s``,
-  connecting included, is cancelled and raises :class:`~capdisc.errors.UpstreamTimeout`; a
-  server that cannot be started or reached, or breaks the protocol, raises
+  connecting included, is cancelled and raises :class:`~capdisc.errors.UpstreamTimeout` (saying
+  so when the server meanwhile sent a message the client could not read: the answer may have
+  been that one); a server that cannot be started or reached, or breaks the protocol, raises
   :class:`~capdisc.errors.UpstreamError`; a connection that was lost (closed, or an HTTP
-  session the server forgot) is opened again on the next call. A tool's own failure is its result
+  session the server forgot) is opened again on the next call. An answer larger than
+  ``max_result_bytes`` as JSON raises :class:`~capdisc.errors.UpstreamError` saying to ask for
+  less, rather than reaching a host that cannot use it. A tool's own failure is its result
   (``isError``), returned as it is.
 * When a pooled server says its tools changed (``notifications/tools/list_changed``), the pool
   lists them again over the same connection and hands the listing to ``on_tools_changed``, with
-  the tenants whose calls went to that server.
+  the tenants whose calls went to that server. Changes heard while a re-listing waits to start
+  are covered by it: a server that sends the notification in a burst, or on every call, costs
+  one re-listing at a time and one more after it, not one per notification.
 
 Connections use the initialize handshake (``mode="legacy"``): a server that speaks both
 protocol eras would otherwise be reached in the stateless 2026-07-28 era, which carries no
@@ -41,11 +46,19 @@ from mcp.shared.exceptions import MCPError
 from capdisc.discovery.toolsets import MCP_SOURCE_TYPE
 from capdisc.errors import UpstreamError, UpstreamTimeout
 from capdisc.models import SourceRef
-from capdisc_producers.mcp_import import MAX_PAGES, ServerTools
+from capdisc_producers.mcp_import import (
+    MAX_PAGES,
+    ServerTools,
+    unread_answer,
+    unreadable_reason,
+)
 
 SOURCE_PREFIX = "mcp:"
 _HTTP = ("http://", "https://")
 _REIMPORT_HINT = "import the server again with capdisc import mcp --url URL | --command CMD"
+#: The largest answer passed on by default (``mcp_max_result_bytes``).
+MAX_RESULT_BYTES = 8 * 1024 * 1024
+_SLOW = "; retry it, or raise mcp_upstream_timeout_s for a slow server"
 #: Errors after which a pooled connection is opened again on the next call: the transport
 #: closed, or (streamable HTTP) the server no longer knows the session, say after a restart.
 SESSION_LOST = frozenset({types.CONNECTION_CLOSED, types.INVALID_REQUEST})
@@ -130,15 +143,26 @@ class _Connection:
     failure: str = ""
     tenants: set[str] = field(default_factory=set)
     relisting: anyio.Lock = field(default_factory=anyio.Lock)
+    #: A re-listing is waiting to start: a change heard meanwhile needs no other.
+    relist_pending: bool = False
     ended: anyio.Event = field(default_factory=anyio.Event)
+    #: When the server last sent a message the client could not read (and dropped), and why.
+    unread_at: float = 0.0
+    unread_reason: str = ""
 
 
 class UpstreamPool:
     """One client session per upstream MCP server, shared by every session served."""
 
-    def __init__(self, timeout_s: float, on_tools_changed: ToolsChanged | None = None) -> None:
+    def __init__(
+        self,
+        timeout_s: float,
+        on_tools_changed: ToolsChanged | None = None,
+        max_result_bytes: int = MAX_RESULT_BYTES,
+    ) -> None:
         self.timeout_s = timeout_s
         self.on_tools_changed = on_tools_changed
+        self.max_result_bytes = max_result_bytes
         self._connections: dict[str, _Connection] = {}
         self._tasks: TaskGroup | None = None
 
@@ -169,16 +193,17 @@ class UpstreamPool:
         self, tool: UpstreamTool, arguments: Mapping[str, Any], tenant: str
     ) -> types.CallToolResult:
         """The server's answer to one call made for ``tenant``."""
+        started = time.monotonic()
         try:
             with anyio.fail_after(self.timeout_s):
                 client = await self._client(tool.upstream, tenant)
-                return await client.call_tool(tool.name, dict(arguments))
+                result = await call_tool(client, tool.name, arguments)
         except TimeoutError as exc:
+            unread = self._unread_since(tool.upstream, started)
             self._drop_unconnected(tool.upstream)
             raise UpstreamTimeout(
                 f"MCP server {tool.upstream.label} did not answer {tool.name!r} within "
-                f"{self.timeout_s:g} s, so the call was cancelled; retry it, or raise "
-                "mcp_upstream_timeout_s for a slow server"
+                f"{self.timeout_s:g} s, so the call was cancelled{unread_answer(unread) or _SLOW}"
             ) from exc
         except (MCPError, RuntimeError, ValueError, OSError) as exc:
             if isinstance(exc, MCPError) and exc.code in SESSION_LOST:
@@ -187,6 +212,19 @@ class UpstreamPool:
                 f"MCP server {tool.upstream.label} failed {tool.name!r} ({exc}); check that the "
                 "server runs, then call the tool again"
             ) from exc
+        self._check_size(tool, result)
+        return result
+
+    def _check_size(self, tool: UpstreamTool, result: types.CallToolResult) -> None:
+        """Refuse to pass on an answer larger than ``max_result_bytes`` (as JSON)."""
+        size = len(result.model_dump_json(by_alias=True, exclude_none=True).encode())
+        if size > self.max_result_bytes:
+            raise UpstreamError(
+                f"MCP server {tool.upstream.label} answered {tool.name!r} with {_size(size)}, "
+                f"more than the {_size(self.max_result_bytes)} capdisc passes on "
+                "(mcp_max_result_bytes); call it again asking for less (a narrower query, a "
+                "smaller page or range), or raise CAPDISC_MCP_MAX_RESULT_BYTES"
+            )
 
     async def _client(self, upstream: Upstream, tenant: str) -> MCPClient:
         connection = self._connections.get(upstream.source)
@@ -236,12 +274,21 @@ class UpstreamPool:
     async def _heard(self, connection: _Connection, message: Any) -> None:
         """A message from the server: a tool-list change starts a re-listing (in a task of its
         own: the client's reader must not wait on a request it is to read the answer of)."""
+        if isinstance(message, Exception):  # a message the client could not read, dropped
+            connection.unread_at, connection.unread_reason = (
+                time.monotonic(),
+                unreadable_reason(message),
+            )
         if isinstance(message, types.ToolListChangedNotification) and self._tasks is not None:
+            if connection.relist_pending:  # the re-listing waiting to start will see this change
+                return
+            connection.relist_pending = True
             log.info("mcp_upstream_tools_changed", upstream=connection.upstream.label)
             self._tasks.start_soon(self._relist, connection)
 
     async def _relist(self, connection: _Connection) -> None:
         async with connection.relisting:  # one at a time per server; each sees the newest list
+            connection.relist_pending = False
             client = connection.client
             if client is None or self.on_tools_changed is None:
                 return
@@ -258,6 +305,14 @@ class UpstreamPool:
                     error=first_cause(exc),
                 )
 
+    def _unread_since(self, upstream: Upstream, started: float) -> list[str]:
+        """Why the server's unreadable message since ``started`` could not be read, if it sent
+        one (the answer awaited may have been that message)."""
+        connection = self._connections.get(upstream.source)
+        if connection is None or connection.unread_at < started:
+            return []
+        return [connection.unread_reason]
+
     def _drop(self, upstream: Upstream) -> None:
         connection = self._connections.pop(upstream.source, None)
         if connection is not None:
@@ -273,6 +328,20 @@ class UpstreamPool:
     def _forget(self, connection: _Connection) -> None:
         if self._connections.get(connection.upstream.source) is connection:
             del self._connections[connection.upstream.source]
+
+
+async def call_tool(
+    client: MCPClient, name: str, arguments: Mapping[str, Any]
+) -> types.CallToolResult:
+    """``tools/call`` as it is: not ``Client.call_tool``, which first lists the server's tools
+    to check the result against the tool's output schema, so that one tool the SDK refuses in
+    that listing (an input schema of another type than ``object``, say) failed every call to
+    every tool of the server. The answer is passed on unchecked; capdisc lists no output schema
+    for a forwarded tool."""
+    request = types.CallToolRequest(
+        params=types.CallToolRequestParams(name=name, arguments=dict(arguments))
+    )
+    return await client.session.send_request(request, types.CallToolResult)
 
 
 async def list_tools(client: MCPClient) -> ServerTools:
@@ -295,6 +364,10 @@ def first_cause(exc: BaseException) -> str:
     text."""
     inner: Sequence[BaseException] = getattr(exc, "exceptions", ())
     return first_cause(inner[0]) if inner else (str(exc) or type(exc).__name__)
+
+
+def _size(size: int) -> str:
+    return f"{size / 1_000_000:.1f} MB" if size >= 100_000 else f"{size} bytes"
 
 
 def _ms(started: float) -> float:

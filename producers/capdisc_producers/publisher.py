@@ -19,7 +19,7 @@ from celery import Celery
 from capdisc import keys
 from capdisc.rawsettings import celery_broker_url
 from capdisc.registry import outbox
-from capdisc.registry.events import RegistryEvent
+from capdisc.registry.events import DEFAULT_MAX_BYTES, RegistryEvent
 from capdisc.tenants import check_tenant
 
 #: Longest single blocking read (under redis-py's 5 s socket timeout).
@@ -32,10 +32,17 @@ BATCH = 1024
 class Publisher:
     """Sends :class:`RegistryEvent` objects to the ``indexing`` queue."""
 
-    def __init__(self, broker_url: str, token: str | Callable[[], str] | None = None) -> None:
+    def __init__(
+        self,
+        broker_url: str,
+        token: str | Callable[[], str] | None = None,
+        max_event_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> None:
         #: The identity token stamped on every event sent (or what makes one per send):
         #: with auth on, indexing workers apply only events whose token grants ``write``.
         self.token = token
+        #: The largest event the indexing workers decode (``event_max_bytes``).
+        self.max_event_bytes = max_event_bytes
         self.app = Celery("capdisc-producer", broker=celery_broker_url(broker_url))
         self.app.conf.update(
             task_serializer="json", accept_content=["json"], broker_connection_retry_on_startup=True
@@ -58,6 +65,19 @@ class Publisher:
             ]
             outbox.send(self.redis, self.app, keys.TASK_APPLY_EVENTS, [payloads])
         return len(events)
+
+    def oversized(self, events: Iterable[RegistryEvent]) -> dict[str, int]:
+        """Capability id -> size in bytes, as sent, of each event the indexing workers would
+        refuse undecoded for its size (dead-lettered with no tenant, so a wait would never
+        hear of it)."""
+        token = self.token() if callable(self.token) else self.token
+        sizes = {
+            event.capability_id: len(
+                (event.copy(token=token) if token else event).encode().encode()
+            )
+            for event in events
+        }
+        return {cap_id: size for cap_id, size in sizes.items() if size > self.max_event_bytes}
 
     def send_raw(self, payload: str) -> None:
         """Send an already encoded event as it is (dead-letter replay, and tests of the

@@ -19,6 +19,7 @@ from typing import Any
 import redis
 
 from capdisc import keys
+from capdisc.errors import ManifestError
 from capdisc.models import Capability, Visibility
 from capdisc.redistext import as_str
 from capdisc.registry.events import RegistryEvent
@@ -167,6 +168,10 @@ def publish_plan(
     check_tenant(tenant)
     batch_id = uuid.uuid4().hex
     events = events_for(plan, tenant, source, batch_id)
+    oversized = publisher.oversized(events)
+    if oversized:
+        refuse_oversized(plan, oversized, publisher.max_event_bytes, root, source)
+        events = [event for event in events if event.capability_id not in oversized]
     for start in range(0, len(events), CHUNK):
         chunk = events[start : start + CHUNK]
         publisher.send(chunk)
@@ -176,6 +181,23 @@ def publish_plan(
     if wait_s > 0 and events:
         report.outcomes = _wait(client, batch_id, len(events), wait_s, progress)
     return report
+
+
+def refuse_oversized(
+    plan: SyncPlan, oversized: Mapping[str, int], limit: int, root: Path, source: str
+) -> None:
+    """Move each upsert whose event the indexing workers would refuse for its size
+    (``oversized``: id -> bytes) from the plan's upserts to its errors, naming it and saying
+    what to do; the version stored, if any, stays."""
+    plan.upserts = [cap for cap in plan.upserts if cap.id not in oversized]
+    for cap_id, size in oversized.items():
+        plan.errors[Path(f"{root}#{cap_id}")] = ManifestError(
+            f"{source} {cap_id}",
+            None,
+            f"is {size} bytes as a registry event, the limit is {limit}; shorten its schema "
+            "or description, or raise CAPDISC_EVENT_MAX_BYTES for the indexing workers and "
+            "this command alike",
+        )
 
 
 def _wait(

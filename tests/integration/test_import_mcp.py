@@ -20,6 +20,7 @@ from .conftest import ROOT, Stack, stop_process
 from .test_cli import run_cli
 
 SERVER = ROOT / "tests" / "fixtures" / "mcp_weather_server.py"
+ODD_LISTING = ROOT / "tests" / "fixtures" / "mcp_odd_listing_server.py"
 
 
 def imported(stack: Stack, tenant: str, *source: str) -> tuple[int, str, str]:
@@ -132,3 +133,32 @@ def test_an_unreachable_server_is_a_clear_error(stack: Stack, tenant: str) -> No
 
     assert code == 2
     assert "could not be listed" in err or "did not list its tools" in err
+
+
+def test_a_tool_too_large_for_an_event_is_refused_at_once_and_the_rest_imported(
+    stack: Stack, tenant: str, connection: redis.Redis
+) -> None:
+    started = time.monotonic()
+    code, out, err = imported(
+        stack, tenant, "--command", f"{sys.executable} {ODD_LISTING} huge", "--timeout", "30"
+    )
+
+    assert code == 1, err
+    assert "tool:odd-listing.survey: is " in err and "the limit is 1048576" in err
+    assert "CAPDISC_EVENT_MAX_BYTES" in err
+    assert "1 upserted, 0 deleted, 0 unchanged, 1 rejected" in out and "applied" in out
+    assert time.monotonic() - started < 25  # not a wait for an event the workers never decode
+    assert stored(connection, tenant, "tool:odd-listing.echo")
+    assert stored(connection, tenant, "tool:odd-listing.survey") is None
+
+
+def test_a_listing_too_deep_to_read_is_named_when_the_import_times_out(
+    stack: Stack, tenant: str
+) -> None:
+    command = f"{sys.executable} {ODD_LISTING} deep"
+
+    code, _out, err = imported(stack, tenant, "--command", command, "--timeout", "3")
+
+    assert code == 2
+    assert "did not list its tools within 3 s; it sent a message that could not be read" in err
+    assert "recursion limit exceeded" in err

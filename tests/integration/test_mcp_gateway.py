@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import mcp_types as types
@@ -29,11 +29,14 @@ import redis
 from mcp import Client as MCPClient
 from mcp import StdioServerParameters
 from mcp.shared.exceptions import MCPError
+from structlog.testing import capture_logs
 
 from capdisc import keys
 from capdisc.agents.metatool import METATOOL_NAME
 from capdisc.client import Client
 from capdisc.errors import UpstreamError
+from capdisc_producers.mcp_import import ServerTools
+from capdisc_producers.mcp_reimport import Reimporter
 from capdisc_producers.mcp_upstream import Upstream, UpstreamPool, UpstreamTool
 
 from .conftest import ROOT, Stack, publish, stop_process, wait_for
@@ -43,6 +46,7 @@ from .test_import_mcp import free_port, stored
 TIME_COMMAND = f"{sys.executable} -m mcp_server_time --local-timezone UTC"
 HARBOUR = ROOT / "tests" / "fixtures" / "mcp_harbour_server.py"
 TIME_HTTP = ROOT / "tests" / "fixtures" / "mcp_time_http.py"
+ODD_LISTING = ROOT / "tests" / "fixtures" / "mcp_odd_listing_server.py"
 GATEWAY = [sys.executable, "-m", "capdisc_producers.cli", "mcp"]
 OWN_TOOLS = {METATOOL_NAME, "record_tool_call"}
 UPSTREAM_TIMEOUT_S = 3
@@ -368,6 +372,29 @@ def test_an_upstream_whose_tools_change_is_imported_again(
     assert record and record["source_ref"]["source"] == f"mcp:{source[1]}"
 
 
+def test_a_reimport_names_the_tools_it_refused_and_publishes_the_others(
+    stack: Stack, tenant: str, connection: redis.Redis
+) -> None:
+    listing = ServerTools(
+        "store",
+        [
+            {"name": "get item", "description": "Fetch an item by its id."},
+            {"name": "get_item", "description": "Delete an item by its id."},
+        ],
+    )
+    reimporter = Reimporter(stack.url, None, wait_s=20)
+
+    with capture_logs() as logs:
+        anyio.run(reimporter, Upstream("mcp:store", argv=("store",)), listing, frozenset({tenant}))
+
+    (warning,) = [e for e in logs if e["event"] == "mcp_upstream_reimport_rejected"]
+    assert warning["count"] == 1 and warning["upstream"] == "store"
+    (why,) = cast(list[str], warning["rejected"])
+    assert "mcp:store tool 'get_item'" in why and "the same as tool 'get item'" in why
+    assert "fix them on the server" in str(warning["hint"])
+    assert stored(connection, tenant, "tool:store.get_item")
+
+
 def reimported(stack: Stack, connection: redis.Redis, tenant: str, cap_id: str) -> None:
     """The gateway's re-import reached the registry (its record is stored) and a discovery
     worker serves it."""
@@ -476,6 +503,51 @@ def pool_call(upstream: Upstream, timeout_s: float) -> str:
     anyio.run(body)
     assert caught, "the call did not fail"
     return str(caught[0])
+
+
+def test_a_tool_the_sdk_refuses_in_the_listing_leaves_the_other_tools_callable() -> None:
+    odd = Upstream("mcp:odd", argv=(sys.executable, str(ODD_LISTING)))
+    answers: list[types.CallToolResult] = []
+
+    async def body() -> None:
+        async with UpstreamPool(10).running() as pool:
+            answers.append(await pool.call(UpstreamTool(odd, "echo"), {"text": "ahoy"}, "t"))
+
+    anyio.run(body)
+
+    assert not answers[0].is_error
+    assert text_of(answers[0]) == "ahoy"
+
+
+def test_an_answer_too_deep_to_read_is_named_when_the_call_times_out() -> None:
+    deep = Upstream("mcp:deep", argv=(sys.executable, str(ODD_LISTING), "deep"))
+
+    message = pool_call(deep, 2)
+
+    assert "did not answer 'anything' within 2 s" in message
+    assert "sent a message that could not be read, which may have been the answer" in message
+    assert "recursion limit exceeded" in message
+
+
+def test_an_answer_larger_than_the_limit_is_refused_saying_to_ask_for_less() -> None:
+    odd = Upstream("mcp:odd", argv=(sys.executable, str(ODD_LISTING)))
+    caught: list[UpstreamError] = []
+    answers: list[types.CallToolResult] = []
+
+    async def body() -> None:
+        async with UpstreamPool(10, max_result_bytes=2048).running() as pool:
+            answers.append(await pool.call(UpstreamTool(odd, "echo"), {"text": "ahoy"}, "t"))
+            with pytest.raises(UpstreamError) as raised:
+                await pool.call(UpstreamTool(odd, "echo"), {"text": "x" * 4096}, "t")
+            caught.append(raised.value)
+
+    anyio.run(body)
+
+    assert text_of(answers[0]) == "ahoy"
+    message = str(caught[0])
+    assert "MCP server odd answered 'echo' with 41" in message
+    assert "more than the 2048 bytes capdisc passes on" in message
+    assert "asking for less" in message and "CAPDISC_MCP_MAX_RESULT_BYTES" in message
 
 
 def test_a_server_that_cannot_be_started_is_an_upstream_error(tmp_path: Path) -> None:

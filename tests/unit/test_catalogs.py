@@ -276,6 +276,40 @@ def test_an_mcp_server_tools_are_repaired_and_a_bad_one_refused_alone() -> None:
     assert error.source == "mcp:test tool 'spoof'" and error.field == "description"
 
 
+def test_mcp_tools_that_would_be_one_capability_keep_the_first_and_refuse_the_rest() -> None:
+    tools = [
+        {"name": "get item", "description": "Fetch an item by its id."},
+        {"name": "get_item", "description": "Delete an item by its id."},
+        {"name": "echo", "description": "Say a text back."},
+        {"name": "echo", "description": "Say a text back, louder."},
+    ]
+
+    found, errors = capabilities_of(ServerTools("store", tools), "mcp:store")
+
+    assert sorted((c.name, c.source_ref.location) for c in found.values()) == [
+        ("store.echo", "echo"),
+        ("store.get_item", "get item"),
+    ]
+    echo = found[Path("mcp:store#echo")]
+    assert echo.description == "Say a text back."
+    renamed = errors[Path("mcp:store#get_item")]
+    assert renamed.source == "mcp:store tool 'get_item'" and renamed.field == "name"
+    assert "tool:store.get_item, the same as tool 'get item'" in renamed.problem
+    assert "listed twice by the server" in errors[Path("mcp:store#echo")].problem
+    assert "Rename one of the tools on the server" in renamed.problem
+
+
+@pytest.mark.parametrize("name", ["", "   ", None])
+def test_an_mcp_tool_without_a_name_is_refused_on_its_own(name: str | None) -> None:
+    tools = [{"name": name, "description": "Nameless."}, {"name": "echo", "description": "Echo."}]
+
+    found, errors = capabilities_of(ServerTools("odd", tools), "mcp:odd")
+
+    assert [c.name for c in found.values()] == ["odd.echo"]
+    (error,) = errors.values()
+    assert error.field == "name" and "cannot be called" in error.problem
+
+
 def _described(description: str) -> tuple[list[Any], list[str]]:
     listing = ServerTools(
         "tides", [{"name": "high_water", "description": "High water times."}], description

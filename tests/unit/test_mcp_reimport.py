@@ -5,10 +5,13 @@ token they would refuse publishes nothing and says why, at start and with each c
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, cast
 
 import anyio
+import mcp_types as types
 import pytest
 import redis
+from mcp import Client as MCPClient
 from structlog.testing import capture_logs
 
 from capdisc.identity import auth
@@ -18,7 +21,7 @@ from capdisc.settings import Settings
 from capdisc_producers.mcp_import import ServerTools
 from capdisc_producers.mcp_reimport import Reimporter, refused_reasons, write_refusal
 from capdisc_producers.mcp_server import ServerAuth, upstream_pool
-from capdisc_producers.mcp_upstream import Upstream
+from capdisc_producers.mcp_upstream import Upstream, UpstreamPool, _Connection
 from capdisc_producers.sync import SyncReport
 
 NOW = 1_800_000_000.0
@@ -167,3 +170,44 @@ def test_events_the_workers_refused_are_counted_with_their_reasons() -> None:
 
     assert refused_reasons(report) == {"refused": 2, "reasons": [lacks]}
     assert refused_reasons(SyncReport(Path("mcp:harbour"), SyncPlan(), "b2", sent=0)) == {}
+
+
+class ListingClient:
+    """Stands in for the ``mcp`` client of a pooled connection: lists no tools, counting how
+    often it is asked."""
+
+    server_info = None
+
+    def __init__(self) -> None:
+        self.listings = 0
+
+    async def list_tools(self, cursor: str | None = None, cache_mode: str = "") -> Any:
+        self.listings += 1
+        return types.ListToolsResult(tools=[])
+
+
+def test_a_burst_of_tool_list_changes_is_one_relisting_and_one_after_it() -> None:
+    client = ListingClient()
+    release = anyio.Event()
+    heard: list[ServerTools] = []
+
+    async def changed(_upstream: Upstream, listing: ServerTools, _tenants: frozenset[str]) -> None:
+        heard.append(listing)
+        await release.wait()
+
+    async def body() -> None:
+        async with UpstreamPool(5, changed).running() as pool:
+            connection = _Connection(Upstream("mcp:burst", argv=("burst",)))
+            connection.client = cast(MCPClient, client)
+            change = types.ToolListChangedNotification()
+            for _ in range(200):  # a burst before the first re-listing starts
+                await pool._heard(connection, change)
+            await anyio.wait_all_tasks_blocked()  # the first is re-importing, held
+            for _ in range(200):  # a burst while it is held
+                await pool._heard(connection, change)
+            release.set()
+            await anyio.wait_all_tasks_blocked()
+
+    anyio.run(body)
+
+    assert client.listings == 2 and len(heard) == 2
