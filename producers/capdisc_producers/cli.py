@@ -598,7 +598,8 @@ def mcp_cmd(
     asks as its holder. When an upstream MCP server's tools change, they are imported again
     with --import-token, which needs the write grant (said at start when it has not)."""
     from capdisc.identity.gate import Gate
-    from capdisc_producers.mcp_server import ServerAuth, keyring_unusable, serve
+    from capdisc_producers.mcp_server import ServerAuth, serve
+    from capdisc_producers.mcp_server import log as mcp_log
 
     settings, _connection = _connect(ctx, redis_url)
     if import_token:
@@ -607,7 +608,7 @@ def mcp_cmd(
     required = access.auth if access.auth is not None else access.keys_file is not None
     gate = (
         Gate.from_settings(
-            settings.with_changes(auth=True, auth_keys_file=access.keys_file), keyring_unusable
+            settings.with_changes(auth=True, auth_keys_file=access.keys_file), mcp_log
         )
         if access.keys_file is not None and required
         else Gate(None)

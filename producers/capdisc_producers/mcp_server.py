@@ -127,12 +127,6 @@ CHATTY_LOGGERS = ("mcp", "httpx", "httpx2", "uvicorn.access")
 log = structlog.get_logger("capdisc.mcp")
 
 
-def keyring_unusable(reason: str) -> None:
-    """Say, once per change of the file, that the keyring file changed into one that cannot
-    be used (the keyring read before stays in use)."""
-    log.warning("keyring_unusable", reason=reason)
-
-
 @dataclass(frozen=True)
 class ServerAuth:
     """Who the server's callers are.

@@ -9,9 +9,11 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +23,15 @@ import redis
 from capdisc import keys
 from capdisc.localredis import LocalRedis, free_port, start_redis
 from capdisc.status import live_workers
+from capdisc_producers.publisher import Publisher
+from capdisc_producers.sync import SyncReport
+from capdisc_producers.watcher import watch_directory
 
 from .conftest import (
     DISCOVERY_ARGV,
     EXAMPLES,
     INDEXING_ARGV,
+    MAX_BYTES,
     ROOT,
     publish,
     stop_process,
@@ -193,3 +199,37 @@ def write_catalog(path: Path, count: int, prefix: str) -> Path:
                 + "\n"
             )
     return path
+
+
+@contextmanager
+def watcher_running(
+    url: str,
+    root: Path,
+    tenant: str,
+    on_sync: Callable[[SyncReport], None] | None = None,
+) -> Iterator[threading.Thread]:
+    """A watcher thread on ``root`` publishing to the Redis at ``url`` as ``tenant``; stopped,
+    joined and its publisher closed when the block ends."""
+    stop = threading.Event()
+    publisher = Publisher(url)
+    thread = threading.Thread(
+        target=watch_directory,
+        daemon=True,
+        kwargs=dict(
+            client=redis.Redis.from_url(url, socket_connect_timeout=2.0),
+            publisher=publisher,
+            root=root,
+            tenant=tenant,
+            max_bytes=MAX_BYTES,
+            debounce_ms=100,
+            stop=stop,
+            on_sync=on_sync,
+        ),
+    )
+    thread.start()
+    try:
+        yield thread
+    finally:
+        stop.set()
+        thread.join(timeout=15)
+        publisher.close()

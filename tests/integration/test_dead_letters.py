@@ -151,21 +151,25 @@ def failing_embedder(
         connection.close()
 
 
+def clock_upsert(tenant: str, batch_id: str | None = None) -> RegistryEvent:
+    """The first upsert of a small tool, ``tool:clock``."""
+    return RegistryEvent(
+        type="upsert",
+        tenant=tenant,
+        capability_id="tool:clock",
+        seq=1,
+        capability={"kind": "tool", "name": "clock", "description": "Tells the time."},
+        batch_id=batch_id,
+    )
+
+
 def test_an_embedding_that_keeps_failing_is_retried_then_dead_lettered(
     stack: Stack, tenant: str
 ) -> None:
-    from capdisc.registry.events import RegistryEvent
     from capdisc_producers.publisher import wait_for_acks
 
     with failing_embedder(stack, "failing", tenant, 9, []) as (private, connection, server):
-        event = RegistryEvent(
-            type="upsert",
-            tenant=tenant,
-            capability_id="tool:clock",
-            seq=1,
-            capability={"kind": "tool", "name": "clock", "description": "Tells the time."},
-            batch_id=f"{tenant}-fail",
-        )
+        event = clock_upsert(tenant, batch_id=f"{tenant}-fail")
         Publisher(private).send([event])
 
         outcomes = wait_for_acks(connection, f"{tenant}-fail", 1, 90)
@@ -188,7 +192,6 @@ def test_an_embedding_failing_in_a_later_chunk_keeps_what_was_applied_before_it(
     import math
 
     from capdisc.embedders.openai import OpenAIEmbedderSettings
-    from capdisc.registry.events import RegistryEvent
     from capdisc.registry.normalize import capability_from_record
     from capdisc.retrieval.text import embedding_texts
     from capdisc_producers.publisher import wait_for_acks
@@ -292,13 +295,7 @@ def test_an_unexpected_error_dead_letters_the_events_instead_of_losing_them(
         name=keys.TASK_APPLY_EVENTS,
         request=SimpleNamespace(id="t1", retries=res.settings.indexing_max_attempts - 1),
     )
-    payload = RegistryEvent(
-        type="upsert",
-        tenant=tenant,
-        capability_id="tool:clock",
-        seq=1,
-        capability={"kind": "tool", "name": "clock", "description": "Tells the time."},
-    ).encode()
+    payload = clock_upsert(tenant).encode()
     try:
         outcomes = apply_payloads(res, last_delivery, [payload])
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,11 +19,8 @@ from capdisc import keys
 from capdisc.client import Answer, Client
 from capdisc.errors import DiscoveryTimeout, RedisUnavailableError
 from capdisc.localredis import start_redis
-from capdisc_producers.publisher import Publisher
-from capdisc_producers.watcher import watch_directory
 
-from .conftest import MAX_BYTES
-from .private import PrivateStack, copy_registry
+from .private import PrivateStack, copy_registry, watcher_running
 from .upstack import CLI, UpProcess, alive, start_up, wait_for
 
 __all__ = ["start_up"]  # the fixture, imported for pytest
@@ -201,25 +197,9 @@ def test_a_killed_up_leaves_no_child_alive(start_up: Start) -> None:
 def test_the_watcher_rides_out_a_redis_outage_and_resyncs_what_redis_lost(tmp_path: Path) -> None:
     registry = copy_registry(tmp_path / "registry", lambda p: "communication" in p.parts)
     count = len(list(registry.rglob("CAPABILITY.yaml")))
-    stop = threading.Event()
     with PrivateStack(tmp_path / "stack", durable=False) as stack, capture_logs() as logs:
         stack.spawn_indexing()
-        publisher = Publisher(stack.url)
-        watcher = threading.Thread(
-            target=watch_directory,
-            daemon=True,
-            kwargs=dict(
-                client=stack.connection(),
-                publisher=publisher,
-                root=registry,
-                tenant="outage",
-                max_bytes=MAX_BYTES,
-                debounce_ms=100,
-                stop=stop,
-            ),
-        )
-        watcher.start()
-        try:
+        with watcher_running(stack.url, registry, "outage") as watcher:
             connection = stack.connection()
             wait_for(
                 lambda: connection.hlen(keys.caps("outage")) == count, 60, "the first sync applied"
@@ -251,10 +231,6 @@ def test_the_watcher_rides_out_a_redis_outage_and_resyncs_what_redis_lost(tmp_pa
             assert watcher.is_alive()
             events = [e["event"] for e in logs]
             assert events.count("redis_unavailable") == 1 and "redis_back" in events
-        finally:
-            stop.set()
-            watcher.join(timeout=15)
-            publisher.close()
 
 
 def _stored_count(connection: redis.Redis) -> int:
@@ -267,25 +243,9 @@ def _stored_count(connection: redis.Redis) -> int:
 def test_the_watcher_resyncs_what_a_redis_emptied_without_a_restart_lost(tmp_path: Path) -> None:
     registry = copy_registry(tmp_path / "registry", lambda p: "communication" in p.parts)
     count = len(list(registry.rglob("CAPABILITY.yaml")))
-    stop = threading.Event()
     with PrivateStack(tmp_path / "stack", durable=False) as stack, capture_logs() as logs:
         stack.spawn_indexing()
-        publisher = Publisher(stack.url)
-        watcher = threading.Thread(
-            target=watch_directory,
-            daemon=True,
-            kwargs=dict(
-                client=stack.connection(),
-                publisher=publisher,
-                root=registry,
-                tenant="emptied",
-                max_bytes=MAX_BYTES,
-                debounce_ms=100,
-                stop=stop,
-            ),
-        )
-        watcher.start()
-        try:
+        with watcher_running(stack.url, registry, "emptied") as watcher:
             connection = stack.connection()
             wait_for(
                 lambda: connection.hlen(keys.caps("emptied")) == count, 60, "the first sync applied"
@@ -299,10 +259,6 @@ def test_the_watcher_resyncs_what_a_redis_emptied_without_a_restart_lost(tmp_pat
             )
             assert watcher.is_alive()
             assert "registry_lost" in [e["event"] for e in logs]
-        finally:
-            stop.set()
-            watcher.join(timeout=15)
-            publisher.close()
 
 
 def test_a_redis_whose_data_files_cannot_be_loaded_says_why_and_how_to_repair(

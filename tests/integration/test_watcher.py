@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import queue
 import shutil
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,12 +15,11 @@ from structlog.testing import capture_logs
 
 from capdisc import keys
 from capdisc.client import Client
-from capdisc_producers.publisher import Publisher, wait_for_acks
+from capdisc_producers.publisher import wait_for_acks
 from capdisc_producers.sync import SyncReport
-from capdisc_producers.watcher import watch_directory
 
-from .conftest import MAX_BYTES, Stack, wait_for
-from .private import PrivateStack
+from .conftest import Stack, wait_for
+from .private import PrivateStack, watcher_running
 
 
 class Watching:
@@ -46,29 +44,8 @@ def watching(
     stack: Stack, connection: redis.Redis, registry: Path, tenant: str
 ) -> Iterator[Watching]:
     reports: queue.Queue[SyncReport] = queue.Queue()
-    stop = threading.Event()
-    publisher = Publisher(stack.url)
-    thread = threading.Thread(
-        target=watch_directory,
-        daemon=True,
-        kwargs=dict(
-            client=stack.connection(),
-            publisher=publisher,
-            root=registry,
-            tenant=tenant,
-            max_bytes=MAX_BYTES,
-            debounce_ms=100,
-            stop=stop,
-            on_sync=reports.put,
-        ),
-    )
-    thread.start()
-    try:
+    with watcher_running(stack.url, registry, tenant, on_sync=reports.put):
         yield Watching(connection, reports)
-    finally:
-        stop.set()
-        thread.join(timeout=10)
-        publisher.close()
 
 
 def _edit(source: Path, target: Path, **changes: object) -> None:
@@ -177,29 +154,11 @@ def test_watcher_keeps_the_registry_when_its_directory_goes_and_syncs_it_when_ba
 def test_watcher_waits_out_a_redis_that_refuses_writes_then_syncs(
     tmp_path: Path, registry: Path
 ) -> None:
-    private = PrivateStack(tmp_path / "private", durable=False)
-    connection = private.connection()
-    connection.config_set("maxmemory", 1)  # full: every write is refused (noeviction)
     reports: queue.Queue[SyncReport] = queue.Queue()
-    stop = threading.Event()
-    publisher = Publisher(private.url)
-    watcher = threading.Thread(
-        target=watch_directory,
-        daemon=True,
-        kwargs=dict(
-            client=private.connection(),
-            publisher=publisher,
-            root=registry,
-            tenant="full",
-            max_bytes=MAX_BYTES,
-            debounce_ms=100,
-            stop=stop,
-            on_sync=reports.put,
-        ),
-    )
-    try:
-        with capture_logs() as logs:
-            watcher.start()
+    with PrivateStack(tmp_path / "private", durable=False) as private, capture_logs() as logs:
+        connection = private.connection()
+        connection.config_set("maxmemory", 1)  # full: every write is refused (noeviction)
+        with watcher_running(private.url, registry, "full", on_sync=reports.put) as watcher:
             wait_for(
                 lambda: "redis_refuses_writes" in [e["event"] for e in logs],
                 30,
@@ -208,10 +167,5 @@ def test_watcher_waits_out_a_redis_that_refuses_writes_then_syncs(
             assert reports.empty() and watcher.is_alive()
             connection.config_set("maxmemory", 0)
             report = reports.get(timeout=30)
-    finally:
-        stop.set()
-        watcher.join(timeout=10)
-        publisher.close()
-        private.close()
 
     assert report.sent == len(report.plan.upserts) > 0

@@ -71,12 +71,6 @@ from capdisc_workers.outage import RETRYABLE, Backoff, RedisHealth
 log = structlog.get_logger("capdisc.discovery")
 
 
-def keyring_unusable(reason: str) -> None:
-    """Say, once per change of the file, that the keyring file changed into one that cannot
-    be used (the keyring read before stays in use)."""
-    log.warning("keyring_unusable", reason=reason)
-
-
 #: How long one read of the requests stream waits for entries (ms).
 BLOCK_MS = 1000
 #: How often a worker looks for requests a dead worker left pending.
@@ -92,7 +86,7 @@ class DiscoveryWorker:
         embedder = embedder_for(settings)
         self.sessions = SessionService(connection, settings.sessions)
         #: Who asks: with auth on, who the request's token proves (:mod:`capdisc.identity.gate`).
-        self.gate = Gate.from_settings(settings, keyring_unusable)
+        self.gate = Gate.from_settings(settings, log)
         self.worker_id = f"discovery@{socket.gethostname()}:{os.getpid()}"
         #: The port metrics are served on (None: not served); set when the worker runs.
         self.metrics_port: int | None = None

@@ -29,12 +29,6 @@ from capdisc_workers.outage import RedisHealth
 log = structlog.get_logger("capdisc.indexing")
 
 
-def keyring_unusable(reason: str) -> None:
-    """Say, once per change of the file, that the keyring file changed into one that cannot
-    be used (the keyring read before stays in use)."""
-    log.warning("keyring_unusable", reason=reason)
-
-
 class Resources:
     """The settings and adapters of one indexing worker process."""
 
@@ -58,7 +52,7 @@ class Resources:
     def from_settings(cls, settings: Settings) -> Resources:
         """The resources ``settings`` ask for. The gate reads its keyring here, so a missing or
         broken one stops the worker at start; everything else is made when first used."""
-        return cls(settings, Gate.from_settings(settings, keyring_unusable))
+        return cls(settings, Gate.from_settings(settings, log))
 
     @cached_property
     def redis(self) -> Redis:

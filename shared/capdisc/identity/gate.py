@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from capdisc.discovery.protocol import DiscoverRequest, SessionRequest
 from capdisc.errors import ConfigError, ForbiddenError
@@ -52,12 +52,11 @@ class Gate:
     clock: Callable[[], float] = time.time
 
     @classmethod
-    def from_settings(
-        cls, settings: Settings, on_keyring_problem: Callable[[str], None] | None = None
-    ) -> Gate:
+    def from_settings(cls, settings: Settings, log: Any = None) -> Gate:
         """The gate ``settings`` ask for; with auth on, the keyring is read once here so a
         missing or broken one stops the process at start, naming the file. A keyring file
-        broken later keeps the keyring read before; ``on_keyring_problem`` is told why."""
+        broken later keeps the keyring read before, and the process's structlog ``log`` says
+        why (``keyring_unusable``, once per change of the file)."""
         if not settings.auth:
             return cls(None)
         if settings.auth_keys_file is None:
@@ -66,7 +65,7 @@ class Gate:
                 "at one (`capdisc token keygen --keys PATH` makes it), or set "
                 "CAPDISC_AUTH=off for development"
             )
-        keys = auth.KeyringFile(settings.auth_keys_file, on_keyring_problem)
+        keys = auth.KeyringFile(settings.auth_keys_file, _warner(log))
         keys.current()
         return cls(keys)
 
@@ -144,3 +143,10 @@ def served_as(
     if user is not None and user != identity.user:
         raise ForbiddenError(f"the token is for user {identity.user!r}, not {user!r}", "user")
     return (tuple(roles) or identity.roles), identity.user
+
+
+def _warner(log: Any) -> Callable[[str], None] | None:
+    """What tells ``log`` that the keyring file changed into one that cannot be used."""
+    if log is None:
+        return None
+    return lambda reason: log.warning("keyring_unusable", reason=reason)
