@@ -577,24 +577,10 @@ def _served(record: StoredRecord | None) -> StoredRecord | None:
     return record if record is not None and record.readable else None
 
 
-def read_records(
-    client: Redis, tenant: str, ids: list[str], embedder_id: str
-) -> list[tuple[StoredRecord | None, bytes | None]]:
-    """Current record and vector of each id (``None`` where it is gone)."""
-    with client.pipeline(transaction=True) as pipe:
-        for cap_id in ids:
-            pipe.hget(keys.caps(tenant), cap_id)
-            pipe.hget(keys.vectors(tenant, embedder_id), cap_id)
-        raw = pipe.execute()
-    out = []
-    for index in range(0, len(raw), 2):
-        out.append((_served(stored_record(raw[index])), raw[index + 1]))
-    return out
-
-
 def read_delta(client: Redis, tenant: str, ids: list[str], space: str) -> Delta:
-    """What :func:`read_records` reads, with the flags of those ids and the tenant's policy, in
-    one transaction (a flag is never paired with another version of its record)."""
+    """The current record and vector of each of ``ids`` (``None`` where it is gone, or is no
+    record), with the flags of those ids and the tenant's policy, in one transaction (a flag is
+    never paired with another version of its record)."""
     if not ids:
         return Delta([], {}, None)
     with client.pipeline(transaction=True) as pipe:
