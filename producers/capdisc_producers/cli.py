@@ -1230,7 +1230,8 @@ def _outcome_verb(decision: str, verbs: Verbs) -> str:
 @click.pass_context
 def reconcile(ctx: click.Context, redis_url: str | None, as_json: bool, timeout_s: float) -> None:
     """Compare the registry with the index now and repair drift (indexing workers also do this
-    every reconcile_interval_s): records without a vector are reindexed, orphan vectors go."""
+    every reconcile_interval_s): records without a vector are reindexed, orphan vectors go, and
+    the shared embedding cache is pruned once it outgrows the registry."""
     from capdisc.client import wait_for_reply
 
     settings, connection = _connect(ctx, redis_url)
@@ -1253,6 +1254,11 @@ def reconcile(ctx: click.Context, redis_url: str | None, as_json: bool, timeout_
         f"reindexing {popped['missing_vectors']} capabilities without a vector, dropped "
         f"{popped['orphan_vectors']} orphan vectors"
     )
+    if popped.get("embedding_cache_pruned"):
+        click.echo(
+            f"pruned {popped['embedding_cache_pruned']} embedding-cache entries no capability "
+            "uses any more"
+        )
     for tenant, reason in popped["skipped"].items():
         click.echo(f"skipped {tenant}: {reason}")
 

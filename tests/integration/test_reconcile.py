@@ -117,3 +117,27 @@ def test_a_reindex_that_never_finishes_is_abandoned_and_the_live_index_kept(
     assert "stuck" in report["abandoned_reindexes"]
     assert ReindexJob.read(connection, tenant) is None
     assert connection.hlen(keys.vectors(tenant, SPACE)) == live
+
+
+def test_reconcile_prunes_an_outgrown_embedding_cache_and_keeps_the_live_texts(
+    stack: Stack, registry: Path, tenant: str, connection: redis.Redis
+) -> None:
+    from capdisc.registry.policy import stored_capability
+    from capdisc.retrieval.text import embedding_texts, text_hash
+    from capdisc_workers.embedding import CACHE_FLOOR_ENTRIES
+
+    publish(stack.url, registry, tenant)
+    cache = keys.embedding_cache("hashing-384")
+    live = {
+        text_hash(text)
+        for value in connection.hvals(keys.caps(tenant))
+        for text in embedding_texts(stored_capability(value))  # type: ignore[arg-type]
+    }
+    junk = {f"stale-{i}": b"\0" * 16 for i in range(CACHE_FLOOR_ENTRIES + 1)}
+    connection.hset(cache, mapping=junk)  # type: ignore[arg-type]
+
+    report = json.loads(run_cli("reconcile", "--json", env=stack.env).stdout)
+
+    assert report["embedding_cache_pruned"] >= len(junk)
+    assert not any(connection.hmget(cache, list(junk)))
+    assert all(connection.hmget(cache, sorted(live)))

@@ -130,3 +130,47 @@ def _embed_chunk(
             pipe.hset(keys.embedding_cache(embedder.id), digest, vector_bytes(vector))
         pipe.hincrby(keys.COUNTERS, "embedding_calls", len(chunk))
         pipe.execute()
+
+
+# -- keeping the cache bounded ------------------------------------------------------------------
+
+#: The shared cache is pruned once it holds more than this many entries per stored capability
+#: (each has two texts; the third allows for one round of edits before any work is done) ...
+CACHE_ENTRIES_PER_CAPABILITY = 3
+#: ... and more than this many in all, so that a small registry is never pruned for a few edits.
+CACHE_FLOOR_ENTRIES = 10_000
+#: Cache fields deleted per command while pruning.
+PRUNE_BATCH = 1000
+
+
+def cache_over_bound(entries: int, capabilities: int) -> bool:
+    """Whether a cache of ``entries`` texts for a registry of ``capabilities`` is due a prune."""
+    return entries > max(CACHE_FLOOR_ENTRIES, CACHE_ENTRIES_PER_CAPABILITY * capabilities)
+
+
+def prune_cache(client: redis.Redis, embedder_id: str, tenants: Iterable[str]) -> int | None:
+    """Once the shared cache outgrows the registry (:func:`cache_over_bound`), delete every
+    entry no stored capability of ``tenants`` embeds now (texts of edited or deleted ones);
+    how many went, or None when it was within bounds. Safe beside imports: an entry written
+    meanwhile and deleted here is only embedded again when next needed."""
+    tenants = list(tenants)
+    cache = keys.embedding_cache(embedder_id)
+    stored = sum(int(client.hlen(keys.caps(tenant))) for tenant in tenants)
+    if not cache_over_bound(int(client.hlen(cache)), stored):
+        return None
+    live = _live_digests(client, tenants)
+    stale = [field for field, _v in client.hscan_iter(cache, count=1000) if field not in live]
+    for start in range(0, len(stale), PRUNE_BATCH):
+        client.hdel(cache, *stale[start : start + PRUNE_BATCH])
+    return len(stale)
+
+
+def _live_digests(client: redis.Redis, tenants: list[str]) -> set[bytes]:
+    """The cache keys of the texts every stored capability of ``tenants`` embeds."""
+    live: set[bytes] = set()
+    for tenant in tenants:
+        for _cap_id, value in client.hscan_iter(keys.caps(tenant), count=1000):
+            capability = stored_capability(value)
+            if capability is not None:
+                live.update(text_hash(text).encode() for text in embedding_texts(capability))
+    return live

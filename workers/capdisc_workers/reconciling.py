@@ -4,7 +4,8 @@ loops of the indexing workers.
 :func:`reconcile_task` (queued every ``reconcile_interval_s`` by the one worker that takes the
 lock, or by ``capdisc reconcile``) sweeps, then compares every tenant's records with its live
 vectors: orphan vectors are dropped, records without a vector are reindexed, an abandoned full
-reindex is dropped, and an external vector store that drifted is written again. :func:`sweep`
+reindex is dropped, and an external vector store that drifted is written again; last, the
+shared embedding cache is pruned once it outgrows the registry. :func:`sweep`
 (every ``sweep_interval_s``, at once at start) gives back the tasks of workers that are gone and
 re-sends those the broker lost (:mod:`capdisc.registry.outbox`). Each loop runs one step at a
 time through :func:`periodic`, which lives through Redis going away.
@@ -31,7 +32,7 @@ from capdisc.registry.reindexstore import ReindexJob, abandon_reindex
 from capdisc.registry.store import tenants
 from capdisc.retrieval.text import vector_space
 from capdisc_workers.celery_app import app, resources
-from capdisc_workers.embedding import EMBED_BATCH
+from capdisc_workers.embedding import EMBED_BATCH, prune_cache
 from capdisc_workers.mirroring import resync, rewrite_unwritten
 from capdisc_workers.outage import RETRYABLE, Backoff
 from capdisc_workers.resources import Resources
@@ -60,6 +61,7 @@ def reconcile_task(self: Any, reply_to: str | None = None) -> dict[str, Any]:
         reason = _reconcile_tenant(res, tenant, space, report)
         if reason:
             report["skipped"][tenant] = reason
+    report["embedding_cache_pruned"] = _prune_embedding_cache(res)
     with client.pipeline(transaction=False) as pipe:
         pipe.set(keys.RECONCILE_LAST, json.dumps(report))
         pipe.hincrby(
@@ -120,6 +122,19 @@ def _reconcile_tenant(
     report["missing_vectors"] += len(plan.missing_vectors)
     report["orphan_vectors"] += len(plan.orphan_vectors)
     return None
+
+
+def _prune_embedding_cache(res: Resources) -> int:
+    """Prune the shared embedding cache once it outgrows the registry; entries deleted."""
+    pruned = prune_cache(res.redis, res.embedder.id, tenants(res.redis))
+    if pruned is not None:
+        log.info(
+            "embedding_cache_pruned",
+            embedder=res.embedder.id,
+            pruned=pruned,
+            left=int(res.redis.hlen(keys.embedding_cache(res.embedder.id))),
+        )
+    return pruned or 0
 
 
 def _reindex_building(res: Resources, tenant: str, report: dict[str, Any]) -> bool:

@@ -1,0 +1,27 @@
+"""When the shared embedding cache is due a prune: only once it outgrows the registry."""
+
+from __future__ import annotations
+
+import pytest
+
+from capdisc_workers.embedding import (
+    CACHE_ENTRIES_PER_CAPABILITY,
+    CACHE_FLOOR_ENTRIES,
+    cache_over_bound,
+)
+
+
+@pytest.mark.parametrize(
+    ("entries", "capabilities", "due"),
+    [
+        (0, 0, False),
+        (CACHE_FLOOR_ENTRIES, 0, False),
+        (CACHE_FLOOR_ENTRIES + 1, 0, True),
+        (CACHE_FLOOR_ENTRIES + 1, 10_000, False),
+        (CACHE_ENTRIES_PER_CAPABILITY * 10_000, 10_000, False),
+        (CACHE_ENTRIES_PER_CAPABILITY * 10_000 + 1, 10_000, True),
+        (2 * 100_000, 100_000, False),
+    ],
+)
+def test_a_cache_is_pruned_only_past_its_bound(entries: int, capabilities: int, due: bool) -> None:
+    assert cache_over_bound(entries, capabilities) is due
