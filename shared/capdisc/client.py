@@ -29,6 +29,7 @@ from capdisc.errors import (
     RedisCredentialsError,
     RedisUnavailableError,
 )
+from capdisc.redisclock import RedisClock
 from capdisc.redisrefusal import advice, refuses_writes
 
 # What a discover call does not need is imported where it is used: a process that asks once
@@ -118,6 +119,8 @@ class Client:
         self.resend_after_s = seconds(resend_after_s, "Client resend_after_s")
         #: About how many unanswered requests the requests stream keeps (older ones trimmed).
         self.backlog_max = backlog_max
+        #: Deadlines are set on Redis's clock, which discovery workers read too.
+        self.clock = RedisClock()
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> Client:
@@ -307,7 +310,10 @@ class Client:
         timeout."""
         timeout = seconds(timeout_s, "timeout_s") if timeout_s is not None else self.timeout_s
         deadline = time.monotonic() + timeout
-        entry: dict[Any, Any] = {**fields, "deadline_ms": int((time.time() + timeout) * 1000)}
+        entry: dict[Any, Any] = {
+            **fields,
+            "deadline_ms": int(self.clock.now_ms(self.redis) + timeout * 1000),
+        }
         outage: redis.RedisError | None = None
         while (remaining := deadline - time.monotonic()) > 0:
             try:

@@ -5,7 +5,6 @@ missing (:func:`health_failures`)."""
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 from typing import Any
 
@@ -13,6 +12,7 @@ import redis
 
 from capdisc import keys
 from capdisc.errors import FlagError
+from capdisc.redisclock import redis_now_ms
 from capdisc.redistext import as_str
 from capdisc.registry import flags
 from capdisc.registry.flagstore import read_flags, tenant_policy
@@ -23,7 +23,7 @@ DEFAULT_STALE_AFTER_S = 10.0
 
 def heartbeat(client: redis.Redis, worker_id: str, info: dict[str, Any]) -> None:
     """Record that a worker is alive (and what it serves)."""
-    entry = {**info, "id": worker_id, "last_seen_ms": int(time.time() * 1000)}
+    entry = {**info, "id": worker_id, "last_seen_ms": redis_now_ms(client)}
     client.hset(keys.WORKERS, worker_id, json.dumps(entry))
 
 
@@ -34,7 +34,7 @@ def forget_worker(client: redis.Redis, worker_id: str) -> None:
 def live_workers(
     client: redis.Redis, stale_after_s: float = DEFAULT_STALE_AFTER_S
 ) -> list[dict[str, Any]]:
-    now_ms = time.time() * 1000
+    now_ms = redis_now_ms(client)
     workers = [w for v in client.hgetall(keys.WORKERS).values() if _is_heartbeat(w := _json(v))]
     return sorted(
         (w for w in workers if now_ms - w["last_seen_ms"] <= stale_after_s * 1000),
@@ -63,7 +63,7 @@ def health_failures(workers: list[dict[str, Any]], stale_after_s: float) -> list
 
 def record_supervised(client: redis.Redis, children: dict[str, dict[str, Any]]) -> None:
     """Record what ``capdisc up`` knows of the processes it supervises (by child name)."""
-    now_ms = int(time.time() * 1000)
+    now_ms = redis_now_ms(client)
     client.hset(
         keys.SUPERVISED,
         mapping={
@@ -77,7 +77,7 @@ def supervised(
 ) -> dict[str, dict[str, Any]]:
     """The children of a running ``capdisc up`` (pid, restarts, last exit), by name; empty when
     no ``up`` recorded them within ``stale_after_s``."""
-    now_ms = time.time() * 1000
+    now_ms = redis_now_ms(client)
     children = {as_str(k): _json(v) for k, v in client.hgetall(keys.SUPERVISED).items()}
     return {
         name: child

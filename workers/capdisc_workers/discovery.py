@@ -52,6 +52,7 @@ from capdisc.errors import (
 from capdisc.identity import auth
 from capdisc.identity.gate import Gate
 from capdisc.logs import configure_logging
+from capdisc.redisclock import RedisClock
 from capdisc.redistext import as_str
 from capdisc.resources import embedder_for, store_for
 from capdisc.sessions.service import SessionService
@@ -84,7 +85,12 @@ class DiscoveryWorker:
         self.settings = settings
         self.redis = connection
         embedder = embedder_for(settings)
-        self.sessions = SessionService(connection, settings.sessions)
+        #: Requests' deadlines and sessions' times are on Redis's clock, shared by every worker
+        #: whatever this host's clock says.
+        self.clock = RedisClock()
+        self.sessions = SessionService(
+            connection, settings.sessions, clock=lambda: int(self.clock.now_ms(connection))
+        )
         #: Who asks: with auth on, who the request's token proves (:mod:`capdisc.identity.gate`).
         self.gate = Gate.from_settings(settings, log)
         self.worker_id = f"discovery@{socket.gethostname()}:{os.getpid()}"
@@ -189,7 +195,7 @@ class DiscoveryWorker:
                 f"the discovery worker failed reading it ({type(exc).__name__}); "
                 "the error is logged there",
             )
-        if entry.expired(time.time() * 1000):
+        if entry.expired(self.clock.now_ms(self.redis)):
             return Outcome(entry_id)  # nobody waits for it any more
         request_id = entry.request.request_id
         return Outcome(
@@ -298,7 +304,8 @@ class DiscoveryWorker:
             return None
         budget_s = self.settings.discover_timeout_s
         if deadline_ms:
-            budget_s = min(budget_s, max(0.0, deadline_ms / 1000 - time.time()))
+            left_ms = deadline_ms - self.clock.now_ms(self.redis)
+            budget_s = min(budget_s, max(0.0, left_ms / 1000))
         return self.follower.indexes.wait_for(request.tenant, request.min_version, budget_s)
 
     # -- lifecycle ---------------------------------------------------------------------------

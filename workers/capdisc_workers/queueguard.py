@@ -30,7 +30,10 @@ import redis
 import structlog
 from kombu.transport import TRANSPORT_ALIASES
 from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual as kombu_virtual
+from kombu.utils import json as kombu_json
 
+from capdisc.redisclock import RedisClock
 from capdisc.redisrefusal import advice, refuses_writes
 
 #: The transport option naming what to call with a refused entry: ``(queue, entry, reason)``.
@@ -44,6 +47,10 @@ WAIT_FIRST_S = 0.1
 WAIT_CAP_S = 2.0
 
 log = structlog.get_logger("capdisc.indexing")
+#: Redis's clock, as this worker process reads it.
+CLOCK = RedisClock()
+virtual_qos_append: Callable[..., None] = kombu_virtual.QoS.append
+kombu_dumps: Callable[..., str] = kombu_json.dumps
 
 
 class MalformedEntry(ValueError):
@@ -121,11 +128,23 @@ def when_writable(call: Callable[[], None], what: str) -> None:
 
 
 class QoS(kombu_redis.QoS):
-    """kombu's record of delivered messages, waiting out a Redis that refuses writes."""
+    """kombu's record of delivered messages, waiting out a Redis that refuses writes, with
+    each delivery timed on Redis's clock (the sweep compares it with workers' heartbeats,
+    which are on that clock too: :mod:`capdisc.redisclock`)."""
 
     def append(self, message: Any, delivery_tag: str) -> None:
-        base: Callable[..., None] = super().append  # kombu's methods are untyped
-        when_writable(lambda: base(message, delivery_tag), "deliver")
+        when_writable(lambda: self._record(message, delivery_tag), "deliver")
+
+    def _record(self, message: Any, delivery_tag: str) -> None:
+        """kombu's ``append``, with the delivery's time read from :data:`CLOCK`."""
+        delivery = message.delivery_info
+        raw = kombu_dumps([message._raw, delivery["exchange"], delivery["routing_key"]])
+        delivered_s = CLOCK.now_ms(self.channel.client) / 1000
+        with self.pipe_or_acquire() as pipe:
+            pipe.zadd(self.unacked_index_key, {delivery_tag: delivered_s}).hset(
+                self.unacked_key, delivery_tag, raw
+            ).execute()
+            virtual_qos_append(self, message, delivery_tag)
 
     def ack(self, delivery_tag: str) -> None:
         base: Callable[..., None] = super().ack

@@ -24,6 +24,7 @@ import structlog
 
 from capdisc import keys
 from capdisc.errors import CapdiscError
+from capdisc.redisclock import redis_now_ms
 from capdisc.redistext import as_str
 from capdisc.registry import outbox
 from capdisc.registry.drift import repair_plan
@@ -143,7 +144,7 @@ def _reindex_building(res: Resources, tenant: str, report: dict[str, Any]) -> bo
     job = ReindexJob.read(res.redis, tenant)
     if job is None:
         return False
-    age_s = time.time() - job.started_at_ms / 1000
+    age_s = (redis_now_ms(res.redis) - job.started_at_ms) / 1000
     if age_s <= res.settings.reindex_timeout_s:
         return True
     abandon_reindex(res.redis, job)
@@ -191,7 +192,7 @@ def sweep(res: Resources, client: redis.Redis) -> tuple[int, int]:
     for delivery in outbox.orphans(
         outbox.deliveries(client),
         workers,
-        int(time.time() * 1000),
+        redis_now_ms(client),
         settings.outbox_grace_s,
         settings.worker_stale_after_s,
     ):

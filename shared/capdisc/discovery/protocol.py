@@ -134,7 +134,8 @@ class Entry:
     """One request read from the stream, decoded and checked."""
 
     request: DiscoverRequest | SessionRequest
-    #: Milliseconds since the epoch after which nobody waits for the reply (None: no deadline).
+    #: Milliseconds since the epoch, on Redis's clock (:mod:`capdisc.redisclock`), after which
+    #: nobody waits for the reply (None: no deadline).
     deadline_ms: int | None = None
 
     def expired(self, now_ms: float) -> bool:

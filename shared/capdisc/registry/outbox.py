@@ -11,7 +11,6 @@ neither queued nor delivered: at worst a task runs twice, never zero times.
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import Any, Protocol
 import redis
 
 from capdisc import keys
+from capdisc.redisclock import redis_now_ms
 from capdisc.redistext import as_str
 
 
@@ -60,7 +60,7 @@ def send(
         "name": name,
         "args": list(args),
         "kwargs": dict(kwargs or {}),
-        "sent_at_ms": int(time.time() * 1000),
+        "sent_at_ms": redis_now_ms(client),
     }
     client.hset(keys.OUTBOX, task_id, json.dumps(entry))
     app.send_task(
@@ -81,7 +81,7 @@ def done(client: redis.Redis, task_id: str) -> None:
 
 def lost(client: redis.Redis, grace_s: float, now_ms: int | None = None) -> list[Pending]:
     """Recorded tasks older than ``grace_s`` that are neither queued nor delivered."""
-    now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+    now_ms = now_ms if now_ms is not None else redis_now_ms(client)
     recorded = [_pending(k, v) for k, v in client.hgetall(keys.OUTBOX).items()]
     old = [p for p in recorded if now_ms - p.sent_at_ms >= grace_s * 1000]
     if not old:

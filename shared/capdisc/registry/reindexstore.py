@@ -10,7 +10,6 @@ bumps the version in one transaction. :func:`abandon_reindex` drops a job that w
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +18,7 @@ import redis
 
 from capdisc import keys
 from capdisc.models import Capability
+from capdisc.redisclock import redis_now_ms
 from capdisc.redistext import as_str
 from capdisc.registry.policy import stored_capability
 from capdisc.registry.store import CHANGES_MAXLEN
@@ -78,7 +78,7 @@ def begin_reindex(
                 "target": target,
                 "batches": len(batches),
                 "fresh": int(fresh),
-                "started_at_ms": int(time.time() * 1000),
+                "started_at_ms": redis_now_ms(client),
             },
         )
         pipe.sadd(keys.TENANTS, tenant)

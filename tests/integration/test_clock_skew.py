@@ -1,0 +1,86 @@
+"""Workers whose host clocks are an hour off serve and count as live: every time one process
+writes and another compares (a request's deadline, a heartbeat, a delivery) is on Redis's
+clock. Each worker's clock is shifted with libfaketime, preloaded into it alone."""
+
+from __future__ import annotations
+
+import importlib.util
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from capdisc import keys
+from capdisc.client import Client
+from capdisc.status import live_workers
+
+from .conftest import INDEXING_ARGV
+from .private import PrivateStack, copy_registry, publish_and_serve, write_catalog
+from .test_healing import CONVERGE_S, await_condition, start_import, stored
+
+TENANT = "skewed"
+
+
+def shifted_clock(offset: str) -> dict[str, str]:
+    """The environment that runs a process with its wall clock ``offset`` from the host's
+    (``+1h``, ``-1h``); its monotonic clock is left alone."""
+    spec = importlib.util.find_spec("libfaketime")
+    if spec is None or not spec.submodule_search_locations or sys.platform != "linux":
+        pytest.skip("shifting a worker's clock needs libfaketime (a dev dependency) on Linux")
+    package = Path(next(iter(spec.submodule_search_locations)))
+    return {
+        "LD_PRELOAD": str(package / "vendor" / "libfaketime" / "src" / "libfaketime.so.1"),
+        "FAKETIME": offset,
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        "DONT_FAKE_MONOTONIC": "1",
+        "FAKETIME_NO_CACHE": "1",
+    }
+
+
+@pytest.fixture(scope="module")
+def skewed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateStack]:
+    """An indexing worker an hour behind and a discovery worker an hour ahead, serving the
+    example registry."""
+    behind, ahead = shifted_clock("-1h"), shifted_clock("+1h")
+    base = tmp_path_factory.mktemp("skewed")
+    stack = PrivateStack(base, durable=False)
+    try:
+        stack.spawn("indexing", [*INDEXING_ARGV, "-n", "indexing-behind@%h"], **behind)
+        stack.spawn_discovery(**ahead)
+        publish_and_serve(stack, copy_registry(base / "registry"), TENANT)
+        yield stack
+    finally:
+        stack.close()
+
+
+def test_a_discovery_worker_an_hour_ahead_answers_a_client_on_time(skewed: PrivateStack) -> None:
+    with Client(skewed.connection(), tenant=TENANT, timeout_s=10) as client:
+        answer = client.discover("post a message to a slack channel")
+
+    assert answer.capabilities
+
+
+def test_workers_an_hour_off_are_listed_live(skewed: PrivateStack) -> None:
+    connection = skewed.connection()
+
+    kinds = {w["kind"] for w in live_workers(connection)}
+
+    assert kinds == {"indexing", "discovery"}
+
+
+def test_the_tasks_of_a_killed_worker_an_hour_ahead_run_again(tmp_path: Path) -> None:
+    ahead = shifted_clock("+1h")
+    with PrivateStack(tmp_path, durable=False) as stack:
+        connection = stack.connection()
+        first = stack.spawn("indexing-ahead", [*INDEXING_ARGV, "-n", "ahead@%h"], **ahead)
+        importer = start_import(stack, write_catalog(tmp_path / "tools.jsonl", 600, "skew"))
+        await_condition(lambda: connection.hlen(keys.KOMBU_UNACKED) > 0, 60, "a task in flight")
+
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        stack.spawn_indexing("indexing-on-time")
+
+        await_condition(lambda: stored(connection) == 600, CONVERGE_S, "convergence")
+        assert importer.wait(timeout=120) == 0
