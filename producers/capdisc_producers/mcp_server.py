@@ -87,6 +87,7 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import AnyHttpUrl, ValidationError
+from starlette.types import ASGIApp
 
 from capdisc.agents.formats import to_mcp
 from capdisc.agents.metatool import METATOOL_NAME
@@ -98,6 +99,7 @@ from capdisc.logs import configure_logging
 from capdisc.models import JSONDict
 from capdisc.settings import Settings
 from capdisc.version import package_version
+from capdisc_producers.bearer import BearerReasons
 from capdisc_producers.bodylimit import BodyLimit
 from capdisc_producers.mcp_gateway import (
     RECORD_TOOL,
@@ -447,9 +449,16 @@ async def _serve_http(
 ) -> None:
     import uvicorn
 
+    app: ASGIApp
     if access.required:
-        app = server.streamable_http_app(
-            host=host, token_verifier=KeyringVerifier(access.gate), auth=resource_server(host, port)
+        app = BearerReasons(
+            server.streamable_http_app(
+                host=host,
+                token_verifier=KeyringVerifier(access.gate),
+                auth=resource_server(host, port),
+            ),
+            access.gate,
+            log,
         )
     else:
         if host not in LOOPBACK:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -72,3 +74,35 @@ def configure_logging(level: str = "INFO", fmt: str = "json", stream: Any = None
 
 def get_logger(name: str) -> Any:
     return structlog.get_logger(name)
+
+
+class Throttle:
+    """How often one kind of warning that anyone can cause (a refused token, a malformed
+    request) is written: the first ``per_window`` of each ``window_s``, then none until the next
+    window, whose first line says how many were left out (so a flood of bad requests cannot
+    fill the disk with log lines, and its size is still told). ``clock`` is monotonic seconds."""
+
+    def __init__(
+        self,
+        per_window: int = 100,
+        window_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.per_window = per_window
+        self.window_s = window_s
+        self.clock = clock
+        self._started = -float("inf")
+        self._written = 0
+        self._left_out = 0
+
+    def admit(self) -> int | None:
+        """None when this one is not written; else how many were left out before it."""
+        now = self.clock()
+        if now - self._started >= self.window_s:
+            self._started, self._written = now, 0
+        if self._written >= self.per_window:
+            self._left_out += 1
+            return None
+        self._written += 1
+        left_out, self._left_out = self._left_out, 0
+        return left_out

@@ -470,10 +470,10 @@ def with_bearer(url: str, token: str) -> tuple[MCPClient, Any]:
 
 
 @pytest.mark.parametrize("case", ["missing", "forged", "unknown-key", "expired"])
-def test_mcp_http_refuses_a_request_without_a_valid_bearer_token(
+def test_mcp_http_refuses_a_request_without_a_valid_bearer_token_saying_why(
     auth_stack: AuthStack, mcp_http: Callable[..., str], case: str
 ) -> None:
-    presented, _error, _says = bad_tokens(auth_stack)[case]
+    presented, _error, says = bad_tokens(auth_stack)[case]
     url = mcp_http()
 
     status, headers, body = post_initialize(url, presented)
@@ -481,7 +481,8 @@ def test_mcp_http_refuses_a_request_without_a_valid_bearer_token(
     assert status == 401
     challenge = {k.lower(): v for k, v in headers.items()}["www-authenticate"]
     assert challenge.startswith("Bearer ") and 'error="invalid_token"' in challenge
-    assert "result" not in body and "capdisc" not in body
+    assert says in challenge and says in json.loads(body)["error_description"]
+    assert "result" not in body
 
 
 def test_mcp_http_needs_the_discover_grant_and_refuses_another_tenant(

@@ -51,7 +51,7 @@ from capdisc.errors import (
 )
 from capdisc.identity import auth
 from capdisc.identity.gate import Gate
-from capdisc.logs import configure_logging
+from capdisc.logs import Throttle, configure_logging
 from capdisc.redisclock import RedisClock
 from capdisc.redistext import as_str
 from capdisc.resources import embedder_for, store_for
@@ -109,6 +109,8 @@ class DiscoveryWorker:
         )
         #: Outcomes read and answered whose settling an outage interrupted: settled first.
         self._unsettled: list[Outcome] = []
+        #: Bounds on the warnings that bad or refused requests cause, by event.
+        self._throttles: dict[str, Throttle] = {}
         self._last_claim = 0.0
 
     # -- serving -----------------------------------------------------------------------------
@@ -181,7 +183,7 @@ class DiscoveryWorker:
         try:
             entry = decode_entry(fields)
         except BadRequestError as exc:
-            log.warning(
+            self._warn_bounded(
                 "request_rejected", entry_id=entry_id, request_id=exc.request_id, reason=str(exc)
             )
             metrics.REQUESTS.labels("unknown", BadRequestError.code).inc()
@@ -241,7 +243,7 @@ class DiscoveryWorker:
     def _refused(self, request: DiscoverRequest | SessionRequest, exc: AuthError) -> ErrorReply:
         """The reply to a request whose token proves nothing or does not allow it: the error,
         no data. The log names the token's key id and subject, never the token."""
-        log.warning(
+        self._warn_bounded(
             "request_refused",
             request_id=request.request_id,
             tenant=request.tenant,
@@ -250,6 +252,13 @@ class DiscoveryWorker:
             **auth.label(request.token),
         )
         return ErrorReply.of(request.request_id, exc)
+
+    def _warn_bounded(self, event: str, **fields: Any) -> None:
+        """A warning any sender can cause, written at most :class:`Throttle`'s share a
+        minute (each line says how many were left out before it)."""
+        left_out = self._throttles.setdefault(event, Throttle()).admit()
+        if left_out is not None:
+            log.warning(event, left_out=left_out, **fields)
 
     def session_op(self, request: SessionRequest) -> SessionReply:
         """Record a call, or show, export or import a session's working set."""
