@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 import redis
+import structlog
 
 #: How often a :class:`RedisClock` measures its offset again (a local clock step is followed
 #: within this long).
@@ -23,9 +24,29 @@ RESYNC_S = 5.0
 
 
 def redis_now_ms(client: Any) -> int:
-    """The Redis server's time now, in milliseconds since the epoch (``TIME``)."""
-    seconds, micros = client.time()
+    """The Redis server's time now, in milliseconds since the epoch (``TIME``). A Redis user
+    whose ACL does not allow ``TIME`` gets this host's time, with one warning per process."""
+    try:
+        seconds, micros = client.time()
+    except redis.exceptions.NoPermissionError as exc:
+        _warn_no_time(exc)
+        return int(time.time() * 1000)
     return int(seconds) * 1000 + int(micros) // 1000
+
+
+_warned: list[bool] = []
+
+
+def _warn_no_time(exc: Exception) -> None:
+    if not _warned:
+        _warned.append(True)
+        structlog.get_logger("capdisc").warning(
+            "redis_time_refused",
+            error=str(exc),
+            hint="this Redis user may not run TIME, so this process compares times on its "
+            "own host's clock (wrong when hosts' clocks differ); add +time to its ACL user "
+            "(infra/redis-users.acl)",
+        )
 
 
 class RedisClock:

@@ -59,3 +59,14 @@ def test_an_unreachable_redis_keeps_the_last_offset() -> None:
     server.away = True
 
     assert abs(clock.now_ms(server) - (time.time() + 60) * 1000) < 1000
+
+
+class NoTimeAllowed:
+    """A Redis user whose ACL does not allow ``TIME``."""
+
+    def time(self) -> tuple[int, int]:
+        raise redis.exceptions.NoPermissionError("this user has no permissions to run 'time'")
+
+
+def test_a_user_refused_time_gets_this_hosts_clock() -> None:
+    assert abs(redis_now_ms(NoTimeAllowed()) - time.time() * 1000) < 1000
