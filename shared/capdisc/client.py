@@ -310,12 +310,13 @@ class Client:
         timeout."""
         timeout = seconds(timeout_s, "timeout_s") if timeout_s is not None else self.timeout_s
         deadline = time.monotonic() + timeout
-        entry: dict[Any, Any] = {
-            **fields,
-            "deadline_ms": int(self.clock.now_ms(self.redis) + timeout * 1000),
-        }
         outage: redis.RedisError | None = None
         while (remaining := deadline - time.monotonic()) > 0:
+            # the same deadline each time, on Redis's clock (read here: it may wait for Redis)
+            entry: dict[Any, Any] = {
+                **fields,
+                "deadline_ms": int(self.clock.now_ms(self.redis) + remaining * 1000),
+            }
             try:
                 self.redis.xadd(
                     keys.DISCOVERY_REQUESTS, entry, maxlen=self.backlog_max, approximate=True
@@ -339,13 +340,13 @@ class Client:
         raise DiscoveryTimeout(no_answer_message(timeout, self._discovery_workers_seen()))
 
     def _discovery_workers_seen(self) -> str:
-        """How many discovery workers' heartbeats are fresh (``?`` when this client may not read
-        them: a Redis ACL user for clients need not see the heartbeats)."""
+        """How many discovery workers' heartbeats are fresh (``?`` when this client cannot read
+        them: a Redis ACL user for clients need not see the heartbeats, or Redis went away)."""
         from capdisc.status import live_workers
 
         try:
             return str(sum(w["kind"] == "discovery" for w in live_workers(self.redis)))
-        except redis.ResponseError:
+        except redis.RedisError:  # not allowed to read them, or Redis gone meanwhile
             return "?"
 
     def handle_metatool_call(

@@ -16,7 +16,6 @@ import time
 from typing import Any
 
 import redis
-import structlog
 
 #: How often a :class:`RedisClock` measures its offset again (a local clock step is followed
 #: within this long).
@@ -38,6 +37,8 @@ _warned: list[bool] = []
 
 
 def _warn_no_time(exc: Exception) -> None:
+    import structlog  # only here: `capdisc discover` starts without loading it
+
     if not _warned:
         _warned.append(True)
         structlog.get_logger("capdisc").warning(

@@ -123,17 +123,20 @@ def test_reconcile_prunes_an_outgrown_embedding_cache_and_keeps_the_live_texts(
     stack: Stack, registry: Path, tenant: str, connection: redis.Redis
 ) -> None:
     from capdisc.registry.policy import stored_capability
+    from capdisc.registry.store import tenants
     from capdisc.retrieval.text import embedding_texts, text_hash
-    from capdisc_workers.embedding import CACHE_FLOOR_ENTRIES
+    from capdisc_workers.embedding import CACHE_ENTRIES_PER_CAPABILITY, CACHE_FLOOR_ENTRIES
 
     publish(stack.url, registry, tenant)
+    stored = sum(connection.hlen(keys.caps(t)) for t in tenants(connection))
+    bound = max(CACHE_FLOOR_ENTRIES, CACHE_ENTRIES_PER_CAPABILITY * stored)
     cache = keys.embedding_cache("hashing-384")
     live = {
         text_hash(text)
         for value in connection.hvals(keys.caps(tenant))
         for text in embedding_texts(stored_capability(value))  # type: ignore[arg-type]
     }
-    junk = {f"stale-{i}": b"\0" * 16 for i in range(CACHE_FLOOR_ENTRIES + 1)}
+    junk = {f"stale-{i}": b"\0" * 16 for i in range(bound + 1)}  # past the bound whatever is there
     connection.hset(cache, mapping=junk)  # type: ignore[arg-type]
 
     report = json.loads(run_cli("reconcile", "--json", env=stack.env).stdout)
