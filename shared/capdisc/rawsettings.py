@@ -62,6 +62,10 @@ def _read_file(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"settings file {path} cannot be read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"settings file {path} is not UTF-8 text (byte {exc.start} is not); save it as UTF-8"
+        ) from exc
     try:
         return load_mapping(text, str(path))
     except ManifestError as exc:
@@ -99,6 +103,11 @@ def with_password_file(url: str, password_file: Path | None) -> str:
         raise ConfigError(
             f"redis_password_file {password_file} cannot be read "
             f"({exc.strerror}) (env CAPDISC_REDIS_PASSWORD_FILE)"
+        ) from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"redis_password_file {password_file} is not UTF-8 text (byte {exc.start} is not) "
+            "(env CAPDISC_REDIS_PASSWORD_FILE); write the password as UTF-8 text"
         ) from exc
     return with_password(url, password)
 

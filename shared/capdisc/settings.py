@@ -17,10 +17,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from capdisc.discovery.config import DiscoveryConfig, describe_invalid
+from capdisc.discovery.config import DiscoveryConfig, Source, describe_invalid
 from capdisc.errors import ConfigError
 from capdisc.rawsettings import (
     DEFAULT_REDIS_URL,
+    ENV_PREFIX,
     REDIS_SCHEMES,
     ClientSettings,
     environment_values,
@@ -33,6 +34,22 @@ from capdisc.rawsettings import mask_url as mask_url
 from capdisc.rawsettings import with_password as with_password
 from capdisc.sessions.policy import SessionPolicy
 from capdisc.tenants import shown, tenant_problem
+
+
+def setting_source(file_path: Path | None, from_env: set[str], discovery_env: set[str]) -> Source:
+    """Where a setting at a location in :class:`Settings` was set: by its ``CAPDISC_*``
+    variable (``from_env``, ``discovery_env``: the names set so), else in the settings file
+    (``file_path``), under its dotted name there."""
+
+    def source(loc: tuple[str | int, ...]) -> tuple[str, str]:
+        from_variable = (len(loc) == 1 and loc[0] in from_env) or (
+            len(loc) == 2 and loc[0] == "discovery" and loc[1] in discovery_env
+        )
+        if from_variable:
+            return str(loc[-1]), f"env {ENV_PREFIX}{str(loc[-1]).upper()}"
+        return ".".join(map(str, loc)), f"settings file {file_path}" if file_path else "default"
+
+    return source
 
 
 class Settings(BaseModel):
@@ -210,13 +227,16 @@ class Settings(BaseModel):
             )
         discovery = dict(discovery)
         names = [name for name in cls.model_fields if name not in ("discovery", "sessions")]
-        values.update(environment_values(env, names))
-        discovery.update(environment_values(env, DiscoveryConfig.model_fields))
+        from_env = environment_values(env, names)
+        discovery_env = environment_values(env, DiscoveryConfig.model_fields)
+        values.update(from_env)
+        discovery.update(discovery_env)
         values["discovery"] = discovery
         try:
             settings = cls.model_validate(values)
         except ValidationError as exc:
-            raise ConfigError(describe_invalid(exc, "setting")) from exc
+            where = setting_source(file_path, set(from_env), set(discovery_env))
+            raise ConfigError(describe_invalid(exc, "setting", cls, where)) from exc
         return settings.with_password_file()
 
     def with_changes(self, **changes: Any) -> Settings:

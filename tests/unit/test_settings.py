@@ -148,8 +148,10 @@ def test_unknown_key_in_the_settings_file_is_a_config_error(tmp_path: Path) -> N
     with pytest.raises(ConfigError) as info:
         Settings.load(environ={}, path=path)
 
-    assert str(info.value).startswith("setting 'reddis_url' ")
-    assert "Extra inputs are not permitted" in str(info.value)
+    assert str(info.value) == (
+        f"setting 'reddis_url' (settings file {path}): not a known setting; "
+        "did you mean 'redis_url'? correct or remove it"
+    )
 
 
 def test_an_endless_discover_timeout_is_a_config_error_naming_it(tmp_path: Path) -> None:
@@ -165,7 +167,83 @@ def test_unknown_discovery_key_in_the_settings_file_is_a_config_error(tmp_path: 
     with pytest.raises(ConfigError) as info:
         Settings.load(environ={}, path=path)
 
-    assert str(info.value).startswith("setting 'tier1_topk' ")
+    assert str(info.value) == (
+        f"setting 'discovery.tier1_topk' (settings file {path}): not a known setting; "
+        "did you mean 'tier1_top_k'? correct or remove it"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "variables", "named"),
+    [
+        ("hashing_dim: 4\n", {}, "setting 'hashing_dim' (settings file {path}): "),
+        (
+            "discovery:\n  tier1_top_k: 500\n",
+            {},
+            "setting 'discovery.tier1_top_k' (settings file {path}): ",
+        ),
+        (
+            "tenant: acme\n",
+            {"CAPDISC_HASHING_DIM": "4"},
+            "setting 'hashing_dim' (env CAPDISC_HASHING_DIM): ",
+        ),
+        (
+            "tenant: acme\n",
+            {"CAPDISC_TIER1_TOP_K": "500"},
+            "setting 'tier1_top_k' (env CAPDISC_TIER1_TOP_K): ",
+        ),
+        (
+            "hashing_dim: 64\n",
+            {"CAPDISC_HASHING_DIM": "4"},
+            "setting 'hashing_dim' (env CAPDISC_HASHING_DIM): ",
+        ),
+        ("hashing_dim: 4\n", {"CAPDISC_HASHING_DIM": "64"}, None),
+    ],
+    ids=[
+        "file",
+        "file discovery",
+        "variable",
+        "variable discovery",
+        "variable wins",
+        "variable fixes",
+    ],
+)
+def test_a_malformed_setting_names_where_it_was_set(
+    tmp_path: Path, text: str, variables: dict[str, str], named: str | None
+) -> None:
+    path = write_settings(tmp_path, text)
+
+    if named is None:
+        assert Settings.load(environ=variables, path=path).hashing_dim == 64
+        return
+    with pytest.raises(ConfigError) as info:
+        Settings.load(environ=variables, path=path)
+
+    assert str(info.value).startswith(named.format(path=path))
+
+
+def test_an_unknown_profile_key_says_which_one_was_meant(tmp_path: Path) -> None:
+    path = write_settings(tmp_path, "sessions:\n  profiles:\n    billing:\n      alowlist: [x]\n")
+
+    with pytest.raises(ConfigError) as info:
+        Settings.load(environ={}, path=path)
+
+    assert str(info.value) == (
+        f"setting 'sessions.profiles.billing.alowlist' (settings file {path}): "
+        "not a known setting; did you mean 'allowlist'? correct or remove it"
+    )
+
+
+@pytest.mark.parametrize("name", ["capdisc.yaml", "redis.password"])
+def test_a_file_that_is_not_utf8_is_a_config_error_naming_it(tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(b"tenant: caf\xe9\n")
+    variables = {"CAPDISC_REDIS_PASSWORD_FILE": str(path)} if name == "redis.password" else {}
+
+    with pytest.raises(ConfigError) as info:
+        Settings.load(environ=variables, path=None if variables else path)
+
+    assert f"{path} is not UTF-8 text (byte 11 is not)" in str(info.value)
 
 
 def test_settings_file_that_is_not_a_mapping_is_a_config_error(tmp_path: Path) -> None:
@@ -235,17 +313,17 @@ def test_merged_without_overrides_is_the_same_config(overrides: dict[str, Any] |
     [
         (
             {"tier1_top_k": 500},
-            "discovery option 'tier1_top_k' (env CAPDISC_TIER1_TOP_K): "
-            "Input should be less than or equal to 100",
+            "discovery option 'tier1_top_k': Input should be less than or equal to 100",
         ),
         (
             {"tier1_min_relevance": "high"},
-            "discovery option 'tier1_min_relevance' (env CAPDISC_TIER1_MIN_RELEVANCE): "
+            "discovery option 'tier1_min_relevance': "
             "Input should be a valid number, unable to parse string as a number",
         ),
         (
-            {"top_k": 3},
-            "discovery option 'top_k' (env CAPDISC_TOP_K): Extra inputs are not permitted",
+            {"tier1_topk": 3},
+            "discovery option 'tier1_topk': not a known discovery option; "
+            "did you mean 'tier1_top_k'? correct or remove it",
         ),
     ],
 )
@@ -455,5 +533,5 @@ def test_a_nested_setting_is_named_as_in_the_settings_file_not_as_a_variable(
         Settings.load(environ={}, path=path)
 
     assert str(info.value).startswith(
-        "setting 'sessions.profiles.billing.allowlist' (in the settings file): "
+        f"setting 'sessions.profiles.billing.allowlist' (settings file {path}): "
     )
