@@ -15,9 +15,17 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from capdisc.discovery.config import DiscoveryConfig, Source, describe_invalid
+from capdisc.durations import duration_problem
 from capdisc.errors import ConfigError
 from capdisc.rawsettings import (
     DEFAULT_REDIS_URL,
@@ -36,10 +44,13 @@ from capdisc.sessions.policy import SessionPolicy
 from capdisc.tenants import shown, tenant_problem
 
 
-def setting_source(file_path: Path | None, from_env: set[str], discovery_env: set[str]) -> Source:
+def setting_source(
+    file_path: Path | None, file_keys: set[str], from_env: set[str], discovery_env: set[str]
+) -> Source:
     """Where a setting at a location in :class:`Settings` was set: by its ``CAPDISC_*``
-    variable (``from_env``, ``discovery_env``: the names set so), else in the settings file
-    (``file_path``), under its dotted name there."""
+    variable (``from_env``, ``discovery_env``: the names set so), in the settings file
+    (``file_path``, whose top-level keys are ``file_keys``) under its dotted name there, or
+    nowhere (its default)."""
 
     def source(loc: tuple[str | int, ...]) -> tuple[str, str]:
         from_variable = (len(loc) == 1 and loc[0] in from_env) or (
@@ -47,7 +58,8 @@ def setting_source(file_path: Path | None, from_env: set[str], discovery_env: se
         )
         if from_variable:
             return str(loc[-1]), f"env {ENV_PREFIX}{str(loc[-1]).upper()}"
-        return ".".join(map(str, loc)), f"settings file {file_path}" if file_path else "default"
+        where = f"settings file {file_path}" if loc[:1] and loc[0] in file_keys else "default"
+        return ".".join(map(str, loc)), where
 
     return source
 
@@ -115,7 +127,9 @@ class Settings(BaseModel):
     claim_idle_ms: int = Field(10_000, ge=100)
     reply_ttl_s: int = Field(60, ge=1)
     heartbeat_interval_s: float = Field(2.0, gt=0)
-    worker_stale_after_s: float = Field(10.0, gt=0)
+    #: A worker whose last heartbeat is older is taken for gone (its tasks are given back):
+    #: at least twice ``heartbeat_interval_s``.
+    worker_stale_after_s: float = Field(10.0, gt=0, validate_default=True)
     #: Where a worker serves Prometheus metrics (``/metrics``); None: not served, 0: any free
     #: port (logged as ``metrics_serving``; in the heartbeat: ``capdisc status --json``).
     #: Metrics name tenants: keep the host private (127.0.0.1 by default; 0.0.0.0 inside a
@@ -197,6 +211,26 @@ class Settings(BaseModel):
     def _no_snapshot_dir(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
 
+    @field_validator("*")
+    @classmethod
+    def _bounded_duration(cls, value: Any, info: ValidationInfo) -> Any:
+        problem = duration_problem(info.field_name or "", value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("worker_stale_after_s")
+    @classmethod
+    def _beats_before_stale(cls, value: float, info: ValidationInfo) -> float:
+        beat_s = info.data.get("heartbeat_interval_s")
+        if beat_s is not None and value < 2 * beat_s:
+            raise ValueError(
+                f"must be at least twice heartbeat_interval_s ({beat_s} s), or live workers are "
+                "taken for gone between heartbeats (their tasks run twice); raise it or lower "
+                "heartbeat_interval_s"
+            )
+        return value
+
     @field_validator("redis_url")
     @classmethod
     def _redis_scheme(cls, value: str) -> str:
@@ -220,6 +254,7 @@ class Settings(BaseModel):
         """Defaults, then the settings file, then ``CAPDISC_*`` variables."""
         env = os.environ if environ is None else environ
         file_path, values = settings_file_values(env, path)
+        file_keys = set(values)
         discovery = values.pop("discovery", None) or {}
         if not isinstance(discovery, dict):
             raise ConfigError(
@@ -235,7 +270,7 @@ class Settings(BaseModel):
         try:
             settings = cls.model_validate(values)
         except ValidationError as exc:
-            where = setting_source(file_path, set(from_env), set(discovery_env))
+            where = setting_source(file_path, file_keys, set(from_env), set(discovery_env))
             raise ConfigError(describe_invalid(exc, "setting", cls, where)) from exc
         return settings.with_password_file()
 

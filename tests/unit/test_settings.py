@@ -10,6 +10,7 @@ from typing import Any, get_type_hints
 import pytest
 
 from capdisc.discovery.config import DiscoveryConfig
+from capdisc.durations import MAX_SECONDS, duration_problem
 from capdisc.errors import ConfigError
 from capdisc.rawsettings import ClientSettings, celery_broker_url
 from capdisc.settings import Settings
@@ -535,3 +536,75 @@ def test_a_nested_setting_is_named_as_in_the_settings_file_not_as_a_variable(
     assert str(info.value).startswith(
         f"setting 'sessions.profiles.billing.allowlist' (settings file {path}): "
     )
+
+
+# -- durations -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "refused"),
+    [
+        ("heartbeat_interval_s", 2.0, False),
+        ("reconcile_interval_s", 0.0, False),
+        ("snapshot_interval_s", float(MAX_SECONDS), False),
+        ("claim_idle_ms", MAX_SECONDS * 1000, False),
+        ("heartbeat_interval_s", float("inf"), True),
+        ("sweep_interval_s", float("nan"), True),
+        ("reconcile_interval_s", 1e300, True),
+        ("reply_ttl_s", MAX_SECONDS + 1, True),
+        ("claim_idle_ms", MAX_SECONDS * 1000 + 1, True),
+        ("hashing_dim", 10**30, False),  # not a duration: its own bounds apply
+        ("heartbeat_interval_s", "soon", False),  # not a number: its type says so
+    ],
+)
+def test_a_duration_is_finite_and_at_most_a_year(name: str, value: Any, refused: bool) -> None:
+    assert (duration_problem(name, value) is not None) is refused
+
+
+@pytest.mark.parametrize(
+    ("variable", "raw"),
+    [
+        ("CAPDISC_HEARTBEAT_INTERVAL_S", "inf"),
+        ("CAPDISC_RECONCILE_INTERVAL_S", "1e300"),
+        ("CAPDISC_SWEEP_INTERVAL_S", "infinity"),
+        ("CAPDISC_OPENAI_TIMEOUT_S", "inf"),
+        ("CAPDISC_REPLY_TTL_S", "100000000000000000000"),
+        ("CAPDISC_CLAIM_IDLE_MS", "100000000000000000000"),
+    ],
+)
+def test_an_endless_duration_setting_is_a_config_error_naming_it(variable: str, raw: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        Settings.load(environ={variable: raw})
+
+    name = variable.removeprefix("CAPDISC_").lower()
+    assert str(info.value).startswith(f"setting '{name}' (env {variable}): ")
+    assert "must be a finite number of at most" in str(info.value)
+
+
+def test_an_endless_session_duration_is_a_config_error_naming_its_key(tmp_path: Path) -> None:
+    path = write_settings(tmp_path, "sessions:\n  max_age_s: .inf\n")
+
+    with pytest.raises(ConfigError) as info:
+        Settings.load(environ={}, path=path)
+
+    assert str(info.value).startswith(f"setting 'sessions.max_age_s' (settings file {path}): ")
+
+
+@pytest.mark.parametrize(
+    ("variables", "refused"),
+    [
+        ({}, False),
+        ({"CAPDISC_HEARTBEAT_INTERVAL_S": "5"}, False),
+        ({"CAPDISC_HEARTBEAT_INTERVAL_S": "30"}, True),
+        ({"CAPDISC_HEARTBEAT_INTERVAL_S": "30", "CAPDISC_WORKER_STALE_AFTER_S": "60"}, False),
+        ({"CAPDISC_WORKER_STALE_AFTER_S": "3"}, True),
+    ],
+)
+def test_workers_are_not_taken_for_gone_between_their_heartbeats(
+    variables: dict[str, str], refused: bool
+) -> None:
+    if not refused:
+        Settings.load(environ=variables)
+        return
+    with pytest.raises(ConfigError, match=r"^setting 'worker_stale_after_s' .*at least twice"):
+        Settings.load(environ=variables)
