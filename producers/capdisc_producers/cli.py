@@ -1971,9 +1971,17 @@ def main() -> None:
         redis = sys.modules.get("redis")
         if redis is not None and isinstance(exc, redis.AuthenticationError):
             _fail(str(RedisCredentialsError.refused(exc)))
-        if redis is not None and isinstance(exc, redis.ConnectionError):
-            _fail(f"cannot reach Redis ({exc}); {_redis_down_hint()}")
+        if redis is not None and isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+            _fail(f"cannot reach Redis ({exc}); {_redis_down_hint()}{_tls_hint(exc)}")
         raise
+
+
+def _tls_hint(exc: Exception) -> str:
+    """For a connection that timed out in a TLS handshake (a ``rediss://`` URL): say so."""
+    cause = exc.__context__
+    if "handshake" in str(cause):
+        return "; a rediss:// URL needs a Redis that speaks TLS (a plain one: redis://)"
+    return ""
 
 
 def _redis_down_hint() -> str:
