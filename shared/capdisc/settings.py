@@ -231,6 +231,20 @@ class Settings(BaseModel):
             )
         return value
 
+    @field_validator("sessions")
+    @classmethod
+    def _profile_options(cls, value: SessionPolicy) -> SessionPolicy:
+        """Each agent profile's discovery options are valid ones (else every turn of that
+        profile would fail, and the agent be blamed)."""
+        for name, profile in value.profiles.items():
+            try:
+                DiscoveryConfig.model_validate(profile.options)
+            except ValidationError as exc:
+                raise ValueError(
+                    f"agent profile {name!r}, options: {describe_invalid(exc, 'discovery option')}"
+                ) from None
+        return value
+
     @field_validator("redis_url")
     @classmethod
     def _redis_scheme(cls, value: str) -> str:

@@ -608,3 +608,33 @@ def test_workers_are_not_taken_for_gone_between_their_heartbeats(
         return
     with pytest.raises(ConfigError, match=r"^setting 'worker_stale_after_s' .*at least twice"):
         Settings.load(environ=variables)
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ("tier1_topk: 3", "discovery option 'tier1_topk': not a known discovery option; did you"),
+        ("tier1_top_k: 500", "discovery option 'tier1_top_k': Input should be less than or equal"),
+    ],
+)
+def test_an_agent_profile_with_a_bad_discovery_option_is_refused_at_load(
+    tmp_path: Path, options: str, problem: str
+) -> None:
+    text = f"sessions:\n  profiles:\n    billing:\n      options:\n        {options}\n"
+    path = write_settings(tmp_path, text)
+
+    with pytest.raises(ConfigError) as info:
+        Settings.load(environ={}, path=path)
+
+    assert str(info.value).startswith(
+        f"setting 'sessions' (settings file {path}): Value error, agent profile 'billing', "
+        f"options: {problem}"
+    )
+
+
+def test_an_agent_profiles_valid_discovery_options_load() -> None:
+    profiles = {"billing": {"options": {"tier1_top_k": 3, "fusion": "rrf"}}}
+
+    settings = Settings.model_validate({"sessions": {"profiles": profiles}})
+
+    assert settings.sessions.profile("billing").options == {"tier1_top_k": 3, "fusion": "rrf"}
