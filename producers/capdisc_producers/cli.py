@@ -275,6 +275,14 @@ def _redis(ctx: click.Context, redis_url: str | None) -> redis.Redis:
         _client_settings(ctx),
     )
     ctx.meta["capdisc.access"] = access
+    from capdisc.rawsettings import redis_url_problem
+
+    problem = redis_url_problem(access.redis_url)
+    if problem:
+        raise ConfigError(
+            f"the Redis URL {problem}; give redis://HOST:PORT/DB with --redis-url or "
+            "CAPDISC_REDIS_URL"
+        )
     try:
         return redis.Redis.from_url(access.redis_url, socket_connect_timeout=2.0)
     except ValueError as exc:  # not a Redis URL at all

@@ -118,7 +118,27 @@ REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 def redis_url_form(url: str) -> bool:
     """Whether ``url`` is in a form redis-py connects with (empty: not set, the stack's found)."""
-    return not url or url.startswith(REDIS_SCHEMES)
+    return redis_url_problem(url) is None
+
+
+def redis_url_problem(url: str) -> str | None:
+    """What keeps redis-py from reading ``url`` as meant, or None (empty: not set)."""
+    if not url:
+        return None
+    if not url.startswith(REDIS_SCHEMES):
+        return (
+            f"must start with one of {', '.join(REDIS_SCHEMES)} (redis://HOST:PORT/DB), "
+            f"got {mask_url(url)!r}"
+        )
+    parts = urlsplit(url)
+    if parts.fragment or "@" in parts.path + parts.query:
+        where = f"{parts.scheme}://***@{url.rsplit('@', 1)[1]}"  # no part of the password
+        return (
+            f"has a '#', '/', '?' or '@' in its password, which ends the password there "
+            f"({where!r}); percent-encode them (%23, %2F, %3F, %40) or give the password in "
+            "a file (CAPDISC_REDIS_PASSWORD_FILE)"
+        )
+    return None
 
 
 def celery_broker_url(url: str, transport: str = "redis") -> str:

@@ -30,10 +30,9 @@ from capdisc.errors import ConfigError
 from capdisc.rawsettings import (
     DEFAULT_REDIS_URL,
     ENV_PREFIX,
-    REDIS_SCHEMES,
     ClientSettings,
     environment_values,
-    redis_url_form,
+    redis_url_problem,
     settings_file_values,
     with_password_file,
 )
@@ -248,11 +247,9 @@ class Settings(BaseModel):
     @field_validator("redis_url")
     @classmethod
     def _redis_scheme(cls, value: str) -> str:
-        if not redis_url_form(value):
-            raise ValueError(
-                f"must start with one of {', '.join(REDIS_SCHEMES)} (redis://HOST:PORT/DB), "
-                f"got {mask_url(value)!r}"
-            )
+        problem = redis_url_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
 
     @field_validator("tenant")
@@ -289,7 +286,11 @@ class Settings(BaseModel):
         return settings.with_password_file()
 
     def with_changes(self, **changes: Any) -> Settings:
-        return Settings.model_validate({**self.model_dump(), **changes})
+        """The settings with ``changes`` (a command's options), checked as at load."""
+        try:
+            return Settings.model_validate({**self.model_dump(), **changes})
+        except ValidationError as exc:
+            raise ConfigError(describe_invalid(exc, "setting", Settings)) from exc
 
     def with_password_file(self) -> Settings:
         """The settings with ``redis_password_file``'s password in ``redis_url`` (a URL that

@@ -148,3 +148,16 @@ def test_a_redis_that_never_answers_is_one_error_saying_so_not_a_traceback(tmp_p
     assert "Traceback" not in done.stderr
     assert done.stderr.startswith("error: cannot reach Redis (Timeout connecting to server)")
     assert "a rediss:// URL needs a Redis that speaks TLS" in done.stderr
+
+
+def test_a_redis_url_option_whose_password_ends_early_is_one_error_naming_the_option(
+    tmp_path: Path,
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAPDISC_")}
+
+    done = run_cli("status", "--redis-url", "redis://:Zq/Zq@127.0.0.1:1/0", env=env, cwd=tmp_path)
+
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and "Zq" not in done.stderr
+    assert done.stderr.startswith("error: the Redis URL has a '#', '/', '?' or '@' in its password")
+    assert "--redis-url" in done.stderr

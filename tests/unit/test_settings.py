@@ -638,3 +638,35 @@ def test_an_agent_profiles_valid_discovery_options_load() -> None:
     settings = Settings.model_validate({"sessions": {"profiles": profiles}})
 
     assert settings.sessions.profile("billing").options == {"tier1_top_k": 3, "fusion": "rrf"}
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://:Zq@Zq/Zq#Zq@127.0.0.1:6379/0",
+        "redis://:Zq/Zq@127.0.0.1:6379/0",
+        "redis://user:Zq?Zq@127.0.0.1:6379/0",
+        "rediss://:Zq#Zq@redis.example:6380/0",
+    ],
+)
+def test_a_redis_password_that_ends_early_is_refused_without_showing_any_of_it(url: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        Settings.load(environ={"CAPDISC_REDIS_URL": url})
+
+    message = str(info.value)
+    assert message.startswith("setting 'redis_url' (env CAPDISC_REDIS_URL): ")
+    assert "percent-encode them (%23, %2F, %3F, %40)" in message
+    assert "Zq" not in message
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["redis://:pa%2Fss%23x%40y@127.0.0.1:6379/0", "unix://:pw@/run/redis.sock?db=1", ""],
+)
+def test_a_redis_url_with_an_encoded_password_or_a_socket_is_accepted(url: str) -> None:
+    assert Settings.load(environ={"CAPDISC_REDIS_URL": url}).redis_url == url
+
+
+def test_a_command_option_checked_as_the_settings_are_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"^setting 'redis_url': .*percent-encode"):
+        Settings.load(environ={}).with_changes(redis_url="redis://:a/b@127.0.0.1:6379/0")
