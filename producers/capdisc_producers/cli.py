@@ -275,6 +275,14 @@ def _redis(ctx: click.Context, redis_url: str | None) -> redis.Redis:
         _client_settings(ctx),
     )
     ctx.meta["capdisc.access"] = access
+    from capdisc.rawsettings import redis_url_problem
+
+    problem = redis_url_problem(access.redis_url)
+    if problem:
+        raise ConfigError(
+            f"the Redis URL {problem}; give redis://HOST:PORT/DB with --redis-url or "
+            "CAPDISC_REDIS_URL"
+        )
     try:
         return redis.Redis.from_url(access.redis_url, socket_connect_timeout=2.0)
     except ValueError as exc:  # not a Redis URL at all
@@ -1971,9 +1979,17 @@ def main() -> None:
         redis = sys.modules.get("redis")
         if redis is not None and isinstance(exc, redis.AuthenticationError):
             _fail(str(RedisCredentialsError.refused(exc)))
-        if redis is not None and isinstance(exc, redis.ConnectionError):
-            _fail(f"cannot reach Redis ({exc}); {_redis_down_hint()}")
+        if redis is not None and isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+            _fail(f"cannot reach Redis ({exc}); {_redis_down_hint()}{_tls_hint(exc)}")
         raise
+
+
+def _tls_hint(exc: Exception) -> str:
+    """For a connection that timed out in a TLS handshake (a ``rediss://`` URL): say so."""
+    cause = exc.__context__
+    if "handshake" in str(cause):
+        return "; a rediss:// URL needs a Redis that speaks TLS (a plain one: redis://)"
+    return ""
 
 
 def _redis_down_hint() -> str:

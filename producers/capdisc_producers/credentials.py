@@ -1,4 +1,5 @@
-"""The secrets of the embedded stack, under ``.capdisc/secrets/`` (0700; every file 0600):
+"""The secrets of the embedded stack, under ``.capdisc/secrets/`` (0700; every file 0600, made
+so again at every ``capdisc up``, which says so):
 
 * ``auth_keys.json`` - the keyring identity tokens are signed and verified with (made at the
   first ``capdisc up``, kept; ``capdisc token keygen`` adds keys);
@@ -54,6 +55,25 @@ class StackSecrets:
     @property
     def password_file(self) -> Path:
         return self.directory / PASSWORD_FILE
+
+    def tighten(self) -> list[str]:
+        """Make the directory (0700) and each secret file in it (0600) private again where
+        group or others may read them (a copy, an archive, a chmod); what was changed, each
+        saying what to do."""
+        notices = []
+        for path, private in [(self.directory, 0o700), *((f, 0o600) for f in self._files())]:
+            mode = path.stat().st_mode & 0o777 if path.exists() else 0
+            if mode & 0o077:
+                path.chmod(private)
+                notices.append(
+                    f"{path} was open to other users (mode {mode:04o}); made it {private:04o}. "
+                    "If someone else may have read it, replace it: remove it, and the next "
+                    "capdisc up makes a new one"
+                )
+        return notices
+
+    def _files(self) -> list[Path]:
+        return [self.keys_file, self.token_file, self.password_file]
 
     def ensure_keyring(self, now: float) -> auth.Keyring:
         """The keyring, made with one fresh key when there is none yet."""

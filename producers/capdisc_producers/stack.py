@@ -217,6 +217,8 @@ class Stack:
         """Start Redis (unless one is given) and the two workers; return the Redis URL (with
         its password: keep it in memory)."""
         (self.state_dir / "logs").mkdir(parents=True, exist_ok=True)
+        for notice in self.secrets.tighten():
+            self.say(notice)
         env = {**environ, **self._start_auth(), **self._start_redis(environ)}
         if self.settings.snapshot_dir is None and SNAPSHOT_DIR_ENV not in environ:
             # the discovery worker maps its last index from here when it starts again

@@ -62,6 +62,10 @@ def _read_file(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"settings file {path} cannot be read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"settings file {path} is not UTF-8 text (byte {exc.start} is not); save it as UTF-8"
+        ) from exc
     try:
         return load_mapping(text, str(path))
     except ManifestError as exc:
@@ -100,6 +104,11 @@ def with_password_file(url: str, password_file: Path | None) -> str:
             f"redis_password_file {password_file} cannot be read "
             f"({exc.strerror}) (env CAPDISC_REDIS_PASSWORD_FILE)"
         ) from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"redis_password_file {password_file} is not UTF-8 text (byte {exc.start} is not) "
+            "(env CAPDISC_REDIS_PASSWORD_FILE); write the password as UTF-8 text"
+        ) from exc
     return with_password(url, password)
 
 
@@ -109,7 +118,27 @@ REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 def redis_url_form(url: str) -> bool:
     """Whether ``url`` is in a form redis-py connects with (empty: not set, the stack's found)."""
-    return not url or url.startswith(REDIS_SCHEMES)
+    return redis_url_problem(url) is None
+
+
+def redis_url_problem(url: str) -> str | None:
+    """What keeps redis-py from reading ``url`` as meant, or None (empty: not set)."""
+    if not url:
+        return None
+    if not url.startswith(REDIS_SCHEMES):
+        return (
+            f"must start with one of {', '.join(REDIS_SCHEMES)} (redis://HOST:PORT/DB), "
+            f"got {mask_url(url)!r}"
+        )
+    parts = urlsplit(url)
+    if parts.fragment or "@" in parts.path + parts.query:
+        where = f"{parts.scheme}://***@{url.rsplit('@', 1)[1]}"  # no part of the password
+        return (
+            f"has a '#', '/', '?' or '@' in its password, which ends the password there "
+            f"({where!r}); percent-encode them (%23, %2F, %3F, %40) or give the password in "
+            "a file (CAPDISC_REDIS_PASSWORD_FILE)"
+        )
+    return None
 
 
 def celery_broker_url(url: str, transport: str = "redis") -> str:

@@ -15,16 +15,24 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
-from capdisc.discovery.config import DiscoveryConfig, describe_invalid
+from capdisc.discovery.config import DiscoveryConfig, Source, describe_invalid
+from capdisc.durations import duration_problem
 from capdisc.errors import ConfigError
 from capdisc.rawsettings import (
     DEFAULT_REDIS_URL,
-    REDIS_SCHEMES,
+    ENV_PREFIX,
     ClientSettings,
     environment_values,
-    redis_url_form,
+    redis_url_problem,
     settings_file_values,
     with_password_file,
 )
@@ -33,6 +41,26 @@ from capdisc.rawsettings import mask_url as mask_url
 from capdisc.rawsettings import with_password as with_password
 from capdisc.sessions.policy import SessionPolicy
 from capdisc.tenants import shown, tenant_problem
+
+
+def setting_source(
+    file_path: Path | None, file_keys: set[str], from_env: set[str], discovery_env: set[str]
+) -> Source:
+    """Where a setting at a location in :class:`Settings` was set: by its ``CAPDISC_*``
+    variable (``from_env``, ``discovery_env``: the names set so), in the settings file
+    (``file_path``, whose top-level keys are ``file_keys``) under its dotted name there, or
+    nowhere (its default)."""
+
+    def source(loc: tuple[str | int, ...]) -> tuple[str, str]:
+        from_variable = (len(loc) == 1 and loc[0] in from_env) or (
+            len(loc) == 2 and loc[0] == "discovery" and loc[1] in discovery_env
+        )
+        if from_variable:
+            return str(loc[-1]), f"env {ENV_PREFIX}{str(loc[-1]).upper()}"
+        where = f"settings file {file_path}" if loc[:1] and loc[0] in file_keys else "default"
+        return ".".join(map(str, loc)), where
+
+    return source
 
 
 class Settings(BaseModel):
@@ -98,7 +126,9 @@ class Settings(BaseModel):
     claim_idle_ms: int = Field(10_000, ge=100)
     reply_ttl_s: int = Field(60, ge=1)
     heartbeat_interval_s: float = Field(2.0, gt=0)
-    worker_stale_after_s: float = Field(10.0, gt=0)
+    #: A worker whose last heartbeat is older is taken for gone (its tasks are given back):
+    #: at least twice ``heartbeat_interval_s``.
+    worker_stale_after_s: float = Field(10.0, gt=0, validate_default=True)
     #: Where a worker serves Prometheus metrics (``/metrics``); None: not served, 0: any free
     #: port (logged as ``metrics_serving``; in the heartbeat: ``capdisc status --json``).
     #: Metrics name tenants: keep the host private (127.0.0.1 by default; 0.0.0.0 inside a
@@ -180,14 +210,46 @@ class Settings(BaseModel):
     def _no_snapshot_dir(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
 
+    @field_validator("*")
+    @classmethod
+    def _bounded_duration(cls, value: Any, info: ValidationInfo) -> Any:
+        problem = duration_problem(info.field_name or "", value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("worker_stale_after_s")
+    @classmethod
+    def _beats_before_stale(cls, value: float, info: ValidationInfo) -> float:
+        beat_s = info.data.get("heartbeat_interval_s")
+        if beat_s is not None and value < 2 * beat_s:
+            raise ValueError(
+                f"must be at least twice heartbeat_interval_s ({beat_s} s), or live workers are "
+                "taken for gone between heartbeats (their tasks run twice); raise it or lower "
+                "heartbeat_interval_s"
+            )
+        return value
+
+    @field_validator("sessions")
+    @classmethod
+    def _profile_options(cls, value: SessionPolicy) -> SessionPolicy:
+        """Each agent profile's discovery options are valid ones (else every turn of that
+        profile would fail, and the agent be blamed)."""
+        for name, profile in value.profiles.items():
+            try:
+                DiscoveryConfig.model_validate(profile.options)
+            except ValidationError as exc:
+                raise ValueError(
+                    f"agent profile {name!r}, options: {describe_invalid(exc, 'discovery option')}"
+                ) from None
+        return value
+
     @field_validator("redis_url")
     @classmethod
     def _redis_scheme(cls, value: str) -> str:
-        if not redis_url_form(value):
-            raise ValueError(
-                f"must start with one of {', '.join(REDIS_SCHEMES)} (redis://HOST:PORT/DB), "
-                f"got {mask_url(value)!r}"
-            )
+        problem = redis_url_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
 
     @field_validator("tenant")
@@ -203,6 +265,7 @@ class Settings(BaseModel):
         """Defaults, then the settings file, then ``CAPDISC_*`` variables."""
         env = os.environ if environ is None else environ
         file_path, values = settings_file_values(env, path)
+        file_keys = set(values)
         discovery = values.pop("discovery", None) or {}
         if not isinstance(discovery, dict):
             raise ConfigError(
@@ -210,17 +273,24 @@ class Settings(BaseModel):
             )
         discovery = dict(discovery)
         names = [name for name in cls.model_fields if name not in ("discovery", "sessions")]
-        values.update(environment_values(env, names))
-        discovery.update(environment_values(env, DiscoveryConfig.model_fields))
+        from_env = environment_values(env, names)
+        discovery_env = environment_values(env, DiscoveryConfig.model_fields)
+        values.update(from_env)
+        discovery.update(discovery_env)
         values["discovery"] = discovery
         try:
             settings = cls.model_validate(values)
         except ValidationError as exc:
-            raise ConfigError(describe_invalid(exc, "setting")) from exc
+            where = setting_source(file_path, file_keys, set(from_env), set(discovery_env))
+            raise ConfigError(describe_invalid(exc, "setting", cls, where)) from exc
         return settings.with_password_file()
 
     def with_changes(self, **changes: Any) -> Settings:
-        return Settings.model_validate({**self.model_dump(), **changes})
+        """The settings with ``changes`` (a command's options), checked as at load."""
+        try:
+            return Settings.model_validate({**self.model_dump(), **changes})
+        except ValidationError as exc:
+            raise ConfigError(describe_invalid(exc, "setting", Settings)) from exc
 
     def with_password_file(self) -> Settings:
         """The settings with ``redis_password_file``'s password in ``redis_url`` (a URL that

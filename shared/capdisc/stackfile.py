@@ -33,29 +33,52 @@ STACK_ENV = "CAPDISC_STACK"
 
 def find_stack(start: Path) -> dict[str, Any] | None:
     """The stack file of a running stack in ``start`` or a parent directory. A file left by an
-    ``up`` that was killed (its pid is gone) is not a running stack."""
+    ``up`` that was killed (its pid is gone), or a damaged one, is not a running stack."""
+    path = _stack_file(start)
+    stack = _read_stack(path) if path is not None else None
+    return stack if isinstance(stack, dict) else None
+
+
+def _stack_file(start: Path) -> Path | None:
+    """The first stack file in ``start`` or a parent directory."""
     for directory in (start, *start.parents):
         path = directory / STATE_DIR / STACK_FILE
         if path.is_file():
-            try:
-                data: dict[str, Any] = json.loads(path.read_text())
-            except (OSError, ValueError):
-                return None
-            return data if isinstance(data, dict) and _alive(data.get("pid")) else None
+            return path
     return None
+
+
+def _read_stack(path: Path) -> dict[str, Any] | str:
+    """The stack file at ``path`` of a running stack, or why it is none (what to do included)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        return f"{path} cannot be read ({exc.strerror})"
+    except ValueError:  # not JSON, or not UTF-8
+        return f"{path} is damaged (not JSON); remove it"
+    pid = data.get("pid") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or isinstance(pid, bool) or not isinstance(pid, int | None):
+        return f"{path} is damaged (not a JSON object with a numeric pid); remove it"
+    if not _alive(pid):
+        return f"{path} was left by capdisc up pid {pid}, which no longer runs"
+    if not (isinstance(data.get("redis_url"), str) and data["redis_url"]):
+        return f"{path} names no redis_url; remove it"
+    return data
 
 
 def running_stack_from(
     environ: Mapping[str, str], cwd: Path, by_url: str = f"set {REDIS_ENV}"
 ) -> dict[str, Any]:
     """The stack file of the running stack found from :func:`stack_start`;
-    :class:`~capdisc.errors.StackNotFoundError`, saying how to name one (or, ``by_url``, how
-    to reach a Redis by URL instead), when there is none."""
+    :class:`~capdisc.errors.StackNotFoundError`, saying why there is none (no stack file, a
+    damaged one, one left by an ``up`` that is gone) and how to name one (or, ``by_url``, how
+    to reach a Redis by URL instead)."""
     start = stack_start(environ, cwd)
-    stack = find_stack(start)
-    if not stack or not isinstance(stack.get("redis_url"), str) or not stack["redis_url"]:
+    path = _stack_file(start)
+    stack = _read_stack(path) if path is not None else f"no {STATE_DIR}/{STACK_FILE}"
+    if not isinstance(stack, dict):
         raise StackNotFoundError(
-            f"no running capdisc stack found from {start} (no {STATE_DIR}/{STACK_FILE}); "
+            f"no running capdisc stack found from {start} ({stack}); "
             f"start one with `make up`, set {STACK_ENV} to the directory it runs in, or "
             f"{by_url}"
         )
@@ -96,9 +119,9 @@ def stack_start(environ: Mapping[str, str], cwd: Path) -> Path:
     return Path(named).expanduser() if named else cwd
 
 
-def _alive(pid: Any) -> bool:
+def _alive(pid: int | None) -> bool:
     """Whether process ``pid`` runs on this machine (True when the file names none)."""
-    if not isinstance(pid, int):
+    if pid is None:
         return True
     try:
         os.kill(pid, 0)

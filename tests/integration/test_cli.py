@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -129,3 +130,34 @@ def test_delete_removes_a_capability_and_exits_1_naming_unknown_ids(
         ).stdout
     )
     assert "tool:stripe-refund" not in [c["id"] for c in answer["capabilities"]]
+
+
+def test_a_redis_that_never_answers_is_one_error_saying_so_not_a_traceback(tmp_path: Path) -> None:
+    # Accepts connections (the kernel's backlog) and never answers: a TLS handshake, as a
+    # rediss:// URL starts with, times out.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CAPDISC_")}
+        env["CAPDISC_REDIS_URL"] = f"rediss://127.0.0.1:{port}/0"
+
+        done = run_cli("status", env=env, cwd=tmp_path)
+
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.startswith("error: cannot reach Redis (Timeout connecting to server)")
+    assert "a rediss:// URL needs a Redis that speaks TLS" in done.stderr
+
+
+def test_a_redis_url_option_whose_password_ends_early_is_one_error_naming_the_option(
+    tmp_path: Path,
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAPDISC_")}
+
+    done = run_cli("status", "--redis-url", "redis://:Zq/Zq@127.0.0.1:1/0", env=env, cwd=tmp_path)
+
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and "Zq" not in done.stderr
+    assert done.stderr.startswith("error: the Redis URL has a '#', '/', '?' or '@' in its password")
+    assert "--redis-url" in done.stderr

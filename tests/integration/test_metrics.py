@@ -19,7 +19,7 @@ from capdisc.client import Client
 from capdisc.errors import UnknownTenantError
 from capdisc.status import live_workers
 
-from .conftest import DISCOVERY_ARGV, EXAMPLES
+from .conftest import DISCOVERY_ARGV, EXAMPLES, INDEXING_ARGV
 from .private import PrivateStack, publish_and_serve, wait_for
 
 pytestmark = pytest.mark.timeout(180)
@@ -124,8 +124,12 @@ def test_a_discovery_worker_whose_metrics_port_is_taken_serves_without_metrics(
             {"CAPDISC_EMBEDDER": "openai", "CAPDISC_OPENAI_API_KEY": ""},
             "needs an API key: set CAPDISC_OPENAI_API_KEY",
         ),
+        (
+            {"CAPDISC_HEARTBEAT_INTERVAL_S": "inf"},
+            "'heartbeat_interval_s' (env CAPDISC_HEARTBEAT_INTERVAL_S)",
+        ),
     ],
-    ids=["malformed setting", "openai without a key"],
+    ids=["malformed setting", "openai without a key", "endless heartbeat"],
 )
 def test_a_discovery_worker_that_cannot_start_exits_2_with_one_line_saying_why(
     variables: dict[str, str], reason: str
@@ -136,6 +140,27 @@ def test_a_discovery_worker_that_cannot_start_exits_2_with_one_line_saying_why(
 
     assert done.returncode == 2, done.stderr
     (line,) = done.stderr.strip().splitlines()
+    record = json.loads(line)
+    assert record["event"] == "worker_not_started"
+    assert reason in record["reason"]
+
+
+@pytest.mark.parametrize(
+    ("variables", "reason"),
+    [
+        ({"CAPDISC_SWEEP_INTERVAL_S": "inf"}, "'sweep_interval_s' (env CAPDISC_SWEEP_INTERVAL_S)"),
+    ],
+    ids=["endless interval"],
+)
+def test_an_indexing_worker_that_cannot_start_exits_2_with_one_line_saying_why(
+    variables: dict[str, str], reason: str
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAPDISC_")} | variables
+
+    done = subprocess.run(INDEXING_ARGV, env=env, capture_output=True, text=True, timeout=60)
+
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stdout.strip().splitlines() + done.stderr.strip().splitlines()
     record = json.loads(line)
     assert record["event"] == "worker_not_started"
     assert reason in record["reason"]

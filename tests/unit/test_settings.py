@@ -10,6 +10,7 @@ from typing import Any, get_type_hints
 import pytest
 
 from capdisc.discovery.config import DiscoveryConfig
+from capdisc.durations import MAX_SECONDS, duration_problem
 from capdisc.errors import ConfigError
 from capdisc.rawsettings import ClientSettings, celery_broker_url
 from capdisc.settings import Settings
@@ -148,8 +149,10 @@ def test_unknown_key_in_the_settings_file_is_a_config_error(tmp_path: Path) -> N
     with pytest.raises(ConfigError) as info:
         Settings.load(environ={}, path=path)
 
-    assert str(info.value).startswith("setting 'reddis_url' ")
-    assert "Extra inputs are not permitted" in str(info.value)
+    assert str(info.value) == (
+        f"setting 'reddis_url' (settings file {path}): not a known setting; "
+        "did you mean 'redis_url'? correct or remove it"
+    )
 
 
 def test_an_endless_discover_timeout_is_a_config_error_naming_it(tmp_path: Path) -> None:
@@ -165,7 +168,83 @@ def test_unknown_discovery_key_in_the_settings_file_is_a_config_error(tmp_path: 
     with pytest.raises(ConfigError) as info:
         Settings.load(environ={}, path=path)
 
-    assert str(info.value).startswith("setting 'tier1_topk' ")
+    assert str(info.value) == (
+        f"setting 'discovery.tier1_topk' (settings file {path}): not a known setting; "
+        "did you mean 'tier1_top_k'? correct or remove it"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "variables", "named"),
+    [
+        ("hashing_dim: 4\n", {}, "setting 'hashing_dim' (settings file {path}): "),
+        (
+            "discovery:\n  tier1_top_k: 500\n",
+            {},
+            "setting 'discovery.tier1_top_k' (settings file {path}): ",
+        ),
+        (
+            "tenant: acme\n",
+            {"CAPDISC_HASHING_DIM": "4"},
+            "setting 'hashing_dim' (env CAPDISC_HASHING_DIM): ",
+        ),
+        (
+            "tenant: acme\n",
+            {"CAPDISC_TIER1_TOP_K": "500"},
+            "setting 'tier1_top_k' (env CAPDISC_TIER1_TOP_K): ",
+        ),
+        (
+            "hashing_dim: 64\n",
+            {"CAPDISC_HASHING_DIM": "4"},
+            "setting 'hashing_dim' (env CAPDISC_HASHING_DIM): ",
+        ),
+        ("hashing_dim: 4\n", {"CAPDISC_HASHING_DIM": "64"}, None),
+    ],
+    ids=[
+        "file",
+        "file discovery",
+        "variable",
+        "variable discovery",
+        "variable wins",
+        "variable fixes",
+    ],
+)
+def test_a_malformed_setting_names_where_it_was_set(
+    tmp_path: Path, text: str, variables: dict[str, str], named: str | None
+) -> None:
+    path = write_settings(tmp_path, text)
+
+    if named is None:
+        assert Settings.load(environ=variables, path=path).hashing_dim == 64
+        return
+    with pytest.raises(ConfigError) as info:
+        Settings.load(environ=variables, path=path)
+
+    assert str(info.value).startswith(named.format(path=path))
+
+
+def test_an_unknown_profile_key_says_which_one_was_meant(tmp_path: Path) -> None:
+    path = write_settings(tmp_path, "sessions:\n  profiles:\n    billing:\n      alowlist: [x]\n")
+
+    with pytest.raises(ConfigError) as info:
+        Settings.load(environ={}, path=path)
+
+    assert str(info.value) == (
+        f"setting 'sessions.profiles.billing.alowlist' (settings file {path}): "
+        "not a known setting; did you mean 'allowlist'? correct or remove it"
+    )
+
+
+@pytest.mark.parametrize("name", ["capdisc.yaml", "redis.password"])
+def test_a_file_that_is_not_utf8_is_a_config_error_naming_it(tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(b"tenant: caf\xe9\n")
+    variables = {"CAPDISC_REDIS_PASSWORD_FILE": str(path)} if name == "redis.password" else {}
+
+    with pytest.raises(ConfigError) as info:
+        Settings.load(environ=variables, path=None if variables else path)
+
+    assert f"{path} is not UTF-8 text (byte 11 is not)" in str(info.value)
 
 
 def test_settings_file_that_is_not_a_mapping_is_a_config_error(tmp_path: Path) -> None:
@@ -235,17 +314,17 @@ def test_merged_without_overrides_is_the_same_config(overrides: dict[str, Any] |
     [
         (
             {"tier1_top_k": 500},
-            "discovery option 'tier1_top_k' (env CAPDISC_TIER1_TOP_K): "
-            "Input should be less than or equal to 100",
+            "discovery option 'tier1_top_k': Input should be less than or equal to 100",
         ),
         (
             {"tier1_min_relevance": "high"},
-            "discovery option 'tier1_min_relevance' (env CAPDISC_TIER1_MIN_RELEVANCE): "
+            "discovery option 'tier1_min_relevance': "
             "Input should be a valid number, unable to parse string as a number",
         ),
         (
-            {"top_k": 3},
-            "discovery option 'top_k' (env CAPDISC_TOP_K): Extra inputs are not permitted",
+            {"tier1_topk": 3},
+            "discovery option 'tier1_topk': not a known discovery option; "
+            "did you mean 'tier1_top_k'? correct or remove it",
         ),
     ],
 )
@@ -455,5 +534,139 @@ def test_a_nested_setting_is_named_as_in_the_settings_file_not_as_a_variable(
         Settings.load(environ={}, path=path)
 
     assert str(info.value).startswith(
-        "setting 'sessions.profiles.billing.allowlist' (in the settings file): "
+        f"setting 'sessions.profiles.billing.allowlist' (settings file {path}): "
     )
+
+
+# -- durations -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "refused"),
+    [
+        ("heartbeat_interval_s", 2.0, False),
+        ("reconcile_interval_s", 0.0, False),
+        ("snapshot_interval_s", float(MAX_SECONDS), False),
+        ("claim_idle_ms", MAX_SECONDS * 1000, False),
+        ("heartbeat_interval_s", float("inf"), True),
+        ("sweep_interval_s", float("nan"), True),
+        ("reconcile_interval_s", 1e300, True),
+        ("reply_ttl_s", MAX_SECONDS + 1, True),
+        ("claim_idle_ms", MAX_SECONDS * 1000 + 1, True),
+        ("hashing_dim", 10**30, False),  # not a duration: its own bounds apply
+        ("heartbeat_interval_s", "soon", False),  # not a number: its type says so
+    ],
+)
+def test_a_duration_is_finite_and_at_most_a_year(name: str, value: Any, refused: bool) -> None:
+    assert (duration_problem(name, value) is not None) is refused
+
+
+@pytest.mark.parametrize(
+    ("variable", "raw"),
+    [
+        ("CAPDISC_HEARTBEAT_INTERVAL_S", "inf"),
+        ("CAPDISC_RECONCILE_INTERVAL_S", "1e300"),
+        ("CAPDISC_SWEEP_INTERVAL_S", "infinity"),
+        ("CAPDISC_OPENAI_TIMEOUT_S", "inf"),
+        ("CAPDISC_REPLY_TTL_S", "100000000000000000000"),
+        ("CAPDISC_CLAIM_IDLE_MS", "100000000000000000000"),
+    ],
+)
+def test_an_endless_duration_setting_is_a_config_error_naming_it(variable: str, raw: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        Settings.load(environ={variable: raw})
+
+    name = variable.removeprefix("CAPDISC_").lower()
+    assert str(info.value).startswith(f"setting '{name}' (env {variable}): ")
+    assert "must be a finite number of at most" in str(info.value)
+
+
+def test_an_endless_session_duration_is_a_config_error_naming_its_key(tmp_path: Path) -> None:
+    path = write_settings(tmp_path, "sessions:\n  max_age_s: .inf\n")
+
+    with pytest.raises(ConfigError) as info:
+        Settings.load(environ={}, path=path)
+
+    assert str(info.value).startswith(f"setting 'sessions.max_age_s' (settings file {path}): ")
+
+
+@pytest.mark.parametrize(
+    ("variables", "refused"),
+    [
+        ({}, False),
+        ({"CAPDISC_HEARTBEAT_INTERVAL_S": "5"}, False),
+        ({"CAPDISC_HEARTBEAT_INTERVAL_S": "30"}, True),
+        ({"CAPDISC_HEARTBEAT_INTERVAL_S": "30", "CAPDISC_WORKER_STALE_AFTER_S": "60"}, False),
+        ({"CAPDISC_WORKER_STALE_AFTER_S": "3"}, True),
+    ],
+)
+def test_workers_are_not_taken_for_gone_between_their_heartbeats(
+    variables: dict[str, str], refused: bool
+) -> None:
+    if not refused:
+        Settings.load(environ=variables)
+        return
+    with pytest.raises(ConfigError, match=r"^setting 'worker_stale_after_s' .*at least twice"):
+        Settings.load(environ=variables)
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ("tier1_topk: 3", "discovery option 'tier1_topk': not a known discovery option; did you"),
+        ("tier1_top_k: 500", "discovery option 'tier1_top_k': Input should be less than or equal"),
+    ],
+)
+def test_an_agent_profile_with_a_bad_discovery_option_is_refused_at_load(
+    tmp_path: Path, options: str, problem: str
+) -> None:
+    text = f"sessions:\n  profiles:\n    billing:\n      options:\n        {options}\n"
+    path = write_settings(tmp_path, text)
+
+    with pytest.raises(ConfigError) as info:
+        Settings.load(environ={}, path=path)
+
+    assert str(info.value).startswith(
+        f"setting 'sessions' (settings file {path}): Value error, agent profile 'billing', "
+        f"options: {problem}"
+    )
+
+
+def test_an_agent_profiles_valid_discovery_options_load() -> None:
+    profiles = {"billing": {"options": {"tier1_top_k": 3, "fusion": "rrf"}}}
+
+    settings = Settings.model_validate({"sessions": {"profiles": profiles}})
+
+    assert settings.sessions.profile("billing").options == {"tier1_top_k": 3, "fusion": "rrf"}
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://:Zq@Zq/Zq#Zq@127.0.0.1:6379/0",
+        "redis://:Zq/Zq@127.0.0.1:6379/0",
+        "redis://user:Zq?Zq@127.0.0.1:6379/0",
+        "rediss://:Zq#Zq@redis.example:6380/0",
+    ],
+)
+def test_a_redis_password_that_ends_early_is_refused_without_showing_any_of_it(url: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        Settings.load(environ={"CAPDISC_REDIS_URL": url})
+
+    message = str(info.value)
+    assert message.startswith("setting 'redis_url' (env CAPDISC_REDIS_URL): ")
+    assert "percent-encode them (%23, %2F, %3F, %40)" in message
+    assert "Zq" not in message
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["redis://:pa%2Fss%23x%40y@127.0.0.1:6379/0", "unix://:pw@/run/redis.sock?db=1", ""],
+)
+def test_a_redis_url_with_an_encoded_password_or_a_socket_is_accepted(url: str) -> None:
+    assert Settings.load(environ={"CAPDISC_REDIS_URL": url}).redis_url == url
+
+
+def test_a_command_option_checked_as_the_settings_are_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"^setting 'redis_url': .*percent-encode"):
+        Settings.load(environ={}).with_changes(redis_url="redis://:a/b@127.0.0.1:6379/0")

@@ -46,6 +46,38 @@ def test_a_stack_file_left_by_a_killed_up_is_not_a_running_stack(tmp_path: Path)
         resolve_redis_url(None, {}, tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b"not json", "stack.json is damaged (not JSON); remove it"),
+        (b"\xff\xfe", "stack.json is damaged (not JSON); remove it"),
+        (b"[1, 2]", "stack.json is damaged (not a JSON object with a numeric pid); remove it"),
+        (
+            b'{"redis_url": "redis://127.0.0.1:7/0", "pid": "x"}',
+            "stack.json is damaged (not a JSON object with a numeric pid); remove it",
+        ),
+        (b'{"pid": null}', "stack.json names no redis_url; remove it"),
+        (b'{"redis_url": "redis://127.0.0.1:7/0", "pid": PID}', "which no longer runs"),
+    ],
+    ids=["not json", "not utf-8", "a list", "a pid of text", "no url", "a dead pid"],
+)
+def test_a_stack_file_that_names_no_running_stack_says_why(
+    tmp_path: Path, content: bytes, reason: str
+) -> None:
+    (tmp_path / ".capdisc").mkdir()
+    dead = str(dead_pid()).encode()
+    (tmp_path / ".capdisc" / "stack.json").write_bytes(content.replace(b"PID", dead))
+
+    with pytest.raises(StackNotFoundError) as info:
+        resolve_redis_url(None, {}, tmp_path)
+
+    assert f"no running capdisc stack found from {tmp_path} ({tmp_path}/.capdisc/" in str(
+        info.value
+    )
+    assert reason.replace("PID", dead.decode()) in str(info.value)
+    assert find_stack(tmp_path) is None
+
+
 def test_the_stack_files_password_and_admin_token_go_only_to_the_stacks_redis(
     tmp_path: Path,
 ) -> None:

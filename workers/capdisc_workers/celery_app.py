@@ -21,6 +21,7 @@ Run: ``celery -A capdisc_workers.celery_app worker -Q indexing -P solo``
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ import structlog
 from celery import Celery, signals
 
 from capdisc import keys
+from capdisc.errors import CapdiscError
 from capdisc.logs import configure_logging
 from capdisc.rawsettings import celery_broker_url
 from capdisc.registry.deadletters import dead_letter
@@ -113,7 +115,19 @@ def _refuser(resources: Resources) -> Refuse:
     return refuse
 
 
-app, resources = from_environment()
+def _started() -> tuple[Celery, Resources]:
+    """:func:`from_environment`, or, when the settings stop the worker (a malformed setting, a
+    missing keyring or API key), one line saying why (not Celery's "Unable to load celery
+    application" and a traceback) and exit 2."""
+    try:
+        return from_environment()
+    except CapdiscError as exc:
+        configure_logging()
+        structlog.get_logger("capdisc.indexing").error("worker_not_started", reason=str(exc))
+        sys.exit(2)
+
+
+app, resources = _started()
 
 
 @signals.setup_logging.connect

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Literal
+import difflib
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import ErrorDetails
 
 from capdisc.errors import ConfigError
-from capdisc.rawsettings import ENV_PREFIX
 
 
 class DiscoveryConfig(BaseModel):
@@ -60,13 +61,53 @@ class DiscoveryConfig(BaseModel):
             raise ConfigError(describe_invalid(exc, "discovery option")) from exc
 
 
-def describe_invalid(exc: ValidationError, what: str) -> str:
-    """Each problem of ``exc``, naming the field and where it is set: a top-level field by its
-    ``CAPDISC_*`` variable, a nested one (``sessions.profiles.NAME...``) in the settings file."""
+#: The name a wrong field is shown by and where it was set, from its location in the validated
+#: data: ``("tier1_top_k", "env CAPDISC_TIER1_TOP_K")`` for ``("discovery", "tier1_top_k")``;
+#: None: its dotted location, with nothing to add (a per-call option).
+Source = Callable[[tuple[str | int, ...]], tuple[str, str] | None]
+
+
+def describe_invalid(
+    exc: ValidationError,
+    what: str,
+    model: type[BaseModel] | None = None,
+    source: Source = lambda _loc: None,
+) -> str:
+    """Each problem of ``exc`` (validating ``model``, DiscoveryConfig by default), naming the
+    field and where it was set (``source``); an unknown name says which known one it may have
+    meant."""
     problems = []
     for error in exc.errors():
-        loc = [str(p) for p in error["loc"] if p != "discovery"]
-        name = ".".join(loc)
-        where = f"env {ENV_PREFIX}{name.upper()}" if len(loc) == 1 else "in the settings file"
-        problems.append(f"{what} '{name}' ({where}): {error['msg']}")
+        name, where = source(error["loc"]) or (".".join(map(str, error["loc"])), "")
+        shown = f"{what} '{name}' ({where})" if where else f"{what} '{name}'"
+        problems.append(f"{shown}: {_problem(error, what, model or DiscoveryConfig)}")
     return "; ".join(problems)
+
+
+def _problem(error: ErrorDetails, what: str, model: type[BaseModel]) -> str:
+    """What is wrong with a value, and for an unknown name what to do."""
+    if error["type"] != "extra_forbidden":
+        return error["msg"]
+    known = _known_names(model, error["loc"][:-1])
+    guess = difflib.get_close_matches(str(error["loc"][-1]), known, n=1)
+    hint = f"did you mean '{guess[0]}'? " if guess else ""
+    return f"not a known {what}; {hint}correct or remove it"
+
+
+def _known_names(model: type[BaseModel], parent: tuple[str | int, ...]) -> list[str]:
+    """The field names of the model at ``parent`` within ``model`` (through its fields and
+    the values of its mappings); none when what is there is not a model."""
+    node: Any = model
+    for part in parent:
+        if _is_model(node):
+            field = node.model_fields.get(str(part))
+            node = field.annotation if field is not None else None
+        elif get_origin(node) is dict:
+            node = get_args(node)[1]
+        else:
+            return []
+    return list(node.model_fields) if _is_model(node) else []
+
+
+def _is_model(node: Any) -> bool:
+    return isinstance(node, type) and issubclass(node, BaseModel)

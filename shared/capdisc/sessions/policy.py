@@ -28,8 +28,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from capdisc.durations import duration_problem
 from capdisc.sessions.views import SessionView as SessionView
 
 JSON = dict[str, Any]
@@ -95,6 +96,14 @@ class SessionPolicy(BaseModel):
     #: re-sending, a worker reclaiming a dead one's) changes the session once.
     request_memory_s: float = Field(600.0, gt=0)
     profiles: dict[str, AgentProfile] = Field(default_factory=dict)
+
+    @field_validator("*")
+    @classmethod
+    def _bounded_duration(cls, value: Any, info: ValidationInfo) -> Any:
+        problem = duration_problem(info.field_name or "", value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
     def profile(self, name: str | None) -> AgentProfile:
         return self.profiles.get(name or "", NO_PROFILE)
