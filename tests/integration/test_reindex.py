@@ -161,6 +161,25 @@ def test_a_superseded_reindex_stages_nothing_and_does_not_swap(
     assert ReindexJob.read(connection, tenant).job == "job2"  # type: ignore[union-attr]
 
 
+def test_a_reindex_superseded_while_its_swap_embeds_leaves_no_staging_vectors_behind(
+    connection: redis.Redis, tenant: str
+) -> None:
+    """Two ``reindex --all`` at once: the first one's swap embeds what no batch staged while
+    the second starts (deleting the first's staging space); what it embedded is not written
+    back into a staging space nothing would ever delete (a tenant's whole vectors each time)."""
+    cap = _cap("clock", "Tells the time.")
+    apply_event(connection, _upsert(tenant, cap, 1), cap, lambda _c: _vec(1.0), "space")
+    begin_reindex(connection, tenant, "job1", "space", 64, fresh=False)
+
+    def embed_while_another_starts(caps: list[Capability]) -> dict[str, bytes]:
+        begin_reindex(connection, tenant, "job2", "space", 64, fresh=False)
+        return {c.id: _vec(5.0) for c in caps}
+
+    assert finish_reindex(connection, tenant, "job1", embed_while_another_starts) is None
+    assert not connection.exists(keys.vectors(tenant, keys.staging_space("space", "job1")))
+    assert ReindexJob.read(connection, tenant).job == "job2"  # type: ignore[union-attr]
+
+
 def test_reindex_of_one_capability_embeds_it_again_and_bumps_the_version(
     stack: Stack, registry: Path, tenant: str, connection: redis.Redis
 ) -> None:

@@ -113,16 +113,36 @@ def stage_vectors(
     """Store one built batch of reindex ``job``; True when it was the last one missing. A
     vector a writer staged meanwhile (newer content) is kept. False, storing nothing, when the
     job is no longer the one building (superseded or finished)."""
-    current = ReindexJob.read(client, tenant)
-    if current is None or current.job != job:
-        return False
-    with client.pipeline(transaction=False) as pipe:
+
+    def queue(pipe: Any, current: ReindexJob) -> None:
         for cap_id, vector in vectors.items():
             pipe.hsetnx(keys.vectors(tenant, current.staging), cap_id, vector)
         pipe.sadd(keys.reindex_done(tenant, job), batch)
         pipe.scard(keys.reindex_done(tenant, job))
-        done = pipe.execute()[-1]
-    return int(done) >= current.batches
+
+    written = while_building(client, tenant, job, queue)
+    return written is not None and int(written[1][-1]) >= written[0].batches
+
+
+def while_building(
+    client: Redis, tenant: str, job: str, queue: Callable[[Any, ReindexJob], None]
+) -> tuple[ReindexJob, list[Any]] | None:
+    """Run the writes ``queue(pipe, current job)`` adds to a transaction only while ``job`` is
+    still the one building ``tenant`` (its marker unchanged from the read to the write): the
+    job and the results, or None when it is not. Its staging space is deleted when it is
+    superseded, abandoned or swapped in; written after that, it stayed in Redis for good."""
+    with client.pipeline(transaction=True) as pipe:
+        while True:
+            try:
+                pipe.watch(keys.reindex(tenant))  # type: ignore[no-untyped-call]
+                current = ReindexJob.read(pipe, tenant)
+                if current is None or current.job != job:
+                    return None
+                pipe.multi()
+                queue(pipe, current)
+                return current, pipe.execute()
+            except redis.WatchError:
+                continue
 
 
 def finish_reindex(
@@ -167,10 +187,12 @@ def _stage_missing(
     raw = client.hmget(keys.caps(job.tenant), missing)
     capabilities = [c for r in raw if (c := stored_capability(r)) is not None]
     vectors = embed(capabilities) if capabilities else {}
-    with client.pipeline(transaction=False) as pipe:
+
+    def queue(pipe: Any, current: ReindexJob) -> None:
         for cap_id, vector in vectors.items():
-            pipe.hsetnx(keys.vectors(job.tenant, job.staging), cap_id, vector)
-        pipe.execute()
+            pipe.hsetnx(keys.vectors(job.tenant, current.staging), cap_id, vector)
+
+    while_building(client, job.tenant, job.job, queue)
 
 
 def _swap(pipe: Any, job: ReindexJob) -> int:
