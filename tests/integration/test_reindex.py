@@ -19,6 +19,7 @@ from capdisc.models import Capability
 from capdisc.registry.events import RegistryEvent
 from capdisc.registry.reindexstore import (
     ReindexJob,
+    abandon_reindex,
     begin_reindex,
     finish_reindex,
     stage_vectors,
@@ -178,6 +179,25 @@ def test_a_reindex_superseded_while_its_swap_embeds_leaves_no_staging_vectors_be
     assert finish_reindex(connection, tenant, "job1", embed_while_another_starts) is None
     assert not connection.exists(keys.vectors(tenant, keys.staging_space("space", "job1")))
     assert ReindexJob.read(connection, tenant).job == "job2"  # type: ignore[union-attr]
+
+
+def test_abandoning_a_reindex_another_one_superseded_leaves_the_newer_one_building(
+    connection: redis.Redis, tenant: str
+) -> None:
+    """The reconciler (or a batch out of attempts) read the old job, then a new ``reindex
+    --all`` started: dropping the old one must not drop the new one's marker."""
+    cap = _cap("clock", "Tells the time.")
+    apply_event(connection, _upsert(tenant, cap, 1), cap, lambda _c: _vec(1.0), "space")
+    begin_reindex(connection, tenant, "job1", "space", 64, fresh=False)
+    old = ReindexJob.read(connection, tenant)
+    begin_reindex(connection, tenant, "job2", "space", 64, fresh=False)
+
+    assert old is not None
+    dropped = abandon_reindex(connection, old, "timed out")
+
+    assert ReindexJob.read(connection, tenant) is not None
+    assert stage_vectors(connection, tenant, "job2", 0, {cap.id: _vec(2.0)}) is True
+    assert dropped is False
 
 
 def test_reindex_of_one_capability_embeds_it_again_and_bumps_the_version(

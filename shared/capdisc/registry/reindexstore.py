@@ -90,15 +90,18 @@ def begin_reindex(
 FAILED_TTL_S = 24 * 3600
 
 
-def abandon_reindex(client: Redis, job: ReindexJob, reason: str | None = None) -> None:
+def abandon_reindex(client: Redis, job: ReindexJob, reason: str | None = None) -> bool:
     """Drop a reindex that will not finish (its staging vectors and marker), keeping
-    ``reason`` for whoever waits on it; the live index is untouched."""
-    with client.pipeline(transaction=True) as pipe:
+    ``reason`` for whoever waits on it; the live index is untouched. Whether it was dropped:
+    not when it is no longer the one building (a reindex started since is left alone)."""
+
+    def queue(pipe: Any, _current: ReindexJob) -> None:
         pipe.delete(keys.vectors(job.tenant, job.staging), keys.reindex_done(job.tenant, job.job))
         pipe.delete(keys.reindex(job.tenant))
         if reason:
             pipe.set(keys.reindex_failed(job.tenant, job.job), reason, ex=FAILED_TTL_S)
-        pipe.execute()
+
+    return while_building(client, job.tenant, job.job, queue) is not None
 
 
 def reindex_failure(client: Redis, tenant: str, job: str) -> str | None:
