@@ -200,6 +200,31 @@ def test_abandoning_a_reindex_another_one_superseded_leaves_the_newer_one_buildi
     assert dropped is False
 
 
+def test_a_reindex_of_a_tenant_holding_a_value_that_is_no_record_swaps_in(
+    connection: redis.Redis, tenant: str
+) -> None:
+    """The swap embedded what no batch staged again and again while a value could not be
+    read as a record: the indexing worker spun until its task's time limit, then again."""
+    cap = _cap("clock", "Tells the time.")
+    apply_event(connection, _upsert(tenant, cap, 1), cap, lambda _c: _vec(1.0), "space")
+    connection.hset(keys.caps(tenant), "tool:broken", "not a record")
+    begin_reindex(connection, tenant, "job1", "space", 64, fresh=False)
+    swapped: list[int | None] = []
+    swap = threading.Thread(
+        target=lambda: swapped.append(
+            finish_reindex(connection, tenant, "job1", lambda caps: {c.id: _vec(2.0) for c in caps})
+        ),
+        daemon=True,
+    )
+
+    swap.start()
+    swap.join(timeout=10)
+
+    assert swapped and swapped[0] is not None
+    assert connection.hget(keys.vectors(tenant, "space"), cap.id) == _vec(2.0)
+    assert ReindexJob.read(connection, tenant) is None
+
+
 def test_reindex_of_one_capability_embeds_it_again_and_bumps_the_version(
     stack: Stack, registry: Path, tenant: str, connection: redis.Redis
 ) -> None:

@@ -154,8 +154,11 @@ def finish_reindex(
     """Swap reindex ``job`` in: once every stored capability has a staging vector (``embed``
     makes the missing ones), rename the staging vectors over the target space, serve the
     target, bump the version and tell discovery workers to reload, in one transaction. Returns
-    the new version, or None when ``job`` is no longer the one building."""
+    the new version, or None when ``job`` is no longer the one building. A stored value that is
+    no record (:data:`~capdisc.registry.policy.UNREADABLE`) cannot be embedded: it is tried
+    once and swapped in without a vector, as it was served before (not tried for ever)."""
     watched = (keys.caps(tenant), keys.reindex(tenant), keys.version(tenant), keys.space(tenant))
+    tried: set[str] = set()
     with client.pipeline(transaction=True) as pipe:
         while True:
             try:
@@ -163,10 +166,11 @@ def finish_reindex(
                 current = ReindexJob.read(pipe, tenant)
                 if current is None or current.job != job:
                     return None
-                missing = _unstaged(pipe, current)
+                missing = [cap_id for cap_id in _unstaged(pipe, current) if cap_id not in tried]
                 if missing:
                     pipe.unwatch()
                     _stage_missing(client, current, missing, embed)
+                    tried.update(missing)  # a writer stages what it changes from now on
                     continue
                 version = _swap(pipe, current)
                 pipe.execute()
