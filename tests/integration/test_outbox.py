@@ -6,10 +6,15 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
+import pytest
 import redis
 
 from capdisc import keys
+from capdisc.localredis import start_redis
 from capdisc.models import Capability
 from capdisc.registry import outbox
 from capdisc.registry.events import RegistryEvent
@@ -132,3 +137,46 @@ def test_a_waiting_producer_takes_waiting_acks_together_but_no_more_than_asked(
     rest = wait_for_acks(connection, batch_id, 2, timeout_s=5, seen=seen)
     assert [o["event_id"] for o in rest] == ["e4", "e5"]
     assert connection.llen(keys.acks(batch_id)) == 1  # the duplicate was not needed
+
+
+@pytest.fixture
+def bare_redis(tmp_path: Path) -> Iterator[str]:
+    """A Redis of this test's own, with no worker sweeping it."""
+    server = start_redis(tmp_path / "redis", durable=False)
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+class _FinishesAfterFirstRead(redis.Redis):
+    """A connection on which, right after the first command it sends, a worker finishes task
+    ``finishing`` as a real one does: the task leaves the outbox, then its delivery is
+    acknowledged."""
+
+    finishing = ""
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        result = super().execute_command(*args, **options)
+        if self.finishing:
+            task_id, self.finishing = self.finishing, ""
+            outbox.done(self, task_id)
+            self.hdel(keys.KOMBU_UNACKED, task_id)
+        return result
+
+
+def test_a_task_that_finishes_while_the_sweep_looks_is_not_sent_again(bare_redis: str) -> None:
+    """Whichever read of the sweep the task finishes after, it is not taken for lost: sent
+    again, it ran twice, and on a busy queue hundreds of tasks a minute did."""
+    client = _FinishesAfterFirstRead.from_url(bare_redis)
+    task_id, now_ms = uuid.uuid4().hex, 1_000_000
+    entry = {"name": keys.TASK_APPLY_EVENTS, "args": [[]], "kwargs": {}, "sent_at_ms": 1}
+    client.hset(keys.OUTBOX, task_id, json.dumps(entry))
+    message = {"headers": {"id": task_id}, "body": ""}
+    client.hset(keys.KOMBU_UNACKED, task_id, json.dumps([message, "", keys.INDEXING_QUEUE]))
+    client.finishing = task_id
+
+    lost = outbox.lost(client, grace_s=10, now_ms=now_ms)
+
+    assert lost == []
+    assert not client.hexists(keys.OUTBOX, task_id)  # it did finish meanwhile

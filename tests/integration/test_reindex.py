@@ -19,6 +19,7 @@ from capdisc.models import Capability
 from capdisc.registry.events import RegistryEvent
 from capdisc.registry.reindexstore import (
     ReindexJob,
+    abandon_reindex,
     begin_reindex,
     finish_reindex,
     stage_vectors,
@@ -159,6 +160,69 @@ def test_a_superseded_reindex_stages_nothing_and_does_not_swap(
     assert stage_vectors(connection, tenant, "job1", 0, {cap.id: _vec(5.0)}) is False
     assert finish_reindex(connection, tenant, "job1", lambda caps: {}) is None
     assert ReindexJob.read(connection, tenant).job == "job2"  # type: ignore[union-attr]
+
+
+def test_a_reindex_superseded_while_its_swap_embeds_leaves_no_staging_vectors_behind(
+    connection: redis.Redis, tenant: str
+) -> None:
+    """Two ``reindex --all`` at once: the first one's swap embeds what no batch staged while
+    the second starts (deleting the first's staging space); what it embedded is not written
+    back into a staging space nothing would ever delete (a tenant's whole vectors each time)."""
+    cap = _cap("clock", "Tells the time.")
+    apply_event(connection, _upsert(tenant, cap, 1), cap, lambda _c: _vec(1.0), "space")
+    begin_reindex(connection, tenant, "job1", "space", 64, fresh=False)
+
+    def embed_while_another_starts(caps: list[Capability]) -> dict[str, bytes]:
+        begin_reindex(connection, tenant, "job2", "space", 64, fresh=False)
+        return {c.id: _vec(5.0) for c in caps}
+
+    assert finish_reindex(connection, tenant, "job1", embed_while_another_starts) is None
+    assert not connection.exists(keys.vectors(tenant, keys.staging_space("space", "job1")))
+    assert ReindexJob.read(connection, tenant).job == "job2"  # type: ignore[union-attr]
+
+
+def test_abandoning_a_reindex_another_one_superseded_leaves_the_newer_one_building(
+    connection: redis.Redis, tenant: str
+) -> None:
+    """The reconciler (or a batch out of attempts) read the old job, then a new ``reindex
+    --all`` started: dropping the old one must not drop the new one's marker."""
+    cap = _cap("clock", "Tells the time.")
+    apply_event(connection, _upsert(tenant, cap, 1), cap, lambda _c: _vec(1.0), "space")
+    begin_reindex(connection, tenant, "job1", "space", 64, fresh=False)
+    old = ReindexJob.read(connection, tenant)
+    begin_reindex(connection, tenant, "job2", "space", 64, fresh=False)
+
+    assert old is not None
+    dropped = abandon_reindex(connection, old, "timed out")
+
+    assert ReindexJob.read(connection, tenant) is not None
+    assert stage_vectors(connection, tenant, "job2", 0, {cap.id: _vec(2.0)}) is True
+    assert dropped is False
+
+
+def test_a_reindex_of_a_tenant_holding_a_value_that_is_no_record_swaps_in(
+    connection: redis.Redis, tenant: str
+) -> None:
+    """The swap embedded what no batch staged again and again while a value could not be
+    read as a record: the indexing worker spun until its task's time limit, then again."""
+    cap = _cap("clock", "Tells the time.")
+    apply_event(connection, _upsert(tenant, cap, 1), cap, lambda _c: _vec(1.0), "space")
+    connection.hset(keys.caps(tenant), "tool:broken", "not a record")
+    begin_reindex(connection, tenant, "job1", "space", 64, fresh=False)
+    swapped: list[int | None] = []
+    swap = threading.Thread(
+        target=lambda: swapped.append(
+            finish_reindex(connection, tenant, "job1", lambda caps: {c.id: _vec(2.0) for c in caps})
+        ),
+        daemon=True,
+    )
+
+    swap.start()
+    swap.join(timeout=10)
+
+    assert swapped and swapped[0] is not None
+    assert connection.hget(keys.vectors(tenant, "space"), cap.id) == _vec(2.0)
+    assert ReindexJob.read(connection, tenant) is None
 
 
 def test_reindex_of_one_capability_embeds_it_again_and_bumps_the_version(

@@ -11,6 +11,8 @@ import redis
 
 from capdisc import keys
 from capdisc.client import Client
+from capdisc.registry.events import RegistryEvent
+from capdisc.registry.store import apply_event
 
 from .conftest import Stack, publish
 from .test_cli import run_cli
@@ -51,3 +53,17 @@ def test_status_skips_heartbeats_and_reports_that_are_no_json(
     workers = json.loads(result.stdout)["workers"]
     assert {w["kind"] for w in workers} == {"discovery", "indexing"}
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_a_reindex_of_a_value_that_is_no_record_finds_nothing_to_embed(
+    connection: redis.Redis, tenant: str
+) -> None:
+    """The reconciler sends one for every record without a vector, so for this value at every
+    run: it failed five times with a TypeError and was dead-lettered, every run, for ever."""
+    connection.hset(keys.caps(tenant), "tool:broken", "not a record")
+    event = RegistryEvent(type="reindex", tenant=tenant, capability_id="tool:broken", seq=1)
+
+    outcome = apply_event(connection, event, None, lambda _c: b"", "space", acknowledge=False)
+
+    assert outcome.decision == "not_found"
+    assert connection.hget(keys.caps(tenant), "tool:broken") == b"not a record"

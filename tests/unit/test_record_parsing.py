@@ -78,3 +78,11 @@ def test_an_event_replaces_or_removes_an_unreadable_record(event_type: str) -> N
     decision = policy.decide(event, policy.UNREADABLE, None, "h")
 
     assert decision == event_type
+
+
+def test_a_reindex_of_an_unreadable_record_finds_nothing_to_embed() -> None:
+    """The reconciler sends one for every record without a vector: it must not fail five
+    times with a TypeError and be dead-lettered, once per reconcile, for ever."""
+    event = RegistryEvent(type="reindex", tenant="t", capability_id="tool:a", seq=1)
+
+    assert policy.decide(event, policy.UNREADABLE, None, None) == "not_found"

@@ -147,7 +147,8 @@ def _reindex_building(res: Resources, tenant: str, report: dict[str, Any]) -> bo
     age_s = (redis_now_ms(res.redis) - job.started_at_ms) / 1000
     if age_s <= res.settings.reindex_timeout_s:
         return True
-    abandon_reindex(res.redis, job)
+    if not abandon_reindex(res.redis, job):
+        return True  # another reindex started meanwhile: it is building now
     log.warning(
         "reindex_abandoned",
         tenant=tenant,

@@ -108,9 +108,7 @@ def _retry_or_abandon(
             max_retries=settings.indexing_max_attempts - 1,
         )
     reason = f"batch {number} could not be embedded after {attempt} attempts: {exc}"
-    current = ReindexJob.read(res.redis, job.tenant)
-    if current is not None and current.job == job.job:
-        abandon_reindex(res.redis, current, reason)
+    abandon_reindex(res.redis, job, reason)  # unless another reindex superseded it meanwhile
     log.error(
         "reindex_abandoned",
         tenant=job.tenant,

@@ -109,11 +109,12 @@ def decide(
     """What applying ``event`` does, given the stored record and tombstone of its capability;
     unchanged content without a vector in the current vector space (stored by another
     embedder or an earlier version) is upserted, so it gets embedded. A reindex re-embeds what
-    is stored, whatever its sequence; there is nothing to reindex once a capability is gone.
+    is stored, whatever its sequence; there is nothing to reindex once a capability is gone, or
+    when what is stored is no record (:data:`UNREADABLE`).
     An upsert or delete from a source that does not own the stored capability is refused
     unless it takes it over (:func:`refuses_owner`)."""
     if event.type == "reindex":
-        return "reindex" if stored is not None else "not_found"
+        return "reindex" if stored is not None and stored.readable else "not_found"
     newest = max(stored.seq if stored else -1, tombstone_seq if tombstone_seq is not None else -1)
     if event.seq <= newest:
         return "stale"

@@ -90,15 +90,18 @@ def begin_reindex(
 FAILED_TTL_S = 24 * 3600
 
 
-def abandon_reindex(client: Redis, job: ReindexJob, reason: str | None = None) -> None:
+def abandon_reindex(client: Redis, job: ReindexJob, reason: str | None = None) -> bool:
     """Drop a reindex that will not finish (its staging vectors and marker), keeping
-    ``reason`` for whoever waits on it; the live index is untouched."""
-    with client.pipeline(transaction=True) as pipe:
+    ``reason`` for whoever waits on it; the live index is untouched. Whether it was dropped:
+    not when it is no longer the one building (a reindex started since is left alone)."""
+
+    def queue(pipe: Any, _current: ReindexJob) -> None:
         pipe.delete(keys.vectors(job.tenant, job.staging), keys.reindex_done(job.tenant, job.job))
         pipe.delete(keys.reindex(job.tenant))
         if reason:
             pipe.set(keys.reindex_failed(job.tenant, job.job), reason, ex=FAILED_TTL_S)
-        pipe.execute()
+
+    return while_building(client, job.tenant, job.job, queue) is not None
 
 
 def reindex_failure(client: Redis, tenant: str, job: str) -> str | None:
@@ -113,16 +116,36 @@ def stage_vectors(
     """Store one built batch of reindex ``job``; True when it was the last one missing. A
     vector a writer staged meanwhile (newer content) is kept. False, storing nothing, when the
     job is no longer the one building (superseded or finished)."""
-    current = ReindexJob.read(client, tenant)
-    if current is None or current.job != job:
-        return False
-    with client.pipeline(transaction=False) as pipe:
+
+    def queue(pipe: Any, current: ReindexJob) -> None:
         for cap_id, vector in vectors.items():
             pipe.hsetnx(keys.vectors(tenant, current.staging), cap_id, vector)
         pipe.sadd(keys.reindex_done(tenant, job), batch)
         pipe.scard(keys.reindex_done(tenant, job))
-        done = pipe.execute()[-1]
-    return int(done) >= current.batches
+
+    written = while_building(client, tenant, job, queue)
+    return written is not None and int(written[1][-1]) >= written[0].batches
+
+
+def while_building(
+    client: Redis, tenant: str, job: str, queue: Callable[[Any, ReindexJob], None]
+) -> tuple[ReindexJob, list[Any]] | None:
+    """Run the writes ``queue(pipe, current job)`` adds to a transaction only while ``job`` is
+    still the one building ``tenant`` (its marker unchanged from the read to the write): the
+    job and the results, or None when it is not. Its staging space is deleted when it is
+    superseded, abandoned or swapped in; written after that, it stayed in Redis for good."""
+    with client.pipeline(transaction=True) as pipe:
+        while True:
+            try:
+                pipe.watch(keys.reindex(tenant))  # type: ignore[no-untyped-call]
+                current = ReindexJob.read(pipe, tenant)
+                if current is None or current.job != job:
+                    return None
+                pipe.multi()
+                queue(pipe, current)
+                return current, pipe.execute()
+            except redis.WatchError:
+                continue
 
 
 def finish_reindex(
@@ -131,8 +154,11 @@ def finish_reindex(
     """Swap reindex ``job`` in: once every stored capability has a staging vector (``embed``
     makes the missing ones), rename the staging vectors over the target space, serve the
     target, bump the version and tell discovery workers to reload, in one transaction. Returns
-    the new version, or None when ``job`` is no longer the one building."""
+    the new version, or None when ``job`` is no longer the one building. A stored value that is
+    no record (:data:`~capdisc.registry.policy.UNREADABLE`) cannot be embedded: it is tried
+    once and swapped in without a vector, as it was served before (not tried for ever)."""
     watched = (keys.caps(tenant), keys.reindex(tenant), keys.version(tenant), keys.space(tenant))
+    tried: set[str] = set()
     with client.pipeline(transaction=True) as pipe:
         while True:
             try:
@@ -140,10 +166,11 @@ def finish_reindex(
                 current = ReindexJob.read(pipe, tenant)
                 if current is None or current.job != job:
                     return None
-                missing = _unstaged(pipe, current)
+                missing = [cap_id for cap_id in _unstaged(pipe, current) if cap_id not in tried]
                 if missing:
                     pipe.unwatch()
                     _stage_missing(client, current, missing, embed)
+                    tried.update(missing)  # a writer stages what it changes from now on
                     continue
                 version = _swap(pipe, current)
                 pipe.execute()
@@ -167,10 +194,12 @@ def _stage_missing(
     raw = client.hmget(keys.caps(job.tenant), missing)
     capabilities = [c for r in raw if (c := stored_capability(r)) is not None]
     vectors = embed(capabilities) if capabilities else {}
-    with client.pipeline(transaction=False) as pipe:
+
+    def queue(pipe: Any, current: ReindexJob) -> None:
         for cap_id, vector in vectors.items():
-            pipe.hsetnx(keys.vectors(job.tenant, job.staging), cap_id, vector)
-        pipe.execute()
+            pipe.hsetnx(keys.vectors(job.tenant, current.staging), cap_id, vector)
+
+    while_building(client, job.tenant, job.job, queue)
 
 
 def _swap(pipe: Any, job: ReindexJob) -> int:

@@ -352,7 +352,7 @@ def _step(
     when one is stored; the tool-poisoning flag of what is stored scanned now, its previous
     flag's approval carried over, :func:`capdisc.registry.flags.rescanned`)."""
     stored = current.stored
-    if event.type == "reindex" and stored is not None:
+    if event.type == "reindex" and stored is not None and stored.readable:
         capability = Capability.from_dict(stored.capability)
     content_hash = capability.content_hash if capability else None
     decision = decide(event, stored, current.tombstone, content_hash, current.has_vector)
