@@ -8,6 +8,10 @@ key                                       type     what it holds
 ``capdisc:tenants``                       set      every tenant that has ever been written to
 ``capdisc:t:{t}:caps``                    hash     capability id -> stored record (JSON)
 ``capdisc:t:{t}:tombstones``              hash     capability id -> sequence of the delete
+                                                   (forgotten tombstone_horizon_s after it)
+``capdisc:t:{t}:tombstoned_at``           zset     capability id -> when its delete was applied
+                                                   (Redis's clock, ms); the reconciler drops the
+                                                   tombstones older than tombstone_horizon_s
 ``capdisc:t:{t}:vectors:{m}``             hash     capability id -> float32 vector bytes
 ``capdisc:t:{t}:version``                 string   monotonic index version (INCR)
 ``capdisc:t:{t}:space``                   string   the vector space discovery serves (``{m}`` and
@@ -149,6 +153,12 @@ def caps(tenant: str) -> str:
 def tombstones(tenant: str) -> str:
     """Hash: capability id -> the sequence number of the delete that removed it."""
     return f"{PREFIX}:t:{tenant}:tombstones"
+
+
+def tombstone_times(tenant: str) -> str:
+    """Sorted set: tombstoned capability id -> when its delete was applied (ms, Redis's clock);
+    what :mod:`capdisc.registry.tombstones` forgets old tombstones by."""
+    return f"{PREFIX}:t:{tenant}:tombstoned_at"
 
 
 def vectors(tenant: str, embedder_id: str) -> str:

@@ -124,6 +124,12 @@ class Settings(BaseModel):
     #: A full reindex still building after this long is abandoned by the reconciler (its
     #: staging vectors dropped, the live index untouched); run it again.
     reindex_timeout_s: float = Field(6 * 3600.0, gt=0)
+    #: A delete's tombstone (which stops an older upsert still in flight from bringing the
+    #: capability back) is forgotten by the reconciler this long after the delete was applied,
+    #: so a registry with churn does not keep every id it ever deleted. An event older than
+    #: this (a dead letter replayed, a queue left unserved for longer) may bring back a
+    #: capability deleted since; publish its source again to correct it.
+    tombstone_horizon_s: float = Field(7 * 86400.0, gt=0)
     #: What discovery does with a capability the tool-poisoning scan flagged
     #: (:mod:`capdisc.registry.flags`): ``flag`` serves it marked, ``warn`` also puts a caution
     #: in its text, and ``quarantine`` serves it only once approved (``capdisc approve ID``).

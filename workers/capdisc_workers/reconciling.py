@@ -31,6 +31,7 @@ from capdisc.registry.drift import repair_plan
 from capdisc.registry.events import RegistryEvent
 from capdisc.registry.reindexstore import ReindexJob, abandon_reindex
 from capdisc.registry.store import tenants
+from capdisc.registry.tombstones import prune_tombstones
 from capdisc.retrieval.text import vector_space
 from capdisc_workers.celery_app import app, resources
 from capdisc_workers.embedding import EMBED_BATCH, prune_cache
@@ -63,6 +64,7 @@ def reconcile_task(self: Any, reply_to: str | None = None) -> dict[str, Any]:
         if reason:
             report["skipped"][tenant] = reason
     report["embedding_cache_pruned"] = _prune_embedding_cache(res)
+    report["tombstones_pruned"] = _prune_tombstones(res)
     with client.pipeline(transaction=False) as pipe:
         pipe.set(keys.RECONCILE_LAST, json.dumps(report))
         pipe.hincrby(
@@ -136,6 +138,24 @@ def _prune_embedding_cache(res: Resources) -> int:
             left=int(res.redis.hlen(keys.embedding_cache(res.embedder.id))),
         )
     return pruned or 0
+
+
+def _prune_tombstones(res: Resources) -> int:
+    """Forget every tenant's tombstones older than ``tombstone_horizon_s``; how many went."""
+    horizon_s = res.settings.tombstone_horizon_s
+    pruned = 0
+    for tenant in tenants(res.redis):
+        gone = prune_tombstones(res.redis, tenant, horizon_s)
+        if gone:
+            log.info(
+                "tombstones_pruned",
+                tenant=tenant,
+                pruned=gone,
+                left=int(res.redis.hlen(keys.tombstones(tenant))),
+                horizon_s=horizon_s,
+            )
+        pruned += gone
+    return pruned
 
 
 def _reindex_building(res: Resources, tenant: str, report: dict[str, Any]) -> bool:
