@@ -56,7 +56,8 @@ key                                       type     what it holds
                                                    near DEADLETTERS_MAXLEN, oldest first
 ``capdisc:acks:{batch}``                  list     per-event outcome for a publish batch (expires)
 ``capdisc:counters``                      hash     embedding_calls and other running totals
-``capdisc:workers``                       hash     worker id -> heartbeat (JSON)
+``capdisc:workers``                       hash     worker id -> heartbeat (JSON); the sweep
+                                                   forgets one silent for worker_forget_after_s
 ``capdisc:outbox``                        hash     task id -> indexing task sent and not yet done
                                                    (JSON: name, args, kwargs, sent_at_ms)
 ``capdisc:served``                        stream   each discovery worker's swaps: worker, tenant,

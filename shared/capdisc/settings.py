@@ -99,6 +99,10 @@ class Settings(BaseModel):
     reply_ttl_s: int = Field(60, ge=1)
     heartbeat_interval_s: float = Field(2.0, gt=0)
     worker_stale_after_s: float = Field(10.0, gt=0)
+    #: A worker whose last heartbeat is older than this (killed, or its host gone) is forgotten
+    #: by the sweep, so ``capdisc:workers`` holds the workers of the last hour, not every one
+    #: that ever ran; one still running is listed again at its next heartbeat.
+    worker_forget_after_s: float = Field(3600.0, gt=0)
     #: Where a worker serves Prometheus metrics (``/metrics``); None: not served, 0: any free
     #: port (logged as ``metrics_serving``; in the heartbeat: ``capdisc status --json``).
     #: Metrics name tenants: keep the host private (127.0.0.1 by default; 0.0.0.0 inside a

@@ -22,7 +22,7 @@ import kombu.exceptions
 import redis
 import structlog
 
-from capdisc import keys
+from capdisc import keys, status
 from capdisc.errors import CapdiscError
 from capdisc.redisclock import redis_now_ms
 from capdisc.redistext import as_str
@@ -207,12 +207,14 @@ def sweep(res: Resources, client: redis.Redis) -> tuple[int, int]:
     """Put back in the queue every delivery no live worker holds, then re-send the recorded
     tasks that are neither queued nor delivered; how many of each."""
     settings = res.settings
-    workers = outbox.holders(json.loads(v) for v in client.hvals(keys.WORKERS))
+    heartbeats, now_ms = status.read_heartbeats(client), redis_now_ms(client)
+    _forget_gone_workers(res, client, heartbeats, now_ms)
+    workers = outbox.holders(h for h in heartbeats.values() if isinstance(h, dict))
     restored = 0
     for delivery in outbox.orphans(
         outbox.deliveries(client),
         workers,
-        redis_now_ms(client),
+        now_ms,
         settings.outbox_grace_s,
         settings.worker_stale_after_s,
     ):
@@ -228,6 +230,22 @@ def sweep(res: Resources, client: redis.Redis) -> tuple[int, int]:
     if restored or resent:
         client.hincrby(keys.COUNTERS, "tasks_resent", restored + resent)
     return restored, resent
+
+
+def _forget_gone_workers(
+    res: Resources, client: redis.Redis, heartbeats: dict[str, Any], now_ms: int
+) -> None:
+    """Forget the heartbeats of workers gone longer than ``worker_forget_after_s``."""
+    forget_after_s = res.settings.worker_forget_after_s
+    gone = status.forget_gone_workers(client, heartbeats, now_ms, forget_after_s)
+    if gone:
+        log.info(
+            "workers_forgotten",
+            count=len(gone),
+            workers=gone[:20],
+            forget_after_s=forget_after_s,
+            reason="no heartbeat for worker_forget_after_s (killed, or its host is gone)",
+        )
 
 
 def _resend_lost(res: Resources, client: redis.Redis) -> int:
