@@ -197,7 +197,10 @@ class Stack:
 
     def __post_init__(self) -> None:
         self.supervisor = Supervisor(
-            self.say, on_exit=self._child_exited, on_change=self._child_changed
+            self.say,
+            on_exit=self._child_exited,
+            on_change=self._child_changed,
+            log_max_bytes=self.settings.up_log_max_bytes,
         )
 
     @property

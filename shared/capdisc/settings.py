@@ -103,6 +103,10 @@ class Settings(BaseModel):
     #: by the sweep, so ``capdisc:workers`` holds the workers of the last hour, not every one
     #: that ever ran; one still running is listed again at its next heartbeat.
     worker_forget_after_s: float = Field(3600.0, gt=0)
+    #: ``capdisc up``: a child's log (``.capdisc/logs/NAME.log``, ``.capdisc/redis/redis.log``)
+    #: past this size is copied to ``NAME.log.1`` and emptied, so each child's logs take at most
+    #: about twice this on disk however long the stack runs.
+    up_log_max_bytes: int = Field(64 * 1024 * 1024, ge=4096)
     #: Where a worker serves Prometheus metrics (``/metrics``); None: not served, 0: any free
     #: port (logged as ``metrics_serving``; in the heartbeat: ``capdisc status --json``).
     #: Metrics name tenants: keep the host private (127.0.0.1 by default; 0.0.0.0 inside a
