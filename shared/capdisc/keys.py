@@ -33,7 +33,8 @@ key                                       type     what it holds
                                                    (a retry returns it; expires request_memory_s);
                                                    ``~`` is in no session or request id, so no
                                                    session's key is another's
-``capdisc:t:{t}:sessions``                zset     live session ids by last activity (bounded)
+``capdisc:t:{t}:sessions``                zset     live session ids by last activity (bounded;
+                                                   expires with the last of them)
 ``capdisc:t:{t}:manifest_errors``         hash     manifest path -> last rejection message
 ``capdisc:t:{t}:store_unwritten``         hash     capability id -> why the external vector store
                                                    did not take its last change (the reconciler
