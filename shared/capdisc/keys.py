@@ -46,7 +46,9 @@ key                                       type     what it holds
                                                    written with the record, gone with it
 ``capdisc:t:{t}:poisoning_policy``        string   the tenant's policy (flag, warn, quarantine);
                                                    absent: the workers' ``poisoning_policy``
-``capdisc:emb:{m}``                       hash     sha256 of embedding text -> vector bytes (cache)
+``capdisc:emb:{m}``                       hash     sha256 of embedding text -> vector bytes (cache;
+                                                   pruned, and deleted once no tenant, reindex
+                                                   or worker uses model ``{m}``)
 ``capdisc:qv:{sha}``                      string   a turn's query and sub-query vectors, shared by
                                                    discovery workers (expires: query_cache_ttl_s)
 ``capdisc:changes``                       stream   one entry per applied change: tenant, version,

@@ -169,3 +169,28 @@ def test_a_damaged_heartbeat_is_forgotten_and_the_sweep_goes_on(
 
     assert result.returncode == 0, result.stderr
     assert connection.hmget(keys.WORKERS, ["written-by-hand", "a-number"]) == [None, None]
+
+
+def test_reconcile_drops_the_cache_of_a_model_nothing_uses_any_more(
+    stack: Stack, registry: Path, tenant: str, connection: redis.Redis
+) -> None:
+    from capdisc.redisclock import redis_now_ms
+
+    publish(stack.url, registry, tenant)
+    retired, other = keys.embedding_cache("retired-model"), keys.embedding_cache("other-model")
+    connection.hset(retired, mapping={f"text-{i}": b"\0" * 16 for i in range(100)})
+    connection.hset(other, "text", b"\0" * 16)
+    beat = {"id": "indexing@other", "kind": "indexing", "embedder": "other-model"}
+    connection.hset(
+        keys.WORKERS, beat["id"], json.dumps({**beat, "last_seen_ms": redis_now_ms(connection)})
+    )
+
+    try:
+        report = json.loads(run_cli("reconcile", "--json", env=stack.env).stdout)
+    finally:
+        connection.hdel(keys.WORKERS, beat["id"])
+
+    assert not connection.exists(retired)
+    assert report["embedding_caches_dropped"] == [retired]
+    assert connection.exists(other)  # a worker with that model may still run
+    assert connection.hlen(keys.embedding_cache("hashing-384")) > 0

@@ -34,7 +34,12 @@ from capdisc.registry.store import tenants
 from capdisc.registry.tombstones import prune_tombstones
 from capdisc.retrieval.text import vector_space
 from capdisc_workers.celery_app import app, resources
-from capdisc_workers.embedding import EMBED_BATCH, prune_cache
+from capdisc_workers.embedding import (
+    EMBED_BATCH,
+    drop_unused_caches,
+    embedders_in_use,
+    prune_cache,
+)
 from capdisc_workers.mirroring import resync, rewrite_unwritten
 from capdisc_workers.outage import RETRYABLE, Backoff
 from capdisc_workers.resources import Resources
@@ -64,6 +69,7 @@ def reconcile_task(self: Any, reply_to: str | None = None) -> dict[str, Any]:
         if reason:
             report["skipped"][tenant] = reason
     report["embedding_cache_pruned"] = _prune_embedding_cache(res)
+    report["embedding_caches_dropped"] = _drop_unused_caches(res)
     report["tombstones_pruned"] = _prune_tombstones(res)
     with client.pipeline(transaction=False) as pipe:
         pipe.set(keys.RECONCILE_LAST, json.dumps(report))
@@ -138,6 +144,15 @@ def _prune_embedding_cache(res: Resources) -> int:
             left=int(res.redis.hlen(keys.embedding_cache(res.embedder.id))),
         )
     return pruned or 0
+
+
+def _drop_unused_caches(res: Resources) -> list[str]:
+    """Delete the embedding caches of models nothing uses any more; their keys."""
+    in_use = embedders_in_use(res.redis, res.embedder.id, tenants(res.redis))
+    gone = drop_unused_caches(res.redis, in_use)
+    if gone:
+        log.info("embedding_caches_dropped", caches=gone, in_use=sorted(in_use))
+    return gone
 
 
 def _prune_tombstones(res: Resources) -> int:
