@@ -45,12 +45,11 @@ from capdisc.client import Answer, Client
 from capdisc.errors import CapdiscError, StackRunningError
 from capdisc.identity import auth
 from capdisc.localredis import LocalRedis, start_redis
-from capdisc.redistext import as_str
 from capdisc.registry.store import tenant_version
 from capdisc.settings import Settings, mask_url
 from capdisc.stackfile import LOCK_FILE, REDIS_ENV, STACK_FILE, STATE_DIR
 from capdisc.stackfile import find_stack as find_stack
-from capdisc.status import forget_worker, live_workers, record_supervised
+from capdisc.status import forget_worker, live_workers, read_heartbeats, record_supervised
 from capdisc_producers.access import TOKEN_ENV as TOKEN_ENV
 from capdisc_producers.access import Access as Access
 from capdisc_producers.access import resolve_access
@@ -197,7 +196,10 @@ class Stack:
 
     def __post_init__(self) -> None:
         self.supervisor = Supervisor(
-            self.say, on_exit=self._child_exited, on_change=self._child_changed
+            self.say,
+            on_exit=self._child_exited,
+            on_change=self._child_changed,
+            log_max_bytes=self.settings.up_log_max_bytes,
         )
 
     @property
@@ -411,13 +413,14 @@ def _exit_of(child: Child) -> str:
 
 
 def _forget_heartbeats(client: redis.Redis, pid: int) -> None:
+    """Forget the heartbeats of the child ``pid`` of this host that exited; an entry that is no
+    heartbeat (not JSON, not an object) is passed over (the sweep forgets it)."""
     host = socket.gethostname()
     try:
-        for worker_id, raw in client.hgetall(keys.WORKERS).items():
-            entry = json.loads(raw)
-            if entry.get("pid") == pid and entry.get("host") == host:
-                forget_worker(client, as_str(worker_id))
-    except (redis.RedisError, ValueError) as exc:
+        for worker_id, entry in read_heartbeats(client).items():
+            if isinstance(entry, dict) and entry.get("pid") == pid and entry.get("host") == host:
+                forget_worker(client, worker_id)
+    except redis.RedisError as exc:
         log.debug("heartbeat_forget_failed", pid=pid, error=str(exc))
 
 

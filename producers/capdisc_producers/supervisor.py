@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -198,8 +199,11 @@ class Supervisor:
         on_exit: Callable[[Child, int], None] | None = None,
         on_change: Callable[[], None] | None = None,
         stable_after_s: float = STABLE_AFTER_S,
+        log_max_bytes: int | None = None,
     ) -> None:
         self.say = say
+        #: A child's log past this size is rotated (:func:`rotate_log`); None: never.
+        self.log_max_bytes = log_max_bytes
         self.children: dict[str, Child] = {}
         self.on_exit = on_exit
         self.on_change = on_change
@@ -229,11 +233,14 @@ class Supervisor:
         )
 
     def tick(self) -> None:
-        """Reap and report children that exited, restart those whose delay passed."""
+        """Reap and report children that exited, restart those whose delay passed, rotate
+        the logs that outgrew ``log_max_bytes``."""
         now = time.monotonic()
         for child in self.children.values():
             if self.stopping:
                 return
+            if self.log_max_bytes is not None:
+                rotate_log(child.log_path, self.log_max_bytes)
             if child.alive:
                 self._check(child, now)
             elif child.restart_at is not None and now >= child.restart_at:
@@ -307,6 +314,36 @@ class Supervisor:
                 log.warning("child_killed", child=child.name, pid=child.pid, grace_s=grace_s)
                 _signal(child, signal.SIGKILL)
                 child.process.wait()
+
+
+def rotated_log(path: Path) -> Path:
+    """Where :func:`rotate_log` keeps the previous part of the log at ``path``."""
+    return path.with_name(f"{path.name}.1")
+
+
+def rotate_log(path: Path, max_bytes: int) -> bool:
+    """Once the log at ``path`` outgrows ``max_bytes``, copy it over :func:`rotated_log` and
+    empty it in place; whether it did. Children write their logs in append mode, so a child's
+    next line starts the emptied file (lines written between the copy and the emptying are
+    lost); a log and its previous part take about twice ``max_bytes``. When the copy fails
+    (a full disk) the log is emptied all the same: bounding the disk comes first."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return False
+    if size <= max_bytes:
+        return False
+    try:
+        shutil.copyfile(path, rotated_log(path))
+    except OSError as exc:
+        log.warning("log_copy_failed", path=str(path), error=str(exc), bytes_dropped=size)
+    try:
+        os.truncate(path, 0)
+    except OSError as exc:
+        log.warning("log_rotate_failed", path=str(path), error=str(exc))
+        return False
+    log.info("log_rotated", path=str(path), bytes=size, kept=str(rotated_log(path)))
+    return True
 
 
 def _signal(child: Child, signum: int) -> None:

@@ -8,6 +8,10 @@ key                                       type     what it holds
 ``capdisc:tenants``                       set      every tenant that has ever been written to
 ``capdisc:t:{t}:caps``                    hash     capability id -> stored record (JSON)
 ``capdisc:t:{t}:tombstones``              hash     capability id -> sequence of the delete
+                                                   (forgotten tombstone_horizon_s after it)
+``capdisc:t:{t}:tombstoned_at``           zset     capability id -> when its delete was applied
+                                                   (Redis's clock, ms); the reconciler drops the
+                                                   tombstones older than tombstone_horizon_s
 ``capdisc:t:{t}:vectors:{m}``             hash     capability id -> float32 vector bytes
 ``capdisc:t:{t}:version``                 string   monotonic index version (INCR)
 ``capdisc:t:{t}:space``                   string   the vector space discovery serves (``{m}`` and
@@ -29,7 +33,8 @@ key                                       type     what it holds
                                                    (a retry returns it; expires request_memory_s);
                                                    ``~`` is in no session or request id, so no
                                                    session's key is another's
-``capdisc:t:{t}:sessions``                zset     live session ids by last activity (bounded)
+``capdisc:t:{t}:sessions``                zset     live session ids by last activity (bounded;
+                                                   expires with the last of them)
 ``capdisc:t:{t}:manifest_errors``         hash     manifest path -> last rejection message
 ``capdisc:t:{t}:store_unwritten``         hash     capability id -> why the external vector store
                                                    did not take its last change (the reconciler
@@ -41,7 +46,9 @@ key                                       type     what it holds
                                                    written with the record, gone with it
 ``capdisc:t:{t}:poisoning_policy``        string   the tenant's policy (flag, warn, quarantine);
                                                    absent: the workers' ``poisoning_policy``
-``capdisc:emb:{m}``                       hash     sha256 of embedding text -> vector bytes (cache)
+``capdisc:emb:{m}``                       hash     sha256 of embedding text -> vector bytes (cache;
+                                                   pruned, and deleted once no tenant, reindex
+                                                   or worker uses model ``{m}``)
 ``capdisc:qv:{sha}``                      string   a turn's query and sub-query vectors, shared by
                                                    discovery workers (expires: query_cache_ttl_s)
 ``capdisc:changes``                       stream   one entry per applied change: tenant, version,
@@ -52,7 +59,8 @@ key                                       type     what it holds
                                                    near DEADLETTERS_MAXLEN, oldest first
 ``capdisc:acks:{batch}``                  list     per-event outcome for a publish batch (expires)
 ``capdisc:counters``                      hash     embedding_calls and other running totals
-``capdisc:workers``                       hash     worker id -> heartbeat (JSON)
+``capdisc:workers``                       hash     worker id -> heartbeat (JSON); the sweep
+                                                   forgets one silent for worker_forget_after_s
 ``capdisc:outbox``                        hash     task id -> indexing task sent and not yet done
                                                    (JSON: name, args, kwargs, sent_at_ms)
 ``capdisc:served``                        stream   each discovery worker's swaps: worker, tenant,
@@ -149,6 +157,12 @@ def caps(tenant: str) -> str:
 def tombstones(tenant: str) -> str:
     """Hash: capability id -> the sequence number of the delete that removed it."""
     return f"{PREFIX}:t:{tenant}:tombstones"
+
+
+def tombstone_times(tenant: str) -> str:
+    """Sorted set: tombstoned capability id -> when its delete was applied (ms, Redis's clock);
+    what :mod:`capdisc.registry.tombstones` forgets old tombstones by."""
+    return f"{PREFIX}:t:{tenant}:tombstoned_at"
 
 
 def vectors(tenant: str, embedder_id: str) -> str:

@@ -129,6 +129,14 @@ class Settings(BaseModel):
     #: A worker whose last heartbeat is older is taken for gone (its tasks are given back):
     #: at least twice ``heartbeat_interval_s``.
     worker_stale_after_s: float = Field(10.0, gt=0, validate_default=True)
+    #: A worker whose last heartbeat is older than this (killed, or its host gone) is forgotten
+    #: by the sweep, so ``capdisc:workers`` holds the workers of the last hour, not every one
+    #: that ever ran; one still running is listed again at its next heartbeat.
+    worker_forget_after_s: float = Field(3600.0, gt=0)
+    #: ``capdisc up``: a child's log (``.capdisc/logs/NAME.log``, ``.capdisc/redis/redis.log``)
+    #: past this size is copied to ``NAME.log.1`` and emptied, so each child's logs take at most
+    #: about twice this on disk however long the stack runs.
+    up_log_max_bytes: int = Field(64 * 1024 * 1024, ge=4096)
     #: Where a worker serves Prometheus metrics (``/metrics``); None: not served, 0: any free
     #: port (logged as ``metrics_serving``; in the heartbeat: ``capdisc status --json``).
     #: Metrics name tenants: keep the host private (127.0.0.1 by default; 0.0.0.0 inside a
@@ -154,6 +162,12 @@ class Settings(BaseModel):
     #: A full reindex still building after this long is abandoned by the reconciler (its
     #: staging vectors dropped, the live index untouched); run it again.
     reindex_timeout_s: float = Field(6 * 3600.0, gt=0)
+    #: A delete's tombstone (which stops an older upsert still in flight from bringing the
+    #: capability back) is forgotten by the reconciler this long after the delete was applied,
+    #: so a registry with churn does not keep every id it ever deleted. An event older than
+    #: this (a dead letter replayed, a queue left unserved for longer) may bring back a
+    #: capability deleted since; publish its source again to correct it.
+    tombstone_horizon_s: float = Field(7 * 86400.0, gt=0)
     #: What discovery does with a capability the tool-poisoning scan flagged
     #: (:mod:`capdisc.registry.flags`): ``flag`` serves it marked, ``warn`` also puts a caution
     #: in its text, and ``quarantine`` serves it only once approved (``capdisc approve ID``).

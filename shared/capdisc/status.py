@@ -31,6 +31,57 @@ def forget_worker(client: redis.Redis, worker_id: str) -> None:
     client.hdel(keys.WORKERS, worker_id)
 
 
+#: Heartbeats forgotten per script call.
+FORGET_BATCH = 500
+
+#: KEYS: the heartbeats hash. ARGV: the cutoff (ms), then worker ids. Forgets each of those
+#: whose heartbeat is still at or before the cutoff (or unreadable): one that beat since the
+#: caller read it stays.
+_FORGET_GONE = """
+local gone = 0
+for i = 2, #ARGV do
+  local raw = redis.call('HGET', KEYS[1], ARGV[i])
+  if raw then
+    local ok, entry = pcall(cjson.decode, raw)
+    local seen = ok and type(entry) == 'table' and entry['last_seen_ms']
+    if type(seen) ~= 'number' or seen <= tonumber(ARGV[1]) then
+      redis.call('HDEL', KEYS[1], ARGV[i])
+      gone = gone + 1
+    end
+  end
+end
+return gone
+"""
+
+
+def read_heartbeats(client: redis.Redis) -> dict[str, Any]:
+    """Every entry of ``capdisc:workers`` by worker id, parsed (None: not JSON)."""
+    return {as_str(k): _json(v) for k, v in client.hgetall(keys.WORKERS).items()}
+
+
+def gone_workers(heartbeats: dict[str, Any], now_ms: int, forget_after_s: float) -> list[str]:
+    """The ids among ``heartbeats`` (:func:`read_heartbeats`) to forget at ``now_ms``: no
+    heartbeat within ``forget_after_s``, or an entry that is no heartbeat at all."""
+    cutoff_ms = now_ms - forget_after_s * 1000
+    return sorted(
+        worker_id
+        for worker_id, entry in heartbeats.items()
+        if not _is_heartbeat(entry) or entry["last_seen_ms"] <= cutoff_ms
+    )
+
+
+def forget_gone_workers(
+    client: redis.Redis, heartbeats: dict[str, Any], now_ms: int, forget_after_s: float
+) -> list[str]:
+    """Forget the workers :func:`gone_workers` names, unless one beat meanwhile; their ids."""
+    gone = gone_workers(heartbeats, now_ms, forget_after_s)
+    script = client.register_script(_FORGET_GONE)
+    cutoff_ms = now_ms - int(forget_after_s * 1000)
+    for start in range(0, len(gone), FORGET_BATCH):
+        script(keys=[keys.WORKERS], args=[cutoff_ms, *gone[start : start + FORGET_BATCH]])
+    return gone
+
+
 def live_workers(
     client: redis.Redis, stale_after_s: float = DEFAULT_STALE_AFTER_S
 ) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ from capdisc.registry.store import tenant_version
 from capdisc_producers.publisher import Publisher, wait_for_acks
 
 from .conftest import Stack
+from .test_cli import run_cli
 
 
 def _upsert(tenant: str, seq: int, description: str) -> RegistryEvent:
@@ -77,3 +78,28 @@ def test_a_late_upsert_after_a_delete_does_not_resurrect_the_capability(
     assert decisions == ["upsert", "delete", "stale"]
     assert _description(connection, tenant) is None
     assert int(connection.hget(keys.tombstones(tenant), "tool:clock") or 0) == 3
+
+
+def test_reconcile_forgets_tombstones_past_the_horizon_and_keeps_recent_ones(
+    stack: Stack, connection: redis.Redis, tenant: str
+) -> None:
+    def delete(cap_id: str, seq: int) -> RegistryEvent:
+        return RegistryEvent(
+            type="delete", tenant=tenant, capability_id=cap_id, seq=seq, batch_id=f"d-{cap_id}"
+        )
+
+    _apply(stack, connection, _upsert(tenant, 1, "Tells the time."))
+    _apply(stack, connection, delete("tool:clock", 3))
+    _apply(stack, connection, delete("tool:renamed-long-ago", 3))
+    connection.zadd(keys.tombstone_times(tenant), {"tool:renamed-long-ago": 1})  # long ago
+    connection.hset(keys.tombstones(tenant), "tool:untimed", 3)  # written before times were
+
+    report = json.loads(run_cli("reconcile", "--json", env=stack.env).stdout)
+
+    assert set(connection.hkeys(keys.tombstones(tenant))) == {b"tool:clock", b"tool:untimed"}
+    assert report["tombstones_pruned"] >= 1
+    assert connection.zscore(keys.tombstone_times(tenant), "tool:untimed")
+    assert _apply(stack, connection, _upsert(tenant, 2, "Tells the time, late.")) == "stale"
+    assert _description(connection, tenant) is None
+    assert _apply(stack, connection, _upsert(tenant, 4, "Tells the time, again.")) == "upsert"
+    assert connection.zscore(keys.tombstone_times(tenant), "tool:clock") is None

@@ -10,6 +10,7 @@ import redis
 
 from capdisc import keys
 from capdisc.client import Client
+from capdisc.redistext import as_str
 from capdisc.registry.reindexstore import ReindexJob, begin_reindex
 
 from .conftest import Stack, publish
@@ -144,3 +145,55 @@ def test_reconcile_prunes_an_outgrown_embedding_cache_and_keeps_the_live_texts(
     assert report["embedding_cache_pruned"] >= len(junk)
     assert not any(connection.hmget(cache, list(junk)))
     assert all(connection.hmget(cache, sorted(live)))
+
+
+def test_the_sweep_forgets_a_worker_gone_for_an_hour_and_keeps_the_live_ones(
+    stack: Stack, connection: redis.Redis
+) -> None:
+    from capdisc.status import live_workers
+
+    killed = {"id": "indexing@replaced-host", "kind": "indexing", "last_seen_ms": 1, "tasks": []}
+    connection.hset(keys.WORKERS, killed["id"], json.dumps(killed))  # killed long ago
+    live = {worker["id"] for worker in live_workers(connection)}
+
+    result = run_cli("reconcile", "--json", env=stack.env)
+
+    assert result.returncode == 0, result.stderr
+    assert not connection.hexists(keys.WORKERS, killed["id"])
+    assert live <= {as_str(worker_id) for worker_id in connection.hkeys(keys.WORKERS)}
+
+
+def test_a_damaged_heartbeat_is_forgotten_and_the_sweep_goes_on(
+    stack: Stack, connection: redis.Redis
+) -> None:
+    connection.hset(keys.WORKERS, mapping={"written-by-hand": "not json", "a-number": "5"})
+
+    result = run_cli("reconcile", "--json", "--timeout", "20", env=stack.env)
+
+    assert result.returncode == 0, result.stderr
+    assert connection.hmget(keys.WORKERS, ["written-by-hand", "a-number"]) == [None, None]
+
+
+def test_reconcile_drops_the_cache_of_a_model_nothing_uses_any_more(
+    stack: Stack, registry: Path, tenant: str, connection: redis.Redis
+) -> None:
+    from capdisc.redisclock import redis_now_ms
+
+    publish(stack.url, registry, tenant)
+    retired, other = keys.embedding_cache("retired-model"), keys.embedding_cache("other-model")
+    connection.hset(retired, mapping={f"text-{i}": b"\0" * 16 for i in range(100)})
+    connection.hset(other, "text", b"\0" * 16)
+    beat = {"id": "indexing@other", "kind": "indexing", "embedder": "other-model"}
+    connection.hset(
+        keys.WORKERS, beat["id"], json.dumps({**beat, "last_seen_ms": redis_now_ms(connection)})
+    )
+
+    try:
+        report = json.loads(run_cli("reconcile", "--json", env=stack.env).stdout)
+    finally:
+        connection.hdel(keys.WORKERS, beat["id"])
+
+    assert not connection.exists(retired)
+    assert report["embedding_caches_dropped"] == [retired]
+    assert connection.exists(other)  # a worker with that model may still run
+    assert connection.hlen(keys.embedding_cache("hashing-384")) > 0

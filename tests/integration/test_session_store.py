@@ -123,3 +123,24 @@ def test_a_session_named_after_another_ones_event_stream_leaves_it_working(
     assert view.bound == ("tool:b",)
     streamed = connection.xrange(keys.session_events(tenant, "s1"))
     assert [fields[b"tool"] for _id, fields in streamed] == [b"tool:b"]
+
+
+def test_the_live_sessions_index_expires_with_its_last_session(
+    connection: redis.Redis, tenant: str
+) -> None:
+    policy = SessionPolicy(max_age_s=60)
+    now = int(connection.time()[0]) * 1000
+
+    store.update(connection, tenant, "first", _bind("tool:a", now, policy), policy, now)
+    first_ms = connection.pttl(keys.sessions(tenant))
+    store.update(
+        connection, tenant, "later", _bind("tool:a", now + 5000, policy), policy, now + 5000
+    )
+    later_ms = connection.pttl(keys.sessions(tenant))
+    store.update(
+        connection, tenant, "first", _bind("tool:b", now + 6000, policy), policy, now + 6000
+    )
+
+    assert 0 < first_ms <= 60_000
+    assert first_ms + 4000 < later_ms <= 65_000
+    assert connection.pttl(keys.sessions(tenant)) > first_ms + 4000  # not shortened

@@ -275,3 +275,23 @@ def test_a_redis_whose_data_files_cannot_be_loaded_says_why_and_how_to_repair(
     assert "appendonly.aof.9.base.rdb" in said and str(tmp_path / "redis.log") in said
     assert f"redis-check-aof --fix {data / 'appendonly.aof.manifest'}" in said
     assert f"move {data} aside" in said
+
+
+def test_a_damaged_heartbeat_does_not_take_up_down_when_a_child_exits(
+    connection: redis.Redis,
+) -> None:
+    import json
+    import socket
+
+    from capdisc_producers.stack import _forget_heartbeats
+
+    exited = {"id": "discovery@exited", "kind": "discovery", "pid": 9_999_991, "last_seen_ms": 1}
+    exited["host"] = socket.gethostname()
+    connection.hset(keys.WORKERS, mapping={"by-hand": "5", exited["id"]: json.dumps(exited)})
+
+    try:
+        _forget_heartbeats(connection, 9_999_991)  # what `up` runs when that child exits
+    finally:
+        connection.hdel(keys.WORKERS, "by-hand")
+
+    assert not connection.hexists(keys.WORKERS, exited["id"])

@@ -25,3 +25,22 @@ from capdisc_workers.embedding import (
 )
 def test_a_cache_is_pruned_only_past_its_bound(entries: int, capabilities: int, due: bool) -> None:
     assert cache_over_bound(entries, capabilities) is due
+
+
+@pytest.mark.parametrize(
+    ("cache_keys", "in_use", "unused"),
+    [
+        ([], {"m"}, []),
+        (["capdisc:emb:m"], {"m"}, []),
+        (["capdisc:emb:old", "capdisc:emb:m"], {"m"}, ["capdisc:emb:old"]),
+        (["capdisc:emb:a", "capdisc:emb:b"], {"a", "b"}, []),
+        (["capdisc:emb:m.fs1"], {"m"}, ["capdisc:emb:m.fs1"]),
+        (["capdisc:embx"], set(), []),
+    ],
+)
+def test_only_the_caches_of_models_not_in_use_are_unused(
+    cache_keys: list[str], in_use: set[str], unused: list[str]
+) -> None:
+    from capdisc_workers.embedding import unused_caches
+
+    assert unused_caches(cache_keys, in_use) == unused

@@ -159,3 +159,37 @@ def test_a_child_dies_with_its_parent_even_when_the_parent_is_killed(tmp_path: P
         parent.wait()
         if child_pid and not gone(child_pid):
             os.kill(child_pid, signal.SIGKILL)
+
+
+CHATTY = [
+    sys.executable,
+    "-c",
+    "import sys, time\n"
+    "for i in range(100_000):\n"
+    "    print(f'line {i:06d} ' + 'x' * 200, flush=True)\n"
+    "    time.sleep(0.0005)",
+]
+
+
+def test_a_childs_log_is_rotated_once_it_outgrows_its_bound_and_the_child_writes_on(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "chatty.log"
+    supervised = Supervisor(lambda _: None, log_max_bytes=16_384)
+    try:
+        supervised.add("chatty", starter(CHATTY, log), log)
+        deadline = time.monotonic() + 2
+        sizes = []
+        while time.monotonic() < deadline:
+            supervised.tick()
+            sizes.append(log.stat().st_size)
+            time.sleep(0.05)
+        first = log.read_bytes().split(b"\n", 1)[0]
+    finally:
+        supervised.stop(list(supervised.children), grace_s=2)
+
+    rotated = tmp_path / "chatty.log.1"
+    assert rotated.exists()
+    assert max(sizes[-20:]) < 16_384 * 4  # about 0.8 MB written in 2 s
+    assert b"\0" not in first and first.startswith(b"line ")  # appends, no hole before them
+    assert rotated.read_bytes().startswith(b"line ")

@@ -20,12 +20,14 @@ from typing import TypeVar
 import numpy as np
 import redis
 
-from capdisc import keys
+from capdisc import keys, status
 from capdisc.embedders.port import Embedder, Vector, check_vectors
 from capdisc.models import Capability
+from capdisc.redistext import as_str
 from capdisc.registry.policy import stored_capability
+from capdisc.registry.reindexstore import ReindexJob
 from capdisc.registry.store import vector_bytes
-from capdisc.retrieval.text import combine, embedding_texts, text_hash
+from capdisc.retrieval.text import combine, embedder_id_of, embedding_texts, text_hash
 
 #: Capabilities a reindex batch embeds again, and events per task the reconciler sends again.
 EMBED_BATCH = 64
@@ -174,3 +176,42 @@ def _live_digests(client: redis.Redis, tenants: list[str]) -> set[bytes]:
             if capability is not None:
                 live.update(text_hash(text).encode() for text in embedding_texts(capability))
     return live
+
+
+# -- the caches of models no longer used --------------------------------------------------------
+
+
+def unused_caches(cache_keys: Iterable[str], in_use: set[str]) -> list[str]:
+    """The keys among ``cache_keys`` (:func:`capdisc.keys.embedding_cache`) of embedders that
+    are not ``in_use``."""
+    prefix = keys.embedding_cache("")
+    return sorted(k for k in cache_keys if k.startswith(prefix) and k[len(prefix) :] not in in_use)
+
+
+def embedders_in_use(client: redis.Redis, own: str, tenants: Iterable[str]) -> set[str]:
+    """The embedders whose cache may still be read: ``own``, every worker's that has a
+    heartbeat (live, or gone less than ``worker_forget_after_s`` ago), every tenant's served
+    space's and every building reindex's target's."""
+    in_use = {own}
+    for entry in status.read_heartbeats(client).values():
+        if isinstance(entry, dict) and isinstance(entry.get("embedder"), str):
+            in_use.add(entry["embedder"])
+    for tenant in tenants:
+        space = client.get(keys.space(tenant))
+        job = ReindexJob.read(client, tenant)
+        for served in (as_str(space) if space else None, job.target if job else None):
+            if served:
+                in_use.add(embedder_id_of(served))
+    return in_use
+
+
+def drop_unused_caches(client: redis.Redis, in_use: set[str]) -> list[str]:
+    """Delete the shared caches of embedders not ``in_use`` (:func:`embedders_in_use`): after a
+    move to another model the old one's cache is read by no one, and only the cache of the
+    model in use is pruned (:func:`prune_cache`). Their keys. Safe if wrong: a cache only
+    saves embedding again."""
+    found = (as_str(k) for k in client.scan_iter(match=f"{keys.embedding_cache('')}*", count=1000))
+    gone = unused_caches(found, in_use)
+    if gone:
+        client.unlink(*gone)
+    return gone

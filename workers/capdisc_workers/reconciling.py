@@ -22,7 +22,7 @@ import kombu.exceptions
 import redis
 import structlog
 
-from capdisc import keys
+from capdisc import keys, status
 from capdisc.errors import CapdiscError
 from capdisc.redisclock import redis_now_ms
 from capdisc.redistext import as_str
@@ -31,9 +31,15 @@ from capdisc.registry.drift import repair_plan
 from capdisc.registry.events import RegistryEvent
 from capdisc.registry.reindexstore import ReindexJob, abandon_reindex
 from capdisc.registry.store import tenants
+from capdisc.registry.tombstones import prune_tombstones
 from capdisc.retrieval.text import vector_space
 from capdisc_workers.celery_app import app, resources
-from capdisc_workers.embedding import EMBED_BATCH, prune_cache
+from capdisc_workers.embedding import (
+    EMBED_BATCH,
+    drop_unused_caches,
+    embedders_in_use,
+    prune_cache,
+)
 from capdisc_workers.mirroring import resync, rewrite_unwritten
 from capdisc_workers.outage import RETRYABLE, Backoff
 from capdisc_workers.resources import Resources
@@ -63,6 +69,8 @@ def reconcile_task(self: Any, reply_to: str | None = None) -> dict[str, Any]:
         if reason:
             report["skipped"][tenant] = reason
     report["embedding_cache_pruned"] = _prune_embedding_cache(res)
+    report["embedding_caches_dropped"] = _drop_unused_caches(res)
+    report["tombstones_pruned"] = _prune_tombstones(res)
     with client.pipeline(transaction=False) as pipe:
         pipe.set(keys.RECONCILE_LAST, json.dumps(report))
         pipe.hincrby(
@@ -138,6 +146,33 @@ def _prune_embedding_cache(res: Resources) -> int:
     return pruned or 0
 
 
+def _drop_unused_caches(res: Resources) -> list[str]:
+    """Delete the embedding caches of models nothing uses any more; their keys."""
+    in_use = embedders_in_use(res.redis, res.embedder.id, tenants(res.redis))
+    gone = drop_unused_caches(res.redis, in_use)
+    if gone:
+        log.info("embedding_caches_dropped", caches=gone, in_use=sorted(in_use))
+    return gone
+
+
+def _prune_tombstones(res: Resources) -> int:
+    """Forget every tenant's tombstones older than ``tombstone_horizon_s``; how many went."""
+    horizon_s = res.settings.tombstone_horizon_s
+    pruned = 0
+    for tenant in tenants(res.redis):
+        gone = prune_tombstones(res.redis, tenant, horizon_s)
+        if gone:
+            log.info(
+                "tombstones_pruned",
+                tenant=tenant,
+                pruned=gone,
+                left=int(res.redis.hlen(keys.tombstones(tenant))),
+                horizon_s=horizon_s,
+            )
+        pruned += gone
+    return pruned
+
+
 def _reindex_building(res: Resources, tenant: str, report: dict[str, Any]) -> bool:
     """Whether a full reindex of ``tenant`` is still building; one that outlived
     ``reindex_timeout_s`` is abandoned (and listed in the report)."""
@@ -188,12 +223,14 @@ def sweep(res: Resources, client: redis.Redis) -> tuple[int, int]:
     """Put back in the queue every delivery no live worker holds, then re-send the recorded
     tasks that are neither queued nor delivered; how many of each."""
     settings = res.settings
-    workers = outbox.holders(json.loads(v) for v in client.hvals(keys.WORKERS))
+    heartbeats, now_ms = status.read_heartbeats(client), redis_now_ms(client)
+    _forget_gone_workers(res, client, heartbeats, now_ms)
+    workers = outbox.holders(h for h in heartbeats.values() if isinstance(h, dict))
     restored = 0
     for delivery in outbox.orphans(
         outbox.deliveries(client),
         workers,
-        redis_now_ms(client),
+        now_ms,
         settings.outbox_grace_s,
         settings.worker_stale_after_s,
     ):
@@ -209,6 +246,22 @@ def sweep(res: Resources, client: redis.Redis) -> tuple[int, int]:
     if restored or resent:
         client.hincrby(keys.COUNTERS, "tasks_resent", restored + resent)
     return restored, resent
+
+
+def _forget_gone_workers(
+    res: Resources, client: redis.Redis, heartbeats: dict[str, Any], now_ms: int
+) -> None:
+    """Forget the heartbeats of workers gone longer than ``worker_forget_after_s``."""
+    forget_after_s = res.settings.worker_forget_after_s
+    gone = status.forget_gone_workers(client, heartbeats, now_ms, forget_after_s)
+    if gone:
+        log.info(
+            "workers_forgotten",
+            count=len(gone),
+            workers=gone[:20],
+            forget_after_s=forget_after_s,
+            reason="no heartbeat for worker_forget_after_s (killed, or its host is gone)",
+        )
 
 
 def _resend_lost(res: Resources, client: redis.Redis) -> int:

@@ -26,6 +26,7 @@ import redis
 from capdisc import keys
 from capdisc.embedders.port import Matrix
 from capdisc.models import Capability
+from capdisc.redisclock import redis_now_ms
 from capdisc.redistext import as_str
 from capdisc.registry.events import RegistryEvent
 from capdisc.registry.flags import Flag, rescanned
@@ -42,6 +43,8 @@ from capdisc.registry.policy import (
 #: when they find a gap, so trimming never loses state, only deltas).
 CHANGES_MAXLEN = 100_000
 ACK_TTL_S = 3600
+#: The decisions that leave a tombstone.
+TOMBSTONING = ("delete", "absent")
 
 Redis = redis.Redis
 
@@ -264,22 +267,33 @@ def _transaction(
             step = _step(event, capability, state, vector_for)
             _advance(state, step)
             steps.append(step)
+        now_ms = _deleted_at_ms(client, steps)
         pipe.multi()
-        outcomes = _queue_steps(pipe, steps, version, spaces)
+        outcomes = _queue_steps(pipe, steps, version, spaces, now_ms)
         if acknowledge:
             _queue_acks(pipe, [(s.event.batch_id, o) for s, o in zip(steps, outcomes, strict=True)])
         pipe.execute()
         return outcomes
 
 
-def _queue_steps(pipe: Any, steps: list[_Step], version: int, spaces: Spaces) -> list[Outcome]:
+def _deleted_at_ms(client: Redis, steps: list[_Step]) -> int:
+    """The time a tombstone written by ``steps`` records (Redis's clock, ms;
+    :mod:`capdisc.registry.tombstones`); 0, and no round trip, when they write none."""
+    if any(step.decision in TOMBSTONING for step in steps):
+        return redis_now_ms(client)
+    return 0
+
+
+def _queue_steps(
+    pipe: Any, steps: list[_Step], version: int, spaces: Spaces, now_ms: int
+) -> list[Outcome]:
     """Queue the writes of one tenant's ``steps`` (the tenant's version at the start:
-    ``version``); their outcomes. What the whole run shares (the tenant's membership, its
-    vector space, its version) is written once."""
+    ``version``; a tombstone's time: ``now_ms``); their outcomes. What the whole run shares
+    (the tenant's membership, its vector space, its version) is written once."""
     tenant = steps[0].event.tenant
     start, outcomes = version, []
     for step in steps:
-        version = _write(pipe, step, version, spaces)
+        version = _write(pipe, step, version, spaces, now_ms)
         _queue_flag(pipe, tenant, step.event.capability_id, step.decision, step.flag)
         note = ownership_note(step.event, step.decision, step.before)
         outcomes.append(
@@ -456,12 +470,14 @@ def needing_vectors(client: Redis, pending: list[Item], space: str) -> list[Capa
     return needed
 
 
-def _write(pipe: Any, step: _Step, version: int, spaces: Spaces) -> int:
-    """Queue what ``step`` changes; the tenant's version after it."""
+def _write(pipe: Any, step: _Step, version: int, spaces: Spaces, now_ms: int) -> int:
+    """Queue what ``step`` changes (a tombstone applied at ``now_ms``); the tenant's version
+    after it."""
     event, decision, before, after = step.event, step.decision, step.before, step.after
     tenant, cap_id = event.tenant, event.capability_id
-    if decision in ("delete", "absent"):
+    if decision in TOMBSTONING:
         pipe.hset(keys.tombstones(tenant), cap_id, event.seq)
+        pipe.zadd(keys.tombstone_times(tenant), {cap_id: now_ms})
     if decision == "unchanged" and after is not None:
         pipe.hset(keys.caps(tenant), cap_id, json.dumps(after.to_dict()))
         _index_source(pipe, tenant, cap_id, before, after)
@@ -474,6 +490,7 @@ def _write(pipe: Any, step: _Step, version: int, spaces: Spaces) -> int:
         for space in spaces.write_targets():
             pipe.hset(keys.vectors(tenant, space), cap_id, step.vector)
         pipe.hdel(keys.tombstones(tenant), cap_id)
+        pipe.zrem(keys.tombstone_times(tenant), cap_id)
     else:
         pipe.hdel(keys.caps(tenant), cap_id)
         _index_source(pipe, tenant, cap_id, before, None)

@@ -40,7 +40,8 @@ def load(client: redis.Redis, tenant: str, session_id: str) -> SessionState | No
 
 
 #: Compare-and-set of one session: the state is written (with its events, expiry and place
-#: among live sessions) only if its revision is still the one the writer started from; else
+#: among live sessions, which expires with the last of them: a tenant whose agents stopped
+#: leaves nothing behind) only if its revision is still the one the writer started from; else
 #: the current revision and state come back, for the writer to apply its change to. A request
 #: id already applied returns the outcome it had (kept request_memory_s): exactly-once effects.
 _CAS = """
@@ -59,6 +60,10 @@ for _, e in ipairs(events) do
 end
 if #events > 0 then redis.call('PEXPIREAT', KEYS[2], ARGV[4]) end
 redis.call('ZADD', KEYS[3], ARGV[6], ARGV[8])
+local ttl = redis.call('PTTL', KEYS[3])
+if ttl < 0 or tonumber(ARGV[6]) + ttl < tonumber(ARGV[4]) then
+  redis.call('PEXPIREAT', KEYS[3], ARGV[4])
+end
 if KEYS[4] ~= '' then redis.call('SET', KEYS[4], ARGV[10], 'PX', ARGV[11]) end
 return {1}
 """
