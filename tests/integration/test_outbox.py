@@ -180,3 +180,14 @@ def test_a_task_that_finishes_while_the_sweep_looks_is_not_sent_again(bare_redis
 
     assert lost == []
     assert not client.hexists(keys.OUTBOX, task_id)  # it did finish meanwhile
+
+
+def test_a_damaged_outbox_entry_is_dropped_and_the_sweep_goes_on(
+    stack: Stack, connection: redis.Redis
+) -> None:
+    connection.hset(keys.OUTBOX, "damaged-entry", "not a task record")
+
+    result = run_cli("reconcile", "--json", "--timeout", "30", env=stack.env)
+
+    assert result.returncode == 0, result.stderr
+    assert not connection.hexists(keys.OUTBOX, "damaged-entry")

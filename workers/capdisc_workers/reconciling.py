@@ -266,6 +266,13 @@ def _forget_gone_workers(
 
 def _resend_lost(res: Resources, client: redis.Redis) -> int:
     """Send again every recorded task the broker lost (:mod:`capdisc.registry.outbox`)."""
+    for task_id in outbox.drop_unreadable(client):
+        log.warning(
+            "outbox_entry_dropped",
+            task_id=task_id,
+            reason="the outbox entry is no task record (written by hand or damaged), so it "
+            "can be neither sent again nor finished",
+        )
     lost = outbox.lost(client, res.settings.outbox_grace_s)
     for pending in lost:
         log.warning(
@@ -328,6 +335,9 @@ def periodic(
         return min(interval_s, backoff.next()) if backoff else interval_s
     except (redis.RedisError, kombu.exceptions.OperationalError) as exc:
         log.warning(f"{loop}_failed", error=str(exc))
+        return interval_s
+    except Exception:  # a bug or a damaged entry must not end the loop's thread for good
+        log.exception(f"{loop}_failed")
         return interval_s
     res.health.ok(loop)
     if backoff:

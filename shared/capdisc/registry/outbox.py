@@ -88,10 +88,19 @@ def lost(client: redis.Redis, grace_s: float, now_ms: int | None = None) -> list
     lost (on a busy queue, hundreds a minute) and ran again."""
     now_ms = now_ms if now_ms is not None else redis_now_ms(client)
     present = broker_task_ids(client)
-    recorded = [_pending(k, v) for k, v in client.hgetall(keys.OUTBOX).items()]
+    recorded = [p for k, v in client.hgetall(keys.OUTBOX).items() if (p := _pending(k, v))]
     return [
         p for p in recorded if now_ms - p.sent_at_ms >= grace_s * 1000 and p.task_id not in present
     ]
+
+
+def drop_unreadable(client: redis.Redis) -> list[str]:
+    """Delete the outbox entries that are no task record (written by hand or damaged: they
+    can be neither sent again nor finished); their task ids."""
+    bad = [as_str(k) for k, v in client.hgetall(keys.OUTBOX).items() if _pending(k, v) is None]
+    if bad:
+        client.hdel(keys.OUTBOX, *bad)
+    return bad
 
 
 def resend(client: redis.Redis, app: TaskSender, pending: Pending) -> None:
@@ -106,9 +115,15 @@ def broker_task_ids(client: redis.Redis) -> set[str]:
         pipe.lrange(keys.INDEXING_QUEUE, 0, -1)
         pipe.hvals(keys.KOMBU_UNACKED)
         queued, delivered = pipe.execute()
-    return {_task_id(json.loads(raw)) for raw in queued} | {
-        _task_id(json.loads(raw)[0]) for raw in delivered
-    }
+    return {_task_id(_json(raw)) for raw in queued} | {_task_id(_message(raw)) for raw in delivered}
+
+
+def _json(raw: Any) -> Any:
+    """``raw`` parsed; None for what is no JSON (another app's entry in the queue)."""
+    try:
+        return json.loads(raw)
+    except (ValueError, TypeError):
+        return None
 
 
 def _task_id(message: Any) -> str:
@@ -118,9 +133,19 @@ def _task_id(message: Any) -> str:
         return ""
 
 
-def _pending(key: Any, value: Any) -> Pending:
-    data = json.loads(value)
-    return Pending(as_str(key), data["name"], data["args"], data["kwargs"], int(data["sent_at_ms"]))
+def _pending(key: Any, value: Any) -> Pending | None:
+    """The recorded task; None for a value that is no task record."""
+    data = _json(value)
+    if not isinstance(data, dict) or not isinstance(data.get("args"), list):
+        return None
+    if not isinstance(data.get("kwargs"), dict):
+        return None
+    try:
+        return Pending(
+            as_str(key), str(data["name"]), data["args"], data["kwargs"], int(data["sent_at_ms"])
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 # -- deliveries whose worker is gone ------------------------------------------------------------
