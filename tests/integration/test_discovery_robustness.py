@@ -20,7 +20,7 @@ from capdisc.client import Client, wait_for_reply
 from capdisc.errors import DiscoveryTimeout, RedisUnavailableError, RequestEncodeError
 from capdisc.registry.deadletters import dead_letter, list_dead_letters
 
-from .conftest import DISCOVERY_ARGV, Stack
+from .conftest import DISCOVERY_ARGV, Stack, publish
 from .private import PrivateStack, dead_letters_by_entry, wait_for
 from .test_cli import CLI, run_cli
 
@@ -315,3 +315,14 @@ def test_a_full_redis_is_named_as_such_when_the_call_times_out(tmp_path: Path) -
         private.close()
 
     assert "maxmemory" in str(info.value)
+
+
+def test_a_version_not_reached_in_time_is_answered_at_the_version_served_before_the_client_gives_up(
+    stack: Stack, registry: Path, tenant: str, connection: redis.Redis
+) -> None:
+    version = publish(stack.url, registry, tenant).index_version
+    client = Client(connection, tenant=tenant, timeout_s=2.0)  # shorter than discover_timeout_s
+
+    answer = client.discover("post a message to slack", min_version=version + 1000)
+
+    assert answer.index_version == version

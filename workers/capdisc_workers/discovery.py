@@ -69,6 +69,10 @@ from capdisc_workers.intake import (
 )
 from capdisc_workers.outage import RETRYABLE, Backoff, RedisHealth
 
+#: How long before a request's deadline a worker waiting for its ``min_version`` stops waiting
+#: and answers at the version it serves (time for the answer itself to reach the client).
+ANSWER_MARGIN_MS = 250.0
+
 log = structlog.get_logger("capdisc.discovery")
 
 
@@ -313,7 +317,9 @@ class DiscoveryWorker:
             return None
         budget_s = self.settings.discover_timeout_s
         if deadline_ms:
-            left_ms = deadline_ms - self.clock.now_ms(self.redis)
+            # stop waiting early enough that the answer, at the version served, reaches the
+            # client before it gives up (else it hears nothing and reports the worker blocked)
+            left_ms = deadline_ms - self.clock.now_ms(self.redis) - ANSWER_MARGIN_MS
             budget_s = min(budget_s, max(0.0, left_ms / 1000))
         return self.follower.indexes.wait_for(request.tenant, request.min_version, budget_s)
 
