@@ -1606,10 +1606,11 @@ def dlq_replay(
 
 
 def _report_replay_all(outcomes: dict[str, str]) -> None:
-    from capdisc.registry.deadletters import REFUSED_REQUEST, REPLAYED
+    from capdisc.registry.deadletters import REFUSED_REQUEST, REFUSED_TASK, REPLAYED
 
     replayed = [i for i, outcome in outcomes.items() if outcome == REPLAYED]
     left = sum(outcome == REFUSED_REQUEST for outcome in outcomes.values())
+    tasks = sum(outcome == REFUSED_TASK for outcome in outcomes.values())
     for entry_id in replayed:
         click.echo(f"{entry_id}: {REPLAYED}")
     if not replayed:
@@ -1619,16 +1620,23 @@ def _report_replay_all(outcomes: dict[str, str]) -> None:
             f"left {left} discovery request(s): they cannot be replayed (capdisc dlq drop "
             "removes them)"
         )
+    if tasks:
+        click.echo(
+            f"left {tasks} indexing task(s) no worker took: upgrade the indexing workers and "
+            "publish again (capdisc dlq drop removes them)"
+        )
 
 
 def _report_named(outcomes: dict[str, str], done: str) -> None:
     """One line per named dead letter; exit 1, saying why, unless every one was ``done``."""
-    from capdisc.registry.deadletters import REFUSED_REQUEST
+    from capdisc.registry.deadletters import REFUSED_REQUEST, REFUSED_TASK
 
     for entry_id, outcome in outcomes.items():
         click.echo(f"{entry_id}: {outcome}")
-    missing = [i for i, outcome in outcomes.items() if outcome not in (done, REFUSED_REQUEST)]
+    refused = (done, REFUSED_REQUEST, REFUSED_TASK)
+    missing = [i for i, outcome in outcomes.items() if outcome not in refused]
     requests = [i for i, outcome in outcomes.items() if outcome == REFUSED_REQUEST]
+    tasks = [i for i, outcome in outcomes.items() if outcome == REFUSED_TASK]
     if missing:
         _say(f"error: no dead letter with id {', '.join(missing)} (see capdisc dlq list)")
     if requests:
@@ -1638,7 +1646,13 @@ def _report_named(outcomes: dict[str, str], done: str) -> None:
             "indexing queue, and its client stopped waiting long ago; it stays listed for "
             "inspection (capdisc dlq drop removes it)"
         )
-    if missing or requests:
+    if tasks:
+        _say(
+            f"error: dead letter {', '.join(tasks)} is an indexing task no worker took (a task "
+            "name the workers do not know), not a registry event: upgrade the indexing "
+            "workers and publish again; it stays listed (capdisc dlq drop removes it)"
+        )
+    if missing or requests or tasks:
         sys.exit(FAILED)
 
 

@@ -182,10 +182,11 @@ class Client:
         availability. ``options`` overrides discovery settings for this call (for example
         ``{"tier1_top_k": 8}``); ``min_version`` waits (up to the worker's
         ``discover_timeout_s``, and never past this call's timeout) until that index version is
-        served, ``answer.index_version`` says which one answered; ``tool_format`` (``openai-chat``, ``openai-responses``,
-        ``anthropic``, ``mcp``) adds tool definitions, plus the meta-tool, to the answer: this
-        turn's matches, or in a ``session`` its whole working set. In a session the matches
-        join the working set (``answer.session``); ``profile`` names an agent profile."""
+        served, ``answer.index_version`` says which one answered; ``tool_format``
+        (``openai-chat``, ``openai-responses``, ``anthropic``, ``mcp``) adds tool definitions,
+        plus the meta-tool, to the answer: this turn's matches, or in a ``session`` its whole
+        working set. In a session the matches join the working set (``answer.session``);
+        ``profile`` names an agent profile."""
         request = DiscoverRequest(
             query=query,
             tenant=self._tenant(tenant),

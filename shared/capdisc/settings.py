@@ -154,6 +154,10 @@ class Settings(BaseModel):
     #: How long a sent indexing task may be neither queued nor delivered before the reconciler
     #: takes it for lost by the broker and sends it again (:mod:`capdisc.registry.outbox`).
     outbox_grace_s: float = Field(10.0, ge=0)
+    #: A task sent again and again for this long that no indexing worker takes (a task name
+    #: the workers do not know: a producer newer than them) is given up: dead-lettered with
+    #: its reason and no longer sent (long enough for a rolling upgrade of the workers).
+    outbox_give_up_s: float = Field(3600.0, gt=0)
     #: How often one live indexing worker gives the queue back the tasks held by workers that
     #: are gone (delivered longer than ``outbox_grace_s`` ago, held by no live worker) and
     #: re-sends the tasks the broker lost: a dead worker's tasks run again within seconds, not

@@ -16,6 +16,7 @@ import redis
 from capdisc import keys
 from capdisc.localredis import start_redis
 from capdisc.models import Capability
+from capdisc.redistext import as_str
 from capdisc.registry import outbox
 from capdisc.registry.events import RegistryEvent
 from capdisc_producers.publisher import Publisher, wait_for_acks
@@ -191,3 +192,27 @@ def test_a_damaged_outbox_entry_is_dropped_and_the_sweep_goes_on(
 
     assert result.returncode == 0, result.stderr
     assert not connection.hexists(keys.OUTBOX, "damaged-entry")
+
+
+def test_a_task_no_worker_takes_for_the_give_up_time_is_dead_lettered_and_not_sent_again(
+    stack: Stack, connection: redis.Redis
+) -> None:
+    from capdisc.redisclock import redis_now_ms
+
+    now_ms, task_id = redis_now_ms(connection), f"unknown-{uuid.uuid4().hex}"
+    record = {"name": "capdisc.no_such_task", "args": [], "kwargs": {}}
+    connection.hset(
+        keys.OUTBOX,
+        task_id,
+        json.dumps({**record, "sent_at_ms": now_ms - 60_000, "first_sent_at_ms": now_ms - 7.2e6}),
+    )
+
+    result = run_cli("reconcile", "--json", env=stack.env)
+
+    assert result.returncode == 0, result.stderr
+    assert not connection.hexists(keys.OUTBOX, task_id)
+    letters = {as_str(i): f for i, f in connection.xrange(keys.DEADLETTERS) if f.get(b"task_id")}
+    given_up = [i for i, f in letters.items() if f[b"task_id"].decode() == task_id]
+    assert given_up and b"upgrade" in letters[given_up[0]][b"reason"]
+    replay = run_cli("dlq", "replay", given_up[0], env=stack.env)
+    assert replay.returncode == 1 and "indexing task given up" in replay.stdout

@@ -27,6 +27,7 @@ from capdisc.errors import CapdiscError
 from capdisc.redisclock import redis_now_ms
 from capdisc.redistext import as_str
 from capdisc.registry import outbox
+from capdisc.registry.deadletters import dead_letter
 from capdisc.registry.drift import repair_plan
 from capdisc.registry.events import RegistryEvent
 from capdisc.registry.reindexstore import ReindexJob, abandon_reindex
@@ -273,8 +274,12 @@ def _resend_lost(res: Resources, client: redis.Redis) -> int:
             reason="the outbox entry is no task record (written by hand or damaged), so it "
             "can be neither sent again nor finished",
         )
-    lost = outbox.lost(client, res.settings.outbox_grace_s)
+    now_ms = redis_now_ms(client)
+    lost = outbox.lost(client, res.settings.outbox_grace_s, now_ms)
     for pending in lost:
+        if pending.untaken_s(now_ms) > res.settings.outbox_give_up_s:
+            _give_up(res, client, pending, now_ms)
+            continue
         log.warning(
             "task_resent",
             task_id=pending.task_id,
@@ -284,6 +289,25 @@ def _resend_lost(res: Resources, client: redis.Redis) -> int:
         )
         outbox.resend(client, app, pending)
     return len(lost)
+
+
+def _give_up(res: Resources, client: redis.Redis, pending: outbox.Pending, now_ms: int) -> None:
+    """Stop sending a task no indexing worker takes: keep it in the dead letters, saying why."""
+    reason = (
+        f"no indexing worker took task {pending.name!r} in {pending.untaken_s(now_ms):.0f} s "
+        f"of sending it again (outbox_give_up_s {res.settings.outbox_give_up_s:g}): the "
+        "workers do not know that task, so a producer is probably newer than they are; "
+        "upgrade the indexing workers, then publish again"
+    )
+    dead_letter(
+        client,
+        json.dumps({"task": pending.name, "args": pending.args, "kwargs": pending.kwargs}),
+        reason,
+        source=keys.OUTBOX,
+        task_id=pending.task_id,
+    )
+    outbox.done(client, pending.task_id)
+    log.error("task_given_up", task_id=pending.task_id, task=pending.name, reason=reason)
 
 
 # -- the periodic loops -------------------------------------------------------------------------

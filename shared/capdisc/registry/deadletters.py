@@ -41,6 +41,7 @@ REPLAYED = "replayed"
 DROPPED = "dropped"
 NOT_FOUND = "not found"
 REFUSED_REQUEST = "refused: a discovery request"
+REFUSED_TASK = "refused: an indexing task given up"
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,8 @@ class DeadLetter:
     attempts: int
     at_ms: int
     payload: str
-    #: Where it came from: the indexing queue, or the discovery requests stream.
+    #: Where it came from: the indexing queue, the discovery requests stream, or the outbox (a
+    #: task no indexing worker took, given up).
     source: str = keys.INDEXING_QUEUE
     #: A discovery request's id, when it had a usable one.
     request_id: str | None = None
@@ -137,7 +139,8 @@ def replay_each(
     """Send the given dead letters (every one there is now when ``entry_ids`` is None) to the
     indexing queue again, each removed from the stream once sent, and say per id what became
     of it: :data:`REPLAYED`, :data:`NOT_FOUND`, or :data:`REFUSED_REQUEST` for a discovery
-    request, which is never sent and stays listed. An event that fails again comes back with
+    request and :data:`REFUSED_TASK` for an indexing task no worker took (source: the outbox),
+    which are never sent and stay listed. An event that fails again comes back with
     a new id; with ``entry_ids`` None it is not sent a second time."""
     letters = _every_letter(client) if entry_ids is None else _named_letters(client, entry_ids)
     outcomes: dict[str, str] = {}
@@ -146,6 +149,8 @@ def replay_each(
             outcomes[entry_id] = NOT_FOUND
         elif letter.is_discovery_request:
             outcomes[entry_id] = REFUSED_REQUEST
+        elif letter.source == keys.OUTBOX:
+            outcomes[entry_id] = REFUSED_TASK
         else:
             send(letter.payload)
             removed = client.xdel(keys.DEADLETTERS, entry_id)

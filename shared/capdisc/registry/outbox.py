@@ -44,6 +44,12 @@ class Pending:
     args: list[Any]
     kwargs: dict[str, Any]
     sent_at_ms: int
+    #: When the task was first sent (a re-send keeps it): how long it has gone untaken.
+    first_sent_at_ms: int = 0
+
+    def untaken_s(self, now_ms: int) -> float:
+        """Seconds since the task was first sent."""
+        return (now_ms - (self.first_sent_at_ms or self.sent_at_ms)) / 1000
 
 
 def send(
@@ -53,14 +59,18 @@ def send(
     args: Sequence[Any] = (),
     kwargs: Mapping[str, Any] | None = None,
     task_id: str | None = None,
+    first_sent_at_ms: int | None = None,
 ) -> str:
-    """Record the task in the outbox, then send it to the indexing queue; returns its id."""
+    """Record the task in the outbox, then send it to the indexing queue; returns its id.
+    ``first_sent_at_ms``: when a task sent again was first sent (default: now)."""
     task_id = task_id or uuid.uuid4().hex
+    now_ms = redis_now_ms(client)
     entry = {
         "name": name,
         "args": list(args),
         "kwargs": dict(kwargs or {}),
-        "sent_at_ms": redis_now_ms(client),
+        "sent_at_ms": now_ms,
+        "first_sent_at_ms": first_sent_at_ms or now_ms,
     }
     client.hset(keys.OUTBOX, task_id, json.dumps(entry))
     app.send_task(
@@ -105,7 +115,8 @@ def drop_unreadable(client: redis.Redis) -> list[str]:
 
 def resend(client: redis.Redis, app: TaskSender, pending: Pending) -> None:
     """Send a lost task again, under the same id."""
-    send(client, app, pending.name, pending.args, pending.kwargs, pending.task_id)
+    first_ms = pending.first_sent_at_ms or pending.sent_at_ms
+    send(client, app, pending.name, pending.args, pending.kwargs, pending.task_id, first_ms)
 
 
 def broker_task_ids(client: redis.Redis) -> set[str]:
@@ -142,7 +153,12 @@ def _pending(key: Any, value: Any) -> Pending | None:
         return None
     try:
         return Pending(
-            as_str(key), str(data["name"]), data["args"], data["kwargs"], int(data["sent_at_ms"])
+            as_str(key),
+            str(data["name"]),
+            data["args"],
+            data["kwargs"],
+            int(data["sent_at_ms"]),
+            int(data.get("first_sent_at_ms") or 0),
         )
     except (KeyError, TypeError, ValueError):
         return None
