@@ -17,7 +17,12 @@ import redis
 
 from capdisc import keys
 from capdisc.client import Client, wait_for_reply
-from capdisc.errors import DiscoveryTimeout, RedisUnavailableError, RequestEncodeError
+from capdisc.errors import (
+    DiscoveryTimeout,
+    RedisUnavailableError,
+    RequestEncodeError,
+    UnknownTenantError,
+)
 from capdisc.registry.deadletters import dead_letter, list_dead_letters
 
 from .conftest import DISCOVERY_ARGV, Stack, publish
@@ -326,3 +331,19 @@ def test_a_version_not_reached_in_time_is_answered_at_the_version_served_before_
     answer = client.discover("post a message to slack", min_version=version + 1000)
 
     assert answer.index_version == version
+
+
+@pytest.mark.parametrize("op", ["call", "show"])
+def test_a_session_command_for_an_unknown_tenant_is_refused_naming_it(
+    connection: redis.Redis, op: str
+) -> None:
+    tenant = f"nosuch{uuid.uuid4().hex[:8]}"
+    client = Client(connection, tenant=tenant, timeout_s=10)
+    commands = {
+        "call": lambda: client.record_tool_call("s1", "tool:stripe-refund", {"amount": 1}),
+        "show": lambda: client.working_set("s1"),
+    }
+
+    with pytest.raises(UnknownTenantError, match=tenant):
+        commands[op]()
+    assert not connection.exists(keys.session(tenant, "s1"))

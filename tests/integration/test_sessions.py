@@ -228,7 +228,8 @@ def test_a_session_answer_in_a_tool_format_carries_the_whole_working_set(
     assert len(answer.session["bound"]) == 2
 
 
-def test_unknown_session_is_a_clear_error(stack: Stack, tenant: str) -> None:
+def test_unknown_session_is_a_clear_error(stack: Stack, registry: Path, tenant: str) -> None:
+    publish(stack.url, registry, tenant)
     result = run_cli("session", "show", "nobody-here", "--tenant", tenant, env=stack.env)
 
     assert result.returncode == 1  # it named something capdisc does not hold

@@ -265,7 +265,12 @@ class DiscoveryWorker:
             log.warning(event, left_out=left_out, **fields)
 
     def session_op(self, request: SessionRequest) -> SessionReply:
-        """Record a call, or show, export or import a session's working set."""
+        """Record a call, or show, export or import a session's working set (of a tenant that
+        has a registry: a session of another would record calls nobody can serve)."""
+        if self.follower.indexes.get(request.tenant) is None and not self.redis.sismember(
+            keys.TENANTS, request.tenant
+        ):
+            raise _unknown_tenant(request.tenant)
         can_see = self._can_see(request.tenant, Caller.of(request.roles, request.user))
         return SessionReply(request.request_id, self.sessions.handle(request, can_see))
 
@@ -274,10 +279,7 @@ class DiscoveryWorker:
         over this worker's snapshot of the tenant, its query embedder and sessions)."""
         snapshot = self._snapshot_for(request, deadline_ms)
         if snapshot is None:
-            raise UnknownTenantError(
-                f"tenant {request.tenant!r} has no registry; publish to "
-                "it first (capdisc publish PATH --tenant NAME)"
-            )
+            raise _unknown_tenant(request.tenant)
         context = service.Context(
             snapshot,
             self.follower.queries_for(snapshot.embedder_id or self.follower.embedder.id),
@@ -414,6 +416,13 @@ class DiscoveryWorker:
             except RETRYABLE as exc:
                 self.health.failed("start", exc)
                 self.stop.wait(backoff.next())
+
+
+def _unknown_tenant(tenant: str) -> UnknownTenantError:
+    return UnknownTenantError(
+        f"tenant {tenant!r} has no registry; publish to it first (capdisc publish PATH --tenant "
+        "NAME)"
+    )
 
 
 def main() -> None:
