@@ -12,7 +12,6 @@ and subject, never the token, at most :class:`~capdisc.logs.Throttle`'s share a 
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -22,6 +21,7 @@ from capdisc.errors import AuthError
 from capdisc.identity import auth
 from capdisc.identity.gate import Gate
 from capdisc.logs import Throttle
+from capdisc_producers.bodylimit import send_error
 
 #: Paths the SDK serves without a token (OAuth metadata).
 PUBLIC_PREFIX = "/.well-known/"
@@ -74,18 +74,7 @@ def header_safe(text: str) -> str:
 
 
 async def _challenge(send: Send, reason: str) -> None:
-    description = header_safe(reason)
-    body = json.dumps({"error": "invalid_token", "error_description": reason}).encode()
-    challenge = f'Bearer error="invalid_token", error_description="{description}"'
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 401,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"www-authenticate", challenge.encode()),
-            ],
-        }
+    challenge = f'Bearer error="invalid_token", error_description="{header_safe(reason)}"'
+    await send_error(
+        send, 401, "invalid_token", reason, [(b"www-authenticate", challenge.encode())]
     )
-    await send({"type": "http.response.body", "body": body})

@@ -94,20 +94,29 @@ async def _drain(receive: Receive) -> bool:
 
 
 async def _refuse(send: Send, max_bytes: int, *, drained: bool) -> None:
-    body = json.dumps(
-        {
-            "error": "request_too_large",
-            "error_description": f"the request body is larger than {max_bytes} bytes",
-        }
-    ).encode()
+    description = f"the request body is larger than {max_bytes} bytes"
+    close = [] if drained else [(b"connection", b"close")]
+    await send_error(send, 413, "request_too_large", description, close)
+
+
+async def send_error(
+    send: Send,
+    status: int,
+    error: str,
+    description: str,
+    headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    """An error response of the front door: ``{"error", "error_description"}`` as JSON (the
+    shape OAuth errors have), with ``headers`` besides."""
+    body = json.dumps({"error": error, "error_description": description}).encode()
     await send(
         {
             "type": "http.response.start",
-            "status": 413,
+            "status": status,
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
-                *([] if drained else [(b"connection", b"close")]),
+                *(headers or []),
             ],
         }
     )

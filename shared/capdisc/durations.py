@@ -10,6 +10,9 @@ then dies while its process runs on). So every duration setting is finite and at
 from __future__ import annotations
 
 import math
+from typing import Any
+
+from pydantic import ValidationInfo
 
 #: The longest duration a setting may name: 366 days. Longer means "never" in practice; the
 #: settings where "never" makes sense take 0 for it.
@@ -29,3 +32,12 @@ def duration_problem(name: str, value: object) -> str | None:
         return None
     unit_name, days = name.rsplit("_", 1)[1], MAX_SECONDS // 86400
     return f"must be a finite number of at most {limit} {unit_name} ({days} days), got {value}"
+
+
+def bounded_duration(value: Any, info: ValidationInfo) -> Any:
+    """A pydantic field validator for every field of a model (``field_validator("*")``):
+    ``value`` unchanged, or ValueError saying :func:`duration_problem`."""
+    problem = duration_problem(info.field_name or "", value)
+    if problem:
+        raise ValueError(problem)
+    return value

@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from capdisc.discovery.config import DiscoveryConfig, Source, describe_invalid
-from capdisc.durations import duration_problem
+from capdisc.durations import bounded_duration
 from capdisc.errors import ConfigError
 from capdisc.rawsettings import (
     DEFAULT_REDIS_URL,
@@ -228,13 +228,7 @@ class Settings(BaseModel):
     def _no_snapshot_dir(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
 
-    @field_validator("*")
-    @classmethod
-    def _bounded_duration(cls, value: Any, info: ValidationInfo) -> Any:
-        problem = duration_problem(info.field_name or "", value)
-        if problem:
-            raise ValueError(problem)
-        return value
+    _bounded_duration = field_validator("*")(bounded_duration)
 
     @field_validator("worker_stale_after_s")
     @classmethod

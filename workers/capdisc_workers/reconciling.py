@@ -267,15 +267,8 @@ def _forget_gone_workers(
 
 def _resend_lost(res: Resources, client: redis.Redis) -> int:
     """Send again every recorded task the broker lost (:mod:`capdisc.registry.outbox`)."""
-    for task_id in outbox.drop_unreadable(client):
-        log.warning(
-            "outbox_entry_dropped",
-            task_id=task_id,
-            reason="the outbox entry is no task record (written by hand or damaged), so it "
-            "can be neither sent again nor finished",
-        )
     now_ms = redis_now_ms(client)
-    lost = outbox.lost(client, res.settings.outbox_grace_s, now_ms)
+    lost = outbox.lost(client, res.settings.outbox_grace_s, now_ms, _dropped)
     for pending in lost:
         if pending.untaken_s(now_ms) > res.settings.outbox_give_up_s:
             _give_up(res, client, pending, now_ms)
@@ -289,6 +282,15 @@ def _resend_lost(res: Resources, client: redis.Redis) -> int:
         )
         outbox.resend(client, app, pending)
     return len(lost)
+
+
+def _dropped(task_id: str) -> None:
+    log.warning(
+        "outbox_entry_dropped",
+        task_id=task_id,
+        reason="the outbox entry is no task record (written by hand or damaged), so it can "
+        "be neither sent again nor finished",
+    )
 
 
 def _give_up(res: Resources, client: redis.Redis, pending: outbox.Pending, now_ms: int) -> None:

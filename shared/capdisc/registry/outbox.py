@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -89,8 +89,15 @@ def done(client: redis.Redis, task_id: str) -> None:
     client.hdel(keys.OUTBOX, task_id)
 
 
-def lost(client: redis.Redis, grace_s: float, now_ms: int | None = None) -> list[Pending]:
-    """Recorded tasks older than ``grace_s`` that are neither queued nor delivered.
+def lost(
+    client: redis.Redis,
+    grace_s: float,
+    now_ms: int | None = None,
+    on_unreadable: Callable[[str], None] = lambda _task_id: None,
+) -> list[Pending]:
+    """Recorded tasks older than ``grace_s`` that are neither queued nor delivered. An entry
+    that is no task record (written by hand or damaged: it can be neither sent again nor
+    finished) is deleted, and its task id given to ``on_unreadable``.
 
     The broker is read before the outbox: a task leaves the outbox (:func:`done`) before its
     delivery is acknowledged, so one that finishes between the two reads is gone from the
@@ -98,19 +105,20 @@ def lost(client: redis.Redis, grace_s: float, now_ms: int | None = None) -> list
     lost (on a busy queue, hundreds a minute) and ran again."""
     now_ms = now_ms if now_ms is not None else redis_now_ms(client)
     present = broker_task_ids(client)
-    recorded = [p for k, v in client.hgetall(keys.OUTBOX).items() if (p := _pending(k, v))]
+    recorded, unreadable = [], []
+    for key, value in client.hgetall(keys.OUTBOX).items():
+        pending = _pending(key, value)
+        if pending is None:
+            unreadable.append(as_str(key))
+        else:
+            recorded.append(pending)
+    if unreadable:
+        client.hdel(keys.OUTBOX, *unreadable)
+    for task_id in unreadable:
+        on_unreadable(task_id)
     return [
         p for p in recorded if now_ms - p.sent_at_ms >= grace_s * 1000 and p.task_id not in present
     ]
-
-
-def drop_unreadable(client: redis.Redis) -> list[str]:
-    """Delete the outbox entries that are no task record (written by hand or damaged: they
-    can be neither sent again nor finished); their task ids."""
-    bad = [as_str(k) for k, v in client.hgetall(keys.OUTBOX).items() if _pending(k, v) is None]
-    if bad:
-        client.hdel(keys.OUTBOX, *bad)
-    return bad
 
 
 def resend(client: redis.Redis, app: TaskSender, pending: Pending) -> None:

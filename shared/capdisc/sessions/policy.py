@@ -28,9 +28,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from capdisc.durations import duration_problem
+from capdisc.durations import bounded_duration
 from capdisc.sessions.views import SessionView as SessionView
 
 JSON = dict[str, Any]
@@ -97,13 +97,7 @@ class SessionPolicy(BaseModel):
     request_memory_s: float = Field(600.0, gt=0)
     profiles: dict[str, AgentProfile] = Field(default_factory=dict)
 
-    @field_validator("*")
-    @classmethod
-    def _bounded_duration(cls, value: Any, info: ValidationInfo) -> Any:
-        problem = duration_problem(info.field_name or "", value)
-        if problem:
-            raise ValueError(problem)
-        return value
+    _bounded_duration = field_validator("*")(bounded_duration)
 
     def profile(self, name: str | None) -> AgentProfile:
         return self.profiles.get(name or "", NO_PROFILE)
