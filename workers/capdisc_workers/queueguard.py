@@ -146,6 +146,33 @@ class QoS(kombu_redis.QoS):
             ).execute()
             virtual_qos_append(self, message, delivery_tag)
 
+    def restore_visible(self, start: int = 0, num: int = 10, interval: int = 10) -> None:
+        """kombu's ``restore_visible`` (put back on the queue the deliveries held longer than
+        the visibility timeout), with "longer" measured on Redis's clock, as the deliveries
+        were recorded: a host whose clock runs ahead would otherwise take every delivery a
+        live worker holds for a lost one and deliver it again."""
+        self._vrestore_count += 1
+        if (self._vrestore_count - 1) % (interval or 1):
+            return
+        with self.channel.conn_or_acquire() as client:
+            ceil = CLOCK.now_ms(client) / 1000 - self.visibility_timeout
+            try:
+                with kombu_redis.Mutex(client, self.unacked_mutex_key, self.unacked_mutex_expire):
+                    visible = client.zrange(
+                        self.unacked_index_key,
+                        ceil,
+                        0,
+                        desc=True,
+                        byscore=True,
+                        offset=num and start,
+                        num=num,
+                        withscores=True,
+                    )
+                    for tag, _score in visible or []:
+                        self.restore_by_tag(tag, client)
+            except kombu_redis.MutexHeld:
+                pass
+
     def ack(self, delivery_tag: str) -> None:
         base: Callable[..., None] = super().ack
         when_writable(lambda: base(delivery_tag), "acknowledge")
