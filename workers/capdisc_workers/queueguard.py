@@ -154,6 +154,7 @@ class QoS(kombu_redis.QoS):
         self._vrestore_count += 1
         if (self._vrestore_count - 1) % (interval or 1):
             return
+        restore: Callable[..., None] = self.restore_by_tag
         with self.channel.conn_or_acquire() as client:
             ceil = CLOCK.now_ms(client) / 1000 - self.visibility_timeout
             try:
@@ -169,7 +170,7 @@ class QoS(kombu_redis.QoS):
                         withscores=True,
                     )
                     for tag, _score in visible or []:
-                        self.restore_by_tag(tag, client)
+                        restore(tag, client)
             except kombu_redis.MutexHeld:
                 pass
 
