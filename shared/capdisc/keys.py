@@ -51,6 +51,9 @@ key                                       type     what it holds
                                                    or worker uses model ``{m}``)
 ``capdisc:qv:{sha}``                      string   a turn's query and sub-query vectors, shared by
                                                    discovery workers (expires: query_cache_ttl_s)
+``capdisc:qv:index``                      zset     sha -> when its vectors were stored (s, Redis's
+                                                   clock); the oldest are dropped past
+                                                   query_cache_max_entries
 ``capdisc:changes``                       stream   one entry per applied change: tenant, version,
                                                    op, id (discovery workers follow it)
 ``capdisc:deadletters``                   stream   events that could not be applied, with reason;
@@ -252,6 +255,11 @@ def poisoning_policy(tenant: str) -> str:
 def embedding_cache(embedder_id: str) -> str:
     """Hash: sha256 of an embedding text -> float32 vector bytes (shared by indexing workers)."""
     return f"{PREFIX}:emb:{embedder_id}"
+
+
+#: Zset: each shared query-vector entry's digest -> when it was stored (seconds, Redis's
+#: clock); the oldest are dropped once it holds more than ``query_cache_max_entries``.
+QUERY_VECTORS_INDEX = f"{PREFIX}:qv:index"
 
 
 def query_vectors(digest: str) -> str:

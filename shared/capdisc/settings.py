@@ -103,6 +103,10 @@ class Settings(BaseModel):
     query_cache_size: int = Field(4096, ge=0)
     #: How long a query's vectors stay in the cache shared by discovery workers (0: no sharing).
     query_cache_ttl_s: int = Field(86400, ge=0)
+    #: At most this many turns' vectors are kept in that shared cache (the oldest are dropped;
+    #: a one-request turn's vectors and their index entry take about 1.8 KB of Redis's memory,
+    #: so 100,000 about 180 MB).
+    query_cache_max_entries: int = Field(100_000, ge=1)
     #: When a discovery worker swaps in a tenant's next snapshot, the BM25 figures of this
     #: many query texts the one it replaces remembered last are computed for the new one on a
     #: thread of its own (a large tenant's busy queries then answer at once; 0: not warmed).

@@ -56,6 +56,7 @@ from capdisc.discovery.snapshotfile import (
 from capdisc.embedders.port import CachedQueryEmbedder, Embedder, Matrix
 from capdisc.errors import CapdiscError, SnapshotError
 from capdisc.models import Capability
+from capdisc.redisclock import RedisClock
 from capdisc.redistext import as_str
 from capdisc.registry.flags import Policy, serving
 from capdisc.registry.policy import coalesce_window_s
@@ -161,11 +162,16 @@ class RedisQueryVectors:
     A read is made on the turn that asks; a write is handed to a thread of its own, so the
     turn that embedded a query is answered without waiting for Redis to store its vectors. At
     most :data:`PENDING_WRITES` writes wait; beyond that a write is dropped (it is a cache: the
-    next worker to see the query embeds it)."""
+    next worker to see the query embeds it). Each write is also recorded in
+    :data:`~capdisc.keys.QUERY_VECTORS_INDEX`, and the oldest entries are dropped once more
+    than ``max_entries`` are stored, so the cache's memory is bounded whatever the rate of new
+    queries."""
 
-    def __init__(self, connection: redis.Redis, ttl_s: int) -> None:
+    def __init__(self, connection: redis.Redis, ttl_s: int, max_entries: int) -> None:
         self._redis = connection
         self._ttl_s = ttl_s
+        self._max_entries = max_entries
+        self._clock = RedisClock()
         self._writes: OneThread[tuple[str, bytes]] = OneThread(
             "query-vectors", self._write, PENDING_WRITES
         )
@@ -190,9 +196,28 @@ class RedisQueryVectors:
     def _write(self, job: tuple[str, bytes]) -> None:
         key, value = job
         try:
-            self._redis.set(keys.query_vectors(key), value, ex=self._ttl_s)
+            self._store(key, value)
         except redis.RedisError as exc:
             log.warning("query_cache_unavailable", error=str(exc))
+
+    def _store(self, key: str, value: bytes) -> None:
+        now_s = self._clock.now_ms(self._redis) / 1000
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.set(keys.query_vectors(key), value, ex=self._ttl_s)
+        pipe.zadd(keys.QUERY_VECTORS_INDEX, {key: now_s})
+        pipe.zremrangebyscore(keys.QUERY_VECTORS_INDEX, "-inf", now_s - self._ttl_s)
+        pipe.expire(keys.QUERY_VECTORS_INDEX, self._ttl_s)
+        pipe.zcard(keys.QUERY_VECTORS_INDEX)
+        stored = int(pipe.execute()[-1])
+        if stored > self._max_entries:
+            self._drop_oldest(stored - self._max_entries)
+
+    def _drop_oldest(self, count: int) -> None:
+        oldest: list[tuple[bytes, float]] = self._redis.zpopmin(  # type: ignore[assignment]
+            keys.QUERY_VECTORS_INDEX, count
+        )
+        if oldest:
+            self._redis.delete(*(keys.query_vectors(as_str(pair[0])) for pair in oldest))
 
 
 class SnapshotFollower:
@@ -272,7 +297,11 @@ class SnapshotFollower:
                 else embedder_for_id(embedder_id, self.settings)
             )
             shared = (
-                RedisQueryVectors(self.redis, self.settings.query_cache_ttl_s)
+                RedisQueryVectors(
+                    self.redis,
+                    self.settings.query_cache_ttl_s,
+                    self.settings.query_cache_max_entries,
+                )
                 if self.settings.query_cache_ttl_s
                 else None
             )
