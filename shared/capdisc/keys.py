@@ -34,7 +34,7 @@ key                                       type     what it holds
                                                    ``~`` is in no session or request id, so no
                                                    session's key is another's
 ``capdisc:t:{t}:sessions``                zset     live session ids by last activity (bounded;
-                                                   expires with the last of them)
+                                                   expires max_age_s after the last of them)
 ``capdisc:t:{t}:manifest_errors``         hash     manifest path -> last rejection message
 ``capdisc:t:{t}:store_unwritten``         hash     capability id -> why the external vector store
                                                    did not take its last change (the reconciler

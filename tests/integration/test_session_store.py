@@ -6,16 +6,18 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 
+import pytest
 import redis
 
 from capdisc import keys
 from capdisc.discovery.protocol import SessionRequest
+from capdisc.errors import SessionNotFoundError
 from capdisc.sessions import policy as policy_fns
 from capdisc.sessions import store
 from capdisc.sessions.policy import SessionPolicy, SessionState, Turn
 from capdisc.sessions.service import SessionService
 
-from .conftest import Stack
+from .conftest import Stack, wait_for
 
 
 def _bind(tool: str, now_ms: int, policy: SessionPolicy):  # type: ignore[no-untyped-def]
@@ -125,7 +127,7 @@ def test_a_session_named_after_another_ones_event_stream_leaves_it_working(
     assert [fields[b"tool"] for _id, fields in streamed] == [b"tool:b"]
 
 
-def test_the_live_sessions_index_expires_with_its_last_session(
+def test_the_live_sessions_index_expires_a_maximum_age_after_its_last_session(
     connection: redis.Redis, tenant: str
 ) -> None:
     policy = SessionPolicy(max_age_s=60)
@@ -141,6 +143,67 @@ def test_the_live_sessions_index_expires_with_its_last_session(
         connection, tenant, "first", _bind("tool:b", now + 6000, policy), policy, now + 6000
     )
 
-    assert 0 < first_ms <= 60_000
-    assert first_ms + 4000 < later_ms <= 65_000
+    assert 60_000 < first_ms <= 120_000  # a returning agent is told its session ended
+    assert first_ms + 4000 < later_ms <= 125_000
     assert connection.pttl(keys.sessions(tenant)) > first_ms + 4000  # not shortened
+
+
+def test_a_turn_after_a_session_reached_its_maximum_age_is_told_it_started_again(
+    connection: redis.Redis, tenant: str
+) -> None:
+    sessions = SessionService(connection, SessionPolicy(max_age_s=0.5))
+    sessions.after_discovery(Turn(tenant, "s1", "r1", None, ["tool:a"]))
+    wait_for(lambda: not connection.exists(keys.session(tenant, "s1")), 10, "the session expiring")
+
+    view = sessions.after_discovery(Turn(tenant, "s1", "r2", None, ["tool:b"]))
+
+    assert view.restarted == "expired"
+    assert view.bound == ("tool:b",)
+    assert view.note is not None and "maximum age of 0.5 s" in view.note
+
+
+def test_a_turn_on_a_session_dropped_among_too_many_is_told_it_started_again(
+    connection: redis.Redis, tenant: str
+) -> None:
+    sessions = SessionService(connection, SessionPolicy(max_sessions=1))
+    sessions.after_discovery(Turn(tenant, "old", "r1", None, ["tool:a"]))
+    sessions.after_discovery(Turn(tenant, "new", "r2", None, ["tool:a"]))
+
+    view = sessions.after_discovery(Turn(tenant, "old", "r3", None, ["tool:b"]))
+
+    assert view.restarted == "evicted"
+    assert view.note is not None and "least recently active of more than 1" in view.note
+
+
+def test_a_call_recorded_in_a_session_dropped_among_too_many_says_it_started_again(
+    connection: redis.Redis, tenant: str
+) -> None:
+    sessions = SessionService(connection, SessionPolicy(max_sessions=1))
+    sessions.after_discovery(Turn(tenant, "old", "r1", None, ["tool:a"]))
+    sessions.after_discovery(Turn(tenant, "new", "r2", None, ["tool:a"]))
+
+    outcome = sessions.handle(
+        SessionRequest("call", "old", tenant, tool_id="tool:a", request_id="c1"), lambda _i: True
+    )
+
+    assert outcome["restarted"] == "evicted"
+
+
+def test_a_new_sessions_first_turn_is_no_restart(connection: redis.Redis, tenant: str) -> None:
+    sessions = SessionService(connection, SessionPolicy())
+
+    first = sessions.after_discovery(Turn(tenant, "s1", "r1", None, ["tool:a"]))
+    second = sessions.after_discovery(Turn(tenant, "s1", "r2", None, ["tool:b"]))
+
+    assert (first.restarted, first.note, second.restarted) == (None, None, None)
+
+
+def test_showing_a_session_dropped_among_too_many_says_so(
+    connection: redis.Redis, tenant: str
+) -> None:
+    sessions = SessionService(connection, SessionPolicy(max_sessions=1))
+    sessions.after_discovery(Turn(tenant, "old", "r1", None, ["tool:a"]))
+    sessions.after_discovery(Turn(tenant, "new", "r2", None, ["tool:a"]))
+
+    with pytest.raises(SessionNotFoundError, match="least recently active of more than 1"):
+        sessions.handle(SessionRequest("show", "old", tenant, request_id="s"), lambda _i: True)

@@ -140,3 +140,11 @@ def test_a_session_reply_keeps_its_outcome_and_needs_one() -> None:
     assert reply.body == {"loop_detected": False}
     with pytest.raises(EventDecodeError, match="carries no outcome"):
         SessionReply.from_dict({"request_id": "r1", "worker": "w"})
+
+
+def test_a_session_that_started_again_reads_back_why() -> None:
+    session = {"id": "s1", "bound": ["tool:a"], "restarted": "evicted", "note": "had ended"}
+    reply = DiscoverReply.from_dict({**GOOD, "session": session})
+
+    assert reply.session is not None and reply.session.restarted == "evicted"
+    assert DiscoverReply.from_dict(reply.to_dict()) == reply

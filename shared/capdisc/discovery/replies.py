@@ -179,6 +179,7 @@ def _session_view(raw: Mapping[str, Any], where: str) -> SessionView:
         redundant_search=_optional(raw, "redundant_search", bool, where, False),
         note=_optional(raw, "note", str, where, None),
         installable=tuple(_optional(raw, "installable", list, where, [])),
+        restarted=_optional(raw, "restarted", str, where, None),
     )
 
 

@@ -418,6 +418,21 @@ def after_discovery(
     return state, bound_events + search_events, outcome
 
 
+def restart_note(ended: str, policy: SessionPolicy) -> str:
+    """What an agent is told on the turn that started its session again: why the session's
+    earlier life ended (``ended``: :data:`capdisc.sessions.store.EXPIRED` or ``EVICTED``), and
+    that the tools bound before are gone."""
+    why = (
+        f"it was the least recently active of more than {policy.max_sessions} live sessions"
+        if ended == "evicted"
+        else f"it reached its maximum age of {policy.max_age_s:g} s"
+    )
+    return (
+        f"this session had ended ({why}), so this turn started it again with an empty "
+        "working set: tools bound before are no longer bound; discover them again if needed"
+    )
+
+
 def imported(
     data: Mapping[str, Any], session_id: str, now_ms: int, policy: SessionPolicy
 ) -> tuple[SessionState, list[SessionEvent]]:

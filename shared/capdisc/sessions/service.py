@@ -68,7 +68,7 @@ class SessionService:
         def change(state: SessionState) -> tuple[SessionState, list[SessionEvent], JSON]:
             return policy_fns.after_discovery(state, ids, now, self.policy)
 
-        outcome = store.update(
+        outcome, ended = store.update_told(
             self.redis,
             turn.tenant,
             turn.session,
@@ -79,7 +79,11 @@ class SessionService:
             request_id=turn.request_id,
             cache=self.states,
         )
-        return SessionView.from_outcome(outcome)
+        view = SessionView.from_outcome(outcome)
+        if not ended:
+            return view
+        note = policy_fns.restart_note(ended, self.policy)
+        return replace(view, restarted=ended, note=f"{note}; {view.note}" if view.note else note)
 
     def handle(self, request: SessionCommand, can_see: Callable[[str], bool]) -> JSON:
         """The reply to a call, show, export or import request; working sets shown list only
@@ -90,14 +94,26 @@ class SessionService:
             return _seen(self._import(request), can_see)
         state = store.load(self.redis, request.tenant, request.session)
         if state is None:
-            raise SessionNotFoundError(
-                f"session {request.session!r} of tenant "
-                f"{request.tenant!r} does not exist (or expired)"
-            )
+            raise SessionNotFoundError(self._not_found(request.tenant, request.session))
         if request.op == "export":
             hidden = [i for i in [*state.bound, *state.loop_evicted] if not can_see(i)]
             return {"session": policy_fns.export(policy_fns.without(state, hidden))}
         return _seen({"working_set": policy_fns.working_set_view(state, self.policy)}, can_see)
+
+    def _not_found(self, tenant: str, session: str) -> str:
+        gone = f"session {session!r} of tenant {tenant!r}"
+        why = store.ended(self.redis, tenant, session)
+        if why == store.EVICTED:
+            return (
+                f"{gone} was dropped: it was the least recently active of more than "
+                f"{self.policy.max_sessions} live sessions (the sessions' max_sessions)"
+            )
+        if why == store.EXPIRED:
+            return (
+                f"{gone} expired: it reached its maximum age of {self.policy.max_age_s:g} s "
+                "(the sessions' max_age_s)"
+            )
+        return f"{gone} does not exist (or ended long ago)"
 
     def _call(self, request: SessionCommand) -> JSON:
         now = self.clock()
@@ -108,7 +124,7 @@ class SessionService:
             )
             return state, events, outcome.to_dict()
 
-        return store.update(
+        outcome, ended = store.update_told(
             self.redis,
             request.tenant,
             request.session,
@@ -119,6 +135,13 @@ class SessionService:
             request_id=request.request_id,
             cache=self.states,
         )
+        if ended:
+            outcome = {
+                **outcome,
+                "restarted": ended,
+                "note": policy_fns.restart_note(ended, self.policy),
+            }
+        return outcome
 
     def _import(self, request: SessionCommand) -> JSON:
         now = self.clock()

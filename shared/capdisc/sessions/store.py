@@ -39,11 +39,24 @@ def load(client: redis.Redis, tenant: str, session_id: str) -> SessionState | No
     return SessionState.from_dict(json.loads(raw)) if raw else None
 
 
+def ended(client: redis.Redis, tenant: str, session_id: str) -> str:
+    """Why a session that is not live ended, where that is still known (:data:`EXPIRED`,
+    :data:`EVICTED`), else ""."""
+    marker = client.hget(keys.session(tenant, session_id), "ended")
+    if marker:
+        return as_str(marker)
+    return EXPIRED if client.zscore(keys.sessions(tenant), session_id) is not None else ""
+
+
 #: Compare-and-set of one session: the state is written (with its events, expiry and place
-#: among live sessions, which expires with the last of them: a tenant whose agents stopped
-#: leaves nothing behind) only if its revision is still the one the writer started from; else
+#: among live sessions, which expires ``max_age_s`` after the last of them: a tenant whose
+#: agents stopped leaves nothing behind, and an agent back within that time is told its
+#: session ended) only if its revision is still the one the writer started from; else
 #: the current revision and state come back, for the writer to apply its change to. A request
 #: id already applied returns the outcome it had (kept request_memory_s): exactly-once effects.
+#: A session written anew says why its earlier life ended, if it had one: ``expired`` (its
+#: state is gone but it is still among the live sessions) or what an ``ended`` marker says
+#: (:data:`EVICTED`).
 _CAS = """
 if KEYS[4] ~= '' then
   local done = redis.call('GET', KEYS[4])
@@ -51,6 +64,12 @@ if KEYS[4] ~= '' then
 end
 local rev = redis.call('HGET', KEYS[1], 'rev') or ''
 if rev ~= ARGV[1] then return {0, rev, redis.call('HGET', KEYS[1], 'state') or ''} end
+local ended = ''
+if rev == '' then
+  ended = redis.call('HGET', KEYS[1], 'ended') or ''
+  if ended == '' and redis.call('ZSCORE', KEYS[3], ARGV[8]) then ended = 'expired' end
+  redis.call('HDEL', KEYS[1], 'ended')
+end
 redis.call('HSET', KEYS[1], 'rev', ARGV[2], 'state', ARGV[3])
 redis.call('PEXPIREAT', KEYS[1], ARGV[4])
 local events = cjson.decode(ARGV[7])
@@ -60,12 +79,13 @@ for _, e in ipairs(events) do
 end
 if #events > 0 then redis.call('PEXPIREAT', KEYS[2], ARGV[4]) end
 redis.call('ZADD', KEYS[3], ARGV[6], ARGV[8])
+local index_until = tonumber(ARGV[4]) + tonumber(ARGV[12])
 local ttl = redis.call('PTTL', KEYS[3])
-if ttl < 0 or tonumber(ARGV[6]) + ttl < tonumber(ARGV[4]) then
-  redis.call('PEXPIREAT', KEYS[3], ARGV[4])
+if ttl < 0 or tonumber(ARGV[6]) + ttl < index_until then
+  redis.call('PEXPIREAT', KEYS[3], index_until)
 end
 if KEYS[4] ~= '' then redis.call('SET', KEYS[4], ARGV[10], 'PX', ARGV[11]) end
-return {1}
+return {1, ended}
 """
 
 
@@ -94,6 +114,12 @@ class StateCache:
                 self._states.popitem(last=False)
 
 
+#: Why a session's earlier life ended: it outlived ``max_age_s``, or it was dropped as the
+#: least recently active beyond ``max_sessions`` (an ``ended`` marker says so for ``max_age_s``).
+EXPIRED = "expired"
+EVICTED = "evicted"
+
+
 def update(
     client: redis.Redis,
     tenant: str,
@@ -106,10 +132,39 @@ def update(
     request_id: str = "",
     cache: StateCache | None = None,
 ) -> T:
+    """:func:`update_told`'s result alone."""
+    result, _ended = update_told(
+        client,
+        tenant,
+        session_id,
+        change,
+        policy,
+        now_ms,
+        profile=profile,
+        request_id=request_id,
+        cache=cache,
+    )
+    return result
+
+
+def update_told(
+    client: redis.Redis,
+    tenant: str,
+    session_id: str,
+    change: Change[T],
+    policy: SessionPolicy,
+    now_ms: int,
+    *,
+    profile: str | None = None,
+    request_id: str = "",
+    cache: StateCache | None = None,
+) -> tuple[T, str]:
     """Apply ``change`` to the session atomically: the state, its events on the session stream
     and its place among live sessions, together. Optimistic: the change is applied to the state
     this process last wrote (or a new session) and written if nobody wrote since; otherwise the
-    script returns the current state and the change is applied again to that."""
+    script returns the current state and the change is applied again to that. The result, and
+    when this write started the session again after its earlier life ended, why it ended
+    (:data:`EXPIRED`, :data:`EVICTED`; else "")."""
     key = keys.session(tenant, session_id)
     cas = client.register_script(_CAS)
     cache = cache if cache is not None else StateCache(1)
@@ -121,11 +176,16 @@ def update(
         args = _cas_args(state, events, revision, policy, now_ms, request_id)
         reply = cas(
             keys=[key, keys.session_events(tenant, session_id), keys.sessions(tenant), request_key],
-            args=[*args, json.dumps(result), int(policy.request_memory_s * 1000)],
+            args=[
+                *args,
+                json.dumps(result),
+                int(policy.request_memory_s * 1000),
+                int(policy.max_age_s * 1000),
+            ],
         )
         if int(reply[0]) == 2:  # applied before: its first outcome, nothing changed
             done: T = json.loads(reply[1])
-            return done
+            return done, ""
         if int(reply[0]) == 1:
             cache.put((tenant, session_id), str(args[1]), state)
             break
@@ -133,7 +193,7 @@ def update(
         known = SessionState.from_dict(json.loads(reply[2])) if reply[2] else None
     if not revision:
         _bound_live_sessions(client, tenant, policy, now_ms)
-    return result
+    return result, as_str(reply[1]) if len(reply) > 1 else ""
 
 
 def _cas_args(
@@ -175,7 +235,9 @@ def next_revision(expected: str) -> str:
 def _bound_live_sessions(
     client: redis.Redis, tenant: str, policy: SessionPolicy, now_ms: int
 ) -> None:
-    """Forget sessions past their age and, over ``max_sessions``, the least recently active."""
+    """Forget sessions past their age and, over ``max_sessions``, the least recently active,
+    leaving each of those an ``ended`` marker (for ``max_age_s``): its agent's next turn is
+    told why its working set is gone."""
     registry = keys.sessions(tenant)
     expired = client.zrangebyscore(registry, 0, now_ms - int(policy.max_age_s * 1000))
     excess = int(client.zcard(registry)) - len(expired) - policy.max_sessions
@@ -183,10 +245,14 @@ def _bound_live_sessions(
     gone = [as_str(s) for s in [*expired, *oldest]]
     if not gone:
         return
+    marker_ms = int(policy.max_age_s * 1000)
     with client.pipeline(transaction=False) as pipe:
         pipe.zrem(registry, *gone)
         for session_id in gone:
             pipe.delete(keys.session(tenant, session_id), keys.session_events(tenant, session_id))
+        for session_id in (as_str(s) for s in oldest):  # its agent may still be at work
+            pipe.hset(keys.session(tenant, session_id), "ended", EVICTED)
+            pipe.pexpire(keys.session(tenant, session_id), marker_ms)
         pipe.execute()
 
 

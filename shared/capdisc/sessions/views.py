@@ -17,7 +17,8 @@ JSON = dict[str, Any]
 class SessionView:
     """What a discovery in a session did to it: the working set after the turn, what joined
     and what left it, whether the search repeated an earlier one (and the note saying so),
-    and the best capabilities not installed yet when few available ones fit."""
+    the best capabilities not installed yet when few available ones fit, and whether the
+    session had ended and this turn started it again (the note says so too)."""
 
     id: str
     bound: tuple[str, ...]
@@ -26,6 +27,8 @@ class SessionView:
     redundant_search: bool = False
     note: str | None = None
     installable: tuple[JSON, ...] = ()
+    #: Why the session had ended, when this turn started it again ("expired", "evicted").
+    restarted: str | None = None
 
     def to_dict(self) -> JSON:
         view: JSON = {
@@ -38,6 +41,8 @@ class SessionView:
         }
         if self.installable:
             view["installable"] = [dict(i) for i in self.installable]
+        if self.restarted:
+            view["restarted"] = self.restarted
         return view
 
     @classmethod
