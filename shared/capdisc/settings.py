@@ -33,6 +33,7 @@ from capdisc.rawsettings import (
     ClientSettings,
     environment_values,
     redis_url_problem,
+    report_unknown_variables,
     settings_file_values,
     with_password_file,
 )
@@ -291,6 +292,7 @@ class Settings(BaseModel):
         names = [name for name in cls.model_fields if name not in ("discovery", "sessions")]
         from_env = environment_values(env, names)
         discovery_env = environment_values(env, DiscoveryConfig.model_fields)
+        report_unknown_variables(env, [*names, *DiscoveryConfig.model_fields])
         values.update(from_env)
         discovery.update(discovery_env)
         values["discovery"] = discovery
