@@ -112,7 +112,11 @@ class DiscoveryWorker:
         #: Whether each loop reaches Redis (one log line when it goes, one when it is back).
         self.health = RedisHealth(log)
         self.requests = RequestStream(
-            connection, self.worker_id, settings.claim_idle_ms, settings.reply_ttl_s
+            connection,
+            self.worker_id,
+            settings.claim_idle_ms,
+            settings.reply_ttl_s,
+            settings.deadletter_payload_max_bytes,
         )
         #: Outcomes read and answered whose settling an outage interrupted: settled first.
         self._unsettled: list[Outcome] = []
