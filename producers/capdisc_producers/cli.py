@@ -1553,9 +1553,11 @@ def dlq_list(ctx: click.Context, limit: int, redis_url: str | None, as_json: boo
     if not letters:
         click.echo("no dead letters")
     for letter in letters:
+        cut = letter["truncated_from_bytes"]
+        kept = f"  (payload cut short: {cut} bytes, only its start kept)" if cut else ""
         click.echo(
             f"{letter['id']}  {_letter_subject(letter)}  attempts "
-            f"{letter['attempts']}\n    {letter['reason']}"
+            f"{letter['attempts']}{kept}\n    {letter['reason']}"
         )
 
 
@@ -1568,8 +1570,8 @@ def _letter_subject(letter: dict[str, Any]) -> str:
 @dlq.command(
     "replay",
     epilog=exit_status(
-        "a named id is no dead letter, or is a discovery request (never replayed); the other "
-        "ids are replayed"
+        "a named id is no dead letter, is a discovery request (never replayed), or its "
+        "payload was cut short (deadletter_payload_max_bytes); the other ids are replayed"
     ),
 )
 @click.argument("entry_ids", nargs=-1)
@@ -1605,12 +1607,26 @@ def dlq_replay(
         _report_named(outcomes, REPLAYED)
 
 
+#: Why a dead letter whose payload was cut short is not replayed, and what to do instead.
+TRUNCATED_HINT = (
+    "its payload was longer than deadletter_payload_max_bytes and only its start was kept, "
+    "so replaying it would send another event: publish its source again (capdisc dlq drop "
+    "removes it)"
+)
+
+
 def _report_replay_all(outcomes: dict[str, str]) -> None:
-    from capdisc.registry.deadletters import REFUSED_REQUEST, REFUSED_TASK, REPLAYED
+    from capdisc.registry.deadletters import (
+        REFUSED_REQUEST,
+        REFUSED_TASK,
+        REFUSED_TRUNCATED,
+        REPLAYED,
+    )
 
     replayed = [i for i, outcome in outcomes.items() if outcome == REPLAYED]
     left = sum(outcome == REFUSED_REQUEST for outcome in outcomes.values())
     tasks = sum(outcome == REFUSED_TASK for outcome in outcomes.values())
+    cut = sum(outcome == REFUSED_TRUNCATED for outcome in outcomes.values())
     for entry_id in replayed:
         click.echo(f"{entry_id}: {REPLAYED}")
     if not replayed:
@@ -1625,18 +1641,21 @@ def _report_replay_all(outcomes: dict[str, str]) -> None:
             f"left {tasks} indexing task(s) no worker took: upgrade the indexing workers and "
             "publish again (capdisc dlq drop removes them)"
         )
+    if cut:
+        click.echo(f"left {cut} event(s) not replayed: {TRUNCATED_HINT}")
 
 
 def _report_named(outcomes: dict[str, str], done: str) -> None:
     """One line per named dead letter; exit 1, saying why, unless every one was ``done``."""
-    from capdisc.registry.deadletters import REFUSED_REQUEST, REFUSED_TASK
+    from capdisc.registry.deadletters import REFUSED_REQUEST, REFUSED_TASK, REFUSED_TRUNCATED
 
     for entry_id, outcome in outcomes.items():
         click.echo(f"{entry_id}: {outcome}")
-    refused = (done, REFUSED_REQUEST, REFUSED_TASK)
+    refused = (done, REFUSED_REQUEST, REFUSED_TASK, REFUSED_TRUNCATED)
     missing = [i for i, outcome in outcomes.items() if outcome not in refused]
     requests = [i for i, outcome in outcomes.items() if outcome == REFUSED_REQUEST]
     tasks = [i for i, outcome in outcomes.items() if outcome == REFUSED_TASK]
+    cut = [i for i, outcome in outcomes.items() if outcome == REFUSED_TRUNCATED]
     if missing:
         _say(f"error: no dead letter with id {', '.join(missing)} (see capdisc dlq list)")
     if requests:
@@ -1652,7 +1671,9 @@ def _report_named(outcomes: dict[str, str], done: str) -> None:
             "name the workers do not know), not a registry event: upgrade the indexing "
             "workers and publish again; it stays listed (capdisc dlq drop removes it)"
         )
-    if missing or requests or tasks:
+    if cut:
+        _say(f"error: dead letter {', '.join(cut)} was not replayed: {TRUNCATED_HINT}")
+    if missing or requests or tasks or cut:
         sys.exit(FAILED)
 
 

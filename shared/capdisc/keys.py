@@ -194,6 +194,12 @@ def reindex_done(tenant: str, job: str) -> str:
     return f"{PREFIX}:t:{tenant}:reindex:{job}:done"
 
 
+def reindex_begun(tenant: str, job: str) -> str:
+    """String: reindex ``job`` was begun (a redelivery of its start continues it, or does
+    nothing once it is done); expires a day later."""
+    return f"{PREFIX}:t:{tenant}:reindex:{job}:begun"
+
+
 def reindex_failed(tenant: str, job: str) -> str:
     """String: why reindex ``job`` was abandoned, for the ``capdisc reindex`` waiting on it."""
     return f"{PREFIX}:t:{tenant}:reindex:{job}:failed"

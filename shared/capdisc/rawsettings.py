@@ -17,6 +17,7 @@ agree.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -53,6 +54,88 @@ def environment_values(environ: Mapping[str, str], names: Iterable[str]) -> dict
         for name in names
         if f"{ENV_PREFIX}{name.upper()}" in environ
     }
+
+
+#: ``CAPDISC_*`` variables that are no setting but are read on purpose: by the settings loader
+#: (the settings file), by the client and the commands (``capdisc_producers``, ``capdisc.client``,
+#: :mod:`capdisc.stackfile`), by the benchmarks (:mod:`capdisc.bench.evaluation`), and by
+#: ``docker-compose.yml`` (which reads them from the shell that runs it).
+OTHER_VARIABLES = frozenset(
+    {
+        SETTINGS_FILE_ENV,
+        "CAPDISC_STACK",
+        "CAPDISC_TOKEN",
+        "CAPDISC_BENCH_CACHE",
+        "CAPDISC_REDIS_PASSWORD",
+        "CAPDISC_WATCHER_TOKEN",
+    }
+)
+
+#: The names of every setting a ``CAPDISC_*`` variable sets: the fields of
+#: :class:`~capdisc.settings.Settings` and of :class:`~capdisc.discovery.config.DiscoveryConfig`
+#: (kept here so that a command reading only :class:`ClientSettings` needs no pydantic;
+#: ``tests/unit/test_settings.py`` checks it against both).
+SETTING_NAMES = frozenset(
+    {
+        # Settings
+        "redis_url", "redis_password_file", "tenant", "auth", "auth_keys_file", "embedder",
+        "hashing_dim", "model_spin", "model_streams", "openai_model", "openai_base_url",
+        "openai_api_key", "openai_dimensions", "openai_request_dimensions", "openai_batch_size",
+        "openai_timeout_s", "openai_max_attempts", "query_cache_size", "query_cache_ttl_s",
+        "query_cache_max_entries", "warm_texts", "manifest_max_bytes", "event_max_bytes",
+        "deadletter_payload_max_bytes",
+        "watch_debounce_ms", "discover_timeout_s", "mcp_upstream_timeout_s",
+        "mcp_max_result_bytes", "mcp_import_token", "claim_idle_ms", "reply_ttl_s",
+        "heartbeat_interval_s", "worker_stale_after_s", "worker_forget_after_s",
+        "up_log_max_bytes", "metrics_port", "metrics_host", "task_time_limit_s",
+        "visibility_timeout_s", "indexing_max_attempts", "indexing_retry_base_s",
+        "reconcile_interval_s", "outbox_grace_s", "outbox_give_up_s", "sweep_interval_s",
+        "reindex_timeout_s", "tombstone_horizon_s", "poisoning_policy", "vector_store",
+        "weaviate_url", "weaviate_grpc_host", "weaviate_grpc_port", "weaviate_api_key",
+        "weaviate_collection", "weaviate_timeout_init_s", "weaviate_timeout_query_s",
+        "weaviate_timeout_insert_s", "snapshot_dir", "snapshot_keep", "snapshot_interval_s",
+        "map_above", "build_apart_timeout_s", "log_level", "log_format",
+        # DiscoveryConfig
+        "tier0_budget_tokens", "tier1_budget_tokens", "tier2_budget_tokens", "tier1_top_k",
+        "tier2_top_k", "tier1_min_relevance", "use_graph_reranking", "graph_boost_factor",
+        "collection_name", "token_counter", "fusion", "dense_weight", "exact_name_match",
+        "decompose_queries", "entity_types", "pooled_parts_above", "abstain_threshold",
+        "workflow_hints",
+    }
+)  # fmt: skip
+
+_unknown_reported: set[str] = set()
+
+
+def report_unknown_variables(
+    environ: Mapping[str, str], setting_names: Iterable[str] = SETTING_NAMES
+) -> list[str]:
+    """Warn, once per process for each, of the ``CAPDISC_*`` variables in ``environ`` that
+    neither set a setting (``setting_names``) nor are read elsewhere (:data:`OTHER_VARIABLES`):
+    a misspelt one is ignored, and its setting keeps its default or file value. The warning
+    names the closest known variable; the process still starts. Answers the names warned of
+    now. Written through stdlib logging (``capdisc.settings``), as the process's logs are."""
+    known = {f"{ENV_PREFIX}{name.upper()}" for name in setting_names} | OTHER_VARIABLES
+    unknown = sorted(
+        name
+        for name in environ
+        if name.startswith(ENV_PREFIX) and name not in known and name not in _unknown_reported
+    )
+    if not unknown:
+        return []
+    import difflib
+
+    log = logging.getLogger("capdisc.settings")
+    for name in unknown:
+        _unknown_reported.add(name)
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+        hint = (
+            f"did you mean {close[0]}? Rename it"
+            if close
+            else "unset it (the settings are the fields of capdisc.settings.Settings)"
+        )
+        log.warning("environment variable %s is no capdisc setting and is ignored; %s", name, hint)
+    return unknown
 
 
 def _read_file(path: Path) -> dict[str, Any]:
@@ -182,6 +265,7 @@ class ClientSettings:
         (build :class:`~capdisc.settings.Settings` instead). Other settings are not read, so
         not checked either."""
         env = os.environ if environ is None else environ
+        report_unknown_variables(env)
         names = [f.name for f in fields(cls)]
         from_file = settings_file_values(env, path)[1]
         values: dict[str, Any] = {name: from_file[name] for name in names if name in from_file}

@@ -33,6 +33,7 @@ from capdisc.rawsettings import (
     ClientSettings,
     environment_values,
     redis_url_problem,
+    report_unknown_variables,
     settings_file_values,
     with_password_file,
 )
@@ -113,6 +114,11 @@ class Settings(BaseModel):
     warm_texts: int = Field(1024, ge=0)
     manifest_max_bytes: int = Field(64 * 1024, ge=256)
     event_max_bytes: int = Field(1024 * 1024, ge=1024)
+    #: The most of a dead letter's payload kept (UTF-8 bytes; ``capdisc dlq``): a longer
+    #: event or request keeps only its start, marked with its whole size, and cannot be
+    #: replayed (publish its source again). Bounds the memory a few huge ones hold in Redis;
+    #: at least ``manifest_max_bytes`` keeps the events of any capability replayable.
+    deadletter_payload_max_bytes: int = Field(64 * 1024, ge=1024)
     watch_debounce_ms: int = Field(500, ge=0)
     discover_timeout_s: float = Field(5.0, gt=0, allow_inf_nan=False)
     #: ``capdisc mcp``: how long a call forwarded to the MCP server a tool was imported from may
@@ -291,6 +297,7 @@ class Settings(BaseModel):
         names = [name for name in cls.model_fields if name not in ("discovery", "sessions")]
         from_env = environment_values(env, names)
         discovery_env = environment_values(env, DiscoveryConfig.model_fields)
+        report_unknown_variables(env, [*names, *DiscoveryConfig.model_fields])
         values.update(from_env)
         discovery.update(discovery_env)
         values["discovery"] = discovery

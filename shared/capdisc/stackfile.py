@@ -142,12 +142,21 @@ def joining_stack(settings: Settings, environ: Mapping[str, str], cwd: Path) -> 
     """``settings`` for a worker started in ``cwd``. When neither ``CAPDISC_REDIS_URL`` nor the
     settings name a Redis and a running stack is found from ``cwd``: that stack's Redis (with
     the password from its password file) and, where the settings leave them unset, its auth
-    and keyring. Otherwise ``settings`` unchanged."""
+    and keyring. No stack file found: ``settings`` unchanged. A stack file of no running stack
+    (left by an ``up`` that is gone, or damaged): :class:`~capdisc.errors.StackNotFoundError`
+    naming it, as the ``capdisc`` command says, rather than the default Redis, which is not
+    the stack's."""
     if environ.get(REDIS_ENV) or settings.redis_url != DEFAULT_REDIS_URL:
         return settings
-    stack = find_stack(stack_start(environ, cwd))
-    if not stack or not isinstance(stack.get("redis_url"), str):
+    path = _stack_file(stack_start(environ, cwd))
+    if path is None:
         return settings
+    stack = _read_stack(path)
+    if not isinstance(stack, dict):
+        raise StackNotFoundError(
+            f"no running capdisc stack: {stack}; start it again (capdisc up in "
+            f"{path.parent.parent}), or set {REDIS_ENV} to the Redis to use"
+        )
     auth = settings.auth if settings.auth is not None else stack.get("auth")
     return settings.with_changes(
         redis_url=stack["redis_url"],

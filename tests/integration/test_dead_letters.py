@@ -306,3 +306,57 @@ def test_an_unexpected_error_dead_letters_the_events_instead_of_losing_them(
     assert outcomes[0]["decision"] == "dead_lettered"
     assert "ZeroDivisionError: a bug in the embedder" in outcomes[0]["reason"]
     assert [d.payload for d in letters] == [payload]
+
+
+def test_a_huge_dead_letter_keeps_only_its_start_marked_and_is_not_replayed(
+    stack: Stack, connection: redis.Redis
+) -> None:
+    """A few huge events must not hold Redis's memory: the worker keeps at most
+    deadletter_payload_max_bytes of each, marked with its whole size, and a replay of such a
+    letter is refused (its start alone is another event)."""
+    tenant = f"dlq-{uuid.uuid4().hex[:8]}"
+    payload = json.dumps(
+        {"type": "upsert", "tenant": tenant, "pad": "é" * 200_000}, ensure_ascii=False
+    )
+    start = newest_dead_letter(connection)
+    Publisher(stack.url).send_raw(payload)
+    entry_id, stored = "", b""
+    for _ in range(20):
+        for _stream, items in connection.xread({keys.DEADLETTERS: start}, block=500) or []:
+            for found, fields in items:
+                start = found
+                if tenant.encode() in fields[b"payload"]:
+                    entry_id, stored = found.decode(), fields[b"payload"]
+        if entry_id:
+            break
+
+    assert entry_id, "no dead letter for the huge event"
+    assert len(stored) < len(payload.encode())  # not kept whole
+    assert len(stored) <= Settings().deadletter_payload_max_bytes
+    assert payload.encode().startswith(stored)
+    (letter,) = [d for d in list_dead_letters(connection, 100_000) if d.entry_id == entry_id]
+    assert letter.truncated_from_bytes == len(payload.encode())
+
+    listed = run_cli("dlq", "list", "--limit", "100000", env=stack.env)
+    replayed = run_cli("dlq", "replay", entry_id, env=stack.env)
+
+    assert f"cut short: {len(payload.encode())} bytes" in listed.stdout
+    assert replayed.returncode == 1
+    assert replayed.stdout == f"{entry_id}: refused: payload cut short\n"
+    assert "deadletter_payload_max_bytes" in replayed.stderr
+    assert "publish its source again" in replayed.stderr
+    assert letter in list_dead_letters(connection, 100_000)
+
+
+def test_a_payload_within_the_bound_is_kept_whole_and_unmarked(tmp_path: Path) -> None:
+    private = PrivateStack(tmp_path, durable=False)
+    try:
+        connection = private.connection()
+        dead_letter(connection, "é" * 600, "refused", max_bytes=1200)
+        dead_letter(connection, "é" * 601, "refused", max_bytes=1200)
+        whole, cut = list_dead_letters(connection)
+    finally:
+        private.close()
+
+    assert (whole.payload, cut.payload) == ("é" * 600, "é" * 600)  # 2 bytes each
+    assert (whole.truncated_from_bytes, cut.truncated_from_bytes) == (None, 1202)

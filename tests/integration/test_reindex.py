@@ -110,7 +110,7 @@ def test_a_change_made_while_a_reindex_builds_is_in_the_swapped_index(
     stage_vectors(connection, tenant, "job1", 0, {old.id: _vec(1.5)})  # built from the old
     version = finish_reindex(connection, tenant, "job1", lambda caps: {})
 
-    assert batches == [[old.id]]
+    assert batches == {0: [old.id]}
     assert version is not None
     assert connection.hget(keys.vectors(tenant, "space"), old.id) == _vec(2.0)
 
@@ -160,6 +160,57 @@ def test_a_superseded_reindex_stages_nothing_and_does_not_swap(
     assert stage_vectors(connection, tenant, "job1", 0, {cap.id: _vec(5.0)}) is False
     assert finish_reindex(connection, tenant, "job1", lambda caps: {}) is None
     assert ReindexJob.read(connection, tenant).job == "job2"  # type: ignore[union-attr]
+
+
+def _three_caps(connection: redis.Redis, tenant: str) -> list[Capability]:
+    caps = [_cap(name, f"Does {name}.") for name in ("alpha", "beta", "gamma")]
+    for seq, cap in enumerate(caps, 1):
+        apply_event(connection, _upsert(tenant, cap, seq), cap, lambda _c: _vec(1.0), "space")
+    return caps
+
+
+def test_a_reindex_start_delivered_again_continues_the_job_not_from_scratch(
+    connection: redis.Redis, tenant: str
+) -> None:
+    """A worker killed after starting a job and before acking its start task gets it
+    delivered again: the batches built stay built and only the others are sent again."""
+    alpha, beta, gamma = _three_caps(connection, tenant)
+    first = begin_reindex(connection, tenant, "job1", "space", 1, fresh=False)
+    started = ReindexJob.read(connection, tenant)
+    stage_vectors(connection, tenant, "job1", 0, {alpha.id: _vec(3.0)})
+
+    again = begin_reindex(connection, tenant, "job1", "space", 1, fresh=False)
+
+    assert ReindexJob.read(connection, tenant) == started
+    staging = keys.vectors(tenant, keys.staging_space("space", "job1"))
+    assert connection.hget(staging, alpha.id) == _vec(3.0)
+    assert first == {0: [alpha.id], 1: [beta.id], 2: [gamma.id]}
+    assert again == {1: [beta.id], 2: [gamma.id]}
+    assert stage_vectors(connection, tenant, "job1", 1, {beta.id: _vec(3.0)}) is False
+    assert stage_vectors(connection, tenant, "job1", 2, {gamma.id: _vec(3.0)}) is True
+
+
+def test_a_reindex_start_delivered_again_after_its_swap_or_a_newer_job_does_nothing(
+    connection: redis.Redis, tenant: str
+) -> None:
+    ids = sorted(cap.id for cap in _three_caps(connection, tenant))
+    begin_reindex(connection, tenant, "job1", "space", 64, fresh=False)
+    version = finish_reindex(
+        connection, tenant, "job1", lambda caps: {c.id: _vec(2.0) for c in caps}
+    )
+    begin_reindex(connection, tenant, "job2", "space", 64, fresh=False)
+
+    late = begin_reindex(connection, tenant, "job1", "space", 64, fresh=False)
+
+    assert ReindexJob.read(connection, tenant).job == "job2"  # type: ignore[union-attr]
+    assert version is not None and late is None
+    assert begin_reindex(connection, tenant, "job2", "space", 64, fresh=False) == {0: ids}
+    assert finish_reindex(
+        connection, tenant, "job2", lambda caps: {c.id: _vec(3.0) for c in caps}
+    ) == (version + 1)
+    assert begin_reindex(connection, tenant, "job2", "space", 64, fresh=False) is None
+    assert ReindexJob.read(connection, tenant) is None
+    assert begin_reindex(connection, tenant, "job3", "space", 64, fresh=False) == {0: ids}
 
 
 def test_a_reindex_superseded_while_its_swap_embeds_leaves_no_staging_vectors_behind(

@@ -4,15 +4,18 @@ client settings read without pydantic agree with them."""
 from __future__ import annotations
 
 import dataclasses
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, get_type_hints
 
 import pytest
 
+from capdisc import rawsettings
 from capdisc.discovery.config import DiscoveryConfig
 from capdisc.durations import MAX_SECONDS, duration_problem
 from capdisc.errors import ConfigError
-from capdisc.rawsettings import ClientSettings, celery_broker_url
+from capdisc.rawsettings import OTHER_VARIABLES, SETTING_NAMES, ClientSettings, celery_broker_url
 from capdisc.settings import Settings
 from capdisc_producers.access import command_settings
 
@@ -78,6 +81,68 @@ def test_variables_without_the_prefix_are_ignored() -> None:
     assert Settings.load(environ={"TIER1_TOP_K": "9", "EMBEDDER": "hashing"}) == Settings.load(
         environ={}
     )
+
+
+@pytest.fixture
+def unknown_reports(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """The warnings of unknown ``CAPDISC_*`` variables logged, as if the process had just
+    started (none reported yet)."""
+    rawsettings._unknown_reported.clear()
+    caplog.set_level(logging.WARNING, logger="capdisc.settings")
+    yield
+    rawsettings._unknown_reported.clear()
+
+
+def _reported(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "capdisc.settings"]
+
+
+@pytest.mark.parametrize(
+    ("variable", "meant"),
+    [
+        ("CAPDISC_REDIS_URLL", "CAPDISC_REDIS_URL"),
+        ("CAPDISC_DISCOVERY_TIMEOUT", "CAPDISC_DISCOVER_TIMEOUT_S"),
+        ("CAPDISC_TIER1_TOPK", "CAPDISC_TIER1_TOP_K"),
+    ],
+)
+@pytest.mark.parametrize("load", [Settings.load, ClientSettings.load])
+def test_a_misspelt_variable_is_reported_once_with_the_variable_meant(
+    unknown_reports: None,
+    caplog: pytest.LogCaptureFixture,
+    load: Any,
+    variable: str,
+    meant: str,
+) -> None:
+    environ = {variable: "redis://127.0.0.1:6390/0"}
+
+    first = load(environ=environ)
+    load(environ=environ)
+
+    assert first is not None  # the process still starts, with the default
+    (message,) = _reported(caplog)
+    assert variable in message and f"did you mean {meant}?" in message
+    assert "ignored" in message
+
+
+def test_settings_and_variables_read_elsewhere_are_not_reported(
+    unknown_reports: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    environ = {
+        **{f"CAPDISC_{name.upper()}": "x" for name in ("tenant", "stack", "token")},
+        **dict.fromkeys(OTHER_VARIABLES - {"CAPDISC_SETTINGS_FILE"}, "x"),
+        "CAPDISC_TIER1_TOP_K": "3",
+    }
+
+    Settings.load(environ=environ)
+    ClientSettings.load(environ=environ)
+
+    assert _reported(caplog) == []
+
+
+def test_the_setting_names_known_without_pydantic_are_those_of_settings() -> None:
+    names = {n for n in Settings.model_fields if n not in ("discovery", "sessions")}
+
+    assert set(SETTING_NAMES) == names | set(DiscoveryConfig.model_fields)
 
 
 def test_settings_file_overrides_the_defaults(tmp_path: Path) -> None:

@@ -155,11 +155,54 @@ def test_settings_that_turn_auth_off_keep_it_off_in_the_stack(tmp_path: Path) ->
     assert (joined.redis_url, joined.auth) == ("redis://127.0.0.1:7/0", False)
 
 
-def test_without_a_running_stack_the_settings_stay_as_they_are(tmp_path: Path) -> None:
-    write_stack_file(tmp_path, dead_pid())
-
-    assert joining_stack(Settings(), {}, tmp_path) == Settings()
+def test_without_a_stack_file_the_settings_stay_as_they_are(tmp_path: Path) -> None:
     assert joining_stack(Settings(), {}, tmp_path / "nowhere") == Settings()
+
+
+def test_a_worker_beside_a_stale_stack_file_is_told_which_file_and_what_to_do(
+    tmp_path: Path,
+) -> None:
+    write_stack_file(tmp_path, pid := dead_pid())
+    (tmp_path / "sub").mkdir()
+
+    with pytest.raises(StackNotFoundError) as refused:
+        joining_stack(Settings(), {}, tmp_path / "sub")
+
+    message = str(refused.value)
+    assert str(tmp_path / ".capdisc" / "stack.json") in message
+    assert f"pid {pid}, which no longer runs" in message
+    assert "capdisc up" in message and "CAPDISC_REDIS_URL" in message
+
+
+def test_a_stale_stack_file_is_no_matter_when_a_redis_is_named(tmp_path: Path) -> None:
+    write_stack_file(tmp_path, dead_pid())
+    named = Settings(redis_url="redis://elsewhere:6379/0")
+
+    assert joining_stack(named, {}, tmp_path) == named
+    assert joining_stack(Settings(), {"CAPDISC_REDIS_URL": "redis://x:1/0"}, tmp_path) == (
+        Settings()
+    )
+
+
+def test_a_discovery_worker_beside_a_stale_stack_file_does_not_start(tmp_path: Path) -> None:
+    """Started by hand in the project, it joins the stack as the indexing workers do: a stale
+    stack file stops it with the reason (exit 2), before it connects anywhere."""
+    write_stack_file(tmp_path, dead_pid())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAPDISC_")}
+
+    done = subprocess.run(
+        [sys.executable, "-m", "capdisc_workers.discovery"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=env,
+    )
+
+    assert done.returncode == 2, done.stderr
+    (line,) = [json.loads(x) for x in done.stderr.splitlines() if "worker_not_started" in x]
+    assert str(tmp_path / ".capdisc" / "stack.json") in line["reason"]
+    assert "CAPDISC_REDIS_URL" in line["reason"]
 
 
 def test_a_process_started_elsewhere_finds_the_stack_named_by_capdisc_stack(

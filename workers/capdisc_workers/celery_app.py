@@ -108,7 +108,12 @@ def _refuser(resources: Resources) -> Refuse:
             "(capdisc dlq list)",
         )
         try:
-            dead_letter(resources.redis, entry, f"not a queue message: {reason}")
+            dead_letter(
+                resources.redis,
+                entry,
+                f"not a queue message: {reason}",
+                max_bytes=resources.settings.deadletter_payload_max_bytes,
+            )
         except redis.RedisError as exc:
             log.warning("queue_entry_not_kept", queue=queue, error=str(exc))
 

@@ -4,7 +4,9 @@ memory and kept current by its follower (:mod:`capdisc_workers.follower`).
 
 Threads: the main thread serves requests; the follower applies change records as deltas
 (reloading a full snapshot when it sees a gap) and swaps in new immutable snapshots; a heartbeat
-thread reports the versions served. Run: ``python -m capdisc_workers.discovery``.
+thread reports the versions served. Run: ``python -m capdisc_workers.discovery``; started in a
+project whose ``capdisc up`` runs, it joins that stack as the indexing workers do
+(:func:`capdisc.stackfile.joining_stack`).
 
 No request ends a worker: every entry is checked at the edge (:func:`capdisc.discovery.protocol.
 decode_entry`) and settled one way or another (:mod:`capdisc_workers.intake`); an unexpected
@@ -25,6 +27,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NoReturn
 
 import redis
@@ -46,7 +49,6 @@ from capdisc.errors import (
     AuthError,
     BadRequestError,
     CapdiscError,
-    ConfigError,
     UnknownTenantError,
 )
 from capdisc.identity import auth
@@ -57,6 +59,7 @@ from capdisc.redistext import as_str
 from capdisc.resources import embedder_for, store_for
 from capdisc.sessions.service import SessionService
 from capdisc.settings import Settings
+from capdisc.stackfile import joining_stack
 from capdisc_workers import metrics
 from capdisc_workers.follower import SnapshotFollower
 from capdisc_workers.intake import (
@@ -109,7 +112,11 @@ class DiscoveryWorker:
         #: Whether each loop reaches Redis (one log line when it goes, one when it is back).
         self.health = RedisHealth(log)
         self.requests = RequestStream(
-            connection, self.worker_id, settings.claim_idle_ms, settings.reply_ttl_s
+            connection,
+            self.worker_id,
+            settings.claim_idle_ms,
+            settings.reply_ttl_s,
+            settings.deadletter_payload_max_bytes,
         )
         #: Outcomes read and answered whose settling an outage interrupted: settled first.
         self._unsettled: list[Outcome] = []
@@ -427,8 +434,8 @@ def _unknown_tenant(tenant: str) -> UnknownTenantError:
 
 def main() -> None:
     try:
-        settings = Settings.load()
-    except ConfigError as exc:
+        settings = joining_stack(Settings.load(), os.environ, Path.cwd())
+    except CapdiscError as exc:
         configure_logging()
         _not_started(exc)
     configure_logging(settings.log_level, settings.log_format)

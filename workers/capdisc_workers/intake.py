@@ -30,7 +30,7 @@ from capdisc.discovery.replies import ErrorReply, Reply
 from capdisc.errors import BadRequestError, CapdiscError, QuarantinedError
 from capdisc.redact import redact_tokens
 from capdisc.redistext import as_str
-from capdisc.registry.deadletters import dead_letter
+from capdisc.registry.deadletters import MAX_PAYLOAD_BYTES, dead_letter
 from capdisc_workers.outage import RETRYABLE
 
 log = structlog.get_logger("capdisc.discovery")
@@ -154,9 +154,15 @@ class RequestStream:
     """The requests stream seen by one consumer (worker) of the discovery group."""
 
     def __init__(
-        self, connection: redis.Redis, consumer: str, claim_idle_ms: int, reply_ttl_s: int
+        self,
+        connection: redis.Redis,
+        consumer: str,
+        claim_idle_ms: int,
+        reply_ttl_s: int,
+        deadletter_max_bytes: int = MAX_PAYLOAD_BYTES,
     ) -> None:
         self.redis = connection
+        self.deadletter_max_bytes = deadletter_max_bytes
         self.consumer = consumer
         self.claim_idle_ms = claim_idle_ms
         self.reply_ttl_s = reply_ttl_s
@@ -240,7 +246,7 @@ class RequestStream:
             context = {"source": keys.DISCOVERY_REQUESTS, "entry_id": outcome.entry_id}
             if outcome.request_id:
                 context["request_id"] = outcome.request_id
-            dead_letter(pipe, payload, reason, attempts, **context)
+            dead_letter(pipe, payload, reason, attempts, self.deadletter_max_bytes, **context)
 
     def _ensure_group(self) -> None:
         """The consumer group, created (from the stream's start: a request sent before any

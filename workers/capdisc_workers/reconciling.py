@@ -305,6 +305,7 @@ def _give_up(res: Resources, client: redis.Redis, pending: outbox.Pending, now_m
         client,
         json.dumps({"task": pending.name, "args": pending.args, "kwargs": pending.kwargs}),
         reason,
+        max_bytes=res.settings.deadletter_payload_max_bytes,
         source=keys.OUTBOX,
         task_id=pending.task_id,
     )

@@ -43,6 +43,10 @@ def start_reindex_task(self: Any, tenant: str, job: str, fresh: bool = False) ->
     res = resources
     target = vector_space(res.embedder.id)
     batches = begin_reindex(res.redis, tenant, job, target, EMBED_BATCH, fresh)
+    if batches is None:
+        # delivered again after the job was swapped in, abandoned or superseded
+        log.info("reindex_start_redelivered", tenant=tenant, job=job, task_id=self.request.id)
+        return {"job": job, "batches": 0, "target": target, "skipped": "begun already"}
     log.info(
         "reindex_started",
         tenant=tenant,
@@ -51,7 +55,7 @@ def start_reindex_task(self: Any, tenant: str, job: str, fresh: bool = False) ->
         batches=len(batches),
         task_id=self.request.id,
     )
-    for number, ids in enumerate(batches):
+    for number, ids in batches.items():
         outbox.send(res.redis, app, keys.TASK_REINDEX_BATCH, [tenant, job, number, ids])
     if not batches:
         _finish(res, tenant, job, fresh)

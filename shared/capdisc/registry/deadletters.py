@@ -29,8 +29,9 @@ from capdisc import keys
 from capdisc.redact import redact_tokens
 from capdisc.redistext import as_str
 
-#: The most of a payload a dead letter keeps.
-MAX_PAYLOAD_CHARS = 1_048_576
+#: The most of a payload a dead letter keeps, in UTF-8 bytes, unless told otherwise (the
+#: ``deadletter_payload_max_bytes`` setting); a longer one is cut short and cannot be replayed.
+MAX_PAYLOAD_BYTES = 64 * 1024
 #: What a dead letter's id looks like (its stream entry id): ``1700000000000-0``.
 ENTRY_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 #: How many dead letters are read or removed per Redis call.
@@ -42,6 +43,7 @@ DROPPED = "dropped"
 NOT_FOUND = "not found"
 REFUSED_REQUEST = "refused: a discovery request"
 REFUSED_TASK = "refused: an indexing task given up"
+REFUSED_TRUNCATED = "refused: payload cut short"
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,9 @@ class DeadLetter:
     source: str = keys.INDEXING_QUEUE
     #: A discovery request's id, when it had a usable one.
     request_id: str | None = None
+    #: The payload's size in UTF-8 bytes when it was longer than a dead letter keeps (only
+    #: its start is kept, and it cannot be replayed); None when it is whole.
+    truncated_from_bytes: int | None = None
 
     @property
     def is_discovery_request(self) -> bool:
@@ -87,24 +92,36 @@ class DeadLetter:
             "tenant": event.get("tenant"),
             "capability_id": event.get("capability_id"),
             "type": event.get("type"),
+            "truncated_from_bytes": self.truncated_from_bytes,
         }
 
 
 def dead_letter(
-    client: redis.Redis, payload: str | bytes, reason: str, attempts: int = 1, **context: str
+    client: redis.Redis,
+    payload: str | bytes,
+    reason: str,
+    attempts: int = 1,
+    max_bytes: int = MAX_PAYLOAD_BYTES,
+    **context: str,
 ) -> None:
     """Keep an event that could not be applied, with the reason, for ``capdisc dlq``.
     ``context`` adds fields: a discovery request's ``source`` (the requests stream),
     ``entry_id`` and ``request_id``. ``client`` is a Redis client or a pipeline.
-    An identity token in the payload is not kept (a replay carries the replayer's)."""
+    An identity token in the payload is not kept (a replay carries the replayer's). A payload
+    longer than ``max_bytes`` (UTF-8) keeps only its start, marked with its whole size
+    (``truncated_from_bytes``): a few huge events must not hold Redis's memory."""
     text = payload.decode(errors="replace") if isinstance(payload, bytes) else payload
     text = redact_tokens(text)
     fields: dict[Any, Any] = {
-        "payload": text[:MAX_PAYLOAD_CHARS],
+        "payload": text,
         "reason": reason,
         "attempts": attempts,
         "at_ms": int(time.time() * 1000),
     }
+    encoded = text.encode("utf-8", errors="replace")
+    if len(encoded) > max_bytes:
+        fields["payload"] = encoded[:max_bytes].decode("utf-8", errors="ignore")
+        fields["truncated_from_bytes"] = len(encoded)
     fields.update(context)
     client.xadd(keys.DEADLETTERS, fields, maxlen=keys.DEADLETTERS_MAXLEN, approximate=True)
 
@@ -140,8 +157,9 @@ def replay_each(
     indexing queue again, each removed from the stream once sent, and say per id what became
     of it: :data:`REPLAYED`, :data:`NOT_FOUND`, or :data:`REFUSED_REQUEST` for a discovery
     request and :data:`REFUSED_TASK` for an indexing task no worker took (source: the outbox),
-    which are never sent and stay listed. An event that fails again comes back with
-    a new id; with ``entry_ids`` None it is not sent a second time."""
+    which are never sent and stay listed, and :data:`REFUSED_TRUNCATED` for one whose payload
+    was cut short (sending its start would be sending another event). An event that fails
+    again comes back with a new id; with ``entry_ids`` None it is not sent a second time."""
     letters = _every_letter(client) if entry_ids is None else _named_letters(client, entry_ids)
     outcomes: dict[str, str] = {}
     for entry_id, letter in letters:
@@ -151,6 +169,8 @@ def replay_each(
             outcomes[entry_id] = REFUSED_REQUEST
         elif letter.source == keys.OUTBOX:
             outcomes[entry_id] = REFUSED_TASK
+        elif letter.truncated_from_bytes is not None:
+            outcomes[entry_id] = REFUSED_TRUNCATED
         else:
             send(letter.payload)
             removed = client.xdel(keys.DEADLETTERS, entry_id)
@@ -226,4 +246,7 @@ def _dead_letter(entry_id: Any, raw: Any) -> DeadLetter:
         payload=fields.get("payload", ""),
         source=fields.get("source", keys.INDEXING_QUEUE),
         request_id=fields.get("request_id") or None,
+        truncated_from_bytes=int(fields["truncated_from_bytes"])
+        if fields.get("truncated_from_bytes", "").isdigit()
+        else None,
     )

@@ -1,7 +1,8 @@
 """A full reindex of one tenant in Redis, blue/green: the job marker, the staging vector space
 its batches are built into beside the live one, and the swap.
 
-:func:`begin_reindex` records the job and cuts the tenant's capabilities into batches; indexing
+:func:`begin_reindex` records the job and cuts the tenant's capabilities into batches (begun
+again, it continues the job or does nothing); indexing
 workers store each built batch with :func:`stage_vectors` (a writer stages the capabilities it
 changes meanwhile too: :func:`capdisc.registry.store.apply_events`); the last batch calls
 :func:`finish_reindex`, which renames the staging vectors over the target space, serves it and
@@ -56,38 +57,73 @@ class ReindexJob:
         )
 
 
+#: How long the reason a reindex was abandoned is kept for a ``capdisc reindex`` waiting on it,
+#: and the mark that a reindex was begun (so its start delivered again does not restart it).
+FAILED_TTL_S = 24 * 3600
+
+
 def begin_reindex(
     client: Redis, tenant: str, job: str, target: str, batch_size: int, fresh: bool
-) -> list[list[str]]:
+) -> dict[int, list[str]] | None:
     """Start building ``tenant``'s vectors in ``target`` beside the live index: record the job
-    (superseding one already building) and return its batches of capability ids. A capability
-    written after this is staged by its writer; one written just before, by the swap."""
+    (superseding one already building) and return its batches of capability ids, by number.
+    A capability written after this is staged by its writer; one written just before, by the
+    swap.
+
+    Begun already (its start task delivered again, say after a worker died before acking
+    it): the job continues, not from scratch. While it is still the one building, the
+    batches not built yet are returned (cut from the capabilities stored now; whatever they
+    miss the swap embeds), possibly none; once it was swapped in, abandoned or superseded,
+    None: there is nothing to do."""
     ids = sorted(as_str(k) for k in client.hkeys(keys.caps(tenant)))
     batches = [ids[i : i + batch_size] for i in range(0, len(ids), batch_size)]
-    previous = ReindexJob.read(client, tenant)
+    begun = keys.reindex_begun(tenant, job)
     with client.pipeline(transaction=True) as pipe:
-        if previous is not None:
-            pipe.delete(
-                keys.vectors(tenant, previous.staging), keys.reindex_done(tenant, previous.job)
-            )
-        pipe.delete(keys.reindex(tenant))
-        pipe.hset(
-            keys.reindex(tenant),
-            mapping={
-                "job": job,
-                "target": target,
-                "batches": len(batches),
-                "fresh": int(fresh),
-                "started_at_ms": redis_now_ms(client),
-            },
-        )
-        pipe.sadd(keys.TENANTS, tenant)
-        pipe.execute()
-    return batches
+        while True:
+            try:
+                pipe.watch(begun, keys.reindex(tenant))  # type: ignore[no-untyped-call]
+                previous = ReindexJob.read(pipe, tenant)
+                if pipe.exists(begun):
+                    pipe.unwatch()
+                    return _not_built(client, previous, job, batches)
+                pipe.multi()
+                if previous is not None:
+                    pipe.delete(
+                        keys.vectors(tenant, previous.staging),
+                        keys.reindex_done(tenant, previous.job),
+                    )
+                pipe.delete(keys.reindex(tenant))
+                pipe.hset(
+                    keys.reindex(tenant),
+                    mapping={
+                        "job": job,
+                        "target": target,
+                        "batches": len(batches),
+                        "fresh": int(fresh),
+                        "started_at_ms": redis_now_ms(client),
+                    },
+                )
+                pipe.set(begun, 1, ex=FAILED_TTL_S)
+                pipe.sadd(keys.TENANTS, tenant)
+                pipe.execute()
+                return dict(enumerate(batches))
+            except redis.WatchError:
+                continue
 
 
-#: How long the reason a reindex was abandoned is kept for a ``capdisc reindex`` waiting on it.
-FAILED_TTL_S = 24 * 3600
+def _not_built(
+    client: Any, current: ReindexJob | None, job: str, batches: list[list[str]]
+) -> dict[int, list[str]] | None:
+    """The batches of ``job``, begun already, that are not built yet; None when it is no
+    longer the one building."""
+    if current is None or current.job != job:
+        return None
+    done = {int(as_str(n)) for n in client.smembers(keys.reindex_done(current.tenant, job))}
+    return {
+        number: batches[number] if number < len(batches) else []
+        for number in range(current.batches)
+        if number not in done
+    }
 
 
 def abandon_reindex(client: Redis, job: ReindexJob, reason: str | None = None) -> bool:
