@@ -117,8 +117,8 @@ class Settings(BaseModel):
     #: The most of a dead letter's payload kept (UTF-8 bytes; ``capdisc dlq``): a longer
     #: event or request keeps only its start, marked with its whole size, and cannot be
     #: replayed (publish its source again). Bounds the memory a few huge ones hold in Redis;
-    #: at least ``manifest_max_bytes`` keeps the events of any capability replayable.
-    deadletter_payload_max_bytes: int = Field(64 * 1024, ge=1024)
+    #: at least ``event_max_bytes`` keeps every event a worker accepts replayable.
+    deadletter_payload_max_bytes: int = Field(1024 * 1024, ge=1024)
     watch_debounce_ms: int = Field(500, ge=0)
     discover_timeout_s: float = Field(5.0, gt=0, allow_inf_nan=False)
     #: ``capdisc mcp``: how long a call forwarded to the MCP server a tool was imported from may

@@ -316,7 +316,7 @@ def test_a_huge_dead_letter_keeps_only_its_start_marked_and_is_not_replayed(
     letter is refused (its start alone is another event)."""
     tenant = f"dlq-{uuid.uuid4().hex[:8]}"
     payload = json.dumps(
-        {"type": "upsert", "tenant": tenant, "pad": "é" * 200_000}, ensure_ascii=False
+        {"type": "upsert", "tenant": tenant, "pad": "é" * 600_000}, ensure_ascii=False
     )
     start = newest_dead_letter(connection)
     Publisher(stack.url).send_raw(payload)

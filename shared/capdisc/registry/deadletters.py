@@ -31,7 +31,7 @@ from capdisc.redistext import as_str
 
 #: The most of a payload a dead letter keeps, in UTF-8 bytes, unless told otherwise (the
 #: ``deadletter_payload_max_bytes`` setting); a longer one is cut short and cannot be replayed.
-MAX_PAYLOAD_BYTES = 64 * 1024
+MAX_PAYLOAD_BYTES = 1024 * 1024
 #: What a dead letter's id looks like (its stream entry id): ``1700000000000-0``.
 ENTRY_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 #: How many dead letters are read or removed per Redis call.
