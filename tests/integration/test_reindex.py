@@ -276,6 +276,24 @@ def test_a_reindex_of_a_tenant_holding_a_value_that_is_no_record_swaps_in(
     assert ReindexJob.read(connection, tenant) is None
 
 
+def test_a_reindex_of_a_tenant_whose_every_value_is_no_record_swaps_in_cleanly(
+    connection: redis.Redis, tenant: str
+) -> None:
+    """Nothing can be staged, so the staging vectors never exist: the swap must not rename
+    a key that is not there (the transaction's other steps ran, and the task failed)."""
+    connection.hset(keys.caps(tenant), "tool:broken", "not a record")
+    connection.hset(keys.vectors(tenant, "old-space"), "tool:broken", _vec(1.0))
+    connection.set(keys.space(tenant), "old-space")
+    begin_reindex(connection, tenant, "job1", "new-space", 64, fresh=False)
+
+    version = finish_reindex(connection, tenant, "job1", lambda caps: {})
+
+    assert version is not None
+    assert connection.get(keys.space(tenant)) == b"new-space"
+    assert not connection.exists(keys.vectors(tenant, "old-space"))
+    assert ReindexJob.read(connection, tenant) is None
+
+
 def test_reindex_of_one_capability_embeds_it_again_and_bumps_the_version(
     stack: Stack, registry: Path, tenant: str, connection: redis.Redis
 ) -> None:

@@ -243,12 +243,13 @@ def _swap(pipe: Any, job: ReindexJob) -> int:
     tenant = job.tenant
     old = pipe.get(keys.space(tenant))
     stored = {as_str(k) for k in pipe.hkeys(keys.caps(tenant))}
-    orphans = [k for k in pipe.hkeys(keys.vectors(tenant, job.staging)) if as_str(k) not in stored]
+    staged = {as_str(k) for k in pipe.hkeys(keys.vectors(tenant, job.staging))}
+    orphans = sorted(staged - stored)
     version = int(pipe.get(keys.version(tenant)) or 0) + 1
     pipe.multi()
     if orphans:
         pipe.hdel(keys.vectors(tenant, job.staging), *orphans)
-    if stored:
+    if staged & stored:  # else no staging vectors to rename (every stored value unreadable)
         pipe.rename(keys.vectors(tenant, job.staging), keys.vectors(tenant, job.target))
     else:
         pipe.delete(keys.vectors(tenant, job.target))
