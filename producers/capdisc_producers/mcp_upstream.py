@@ -12,8 +12,9 @@
   :class:`~capdisc.errors.UpstreamError`; a connection that was lost (closed, or an HTTP
   session the server forgot) is opened again on the next call. An answer larger than
   ``max_result_bytes`` as JSON raises :class:`~capdisc.errors.UpstreamError` saying to ask for
-  less, rather than reaching a host that cannot use it. A tool's own failure is its result
-  (``isError``), returned as it is.
+  less, rather than reaching a host that cannot use it; a stdio server's is not even read past
+  that (:mod:`capdisc_producers.mcp_stdio`), so its connection answers the next call at once.
+  A tool's own failure is its result (``isError``), returned as it is.
 * When a pooled server says its tools changed (``notifications/tools/list_changed``), the pool
   lists them again over the same connection and hands the listing to ``on_tools_changed``, with
   the tenants whose calls went to that server. Changes heard while a re-listing waits to start
@@ -52,6 +53,7 @@ from capdisc_producers.mcp_import import (
     unread_answer,
     unreadable_reason,
 )
+from capdisc_producers.mcp_stdio import ANSWER_TOO_LARGE, bounded_stdio
 
 SOURCE_PREFIX = "mcp:"
 _HTTP = ("http://", "https://")
@@ -124,6 +126,15 @@ def target_of(upstream: Upstream) -> str | StdioServerParameters:
     if upstream.url is not None:
         return upstream.url
     return StdioServerParameters(command=upstream.argv[0], args=list(upstream.argv[1:]))
+
+
+def transport_of(upstream: Upstream, max_message_bytes: int) -> Any:
+    """What the pool connects to: the URL, or the command started by :func:`bounded_stdio`
+    (which refuses an answer longer than ``max_message_bytes`` without reading it whole)."""
+    target = target_of(upstream)
+    if isinstance(target, str):
+        return target
+    return bounded_stdio(target, max_message_bytes)
 
 
 # -- the pool ------------------------------------------------------------------------------------
@@ -205,7 +216,17 @@ class UpstreamPool:
                 f"MCP server {tool.upstream.label} did not answer {tool.name!r} within "
                 f"{self.timeout_s:g} s, so the call was cancelled{unread_answer(unread) or _SLOW}"
             ) from exc
-        except (MCPError, RuntimeError, ValueError, OSError) as exc:
+        except MCPError as exc:
+            if exc.code == ANSWER_TOO_LARGE:
+                data = exc.error.data if isinstance(exc.error.data, dict) else {}
+                raise self._too_large(tool, _size(int(data.get("bytes", 0)))) from exc
+            if exc.code in SESSION_LOST:
+                self._drop(tool.upstream)
+            raise UpstreamError(
+                f"MCP server {tool.upstream.label} failed {tool.name!r} ({exc}); check that the "
+                "server runs, then call the tool again"
+            ) from exc
+        except (RuntimeError, ValueError, OSError) as exc:
             if isinstance(exc, MCPError) and exc.code in SESSION_LOST:
                 self._drop(tool.upstream)
             raise UpstreamError(
@@ -219,12 +240,15 @@ class UpstreamPool:
         """Refuse to pass on an answer larger than ``max_result_bytes`` (as JSON)."""
         size = len(result.model_dump_json(by_alias=True, exclude_none=True).encode())
         if size > self.max_result_bytes:
-            raise UpstreamError(
-                f"MCP server {tool.upstream.label} answered {tool.name!r} with {_size(size)}, "
-                f"more than the {_size(self.max_result_bytes)} capdisc passes on "
-                "(mcp_max_result_bytes); call it again asking for less (a narrower query, a "
-                "smaller page or range), or raise CAPDISC_MCP_MAX_RESULT_BYTES"
-            )
+            raise self._too_large(tool, _size(size))
+
+    def _too_large(self, tool: UpstreamTool, size: str) -> UpstreamError:
+        return UpstreamError(
+            f"MCP server {tool.upstream.label} answered {tool.name!r} with {size}, "
+            f"more than the {_size(self.max_result_bytes)} capdisc passes on "
+            "(mcp_max_result_bytes); call it again asking for less (a narrower query, a "
+            "smaller page or range), or raise CAPDISC_MCP_MAX_RESULT_BYTES"
+        )
 
     async def _client(self, upstream: Upstream, tenant: str) -> MCPClient:
         connection = self._connections.get(upstream.source)
@@ -255,7 +279,7 @@ class UpstreamPool:
         with connection.scope:
             try:
                 async with MCPClient(
-                    target_of(connection.upstream),
+                    transport_of(connection.upstream, self.max_result_bytes),
                     mode="legacy",
                     message_handler=functools.partial(self._heard, connection),
                 ) as client:

@@ -550,6 +550,26 @@ def test_an_answer_larger_than_the_limit_is_refused_saying_to_ask_for_less() -> 
     assert "asking for less" in message and "CAPDISC_MCP_MAX_RESULT_BYTES" in message
 
 
+def test_a_huge_answer_is_refused_without_reading_it_and_the_upstream_still_answers() -> None:
+    odd = Upstream("mcp:odd", argv=(sys.executable, str(ODD_LISTING)))
+    caught: list[UpstreamError] = []
+    answers: list[types.CallToolResult] = []
+
+    async def body() -> None:
+        async with UpstreamPool(UPSTREAM_TIMEOUT_S * 2).running() as pool:
+            with pytest.raises(UpstreamError) as raised:
+                await pool.call(UpstreamTool(odd, "flood"), {"megabytes": 50}, "t")
+            caught.append(raised.value)
+            answers.append(await pool.call(UpstreamTool(odd, "echo"), {"text": "ahoy"}, "t"))
+
+    anyio.run(body)
+
+    message = str(caught[0])
+    assert "MCP server odd answered 'flood' with 52.4 MB" in message, message
+    assert "more than the 8.4 MB capdisc passes on (mcp_max_result_bytes)" in message
+    assert text_of(answers[0]) == "ahoy"
+
+
 def test_a_server_that_cannot_be_started_is_an_upstream_error(tmp_path: Path) -> None:
     missing = tmp_path / "no-such-server"
 
