@@ -203,13 +203,13 @@ def read_tools(
         except ValidationError as exc:
             name = entry.get("name") if isinstance(entry, dict) else None
             refused.append(
-                RefusedTool(name if isinstance(name, str) else "", position, _refusal(exc))
+                RefusedTool(name if isinstance(name, str) else "", position, validation_reason(exc))
             )
     return tools, refused
 
 
-def _refusal(exc: ValidationError) -> str:
-    """Each field the SDK refused and why, in one line."""
+def validation_reason(exc: ValidationError) -> str:
+    """Each field (up to three) pydantic refused and why, in one line."""
     parts = []
     for error in exc.errors()[:3]:
         field = ".".join(str(part) for part in error.get("loc", ())) or "the tool"

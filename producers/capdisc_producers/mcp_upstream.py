@@ -43,15 +43,22 @@ from anyio.abc import TaskGroup
 from mcp import Client as MCPClient
 from mcp import StdioServerParameters
 from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
 
 from capdisc.discovery.toolsets import MCP_SOURCE_TYPE
 from capdisc.errors import UpstreamError, UpstreamTimeout
 from capdisc.models import SourceRef
 from capdisc_producers.mcp_import import (
     MAX_PAGES,
+    ListingTap,
+    RefusedTool,
     ServerTools,
+    read_listing,
+    read_tools,
+    tapped,
     unread_answer,
     unreadable_reason,
+    validation_reason,
 )
 from capdisc_producers.mcp_stdio import ANSWER_TOO_LARGE, bounded_stdio
 
@@ -128,13 +135,14 @@ def target_of(upstream: Upstream) -> str | StdioServerParameters:
     return StdioServerParameters(command=upstream.argv[0], args=list(upstream.argv[1:]))
 
 
-def transport_of(upstream: Upstream, max_message_bytes: int) -> Any:
+def transport_of(upstream: Upstream, max_message_bytes: int) -> ListingTap:
     """What the pool connects to: the URL, or the command started by :func:`bounded_stdio`
-    (which refuses an answer longer than ``max_message_bytes`` without reading it whole)."""
+    (which refuses an answer longer than ``max_message_bytes`` without reading it whole),
+    tapped so that a re-listing reads each tool on its own (:class:`ListingTap`)."""
     target = target_of(upstream)
     if isinstance(target, str):
-        return target
-    return bounded_stdio(target, max_message_bytes)
+        return tapped(target)
+    return ListingTap(bounded_stdio(target, max_message_bytes))
 
 
 # -- the pool ------------------------------------------------------------------------------------
@@ -151,6 +159,7 @@ class _Connection:
     ready: anyio.Event = field(default_factory=anyio.Event)
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     client: MCPClient | None = None
+    tap: ListingTap | None = None
     failure: str = ""
     tenants: set[str] = field(default_factory=set)
     relisting: anyio.Lock = field(default_factory=anyio.Lock)
@@ -226,6 +235,12 @@ class UpstreamPool:
                 f"MCP server {tool.upstream.label} failed {tool.name!r} ({exc}); check that the "
                 "server runs, then call the tool again"
             ) from exc
+        except ValidationError as exc:  # an answer that is no tool result: the server is at fault
+            raise UpstreamError(
+                f"MCP server {tool.upstream.label} answered {tool.name!r} with something that "
+                f"is no MCP tool result ({validation_reason(exc)}); the server breaks the "
+                "protocol: call another tool, and report it to the server's maintainers"
+            ) from exc
         except (RuntimeError, ValueError, OSError) as exc:
             if isinstance(exc, MCPError) and exc.code in SESSION_LOST:
                 self._drop(tool.upstream)
@@ -278,8 +293,9 @@ class UpstreamPool:
         started = time.monotonic()
         with connection.scope:
             try:
+                connection.tap = transport_of(connection.upstream, self.max_result_bytes)
                 async with MCPClient(
-                    transport_of(connection.upstream, self.max_result_bytes),
+                    connection.tap,
                     mode="legacy",
                     message_handler=functools.partial(self._heard, connection),
                 ) as client:
@@ -313,12 +329,12 @@ class UpstreamPool:
     async def _relist(self, connection: _Connection) -> None:
         async with connection.relisting:  # one at a time per server; each sees the newest list
             connection.relist_pending = False
-            client = connection.client
-            if client is None or self.on_tools_changed is None:
+            client, tap = connection.client, connection.tap
+            if client is None or tap is None or self.on_tools_changed is None:
                 return
             try:
                 with anyio.fail_after(self.timeout_s):
-                    listing = await list_tools(client)
+                    listing = await list_tools(client, tap)
                 await self.on_tools_changed(
                     connection.upstream, listing, frozenset(connection.tenants)
                 )
@@ -368,19 +384,21 @@ async def call_tool(
     return await client.session.send_request(request, types.CallToolResult)
 
 
-async def list_tools(client: MCPClient) -> ServerTools:
+async def list_tools(client: MCPClient, tap: ListingTap) -> ServerTools:
     """Every tool the server lists now (all pages, never from a cache), as
-    ``capdisc import mcp`` lists them."""
+    ``capdisc import mcp`` lists them: a tool the SDK cannot read refused on its own."""
     tools: list[dict[str, Any]] = []
+    refused: list[RefusedTool] = []
     cursor: str | None = None
     for _ in range(MAX_PAGES):
-        page = await client.list_tools(cursor=cursor, cache_mode="bypass")
-        tools += [tool.model_dump(by_alias=False) for tool in page.tools]
-        cursor = page.next_cursor
+        raw, cursor = await read_listing(client, tap, cursor)
+        read, unread = read_tools(raw, len(tools) + len(refused) + 1)
+        tools += read
+        refused += unread
         if cursor is None:
             break
     info = client.server_info
-    return ServerTools(server=info.name if info else "mcp", tools=tools)
+    return ServerTools(server=info.name if info else "mcp", tools=tools, refused=tuple(refused))
 
 
 def first_cause(exc: BaseException) -> str:
