@@ -6,9 +6,10 @@ lists every tool (all pages), and turns each into a ``tool`` capability named
 full schema, its annotations deciding ``has_side_effects``, the server's own
 ``serverInfo.description`` (first paragraph) in its ``source_ref``. Each tool is repaired the
 way every import is (:mod:`capdisc.registry.tolerance`: zero-width characters, schema
-dialects, schemas nested deeper than the limit), each repair noted; a tool still invalid is
-refused on its own, and so is one that would be the capability an earlier tool of the listing
-is (the same name twice, or names that differ only in characters a capability name cannot hold).
+dialects, schemas nested deeper than the limit), each repair noted; a tool the ``mcp`` SDK
+cannot read (read from the raw listing, :class:`ListingTap`) or still invalid is refused on
+its own, and so is one that would be the capability an earlier tool of the listing is (the
+same name twice, or names that differ only in characters a capability name cannot hold).
 Then it syncs like a directory: unchanged tools send nothing, changed ones are re-indexed (and
 logged with the old and new content hash), tools the server no longer has are deleted.
 """
@@ -21,8 +22,9 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import anyio
 import redis
 import structlog
 from pydantic import ValidationError
@@ -47,13 +49,172 @@ MAX_UNREADABLE_NOTED = 100
 
 
 @dataclass(frozen=True)
+class RefusedTool:
+    """A tool of the listing the ``mcp`` SDK cannot read (an input schema that is no object, no
+    name, annotations of the wrong type): its name (empty when it has none), its position in
+    the listing (from 1) and why."""
+
+    name: str
+    position: int
+    reason: str
+
+
+@dataclass(frozen=True)
 class ServerTools:
     """What one MCP server offers: its name, its tools as plain dicts and what it says of itself
-    (``serverInfo.description``, empty when it says nothing)."""
+    (``serverInfo.description``, empty when it says nothing), and the tools it listed that the
+    ``mcp`` SDK cannot read (each refused on its own; the others import)."""
 
     server: str
     tools: list[dict[str, Any]]
     description: str = ""
+    refused: tuple[RefusedTool, ...] = ()
+
+
+class ListingTap:
+    """A client transport around another that keeps the raw ``result`` of each ``tools/list``
+    answer, as the server sent it. The ``mcp`` client checks a listing whole: one tool it cannot
+    read (an input schema that is no object, say) fails the listing, so the tools are read
+    from the raw answer here, one at a time (:func:`read_listing`)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.asked: set[Any] = set()
+        self.listing: dict[str, Any] | None = None
+
+    async def __aenter__(self) -> tuple[Any, Any]:
+        read, write = await self.inner.__aenter__()
+        return _TappedRead(read, self), _TappedWrite(write, self)
+
+    async def __aexit__(self, *exc: Any) -> bool | None:
+        return cast("bool | None", await self.inner.__aexit__(*exc))
+
+    def sent(self, item: Any) -> None:
+        from mcp_types.jsonrpc import JSONRPCRequest
+
+        message = getattr(item, "message", None)
+        if isinstance(message, JSONRPCRequest) and message.method == "tools/list":
+            self.asked.add(message.id)
+
+    def received(self, item: Any) -> None:
+        from mcp_types.jsonrpc import JSONRPCResponse
+
+        message = getattr(item, "message", None)
+        if isinstance(message, JSONRPCResponse) and message.id in self.asked:
+            self.asked.discard(message.id)
+            self.listing = message.result
+
+
+class _TappedRead:
+    def __init__(self, inner: Any, tap: ListingTap) -> None:
+        self.inner, self.tap = inner, tap
+
+    async def receive(self) -> Any:
+        item = await self.inner.receive()
+        self.tap.received(item)
+        return item
+
+    def __aiter__(self) -> _TappedRead:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    async def __aenter__(self) -> _TappedRead:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.inner.aclose()
+
+    def __getattr__(self, name: str) -> Any:  # last_context and the like
+        return getattr(self.inner, name)
+
+
+class _TappedWrite:
+    def __init__(self, inner: Any, tap: ListingTap) -> None:
+        self.inner, self.tap = inner, tap
+
+    async def send(self, item: Any) -> None:
+        self.tap.sent(item)
+        await self.inner.send(item)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    async def __aenter__(self) -> _TappedWrite:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.inner.aclose()
+
+
+def tapped(target: Any) -> ListingTap:
+    """The transport ``mcp.Client`` would open for ``target`` (a URL, or the
+    ``StdioServerParameters`` of a command to start), tapped."""
+    from mcp.client.stdio import stdio_client
+    from mcp.client.streamable_http import streamable_http_client
+
+    if isinstance(target, str):
+        return ListingTap(streamable_http_client(target))
+    return ListingTap(stdio_client(target))
+
+
+async def read_listing(
+    client: Any, tap: ListingTap, cursor: str | None
+) -> tuple[list[Any], str | None]:
+    """One page of ``tools/list``: its tools as the server sent them, and the next cursor. A
+    page the SDK refuses for one tool is read from the raw answer (the SDK's error is raised
+    only when there is no raw answer to read)."""
+    tap.listing = None
+    try:
+        page = await client.list_tools(cursor=cursor, cache_mode="bypass")
+    except ValidationError:
+        if tap.listing is None:
+            raise
+    else:
+        if tap.listing is None:  # answered from a cache: already read
+            return [tool.model_dump(by_alias=True) for tool in page.tools], page.next_cursor
+    raw = tap.listing
+    tools = raw.get("tools")
+    next_cursor = raw.get("nextCursor")
+    if not isinstance(tools, list):
+        raise ValueError(f"its tools/list answer has no list of tools ({type(tools).__name__})")
+    return tools, next_cursor if isinstance(next_cursor, str) and next_cursor else None
+
+
+def read_tools(
+    raw: Sequence[Any], first: int = 1
+) -> tuple[list[dict[str, Any]], list[RefusedTool]]:
+    """The tools of a raw listing as the SDK reads each (plain dicts, snake_case keys), and the
+    ones it cannot read, each with its position (counted from ``first``) and the reason."""
+    from mcp_types import Tool
+
+    tools: list[dict[str, Any]] = []
+    refused: list[RefusedTool] = []
+    for position, entry in enumerate(raw, first):
+        try:
+            tools.append(Tool.model_validate(entry, by_name=False).model_dump(by_alias=False))
+        except ValidationError as exc:
+            name = entry.get("name") if isinstance(entry, dict) else None
+            refused.append(
+                RefusedTool(name if isinstance(name, str) else "", position, validation_reason(exc))
+            )
+    return tools, refused
+
+
+def validation_reason(exc: ValidationError) -> str:
+    """Each field (up to three) pydantic refused and why, in one line."""
+    parts = []
+    for error in exc.errors()[:3]:
+        field = ".".join(str(part) for part in error.get("loc", ())) or "the tool"
+        parts.append(f"{field}: {error.get('msg', '')}")
+    return " ".join("; ".join(parts).split())[:MAX_UNREADABLE_CHARS]
 
 
 def list_server_tools(
@@ -124,19 +285,27 @@ async def _list(url: str | None, command: str | None, unreadable: list[str]) -> 
     if command is not None:
         argv = shlex.split(command)
         target = StdioServerParameters(command=argv[0], args=argv[1:])
-    async with Client(target, message_handler=UnreadableNoted(unreadable)) as client:
+    tap = tapped(target)
+    async with Client(tap, message_handler=UnreadableNoted(unreadable)) as client:
         info = client.server_info
         tools: list[dict[str, Any]] = []
+        refused: list[RefusedTool] = []
         cursor: str | None = None
         for _ in range(MAX_PAGES):
-            page = await client.list_tools(cursor=cursor)
-            tools += [tool.model_dump(by_alias=False) for tool in page.tools]
-            cursor = page.next_cursor
+            raw, cursor = await read_listing(client, tap, cursor)
+            read, unread = read_tools(raw, len(tools) + len(refused) + 1)
+            tools += read
+            refused += unread
             if cursor is None:
                 break
     if info is None:
-        return ServerTools(server="mcp", tools=tools)
-    return ServerTools(server=info.name, tools=tools, description=info.description or "")
+        return ServerTools(server="mcp", tools=tools, refused=tuple(refused))
+    return ServerTools(
+        server=info.name,
+        tools=tools,
+        description=info.description or "",
+        refused=tuple(refused),
+    )
 
 
 def capabilities_of(
@@ -156,6 +325,9 @@ def capabilities_of(
     repairs = notes if notes is not None else []
     about = server_description(listing.description, source, repairs)
     holders: dict[str, str] = {}  # capability id -> the tool that has it
+    for refused in listing.refused:
+        where = Path(f"{source}#{refused.name or f'tools[{refused.position}]'}")
+        errors[where] = unreadable_tool(source, refused)
     for tool in listing.tools:
         name = str(tool.get("name") or "")
         where = Path(f"{source}#{name}")
@@ -168,6 +340,18 @@ def capabilities_of(
         except ManifestError as exc:
             errors[where] = exc
     return found, errors
+
+
+def unreadable_tool(source: str, refused: RefusedTool) -> ManifestError:
+    """The refusal of a tool of the listing that the ``mcp`` SDK cannot read: named, or (with no
+    name) by its position in the listing."""
+    which = repr(refused.name) if refused.name else f"number {refused.position} (it has no name)"
+    return ManifestError(
+        f"{source} tool {which}",
+        refused.reason.split(":", 1)[0] if ":" in refused.reason else None,
+        f"is no tool the MCP SDK can read ({refused.reason}); it is left out and the server's "
+        "other tools are imported. Fix the tool's listing on the server, then import again",
+    )
 
 
 def same_capability(source: str, name: str, holder: str, capability_id: str) -> ManifestError:

@@ -12,8 +12,9 @@
   :class:`~capdisc.errors.UpstreamError`; a connection that was lost (closed, or an HTTP
   session the server forgot) is opened again on the next call. An answer larger than
   ``max_result_bytes`` as JSON raises :class:`~capdisc.errors.UpstreamError` saying to ask for
-  less, rather than reaching a host that cannot use it. A tool's own failure is its result
-  (``isError``), returned as it is.
+  less, rather than reaching a host that cannot use it; a stdio server's is not even read past
+  that (:mod:`capdisc_producers.mcp_stdio`), so its connection answers the next call at once.
+  A tool's own failure is its result (``isError``), returned as it is.
 * When a pooled server says its tools changed (``notifications/tools/list_changed``), the pool
   lists them again over the same connection and hands the listing to ``on_tools_changed``, with
   the tenants whose calls went to that server. Changes heard while a re-listing waits to start
@@ -42,16 +43,24 @@ from anyio.abc import TaskGroup
 from mcp import Client as MCPClient
 from mcp import StdioServerParameters
 from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
 
 from capdisc.discovery.toolsets import MCP_SOURCE_TYPE
 from capdisc.errors import UpstreamError, UpstreamTimeout
 from capdisc.models import SourceRef
 from capdisc_producers.mcp_import import (
     MAX_PAGES,
+    ListingTap,
+    RefusedTool,
     ServerTools,
+    read_listing,
+    read_tools,
+    tapped,
     unread_answer,
     unreadable_reason,
+    validation_reason,
 )
+from capdisc_producers.mcp_stdio import ANSWER_TOO_LARGE, bounded_stdio
 
 SOURCE_PREFIX = "mcp:"
 _HTTP = ("http://", "https://")
@@ -126,6 +135,16 @@ def target_of(upstream: Upstream) -> str | StdioServerParameters:
     return StdioServerParameters(command=upstream.argv[0], args=list(upstream.argv[1:]))
 
 
+def transport_of(upstream: Upstream, max_message_bytes: int) -> ListingTap:
+    """What the pool connects to: the URL, or the command started by :func:`bounded_stdio`
+    (which refuses an answer longer than ``max_message_bytes`` without reading it whole),
+    tapped so that a re-listing reads each tool on its own (:class:`ListingTap`)."""
+    target = target_of(upstream)
+    if isinstance(target, str):
+        return tapped(target)
+    return ListingTap(bounded_stdio(target, max_message_bytes))
+
+
 # -- the pool ------------------------------------------------------------------------------------
 
 #: Told when a pooled server's tools changed: the server, its tools now, the tenants served.
@@ -140,6 +159,7 @@ class _Connection:
     ready: anyio.Event = field(default_factory=anyio.Event)
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     client: MCPClient | None = None
+    tap: ListingTap | None = None
     failure: str = ""
     tenants: set[str] = field(default_factory=set)
     relisting: anyio.Lock = field(default_factory=anyio.Lock)
@@ -205,7 +225,23 @@ class UpstreamPool:
                 f"MCP server {tool.upstream.label} did not answer {tool.name!r} within "
                 f"{self.timeout_s:g} s, so the call was cancelled{unread_answer(unread) or _SLOW}"
             ) from exc
-        except (MCPError, RuntimeError, ValueError, OSError) as exc:
+        except MCPError as exc:
+            if exc.code == ANSWER_TOO_LARGE:
+                data = exc.error.data if isinstance(exc.error.data, dict) else {}
+                raise self._too_large(tool, _size(int(data.get("bytes", 0)))) from exc
+            if exc.code in SESSION_LOST:
+                self._drop(tool.upstream)
+            raise UpstreamError(
+                f"MCP server {tool.upstream.label} failed {tool.name!r} ({exc}); check that the "
+                "server runs, then call the tool again"
+            ) from exc
+        except ValidationError as exc:  # an answer that is no tool result: the server is at fault
+            raise UpstreamError(
+                f"MCP server {tool.upstream.label} answered {tool.name!r} with something that "
+                f"is no MCP tool result ({validation_reason(exc)}); the server breaks the "
+                "protocol: call another tool, and report it to the server's maintainers"
+            ) from exc
+        except (RuntimeError, ValueError, OSError) as exc:
             if isinstance(exc, MCPError) and exc.code in SESSION_LOST:
                 self._drop(tool.upstream)
             raise UpstreamError(
@@ -219,12 +255,15 @@ class UpstreamPool:
         """Refuse to pass on an answer larger than ``max_result_bytes`` (as JSON)."""
         size = len(result.model_dump_json(by_alias=True, exclude_none=True).encode())
         if size > self.max_result_bytes:
-            raise UpstreamError(
-                f"MCP server {tool.upstream.label} answered {tool.name!r} with {_size(size)}, "
-                f"more than the {_size(self.max_result_bytes)} capdisc passes on "
-                "(mcp_max_result_bytes); call it again asking for less (a narrower query, a "
-                "smaller page or range), or raise CAPDISC_MCP_MAX_RESULT_BYTES"
-            )
+            raise self._too_large(tool, _size(size))
+
+    def _too_large(self, tool: UpstreamTool, size: str) -> UpstreamError:
+        return UpstreamError(
+            f"MCP server {tool.upstream.label} answered {tool.name!r} with {size}, "
+            f"more than the {_size(self.max_result_bytes)} capdisc passes on "
+            "(mcp_max_result_bytes); call it again asking for less (a narrower query, a "
+            "smaller page or range), or raise CAPDISC_MCP_MAX_RESULT_BYTES"
+        )
 
     async def _client(self, upstream: Upstream, tenant: str) -> MCPClient:
         connection = self._connections.get(upstream.source)
@@ -254,8 +293,9 @@ class UpstreamPool:
         started = time.monotonic()
         with connection.scope:
             try:
+                connection.tap = transport_of(connection.upstream, self.max_result_bytes)
                 async with MCPClient(
-                    target_of(connection.upstream),
+                    connection.tap,
                     mode="legacy",
                     message_handler=functools.partial(self._heard, connection),
                 ) as client:
@@ -289,12 +329,12 @@ class UpstreamPool:
     async def _relist(self, connection: _Connection) -> None:
         async with connection.relisting:  # one at a time per server; each sees the newest list
             connection.relist_pending = False
-            client = connection.client
-            if client is None or self.on_tools_changed is None:
+            client, tap = connection.client, connection.tap
+            if client is None or tap is None or self.on_tools_changed is None:
                 return
             try:
                 with anyio.fail_after(self.timeout_s):
-                    listing = await list_tools(client)
+                    listing = await list_tools(client, tap)
                 await self.on_tools_changed(
                     connection.upstream, listing, frozenset(connection.tenants)
                 )
@@ -344,19 +384,21 @@ async def call_tool(
     return await client.session.send_request(request, types.CallToolResult)
 
 
-async def list_tools(client: MCPClient) -> ServerTools:
+async def list_tools(client: MCPClient, tap: ListingTap) -> ServerTools:
     """Every tool the server lists now (all pages, never from a cache), as
-    ``capdisc import mcp`` lists them."""
+    ``capdisc import mcp`` lists them: a tool the SDK cannot read refused on its own."""
     tools: list[dict[str, Any]] = []
+    refused: list[RefusedTool] = []
     cursor: str | None = None
     for _ in range(MAX_PAGES):
-        page = await client.list_tools(cursor=cursor, cache_mode="bypass")
-        tools += [tool.model_dump(by_alias=False) for tool in page.tools]
-        cursor = page.next_cursor
+        raw, cursor = await read_listing(client, tap, cursor)
+        read, unread = read_tools(raw, len(tools) + len(refused) + 1)
+        tools += read
+        refused += unread
         if cursor is None:
             break
     info = client.server_info
-    return ServerTools(server=info.name if info else "mcp", tools=tools)
+    return ServerTools(server=info.name if info else "mcp", tools=tools, refused=tuple(refused))
 
 
 def first_cause(exc: BaseException) -> str:

@@ -126,7 +126,8 @@ class Settings(BaseModel):
     mcp_upstream_timeout_s: float = Field(30.0, gt=0)
     #: ``capdisc mcp``: the largest answer of an upstream server passed on to the host (as
     #: JSON); a larger one is a tool error saying to ask for less. No model reads more text in
-    #: one turn, and a host that gets tens of MB may stall or fail.
+    #: one turn, and a host that gets tens of MB may stall or fail. A stdio server's answer is
+    #: not read past this (the rest of the line is skipped).
     mcp_max_result_bytes: int = Field(8 * 1024 * 1024, ge=1024)
     #: ``capdisc mcp``: the token an upstream's changed tools are re-imported with (``write``
     #: grant, with auth on); None: the process's token (``--token``, ``CAPDISC_TOKEN``).

@@ -152,6 +152,21 @@ def test_a_tool_too_large_for_an_event_is_refused_at_once_and_the_rest_imported(
     assert stored(connection, tenant, "tool:odd-listing.survey") is None
 
 
+def test_tools_the_sdk_cannot_read_are_refused_each_and_the_rest_imported(
+    stack: Stack, tenant: str, connection: redis.Redis
+) -> None:
+    command = f"{sys.executable} {ODD_LISTING} broken"
+
+    code, out, err = imported(stack, tenant, "--command", command, "--timeout", "30")
+
+    assert code == 1, err
+    assert "1 upserted, 0 deleted, 0 unchanged, 3 rejected" in out
+    assert f"mcp:{command} tool 'scramble': field 'inputSchema'" in err
+    assert f"mcp:{command} tool number 3 (it has no name): field 'name'" in err
+    assert f"mcp:{command} tool 'peek': field 'annotations.readOnlyHint'" in err
+    assert stored(connection, tenant, "tool:odd-listing.echo")
+
+
 def test_a_listing_too_deep_to_read_is_named_when_the_import_times_out(
     stack: Stack, tenant: str
 ) -> None:

@@ -519,6 +519,33 @@ def test_a_tool_the_sdk_refuses_in_the_listing_leaves_the_other_tools_callable()
     assert text_of(answers[0]) == "ahoy"
 
 
+def test_a_relisting_refuses_each_tool_the_sdk_cannot_read_and_keeps_the_others() -> None:
+    odd = Upstream("mcp:odd", argv=(sys.executable, str(ODD_LISTING)))
+    heard: list[ServerTools] = []
+    relisted = anyio.Event()
+
+    async def changed(_upstream: Upstream, listing: ServerTools, _tenants: frozenset[str]) -> None:
+        heard.append(listing)
+        relisted.set()
+
+    async def body() -> None:
+        async with UpstreamPool(10, on_tools_changed=changed).running() as pool:
+            await pool.call(UpstreamTool(odd, "break_listing"), {}, "t")
+            with anyio.fail_after(10):
+                await relisted.wait()
+
+    anyio.run(body)
+
+    listing = heard[0]
+    assert [tool["name"] for tool in listing.tools] == ["echo"]
+    assert [(r.name, r.position) for r in listing.refused] == [
+        ("scramble", 1),
+        ("", 3),
+        ("peek", 4),
+    ]
+    assert "inputSchema" in listing.refused[0].reason
+
+
 def test_an_answer_too_deep_to_read_is_named_when_the_call_times_out() -> None:
     deep = Upstream("mcp:deep", argv=(sys.executable, str(ODD_LISTING), "deep"))
 
@@ -548,6 +575,48 @@ def test_an_answer_larger_than_the_limit_is_refused_saying_to_ask_for_less() -> 
     assert "MCP server odd answered 'echo' with 41" in message
     assert "more than the 2048 bytes capdisc passes on" in message
     assert "asking for less" in message and "CAPDISC_MCP_MAX_RESULT_BYTES" in message
+
+
+def test_a_huge_answer_is_refused_without_reading_it_and_the_upstream_still_answers() -> None:
+    odd = Upstream("mcp:odd", argv=(sys.executable, str(ODD_LISTING)))
+    caught: list[UpstreamError] = []
+    answers: list[types.CallToolResult] = []
+
+    async def body() -> None:
+        async with UpstreamPool(UPSTREAM_TIMEOUT_S * 2).running() as pool:
+            with pytest.raises(UpstreamError) as raised:
+                await pool.call(UpstreamTool(odd, "flood"), {"megabytes": 50}, "t")
+            caught.append(raised.value)
+            answers.append(await pool.call(UpstreamTool(odd, "echo"), {"text": "ahoy"}, "t"))
+
+    anyio.run(body)
+
+    message = str(caught[0])
+    assert "MCP server odd answered 'flood' with 52.4 MB" in message, message
+    assert "more than the 8.4 MB capdisc passes on (mcp_max_result_bytes)" in message
+    assert text_of(answers[0]) == "ahoy"
+
+
+def test_an_answer_that_is_no_tool_result_is_named_as_the_servers_fault() -> None:
+    odd = Upstream("mcp:odd", argv=(sys.executable, str(ODD_LISTING)))
+    caught: list[UpstreamError] = []
+    answers: list[types.CallToolResult] = []
+
+    async def body() -> None:
+        async with UpstreamPool(UPSTREAM_TIMEOUT_S).running() as pool:
+            with pytest.raises(UpstreamError) as raised:
+                await pool.call(UpstreamTool(odd, "garble"), {}, "t")
+            caught.append(raised.value)
+            answers.append(await pool.call(UpstreamTool(odd, "echo"), {"text": "ahoy"}, "t"))
+
+    anyio.run(body)
+
+    message = str(caught[0])
+    assert "MCP server odd answered 'garble' with something that is no MCP tool result" in message
+    assert "(content: Input should be a valid list)" in message
+    assert "breaks the protocol" in message and "\n" not in message
+    assert "check that the server runs" not in message and "errors.pydantic.dev" not in message
+    assert text_of(answers[0]) == "ahoy"
 
 
 def test_a_server_that_cannot_be_started_is_an_upstream_error(tmp_path: Path) -> None:

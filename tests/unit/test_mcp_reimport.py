@@ -18,7 +18,7 @@ from capdisc.identity import auth
 from capdisc.identity.gate import Gate
 from capdisc.registry.policy import SyncPlan
 from capdisc.settings import Settings
-from capdisc_producers.mcp_import import ServerTools
+from capdisc_producers.mcp_import import ListingTap, ServerTools
 from capdisc_producers.mcp_reimport import Reimporter, refused_reasons, write_refusal
 from capdisc_producers.mcp_server import ServerAuth, upstream_pool
 from capdisc_producers.mcp_upstream import Upstream, UpstreamPool, _Connection
@@ -199,6 +199,7 @@ def test_a_burst_of_tool_list_changes_is_one_relisting_and_one_after_it() -> Non
         async with UpstreamPool(5, changed).running() as pool:
             connection = _Connection(Upstream("mcp:burst", argv=("burst",)))
             connection.client = cast(MCPClient, client)
+            connection.tap = ListingTap(None)  # nothing on the wire: the client's pages are read
             change = types.ToolListChangedNotification()
             for _ in range(200):  # a burst before the first re-listing starts
                 await pool._heard(connection, change)
