@@ -164,3 +164,19 @@ def test_an_indexing_worker_that_cannot_start_exits_2_with_one_line_saying_why(
     record = json.loads(line)
     assert record["event"] == "worker_not_started"
     assert reason in record["reason"]
+
+
+@pytest.mark.parametrize("argv", [DISCOVERY_ARGV, INDEXING_ARGV], ids=["discovery", "indexing"])
+def test_a_worker_warns_of_a_misspelt_variable_in_its_own_log_format(argv: list[str]) -> None:
+    """A log shipper reading the worker's JSON lines must not meet a plain-text line first."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAPDISC_")} | {
+        "CAPDISC_REDIS_URLL": "redis://127.0.0.1:1/0",
+        "CAPDISC_HEARTBEAT_INTERVAL_S": "inf",  # stops it right after reading its settings
+    }
+
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+
+    records = [json.loads(line) for line in (done.stdout + done.stderr).strip().splitlines()]
+    (warning,) = [r for r in records if "CAPDISC_REDIS_URLL" in r["event"]]
+    assert "CAPDISC_REDIS_URL" in warning["event"].split("did you mean", 1)[1]
+    assert records[-1]["event"] == "worker_not_started"

@@ -124,10 +124,10 @@ def _started() -> tuple[Celery, Resources]:
     """:func:`from_environment`, or, when the settings stop the worker (a malformed setting, a
     missing keyring or API key), one line saying why (not Celery's "Unable to load celery
     application" and a traceback) and exit 2."""
+    configure_logging()  # what reading the settings warns of is a JSON line too
     try:
         return from_environment()
     except CapdiscError as exc:
-        configure_logging()
         structlog.get_logger("capdisc.indexing").error("worker_not_started", reason=str(exc))
         sys.exit(2)
 

@@ -433,10 +433,10 @@ def _unknown_tenant(tenant: str) -> UnknownTenantError:
 
 
 def main() -> None:
+    configure_logging()  # what reading the settings warns of is a JSON line too
     try:
         settings = joining_stack(Settings.load(), os.environ, Path.cwd())
     except CapdiscError as exc:
-        configure_logging()
         _not_started(exc)
     configure_logging(settings.log_level, settings.log_format)
     try:
