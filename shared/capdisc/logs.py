@@ -9,7 +9,8 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import structlog
@@ -55,6 +56,14 @@ def configure_logging(level: str = "INFO", fmt: str = "json", stream: Any = None
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=True,
     )
+    handler = _handler(renderer, stream)
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(level)
+
+
+def _handler(renderer: Any, stream: Any = None) -> logging.Handler:
+    """A stdlib handler rendering each record (structlog's or a library's) with ``renderer``."""
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
@@ -67,9 +76,25 @@ def configure_logging(level: str = "INFO", fmt: str = "json", stream: Any = None
         )
     )
     handler.addFilter(_quiet_chatty_libraries)
-    root = logging.getLogger()
-    root.handlers = [handler]
-    root.setLevel(level)
+    return handler
+
+
+@contextmanager
+def settings_warnings_as_json(stream: Any = None) -> Iterator[None]:
+    """While the settings are read, before a process's logging is set up: what reading them
+    warns of (``capdisc.settings``: an unknown ``CAPDISC_*`` variable) is written as a JSON
+    line, as the rest of a worker's log, not as Python's plain fallback line. Nothing global
+    is configured (the module that reads them may be imported by other programs)."""
+    logger = logging.getLogger("capdisc.settings")
+    handler = _handler(structlog.processors.JSONRenderer(), stream)
+    propagate = logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
 
 
 def get_logger(name: str) -> Any:

@@ -32,7 +32,7 @@ from celery import Celery, signals
 
 from capdisc import keys
 from capdisc.errors import CapdiscError
-from capdisc.logs import configure_logging
+from capdisc.logs import configure_logging, settings_warnings_as_json
 from capdisc.rawsettings import celery_broker_url
 from capdisc.registry.deadletters import dead_letter
 from capdisc.settings import Settings
@@ -124,10 +124,11 @@ def _started() -> tuple[Celery, Resources]:
     """:func:`from_environment`, or, when the settings stop the worker (a malformed setting, a
     missing keyring or API key), one line saying why (not Celery's "Unable to load celery
     application" and a traceback) and exit 2."""
-    configure_logging()  # what reading the settings warns of is a JSON line too
     try:
-        return from_environment()
+        with settings_warnings_as_json():
+            return from_environment()
     except CapdiscError as exc:
+        configure_logging()
         structlog.get_logger("capdisc.indexing").error("worker_not_started", reason=str(exc))
         sys.exit(2)
 

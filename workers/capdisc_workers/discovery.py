@@ -53,7 +53,7 @@ from capdisc.errors import (
 )
 from capdisc.identity import auth
 from capdisc.identity.gate import Gate
-from capdisc.logs import Throttle, configure_logging
+from capdisc.logs import Throttle, configure_logging, settings_warnings_as_json
 from capdisc.redisclock import RedisClock
 from capdisc.redistext import as_str
 from capdisc.resources import embedder_for, store_for
@@ -433,10 +433,11 @@ def _unknown_tenant(tenant: str) -> UnknownTenantError:
 
 
 def main() -> None:
-    configure_logging()  # what reading the settings warns of is a JSON line too
     try:
-        settings = joining_stack(Settings.load(), os.environ, Path.cwd())
+        with settings_warnings_as_json():
+            settings = joining_stack(Settings.load(), os.environ, Path.cwd())
     except CapdiscError as exc:
+        configure_logging()
         _not_started(exc)
     configure_logging(settings.log_level, settings.log_format)
     try:
