@@ -105,10 +105,23 @@ class ListingTap:
             self.listing = message.result
 
 
-class _TappedRead:
+class _Tapped:
+    """One side of a tapped transport's streams: closing it closes the inner one."""
+
     def __init__(self, inner: Any, tap: ListingTap) -> None:
         self.inner, self.tap = inner, tap
 
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    async def __aenter__(self) -> Any:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.inner.aclose()
+
+
+class _TappedRead(_Tapped):
     async def receive(self) -> Any:
         item = await self.inner.receive()
         self.tap.received(item)
@@ -123,35 +136,14 @@ class _TappedRead:
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             raise StopAsyncIteration from None
 
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-    async def __aenter__(self) -> _TappedRead:
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.inner.aclose()
-
     def __getattr__(self, name: str) -> Any:  # last_context and the like
         return getattr(self.inner, name)
 
 
-class _TappedWrite:
-    def __init__(self, inner: Any, tap: ListingTap) -> None:
-        self.inner, self.tap = inner, tap
-
+class _TappedWrite(_Tapped):
     async def send(self, item: Any) -> None:
         self.tap.sent(item)
         await self.inner.send(item)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-    async def __aenter__(self) -> _TappedWrite:
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.inner.aclose()
 
 
 def tapped(target: Any) -> ListingTap:
@@ -287,23 +279,28 @@ async def _list(url: str | None, command: str | None, unreadable: list[str]) -> 
         target = StdioServerParameters(command=argv[0], args=argv[1:])
     tap = tapped(target)
     async with Client(tap, message_handler=UnreadableNoted(unreadable)) as client:
-        info = client.server_info
-        tools: list[dict[str, Any]] = []
-        refused: list[RefusedTool] = []
-        cursor: str | None = None
-        for _ in range(MAX_PAGES):
-            raw, cursor = await read_listing(client, tap, cursor)
-            read, unread = read_tools(raw, len(tools) + len(refused) + 1)
-            tools += read
-            refused += unread
-            if cursor is None:
-                break
-    if info is None:
-        return ServerTools(server="mcp", tools=tools, refused=tuple(refused))
+        return await list_all_tools(client, tap)
+
+
+async def list_all_tools(client: Any, tap: ListingTap) -> ServerTools:
+    """Every tool the server connected through ``tap`` lists now (all pages, never from a
+    cache), each tool the SDK cannot read refused on its own; with what the server says of
+    itself."""
+    tools: list[dict[str, Any]] = []
+    refused: list[RefusedTool] = []
+    cursor: str | None = None
+    for _ in range(MAX_PAGES):
+        raw, cursor = await read_listing(client, tap, cursor)
+        read, unread = read_tools(raw, len(tools) + len(refused) + 1)
+        tools += read
+        refused += unread
+        if cursor is None:
+            break
+    info = client.server_info
     return ServerTools(
-        server=info.name,
+        server=info.name if info else "mcp",
         tools=tools,
-        description=info.description or "",
+        description=(info.description or "") if info else "",
         refused=tuple(refused),
     )
 

@@ -49,12 +49,9 @@ from capdisc.discovery.toolsets import MCP_SOURCE_TYPE
 from capdisc.errors import UpstreamError, UpstreamTimeout
 from capdisc.models import SourceRef
 from capdisc_producers.mcp_import import (
-    MAX_PAGES,
     ListingTap,
-    RefusedTool,
     ServerTools,
-    read_listing,
-    read_tools,
+    list_all_tools,
     tapped,
     unread_answer,
     unreadable_reason,
@@ -231,10 +228,7 @@ class UpstreamPool:
                 raise self._too_large(tool, _size(int(data.get("bytes", 0)))) from exc
             if exc.code in SESSION_LOST:
                 self._drop(tool.upstream)
-            raise UpstreamError(
-                f"MCP server {tool.upstream.label} failed {tool.name!r} ({exc}); check that the "
-                "server runs, then call the tool again"
-            ) from exc
+            raise _failed(tool, exc) from exc
         except ValidationError as exc:  # an answer that is no tool result: the server is at fault
             raise UpstreamError(
                 f"MCP server {tool.upstream.label} answered {tool.name!r} with something that "
@@ -242,12 +236,7 @@ class UpstreamPool:
                 "protocol: call another tool, and report it to the server's maintainers"
             ) from exc
         except (RuntimeError, ValueError, OSError) as exc:
-            if isinstance(exc, MCPError) and exc.code in SESSION_LOST:
-                self._drop(tool.upstream)
-            raise UpstreamError(
-                f"MCP server {tool.upstream.label} failed {tool.name!r} ({exc}); check that the "
-                "server runs, then call the tool again"
-            ) from exc
+            raise _failed(tool, exc) from exc
         self._check_size(tool, result)
         return result
 
@@ -334,7 +323,7 @@ class UpstreamPool:
                 return
             try:
                 with anyio.fail_after(self.timeout_s):
-                    listing = await list_tools(client, tap)
+                    listing = await list_all_tools(client, tap)
                 await self.on_tools_changed(
                     connection.upstream, listing, frozenset(connection.tenants)
                 )
@@ -384,21 +373,11 @@ async def call_tool(
     return await client.session.send_request(request, types.CallToolResult)
 
 
-async def list_tools(client: MCPClient, tap: ListingTap) -> ServerTools:
-    """Every tool the server lists now (all pages, never from a cache), as
-    ``capdisc import mcp`` lists them: a tool the SDK cannot read refused on its own."""
-    tools: list[dict[str, Any]] = []
-    refused: list[RefusedTool] = []
-    cursor: str | None = None
-    for _ in range(MAX_PAGES):
-        raw, cursor = await read_listing(client, tap, cursor)
-        read, unread = read_tools(raw, len(tools) + len(refused) + 1)
-        tools += read
-        refused += unread
-        if cursor is None:
-            break
-    info = client.server_info
-    return ServerTools(server=info.name if info else "mcp", tools=tools, refused=tuple(refused))
+def _failed(tool: UpstreamTool, exc: Exception) -> UpstreamError:
+    return UpstreamError(
+        f"MCP server {tool.upstream.label} failed {tool.name!r} ({exc}); check that the "
+        "server runs, then call the tool again"
+    )
 
 
 def first_cause(exc: BaseException) -> str:

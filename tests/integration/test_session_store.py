@@ -162,12 +162,19 @@ def test_a_turn_after_a_session_reached_its_maximum_age_is_told_it_started_again
     assert view.note is not None and "maximum age of 0.5 s" in view.note
 
 
-def test_a_turn_on_a_session_dropped_among_too_many_is_told_it_started_again(
-    connection: redis.Redis, tenant: str
-) -> None:
+def one_live_session_after_dropping_old(connection: redis.Redis, tenant: str) -> SessionService:
+    """A service allowing one live session per tenant, whose session "old" was dropped when
+    "new" started."""
     sessions = SessionService(connection, SessionPolicy(max_sessions=1))
     sessions.after_discovery(Turn(tenant, "old", "r1", None, ["tool:a"]))
     sessions.after_discovery(Turn(tenant, "new", "r2", None, ["tool:a"]))
+    return sessions
+
+
+def test_a_turn_on_a_session_dropped_among_too_many_is_told_it_started_again(
+    connection: redis.Redis, tenant: str
+) -> None:
+    sessions = one_live_session_after_dropping_old(connection, tenant)
 
     view = sessions.after_discovery(Turn(tenant, "old", "r3", None, ["tool:b"]))
 
@@ -178,9 +185,7 @@ def test_a_turn_on_a_session_dropped_among_too_many_is_told_it_started_again(
 def test_a_call_recorded_in_a_session_dropped_among_too_many_says_it_started_again(
     connection: redis.Redis, tenant: str
 ) -> None:
-    sessions = SessionService(connection, SessionPolicy(max_sessions=1))
-    sessions.after_discovery(Turn(tenant, "old", "r1", None, ["tool:a"]))
-    sessions.after_discovery(Turn(tenant, "new", "r2", None, ["tool:a"]))
+    sessions = one_live_session_after_dropping_old(connection, tenant)
 
     outcome = sessions.handle(
         SessionRequest("call", "old", tenant, tool_id="tool:a", request_id="c1"), lambda _i: True
@@ -201,9 +206,7 @@ def test_a_new_sessions_first_turn_is_no_restart(connection: redis.Redis, tenant
 def test_showing_a_session_dropped_among_too_many_says_so(
     connection: redis.Redis, tenant: str
 ) -> None:
-    sessions = SessionService(connection, SessionPolicy(max_sessions=1))
-    sessions.after_discovery(Turn(tenant, "old", "r1", None, ["tool:a"]))
-    sessions.after_discovery(Turn(tenant, "new", "r2", None, ["tool:a"]))
+    sessions = one_live_session_after_dropping_old(connection, tenant)
 
     with pytest.raises(SessionNotFoundError, match="least recently active of more than 1"):
         sessions.handle(SessionRequest("show", "old", tenant, request_id="s"), lambda _i: True)

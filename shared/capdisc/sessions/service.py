@@ -68,7 +68,7 @@ class SessionService:
         def change(state: SessionState) -> tuple[SessionState, list[SessionEvent], JSON]:
             return policy_fns.after_discovery(state, ids, now, self.policy)
 
-        outcome, ended = store.update_told(
+        outcome, ended = store.update(
             self.redis,
             turn.tenant,
             turn.session,
@@ -124,7 +124,7 @@ class SessionService:
             )
             return state, events, outcome.to_dict()
 
-        outcome, ended = store.update_told(
+        outcome, ended = store.update(
             self.redis,
             request.tenant,
             request.session,
@@ -153,7 +153,7 @@ class SessionService:
             fresh = replace(fresh, created_ms=state.created_ms)
             return fresh, events, {"working_set": policy_fns.working_set_view(fresh, self.policy)}
 
-        return store.update(
+        imported, _ended = store.update(
             self.redis,
             request.tenant,
             request.session,
@@ -164,6 +164,7 @@ class SessionService:
             request_id=request.request_id,
             cache=self.states,
         )
+        return imported
 
 
 def _seen(reply: dict[str, Any], can_see: Callable[[str], bool]) -> dict[str, Any]:

@@ -131,33 +131,6 @@ def update(
     profile: str | None = None,
     request_id: str = "",
     cache: StateCache | None = None,
-) -> T:
-    """:func:`update_told`'s result alone."""
-    result, _ended = update_told(
-        client,
-        tenant,
-        session_id,
-        change,
-        policy,
-        now_ms,
-        profile=profile,
-        request_id=request_id,
-        cache=cache,
-    )
-    return result
-
-
-def update_told(
-    client: redis.Redis,
-    tenant: str,
-    session_id: str,
-    change: Change[T],
-    policy: SessionPolicy,
-    now_ms: int,
-    *,
-    profile: str | None = None,
-    request_id: str = "",
-    cache: StateCache | None = None,
 ) -> tuple[T, str]:
     """Apply ``change`` to the session atomically: the state, its events on the session stream
     and its place among live sessions, together. Optimistic: the change is applied to the state
