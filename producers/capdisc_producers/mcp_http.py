@@ -20,6 +20,11 @@ the call as a lost connection ("SSE stream failed"), which says nothing of the s
   (the event is taken for its answer), on the stream the client opens for the server's own
   messages (GET) the stream fails and the SDK gives it up after its retries.
 
+A JSON answer whose JSON-RPC id (read from its start or end) is not the id of the request it
+answers is replaced by a JSON-RPC error saying so (code :data:`ANSWER_MISMATCHED`): the SDK
+passes such an answer on as it is, the client finds no request of that id and drops it, and
+the call waited its whole timeout.
+
 The next request opens a connection of its own, so the server answers it as usual. Bodies are
 asked for uncompressed (``Accept-Encoding: identity``) and counted as decoded, so a server that
 compresses anyway is bounded too (by the limit plus what one compressed chunk expands to).
@@ -36,13 +41,16 @@ from typing import Any
 import httpx2
 import structlog
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.dispatcher import coerce_request_id
 
-from capdisc_producers.mcp_stdio import ANSWER_TOO_LARGE
+from capdisc_producers.mcp_stdio import ANSWER_TOO_LARGE, EDGE_BYTES, ID_AT_END, ID_AT_START
 
 log = structlog.get_logger("capdisc.mcp")
 
 #: Room for the JSON-RPC envelope around a result of ``max_message_bytes``.
 ENVELOPE_BYTES = 4096
+#: The JSON-RPC error code of a JSON answer carrying another id than its request's.
+ANSWER_MISMATCHED = -32002
 #: The SDK's timeouts (``create_mcp_http_client``): 30 s, and 300 s between reads of a stream.
 _TIMEOUT = httpx2.Timeout(30.0, read=300.0)
 _LINE_END = re.compile(rb"\r\n|\r|\n")
@@ -110,7 +118,31 @@ class BoundedClient(httpx2.AsyncClient):
                     return self._refused(request, response, len(body), exact=False)
         finally:
             await response.aclose()  # a body not read to its end drops the connection
+        answered = _answered_id(body)
+        asked = _request_id(request)
+        if (
+            asked is not None
+            and answered is not None
+            and coerce_request_id(answered)
+            != coerce_request_id(asked)  # "7" is 7, as the SDK has it
+        ):
+            return self._mismatched(request, response, answered, asked)
         return _passed_on(request, response, httpx2.ByteStream(bytes(body)))
+
+    def _mismatched(
+        self, request: httpx2.Request, response: httpx2.Response, answered: Any, asked: Any
+    ) -> httpx2.Response:
+        """The JSON-RPC error answering ``request`` in place of an answer that carries another
+        request's id (which the client would drop, leaving the call to wait its timeout)."""
+        log.warning("mcp_upstream_answer_mismatched", upstream=self.label, id=answered, asked=asked)
+        error = {
+            "code": ANSWER_MISMATCHED,
+            "message": f"with JSON-RPC id {json.dumps(answered)}, not {json.dumps(asked)}, the "
+            "id of the request it answers",
+        }
+        body = json.dumps({"jsonrpc": "2.0", "id": asked, "error": error}).encode()
+        headers = {k: v for k, v in response.headers.items() if k.lower() not in _WIRE_HEADERS}
+        return httpx2.Response(response.status_code, headers=headers, content=body, request=request)
 
     def _refused(
         self, request: httpx2.Request, response: httpx2.Response, size: int, *, exact: bool
@@ -238,6 +270,19 @@ def _declared_size(response: httpx2.Response) -> int | None:
         return int(response.headers["content-length"])
     except (KeyError, ValueError):
         return None
+
+
+def _answered_id(body: bytes | bytearray) -> Any:
+    """The id of the JSON-RPC answer ``body`` holds, read from its start or end where JSON-RPC
+    writers put it (not parsed whole); None when neither has one."""
+    for pattern, text in ((ID_AT_START, body[:EDGE_BYTES]), (ID_AT_END, body[-EDGE_BYTES:])):
+        found = pattern.search(bytes(text).decode("utf-8", "replace"))
+        if found:
+            try:
+                return json.loads(found.group(1))
+            except ValueError:
+                return None
+    return None
 
 
 def _request_id(request: httpx2.Request) -> Any:

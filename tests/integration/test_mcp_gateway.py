@@ -673,6 +673,29 @@ def test_a_huge_event_stream_answer_is_refused_unread_and_the_upstream_still_ans
     assert echoed == "ahoy"
 
 
+def test_a_json_answer_to_another_request_id_fails_the_call_at_once(
+    serve_http: Callable[..., str],
+) -> None:
+    endpoint = serve_http([sys.executable, str(FLOOD_HTTP), "{port}"])
+    upstream = Upstream(f"mcp:{endpoint}", url=endpoint)
+    caught: list[UpstreamError] = []
+    echoed: list[types.CallToolResult] = []
+
+    async def body() -> None:
+        async with UpstreamPool(60).running() as pool:
+            with anyio.fail_after(10), pytest.raises(UpstreamError) as raised:
+                await pool.call(UpstreamTool(upstream, "stray"), {}, "t")
+            caught.append(raised.value)
+            echoed.append(await pool.call(UpstreamTool(upstream, "echo"), {"text": "ahoy"}, "t"))
+
+    anyio.run(body)
+
+    message = str(caught[0])
+    assert f"MCP server {endpoint} answered 'stray' with JSON-RPC id 987654321, not" in message
+    assert "breaks the protocol" in message and "check that the server runs" not in message
+    assert text_of(echoed[0]) == "ahoy"
+
+
 def test_an_answer_that_is_no_tool_result_is_named_as_the_servers_fault() -> None:
     odd = Upstream("mcp:odd", argv=(sys.executable, str(ODD_LISTING)))
     caught: list[UpstreamError] = []

@@ -12,7 +12,12 @@ import anyio
 import httpx2
 import pytest
 
-from capdisc_producers.mcp_http import BoundedClient, EventSplitter, EventTooLarge
+from capdisc_producers.mcp_http import (
+    ANSWER_MISMATCHED,
+    BoundedClient,
+    EventSplitter,
+    EventTooLarge,
+)
 from capdisc_producers.mcp_stdio import ANSWER_TOO_LARGE
 
 LIMIT = 1000
@@ -88,6 +93,23 @@ def test_a_json_answer_declared_longer_than_the_limit_is_not_read_at_all() -> No
 
     assert served.taken == 0
     assert refusal["error"]["data"] == {"bytes": 50033}
+
+
+def test_a_json_answer_to_another_request_id_is_replaced_by_an_error_saying_so() -> None:
+    served = Served(
+        json.dumps({"jsonrpc": "2.0", "id": 99, "result": {}}).encode(), "application/json"
+    )
+
+    refusal = json.loads(exchange(served))
+
+    assert refusal["id"] == 7 and refusal["error"]["code"] == ANSWER_MISMATCHED
+    assert refusal["error"]["message"].startswith("with JSON-RPC id 99, not 7, the id of")
+
+
+def test_a_json_answer_with_its_requests_id_as_a_string_is_passed_on() -> None:
+    body = json.dumps({"jsonrpc": "2.0", "result": {}, "id": "7"}).encode()
+
+    assert exchange(Served(body, "application/json")) == body
 
 
 def test_server_sent_events_are_passed_on_one_whole_event_at_a_time() -> None:
