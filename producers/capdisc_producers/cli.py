@@ -1513,6 +1513,7 @@ def import_mcp_cmd(
             wait_s=timeout_s if wait else 0.0,
             timeout_s=timeout_s,
             take_over=take_over,
+            max_message_bytes=settings.mcp_max_result_bytes,
         )
         return report
 

@@ -46,6 +46,8 @@ MAX_PAGES = 100
 MAX_UNREADABLE_CHARS = 300
 #: How many of those reasons are kept (a server may print junk for as long as it runs).
 MAX_UNREADABLE_NOTED = 100
+#: The longest message read from a server by default (``mcp_max_result_bytes``).
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -146,15 +148,16 @@ class _TappedWrite(_Tapped):
         await self.inner.send(item)
 
 
-def tapped(target: Any) -> ListingTap:
-    """The transport ``mcp.Client`` would open for ``target`` (a URL, or the
-    ``StdioServerParameters`` of a command to start), tapped."""
-    from mcp.client.stdio import stdio_client
-    from mcp.client.streamable_http import streamable_http_client
+def tapped(target: Any, max_message_bytes: int) -> ListingTap:
+    """The transport to ``target`` (a URL: streamable HTTP, or the ``StdioServerParameters`` of
+    a command to start), reading no message from the server longer than ``max_message_bytes``
+    (:mod:`capdisc_producers.mcp_http`, :mod:`capdisc_producers.mcp_stdio`), tapped."""
+    from capdisc_producers.mcp_http import bounded_http
+    from capdisc_producers.mcp_stdio import bounded_stdio
 
     if isinstance(target, str):
-        return ListingTap(streamable_http_client(target))
-    return ListingTap(stdio_client(target))
+        return ListingTap(bounded_http(target, max_message_bytes))
+    return ListingTap(bounded_stdio(target, max_message_bytes))
 
 
 async def read_listing(
@@ -210,17 +213,23 @@ def validation_reason(exc: ValidationError) -> str:
 
 
 def list_server_tools(
-    *, url: str | None = None, command: str | None = None, timeout_s: float = 30.0
+    *,
+    url: str | None = None,
+    command: str | None = None,
+    timeout_s: float = 30.0,
+    max_message_bytes: int = MAX_MESSAGE_BYTES,
 ) -> ServerTools:
     """Connect to the server (``url`` for streamable HTTP, ``command`` for stdio) and list all
-    its tools."""
+    its tools; a listing page longer than ``max_message_bytes`` is refused unread."""
     if (url is None) == (command is None):
         raise MCPImportError("give exactly one of --url and --command")
     if command is not None and not shlex.split(command):
         raise MCPImportError("--command is empty: give the command that starts the MCP server")
     unreadable: list[str] = []
     try:
-        return asyncio.run(asyncio.wait_for(_list(url, command, unreadable), timeout_s))
+        return asyncio.run(
+            asyncio.wait_for(_list(url, command, unreadable, max_message_bytes), timeout_s)
+        )
     except TimeoutError as exc:
         raise MCPImportError(
             f"MCP server {url or command} did not list its tools within {timeout_s:.0f} s"
@@ -231,6 +240,13 @@ def list_server_tools(
     except BaseException as exc:  # anyio task groups wrap transport errors in groups
         if isinstance(exc, KeyboardInterrupt | SystemExit):
             raise
+        if _too_large(exc):
+            raise MCPImportError(
+                f"MCP server {url or command} answered tools/list with more than the "
+                f"{max_message_bytes} bytes capdisc reads (mcp_max_result_bytes); reading "
+                "stopped there. Raise CAPDISC_MCP_MAX_RESULT_BYTES to import it, or ask the "
+                "server's maintainers for smaller pages of tools"
+            ) from exc
         raise MCPImportError(
             f"MCP server {url or command} could not be listed: {_first_cause(exc)}"
         ) from exc
@@ -270,14 +286,29 @@ def unreadable_reason(exc: Exception) -> str:
     return " ".join(reason.split())[:MAX_UNREADABLE_CHARS]
 
 
-async def _list(url: str | None, command: str | None, unreadable: list[str]) -> ServerTools:
+def _too_large(exc: BaseException) -> bool:
+    """Whether ``exc`` (or the first error of its group) is the server's answer refused for its
+    size."""
+    from mcp.shared.exceptions import MCPError
+
+    from capdisc_producers.mcp_stdio import ANSWER_TOO_LARGE
+
+    inner: Sequence[BaseException] = getattr(exc, "exceptions", ())
+    if inner:
+        return _too_large(inner[0])
+    return isinstance(exc, MCPError) and exc.code == ANSWER_TOO_LARGE
+
+
+async def _list(
+    url: str | None, command: str | None, unreadable: list[str], max_message_bytes: int
+) -> ServerTools:
     from mcp import Client, StdioServerParameters
 
     target: Any = url
     if command is not None:
         argv = shlex.split(command)
         target = StdioServerParameters(command=argv[0], args=argv[1:])
-    tap = tapped(target)
+    tap = tapped(target, max_message_bytes)
     async with Client(tap, message_handler=UnreadableNoted(unreadable)) as client:
         return await list_all_tools(client, tap)
 
@@ -449,13 +480,16 @@ def import_mcp(
     wait_s: float = 0.0,
     timeout_s: float = 30.0,
     take_over: bool = False,
+    max_message_bytes: int = MAX_MESSAGE_BYTES,
 ) -> tuple[SyncReport, list[Changed]]:
     """List the server's tools and publish what changed since the last import of it; also
     return the tools that changed, with their old and new content hashes. A tool whose id
     another source owns is rejected, naming the owner, unless ``take_over``."""
     check_tenant(tenant)
     source = f"mcp:{url}" if url is not None else f"mcp:{command}"
-    listing = list_server_tools(url=url, command=command, timeout_s=timeout_s)
+    listing = list_server_tools(
+        url=url, command=command, timeout_s=timeout_s, max_message_bytes=max_message_bytes
+    )
     notes: list[str] = []
     found, errors = capabilities_of(listing, source, server_name, notes=notes)
     stored = stored_by_source(client, tenant, source)

@@ -43,11 +43,12 @@ log = structlog.get_logger("capdisc.mcp")
 #: The JSON-RPC error code of an answer refused for its size (implementation-defined range).
 ANSWER_TOO_LARGE = -32001
 #: How much of a long line's start and end is kept to find the request it answers.
-_EDGE_BYTES = 4096
+EDGE_BYTES = 4096
 _GRACE_S = 2.0
+#: A JSON-RPC message's id where writers put it: at its start or its end.
 _ID = r'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")'
-_ID_AT_START = re.compile(r'^\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?' + _ID)
-_ID_AT_END = re.compile(r"[{,]\s*" + _ID + r"\s*\}\s*$")
+ID_AT_START = re.compile(r'^\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?' + _ID)
+ID_AT_END = re.compile(r"[{,]\s*" + _ID + r"\s*\}\s*$")
 
 
 class AnswerTooLarge(ValueError):
@@ -131,13 +132,13 @@ async def _lines(stdout: Any, limit: int) -> AsyncIterator[bytes | _LongLine]:
             if size <= limit:
                 kept += piece
             else:
-                if len(kept) > _EDGE_BYTES:
-                    del kept[_EDGE_BYTES:]
-                tail = (tail + piece)[-_EDGE_BYTES:]
+                if len(kept) > EDGE_BYTES:
+                    del kept[EDGE_BYTES:]
+                tail = (tail + piece)[-EDGE_BYTES:]
             if end < 0:
                 break
             if size > limit:
-                yield _LongLine(size, bytes(kept[:_EDGE_BYTES]), tail)
+                yield _LongLine(size, bytes(kept[:EDGE_BYTES]), tail)
             elif kept.strip():
                 yield bytes(kept)
             kept, size, tail = bytearray(), 0, b""
@@ -171,7 +172,7 @@ def _message(
 def _answered(head: bytes, tail: bytes, waiting: set[types.RequestId]) -> types.RequestId | None:
     """The waiting request a long line answers: the id at its start or end, else the only
     request waiting."""
-    for pattern, text in ((_ID_AT_START, head), (_ID_AT_END, tail)):
+    for pattern, text in ((ID_AT_START, head), (ID_AT_END, tail)):
         found = pattern.search(text.decode("utf-8", "replace"))
         if found:
             with suppress(ValueError):

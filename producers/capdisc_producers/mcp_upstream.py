@@ -12,8 +12,9 @@
   :class:`~capdisc.errors.UpstreamError`; a connection that was lost (closed, or an HTTP
   session the server forgot) is opened again on the next call. An answer larger than
   ``max_result_bytes`` as JSON raises :class:`~capdisc.errors.UpstreamError` saying to ask for
-  less, rather than reaching a host that cannot use it; a stdio server's is not even read past
-  that (:mod:`capdisc_producers.mcp_stdio`), so its connection answers the next call at once.
+  less, rather than reaching a host that cannot use it; it is not even read past that (a stdio
+  server's: :mod:`capdisc_producers.mcp_stdio`; over streamable HTTP:
+  :mod:`capdisc_producers.mcp_http`), so the server answers the next call at once.
   A tool's own failure is its result (``isError``), returned as it is.
 * When a pooled server says its tools changed (``notifications/tools/list_changed``), the pool
   lists them again over the same connection and hands the listing to ``on_tools_changed``, with
@@ -48,7 +49,9 @@ from pydantic import ValidationError
 from capdisc.discovery.toolsets import MCP_SOURCE_TYPE
 from capdisc.errors import UpstreamError, UpstreamTimeout
 from capdisc.models import SourceRef
+from capdisc_producers.mcp_http import ANSWER_MISMATCHED
 from capdisc_producers.mcp_import import (
+    MAX_MESSAGE_BYTES,
     ListingTap,
     ServerTools,
     list_all_tools,
@@ -57,13 +60,13 @@ from capdisc_producers.mcp_import import (
     unreadable_reason,
     validation_reason,
 )
-from capdisc_producers.mcp_stdio import ANSWER_TOO_LARGE, bounded_stdio
+from capdisc_producers.mcp_stdio import ANSWER_TOO_LARGE
 
 SOURCE_PREFIX = "mcp:"
 _HTTP = ("http://", "https://")
 _REIMPORT_HINT = "import the server again with capdisc import mcp --url URL | --command CMD"
 #: The largest answer passed on by default (``mcp_max_result_bytes``).
-MAX_RESULT_BYTES = 8 * 1024 * 1024
+MAX_RESULT_BYTES = MAX_MESSAGE_BYTES
 _SLOW = "; retry it, or raise mcp_upstream_timeout_s for a slow server"
 #: Errors after which a pooled connection is opened again on the next call: the transport
 #: closed, or (streamable HTTP) the server no longer knows the session, say after a restart.
@@ -133,13 +136,11 @@ def target_of(upstream: Upstream) -> str | StdioServerParameters:
 
 
 def transport_of(upstream: Upstream, max_message_bytes: int) -> ListingTap:
-    """What the pool connects to: the URL, or the command started by :func:`bounded_stdio`
-    (which refuses an answer longer than ``max_message_bytes`` without reading it whole),
-    tapped so that a re-listing reads each tool on its own (:class:`ListingTap`)."""
-    target = target_of(upstream)
-    if isinstance(target, str):
-        return tapped(target)
-    return ListingTap(bounded_stdio(target, max_message_bytes))
+    """What the pool connects to: the URL (:func:`~capdisc_producers.mcp_http.bounded_http`)
+    or the command started by :func:`bounded_stdio`, both refusing an answer longer than
+    ``max_message_bytes`` without reading it whole, tapped so that a re-listing reads each
+    tool on its own (:class:`ListingTap`)."""
+    return tapped(target_of(upstream), max_message_bytes)
 
 
 # -- the pool ------------------------------------------------------------------------------------
@@ -225,7 +226,14 @@ class UpstreamPool:
         except MCPError as exc:
             if exc.code == ANSWER_TOO_LARGE:
                 data = exc.error.data if isinstance(exc.error.data, dict) else {}
-                raise self._too_large(tool, _size(int(data.get("bytes", 0)))) from exc
+                size = data.get("bytes")  # none when reading stopped at the limit
+                raise self._too_large(tool, _size(size) if isinstance(size, int) else "") from exc
+            if exc.code == ANSWER_MISMATCHED:  # over HTTP: the answer named another request
+                raise UpstreamError(
+                    f"MCP server {tool.upstream.label} answered {tool.name!r} {exc.error.message};"
+                    " the server breaks the protocol: call another tool, and report it to the "
+                    "server's maintainers"
+                ) from exc
             if exc.code in SESSION_LOST:
                 self._drop(tool.upstream)
             raise _failed(tool, exc) from exc
@@ -247,11 +255,14 @@ class UpstreamPool:
             raise self._too_large(tool, _size(size))
 
     def _too_large(self, tool: UpstreamTool, size: str) -> UpstreamError:
+        """The refusal of an answer of ``size`` (empty: not read to its end, so unknown)."""
+        answered = f"with {size}, more than" if size else "with more than"
+        stopped = "; reading stopped there" if not size else ""
         return UpstreamError(
-            f"MCP server {tool.upstream.label} answered {tool.name!r} with {size}, "
-            f"more than the {_size(self.max_result_bytes)} capdisc passes on "
-            "(mcp_max_result_bytes); call it again asking for less (a narrower query, a "
-            "smaller page or range), or raise CAPDISC_MCP_MAX_RESULT_BYTES"
+            f"MCP server {tool.upstream.label} answered {tool.name!r} {answered} the "
+            f"{_size(self.max_result_bytes)} capdisc passes on (mcp_max_result_bytes){stopped}; "
+            "call it again asking for less (a narrower query, a smaller page or range), or "
+            "raise CAPDISC_MCP_MAX_RESULT_BYTES"
         )
 
     async def _client(self, upstream: Upstream, tenant: str) -> MCPClient:

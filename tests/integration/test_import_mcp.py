@@ -21,6 +21,7 @@ from .test_cli import run_cli
 
 SERVER = ROOT / "tests" / "fixtures" / "mcp_weather_server.py"
 ODD_LISTING = ROOT / "tests" / "fixtures" / "mcp_odd_listing_server.py"
+FLOOD_HTTP = ROOT / "tests" / "fixtures" / "mcp_flood_http.py"
 
 
 def imported(stack: Stack, tenant: str, *source: str) -> tuple[int, str, str]:
@@ -79,12 +80,16 @@ def http_server(tmp_path: Path) -> Iterator[tuple[int, list[subprocess.Popen[byt
         stop_process(process)
 
 
-def serve_http(port: int, running: list[subprocess.Popen[bytes]], *args: str) -> None:
+def serve_http(
+    port: int, running: list[subprocess.Popen[bytes]], *args: str, argv: list[str] | None = None
+) -> None:
+    """Serve the weather server (with ``args``), or ``argv``, on ``port``; wait until it
+    listens."""
     for process in running:
         stop_process(process)
     running[:] = [
         subprocess.Popen(
-            [sys.executable, str(SERVER), *args, "http", str(port)],
+            argv or [sys.executable, str(SERVER), *args, "http", str(port)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -133,6 +138,41 @@ def test_an_unreachable_server_is_a_clear_error(stack: Stack, tenant: str) -> No
 
     assert code == 2
     assert "could not be listed" in err or "did not list its tools" in err
+
+
+def read_before_refusing(err: str) -> int:
+    """How much of an answer the import read before refusing it, from its logged warning."""
+    (line,) = [line for line in err.splitlines() if "mcp_upstream_answer_too_large" in line]
+    return int(json.loads(line)["bytes_read"])
+
+
+def test_a_listing_larger_than_the_limit_over_http_is_refused_unread(
+    stack: Stack, tenant: str, http_server: tuple[int, list[subprocess.Popen[bytes]]]
+) -> None:
+    port, running = http_server
+    url = f"http://127.0.0.1:{port}/mcp"
+    serve_http(port, running, argv=[sys.executable, str(FLOOD_HTTP), str(port), "huge-listing"])
+
+    code, out, err = imported(stack, tenant, "--url", url, "--timeout", "30")
+
+    assert code == 2, out
+    assert f"MCP server {url} answered tools/list with more than the 8388608 bytes" in err
+    assert "capdisc reads (mcp_max_result_bytes)" in err and "CAPDISC_MCP_MAX_RESULT_BYTES" in err
+    assert read_before_refusing(err) <= 8 * 1024 * 1024 + 4096 + 256 * 1024
+
+
+def test_a_listing_larger_than_the_limit_over_stdio_is_refused_unread(
+    stack: Stack, tenant: str
+) -> None:
+    command = f"{sys.executable} {ODD_LISTING} huge"
+    env = {**stack.env, "CAPDISC_MCP_MAX_RESULT_BYTES": str(1024 * 1024)}
+
+    result = run_cli("import", "mcp", "--command", command, "--tenant", tenant, env=env)
+
+    assert result.returncode == 2, result.stdout
+    assert f"MCP server {command} answered tools/list with more than the 1048576 bytes" in (
+        result.stderr
+    )
 
 
 def test_a_tool_too_large_for_an_event_is_refused_at_once_and_the_rest_imported(

@@ -597,6 +597,105 @@ def test_a_huge_answer_is_refused_without_reading_it_and_the_upstream_still_answ
     assert text_of(answers[0]) == "ahoy"
 
 
+FLOOD_HTTP = ROOT / "tests" / "fixtures" / "mcp_flood_http.py"
+#: How far past the limit an answer over HTTP may be read: the envelope, and the chunk that
+#: crossed the limit.
+READ_PAST_LIMIT = 4096 + 256 * 1024
+
+
+def flood_then_echo(endpoint: str, arguments: dict[str, Any]) -> tuple[str, str, list[Any]]:
+    """Call ``flood`` over HTTP through a pool, then ``echo``: the flood's UpstreamError message
+    (empty if it was answered), the echo's text, and the logs."""
+    upstream = Upstream(f"mcp:{endpoint}", url=endpoint)
+    caught: list[str] = []
+    echoed: list[str] = []
+
+    async def body() -> None:
+        async with UpstreamPool(UPSTREAM_TIMEOUT_S * 4).running() as pool:
+            try:
+                await pool.call(UpstreamTool(upstream, "flood"), arguments, "t")
+            except UpstreamError as exc:
+                caught.append(str(exc))
+            answer = await pool.call(UpstreamTool(upstream, "echo"), {"text": "ahoy"}, "t")
+            echoed.append(text_of(answer))
+
+    with capture_logs() as logs:
+        anyio.run(body)
+    return (caught or [""])[0], echoed[0], logs
+
+
+def read_before_refusing(logs: list[Any]) -> int:
+    (refused,) = [e for e in logs if e["event"] == "mcp_upstream_answer_too_large"]
+    return int(refused["bytes_read"])
+
+
+def test_a_huge_json_answer_over_http_is_refused_unread_and_the_upstream_still_answers(
+    serve_http: Callable[..., str],
+) -> None:
+    endpoint = serve_http([sys.executable, str(FLOOD_HTTP), "{port}"])
+
+    message, echoed, logs = flood_then_echo(endpoint, {"megabytes": 200})
+
+    assert f"MCP server {endpoint} answered 'flood' with more than the 8.4 MB" in message
+    assert "capdisc passes on (mcp_max_result_bytes)" in message
+    assert "asking for less" in message and "CAPDISC_MCP_MAX_RESULT_BYTES" in message
+    assert read_before_refusing(logs) <= 8 * 1024 * 1024 + READ_PAST_LIMIT
+    assert echoed == "ahoy"
+
+
+def test_an_event_stream_answer_above_the_sdks_own_event_limit_is_passed_on(
+    serve_http: Callable[..., str],
+) -> None:
+    upstream_url = serve_http([sys.executable, str(FLOOD_HTTP), "{port}"])
+    upstream = Upstream(f"mcp:{upstream_url}", url=upstream_url)
+    answers: list[types.CallToolResult] = []
+
+    async def body() -> None:
+        async with UpstreamPool(UPSTREAM_TIMEOUT_S * 4).running() as pool:
+            flood = UpstreamTool(upstream, "flood")
+            answers.append(await pool.call(flood, {"megabytes": 3, "sse": True}, "t"))
+
+    anyio.run(body)
+
+    assert text_of(answers[0]) == "x" * 3_000_000
+
+
+def test_a_huge_event_stream_answer_is_refused_unread_and_the_upstream_still_answers(
+    serve_http: Callable[..., str],
+) -> None:
+    endpoint = serve_http([sys.executable, str(FLOOD_HTTP), "{port}"])
+
+    message, echoed, logs = flood_then_echo(endpoint, {"megabytes": 200, "sse": True})
+
+    assert f"MCP server {endpoint} answered 'flood' with more than the 8.4 MB" in message
+    assert "capdisc passes on (mcp_max_result_bytes)" in message and "asking for less" in message
+    assert read_before_refusing(logs) <= 8 * 1024 * 1024 + READ_PAST_LIMIT
+    assert echoed == "ahoy"
+
+
+def test_a_json_answer_to_another_request_id_fails_the_call_at_once(
+    serve_http: Callable[..., str],
+) -> None:
+    endpoint = serve_http([sys.executable, str(FLOOD_HTTP), "{port}"])
+    upstream = Upstream(f"mcp:{endpoint}", url=endpoint)
+    caught: list[UpstreamError] = []
+    echoed: list[types.CallToolResult] = []
+
+    async def body() -> None:
+        async with UpstreamPool(60).running() as pool:
+            with anyio.fail_after(10), pytest.raises(UpstreamError) as raised:
+                await pool.call(UpstreamTool(upstream, "stray"), {}, "t")
+            caught.append(raised.value)
+            echoed.append(await pool.call(UpstreamTool(upstream, "echo"), {"text": "ahoy"}, "t"))
+
+    anyio.run(body)
+
+    message = str(caught[0])
+    assert f"MCP server {endpoint} answered 'stray' with JSON-RPC id 987654321, not" in message
+    assert "breaks the protocol" in message and "check that the server runs" not in message
+    assert text_of(echoed[0]) == "ahoy"
+
+
 def test_an_answer_that_is_no_tool_result_is_named_as_the_servers_fault() -> None:
     odd = Upstream("mcp:odd", argv=(sys.executable, str(ODD_LISTING)))
     caught: list[UpstreamError] = []
