@@ -511,7 +511,7 @@ def import_mcp(
             tenant=tenant,
         )
     report = publish_plan(
-        client, publisher, plan, root=Path(source), tenant=tenant, source=source, wait_s=wait_s
+        client, publisher, plan, root=source, tenant=tenant, source=source, wait_s=wait_s
     )
     report.notes = notes
     return report, changed

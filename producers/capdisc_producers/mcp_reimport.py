@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from pathlib import Path
 
 import anyio.to_thread
 import redis
@@ -185,7 +184,7 @@ def publish_listing(
         found, errors, stored, held_elsewhere(connection, tenant, source, found, stored)
     )
     return publish_plan(
-        connection, publisher, plan, root=Path(source), tenant=tenant, source=source, wait_s=wait_s
+        connection, publisher, plan, root=source, tenant=tenant, source=source, wait_s=wait_s
     )
 
 

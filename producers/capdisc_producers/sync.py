@@ -33,9 +33,10 @@ from capdisc_producers.publisher import Publisher, wait_for_acks
 
 @dataclass
 class SyncReport:
-    """What one sync of a directory did."""
+    """What one sync of a directory did (``root``: the directory, or the name of a source that is
+    no path, such as an MCP server's URL, which a ``Path`` would mangle)."""
 
-    root: Path
+    root: Path | str
     plan: SyncPlan
     batch_id: str
     sent: int
@@ -156,7 +157,7 @@ def publish_plan(
     publisher: Publisher,
     plan: SyncPlan,
     *,
-    root: Path,
+    root: Path | str,
     tenant: str,
     source: str,
     wait_s: float = 0.0,
@@ -184,7 +185,7 @@ def publish_plan(
 
 
 def refuse_oversized(
-    plan: SyncPlan, oversized: Mapping[str, int], limit: int, root: Path, source: str
+    plan: SyncPlan, oversized: Mapping[str, int], limit: int, root: Path | str, source: str
 ) -> None:
     """Move each upsert whose event the indexing workers would refuse for its size
     (``oversized``: id -> bytes) from the plan's upserts to its errors, naming it and saying

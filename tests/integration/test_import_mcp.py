@@ -123,7 +123,7 @@ def test_http_server_changes_are_reindexed_and_removed_tools_deleted(
     code, out, err = imported(stack, tenant, "--url", url)
 
     assert code == 0, err
-    assert "2 upserted, 1 deleted, 1 unchanged, 0 rejected" in out
+    assert f"mcp:{url}: 2 upserted, 1 deleted, 1 unchanged, 0 rejected" in out
     assert "changed: tool:weather-station.get_forecast (content hash" in out
     after = stored(connection, tenant, "tool:weather-station.get_forecast")
     assert before and after and before["description"] != after["description"]
