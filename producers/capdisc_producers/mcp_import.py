@@ -184,22 +184,32 @@ async def read_listing(
 
 
 def read_tools(
-    raw: Sequence[Any], first: int = 1
+    raw: Sequence[Any], first: int = 1, *, modern: bool = False
 ) -> tuple[list[dict[str, Any]], list[RefusedTool]]:
     """The tools of a raw listing as the SDK reads each (plain dicts, snake_case keys), and the
-    ones it cannot read, each with its position (counted from ``first``) and the reason."""
+    ones it cannot read, each with its position (counted from ``first``) and the reason. On a
+    ``modern`` connection (protocol 2026-07-28 and later) a tool whose ``x-mcp-header``
+    annotations are invalid is refused too: clients must drop it, as the SDK's own
+    ``list_tools`` does."""
+    from mcp.shared.inbound import find_invalid_x_mcp_header
     from mcp_types import Tool
 
     tools: list[dict[str, Any]] = []
     refused: list[RefusedTool] = []
     for position, entry in enumerate(raw, first):
+        name = entry.get("name") if isinstance(entry, dict) else None
+        name = name if isinstance(name, str) else ""
         try:
-            tools.append(Tool.model_validate(entry, by_name=False).model_dump(by_alias=False))
+            read = Tool.model_validate(entry, by_name=False).model_dump(by_alias=False)
         except ValidationError as exc:
-            name = entry.get("name") if isinstance(entry, dict) else None
-            refused.append(
-                RefusedTool(name if isinstance(name, str) else "", position, validation_reason(exc))
-            )
+            refused.append(RefusedTool(name, position, validation_reason(exc)))
+            continue
+        invalid = find_invalid_x_mcp_header(read["input_schema"]) if modern else None
+        if invalid is not None:
+            reason = f"inputSchema: invalid x-mcp-header, which MCP clients must drop ({invalid})"
+            refused.append(RefusedTool(name, position, reason[:MAX_UNREADABLE_CHARS]))
+            continue
+        tools.append(read)
     return tools, refused
 
 
@@ -317,12 +327,15 @@ async def list_all_tools(client: Any, tap: ListingTap) -> ServerTools:
     """Every tool the server connected through ``tap`` lists now (all pages, never from a
     cache), each tool the SDK cannot read refused on its own; with what the server says of
     itself."""
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+    modern = client.protocol_version in MODERN_PROTOCOL_VERSIONS
     tools: list[dict[str, Any]] = []
     refused: list[RefusedTool] = []
     cursor: str | None = None
     for _ in range(MAX_PAGES):
         raw, cursor = await read_listing(client, tap, cursor)
-        read, unread = read_tools(raw, len(tools) + len(refused) + 1)
+        read, unread = read_tools(raw, len(tools) + len(refused) + 1, modern=modern)
         tools += read
         refused += unread
         if cursor is None:

@@ -177,6 +177,7 @@ class ListingClient:
     often it is asked."""
 
     server_info = None
+    protocol_version = "2025-11-25"
 
     def __init__(self) -> None:
         self.listings = 0
