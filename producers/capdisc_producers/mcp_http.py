@@ -43,12 +43,16 @@ import structlog
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import coerce_request_id
 
-from capdisc_producers.mcp_stdio import ANSWER_TOO_LARGE, EDGE_BYTES, ID_AT_END, ID_AT_START
+from capdisc_producers.mcp_stdio import (
+    ANSWER_TOO_LARGE,
+    EDGE_BYTES,
+    ENVELOPE_BYTES,
+    ID_AT_END,
+    ID_AT_START,
+)
 
 log = structlog.get_logger("capdisc.mcp")
 
-#: Room for the JSON-RPC envelope around a result of ``max_message_bytes``.
-ENVELOPE_BYTES = 4096
 #: The JSON-RPC error code of a JSON answer carrying another id than its request's.
 ANSWER_MISMATCHED = -32002
 #: The SDK's timeouts (``create_mcp_http_client``): 30 s, and 300 s between reads of a stream.

@@ -151,13 +151,14 @@ class _TappedWrite(_Tapped):
 def tapped(target: Any, max_message_bytes: int) -> ListingTap:
     """The transport to ``target`` (a URL: streamable HTTP, or the ``StdioServerParameters`` of
     a command to start), reading no message from the server longer than ``max_message_bytes``
-    (:mod:`capdisc_producers.mcp_http`, :mod:`capdisc_producers.mcp_stdio`), tapped."""
+    and its JSON-RPC envelope (:mod:`capdisc_producers.mcp_http`,
+    :mod:`capdisc_producers.mcp_stdio`), tapped."""
     from capdisc_producers.mcp_http import bounded_http
-    from capdisc_producers.mcp_stdio import bounded_stdio
+    from capdisc_producers.mcp_stdio import ENVELOPE_BYTES, bounded_stdio
 
     if isinstance(target, str):
         return ListingTap(bounded_http(target, max_message_bytes))
-    return ListingTap(bounded_stdio(target, max_message_bytes))
+    return ListingTap(bounded_stdio(target, max_message_bytes + ENVELOPE_BYTES))
 
 
 async def read_listing(

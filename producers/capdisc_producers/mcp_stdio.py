@@ -44,6 +44,10 @@ log = structlog.get_logger("capdisc.mcp")
 ANSWER_TOO_LARGE = -32001
 #: How much of a long line's start and end is kept to find the request it answers.
 EDGE_BYTES = 4096
+#: Room for the JSON-RPC envelope around a result of the largest size passed on: a message
+#: from the server may be this much longer than ``mcp_max_result_bytes`` (the result itself is
+#: checked against the limit once read).
+ENVELOPE_BYTES = 4096
 _GRACE_S = 2.0
 #: A JSON-RPC message's id where writers put it: at its start or its end.
 _ID = r'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")'

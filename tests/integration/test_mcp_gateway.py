@@ -577,6 +577,21 @@ def test_an_answer_larger_than_the_limit_is_refused_saying_to_ask_for_less() -> 
     assert "asking for less" in message and "CAPDISC_MCP_MAX_RESULT_BYTES" in message
 
 
+def test_a_stdio_answer_at_the_limit_passes_though_its_envelope_is_beyond_it() -> None:
+    odd = Upstream("mcp:odd", argv=(sys.executable, str(ODD_LISTING)))
+    empty = types.CallToolResult(content=[types.TextContent(type="text", text="")])
+    text = "x" * (2048 - len(empty.model_dump_json(by_alias=True, exclude_none=True)))
+    answers: list[types.CallToolResult] = []
+
+    async def body() -> None:
+        async with UpstreamPool(10, max_result_bytes=2048).running() as pool:
+            answers.append(await pool.call(UpstreamTool(odd, "echo"), {"text": text}, "t"))
+
+    anyio.run(body)
+
+    assert text_of(answers[0]) == text  # 2,048 bytes as a result, more as a JSON-RPC line
+
+
 def test_a_huge_answer_is_refused_without_reading_it_and_the_upstream_still_answers() -> None:
     odd = Upstream("mcp:odd", argv=(sys.executable, str(ODD_LISTING)))
     caught: list[UpstreamError] = []
