@@ -1544,13 +1544,24 @@ def dlq() -> None:
 @click.pass_context
 def dlq_list(ctx: click.Context, limit: int, redis_url: str | None, as_json: bool) -> None:
     """The oldest dead-lettered events, with the reason each was refused."""
-    from capdisc.registry.deadletters import list_dead_letters
+    from capdisc.registry.deadletters import budget, list_dead_letters
 
     connection = _connect(ctx, redis_url)[1]
     letters = [letter.to_dict() for letter in list_dead_letters(connection, limit)]
+    held = budget(connection)
     if as_json:
-        click.echo(json.dumps({"dead_letters": letters}, indent=2))
+        click.echo(
+            json.dumps(
+                {"dead_letters": letters, "bytes": held.held_bytes, "dropped": held.dropped},
+                indent=2,
+            )
+        )
         return
+    if held.dropped:
+        click.echo(
+            f"{held.dropped} older dead letters were dropped to keep the stream within "
+            f"deadletters_max_bytes and {keys.DEADLETTERS_MAXLEN:,} entries"
+        )
     if not letters:
         click.echo("no dead letters")
     for letter in letters:

@@ -46,7 +46,8 @@ MAX_PAGES = 100
 MAX_UNREADABLE_CHARS = 300
 #: How many of those reasons are kept (a server may print junk for as long as it runs).
 MAX_UNREADABLE_NOTED = 100
-#: The longest message read from a server by default (``mcp_max_result_bytes``).
+#: The longest message read from a server by default, and the largest answer the gateway passes
+#: on (both ``mcp_max_result_bytes``).
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 
 

@@ -65,8 +65,6 @@ from capdisc_producers.mcp_stdio import ANSWER_TOO_LARGE
 SOURCE_PREFIX = "mcp:"
 _HTTP = ("http://", "https://")
 _REIMPORT_HINT = "import the server again with capdisc import mcp --url URL | --command CMD"
-#: The largest answer passed on by default (``mcp_max_result_bytes``).
-MAX_RESULT_BYTES = MAX_MESSAGE_BYTES
 _SLOW = "; retry it, or raise mcp_upstream_timeout_s for a slow server"
 #: Errors after which a pooled connection is opened again on the next call: the transport
 #: closed, or (streamable HTTP) the server no longer knows the session, say after a restart.
@@ -176,7 +174,7 @@ class UpstreamPool:
         self,
         timeout_s: float,
         on_tools_changed: ToolsChanged | None = None,
-        max_result_bytes: int = MAX_RESULT_BYTES,
+        max_result_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         self.timeout_s = timeout_s
         self.on_tools_changed = on_tools_changed

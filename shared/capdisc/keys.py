@@ -59,7 +59,10 @@ key                                       type     what it holds
 ``capdisc:deadletters``                   stream   events that could not be applied, with reason;
                                                    also discovery requests refused or quarantined
                                                    (``source``: the requests stream); capped
-                                                   near DEADLETTERS_MAXLEN, oldest first
+                                                   at DEADLETTERS_MAXLEN entries and
+                                                   ``deadletters_max_bytes``, oldest first
+``capdisc:deadletters:budget``            hash     ``bytes``: what the dead letters' fields hold;
+                                                   ``dropped``: letters the bounds dropped
 ``capdisc:acks:{batch}``                  list     per-event outcome for a publish batch (expires)
 ``capdisc:counters``                      hash     embedding_calls and other running totals
 ``capdisc:workers``                       hash     worker id -> heartbeat (JSON); the sweep
@@ -127,9 +130,12 @@ DISCOVERY_GROUP = "discovery-workers"
 CHANGES = f"{PREFIX}:changes"
 #: Stream of events that could not be applied.
 DEADLETTERS = f"{PREFIX}:deadletters"
-#: About how many dead letters are kept (trimmed as they are added, oldest first): a client
+#: How many dead letters are kept at most (trimmed as they are added, oldest first): a client
 #: sending malformed requests in a loop must not fill Redis's memory with them.
 DEADLETTERS_MAXLEN = 100_000
+#: Hash of what the dead letters hold against their byte budget: ``bytes`` and ``dropped``
+#: (:mod:`capdisc.registry.deadletters`).
+DEADLETTERS_BUDGET = f"{DEADLETTERS}:budget"
 #: Hash of running totals (``embedding_calls``).
 COUNTERS = f"{PREFIX}:counters"
 #: Hash of worker heartbeats.

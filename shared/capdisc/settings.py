@@ -119,6 +119,11 @@ class Settings(BaseModel):
     #: replayed (publish its source again). Bounds the memory a few huge ones hold in Redis;
     #: at least ``event_max_bytes`` keeps every event a worker accepts replayable.
     deadletter_payload_max_bytes: int = Field(1024 * 1024, ge=1024)
+    #: The most bytes all dead letters hold together (their fields, as stored); past it the
+    #: oldest go, counted (``capdisc status``: ``dead_letters_dropped``). With the entry cap
+    #: alone, 100,000 letters of a MiB each could fill Redis. At least
+    #: ``deadletter_payload_max_bytes``.
+    deadletters_max_bytes: int = Field(256 * 1024 * 1024, ge=1024)
     watch_debounce_ms: int = Field(500, ge=0)
     discover_timeout_s: float = Field(5.0, gt=0, allow_inf_nan=False)
     #: ``capdisc mcp``: how long a call forwarded to the MCP server a tool was imported from may
@@ -250,6 +255,17 @@ class Settings(BaseModel):
                 f"must be at least twice heartbeat_interval_s ({beat_s} s), or live workers are "
                 "taken for gone between heartbeats (their tasks run twice); raise it or lower "
                 "heartbeat_interval_s"
+            )
+        return value
+
+    @field_validator("deadletters_max_bytes")
+    @classmethod
+    def _room_for_one_letter(cls, value: int, info: ValidationInfo) -> int:
+        payload = info.data.get("deadletter_payload_max_bytes")
+        if payload is not None and value < payload:
+            raise ValueError(
+                f"must be at least deadletter_payload_max_bytes ({payload}), or one large dead "
+                "letter drops every other; raise it or lower deadletter_payload_max_bytes"
             )
         return value
 

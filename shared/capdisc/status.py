@@ -15,6 +15,7 @@ from capdisc.errors import FlagError
 from capdisc.redisclock import redis_now_ms
 from capdisc.redistext import as_str
 from capdisc.registry import flags
+from capdisc.registry.deadletters import budget
 from capdisc.registry.flagstore import read_flags, tenant_policy
 from capdisc.registry.policy import stored_record
 
@@ -182,6 +183,8 @@ def collect_status(
         "supervised": supervised(client, stale_after_s),
         "queues": _queues(client),
         "dead_letters": int(client.xlen(keys.DEADLETTERS)),
+        # the bytes they hold against deadletters_max_bytes; the oldest dropped to keep to it
+        **_dead_letter_budget(client),
         # queued for an indexing worker, or delivered and not yet acknowledged
         "pending_events": int(client.llen(keys.INDEXING_QUEUE))
         + int(client.hlen(keys.KOMBU_UNACKED)),
@@ -192,6 +195,11 @@ def collect_status(
         "tasks_resent": counters.get("tasks_resent", 0),
         "last_reconcile": _json_or_none(client.get(keys.RECONCILE_LAST)),
     }
+
+
+def _dead_letter_budget(client: redis.Redis) -> dict[str, int]:
+    held = budget(client)
+    return {"dead_letter_bytes": held.held_bytes, "dead_letters_dropped": held.dropped}
 
 
 def _json_or_none(raw: Any) -> Any:

@@ -10,7 +10,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import pytest
 import redis
 
 from capdisc import keys
@@ -255,24 +254,6 @@ def test_a_queue_entry_that_is_no_message_is_kept_and_the_worker_reads_on(
     assert "not JSON" in reason
     tenant = f"dlq-{uuid.uuid4().hex[:8]}"  # the worker still applies (here: refuses) events
     assert dead_letter_of(stack, connection, undecodable(tenant))
-
-
-def test_dead_letters_are_trimmed_oldest_first_near_their_cap(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(keys, "DEADLETTERS_MAXLEN", 10)
-    private = PrivateStack(tmp_path, durable=False)
-    try:
-        connection = private.connection()
-        for i in range(250):
-            dead_letter(connection, f"poison {i}", "refused")
-
-        kept = [f[b"payload"].decode() for _i, f in connection.xrange(keys.DEADLETTERS)]
-    finally:
-        private.close()
-
-    assert 10 <= len(kept) <= 110  # approximate trimming drops whole stream nodes
-    assert kept[-1] == "poison 249"
 
 
 class BrokenEmbedder(HashingEmbedder):

@@ -227,6 +227,16 @@ def test_an_endless_discover_timeout_is_a_config_error_naming_it(tmp_path: Path)
         Settings.load(environ={}, path=path)
 
 
+def test_a_dead_letter_budget_below_one_letter_is_a_config_error_naming_it() -> None:
+    environ = {
+        "CAPDISC_DEADLETTER_PAYLOAD_MAX_BYTES": "65536",
+        "CAPDISC_DEADLETTERS_MAX_BYTES": "4096",
+    }
+
+    with pytest.raises(ConfigError, match=r"setting 'deadletters_max_bytes'.*at least"):
+        Settings.load(environ=environ)
+
+
 def test_unknown_discovery_key_in_the_settings_file_is_a_config_error(tmp_path: Path) -> None:
     path = write_settings(tmp_path, "discovery:\n  tier1_topk: 3\n")
 

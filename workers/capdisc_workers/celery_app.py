@@ -113,6 +113,7 @@ def _refuser(resources: Resources) -> Refuse:
                 entry,
                 f"not a queue message: {reason}",
                 max_bytes=resources.settings.deadletter_payload_max_bytes,
+                budget_bytes=resources.settings.deadletters_max_bytes,
             )
         except redis.RedisError as exc:
             log.warning("queue_entry_not_kept", queue=queue, error=str(exc))

@@ -117,6 +117,7 @@ class DiscoveryWorker:
             settings.claim_idle_ms,
             settings.reply_ttl_s,
             settings.deadletter_payload_max_bytes,
+            settings.deadletters_max_bytes,
         )
         #: Outcomes read and answered whose settling an outage interrupted: settled first.
         self._unsettled: list[Outcome] = []

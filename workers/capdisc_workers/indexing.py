@@ -170,7 +170,13 @@ def _parse(
         event = RegistryEvent.decode(payload, max_bytes=res.settings.event_max_bytes)
     except EventDecodeError as exc:
         log.warning("event_rejected", reason=str(exc), task_id=task.request.id)
-        dead_letter(client, payload, str(exc), max_bytes=res.settings.deadletter_payload_max_bytes)
+        dead_letter(
+            client,
+            payload,
+            str(exc),
+            max_bytes=res.settings.deadletter_payload_max_bytes,
+            budget_bytes=res.settings.deadletters_max_bytes,
+        )
         return {"decision": "rejected", "reason": str(exc)}
     try:
         res.gate.admit_event(event)  # with auth on, its token must grant write on its tenant
@@ -183,7 +189,13 @@ def _parse(
             tenant=event.tenant,
             capability_id=event.capability_id,
         )
-        dead_letter(client, payload, str(exc), max_bytes=res.settings.deadletter_payload_max_bytes)
+        dead_letter(
+            client,
+            payload,
+            str(exc),
+            max_bytes=res.settings.deadletter_payload_max_bytes,
+            budget_bytes=res.settings.deadletters_max_bytes,
+        )
         _ack(client, event, {"decision": "rejected", "reason": str(exc)})
         return {"decision": "rejected", "reason": str(exc)}
 
@@ -346,7 +358,14 @@ def _retry_or_dead_letter(
             tenant=event.tenant,
             capability_id=event.capability_id,
         )
-        dead_letter(res.redis, payload, reason, attempt, res.settings.deadletter_payload_max_bytes)
+        dead_letter(
+            res.redis,
+            payload,
+            reason,
+            attempt,
+            res.settings.deadletter_payload_max_bytes,
+            res.settings.deadletters_max_bytes,
+        )
         outcome = {"decision": "dead_lettered", "reason": reason}
         _ack(res.redis, event, outcome)
         outcomes.append(outcome)

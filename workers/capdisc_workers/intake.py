@@ -30,7 +30,7 @@ from capdisc.discovery.replies import ErrorReply, Reply
 from capdisc.errors import BadRequestError, CapdiscError, QuarantinedError
 from capdisc.redact import redact_tokens
 from capdisc.redistext import as_str
-from capdisc.registry.deadletters import MAX_PAYLOAD_BYTES, dead_letter
+from capdisc.registry.deadletters import MAX_PAYLOAD_BYTES, MAX_TOTAL_BYTES, dead_letter
 from capdisc_workers.outage import RETRYABLE
 
 log = structlog.get_logger("capdisc.discovery")
@@ -160,9 +160,11 @@ class RequestStream:
         claim_idle_ms: int,
         reply_ttl_s: int,
         deadletter_max_bytes: int = MAX_PAYLOAD_BYTES,
+        deadletters_budget_bytes: int = MAX_TOTAL_BYTES,
     ) -> None:
         self.redis = connection
         self.deadletter_max_bytes = deadletter_max_bytes
+        self.deadletters_budget_bytes = deadletters_budget_bytes
         self.consumer = consumer
         self.claim_idle_ms = claim_idle_ms
         self.reply_ttl_s = reply_ttl_s
@@ -246,7 +248,15 @@ class RequestStream:
             context = {"source": keys.DISCOVERY_REQUESTS, "entry_id": outcome.entry_id}
             if outcome.request_id:
                 context["request_id"] = outcome.request_id
-            dead_letter(pipe, payload, reason, attempts, self.deadletter_max_bytes, **context)
+            dead_letter(
+                pipe,
+                payload,
+                reason,
+                attempts,
+                self.deadletter_max_bytes,
+                self.deadletters_budget_bytes,
+                **context,
+            )
 
     def _ensure_group(self) -> None:
         """The consumer group, created (from the stream's start: a request sent before any

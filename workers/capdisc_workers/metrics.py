@@ -22,6 +22,9 @@ metric                                          what
 ``capdisc_served_version{tenant}``              the version this discovery worker serves
 ``capdisc_queue_depth``                         tasks waiting on the indexing queue
 ``capdisc_dead_letters``                        entries in the dead-letter stream
+``capdisc_dead_letter_bytes``                   the bytes they hold (``deadletters_max_bytes``)
+``capdisc_dead_letters_dropped_total``          dead letters dropped, oldest first, to keep
+                                                the stream within its bounds
 ``capdisc_requests_pending``                    discovery requests read but not answered
 ``capdisc_redis_up``                            1 when the last scrape reached Redis
 ``process_start_time_seconds`` and friends      the process (restarts show as a new start)
@@ -35,7 +38,7 @@ from collections.abc import Callable, Iterator, Mapping
 import redis
 import structlog
 from prometheus_client import Counter, Histogram, start_http_server
-from prometheus_client.core import REGISTRY, GaugeMetricFamily, Metric
+from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from capdisc import keys
@@ -104,8 +107,9 @@ class RegistryGauges(Collector):
                 pipe.get(keys.version(tenant))
             pipe.llen(keys.INDEXING_QUEUE)
             pipe.xlen(keys.DEADLETTERS)
+            pipe.hmget(keys.DEADLETTERS_BUDGET, ["bytes", "dropped"])
             pipe.exists(keys.DISCOVERY_REQUESTS)
-            *versions, depth, letters, has_requests = pipe.execute()
+            *versions, depth, letters, (held, dropped), has_requests = pipe.execute()
         pending = _pending_requests(client) if has_requests else 0
         stored = GaugeMetricFamily(
             "capdisc_index_version", "Stored index version", labels=["tenant"]
@@ -118,6 +122,16 @@ class RegistryGauges(Collector):
         )
         yield GaugeMetricFamily(
             "capdisc_dead_letters", "Entries in the dead-letter stream", value=float(letters)
+        )
+        yield GaugeMetricFamily(
+            "capdisc_dead_letter_bytes",
+            "Bytes the dead letters' fields hold (bounded by deadletters_max_bytes)",
+            value=float(int(held or 0)),
+        )
+        yield CounterMetricFamily(
+            "capdisc_dead_letters_dropped",
+            "Dead letters dropped, oldest first, to keep the stream within its bounds",
+            value=float(int(dropped or 0)),
         )
         yield GaugeMetricFamily(
             "capdisc_requests_pending",

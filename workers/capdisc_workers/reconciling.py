@@ -306,6 +306,7 @@ def _give_up(res: Resources, client: redis.Redis, pending: outbox.Pending, now_m
         json.dumps({"task": pending.name, "args": pending.args, "kwargs": pending.kwargs}),
         reason,
         max_bytes=res.settings.deadletter_payload_max_bytes,
+        budget_bytes=res.settings.deadletters_max_bytes,
         source=keys.OUTBOX,
         task_id=pending.task_id,
     )

@@ -12,6 +12,12 @@ usable request id to reply to) and quarantined ones (delivered again and again, 
 answered). Their ``source`` is the requests stream. They are kept for inspection and are never
 replayed: they are not registry events, their clients stopped waiting long ago, and a
 quarantined one would only take a worker down again.
+
+The stream is bounded twice, oldest first: by entries (:data:`~capdisc.keys.DEADLETTERS_MAXLEN`)
+and by the bytes its entries' fields hold (``deadletters_max_bytes``), so a burst of large bad
+events cannot fill Redis's memory. The bytes held and the letters the budget dropped are kept
+in :data:`~capdisc.keys.DEADLETTERS_BUDGET` by Lua scripts that add and remove entries and count
+in one step (:func:`budget` reads them).
 """
 
 from __future__ import annotations
@@ -32,6 +38,9 @@ from capdisc.redistext import as_str
 #: The most of a payload a dead letter keeps, in UTF-8 bytes, unless told otherwise (the
 #: ``deadletter_payload_max_bytes`` setting); a longer one is cut short and cannot be replayed.
 MAX_PAYLOAD_BYTES = 1024 * 1024
+#: The most bytes the dead letters' fields hold together, unless told otherwise (the
+#: ``deadletters_max_bytes`` setting); past it the oldest go.
+MAX_TOTAL_BYTES = 256 * 1024 * 1024
 #: What a dead letter's id looks like (its stream entry id): ``1700000000000-0``.
 ENTRY_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 #: How many dead letters are read or removed per Redis call.
@@ -44,6 +53,88 @@ NOT_FOUND = "not found"
 REFUSED_REQUEST = "refused: a discovery request"
 REFUSED_TASK = "refused: an indexing task given up"
 REFUSED_TRUNCATED = "refused: payload cut short"
+
+
+#: Adds one entry and drops the oldest while the stream holds more entries or bytes than allowed
+#: (the newest is always kept). An entry's size is its field names' and values' bytes. The
+#: first add after an upgrade counts what the stream already holds.
+_SIZE_OF = """
+local function size_of(fields)
+  local n = 0
+  for i = 1, #fields do n = n + #fields[i] end
+  return n
+end
+"""
+_ADD = (
+    _SIZE_OF
+    + """
+local stream, budget = KEYS[1], KEYS[2]
+local max_entries, max_bytes = tonumber(ARGV[1]), tonumber(ARGV[2])
+if redis.call('HEXISTS', budget, 'bytes') == 0 then
+  local held, start = 0, '-'
+  while true do
+    local page = redis.call('XRANGE', stream, start, '+', 'COUNT', 1000)
+    for _, entry in ipairs(page) do held = held + size_of(entry[2]) end
+    if #page < 1000 then break end
+    start = '(' .. page[#page][1]
+  end
+  redis.call('HSET', budget, 'bytes', held)
+end
+local fields = {}
+for i = 3, #ARGV do fields[#fields + 1] = ARGV[i] end
+local id = redis.call('XADD', stream, '*', unpack(fields))
+local total = redis.call('HINCRBY', budget, 'bytes', size_of(fields))
+local count = redis.call('XLEN', stream)
+local dropped = 0
+while count > 1 and (count > max_entries or total > max_bytes) do
+  local oldest = redis.call('XRANGE', stream, '-', '+', 'COUNT', 1)[1]
+  redis.call('XDEL', stream, oldest[1])
+  total = redis.call('HINCRBY', budget, 'bytes', -size_of(oldest[2]))
+  count = count - 1
+  dropped = dropped + 1
+end
+if count <= 1 then
+  redis.call('HSET', budget, 'bytes', size_of(fields))
+end
+if dropped > 0 then
+  redis.call('HINCRBY', budget, 'dropped', dropped)
+end
+return id
+"""
+)
+#: Removes the entries named (full ids) and takes their bytes off the count; per id, 1 when
+#: it was there.
+_REMOVE = (
+    _SIZE_OF
+    + """
+local stream, budget = KEYS[1], KEYS[2]
+local removed = {}
+for i = 1, #ARGV do
+  local entry = redis.call('XRANGE', stream, ARGV[i], ARGV[i])[1]
+  removed[i] = 0
+  if entry then
+    redis.call('XDEL', stream, ARGV[i])
+    redis.call('HINCRBY', budget, 'bytes', -size_of(entry[2]))
+    removed[i] = 1
+  end
+end
+if redis.call('XLEN', stream) == 0 then
+  redis.call('HSET', budget, 'bytes', 0)
+end
+return removed
+"""
+)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What the dead letters hold against their byte budget."""
+
+    #: The bytes of the fields of the dead letters there are now.
+    held_bytes: int
+    #: How many dead letters were dropped, oldest first, to stay within the budget or the
+    #: entry cap, since the stream began.
+    dropped: int
 
 
 @dataclass(frozen=True)
@@ -102,6 +193,7 @@ def dead_letter(
     reason: str,
     attempts: int = 1,
     max_bytes: int = MAX_PAYLOAD_BYTES,
+    budget_bytes: int = MAX_TOTAL_BYTES,
     **context: str,
 ) -> None:
     """Keep an event that could not be applied, with the reason, for ``capdisc dlq``.
@@ -109,7 +201,8 @@ def dead_letter(
     ``entry_id`` and ``request_id``. ``client`` is a Redis client or a pipeline.
     An identity token in the payload is not kept (a replay carries the replayer's). A payload
     longer than ``max_bytes`` (UTF-8) keeps only its start, marked with its whole size
-    (``truncated_from_bytes``): a few huge events must not hold Redis's memory."""
+    (``truncated_from_bytes``): a few huge events must not hold Redis's memory. The oldest
+    dead letters go while all of them hold more than ``budget_bytes`` (the newest stays)."""
     text = payload.decode(errors="replace") if isinstance(payload, bytes) else payload
     text = redact_tokens(text)
     fields: dict[Any, Any] = {
@@ -123,7 +216,26 @@ def dead_letter(
         fields["payload"] = encoded[:max_bytes].decode("utf-8", errors="ignore")
         fields["truncated_from_bytes"] = len(encoded)
     fields.update(context)
-    client.xadd(keys.DEADLETTERS, fields, maxlen=keys.DEADLETTERS_MAXLEN, approximate=True)
+    pairs = [str(part) for item in fields.items() for part in item]
+    client.register_script(_ADD)(
+        keys=[keys.DEADLETTERS, keys.DEADLETTERS_BUDGET],
+        args=[keys.DEADLETTERS_MAXLEN, budget_bytes, *pairs],
+    )
+
+
+def budget(client: redis.Redis) -> Budget:
+    """The bytes the dead letters hold and how many the bounds dropped."""
+    held, dropped = client.hmget(keys.DEADLETTERS_BUDGET, ["bytes", "dropped"])
+    return Budget(held_bytes=int(held or 0), dropped=int(dropped or 0))
+
+
+def _remove(client: redis.Redis, entry_ids: Sequence[str]) -> list[bool]:
+    """Remove the named dead letters (full entry ids), their bytes taken off the count; per
+    id, whether it was there."""
+    removed: Any = client.register_script(_REMOVE)(
+        keys=[keys.DEADLETTERS, keys.DEADLETTERS_BUDGET], args=list(entry_ids)
+    )
+    return [bool(flag) for flag in removed]
 
 
 def list_dead_letters(client: redis.Redis, limit: int = 100) -> list[DeadLetter]:
@@ -173,8 +285,7 @@ def replay_each(
             outcomes[entry_id] = REFUSED_TRUNCATED
         else:
             send(letter.payload)
-            removed = client.xdel(keys.DEADLETTERS, entry_id)
-            outcomes[entry_id] = REPLAYED if removed else NOT_FOUND
+            outcomes[entry_id] = REPLAYED if _remove(client, [entry_id])[0] else NOT_FOUND
     return outcomes
 
 
@@ -185,11 +296,8 @@ def drop(client: redis.Redis, entry_ids: Sequence[str]) -> dict[str, str]:
     removed: set[str] = set()
     for start in range(0, len(wanted), PAGE):
         page = [i for i in wanted[start : start + PAGE] if ENTRY_ID.fullmatch(i)]
-        with client.pipeline(transaction=False) as pipe:
-            for entry_id in page:
-                pipe.xdel(keys.DEADLETTERS, entry_id)
-            counts = pipe.execute()
-        removed.update(i for i, count in zip(page, counts, strict=True) if count)
+        flags = _remove(client, page) if page else []
+        removed.update(i for i, flag in zip(page, flags, strict=True) if flag)
     return {i: DROPPED if i in removed else NOT_FOUND for i in wanted}
 
 
