@@ -73,9 +73,9 @@ local max_entries, max_bytes = tonumber(ARGV[1]), tonumber(ARGV[2])
 if redis.call('HEXISTS', budget, 'bytes') == 0 then
   local held, start = 0, '-'
   while true do
-    local page = redis.call('XRANGE', stream, start, '+', 'COUNT', 1000)
+    local page = redis.call('XRANGE', stream, start, '+', 'COUNT', 100)
     for _, entry in ipairs(page) do held = held + size_of(entry[2]) end
-    if #page < 1000 then break end
+    if #page < 100 then break end
     start = '(' .. page[#page][1]
   end
   redis.call('HSET', budget, 'bytes', held)
