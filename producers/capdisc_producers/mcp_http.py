@@ -21,7 +21,8 @@ the call as a lost connection ("SSE stream failed"), which says nothing of the s
   messages (GET) the stream fails and the SDK gives it up after its retries.
 
 A JSON answer whose JSON-RPC id (read from its start or end) is not the id of the request it
-answers is replaced by a JSON-RPC error saying so (code :data:`ANSWER_MISMATCHED`): the SDK
+answers is replaced by a JSON-RPC error saying so (code
+:data:`~capdisc_producers.mcp_stdio.ANSWER_MISMATCHED`): the SDK
 passes such an answer on as it is, the client finds no request of that id and drops it, and
 the call waited its whole timeout.
 
@@ -44,6 +45,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import coerce_request_id
 
 from capdisc_producers.mcp_stdio import (
+    ANSWER_MISMATCHED,
     ANSWER_TOO_LARGE,
     EDGE_BYTES,
     ENVELOPE_BYTES,
@@ -53,8 +55,6 @@ from capdisc_producers.mcp_stdio import (
 
 log = structlog.get_logger("capdisc.mcp")
 
-#: The JSON-RPC error code of a JSON answer carrying another id than its request's.
-ANSWER_MISMATCHED = -32002
 #: The SDK's timeouts (``create_mcp_http_client``): 30 s, and 300 s between reads of a stream.
 _TIMEOUT = httpx2.Timeout(30.0, read=300.0)
 _LINE_END = re.compile(rb"\r\n|\r|\n")

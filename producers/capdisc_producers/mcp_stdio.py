@@ -12,6 +12,11 @@ line is read as usual. The request a long line answers is told by its ``id`` (re
 line's start or end, where JSON-RPC writers put it) or, failing that, is the only request
 waiting; with neither, the line is handed to the client as a message it could not read.
 
+An answer carrying the id of no request ever sent to the server, while one request waits, is
+replaced by a JSON-RPC error to that request saying so (code :data:`ANSWER_MISMATCHED`): the
+SDK would drop it as an answer to nothing, and the call would wait its whole timeout. An
+answer to a request sent before (one the client gave up on) is passed on as it is.
+
 Starting and stopping the server follow the SDK's stdio transport: the inherited environment
 of :func:`mcp.client.stdio.get_default_environment` plus the server's own, a process group of
 its own, and on leaving stdin closed, then SIGTERM to the group, then SIGKILL.
@@ -42,6 +47,11 @@ log = structlog.get_logger("capdisc.mcp")
 
 #: The JSON-RPC error code of an answer refused for its size (implementation-defined range).
 ANSWER_TOO_LARGE = -32001
+#: The JSON-RPC error code of an answer carrying another id than its request's.
+ANSWER_MISMATCHED = -32002
+#: How many of the latest request ids sent are remembered, to tell an answer to one given up on
+#: from an answer to none.
+SENT_IDS_KEPT = 4096
 #: How much of a long line's start and end is kept to find the request it answers.
 EDGE_BYTES = 4096
 #: Room for the JSON-RPC envelope around a result of the largest size passed on: a message
@@ -85,6 +95,7 @@ async def bounded_stdio(
     to_client, from_server = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     to_server, from_client = anyio.create_memory_object_stream[SessionMessage](0)
     waiting: set[types.RequestId] = set()
+    sent: dict[types.RequestId, None] = {}  # the latest ids sent, oldest first
 
     async def read() -> None:
         assert process.stdout is not None
@@ -98,7 +109,7 @@ async def bounded_stdio(
                             bytes=line.size,
                             limit_bytes=max_message_bytes,
                         )
-                    await to_client.send(_message(line, max_message_bytes, waiting))
+                    await to_client.send(_message(line, max_message_bytes, waiting, sent))
 
     async def write() -> None:
         assert process.stdin is not None
@@ -107,6 +118,7 @@ async def bounded_stdio(
                 async for item in from_client:
                     if isinstance(item.message, JSONRPCRequest):
                         waiting.add(item.message.id)
+                        _remember(sent, item.message.id)
                     data = item.message.model_dump_json(by_alias=True, exclude_unset=True)
                     await process.stdin.send((data + "\n").encode(server.encoding))
         await to_client.aclose()  # the server cannot be written to: the connection is over
@@ -149,8 +161,17 @@ async def _lines(stdout: Any, limit: int) -> AsyncIterator[bytes | _LongLine]:
             start = end + 1
 
 
+def _remember(sent: dict[types.RequestId, None], request_id: types.RequestId) -> None:
+    sent[request_id] = None
+    if len(sent) > SENT_IDS_KEPT:
+        del sent[next(iter(sent))]
+
+
 def _message(
-    line: bytes | _LongLine, limit: int, waiting: set[types.RequestId]
+    line: bytes | _LongLine,
+    limit: int,
+    waiting: set[types.RequestId],
+    sent: dict[types.RequestId, None],
 ) -> SessionMessage | Exception:
     if isinstance(line, _LongLine):
         size = line.size
@@ -169,8 +190,21 @@ def _message(
     except ValueError as exc:
         return exc
     if isinstance(message, JSONRPCResponse | JSONRPCError):
+        if message.id is not None and message.id not in sent and len(waiting) == 1:
+            return _mismatched(message.id, waiting.pop())
         waiting.discard(message.id)
     return SessionMessage(message)
+
+
+def _mismatched(answered: types.RequestId, asked: types.RequestId) -> SessionMessage:
+    """The JSON-RPC error answering request ``asked`` in place of an answer to no request."""
+    log.warning("mcp_upstream_answer_mismatched", id=answered, asked=asked)
+    error = types.ErrorData(
+        code=ANSWER_MISMATCHED,
+        message=f"with JSON-RPC id {json.dumps(answered)}, not {json.dumps(asked)}, the id of "
+        "the request it answers",
+    )
+    return SessionMessage(JSONRPCError(jsonrpc="2.0", id=asked, error=error))
 
 
 def _answered(head: bytes, tail: bytes, waiting: set[types.RequestId]) -> types.RequestId | None:

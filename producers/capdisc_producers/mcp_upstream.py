@@ -49,7 +49,6 @@ from pydantic import ValidationError
 from capdisc.discovery.toolsets import MCP_SOURCE_TYPE
 from capdisc.errors import UpstreamError, UpstreamTimeout
 from capdisc.models import SourceRef
-from capdisc_producers.mcp_http import ANSWER_MISMATCHED
 from capdisc_producers.mcp_import import (
     MAX_MESSAGE_BYTES,
     ListingTap,
@@ -60,7 +59,7 @@ from capdisc_producers.mcp_import import (
     unreadable_reason,
     validation_reason,
 )
-from capdisc_producers.mcp_stdio import ANSWER_TOO_LARGE
+from capdisc_producers.mcp_stdio import ANSWER_MISMATCHED, ANSWER_TOO_LARGE
 
 SOURCE_PREFIX = "mcp:"
 _HTTP = ("http://", "https://")
@@ -226,7 +225,7 @@ class UpstreamPool:
                 data = exc.error.data if isinstance(exc.error.data, dict) else {}
                 size = data.get("bytes")  # none when reading stopped at the limit
                 raise self._too_large(tool, _size(size) if isinstance(size, int) else "") from exc
-            if exc.code == ANSWER_MISMATCHED:  # over HTTP: the answer named another request
+            if exc.code == ANSWER_MISMATCHED:  # the answer named another request
                 raise UpstreamError(
                     f"MCP server {tool.upstream.label} answered {tool.name!r} {exc.error.message};"
                     " the server breaks the protocol: call another tool, and report it to the "

@@ -699,6 +699,26 @@ def test_a_json_answer_to_another_request_id_fails_the_call_at_once(
     assert text_of(echoed[0]) == "ahoy"
 
 
+def test_a_stdio_answer_to_a_request_never_sent_fails_the_call_at_once() -> None:
+    odd = Upstream("mcp:odd", argv=(sys.executable, str(ODD_LISTING)))
+    caught: list[UpstreamError] = []
+    echoed: list[types.CallToolResult] = []
+
+    async def body() -> None:
+        async with UpstreamPool(60).running() as pool:
+            with anyio.fail_after(10), pytest.raises(UpstreamError) as raised:
+                await pool.call(UpstreamTool(odd, "stray"), {}, "t")
+            caught.append(raised.value)
+            echoed.append(await pool.call(UpstreamTool(odd, "echo"), {"text": "ahoy"}, "t"))
+
+    anyio.run(body)
+
+    message = str(caught[0])
+    assert "MCP server odd answered 'stray' with JSON-RPC id 987654321, not" in message
+    assert "breaks the protocol" in message
+    assert text_of(echoed[0]) == "ahoy"
+
+
 def test_an_answer_that_is_no_tool_result_is_named_as_the_servers_fault() -> None:
     odd = Upstream("mcp:odd", argv=(sys.executable, str(ODD_LISTING)))
     caught: list[UpstreamError] = []

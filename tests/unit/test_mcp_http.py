@@ -12,13 +12,8 @@ import anyio
 import httpx2
 import pytest
 
-from capdisc_producers.mcp_http import (
-    ANSWER_MISMATCHED,
-    BoundedClient,
-    EventSplitter,
-    EventTooLarge,
-)
-from capdisc_producers.mcp_stdio import ANSWER_TOO_LARGE
+from capdisc_producers.mcp_http import BoundedClient, EventSplitter, EventTooLarge
+from capdisc_producers.mcp_stdio import ANSWER_MISMATCHED, ANSWER_TOO_LARGE
 
 LIMIT = 1000
 CHUNK = 100

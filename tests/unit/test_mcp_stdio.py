@@ -8,10 +8,17 @@ from collections.abc import AsyncIterator
 
 import anyio
 import mcp_types as types
+import pytest
 from mcp.shared.message import SessionMessage
 from mcp_types.jsonrpc import JSONRPCError, JSONRPCResponse
 
-from capdisc_producers.mcp_stdio import ANSWER_TOO_LARGE, AnswerTooLarge, _lines, _message
+from capdisc_producers.mcp_stdio import (
+    ANSWER_MISMATCHED,
+    ANSWER_TOO_LARGE,
+    AnswerTooLarge,
+    _lines,
+    _message,
+)
 
 
 async def chunks_of(data: bytes, size: int) -> AsyncIterator[bytes]:
@@ -19,12 +26,21 @@ async def chunks_of(data: bytes, size: int) -> AsyncIterator[bytes]:
         yield data[start : start + size]
 
 
-def read(data: bytes, limit: int, chunk: int, waiting: set[types.RequestId]) -> list[object]:
+def read(
+    data: bytes,
+    limit: int,
+    chunk: int,
+    waiting: set[types.RequestId],
+    sent: set[types.RequestId] | None = None,
+) -> list[object]:
+    """The messages ``data`` holds, read ``chunk`` bytes at a time; ``sent`` are the request ids
+    sent (default: the ones ``waiting``)."""
     out: list[object] = []
+    sent_ids = dict.fromkeys(waiting if sent is None else sent)
 
     async def body() -> None:
         async for line in _lines(chunks_of(data, chunk), limit):
-            out.append(_message(line, limit, waiting))
+            out.append(_message(line, limit, waiting, sent_ids))
 
     anyio.run(body)
     return out
@@ -69,3 +85,26 @@ def test_a_long_line_naming_no_waiting_request_answers_the_only_one_waiting() ->
     assert isinstance(only[0], SessionMessage) and only[0].message.id == 3
     assert isinstance(several[0], AnswerTooLarge)
     assert "more than the 4096 bytes capdisc reads" in str(several[0])
+
+
+@pytest.mark.parametrize(
+    ("answered", "waiting", "sent", "passed_as_is"),
+    [
+        (99, {7}, {7}, False),  # an id never sent, one request waiting: that request fails
+        (3, {7}, {3, 7}, True),  # an answer to a request given up on: the client drops it
+        (99, {7, 8}, {7, 8}, True),  # which request it was meant for cannot be told
+        (7, {7}, {7}, True),  # its own answer
+    ],
+)
+def test_an_answer_to_no_request_sent_fails_the_one_waiting(
+    answered: int, waiting: set[types.RequestId], sent: set[types.RequestId], passed_as_is: bool
+) -> None:
+    (out,) = read(answer(answered, "ahoy"), 4096, 1000, set(waiting), sent)
+
+    assert isinstance(out, SessionMessage)
+    if passed_as_is:
+        assert isinstance(out.message, JSONRPCResponse) and out.message.id == answered
+    else:
+        assert isinstance(out.message, JSONRPCError) and out.message.id == 7
+        assert out.message.error.code == ANSWER_MISMATCHED
+        assert out.message.error.message.startswith("with JSON-RPC id 99, not 7")
