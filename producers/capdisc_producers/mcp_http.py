@@ -28,7 +28,8 @@ the call waited its whole timeout.
 
 The next request opens a connection of its own, so the server answers it as usual. Bodies are
 asked for uncompressed (``Accept-Encoding: identity``) and counted as decoded, so a server that
-compresses anyway is bounded too (by the limit plus what one compressed chunk expands to).
+compresses anyway is bounded too: ``httpx2`` decodes gzip and deflate at most 1 MiB at a time,
+so a small compressed body that expands to gigabytes costs the limit plus 1 MiB.
 """
 
 from __future__ import annotations

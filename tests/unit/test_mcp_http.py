@@ -5,6 +5,7 @@ answered by a JSON-RPC error saying so."""
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -155,3 +156,17 @@ def test_a_carriage_return_at_a_chunks_end_waits_for_the_next_chunk() -> None:
     assert splitter.feed(b"data: one\r\n\r") == b""
     assert splitter.feed(b"\ndata: two") == b"data: one\r\n\r\n"
     assert splitter.pending == len(b"data: two")
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate"])
+def test_a_compressed_bomb_is_refused_after_one_decoded_piece(coding: str) -> None:
+    wbits = zlib.MAX_WBITS | 16 if coding == "gzip" else zlib.MAX_WBITS
+    packer = zlib.compressobj(9, zlib.DEFLATED, wbits)
+    bomb = packer.compress(answer(16 * 1024 * 1024)) + packer.flush()  # 16 MiB in about 16 KB
+    served = Served(bomb, "application/json", **{"content-encoding": coding})
+
+    refusal = json.loads(exchange(served))
+
+    assert refusal["error"]["code"] == ANSWER_TOO_LARGE
+    assert refusal["error"]["data"]["bytes_read"] <= LIMIT + 1024 * 1024  # one decoded piece
+    assert served.taken <= 2
