@@ -15,10 +15,13 @@ the call as a lost connection ("SSE stream failed"), which says nothing of the s
   and the request is answered in the body's place by a JSON-RPC error (code
   :data:`~capdisc_producers.mcp_stdio.ANSWER_TOO_LARGE`, as for a stdio server) that the
   gateway and ``capdisc import mcp`` turn into an error naming the server and the limit;
-* a ``text/event-stream`` body is passed on one whole event at a time; an event that grows past
-  the limit ends the stream: on a request's stream the request is answered by that same error
-  (the event is taken for its answer), on the stream the client opens for the server's own
-  messages (GET) the stream fails and the SDK gives it up after its retries.
+* a ``text/event-stream`` body is passed on one whole event at a time. An event that grows past
+  the limit on a request's stream is, when its start shows a message of the server's own (a
+  ``method`` before any ``result`` or ``error``: a log or progress notification, a request to
+  the client), skipped to its end unkept, logged, and the stream read on for the answer;
+  otherwise it is taken for the answer, and the request is answered by that same error. On
+  the stream the client opens for the server's own messages (GET) such an event fails the
+  stream, and the SDK gives it up after its retries.
 
 A JSON answer whose JSON-RPC id (read from its start or end) is not the id of the request it
 answers is replaced by a JSON-RPC error saying so (code
@@ -59,6 +62,8 @@ log = structlog.get_logger("capdisc.mcp")
 #: The SDK's timeouts (``create_mcp_http_client``): 30 s, and 300 s between reads of a stream.
 _TIMEOUT = httpx2.Timeout(30.0, read=300.0)
 _LINE_END = re.compile(rb"\r\n|\r|\n")
+#: The first of the keys that tell a JSON-RPC message from the server apart.
+_FIRST_KEY = re.compile(rb'"(method|result|error)"\s*:')
 #: Headers that describe the body as it came over the wire, not as it is passed on (decoded).
 _WIRE_HEADERS = ("content-encoding", "content-length", "transfer-encoding")
 
@@ -194,6 +199,9 @@ class _Events(httpx2.AsyncByteStream):
             if whole:
                 yield whole
             if events.pending > self.client.limit:
+                if self.request.method == "POST" and _from_the_server(events.head()):
+                    self._skip(events)
+                    continue
                 if self.request.method != "POST" or _request_id(self.request) is None:
                     self.client.too_large(self.request, events.pending, exact=False)
                     raise EventTooLarge(
@@ -202,11 +210,30 @@ class _Events(httpx2.AsyncByteStream):
                 answer = self.client.too_large(self.request, events.pending, exact=False)
                 yield b"event: message\ndata: " + answer + b"\n\n"
                 return
-        if events.pending:
+        if events.pending and not events.skipping:
             yield events.rest()
+
+    def _skip(self, events: EventSplitter) -> None:
+        log.warning(
+            "mcp_upstream_message_skipped",
+            upstream=self.client.label,
+            bytes_read=events.pending,
+            limit_bytes=self.client.limit,
+            reason="a message of the server's own past the limit, not the answer",
+        )
+        events.skip()
 
     async def aclose(self) -> None:
         await self.response.aclose()
+
+
+def _from_the_server(event_head: bytes) -> bool:
+    """Whether an event's start shows a message of the server's own (a notification or a
+    request to the client), not an answer: a ``method`` key before any ``result`` or
+    ``error``."""
+    data = event_head.partition(b"data:")[2]
+    found = _FIRST_KEY.search(data)
+    return found is not None and found.group(1) == b"method"
 
 
 class EventSplitter:
@@ -215,32 +242,54 @@ class EventSplitter:
 
     def __init__(self) -> None:
         self._kept = bytearray()
-        self._line_start = 0  # where the line being read starts in what is kept
+        self._line_start = 0  # where the line being read starts in what is kept (-1: before it)
         self._scanned = 0  # how much of what is kept was looked through for line ends
+        #: Whether the event not yet ended is being dropped (:meth:`skip`).
+        self.skipping = False
 
     @property
     def pending(self) -> int:
         return len(self._kept)
 
+    def head(self) -> bytes:
+        """The start of the event not yet ended."""
+        return bytes(self._kept[:EDGE_BYTES])
+
+    def skip(self) -> None:
+        """Drop the event not yet ended, what is kept of it now and the rest as it comes; the
+        events after it are split as before."""
+        self.skipping = True
+        self._forget()
+
+    def _forget(self) -> None:
+        """Drop what is kept of the event being skipped, but for a carriage return not yet
+        looked at (it may start a CRLF), remembering whether a line starts after it."""
+        self._line_start = 0 if self._line_start == self._scanned else -1
+        del self._kept[: self._scanned]
+        self._scanned = 0
+
     def feed(self, chunk: bytes) -> bytes:
         """Take ``chunk``; return the events it ended (whole), if any."""
         self._kept += chunk
-        ended = 0
+        start = ended = 0
         for found in _LINE_END.finditer(self._kept, self._scanned):
             if found.group() == b"\r" and found.end() == len(self._kept):
                 self._scanned = found.start()  # may start a CRLF: look again with more
                 break
             if found.start() == self._line_start:  # a blank line: the event ends here
+                if self.skipping:  # the skipped one: what follows is passed on
+                    self.skipping, start = False, found.end()
                 ended = found.end()
             self._line_start = found.end()
         else:
             self._scanned = len(self._kept)
-        if not ended:
-            return b""
-        whole = bytes(self._kept[:ended])
-        del self._kept[:ended]
-        self._line_start -= ended
-        self._scanned -= ended
+        whole = bytes(self._kept[start:ended])
+        if ended:
+            del self._kept[:ended]
+            self._line_start -= ended
+            self._scanned -= ended
+        if self.skipping:
+            self._forget()
         return whole
 
     def rest(self) -> bytes:

@@ -676,6 +676,25 @@ def test_an_event_stream_answer_above_the_sdks_own_event_limit_is_passed_on(
     assert text_of(answers[0]) == "x" * 3_000_000
 
 
+def test_a_huge_log_notification_before_the_answer_is_skipped_and_the_answer_passed_on(
+    serve_http: Callable[..., str],
+) -> None:
+    endpoint = serve_http([sys.executable, str(FLOOD_HTTP), "{port}"])
+    upstream = Upstream(f"mcp:{endpoint}", url=endpoint)
+    answers: list[types.CallToolResult] = []
+
+    async def body() -> None:
+        async with UpstreamPool(UPSTREAM_TIMEOUT_S * 4).running() as pool:
+            answers.append(await pool.call(UpstreamTool(upstream, "chatty"), {}, "t"))
+
+    with capture_logs() as logs:
+        anyio.run(body)
+
+    assert text_of(answers[0]) == "after the chatter"
+    (skipped,) = [e for e in logs if e["event"] == "mcp_upstream_message_skipped"]
+    assert skipped["bytes_read"] <= 8 * 1024 * 1024 + READ_PAST_LIMIT
+
+
 def test_a_json_answer_to_another_request_id_fails_the_call_at_once(
     serve_http: Callable[..., str],
 ) -> None:

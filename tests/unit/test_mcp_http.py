@@ -170,3 +170,41 @@ def test_a_compressed_bomb_is_refused_after_one_decoded_piece(coding: str) -> No
     assert refusal["error"]["code"] == ANSWER_TOO_LARGE
     assert refusal["error"]["data"]["bytes_read"] <= LIMIT + 1024 * 1024  # one decoded piece
     assert served.taken <= 2
+
+
+def notification(size: int) -> bytes:
+    params = {"level": "debug", "data": "x" * size}
+    message = {"jsonrpc": "2.0", "method": "notifications/message", "params": params}
+    return json.dumps(message).encode()
+
+
+@pytest.mark.parametrize("blank", [b"\n\n", b"\r\n\r\n", b"\r\r"])
+def test_a_notification_longer_than_the_limit_is_skipped_and_the_answer_after_it_passed_on(
+    blank: bytes,
+) -> None:
+    line_end = blank[: len(blank) // 2]
+    huge = b"event: message" + line_end + b"data: " + notification(50_000)
+    reply = b"event: message\ndata: " + answer(300) + b"\n\n"
+    served = Served(huge + blank + reply, "text/event-stream")
+
+    body = exchange(served)
+
+    assert body == reply
+
+
+@pytest.mark.parametrize("blank", [b"\n\n", b"\r\n\r\n", b"\r\r", b"\n\r\n"])
+@pytest.mark.parametrize("chunk", [1, 7, 1000])
+def test_a_skipped_event_is_dropped_to_its_end_and_the_next_read_whole(
+    blank: bytes, chunk: int
+) -> None:
+    splitter = EventSplitter()
+    stream = b"data: " + b"y" * 3000 + blank + b"data: next" + blank + b"data: rest"
+    out: list[bytes] = []
+    for start in range(0, len(stream), chunk):
+        out.append(splitter.feed(stream[start : start + chunk]))
+        if splitter.pending > 100 and not splitter.skipping:
+            splitter.skip()
+
+    assert b"".join(out) == b"data: next" + blank
+    assert splitter.rest() == b"data: rest"
+    assert max(len(piece) for piece in out) <= len(b"data: next" + blank)
