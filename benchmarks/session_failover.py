@@ -29,8 +29,8 @@ import redis
 sys.path.insert(0, str(Path(__file__).parent))
 
 from _common import describe_ms, example_registry_stack, publish_registry
-from capdisc import keys
 from capdisc.client import Client
+from capdisc.sessions import store
 from capdisc.settings import Settings
 from capdisc.status import live_workers
 from capdisc_producers.stack import REDIS_ENV, Stack
@@ -174,7 +174,7 @@ def verify(
 
 
 def _binding_events(connection: redis.Redis, tenant: str, session: str, tool: str) -> int:
-    entries = connection.xrange(keys.session_events(tenant, session))
+    entries = connection.xrange(store.stream_key(connection, tenant, session))
     return sum(
         1
         for _id, fields in entries

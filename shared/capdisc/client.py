@@ -256,7 +256,10 @@ class Client:
         ``imported``; a ``refreshed`` event's ``tool`` lists the tools a discovery found again,
         comma-separated), from stream id ``after``; ends when ``stop()`` is true. Redis
         restarting is ridden out; away longer than ``timeout_s``, a
-        :class:`~capdisc.errors.RedisUnavailableError`."""
+        :class:`~capdisc.errors.RedisUnavailableError`. A discovery worker names the stream
+        first, once it checked that this client may watch the session (with auth on: a token
+        of its tenant with the ``session`` grant whose roles see every capability, since the
+        events name each tool bound); the stream is then read from Redis directly."""
         return self._followed(self._tenant(tenant), session, after, stop)
 
     def _followed(
@@ -264,8 +267,13 @@ class Client:
     ) -> Iterator[dict[str, str]]:
         from capdisc.sessions import store as sessions
 
+        def named() -> str:
+            return str(self._session_op("watch", session, tenant)["stream"])
+
         try:
-            yield from sessions.follow(self.redis, tenant, session, after, stop, self.timeout_s)
+            yield from sessions.follow(
+                self.redis, named(), after, stop, self.timeout_s, rename=named
+            )
         except redis.AuthenticationError as exc:
             raise RedisCredentialsError.refused(exc) from exc
         except (redis.ConnectionError, redis.TimeoutError) as exc:

@@ -28,7 +28,10 @@ key                                       type     what it holds
 ``capdisc:t:{t}:session:{s}``            hash     session ``{s}``: ``state`` (working set and
                                                    guard memory, JSON) and ``rev`` (its revision);
                                                    expires max_age_s after creation
-``capdisc:t:{t}:session:{s}~events``     stream   every change to that working set, in order
+``capdisc:t:{t}:session:{s}~events~{k}`` stream   every change to that working set, in order;
+                                                   ``{k}``: a keyed hash of ``{t}`` and ``{s}``
+                                                   (SESSIONS_SECRET), told by a discovery worker
+                                                   to a watcher its token lets watch
 ``capdisc:t:{t}:session:{s}~req:{r}``    string   the outcome of request ``{r}`` in that session
                                                    (a retry returns it; expires request_memory_s);
                                                    ``~`` is in no session or request id, so no
@@ -76,6 +79,9 @@ key                                       type     what it holds
 ``capdisc:discovery:requests``            stream   per-turn discovery requests (consumer group;
                                                    capped near DISCOVERY_REQUESTS_MAXLEN)
 ``capdisc:reply:{request_id}``            list     the reply to one request (expires)
+``capdisc:sessions:secret``               string   a random secret set (NX) by the first discovery
+                                                   worker to write a session event: it names the
+                                                   session event streams (discovery workers only)
 ``capdisc:epoch``                         string   a random id set (NX) by the first discovery
                                                    worker to find it missing: when it changes or
                                                    vanishes, Redis lost its data (workers reload)
@@ -94,6 +100,7 @@ key                                       type     what it holds
 from __future__ import annotations
 
 import hashlib
+import hmac
 
 PREFIX = "capdisc"
 
@@ -153,6 +160,10 @@ RECONCILE_LAST = f"{PREFIX}:reconcile:last"
 #: String: this Redis's data generation, a random id set once (SET NX); a discovery worker that
 #: sees it change or vanish knows Redis lost its data and reloads what is published again.
 EPOCH = f"{PREFIX}:epoch"
+#: String: the random secret that names each session's event stream (made, SET NX, by the first
+#: discovery worker that writes one; readable by discovery workers only): without it, nobody can
+#: name another tenant's or session's stream, and Redis's client role may read only streams.
+SESSIONS_SECRET = f"{PREFIX}:sessions:secret"
 #: Hash: child name -> JSON state of a process ``capdisc up`` supervises (pid, restarts, last
 #: exit); ``capdisc status`` shows it.
 SUPERVISED = f"{PREFIX}:supervised"
@@ -227,9 +238,12 @@ def session(tenant: str, session_id: str) -> str:
     return f"{PREFIX}:t:{tenant}:session:{session_id}"
 
 
-def session_events(tenant: str, session_id: str) -> str:
-    """Stream: one session's working-set changes."""
-    return f"{PREFIX}:t:{tenant}:session:{session_id}~events"
+def session_events(tenant: str, session_id: str, secret: str) -> str:
+    """Stream: one session's working-set changes, named with a keyed hash of the tenant and
+    session (``secret``: the value of :data:`SESSIONS_SECRET`)."""
+    message = f"{tenant}\0{session_id}".encode()
+    ticket = hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()[:32]
+    return f"{PREFIX}:t:{tenant}:session:{session_id}~events~{ticket}"
 
 
 def session_request(tenant: str, session_id: str, request_id: str) -> str:

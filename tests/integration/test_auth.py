@@ -205,6 +205,35 @@ def test_client_session_ops_need_the_session_grant_and_show_what_the_token_may_s
     assert discover_only.discover("refund a stripe payment").ids  # discover alone is fine
 
 
+def test_watching_a_session_needs_a_token_whose_roles_see_every_capability(
+    auth_stack: AuthStack,
+) -> None:
+    finance = auth_stack.client(auth_stack.token(roles=["finance"]))
+    finance.discover("refund a stripe payment", session="auth-w1")
+    sees_all = auth_stack.client(auth_stack.token(roles=["finance", "eng"], user="alice"))
+    outsider = auth_stack.client(auth_stack.token("other"), tenant=TENANT)
+
+    first = next(iter(sees_all.watch_session("auth-w1")))
+
+    assert first["type"] == "bound"
+    with pytest.raises(ForbiddenError, match="not visible to the roles and user asking"):
+        next(iter(finance.watch_session("auth-w1")))
+    with pytest.raises(ForbiddenError, match="wrong tenant"):
+        next(iter(outsider.watch_session("auth-w1")))
+
+
+def test_a_sessions_event_stream_is_not_named_by_its_tenant_and_id_alone(
+    auth_stack: AuthStack,
+) -> None:
+    auth_stack.client(auth_stack.token()).discover("open a pull request", session="auth-w2")
+    connection = redis.Redis.from_url(auth_stack.url)
+    named = f"capdisc:t:{TENANT}:session:auth-w2~events"
+
+    (stream,) = connection.scan_iter(match=f"{named}*")
+
+    assert stream.decode().startswith(f"{named}~") and connection.xlen(stream) > 0
+
+
 IDENTITIES = [
     pytest.param((), None, id="anonymous"),
     pytest.param(("finance",), None, id="finance"),

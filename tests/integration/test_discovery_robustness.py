@@ -117,7 +117,7 @@ def test_bytes_that_are_not_utf8_on_the_request_stream_are_dead_lettered(
         ),
         (
             {"op": "session", "payload": json.dumps({"op": "delete", "session": "s"})},
-            "session request field 'op' must be one of call, show, export, import",
+            "session request field 'op' must be one of call, show, export, import, watch",
         ),
         (
             {"payload": json.dumps({"query": "x", "limit": 10**30})},

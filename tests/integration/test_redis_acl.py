@@ -218,6 +218,7 @@ def test_each_role_runs_every_flow_with_only_its_own_permissions(
         ("client", lambda r: r.hset(keys.caps("acme"), "tool:x", "{}")),
         ("client", lambda r: r.hgetall(keys.session("acme", "s1"))),
         ("client", lambda r: r.lpush(keys.INDEXING_QUEUE, "{}")),
+        ("client", lambda r: r.get(keys.SESSIONS_SECRET)),
         ("producer", lambda r: r.hset(keys.caps("acme"), "tool:x", "{}")),
         ("producer", lambda r: r.hgetall(keys.session("acme", "s1"))),
         ("producer", lambda r: r.xrange(keys.DISCOVERY_REQUESTS)),

@@ -36,7 +36,7 @@ def test_a_session_expires_at_its_maximum_age(connection: redis.Redis, tenant: s
 
     ttl_ms = connection.pttl(keys.session(tenant, "s1"))
     assert 0 < ttl_ms <= 60_000
-    assert 0 < connection.pttl(keys.session_events(tenant, "s1")) <= 60_000
+    assert 0 < connection.pttl(store.stream_key(connection, tenant, "s1")) <= 60_000
 
 
 def test_live_sessions_are_bounded_least_recently_active_first(
@@ -123,7 +123,7 @@ def test_a_session_named_after_another_ones_event_stream_leaves_it_working(
     view = sessions.after_discovery(Turn(tenant, "s1", "r2", None, ["tool:b"]))
 
     assert view.bound == ("tool:b",)
-    streamed = connection.xrange(keys.session_events(tenant, "s1"))
+    streamed = connection.xrange(store.stream_key(connection, tenant, "s1"))
     assert [fields[b"tool"] for _id, fields in streamed] == [b"tool:b"]
 
 

@@ -296,7 +296,7 @@ BAD_ENTRIES: list[tuple[str, dict[Any, Any], str | None, str]] = [
         "session-op-unknown",
         session(op="delete"),
         "r-2",
-        "session request field 'op' must be one of call, show, export, import, got 'delete'",
+        "session request field 'op' must be one of call, show, export, import, watch, got 'delete'",
     ),
     (
         "entry-field-unknown",

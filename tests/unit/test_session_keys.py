@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from capdisc import keys
 from capdisc.discovery.protocol import REQUEST_ID_RE, SESSION_RE
 
+SECRET = "0" * 64
 IDS = st.from_regex(SESSION_RE, fullmatch=True)
 REQUEST_IDS = st.from_regex(REQUEST_ID_RE, fullmatch=True)
 
@@ -18,7 +20,7 @@ REQUEST_IDS = st.from_regex(REQUEST_ID_RE, fullmatch=True)
 def _keys(session: str, request: str) -> dict[str, str]:
     return {
         "state": keys.session("acme", session),
-        "events": keys.session_events("acme", session),
+        "events": keys.session_events("acme", session, SECRET),
         "request": keys.session_request("acme", session, request),
     }
 
@@ -47,3 +49,16 @@ def test_keys_of_different_sessions_or_requests_never_coincide(
             kind != "request" or request == other_request
         )
         assert (key == other_key) is same
+
+
+@pytest.mark.parametrize(
+    ("tenant", "session", "secret"),
+    [("acme", "s1", "1" * 64), ("acme", "s2", SECRET), ("other", "s1", SECRET)],
+)
+def test_a_session_stream_is_named_by_its_secret_tenant_and_id_together(
+    tenant: str, session: str, secret: str
+) -> None:
+    mine = keys.session_events("acme", "s1", SECRET)
+
+    assert keys.session_events(tenant, session, secret) != mine
+    assert mine.startswith("capdisc:t:acme:session:s1~events~") and len(mine.rsplit("~")[-1]) == 32

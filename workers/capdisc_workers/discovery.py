@@ -49,6 +49,7 @@ from capdisc.errors import (
     AuthError,
     BadRequestError,
     CapdiscError,
+    ForbiddenError,
     UnknownTenantError,
 )
 from capdisc.identity import auth
@@ -279,8 +280,28 @@ class DiscoveryWorker:
             keys.TENANTS, request.tenant
         ):
             raise _unknown_tenant(request.tenant)
-        can_see = self._can_see(request.tenant, Caller.of(request.roles, request.user))
+        caller = Caller.of(request.roles, request.user)
+        if request.op == "watch":
+            self._may_watch(request.tenant, caller)
+        can_see = self._can_see(request.tenant, caller)
         return SessionReply(request.request_id, self.sessions.handle(request, can_see))
+
+    def _may_watch(self, tenant: str, caller: Caller) -> None:
+        """A watcher reads a session's events from Redis, unfiltered, and they name each tool
+        bound: only a caller who may see every capability of the tenant may watch."""
+        snapshot = self.follower.indexes.get(tenant)
+        hidden = sum(
+            not visible(cap.visibility, caller)
+            for cap in (snapshot.capabilities.values() if snapshot is not None else ())
+        )
+        if hidden:
+            raise ForbiddenError(
+                f"watching a session of tenant {tenant!r} shows every tool it binds, and {hidden} "
+                "of its capabilities are not visible to the roles and user asking; watch with a "
+                "token whose roles see them all, or read the working set (it shows what you may "
+                "see)",
+                "roles",
+            )
 
     def answer(self, request: DiscoverRequest, deadline_ms: int | None = None) -> DiscoverReply:
         """The reply to an admitted discover request (:func:`capdisc.discovery.service.answer`

@@ -89,14 +89,15 @@ class DiscoverRequest:
         return cls(**raw)
 
 
-SessionOp = Literal["call", "show", "export", "import"]
-SESSION_OPS: tuple[SessionOp, ...] = ("call", "show", "export", "import")
+SessionOp = Literal["call", "show", "export", "import", "watch"]
+SESSION_OPS: tuple[SessionOp, ...] = ("call", "show", "export", "import", "watch")
 
 
 @dataclass(frozen=True)
 class SessionRequest:
     """A request about a session's working set: record an executed tool call, show, export
-    or import it. Served by the discovery workers, which own the session policy."""
+    or import it, or learn the name of its event stream to watch it. Served by the discovery
+    workers, which own the session policy."""
 
     op: SessionOp
     session: str

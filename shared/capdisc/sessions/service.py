@@ -86,10 +86,13 @@ class SessionService:
         return replace(view, restarted=ended, note=f"{note}; {view.note}" if view.note else note)
 
     def handle(self, request: SessionCommand, can_see: Callable[[str], bool]) -> JSON:
-        """The reply to a call, show, export or import request; working sets shown list only
-        what the caller ``can_see``."""
+        """The reply to a call, show, export, import or watch request; working sets shown list
+        only what the caller ``can_see`` (a watcher, who reads the stream itself, must be one
+        who may see every capability: the worker checks that before)."""
         if request.op == "call":
             return self._call(request)
+        if request.op == "watch":  # any session id: a watcher may start before the session
+            return {"stream": store.stream_key(self.redis, request.tenant, request.session)}
         if request.op == "import":
             return _seen(self._import(request), can_see)
         state = store.load(self.redis, request.tenant, request.session)

@@ -6,6 +6,11 @@ serve any turn and concurrent writers never lose an update.
 
 A session expires ``max_age_s`` after it was created; when more than ``max_sessions`` are live,
 the least recently active go first.
+
+A session's event stream is named with a keyed hash of its tenant and id
+(:func:`stream_key`): the secret is in Redis where only discovery workers read it, so a watcher
+learns the name from a discovery worker that checked its token (``Client.watch_session``), and
+Redis's client role, which may read session streams, cannot name another tenant's.
 """
 
 from __future__ import annotations
@@ -32,6 +37,17 @@ OUTAGE_RETRY_S = 0.1
 T = TypeVar("T")
 #: A change: the current state in, the new state, its events and a result out.
 Change = Callable[[SessionState], tuple[SessionState, list[SessionEvent], T]]
+
+
+def stream_key(client: redis.Redis, tenant: str, session_id: str) -> str:
+    """The key of the session's event stream (:func:`capdisc.keys.session_events`), named with
+    the sessions' secret as Redis holds it now (made there when missing: a Redis that lost its
+    data gets a new one, and every process names the streams with it from then on)."""
+    secret = client.get(keys.SESSIONS_SECRET)
+    if secret is None:
+        client.set(keys.SESSIONS_SECRET, secrets.token_hex(32), nx=True)
+        secret = client.get(keys.SESSIONS_SECRET)
+    return keys.session_events(tenant, session_id, as_str(secret or b""))
 
 
 def load(client: redis.Redis, tenant: str, session_id: str) -> SessionState | None:
@@ -143,12 +159,13 @@ def update(
     cache = cache if cache is not None else StateCache(1)
     revision, known = cache.get((tenant, session_id))
     request_key = keys.session_request(tenant, session_id, request_id) if request_id else ""
+    stream = stream_key(client, tenant, session_id)
     while True:
         state = known if known is not None else new_session(session_id, profile, now_ms)
         state, events, result = change(state)
         args = _cas_args(state, events, revision, policy, now_ms, request_id)
         reply = cas(
-            keys=[key, keys.session_events(tenant, session_id), keys.sessions(tenant), request_key],
+            keys=[key, stream, keys.sessions(tenant), request_key],
             args=[
                 *args,
                 json.dumps(result),
@@ -222,7 +239,7 @@ def _bound_live_sessions(
     with client.pipeline(transaction=False) as pipe:
         pipe.zrem(registry, *gone)
         for session_id in gone:
-            pipe.delete(keys.session(tenant, session_id), keys.session_events(tenant, session_id))
+            pipe.delete(keys.session(tenant, session_id), stream_key(client, tenant, session_id))
         for session_id in (as_str(s) for s in oldest):  # its agent may still be at work
             pipe.hset(keys.session(tenant, session_id), "ended", EVICTED)
             pipe.pexpire(keys.session(tenant, session_id), marker_ms)
@@ -230,12 +247,11 @@ def _bound_live_sessions(
 
 
 def events(
-    client: redis.Redis, tenant: str, session_id: str, after: str = "0-0", block_ms: int = 1000
+    client: redis.Redis, stream: str, after: str = "0-0", block_ms: int = 1000
 ) -> list[tuple[str, dict[str, str]]]:
-    """Session events after stream id ``after`` (waiting up to ``block_ms`` for one)."""
-    batch: Any = client.xread(
-        {keys.session_events(tenant, session_id): after}, count=100, block=block_ms
-    )
+    """The events of a session's ``stream`` (its :func:`stream_key`) after stream id ``after``
+    (waiting up to ``block_ms`` for one)."""
+    batch: Any = client.xread({stream: after}, count=100, block=block_ms)
     return [
         (as_str(eid), {as_str(k): as_str(v) for k, v in fields.items()})
         for _stream, items in batch or []
@@ -245,20 +261,22 @@ def events(
 
 def follow(
     client: redis.Redis,
-    tenant: str,
-    session_id: str,
+    stream: str,
     after: str = "0-0",
     stop: Callable[[], bool] = lambda: False,
     patience_s: float = 5.0,
+    rename: Callable[[], str] | None = None,
 ) -> Iterator[dict[str, str]]:
-    """Every event of the session from ``after`` on, as it happens (in one-second slices).
+    """Every event of a session's ``stream`` from ``after`` on, as it happens (in one-second
+    slices). After Redis was away, ``rename()`` gives the stream's name again (a Redis that lost
+    its data names it with a new secret).
     Redis restarting is ridden out (read again from the last event seen); unreachable for
     ``patience_s`` in a row, its connection error is raised (a refused password at once)."""
     down_since: float | None = None
     while not stop():
         reading_since = time.monotonic()
         try:
-            batch = events(client, tenant, session_id, after)
+            batch = events(client, stream, after)
         except redis.AuthenticationError:
             raise
         except (redis.ConnectionError, redis.TimeoutError):
@@ -267,6 +285,8 @@ def follow(
                 raise
             time.sleep(OUTAGE_RETRY_S)
             continue
+        if down_since is not None and rename is not None:
+            stream = rename()
         down_since = None
         for entry_id, fields in batch:
             after = entry_id
