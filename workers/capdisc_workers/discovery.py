@@ -290,6 +290,12 @@ class DiscoveryWorker:
         """A watcher reads a session's events from Redis, unfiltered, and they name each tool
         bound: only a caller who may see every capability of the tenant may watch."""
         snapshot = self.follower.indexes.get(tenant)
+        if snapshot is None and self.redis.hlen(keys.caps(tenant)):
+            raise ForbiddenError(
+                f"this discovery worker has not loaded tenant {tenant!r} yet, so it cannot tell "
+                "whether every capability is visible to you; watch again in a moment",
+                "roles",
+            )
         hidden = sum(
             not visible(cap.visibility, caller)
             for cap in (snapshot.capabilities.values() if snapshot is not None else ())
