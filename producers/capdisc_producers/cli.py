@@ -715,6 +715,60 @@ def session_export(
 
 
 @session.command(
+    "watch",
+    epilog=exit_status(
+        "the tenant is unknown",
+        COULD_NOT_RUN + " (a token whose roles do not see every capability may not watch)",
+    ),
+)
+@click.argument("session_id")
+@click.option(
+    "--after",
+    default="0-0",
+    show_default=True,
+    help="Print the events after this event id (0-0: from the oldest one kept)",
+)
+@click.option(
+    "--count",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Stop after this many events (default: follow until interrupted)",
+)
+@caller_options
+@redis_option
+@tenant_option
+@json_option
+@click.pass_context
+def session_watch(
+    ctx: click.Context,
+    session_id: str,
+    after: str,
+    count: int | None,
+    redis_url: str | None,
+    tenant: str | None,
+    as_json: bool,
+) -> None:
+    """Follow the session's working-set changes as they happen (bound, refreshed, evicted,
+    restored, loop_detected, redundant_search, imported), one line each (--json: one JSON
+    object a line), until interrupted. The session need not have started yet."""
+
+    def follow(client: Client) -> None:
+        for printed, event in enumerate(client.watch_session(session_id, after=after), 1):
+            click.echo(json.dumps(event) if as_json else _event_line(event))
+            if count is not None and printed >= count:
+                return
+
+    with contextlib.suppress(KeyboardInterrupt):
+        _session_client(ctx, redis_url, tenant, follow)
+
+
+def _event_line(event: dict[str, str]) -> str:
+    at = time.strftime("%H:%M:%S", time.localtime(int(event.get("at_ms") or 0) / 1000))
+    what = "  ".join(part for part in (event.get("tool"), event.get("reason")) if part)
+    return f"{event['id']}  {at}  {event['type']:<16} {what}".rstrip()
+
+
+@session.command(
     "import",
     epilog=exit_status(None, COULD_NOT_RUN + ", or PATH is no exported session"),
 )

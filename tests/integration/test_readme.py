@@ -56,6 +56,8 @@ SKIPPED = {
     "capdisc status [--json]": SYNOPSIS,
     'capdisc discover "post a message to slack" --session run-42 [--profile billing]': SYNOPSIS,
     "capdisc session show run-42 [--json]": SYNOPSIS,
+    "capdisc session watch run-42 [--json] [--count N]": SYNOPSIS
+    + "; and it follows until stopped",
     'capdisc session call run-42 tool:slack-post-message --args \'{"text": "hi"}\' [--json]': (
         SYNOPSIS
     ),

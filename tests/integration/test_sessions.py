@@ -305,3 +305,24 @@ def test_a_request_applied_again_after_many_others_still_changes_nothing(
     client.record_tool_call(session, SLACK, {"n": 0}, request_id="late")
 
     assert client.working_set(session)["bound"][0]["use_count"] == 41
+
+
+def test_session_watch_prints_each_change_as_it_happens(
+    stack: Stack, registry: Path, tenant: str, client: Client
+) -> None:
+    report = publish(stack.url, registry, tenant)
+    session = _session()
+    client.discover(
+        "post a message to slack", session=session, limit=1, min_version=report.index_version
+    )
+    client.record_tool_call(session, SLACK, {"text": "hi"})
+
+    watched = run_cli(
+        "session", "watch", session, "--count", "1", "--json", "--tenant", tenant, env=stack.env
+    )
+    shown = run_cli("session", "watch", session, "--count", "1", "--tenant", tenant, env=stack.env)
+
+    assert watched.returncode == 0, watched.stderr
+    event = json.loads(watched.stdout)
+    assert (event["type"], event["tool"]) == ("bound", SLACK)
+    assert shown.stdout.startswith(event["id"]) and f"bound            {SLACK}" in shown.stdout
