@@ -53,6 +53,8 @@ def test_live_sessions_are_bounded_least_recently_active_first(
     assert store.load(connection, tenant, "mid") is not None
     assert store.load(connection, tenant, "new") is not None
     assert connection.zcard(keys.sessions(tenant)) == 2
+    assert not connection.exists(store.stream_key(connection, tenant, "old"))
+    assert connection.exists(store.stream_key(connection, tenant, "mid"))
 
 
 def test_concurrent_writers_never_lose_an_update(

@@ -43,11 +43,15 @@ def stream_key(client: redis.Redis, tenant: str, session_id: str) -> str:
     """The key of the session's event stream (:func:`capdisc.keys.session_events`), named with
     the sessions' secret as Redis holds it now (made there when missing: a Redis that lost its
     data gets a new one, and every process names the streams with it from then on)."""
+    return keys.session_events(tenant, session_id, _secret(client))
+
+
+def _secret(client: redis.Redis) -> str:
     secret = client.get(keys.SESSIONS_SECRET)
     if secret is None:
         client.set(keys.SESSIONS_SECRET, secrets.token_hex(32), nx=True)
         secret = client.get(keys.SESSIONS_SECRET)
-    return keys.session_events(tenant, session_id, as_str(secret or b""))
+    return as_str(secret or b"")
 
 
 def load(client: redis.Redis, tenant: str, session_id: str) -> SessionState | None:
@@ -236,10 +240,12 @@ def _bound_live_sessions(
     if not gone:
         return
     marker_ms = int(policy.max_age_s * 1000)
+    secret = _secret(client)
     with client.pipeline(transaction=False) as pipe:
         pipe.zrem(registry, *gone)
         for session_id in gone:
-            pipe.delete(keys.session(tenant, session_id), stream_key(client, tenant, session_id))
+            stream = keys.session_events(tenant, session_id, secret)
+            pipe.delete(keys.session(tenant, session_id), stream)
         for session_id in (as_str(s) for s in oldest):  # its agent may still be at work
             pipe.hset(keys.session(tenant, session_id), "ended", EVICTED)
             pipe.pexpire(keys.session(tenant, session_id), marker_ms)
