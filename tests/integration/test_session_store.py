@@ -212,3 +212,20 @@ def test_showing_a_session_dropped_among_too_many_says_so(
 
     with pytest.raises(SessionNotFoundError, match="least recently active of more than 1"):
         sessions.handle(SessionRequest("show", "old", tenant, request_id="s"), lambda _i: True)
+
+
+def test_a_writer_holding_an_old_secret_writes_the_stream_redis_names_now(
+    connection: redis.Redis, tenant: str
+) -> None:
+    policy = SessionPolicy()
+    now = int(connection.time()[0]) * 1000
+    writer = store.StateCache()
+    store.update(connection, tenant, "s1", _bind("tool:a", now, policy), policy, now, cache=writer)
+    before = store.stream_key(connection, tenant, "s1")
+    connection.set(keys.SESSIONS_SECRET, "another secret")  # as after Redis lost its data
+
+    store.update(connection, tenant, "s1", _bind("tool:b", now, policy), policy, now, cache=writer)
+
+    after = store.stream_key(connection, tenant, "s1")
+    assert after != before
+    assert [f[b"tool"] for _id, f in connection.xrange(after)] == [b"tool:b"]

@@ -76,8 +76,12 @@ def ended(client: redis.Redis, tenant: str, session_id: str) -> str:
 #: id already applied returns the outcome it had (kept request_memory_s): exactly-once effects.
 #: A session written anew says why its earlier life ended, if it had one: ``expired`` (its
 #: state is gone but it is still among the live sessions) or what an ``ended`` marker says
-#: (:data:`EVICTED`).
+#: (:data:`EVICTED`). The events' stream is named with the sessions' secret the writer knows;
+#: when Redis holds another (or none: it lost its data), that one comes back and nothing is
+#: written.
 _CAS = """
+local secret = redis.call('GET', KEYS[5]) or ''
+if secret == '' or secret ~= ARGV[13] then return {3, secret} end
 if KEYS[4] ~= '' then
   local done = redis.call('GET', KEYS[4])
   if done then return {2, done} end
@@ -117,6 +121,8 @@ class StateCache:
         self._size = size
         self._states: OrderedDict[tuple[str, str], tuple[str, SessionState]] = OrderedDict()
         self._lock = threading.Lock()
+        #: The sessions' secret as last seen in Redis (each write checks it is still the one).
+        self.secret = ""
 
     def get(self, key: tuple[str, str]) -> tuple[str, SessionState | None]:
         with self._lock:
@@ -163,20 +169,24 @@ def update(
     cache = cache if cache is not None else StateCache(1)
     revision, known = cache.get((tenant, session_id))
     request_key = keys.session_request(tenant, session_id, request_id) if request_id else ""
-    stream = stream_key(client, tenant, session_id)
     while True:
         state = known if known is not None else new_session(session_id, profile, now_ms)
         state, events, result = change(state)
         args = _cas_args(state, events, revision, policy, now_ms, request_id)
+        stream = keys.session_events(tenant, session_id, cache.secret)
         reply = cas(
-            keys=[key, stream, keys.sessions(tenant), request_key],
+            keys=[key, stream, keys.sessions(tenant), request_key, keys.SESSIONS_SECRET],
             args=[
                 *args,
                 json.dumps(result),
                 int(policy.request_memory_s * 1000),
                 int(policy.max_age_s * 1000),
+                cache.secret,
             ],
         )
+        if int(reply[0]) == 3:  # another secret names the streams now (or none yet)
+            cache.secret = as_str(reply[1]) or _secret(client)
+            continue
         if int(reply[0]) == 2:  # applied before: its first outcome, nothing changed
             done: T = json.loads(reply[1])
             return done, ""
