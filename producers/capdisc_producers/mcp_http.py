@@ -16,12 +16,11 @@ the call as a lost connection ("SSE stream failed"), which says nothing of the s
   :data:`~capdisc_producers.mcp_stdio.ANSWER_TOO_LARGE`, as for a stdio server) that the
   gateway and ``capdisc import mcp`` turn into an error naming the server and the limit;
 * a ``text/event-stream`` body is passed on one whole event at a time. An event that grows past
-  the limit on a request's stream is, when its start shows a message of the server's own (a
-  ``method`` before any ``result`` or ``error``: a log or progress notification, a request to
-  the client), skipped to its end unkept, logged, and the stream read on for the answer;
-  otherwise it is taken for the answer, and the request is answered by that same error. On
-  the stream the client opens for the server's own messages (GET) such an event fails the
-  stream, and the SDK gives it up after its retries.
+  the limit is, when it is a message of the server's own, skipped to its end unkept, logged,
+  and the stream read on: every such event on the stream the client opens for the server's
+  messages (GET), and on a request's stream one whose start shows a ``method`` before any
+  ``result`` or ``error`` (a log or progress notification, a request to the client). Any other
+  is taken for the request's answer, and the request is answered by that same error.
 
 A JSON answer whose JSON-RPC id (read from its start or end) is not the id of the request it
 answers is replaced by a JSON-RPC error saying so (code
@@ -66,10 +65,6 @@ _LINE_END = re.compile(rb"\r\n|\r|\n")
 _FIRST_KEY = re.compile(rb'"(method|result|error)"\s*:')
 #: Headers that describe the body as it came over the wire, not as it is passed on (decoded).
 _WIRE_HEADERS = ("content-encoding", "content-length", "transfer-encoding")
-
-
-class EventTooLarge(httpx2.ReadError):
-    """A server-sent event longer than the limit on a stream that answers no request."""
 
 
 def bounded_http(url: str, max_message_bytes: int) -> AbstractAsyncContextManager[Any]:
@@ -199,19 +194,19 @@ class _Events(httpx2.AsyncByteStream):
             if whole:
                 yield whole
             if events.pending > self.client.limit:
-                if self.request.method == "POST" and _from_the_server(events.head()):
+                if not self._answers_a_request() or _from_the_server(events.head()):
                     self._skip(events)
                     continue
-                if self.request.method != "POST" or _request_id(self.request) is None:
-                    self.client.too_large(self.request, events.pending, exact=False)
-                    raise EventTooLarge(
-                        f"a server-sent event of more than {self.client.limit} bytes"
-                    )
                 answer = self.client.too_large(self.request, events.pending, exact=False)
                 yield b"event: message\ndata: " + answer + b"\n\n"
                 return
         if events.pending and not events.skipping:
             yield events.rest()
+
+    def _answers_a_request(self) -> bool:
+        """Whether this stream carries the answer to a request (a POST of one), not only the
+        server's own messages (the GET stream)."""
+        return self.request.method == "POST" and _request_id(self.request) is not None
 
     def _skip(self, events: EventSplitter) -> None:
         log.warning(
