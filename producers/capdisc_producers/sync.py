@@ -74,6 +74,43 @@ class SyncReport:
 Progress = Callable[[str, int], None]
 
 
+class InFlight:
+    """The capabilities a watcher upserted that the workers may not have applied yet. They count
+    as stored when its next sync is planned: a manifest added and removed again before its
+    upsert was applied is then deleted (else the upsert, applied after that sync read the
+    registry, would leave it until the next edit), and one unchanged is not sent twice. Each
+    leaves once it is stored with that content, deleted, or ``kept_s`` after it was sent (one
+    the workers refused is then sent again with the next sync, as before)."""
+
+    def __init__(self, kept_s: float = 120.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.kept_s = kept_s
+        self.clock = clock
+        self.records: dict[str, tuple[float, StoredRecord]] = {}
+
+    def with_stored(self, stored: Mapping[str, StoredRecord]) -> dict[str, StoredRecord]:
+        """``stored`` with the ones still in flight over it."""
+        now = self.clock()
+        for cap_id, (sent_at, record) in list(self.records.items()):
+            applied = stored.get(cap_id)
+            if now - sent_at > self.kept_s or (
+                applied is not None and applied.content_hash == record.content_hash
+            ):
+                del self.records[cap_id]
+        return {**stored, **{cap_id: record for cap_id, (_at, record) in self.records.items()}}
+
+    def sent(self, plan: SyncPlan) -> None:
+        """Note what ``plan`` sent."""
+        now = self.clock()
+        for cap in plan.upserts:
+            self.records[cap.id] = (now, StoredRecord(cap.to_dict(), 0, cap.content_hash, 0))
+        for cap_id in plan.deletes:
+            self.records.pop(cap_id, None)
+
+    def clear(self) -> None:
+        """Forget them all (Redis was away or lost its data: what it holds is read afresh)."""
+        self.records.clear()
+
+
 def sync_directory(
     client: redis.Redis,
     publisher: Publisher,
@@ -86,16 +123,20 @@ def sync_directory(
     visibility: Visibility | None = None,
     take_over: bool = False,
     progress: Progress | None = None,
+    in_flight: InFlight | None = None,
 ) -> SyncReport:
     """Scan ``root`` and publish what changed; with ``wait_s`` wait for the workers to apply it.
     A ``cache`` kept across calls skips re-parsing unchanged manifests. ``visibility`` applies
     to the capabilities whose manifest declares none (open to the tenant otherwise). A
     capability whose id another source owns is rejected, naming the owner, unless
     ``take_over`` (then it moves to this directory). ``progress`` as in
-    :func:`publish_plan`."""
+    :func:`publish_plan`. ``in_flight``, kept across calls, counts what earlier calls sent and
+    the workers may not have applied yet as stored."""
     check_tenant(tenant)
     root = root.resolve()
     stored = stored_by_source(client, tenant, str(root))
+    if in_flight is not None:
+        stored = in_flight.with_stored(stored)
     scan = scan_directory(
         root,
         max_bytes=max_bytes,
@@ -118,7 +159,7 @@ def sync_directory(
         take_over,
     )
     _record_errors(client, tenant, root, plan)
-    return publish_plan(
+    report = publish_plan(
         client,
         publisher,
         plan,
@@ -128,6 +169,9 @@ def sync_directory(
         wait_s=wait_s,
         progress=progress,
     )
+    if in_flight is not None:
+        in_flight.sent(report.plan)
+    return report
 
 
 def held_elsewhere(

@@ -169,3 +169,27 @@ def test_watcher_waits_out_a_redis_that_refuses_writes_then_syncs(
             report = reports.get(timeout=30)
 
     assert report.sent == len(report.plan.upserts) > 0
+
+
+def test_a_manifest_added_and_removed_before_its_upsert_is_applied_is_deleted(
+    tmp_path: Path, registry: Path
+) -> None:
+    reports: queue.Queue[SyncReport] = queue.Queue()
+    added = registry / "scratch" / "short-lived"
+    with PrivateStack(tmp_path / "private", durable=False) as private:  # no indexing worker yet
+        connection = private.connection()
+        with watcher_running(private.url, registry, "brief", on_sync=reports.put):
+            reports.get(timeout=30)  # the registry published, not applied
+            added.mkdir(parents=True)
+            _edit(_slack(registry), added / "CAPABILITY.yaml", id="tool:short-lived")
+            assert "tool:short-lived" in [c.id for c in reports.get(timeout=30).plan.upserts]
+            shutil.rmtree(added)
+            removed = reports.get(timeout=30)
+            assert removed.plan.deletes == ["tool:short-lived"]
+            private.spawn_indexing()
+            wait_for(
+                lambda: connection.hexists(keys.tombstones("brief"), "tool:short-lived"),
+                60,
+                "the delete applied",
+            )
+            assert not connection.hexists(keys.caps("brief"), "tool:short-lived")
