@@ -916,6 +916,16 @@ def _unreachable(ctx: click.Context, exc: Exception) -> str:
     return f"{mask_url(access.redis_url)} did not answer ({exc}); is the stack running? (make up)"
 
 
+def _dead_letters(report: dict[str, Any]) -> str:
+    """How many dead letters there are, what they hold, and how many the bounds dropped."""
+    count, held = report["dead_letters"], int(report.get("dead_letter_bytes", 0))
+    dropped = int(report.get("dead_letters_dropped", 0))
+    about = [f"{held / 1_000_000:.1f} MB" if held >= 100_000 else f"{held} bytes"] if count else []
+    if dropped:
+        about.append(f"{dropped} older dropped")
+    return f"{count} ({', '.join(about)})" if about else str(count)
+
+
 def _render_status(report: dict[str, Any]) -> str:
     lines = []
     for tenant, info in report["tenants"].items():
@@ -957,7 +967,7 @@ def _render_status(report: dict[str, Any]) -> str:
     queues = ", ".join(f"{name} {depth}" for name, depth in report["queues"].items())
     lines.append(
         f"queues: {queues}; pending events {report['pending_events']}; dead letters "
-        f"{report['dead_letters']}; embedding calls {report['embedding_calls']}"
+        f"{_dead_letters(report)}; embedding calls {report['embedding_calls']}"
     )
     last = report.get("last_reconcile")
     if last:

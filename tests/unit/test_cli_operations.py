@@ -388,3 +388,32 @@ def test_an_unreachable_redis_is_explained_by_the_stack_found(
     monkeypatch.setenv("CAPDISC_STACK", str(tmp_path))
 
     assert says in _redis_down_hint()
+
+
+@pytest.mark.parametrize(
+    ("count", "held", "dropped", "shown"),
+    [
+        (0, 0, 0, "dead letters 0;"),
+        (3, 1_500_000, 0, "dead letters 3 (1.5 MB);"),
+        (2, 2_000, 40, "dead letters 2 (2000 bytes, 40 older dropped);"),
+        (0, 0, 7, "dead letters 0 (7 older dropped);"),
+    ],
+)
+def test_status_says_what_the_dead_letters_hold_and_how_many_were_dropped(
+    count: int, held: int, dropped: int, shown: str
+) -> None:
+    report = {
+        "index_version": 0,
+        "capabilities": 0,
+        "by_kind": {},
+        "tenants": {},
+        "workers": [],
+        "queues": {"indexing": 0},
+        "pending_events": 0,
+        "dead_letters": count,
+        "dead_letter_bytes": held,
+        "dead_letters_dropped": dropped,
+        "embedding_calls": 0,
+    }
+
+    assert shown in _render_status(report)
