@@ -34,7 +34,6 @@ from capdisc import keys
 from capdisc.errors import CapdiscError
 from capdisc.logs import configure_logging, settings_warnings_as_json
 from capdisc.rawsettings import celery_broker_url
-from capdisc.registry.deadletters import dead_letter
 from capdisc.settings import Settings
 from capdisc.stackfile import joining_stack
 from capdisc_workers.queueguard import REFUSE_OPTION, TRANSPORT, Refuse
@@ -108,13 +107,7 @@ def _refuser(resources: Resources) -> Refuse:
             "(capdisc dlq list)",
         )
         try:
-            dead_letter(
-                resources.redis,
-                entry,
-                f"not a queue message: {reason}",
-                max_bytes=resources.settings.deadletter_payload_max_bytes,
-                budget_bytes=resources.settings.deadletters_max_bytes,
-            )
+            resources.dead_letter(resources.redis, entry, f"not a queue message: {reason}")
         except redis.RedisError as exc:
             log.warning("queue_entry_not_kept", queue=queue, error=str(exc))
 

@@ -26,7 +26,6 @@ from celery.exceptions import SoftTimeLimitExceeded
 from capdisc import keys
 from capdisc.errors import AuthError, EmbeddingError, EventDecodeError, ManifestError
 from capdisc.models import Capability
-from capdisc.registry.deadletters import dead_letter
 from capdisc.registry.events import RegistryEvent
 from capdisc.registry.normalize import capability_from_record
 from capdisc.registry.policy import retry_delay_s
@@ -170,13 +169,7 @@ def _parse(
         event = RegistryEvent.decode(payload, max_bytes=res.settings.event_max_bytes)
     except EventDecodeError as exc:
         log.warning("event_rejected", reason=str(exc), task_id=task.request.id)
-        dead_letter(
-            client,
-            payload,
-            str(exc),
-            max_bytes=res.settings.deadletter_payload_max_bytes,
-            budget_bytes=res.settings.deadletters_max_bytes,
-        )
+        res.dead_letter(client, payload, str(exc))
         return {"decision": "rejected", "reason": str(exc)}
     try:
         res.gate.admit_event(event)  # with auth on, its token must grant write on its tenant
@@ -189,13 +182,7 @@ def _parse(
             tenant=event.tenant,
             capability_id=event.capability_id,
         )
-        dead_letter(
-            client,
-            payload,
-            str(exc),
-            max_bytes=res.settings.deadletter_payload_max_bytes,
-            budget_bytes=res.settings.deadletters_max_bytes,
-        )
+        res.dead_letter(client, payload, str(exc))
         _ack(client, event, {"decision": "rejected", "reason": str(exc)})
         return {"decision": "rejected", "reason": str(exc)}
 
@@ -358,14 +345,7 @@ def _retry_or_dead_letter(
             tenant=event.tenant,
             capability_id=event.capability_id,
         )
-        dead_letter(
-            res.redis,
-            payload,
-            reason,
-            attempt,
-            res.settings.deadletter_payload_max_bytes,
-            res.settings.deadletters_max_bytes,
-        )
+        res.dead_letter(res.redis, payload, reason, attempt)
         outcome = {"decision": "dead_lettered", "reason": reason}
         _ack(res.redis, event, outcome)
         outcomes.append(outcome)

@@ -27,7 +27,6 @@ from capdisc.errors import CapdiscError
 from capdisc.redisclock import redis_now_ms
 from capdisc.redistext import as_str
 from capdisc.registry import outbox
-from capdisc.registry.deadletters import dead_letter
 from capdisc.registry.drift import repair_plan
 from capdisc.registry.events import RegistryEvent
 from capdisc.registry.reindexstore import ReindexJob, abandon_reindex
@@ -301,12 +300,10 @@ def _give_up(res: Resources, client: redis.Redis, pending: outbox.Pending, now_m
         "workers do not know that task, so a producer is probably newer than they are; "
         "upgrade the indexing workers, then publish again"
     )
-    dead_letter(
+    res.dead_letter(
         client,
         json.dumps({"task": pending.name, "args": pending.args, "kwargs": pending.kwargs}),
         reason,
-        max_bytes=res.settings.deadletter_payload_max_bytes,
-        budget_bytes=res.settings.deadletters_max_bytes,
         source=keys.OUTBOX,
         task_id=pending.task_id,
     )

@@ -21,6 +21,7 @@ from redis import Redis
 
 from capdisc.embedders.port import Embedder
 from capdisc.identity.gate import Gate
+from capdisc.registry.deadletters import dead_letter
 from capdisc.resources import embedder_for, store_for
 from capdisc.settings import Settings
 from capdisc.vectorstores.port import VectorStore
@@ -47,6 +48,22 @@ class Resources:
         self.stopping = threading.Event()
         #: The port metrics are served on (None: not served); set when the worker is ready.
         self.metrics_port: int | None = None
+
+    def dead_letter(
+        self, client: Redis, payload: str | bytes, reason: str, attempts: int = 1, **context: str
+    ) -> None:
+        """Keep an event that could not be applied, within this worker's bounds on a dead
+        letter's payload and on all of them (:func:`capdisc.registry.deadletters.dead_letter`;
+        ``client`` may be a pipeline)."""
+        dead_letter(
+            client,
+            payload,
+            reason,
+            attempts,
+            self.settings.deadletter_payload_max_bytes,
+            self.settings.deadletters_max_bytes,
+            **context,
+        )
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Resources:
