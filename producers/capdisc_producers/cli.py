@@ -1160,6 +1160,15 @@ def watch(
     help="Delete every capability of this source (a registry directory's absolute "
     "path, jsonl:PATH, mcp:NAME; `capdisc status --json` lists them)",
 )
+@click.option(
+    "--all",
+    "everything",
+    is_flag=True,
+    help="Delete every capability the tenant holds, whichever source published it, and "
+    "forget its rejected manifests: the tenant's registry emptied (its sessions, poisoning "
+    "policy and flags' history stay). A watcher still syncing a directory publishes it again "
+    "at its next change: stop it first",
+)
 @redis_option
 @tenant_option
 @click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True)
@@ -1168,20 +1177,27 @@ def delete(
     ctx: click.Context,
     capability_ids: tuple[str, ...],
     source: str | None,
+    everything: bool,
     redis_url: str | None,
     tenant: str | None,
     timeout_s: float,
 ) -> None:
-    """Delete capabilities by id (tool:web-search ...) or a whole --source, and wait until the
-    workers applied it. Ids named here are deleted whichever source owns them (the output names
-    it); --source deletes only what that source still owns, and forgets a registry directory's
-    rejected manifests. A later manifest or import of the same id publishes it again; an older
-    event never does."""
+    """Delete capabilities by id (tool:web-search ...), a whole --source, or --all of a tenant,
+    and wait until the workers applied it. Ids named here are deleted whichever source owns them
+    (the output names it); --source deletes only what that source still owns, and forgets a
+    registry directory's rejected manifests. A later manifest or import of the same id
+    publishes it again; an older event never does."""
     from capdisc.registry.policy import SyncPlan
     from capdisc_producers.sync import forget_manifest_errors
 
+    if everything and (capability_ids or source):
+        _fail("--all deletes the whole tenant; give no ids and no --source with it")
     settings, connection = _connect(ctx, redis_url)
     tenant = _tenant(ctx, tenant)
+    if everything:
+        _delete_everything(settings, connection, tenant, timeout_s)
+        return
+    _check_write(_access(ctx), tenant)  # before anything is forgotten, not only before sending
     if source and not capability_ids and Path(source).is_absolute():  # a registry directory
         forgotten = forget_manifest_errors(connection, tenant, Path(source))
         if forgotten:
@@ -1190,6 +1206,48 @@ def delete(
     plan = SyncPlan(deletes=ids, taken_over=[] if source else ids)
     report = _publish_ids(settings, connection, plan, tenant, timeout_s, source or "cli")
     _print_outcomes(report, tenant, Verbs("delete", "deleted", "absent", "nothing to delete"))
+
+
+def _delete_everything(
+    settings: Settings, connection: redis.Redis, tenant: str, timeout_s: float
+) -> None:
+    """``capdisc delete --all``: every stored id of ``tenant`` deleted (one line for the count,
+    one for each id not deleted), its rejected manifests forgotten. A tenant that holds nothing
+    is already empty: exit 0."""
+    from capdisc.registry.policy import SyncPlan
+    from capdisc.registry.store import stored_ids
+    from capdisc_producers.sync import forget_all_manifest_errors
+
+    _known_tenant(connection, tenant)
+    _check_write(_access(click.get_current_context()), tenant)
+    forgotten = forget_all_manifest_errors(connection, tenant)
+    if forgotten:
+        click.echo(f"{forgotten} rejected manifest(s) forgotten")
+    ids = stored_ids(connection, tenant)
+    if not ids:
+        click.echo(f"tenant {tenant!r} holds no capabilities: nothing to delete")
+        return
+    plan = SyncPlan(deletes=ids, taken_over=ids)
+    report = _publish_ids(settings, connection, plan, tenant, timeout_s, "cli")
+    _print_tally(report, tenant)
+
+
+def _print_tally(report: SyncReport, tenant: str) -> None:
+    """How many of ``--all``'s deletes were applied, each one that was not on a line of its own
+    (exit 1 naming them); an id some other writer deleted meanwhile counts as deleted."""
+    gone = {"delete", "absent"}
+    failed = sorted(
+        (str(o.get("capability_id")), str(o.get("decision")), o.get("reason"))
+        for o in report.outcomes
+        if o.get("decision") not in gone
+    )
+    for cap_id, decision, reason in failed:
+        click.echo(f"{cap_id}: not deleted ({decision})" + (f" ({reason})" if reason else ""))
+    click.echo(f"{len(report.outcomes) - len(failed)} capabilities deleted from tenant {tenant!r}")
+    click.echo(f"index version {report.index_version}")
+    if failed:
+        _say(f"error: not deleted: {', '.join(cap_id for cap_id, _d, _r in failed)}")
+        sys.exit(FAILED)
 
 
 @cli.command(
@@ -1338,10 +1396,13 @@ def reconcile(ctx: click.Context, redis_url: str | None, as_json: bool, timeout_
 def _chosen_ids(
     connection: redis.Redis, tenant: str, capability_ids: tuple[str, ...], source: str | None
 ) -> list[str]:
+    """The ids named, or those ``source`` holds (fail, exit 1, when it holds none)."""
     from capdisc.registry.store import stored_by_source
 
-    if bool(capability_ids) == bool(source):
-        _fail("give capability ids or --source (one of the two)")
+    if capability_ids and source:
+        _fail("give capability ids or --source, not both")
+    if not (capability_ids or source):
+        _fail("give capability ids, --source, or --all (the whole tenant)")
     if not source:
         return list(capability_ids)
     ids = sorted(stored_by_source(connection, tenant, source))

@@ -328,6 +328,17 @@ def forget_manifest_errors(client: redis.Redis, tenant: str, root: Path) -> int:
     return int(client.hdel(key, *stale)) if stale else 0
 
 
+def forget_all_manifest_errors(client: redis.Redis, tenant: str) -> int:
+    """Forget every rejection recorded for ``tenant``'s manifests (its whole registry is being
+    deleted); how many there were."""
+    key = keys.manifest_errors(tenant)
+    with client.pipeline(transaction=True) as pipe:
+        pipe.hlen(key)
+        pipe.delete(key)
+        count, _deleted = pipe.execute()
+    return int(count)
+
+
 def _errors_under(client: redis.Redis, key: str, root: Path) -> list[bytes | str]:
     """The manifest paths in ``key``'s hash that lie under directory ``root`` (not merely
     share its prefix: ``/reg`` is not ``/reg2``)."""

@@ -616,17 +616,25 @@ def test_cli_writes_are_checked_before_sending_and_replayed_with_the_replayers_t
         "publish", str(registry), "--tenant", TENANT, env={**no_keyring, "CAPDISC_TOKEN": forged}
     )
     missing = run_cli("delete", "tool:stripe-refund", "--tenant", TENANT, env=auth_stack.env)
+    emptied = run_cli("delete", "--all", "--tenant", TENANT, env=reader)
+    connection = redis.Redis.from_url(auth_stack.url)
+    rejection = str(registry / "broken" / "CAPABILITY.yaml")
+    connection.hset(keys.manifest_errors(TENANT), rejection, "field 'kind': ...")
+    forgetting = run_cli("delete", "--source", str(registry), "--tenant", TENANT, env=reader)
+    still_rejected = connection.hexists(keys.manifest_errors(TENANT), rejection)
     applied = run_cli("publish", str(registry), "--tenant", TENANT, env=writer)
 
     assert early.returncode == 2 and "lacks the 'write' grant" in early.stderr
     assert late.returncode == 1 and "refused by the indexing workers" in late.stderr
     assert "does not verify" in late.stderr
     assert missing.returncode == 2 and "write grant" in missing.stderr
+    assert emptied.returncode == 2 and "lacks the 'write' grant" in emptied.stderr
+    assert forgetting.returncode == 2 and "lacks the 'write' grant" in forgetting.stderr
+    assert still_rejected
     assert stored(auth_stack, TENANT, REFUND)
     assert applied.returncode == 0, applied.stderr
     assert stored(auth_stack, TENANT, "tool:written-by-cli")
 
-    connection = redis.Redis.from_url(auth_stack.url)
     refused = next(
         i.decode()
         for i, f in reversed(connection.xrange(keys.DEADLETTERS))

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from capdisc import keys
+
 from .conftest import EXAMPLES, Stack, publish
 from .upstack import UpProcess, start_up
 
@@ -130,6 +132,58 @@ def test_delete_removes_a_capability_and_exits_1_naming_unknown_ids(
         ).stdout
     )
     assert "tool:stripe-refund" not in [c["id"] for c in answer["capabilities"]]
+
+
+def test_delete_all_empties_the_tenant_whatever_its_sources_and_leaves_other_tenants(
+    stack: Stack, registry: Path, tenant: str, tmp_path: Path, connection: redis.Redis
+) -> None:
+    other = f"{tenant}-kept"
+    publish(stack.url, registry, other)
+    broken = next(registry.glob("*/slack-post-message/CAPABILITY.yaml"))
+    broken.write_text(broken.read_text().replace("kind: tool", "kind: gadget"))
+    publish(stack.url, registry, tenant)  # one manifest rejected, recorded
+    catalog = tmp_path / "tools.jsonl"
+    catalog.write_text(json.dumps({"id": "getWeather", "description": "Weather for a city."}))
+    assert (
+        run_cli("import", "jsonl", str(catalog), "--tenant", tenant, env=stack.env).returncode == 0
+    )
+    held = connection.hlen(keys.caps(tenant))
+
+    result = run_cli("delete", "--all", "--tenant", tenant, env=stack.env)
+
+    assert result.returncode == 0, result.stderr
+    assert "1 rejected manifest(s) forgotten" in result.stdout
+    assert f"{held} capabilities deleted from tenant '{tenant}'" in result.stdout
+    status = json.loads(run_cli("status", "--json", env=stack.env).stdout)["tenants"]
+    assert status[tenant]["capabilities"] == 0 and status[tenant]["manifest_errors"] == {}
+    assert status[other]["capabilities"] == connection.hlen(keys.caps(other)) > 0
+    again = run_cli("delete", "--all", "--tenant", tenant, env=stack.env)
+    assert again.returncode == 0 and "nothing to delete" in again.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["tool:stripe-refund", "--all"], "give no ids and no --source with it"),
+        (["--source", "mcp:x", "--all"], "give no ids and no --source with it"),
+        (["tool:stripe-refund", "--source", "mcp:x"], "not both"),
+        ([], "give capability ids, --source, or --all"),
+    ],
+)
+def test_delete_names_what_to_give_when_its_arguments_do_not_fit(
+    stack: Stack, tenant: str, args: list[str], says: str
+) -> None:
+    result = run_cli("delete", *args, "--tenant", tenant, env=stack.env)
+
+    assert result.returncode == 2 and says in result.stderr
+
+
+def test_delete_all_of_a_tenant_never_published_to_exits_1_naming_it(
+    stack: Stack, tenant: str
+) -> None:
+    result = run_cli("delete", "--all", "--tenant", tenant, env=stack.env)
+
+    assert result.returncode == 1 and f"tenant {tenant!r} is unknown" in result.stderr
 
 
 def test_a_redis_that_never_answers_is_one_error_saying_so_not_a_traceback(tmp_path: Path) -> None:

@@ -201,12 +201,14 @@ def test_each_role_runs_every_flow_with_only_its_own_permissions(
     imported = client.import_session("s2", exported)
     shown = client.working_set("s1")
     watched = [e["type"] for e in islice(client.watch_session("s1"), 2)]
+    emptied = acl_stack.cli("delete", "--all", "--tenant", "acme")
 
     assert [r.returncode for r in runs] == [0] * len(runs), [r.stderr for r in runs]
     assert found.ids[0] == "tool:stripe-create-invoice"
     assert called["loop_detected"] is False
     assert len(imported["bound"]) == len(shown["bound"]) == len(exported["bound"])
     assert watched == ["bound", "bound"]
+    assert emptied.returncode == 0, emptied.stderr
     assert acl_stack.denials() == [], json.dumps(acl_stack.denials(), default=str)
 
 

@@ -626,6 +626,12 @@ def stored_by_source(client: Redis, tenant: str, source: str) -> dict[str, Store
     return records
 
 
+def stored_ids(client: Redis, tenant: str) -> list[str]:
+    """Every id ``tenant``'s registry holds, sorted (HKEYS: the ids alone cross the wire,
+    where a scan would carry every record too)."""
+    return sorted(as_str(i) for i in client.hkeys(keys.caps(tenant)))
+
+
 def owners(client: Redis, tenant: str, ids: Iterable[str], chunk: int = 1000) -> dict[str, str]:
     """The source each stored one of ``ids`` belongs to (its record's ``source_ref.source``,
     empty for a record stored without one); ids not stored are left out."""
