@@ -9,10 +9,11 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
-from capdisc.errors import ConfigError
+from capdisc.errors import AuthError, ConfigError
 from capdisc.identity import auth
 from capdisc.settings import Settings
 from capdisc_producers.credentials import StackSecrets, find_keys_file, read_secret
@@ -118,6 +119,51 @@ def token_retire(ctx: click.Context, kid: str, keys_file: Path | None) -> None:
     auth.save_keyring(path, keyring)
     click.echo(f"retired key {kid}; {path} keeps {', '.join(keyring.kids)}")
     _renew_admin_token(path, kid, keyring)
+
+
+@token.command(
+    "revoke",
+    epilog=exit_status(
+        "TOKEN was not signed by this keyring, or carries no token id (nothing changed)",
+        USAGE_ONLY + " (no keyring found)",
+    ),
+)
+@click.argument("presented", metavar="TOKEN")
+@keys_option
+@click.pass_context
+def token_revoke(ctx: click.Context, presented: str, keys_file: Path | None) -> None:
+    """Revoke one token (TOKEN, or - to read it from stdin: a command line is visible to other
+    users): it stops verifying from the workers' next request, and every other token of its key
+    keeps working. The keyring remembers the token's id until it would have expired anyway."""
+    path = _keys_path(ctx, keys_file, create=False)
+    keyring = auth.load_keyring(path)
+    text = (sys.stdin.readline() if presented == "-" else presented).strip()
+    now = time.time()
+    try:
+        identity = auth.verify(text, keyring, now, leeway_s=float("inf"))
+    except AuthError as exc:
+        if exc.reason != "revoked":
+            _refuse(f"{path} cannot revoke this token: {exc}")
+        click.echo(f"the token is already revoked in {path}")
+        return
+    if identity.expires_at <= now - auth.DEFAULT_LEEWAY_S:
+        click.echo("the token has expired: it verifies nowhere already, nothing to revoke")
+        return
+    jti = auth.peek(text).get("jti")
+    if not isinstance(jti, str) or not jti:
+        _refuse(
+            "the token carries no token id ('jti'); retire its key instead (capdisc token retire)"
+        )
+    auth.save_keyring(path, keyring.revoking(jti, identity.expires_at, now))
+    click.echo(
+        f"revoked token {jti} of {identity.subject} (tenant {identity.tenant}, key {identity.kid}) "
+        f"in {path}; workers reading this keyring refuse it from their next request"
+    )
+
+
+def _refuse(message: str) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(FAILED)
 
 
 def _renew_admin_token(keys_file: Path, kid: str, keyring: auth.Keyring) -> None:

@@ -194,11 +194,11 @@ class VectorStoreError(CapdiscError):
 
 class AuthError(CapdiscError):
     """Who asks could not be proven: the identity token is missing, malformed, forged (a bad
-    signature or a key id the keyring does not have), expired or not yet valid. ``reason`` says
-    which (``missing``, ``malformed``, ``forged``, ``expired``, ``not_yet_valid``,
-    ``wrong_audience``, ``claims``); ``code`` is the error code of a refused request's reply.
-    Issue a token with ``capdisc token issue --tenant T`` and pass it with ``--token`` or
-    ``CAPDISC_TOKEN`` (``Client(..., token=...)``)."""
+    signature or a key id the keyring does not have), expired, not yet valid or revoked.
+    ``reason`` says which (``missing``, ``malformed``, ``forged``, ``expired``,
+    ``not_yet_valid``, ``revoked``, ``wrong_audience``, ``claims``); ``code`` is the error code
+    of a refused request's reply. Issue a token with ``capdisc token issue --tenant T`` and
+    pass it with ``--token`` or ``CAPDISC_TOKEN`` (``Client(..., token=...)``)."""
 
     code = "unauthorized"
 

@@ -39,7 +39,7 @@ from capdisc_producers.sync import SyncReport, sync_directory
 
 from .conftest import EXAMPLES, MAX_BYTES, ROOT, stop_process, wait_for
 from .private import PrivateStack
-from .test_cli import run_cli
+from .test_cli import CLI, run_cli
 from .test_import_mcp import free_port
 from .test_mcp_gateway import HARBOUR, ListChanges, bind_harbour, text_of
 
@@ -371,6 +371,33 @@ def test_cli_token_issue_makes_tokens_the_workers_accept(auth_stack: AuthStack) 
 
     assert identity.roles == ("finance",) and identity.expires_at - identity.issued_at == 300
     assert answer.ids[0] == REFUND
+
+
+def test_a_revoked_token_is_refused_from_the_next_request_and_its_keys_others_are_not(
+    auth_stack: AuthStack,
+) -> None:
+    revoked, kept = (auth_stack.token(roles=["finance"]) for _ in range(2))
+    client = auth_stack.client(revoked)
+    assert client.discover("refund a stripe payment").ids[0] == REFUND
+
+    result = subprocess.run(
+        [*CLI, "token", "revoke", "-", "--keys", str(auth_stack.keys_file)],
+        input=revoked,
+        env=auth_stack.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert result.returncode == 0, result.stderr
+    with pytest.raises(AuthError, match="revoked"):
+        client.discover("refund a stripe payment")
+    assert auth_stack.client(kept).discover("refund a stripe payment").ids[0] == REFUND
+    token_id = auth.peek(revoked)["jti"]
+    assert any(
+        r["reason"] == "revoked" and r["token_id"] == token_id
+        for r in auth_stack.private.events("discovery", "request_refused")
+    )
 
 
 # -- capdisc mcp over stdio --------------------------------------------------------------------

@@ -286,6 +286,70 @@ def test_label_names_kid_and_subject_and_never_the_token() -> None:
     presented = token()
     labelled = auth.label(presented)
 
-    assert labelled == {"kid": "k1", "subject": "alice"}
+    assert labelled == {"kid": "k1", "subject": "alice", "token_id": auth.peek(presented)["jti"]}
     assert auth.label("garbage") == {"token": "malformed"}
     assert auth.label(None) == {"token": "missing"}
+
+
+# -- revoking one token -------------------------------------------------------------------------
+
+
+def test_a_revoked_token_is_refused_and_the_other_tokens_of_its_key_still_verify() -> None:
+    revoked, kept = token(), token()
+    keyring = KEYRING.revoking(auth.peek(revoked)["jti"], int(NOW) + 3600, NOW)
+
+    with pytest.raises(AuthError, match="revoked") as refused:
+        auth.verify(revoked, keyring, NOW + 10)
+
+    assert refused.value.reason == "revoked"
+    assert auth.verify(kept, keyring, NOW + 10).subject == "alice"
+
+
+def test_revocations_survive_the_keyring_file_and_key_rotation_and_are_reread(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "keys.json"
+    auth.save_keyring(path, KEYRING)
+    source = auth.KeyringFile(path)
+    presented = token()
+    assert auth.verify(presented, source.current(), NOW).subject == "alice"
+
+    revoked = source.current().revoking(auth.peek(presented)["jti"], int(NOW) + 3600, NOW)
+    auth.save_keyring(path, revoked.with_key(auth.new_key(NOW)))
+
+    with pytest.raises(AuthError, match="revoked"):
+        auth.verify(presented, source.current(), NOW)
+    assert source.current().kids[0] == "k1" and len(source.current().kids) == 2
+
+
+@pytest.mark.parametrize(
+    ("expires_at", "kept"),
+    [
+        (NOW + 60, True),
+        (NOW - auth.DEFAULT_LEEWAY_S + 1, True),
+        (NOW - auth.DEFAULT_LEEWAY_S, False),
+    ],
+)
+def test_revoking_forgets_the_revocations_of_tokens_that_expired_anyway(
+    expires_at: float, kept: bool
+) -> None:
+    older = KEYRING.revoking("old", int(expires_at), NOW - 7200)
+
+    keyring = older.revoking("new", int(NOW) + 60, NOW)
+
+    assert ("old" in keyring.revoked) is kept and "new" in keyring.revoked
+
+
+@pytest.mark.parametrize(
+    "entry", [[], {"j": "soon"}, {"j": 1.5}, {"": 1}, {"j": True}, "j"], ids=repr
+)
+def test_a_keyring_whose_revoked_entry_is_not_ids_to_expiries_is_a_config_error(
+    entry: Any,
+) -> None:
+    with pytest.raises(ConfigError, match="'revoked' must be an object of token id"):
+        auth.Keyring.from_mapping({"k1": SECRET, "revoked": entry})
+
+
+def test_revoked_is_never_taken_for_a_key_id() -> None:
+    with pytest.raises(ConfigError, match="not a key id"):
+        KEYRING.with_key(auth.Key("revoked", "HS256", SECRET, SECRET, SECRET))

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from capdisc.client import Answer
-from capdisc.errors import ConfigError
+from capdisc.errors import AuthError, ConfigError
 from capdisc.identity import auth
 from capdisc.status import health_failures
 from capdisc_producers.cli import (
@@ -127,6 +127,43 @@ def test_retiring_a_key_the_keyring_lacks_exits_1_and_changes_nothing(tmp_path: 
 
     assert result.exit_code == 1
     assert f"error: {keys_file} has no key 'k-nope'" in result.output
+    assert keys_file.read_text() == before
+
+
+def test_revoking_a_token_read_from_stdin_stops_it_verifying_and_only_it(tmp_path: Path) -> None:
+    keys_file = tmp_path / "auth_keys.json"
+    auth.save_keyring(keys_file, auth.Keyring([auth.new_key(time.time())]))
+    keyring = auth.load_keyring(keys_file)
+    revoked, kept = (
+        auth.issue(keyring, tenant="acme", ttl_s=600, now=time.time()) for _ in range(2)
+    )
+    keys = ["--keys", str(keys_file)]
+
+    result = CliRunner().invoke(cli, ["token", "revoke", "-", *keys], input=revoked + "\n")
+    again = CliRunner().invoke(cli, ["token", "revoke", revoked, *keys])
+
+    assert result.exit_code == 0, result.output
+    assert f"revoked token {auth.peek(revoked)['jti']} of anonymous@acme" in result.output
+    with pytest.raises(AuthError, match="revoked"):
+        auth.verify(revoked, auth.load_keyring(keys_file), time.time())
+    assert auth.verify(kept, auth.load_keyring(keys_file), time.time()).tenant == "acme"
+    assert again.exit_code == 0 and "already revoked" in again.output
+
+
+def test_revoking_a_token_another_keyring_signed_exits_1_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    keys_file = tmp_path / "auth_keys.json"
+    auth.save_keyring(keys_file, auth.Keyring([auth.new_key(time.time())]))
+    before = keys_file.read_text()
+    stranger = auth.issue(
+        auth.Keyring([auth.new_key(time.time())]), tenant="acme", ttl_s=600, now=time.time()
+    )
+
+    result = CliRunner().invoke(cli, ["token", "revoke", stranger, "--keys", str(keys_file)])
+
+    assert result.exit_code == 1
+    assert f"{keys_file} cannot revoke this token" in result.output
     assert keys_file.read_text() == before
 
 

@@ -25,6 +25,11 @@ oldest to newest: ``{"KID": "SECRET"}`` for an HS256 key, or ``{"KID": {"alg": "
 "public_key": PEM, "private_key": PEM}}`` for a key pair (``private_key`` only where tokens are
 issued). Files holding keys or tokens are written 0600 (:func:`write_private`).
 
+One token is revoked by its ``jti`` (``capdisc token revoke TOKEN``) without retiring the key
+that signed it: the keyring's ``"revoked"`` entry (a reserved name, never a key id) maps each
+revoked ``jti`` to its token's ``exp``, and is pruned of tokens that expired anyway. The file
+travels to every verifier with the keys, and verifiers read it again when it changes.
+
 Pure apart from reading and writing those files: nothing here logs, and no :class:`AuthError`
 message quotes a token.
 """
@@ -38,7 +43,7 @@ import secrets
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -144,20 +149,30 @@ class Key:
         return cls(kid, entry["alg"], public, private, dict(entry))
 
 
-class Keyring:
-    """Keys by key id, oldest first: the newest key that can sign signs, every key verifies."""
+#: The keyring file's entry of revoked tokens (``jti`` -> ``exp``): not a key id.
+REVOKED = "revoked"
 
-    def __init__(self, keys: Sequence[Key]) -> None:
+
+class Keyring:
+    """Keys by key id, oldest first: the newest key that can sign signs, every key verifies;
+    and the ids (``jti``) of revoked tokens, with when each would have expired."""
+
+    def __init__(self, keys: Sequence[Key], revoked: Mapping[str, int] | None = None) -> None:
         self._keys = {key.kid: key for key in keys}
+        self.revoked: Mapping[str, int] = dict(revoked or {})
 
     @classmethod
     def from_mapping(cls, data: Any, where: str = "keyring") -> Keyring:
         if not isinstance(data, dict):
             raise ConfigError(f"{where} must be a JSON object of key id -> key")
-        return cls([Key.parse(str(kid), entry, where) for kid, entry in data.items()])
+        keys = [Key.parse(str(kid), entry, where) for kid, entry in data.items() if kid != REVOKED]
+        return cls(keys, _revoked_entry(data.get(REVOKED, {}), where))
 
     def to_mapping(self) -> dict[str, Any]:
-        return {kid: key.entry for kid, key in self._keys.items()}
+        mapping: dict[str, Any] = {kid: key.entry for kid, key in self._keys.items()}
+        if self.revoked:
+            mapping[REVOKED] = dict(sorted(self.revoked.items(), key=lambda item: item[1]))
+        return mapping
 
     @property
     def kids(self) -> list[str]:
@@ -177,14 +192,34 @@ class Keyring:
         )
 
     def with_key(self, key: Key) -> Keyring:
-        return Keyring([*(k for k in self._keys.values() if k.kid != key.kid), key])
+        if key.kid == REVOKED:
+            raise ConfigError(f"{REVOKED!r} is the keyring's list of revoked tokens, not a key id")
+        return Keyring([*(k for k in self._keys.values() if k.kid != key.kid), key], self.revoked)
 
     def without(self, kid: str) -> Keyring:
         if kid not in self._keys:
             raise ConfigError(
                 f"the keyring has no key {kid!r}; its keys are {', '.join(self._keys) or 'none'}"
             )
-        return Keyring([k for k in self._keys.values() if k.kid != kid])
+        return Keyring([k for k in self._keys.values() if k.kid != kid], self.revoked)
+
+    def revoking(self, jti: str, expires_at: int, now: float) -> Keyring:
+        """This keyring with token ``jti`` revoked until ``expires_at``, and the revocations of
+        tokens that expired (past the leeway) dropped: they no longer verify anyway."""
+        kept = {j: e for j, e in self.revoked.items() if e > now - DEFAULT_LEEWAY_S}
+        return Keyring(list(self._keys.values()), {**kept, jti: expires_at})
+
+
+def _revoked_entry(value: Any, where: str) -> dict[str, int]:
+    """The keyring file's ``"revoked"`` entry, checked."""
+    if not isinstance(value, dict) or not all(
+        isinstance(jti, str) and jti and _whole(exp) for jti, exp in value.items()
+    ):
+        raise ConfigError(
+            f"{where}: {REVOKED!r} must be an object of token id (jti) -> its expiry in whole "
+            "seconds since the epoch, as `capdisc token revoke` writes it"
+        )
+    return dict(value)
 
 
 def new_key(now: float) -> Key:
@@ -326,7 +361,7 @@ def verify(
 ) -> Identity:
     """The identity ``token`` proves, or :class:`AuthError` saying why it proves none: missing,
     malformed, forged (bad signature, unknown key id, another algorithm than its key's), wrong
-    issuer or audience, claims missing or mistyped, expired, not yet valid."""
+    issuer or audience, claims missing or mistyped, expired, not yet valid, revoked."""
     kid = _kid(token)
     key = keyring.get(kid)
     if key is None:
@@ -338,6 +373,10 @@ def verify(
     claims = _decoded(str(token), key)
     identity = _identity(claims, kid)
     _check_times(claims, now, leeway_s)
+    if claims.get("jti") in keyring.revoked:
+        raise AuthError(
+            "the identity token was revoked (capdisc token revoke); " + _ISSUE_HINT, "revoked"
+        )
     return identity
 
 
@@ -508,12 +547,17 @@ def unverified(token: str, now: float, leeway_s: float = DEFAULT_LEEWAY_S) -> Id
 
 
 def label(token: str | None) -> dict[str, str]:
-    """What logs may say about a token: its key id and subject (unverified), never the token."""
+    """What logs may say about a token: its key id, subject and token id (unverified: what
+    ``capdisc token revoke`` names), never the token."""
     try:
         claims = peek(token or "")
     except AuthError as exc:
         return {"token": exc.reason}
-    return {"kid": str(claims["kid"])[:64], "subject": str(claims.get("sub"))[:MAX_NAME_CHARS]}
+    return {
+        "kid": str(claims["kid"])[:64],
+        "subject": str(claims.get("sub"))[:MAX_NAME_CHARS],
+        "token_id": str(claims.get("jti"))[:64],
+    }
 
 
 def parse_duration(text: str) -> int:
