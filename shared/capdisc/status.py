@@ -18,6 +18,7 @@ from capdisc.registry import flags
 from capdisc.registry.deadletters import budget
 from capdisc.registry.flagstore import read_flags, tenant_policy
 from capdisc.registry.policy import stored_record
+from capdisc.registry.store import scan_hash
 
 DEFAULT_STALE_AFTER_S = 10.0
 
@@ -207,7 +208,7 @@ def _json_or_none(raw: Any) -> Any:
 
 
 def _tenant_status(client: redis.Redis, tenant: str) -> dict[str, Any]:
-    stored = {as_str(k): stored_record(v) for k, v in client.hgetall(keys.caps(tenant)).items()}
+    stored = {as_str(k): stored_record(v) for k, v in scan_hash(client, keys.caps(tenant)).items()}
     records = [r for r in stored.values() if r is not None and r.readable]
     errors = {as_str(k): as_str(v) for k, v in client.hgetall(keys.manifest_errors(tenant)).items()}
     space = client.get(keys.space(tenant))

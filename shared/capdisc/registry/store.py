@@ -4,8 +4,9 @@ Writers (indexing workers) apply events under optimistic locking (WATCH on the t
 records, tombstones and version), a run of one tenant's events in one transaction, so an
 event's record, vector, tool-poisoning flag (:mod:`capdisc.registry.flags`, scanned as it is
 written), version bump, change record and acknowledgement to a waiting publisher land together
-or not at all. Readers (discovery
-workers, producers, status) read consistent snapshots in one MULTI.
+or not at all. Readers (producers, status) read what they need in one MULTI; a discovery
+worker's full read of a tenant (:func:`read_snapshot`) scans it in small pieces instead, so
+that no reader holds Redis, or makes it buffer the whole tenant, for the length of one reply.
 
 A full reindex's staging and swap are :mod:`capdisc.registry.reindexstore`, the repair of
 records and vectors that drifted apart is :mod:`capdisc.registry.drift`, and events that could
@@ -18,7 +19,7 @@ import json
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import redis
@@ -75,9 +76,11 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """A consistent read of one tenant: its version, records and the vectors of the space it is
-    served from, and the id of the last change record at that moment (where following the
-    changes stream resumes)."""
+    """A full read of one tenant: its version, records and the vectors of the space it is
+    served from, and the id of the last change record at that version (where following the
+    changes stream resumes). Records and vectors were read after that version, so each is that
+    version's or newer, never older; applying the changes after ``changes_id`` (each re-reads
+    its capability, :func:`read_delta`) makes the whole current."""
 
     tenant: str
     version: int
@@ -541,26 +544,34 @@ def _queue_ack(pipe: Any, batch_id: str, outcome: dict[str, Any]) -> None:
 # -- reads -------------------------------------------------------------------------------------
 
 
-def read_snapshot(client: Redis, tenant: str, default_space: str) -> Snapshot:
-    """One consistent read of everything a discovery worker needs for ``tenant``, from the
-    vector space it is served from (``default_space`` until a writer has set one)."""
-    with client.pipeline(transaction=True) as pipe:
-        while True:
-            try:
-                pipe.watch(keys.space(tenant))  # type: ignore[no-untyped-call]
-                active = pipe.get(keys.space(tenant))
-                space = as_str(active) if active else default_space
-                pipe.multi()
-                pipe.get(keys.version(tenant))
-                pipe.hgetall(keys.caps(tenant))
-                pipe.hgetall(keys.vectors(tenant, space))
-                pipe.xrevrange(keys.CHANGES, count=1)
-                pipe.hgetall(keys.flags(tenant))
-                pipe.get(keys.poisoning_policy(tenant))
-                version, caps, vectors, last, flags, policy = pipe.execute()
-                break
-            except redis.WatchError:
-                continue
+#: Fields one HSCAN of a full read asks for. Each holds Redis a millisecond or so; one HGETALL
+#: of a 100,000-capability tenant held every other client for 0.3-1.1 s and made Redis buffer
+#: the whole reply (``benchmarks/redis_full_read.py``).
+SCAN_COUNT = 256
+
+
+def read_snapshot(
+    client: Redis, tenant: str, default_space: str, count: int = SCAN_COUNT
+) -> Snapshot:
+    """Everything a discovery worker needs for ``tenant``, from the vector space it is served
+    from (``default_space`` until a writer has set one): version, last change id, flags and
+    policy in one transaction, then the records and the vectors scanned ``count`` at a time
+    (see :class:`Snapshot` for what that guarantees). The records are scanned before the
+    vectors, so a record read has its vector (written with it) unless a later change removed
+    it; a vector space swapped meanwhile is read again."""
+    while True:
+        with client.pipeline(transaction=True) as pipe:
+            pipe.get(keys.space(tenant))
+            pipe.get(keys.version(tenant))
+            pipe.xrevrange(keys.CHANGES, count=1)
+            pipe.hgetall(keys.flags(tenant))
+            pipe.get(keys.poisoning_policy(tenant))
+            active, version, last, flags, policy = pipe.execute()
+        space = as_str(active) if active else default_space
+        caps = scan_hash(client, keys.caps(tenant), count)
+        vectors = scan_hash(client, keys.vectors(tenant, space), count)
+        if client.get(keys.space(tenant)) == active:
+            break
     records, unreadable = _readable(caps.keys(), parsed_records(caps.values()))
     return Snapshot(
         tenant=tenant,
@@ -573,6 +584,19 @@ def read_snapshot(client: Redis, tenant: str, default_space: str) -> Snapshot:
         flags={as_str(k): Flag.from_json(v) for k, v in flags.items()},
         policy=as_str(policy) if policy is not None else None,
     )
+
+
+def scan_hash(client: Redis, key: str, count: int = SCAN_COUNT) -> dict[Any, Any]:
+    """The fields and values of hash ``key``, read ``count`` at a time with HSCAN: never one
+    long command, however large the hash (a field changed meanwhile may be read at either
+    value; one added or removed meanwhile may be missed or read)."""
+    found: dict[Any, Any] = {}
+    cursor = 0
+    while True:
+        cursor, part = client.hscan(key, cursor, count=count)
+        found.update(cast("dict[Any, Any]", part))  # a list only with no_values
+        if cursor == 0:
+            return found
 
 
 def _readable(

@@ -1,0 +1,219 @@
+"""What a discovery worker's full read of a large tenant costs every other Redis client.
+
+A worker reads a tenant whole when it starts without a snapshot, after Redis lost its data, or
+when a tenant is built apart. This benchmark fills a Redis of its own with --size capabilities
+(records of about 1.4 KB as the indexing workers store them, 384-dimensional float32 vectors),
+then times two ways of reading the tenant whole, alternating, --rounds times each:
+
+- ``one transaction``: every hash in one MULTI of HGETALLs, as the reads did before (the
+  baseline, measured in the same run);
+- ``scanned``: :func:`capdisc.registry.store.read_snapshot` as it is now (HSCAN, a few hundred
+  fields a command, then the changes after its version applied by the worker).
+
+Meanwhile another client sends PING after PING, as a discovery worker's turns reach Redis, and
+samples Redis's ``used_memory``. Printed per way: the read's time (median), the other client's
+PING while it runs (median, p99, max) beside the floor (the same PINGs with no read running),
+and how far ``used_memory`` rose above its level before the read (the reply Redis buffers).
+
+    .venv/bin/python benchmarks/redis_full_read.py [--size 100000] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import redis
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _common import percentile
+from capdisc import keys
+from capdisc.localredis import start_redis
+from capdisc.registry.store import _readable, parsed_records, read_snapshot
+
+TENANT = "bench"
+SPACE = "minilm"
+
+
+def fill(client: redis.Redis, size: int) -> int:
+    """``size`` records and vectors in the tenant; the bytes of one record."""
+    rng = np.random.default_rng(0)
+    record = {
+        "capability": {
+            "id": "",
+            "kind": "tool",
+            "name": "",
+            "description": "Does one thing for the caller. " * 30,
+            "parameters": {
+                "type": "object",
+                "properties": {"query": {"type": "string", "description": "What to do. " * 16}},
+            },
+            "source_ref": {"source": "jsonl:bench"},
+        },
+        "seq": 1,
+        "content_hash": "h" * 64,
+        "updated_at_ms": 1,
+    }
+    pipe = client.pipeline(transaction=False)
+    size_bytes = 0
+    for number in range(size):
+        cap_id = f"tool:bench-{number}"
+        record["capability"].update(id=cap_id, name=f"bench-{number}")  # type: ignore[attr-defined]
+        text = json.dumps(record)
+        size_bytes = len(text)
+        pipe.hset(keys.caps(TENANT), cap_id, text)
+        pipe.hset(keys.vectors(TENANT, SPACE), cap_id, rng.random(384, dtype=np.float32).tobytes())
+        if number % 2000 == 1999:
+            pipe.execute()
+    pipe.set(keys.version(TENANT), size)
+    pipe.set(keys.space(TENANT), SPACE)
+    pipe.sadd(keys.TENANTS, TENANT)
+    pipe.execute()
+    return size_bytes
+
+
+def one_transaction(client: redis.Redis) -> int:
+    """The read as it was: every hash in one MULTI, then parsed."""
+    with client.pipeline(transaction=True) as pipe:
+        pipe.get(keys.version(TENANT))
+        pipe.hgetall(keys.caps(TENANT))
+        pipe.hgetall(keys.vectors(TENANT, SPACE))
+        pipe.xrevrange(keys.CHANGES, count=1)
+        pipe.hgetall(keys.flags(TENANT))
+        pipe.get(keys.poisoning_policy(TENANT))
+        _version, caps, vectors, _last, _flags, _policy = pipe.execute()
+    records, _unreadable = _readable(caps.keys(), parsed_records(caps.values()))
+    return len(records) + 0 * len(vectors)
+
+
+def scanned(client: redis.Redis) -> int:
+    return len(read_snapshot(client, TENANT, SPACE).records)
+
+
+class Probe:
+    """Another client, in a process of its own (so the reader's parsing does not delay it):
+    PING after PING (latencies in ms), and Redis's used_memory sampled."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.stop = multiprocessing.Event()
+        self.results: multiprocessing.Queue[tuple[list[float], list[int]]] = multiprocessing.Queue()
+        self.process = multiprocessing.Process(target=self._run, daemon=True)
+        self.pings: list[float] = []
+        self.memory: list[int] = []
+
+    def _run(self) -> None:
+        client = redis.Redis.from_url(self.url, socket_timeout=120)
+        pings, memory = [], []
+        while not self.stop.is_set():
+            started = time.perf_counter()
+            client.ping()
+            pings.append((time.perf_counter() - started) * 1000)
+            memory.append(int(client.info("memory")["used_memory"]))
+            time.sleep(0.0005)
+        self.results.put((pings, memory))
+
+    def __enter__(self) -> Probe:
+        self.process.start()
+        time.sleep(0.2)  # the process started and pinging
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop.set()
+        self.pings, self.memory = self.results.get(timeout=60)
+        self.process.join()
+
+
+def measure(url: str, read: Callable[[redis.Redis], int], expected: int) -> dict[str, float]:
+    client = redis.Redis.from_url(url, socket_timeout=120)
+    before = int(client.info("memory")["used_memory"])
+    with Probe(url) as probe:
+        started = time.perf_counter()
+        count = read(client)
+        took = time.perf_counter() - started
+    if count != expected:
+        raise SystemExit(f"read {count} capabilities, not {expected}")
+    pings = sorted(probe.pings)
+    return {
+        "read_s": took,
+        "ping_p50_ms": statistics.median(pings),
+        "ping_p99_ms": percentile(pings, 99),
+        "ping_max_ms": pings[-1],
+        "memory_rise_mb": (max(probe.memory) - before) / 1e6,
+    }
+
+
+def floor(url: str, seconds: float = 1.0) -> dict[str, float]:
+    with Probe(url) as probe:
+        time.sleep(seconds)
+    pings = sorted(probe.pings)
+    return {
+        "ping_p50_ms": statistics.median(pings),
+        "ping_p99_ms": percentile(pings, 99),
+        "ping_max_ms": pings[-1],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as directory:
+        server = start_redis(Path(directory), durable=False)
+        try:
+            client = redis.Redis.from_url(server.url)
+            record_bytes = fill(client, args.size)
+            memory = int(client.info("memory")["used_memory"]) / 1e6
+            print(
+                f"{args.size:,} capabilities, records of {record_bytes:,} bytes, 384-d vectors; "
+                f"Redis used_memory {memory:,.0f} MB"
+            )
+            runs: dict[str, list[dict[str, float]]] = {"one transaction": [], "scanned": []}
+            for _round in range(args.rounds):
+                runs["one transaction"].append(measure(server.url, one_transaction, args.size))
+                runs["scanned"].append(measure(server.url, scanned, args.size))
+            base = floor(server.url)
+        finally:
+            server.stop()
+    report(args, runs, base)
+
+
+def report(
+    args: argparse.Namespace, runs: dict[str, list[dict[str, float]]], base: dict[str, float]
+) -> None:
+    print(
+        f"floor: another client's PING with no read running: median {base['ping_p50_ms']:.3f} "
+        f"ms, p99 {base['ping_p99_ms']:.3f} ms, max {base['ping_max_ms']:.2f} ms"
+    )
+    print("way              read (median)  PING median / p99 / max during it   used_memory rise")
+    medians = {}
+    for way, results in runs.items():
+        medians[way] = {k: statistics.median(r[k] for r in results) for k in results[0]}
+        m = medians[way]
+        print(
+            f"{way:16} {m['read_s']:10.2f} s   {m['ping_p50_ms']:7.3f} / {m['ping_p99_ms']:6.2f} / "
+            f"{m['ping_max_ms']:8.1f} ms   {m['memory_rise_mb']:8.0f} MB"
+            f"   (worst max {max(r['ping_max_ms'] for r in results):.1f} ms)"
+        )
+    old, new = medians["one transaction"], medians["scanned"]
+    print(
+        f"scanned against one transaction: longest stall of another client "
+        f"{new['ping_max_ms'] / old['ping_max_ms']:.3f} x, read time "
+        f"{new['read_s'] / old['read_s']:.2f} x, memory rise "
+        f"{new['memory_rise_mb']:.0f} against {old['memory_rise_mb']:.0f} MB "
+        f"(medians of {args.rounds} rounds each)"
+    )
+
+
+if __name__ == "__main__":
+    main()
