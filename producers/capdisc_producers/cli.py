@@ -1149,8 +1149,9 @@ def watch(
 
 @cli.command(
     epilog=exit_status(
-        "an id the tenant does not hold, a --source that owns nothing there, or a capability "
-        "the indexing workers refused; the other ids are deleted"
+        "an id the tenant does not hold, a --source that owns nothing there, (--all) a tenant "
+        "nothing was ever published to, or a capability the indexing workers refused; the "
+        "other ids are deleted"
     )
 )
 @click.argument("capability_ids", nargs=-1)
@@ -1165,8 +1166,8 @@ def watch(
     "everything",
     is_flag=True,
     help="Delete every capability the tenant holds, whichever source published it, and "
-    "forget its rejected manifests: the tenant's registry emptied (its sessions, poisoning "
-    "policy and flags' history stay). A watcher still syncing a directory publishes it again "
+    "forget its rejected manifests: the tenant's registry emptied (its sessions and "
+    "poisoning policy stay). A watcher still syncing a directory publishes it again "
     "at its next change: stop it first",
 )
 @redis_option
