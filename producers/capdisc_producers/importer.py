@@ -18,10 +18,17 @@ import redis
 
 from capdisc.registry.catalogs import read_jsonl_catalog
 from capdisc.registry.policy import plan_sync
-from capdisc.registry.store import stored_by_source
 from capdisc.tenants import check_tenant
 from capdisc_producers.publisher import Publisher
-from capdisc_producers.sync import Progress, SyncReport, held_elsewhere, publish_plan
+from capdisc_producers.sync import (
+    Progress,
+    SyncReport,
+    held_elsewhere,
+    one_sync_at_a_time,
+    send_plan,
+    stored_and_sent,
+    wait_until_applied,
+)
 
 
 def import_jsonl(
@@ -43,21 +50,16 @@ def import_jsonl(
     source = source or f"jsonl:{path}"
     read = read_jsonl_catalog(path, source)
     found, errors = read.found, read.errors
-    stored = stored_by_source(client, tenant, source)
-    plan = plan_sync(
-        found, errors, stored, held_elsewhere(client, tenant, source, found, stored), take_over
-    )
-    if errors:
-        plan = replace(plan, deletes=[])
-    report = publish_plan(
-        client,
-        publisher,
-        plan,
-        root=path,
-        tenant=tenant,
-        source=source,
-        wait_s=wait_s,
-        progress=progress,
-    )
+    with one_sync_at_a_time(client, tenant, source):
+        stored = stored_and_sent(client, tenant, source)
+        plan = plan_sync(
+            found, errors, stored, held_elsewhere(client, tenant, source, found, stored), take_over
+        )
+        if errors:
+            plan = replace(plan, deletes=[])
+        report = send_plan(
+            publisher, plan, root=path, tenant=tenant, source=source, progress=progress
+        )
+    report = wait_until_applied(client, report, wait_s, progress)
     report.notes = [f"{path}:{note.line}: {note.text}" for note in read.notes]
     return report

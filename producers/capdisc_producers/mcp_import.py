@@ -33,11 +33,17 @@ from capdisc.errors import ManifestError, MCPImportError
 from capdisc.models import Capability
 from capdisc.registry.normalize import MAX_SOURCE_DESCRIPTION_CHARS
 from capdisc.registry.policy import plan_sync
-from capdisc.registry.store import stored_by_source
 from capdisc.registry.tolerance import first_paragraph, tolerant_fields, validated
 from capdisc.tenants import check_tenant
 from capdisc_producers.publisher import Publisher
-from capdisc_producers.sync import SyncReport, held_elsewhere, publish_plan
+from capdisc_producers.sync import (
+    SyncReport,
+    held_elsewhere,
+    one_sync_at_a_time,
+    send_plan,
+    stored_and_sent,
+    wait_until_applied,
+)
 
 log = structlog.get_logger("capdisc.mcp_import")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -507,10 +513,12 @@ def import_mcp(
     )
     notes: list[str] = []
     found, errors = capabilities_of(listing, source, server_name, notes=notes)
-    stored = stored_by_source(client, tenant, source)
-    plan = plan_sync(
-        found, errors, stored, held_elsewhere(client, tenant, source, found, stored), take_over
-    )
+    with one_sync_at_a_time(client, tenant, source):
+        stored = stored_and_sent(client, tenant, source)
+        plan = plan_sync(
+            found, errors, stored, held_elsewhere(client, tenant, source, found, stored), take_over
+        )
+        report = send_plan(publisher, plan, root=source, tenant=tenant, source=source)
     changed = [
         Changed(c.id, stored[c.id].content_hash, c.content_hash)
         for c in plan.upserts
@@ -525,9 +533,7 @@ def import_mcp(
             source=source,
             tenant=tenant,
         )
-    report = publish_plan(
-        client, publisher, plan, root=source, tenant=tenant, source=source, wait_s=wait_s
-    )
+    report = wait_until_applied(client, report, wait_s)
     report.notes = notes
     return report, changed
 

@@ -9,26 +9,31 @@ it was meant to update.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import redis
+import structlog
 
 from capdisc import keys
 from capdisc.errors import ManifestError
 from capdisc.models import Capability, Visibility
 from capdisc.redistext import as_str
+from capdisc.registry import outbox
 from capdisc.registry.events import RegistryEvent
 from capdisc.registry.manifest import ScanCache, scan_directory
-from capdisc.registry.policy import StoredRecord, SyncPlan, plan_sync
+from capdisc.registry.policy import StoredRecord, SyncPlan, plan_sync, with_pending
 from capdisc.registry.store import owners, stored_by_source
 from capdisc.retrieval.text import full_text
 from capdisc.tenants import check_tenant
 from capdisc_producers.publisher import Publisher, wait_for_acks
+
+log = structlog.get_logger("capdisc.sync")
 
 
 @dataclass
@@ -74,43 +79,6 @@ class SyncReport:
 Progress = Callable[[str, int], None]
 
 
-class InFlight:
-    """The capabilities a watcher upserted that the workers may not have applied yet. They count
-    as stored when its next sync is planned: a manifest added and removed again before its
-    upsert was applied is then deleted (else the upsert, applied after that sync read the
-    registry, would leave it until the next edit), and one unchanged is not sent twice. Each
-    leaves once it is stored with that content, deleted, or ``kept_s`` after it was sent (one
-    the workers refused is then sent again with the next sync, as before)."""
-
-    def __init__(self, kept_s: float = 120.0, clock: Callable[[], float] = time.monotonic) -> None:
-        self.kept_s = kept_s
-        self.clock = clock
-        self.records: dict[str, tuple[float, StoredRecord]] = {}
-
-    def with_stored(self, stored: Mapping[str, StoredRecord]) -> dict[str, StoredRecord]:
-        """``stored`` with the ones still in flight over it."""
-        now = self.clock()
-        for cap_id, (sent_at, record) in list(self.records.items()):
-            applied = stored.get(cap_id)
-            if now - sent_at > self.kept_s or (
-                applied is not None and applied.content_hash == record.content_hash
-            ):
-                del self.records[cap_id]
-        return {**stored, **{cap_id: record for cap_id, (_at, record) in self.records.items()}}
-
-    def sent(self, plan: SyncPlan) -> None:
-        """Note what ``plan`` sent."""
-        now = self.clock()
-        for cap in plan.upserts:
-            self.records[cap.id] = (now, StoredRecord(cap.to_dict(), 0, cap.content_hash, 0))
-        for cap_id in plan.deletes:
-            self.records.pop(cap_id, None)
-
-    def clear(self) -> None:
-        """Forget them all (Redis was away or lost its data: what it holds is read afresh)."""
-        self.records.clear()
-
-
 def sync_directory(
     client: redis.Redis,
     publisher: Publisher,
@@ -123,20 +91,35 @@ def sync_directory(
     visibility: Visibility | None = None,
     take_over: bool = False,
     progress: Progress | None = None,
-    in_flight: InFlight | None = None,
 ) -> SyncReport:
     """Scan ``root`` and publish what changed; with ``wait_s`` wait for the workers to apply it.
     A ``cache`` kept across calls skips re-parsing unchanged manifests. ``visibility`` applies
     to the capabilities whose manifest declares none (open to the tenant otherwise). A
     capability whose id another source owns is rejected, naming the owner, unless
     ``take_over`` (then it moves to this directory). ``progress`` as in
-    :func:`publish_plan`. ``in_flight``, kept across calls, counts what earlier calls sent and
-    the workers may not have applied yet as stored."""
+    :func:`publish_plan`. Planned and sent under the directory's sync lock, against what is
+    stored and what earlier syncs sent (:func:`stored_and_sent`)."""
     check_tenant(tenant)
     root = root.resolve()
-    stored = stored_by_source(client, tenant, str(root))
-    if in_flight is not None:
-        stored = in_flight.with_stored(stored)
+    with one_sync_at_a_time(client, tenant, str(root)):
+        report = _plan_and_send(
+            client, publisher, root, tenant, max_bytes, cache, visibility, take_over, progress
+        )
+    return wait_until_applied(client, report, wait_s, progress)
+
+
+def _plan_and_send(
+    client: redis.Redis,
+    publisher: Publisher,
+    root: Path,
+    tenant: str,
+    max_bytes: int,
+    cache: ScanCache | None,
+    visibility: Visibility | None,
+    take_over: bool,
+    progress: Progress | None,
+) -> SyncReport:
+    stored = stored_and_sent(client, tenant, str(root))
     scan = scan_directory(
         root,
         max_bytes=max_bytes,
@@ -159,19 +142,60 @@ def sync_directory(
         take_over,
     )
     _record_errors(client, tenant, root, plan)
-    report = publish_plan(
-        client,
-        publisher,
-        plan,
-        root=root,
-        tenant=tenant,
-        source=str(root),
-        wait_s=wait_s,
-        progress=progress,
+    return send_plan(publisher, plan, root=root, tenant=tenant, source=str(root), progress=progress)
+
+
+#: How long a sync waits for another sync of the same source before it goes ahead anyway, and
+#: how long the lock outlives a holder that died while holding it.
+SYNC_LOCK_WAIT_S = 30.0
+SYNC_LOCK_HOLD_S = 120.0
+_RELEASE = (
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+)
+
+
+@contextlib.contextmanager
+def one_sync_at_a_time(
+    client: redis.Redis,
+    tenant: str,
+    source: str,
+    wait_s: float = SYNC_LOCK_WAIT_S,
+    hold_s: float = SYNC_LOCK_HOLD_S,
+) -> Iterator[None]:
+    """Hold ``source``'s sync lock while the block plans and sends: two syncs of one source (a
+    watcher and ``capdisc publish`` of its directory, two imports of one file) plan one after
+    the other, the second counting what the first sent (:func:`stored_and_sent`). After
+    ``wait_s`` the sync goes ahead without it, and says so: a holder that died leaves it for
+    ``hold_s``."""
+    key, token = keys.sync_lock(tenant, source), uuid.uuid4().hex
+    deadline, delay = time.monotonic() + wait_s, 0.005
+    held = bool(client.set(key, token, nx=True, px=int(hold_s * 1000)))
+    while not held and time.monotonic() < deadline:
+        time.sleep(delay)  # another process holds it: nothing to await but its expiry
+        delay = min(0.1, delay * 2)
+        held = bool(client.set(key, token, nx=True, px=int(hold_s * 1000)))
+    if not held:
+        log.warning(
+            "sync_lock_busy",
+            tenant=tenant,
+            source=source,
+            waited_s=wait_s,
+            hint="another sync of this source held its lock all along; syncing without it",
+        )
+    try:
+        yield
+    finally:
+        if held:
+            with contextlib.suppress(redis.RedisError):  # it expires in any case
+                client.eval(_RELEASE, 1, key, token)
+
+
+def stored_and_sent(client: redis.Redis, tenant: str, source: str) -> dict[str, StoredRecord]:
+    """``source``'s stored records as they will be once the workers applied what was sent and
+    is not applied yet (the outbox's events), by this process or any other."""
+    return with_pending(
+        stored_by_source(client, tenant, source), outbox.pending_events(client, tenant), source
     )
-    if in_flight is not None:
-        in_flight.sent(report.plan)
-    return report
 
 
 def held_elsewhere(
@@ -210,6 +234,20 @@ def publish_plan(
     """Send the events of ``plan`` (one batch, one sequence) and, with ``wait_s``, wait until
     the workers applied them. ``progress(stage, n)`` hears of events ``"sent"`` and
     ``"applied"`` as they go, in chunks of :data:`CHUNK`."""
+    report = send_plan(publisher, plan, root=root, tenant=tenant, source=source, progress=progress)
+    return wait_until_applied(client, report, wait_s, progress)
+
+
+def send_plan(
+    publisher: Publisher,
+    plan: SyncPlan,
+    *,
+    root: Path | str,
+    tenant: str,
+    source: str,
+    progress: Progress | None = None,
+) -> SyncReport:
+    """Send the events of ``plan``: :func:`publish_plan` without the wait."""
     check_tenant(tenant)
     batch_id = uuid.uuid4().hex
     events = events_for(plan, tenant, source, batch_id)
@@ -222,9 +260,15 @@ def publish_plan(
         publisher.send(chunk)
         if progress:
             progress("sent", len(chunk))
-    report = SyncReport(root=root, plan=plan, batch_id=batch_id, sent=len(events))
-    if wait_s > 0 and events:
-        report.outcomes = _wait(client, batch_id, len(events), wait_s, progress)
+    return SyncReport(root=root, plan=plan, batch_id=batch_id, sent=len(events))
+
+
+def wait_until_applied(
+    client: redis.Redis, report: SyncReport, wait_s: float, progress: Progress | None = None
+) -> SyncReport:
+    """``report`` with the outcomes of its events the workers applied within ``wait_s``."""
+    if wait_s > 0 and report.sent:
+        report.outcomes = _wait(client, report.batch_id, report.sent, wait_s, progress)
     return report
 
 

@@ -36,7 +36,7 @@ from capdisc.redisrefusal import advice, refuses_writes
 from capdisc.registry.manifest import ScanCache
 from capdisc.tenants import check_tenant
 from capdisc_producers.publisher import Publisher
-from capdisc_producers.sync import InFlight, SyncReport, sync_directory
+from capdisc_producers.sync import SyncReport, sync_directory
 
 log = structlog.get_logger("capdisc.watcher")
 
@@ -107,8 +107,6 @@ class _Syncer:
         self.on_sync = on_sync
         self.stop = stop
         self.cache = ScanCache()
-        #: What the last syncs sent that the workers may not have applied yet.
-        self.in_flight = InFlight()
         self.log = log.bind(root=str(root), tenant=tenant)
         self.unreachable = False
         self.run_id: str | None = None
@@ -153,15 +151,11 @@ class _Syncer:
             self.log.warning(
                 "registry_lost", hint="Redis lost its data; syncing the directory again"
             )
-        lost = self.unreachable or not known or (run_id is not None and run_id != self.run_id)
-        if lost:
-            self.in_flight.clear()
-        return lost
+        return self.unreachable or not known or (run_id is not None and run_id != self.run_id)
 
     def _refused(self, exc: Exception) -> None:
         """Redis answers but refuses writes (full, cannot save): say so once; retried, and
         synced again in full once it takes them (as after an outage)."""
-        self.in_flight.clear()
         if not self.unreachable:
             self.unreachable = True
             self.log.warning(
@@ -169,7 +163,6 @@ class _Syncer:
             )
 
     def _lost(self, exc: Exception) -> None:
-        self.in_flight.clear()
         if not self.unreachable:
             self.unreachable = True
             self.log.warning(
@@ -217,7 +210,6 @@ class _Syncer:
             max_bytes=self.max_bytes,
             cache=self.cache,
             take_over=self.take_over,
-            in_flight=self.in_flight,
         )
         for path, error in report.plan.errors.items():
             self.log.warning("manifest_rejected", path=str(path), error=str(error))

@@ -25,6 +25,8 @@ key                                       type     what it holds
                                                    the live ones at the swap)
 ``capdisc:t:{t}:source:{h}``             set      ids of the capabilities stored from one source
                                                    (``{h}``: a hash of the source's name)
+``capdisc:t:{t}:synclock:{h}``           string   held (SET NX, expiring) by the producer
+                                                   planning and sending a sync of that source
 ``capdisc:t:{t}:session:{s}``            hash     session ``{s}``: ``state`` (working set and
                                                    guard memory, JSON) and ``rev`` (its revision);
                                                    expires max_age_s after creation
@@ -231,6 +233,12 @@ def source_ids(tenant: str, source: str) -> str:
     """Set: ids of the capabilities stored from ``source`` (a directory, jsonl:PATH, ...)."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     return f"{PREFIX}:t:{tenant}:source:{digest}"
+
+
+def sync_lock(tenant: str, source: str) -> str:
+    """String: held by the one producer planning and sending a sync of ``source`` now."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    return f"{PREFIX}:t:{tenant}:synclock:{digest}"
 
 
 def session(tenant: str, session_id: str) -> str:

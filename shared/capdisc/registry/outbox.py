@@ -19,8 +19,10 @@ from typing import Any, Protocol
 import redis
 
 from capdisc import keys
+from capdisc.errors import EventDecodeError
 from capdisc.redisclock import redis_now_ms
 from capdisc.redistext import as_str
+from capdisc.registry.events import RegistryEvent
 
 
 class TaskSender(Protocol):
@@ -82,6 +84,39 @@ def send(
         ignore_result=True,
     )
     return task_id
+
+
+def pending_events(client: redis.Redis, tenant: str) -> list[RegistryEvent]:
+    """The registry events for ``tenant`` in the tasks recorded here: sent, and not yet applied
+    (a task leaves once it finished). A payload that is no event is left out: the workers
+    dead-letter it."""
+    marker = f'"tenant":{json.dumps(tenant, ensure_ascii=False)}'
+    quoted = json.dumps(marker)[1:-1].encode()  # as the task record's JSON holds the payload
+    events = []
+    for value in client.hvals(keys.OUTBOX):
+        if quoted not in (value if isinstance(value, bytes) else value.encode()):
+            continue  # no event of the tenant, without parsing the task
+        pending = _pending(b"", value)
+        for payload in _payloads(pending) if pending is not None else ():
+            if marker not in payload:  # most payloads, cheaply: another tenant's
+                continue
+            try:
+                event = RegistryEvent.decode(payload)
+            except EventDecodeError:
+                continue
+            if event.tenant == tenant:
+                events.append(event)
+    return events
+
+
+def _payloads(pending: Pending) -> list[str]:
+    """The encoded events an apply task carries."""
+    args = pending.args
+    if pending.name == keys.TASK_APPLY_EVENTS and args and isinstance(args[0], list):
+        return [p for p in args[0] if isinstance(p, str)]
+    if pending.name == keys.TASK_APPLY_EVENT and args and isinstance(args[0], str):
+        return [args[0]]
+    return []
 
 
 def done(client: redis.Redis, task_id: str) -> None:

@@ -245,6 +245,37 @@ def plan_sync(
     return plan
 
 
+def with_pending(
+    stored: Mapping[str, StoredRecord], pending: Iterable[RegistryEvent], source: str
+) -> dict[str, StoredRecord]:
+    """``stored``, one source's records, as they will be once the indexing workers applied
+    ``pending``, events sent and not applied yet: an upsert or delete of ``source`` newer than
+    what it finds replaces or removes it, in the order of their sequences (a reindex changes no
+    content; other sources' events change their own records). What :func:`plan_sync` compares a
+    scan with, so that a sync counts what earlier syncs of the source sent, in this process or
+    another: a manifest added and removed before its upsert was applied is then deleted."""
+    view = dict(stored)
+    for event in sorted(pending, key=lambda e: e.seq):
+        found = view.get(event.capability_id)
+        if event.source != source or (found is not None and event.seq <= found.seq):
+            continue
+        if event.type == "delete":
+            view.pop(event.capability_id, None)
+        elif event.type == "upsert" and (record := _sent_record(event)) is not None:
+            view[event.capability_id] = record
+    return view
+
+
+def _sent_record(event: RegistryEvent) -> StoredRecord | None:
+    """The record an upsert stores, as far as planning needs it; None for one that is no
+    capability (the workers will refuse it)."""
+    try:
+        capability = Capability.from_dict(event.capability or {})
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return StoredRecord(capability.to_dict(), event.seq, capability.content_hash, 0)
+
+
 def owned_elsewhere(path: Path, capability_id: str, owner: str) -> ManifestError:
     """The rejection of a capability whose id another source owns."""
     return ManifestError(
