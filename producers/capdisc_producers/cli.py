@@ -790,16 +790,25 @@ def session_import(
     click.echo(f"session {session_id}: {len(working['bound'])} capabilities bound")
 
 
-def _publisher(url: str, tenant: str | None) -> Publisher:
+def _publisher(url: str, tenant: str | None, backlog_wait_s: float | None = 600.0) -> Publisher:
     """A publisher that stamps the command's token on every event, once the token is seen to
     allow writing ``tenant`` (any tenant when None; the indexing workers verify, this only
-    refuses early, before anything is sent)."""
+    refuses early, before anything is sent). While ``publish_max_pending_tasks`` sent tasks
+    wait for the workers it waits to send, at most ``backlog_wait_s`` (None: as long as it
+    takes)."""
     from capdisc_producers.publisher import Publisher
 
     ctx = click.get_current_context()
     access = _access(ctx)
     _check_write(access, tenant)
-    return Publisher(url, token=access.token, max_event_bytes=_settings(ctx).event_max_bytes)
+    settings = _settings(ctx)
+    return Publisher(
+        url,
+        token=access.token,
+        max_event_bytes=settings.event_max_bytes,
+        max_pending_tasks=settings.publish_max_pending_tasks,
+        backlog_wait_s=backlog_wait_s,
+    )
 
 
 def _check_write(access: Access, tenant: str | None) -> None:
@@ -1095,7 +1104,7 @@ def publish(
     from capdisc_producers.sync import sync_directory
 
     settings, connection = _connect(ctx, redis_url)
-    publisher = _publisher(settings.redis_url, _tenant(ctx, tenant))
+    publisher = _publisher(settings.redis_url, _tenant(ctx, tenant), timeout_s)
     caller = _caller(ctx)
     visibility = (
         Visibility(tuple(caller["roles"]), (caller["user"],) if caller["user"] else ())
@@ -1138,7 +1147,7 @@ def watch(
     with contextlib.suppress(KeyboardInterrupt):
         watch_directory(
             connection,
-            _publisher(settings.redis_url, _tenant(ctx, tenant)),
+            _publisher(settings.redis_url, _tenant(ctx, tenant), backlog_wait_s=None),
             path,
             tenant=_tenant(ctx, tenant),
             max_bytes=settings.manifest_max_bytes,
@@ -1438,7 +1447,7 @@ def _publish_ids(
 ) -> SyncReport:
     from capdisc_producers.sync import publish_plan
 
-    publisher = _publisher(settings.redis_url, tenant)
+    publisher = _publisher(settings.redis_url, tenant, timeout_s)
     try:
         report = publish_plan(
             connection,
@@ -1547,7 +1556,7 @@ def import_jsonl_cmd(
     from capdisc_producers.outages import through_outages
 
     settings, connection = _connect(ctx, redis_url)
-    publisher = _publisher(settings.redis_url, _tenant(ctx, tenant))
+    publisher = _publisher(settings.redis_url, _tenant(ctx, tenant), timeout_s)
     with click.progressbar(length=0, label="events", file=sys.stderr) as bar:
 
         def progress(stage: str, count: int) -> None:
@@ -1625,7 +1634,7 @@ def import_mcp_cmd(
     from capdisc_producers.outages import through_outages
 
     settings, connection = _connect(ctx, redis_url)
-    publisher = _publisher(settings.redis_url, _tenant(ctx, tenant))
+    publisher = _publisher(settings.redis_url, _tenant(ctx, tenant), timeout_s)
     changed: list[Changed] = []
 
     def attempt() -> SyncReport:  # run again (listing the server again) after a Redis outage

@@ -14,9 +14,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import redis
+import structlog
 from celery import Celery
 
 from capdisc import keys
+from capdisc.errors import IndexingBacklogError
 from capdisc.rawsettings import celery_broker_url
 from capdisc.registry import outbox
 from capdisc.registry.events import DEFAULT_MAX_BYTES, RegistryEvent
@@ -27,6 +29,11 @@ BLOCK_SLICE_S = 1.0
 #: Events per indexing task by default: a worker embeds each chunk of a task while it writes
 #: the chunks before it (a task's start and end leave the model idle, so not much fewer).
 BATCH = 1024
+#: Sent tasks not yet applied (of every producer) past which a producer waits to send its
+#: next: the ``publish_max_pending_tasks`` setting's default.
+MAX_PENDING_TASKS = 32
+
+log = structlog.get_logger("capdisc.publisher")
 
 
 class Publisher:
@@ -37,12 +44,19 @@ class Publisher:
         broker_url: str,
         token: str | Callable[[], str] | None = None,
         max_event_bytes: int = DEFAULT_MAX_BYTES,
+        max_pending_tasks: int = MAX_PENDING_TASKS,
+        backlog_wait_s: float | None = None,
     ) -> None:
         #: The identity token stamped on every event sent (or what makes one per send):
         #: with auth on, indexing workers apply only events whose token grants ``write``.
         self.token = token
         #: The largest event the indexing workers decode (``event_max_bytes``).
         self.max_event_bytes = max_event_bytes
+        #: Send a task only while fewer sent tasks wait (``publish_max_pending_tasks``; 0: any),
+        #: waiting at most ``backlog_wait_s`` for room (None: as long as it takes, said once a
+        #: minute) before :class:`IndexingBacklogError`.
+        self.max_pending_tasks = max_pending_tasks
+        self.backlog_wait_s = backlog_wait_s
         self.app = Celery("capdisc-producer", broker=celery_broker_url(broker_url))
         self.app.conf.update(
             task_serializer="json", accept_content=["json"], broker_connection_retry_on_startup=True
@@ -63,8 +77,32 @@ class Publisher:
                 (event.copy(token=token) if token else event).encode()
                 for event in events[start : start + batch_size]
             ]
+            self._wait_for_room()
             outbox.send(self.redis, self.app, keys.TASK_APPLY_EVENTS, [payloads])
         return len(events)
+
+    def _wait_for_room(self) -> None:
+        """Return once fewer than ``max_pending_tasks`` sent tasks wait for the workers (the
+        outbox holds each until it is applied); :class:`IndexingBacklogError` after
+        ``backlog_wait_s``."""
+        if not self.max_pending_tasks:
+            return
+        started = said = time.monotonic()
+        delay = 0.01
+        while (pending := int(self.redis.hlen(keys.OUTBOX))) >= self.max_pending_tasks:
+            waited = time.monotonic() - started
+            if self.backlog_wait_s is not None and waited >= self.backlog_wait_s:
+                raise IndexingBacklogError(
+                    f"{pending} indexing tasks still wait for the indexing workers after "
+                    f"{waited:.0f} s (a producer sends once fewer than {self.max_pending_tasks} "
+                    "wait: publish_max_pending_tasks); check that an indexing worker runs "
+                    "(capdisc status), then run this again: it sends only what is missing"
+                )
+            if time.monotonic() - said >= 60:
+                said = time.monotonic()
+                log.info("indexing_backlog", pending_tasks=pending, waited_s=round(waited))
+            time.sleep(delay)  # the workers apply tasks in another process: nothing to await
+            delay = min(0.25, delay * 1.5)
 
     def oversized(self, events: Iterable[RegistryEvent]) -> dict[str, int]:
         """Capability id -> size in bytes, as sent, of each event the indexing workers would
@@ -82,6 +120,7 @@ class Publisher:
     def send_raw(self, payload: str) -> None:
         """Send an already encoded event as it is (dead-letter replay, and tests of the
         workers' handling of malformed input)."""
+        self._wait_for_room()
         outbox.send(self.redis, self.app, keys.TASK_APPLY_EVENT, [payload])
 
     def start_reindex(self, tenant: str, job: str, fresh: bool) -> None:

@@ -447,7 +447,11 @@ class _Watcher(threading.Thread):
 
     def run(self) -> None:
         client = redis.Redis.from_url(self.url)
-        publisher = Publisher(self.url, token=lambda: self.token() or "")
+        publisher = Publisher(
+            self.url,
+            token=lambda: self.token() or "",
+            max_pending_tasks=self.settings.publish_max_pending_tasks,
+        )
         try:
             watch_directory(
                 client,
@@ -595,7 +599,11 @@ def _index_and_check(stack: Stack, registry: Path, settings: Settings) -> Answer
     """Wait for the workers, publish ``registry`` (saying how far the workers are), and
     discover once from its version."""
     client = redis.Redis.from_url(settings.redis_url)
-    publisher = Publisher(settings.redis_url, token=stack.service_token())
+    publisher = Publisher(
+        settings.redis_url,
+        token=stack.service_token(),
+        max_pending_tasks=settings.publish_max_pending_tasks,
+    )
     try:
         started = time.monotonic()
         stack.wait_for_workers(client, {"indexing", "discovery"}, WORKER_START_TIMEOUT_S)

@@ -113,6 +113,14 @@ class DiscoveryTimeout(CapdiscError):
     code = "timeout"
 
 
+class IndexingBacklogError(CapdiscError):
+    """A producer waited too long to send: the indexing tasks already sent and not yet applied
+    stay at ``publish_max_pending_tasks``. Check that an indexing worker runs (``capdisc
+    status``), or raise the bound."""
+
+    code = "backlog"
+
+
 class StackNotFoundError(CapdiscError):
     """No running capdisc stack was found. Start one with ``make up`` (or ``capdisc up``), or point
     ``CAPDISC_REDIS_URL`` at the Redis of a running one."""
