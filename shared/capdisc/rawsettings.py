@@ -83,6 +83,7 @@ SETTING_NAMES = frozenset(
         "openai_api_key", "openai_dimensions", "openai_request_dimensions", "openai_batch_size",
         "openai_timeout_s", "openai_max_attempts", "query_cache_size", "query_cache_ttl_s",
         "query_cache_max_entries", "warm_texts", "manifest_max_bytes", "event_max_bytes",
+        "publish_max_pending_tasks",
         "deadletter_payload_max_bytes", "deadletters_max_bytes",
         "watch_debounce_ms", "discover_timeout_s", "mcp_upstream_timeout_s",
         "mcp_max_result_bytes", "mcp_import_token", "claim_idle_ms", "reply_ttl_s",
