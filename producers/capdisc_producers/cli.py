@@ -1111,6 +1111,7 @@ def publish(
         if caller["roles"] or caller["user"]
         else None
     )
+    owner = f"cli-{uuid.uuid4().hex}"  # the same for a sync run again after an outage
     report = through_outages(
         lambda: sync_directory(
             connection,
@@ -1121,6 +1122,7 @@ def publish(
             wait_s=timeout_s if wait else 0.0,
             visibility=visibility,
             take_over=take_over,
+            lock_owner=owner,
         ),
         connection,
         _say,
@@ -1566,6 +1568,7 @@ def import_jsonl_cmd(
             if stage == ("applied" if wait else "sent"):
                 bar.update(count)
 
+        owner = f"cli-{uuid.uuid4().hex}"  # the same for an import run again after an outage
         try:
             report = through_outages(
                 lambda: import_jsonl(
@@ -1577,6 +1580,7 @@ def import_jsonl_cmd(
                     wait_s=timeout_s if wait else 0.0,
                     progress=progress,
                     take_over=take_over,
+                    lock_owner=owner,
                 ),
                 connection,
                 _say,
@@ -1636,6 +1640,7 @@ def import_mcp_cmd(
     settings, connection = _connect(ctx, redis_url)
     publisher = _publisher(settings.redis_url, _tenant(ctx, tenant), timeout_s)
     changed: list[Changed] = []
+    owner = f"cli-{uuid.uuid4().hex}"  # the same for an import run again after an outage
 
     def attempt() -> SyncReport:  # run again (listing the server again) after a Redis outage
         report, changed[:] = import_mcp(
@@ -1649,6 +1654,7 @@ def import_mcp_cmd(
             timeout_s=timeout_s,
             take_over=take_over,
             max_message_bytes=settings.mcp_max_result_bytes,
+            lock_owner=owner,
         )
         return report
 

@@ -41,16 +41,18 @@ def import_jsonl(
     wait_s: float = 0.0,
     progress: Progress | None = None,
     take_over: bool = False,
+    lock_owner: str | None = None,
 ) -> SyncReport:
     """Publish what changed in the catalog at ``path``; with ``wait_s`` wait until applied
     (``progress`` as in :func:`capdisc_producers.sync.publish_plan`). A tool whose id another
-    source owns is rejected, naming the owner, unless ``take_over``."""
+    source owns is rejected, naming the owner, unless ``take_over``. ``lock_owner``: as in
+    :func:`capdisc_producers.sync.one_sync_at_a_time`."""
     check_tenant(tenant)
     path = path.resolve()
     source = source or f"jsonl:{path}"
     read = read_jsonl_catalog(path, source)
     found, errors = read.found, read.errors
-    with one_sync_at_a_time(client, tenant, source):
+    with one_sync_at_a_time(client, tenant, source, lock_owner):
         stored = stored_and_sent(client, tenant, source)
         plan = plan_sync(
             found, errors, stored, held_elsewhere(client, tenant, source, found, stored), take_over

@@ -502,10 +502,12 @@ def import_mcp(
     timeout_s: float = 30.0,
     take_over: bool = False,
     max_message_bytes: int = MAX_MESSAGE_BYTES,
+    lock_owner: str | None = None,
 ) -> tuple[SyncReport, list[Changed]]:
     """List the server's tools and publish what changed since the last import of it; also
     return the tools that changed, with their old and new content hashes. A tool whose id
-    another source owns is rejected, naming the owner, unless ``take_over``."""
+    another source owns is rejected, naming the owner, unless ``take_over``. ``lock_owner``:
+    as in :func:`capdisc_producers.sync.one_sync_at_a_time`."""
     check_tenant(tenant)
     source = f"mcp:{url}" if url is not None else f"mcp:{command}"
     listing = list_server_tools(
@@ -513,7 +515,7 @@ def import_mcp(
     )
     notes: list[str] = []
     found, errors = capabilities_of(listing, source, server_name, notes=notes)
-    with one_sync_at_a_time(client, tenant, source):
+    with one_sync_at_a_time(client, tenant, source, lock_owner):
         stored = stored_and_sent(client, tenant, source)
         plan = plan_sync(
             found, errors, stored, held_elsewhere(client, tenant, source, found, stored), take_over

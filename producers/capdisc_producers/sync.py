@@ -91,17 +91,19 @@ def sync_directory(
     visibility: Visibility | None = None,
     take_over: bool = False,
     progress: Progress | None = None,
+    lock_owner: str | None = None,
 ) -> SyncReport:
     """Scan ``root`` and publish what changed; with ``wait_s`` wait for the workers to apply it.
     A ``cache`` kept across calls skips re-parsing unchanged manifests. ``visibility`` applies
     to the capabilities whose manifest declares none (open to the tenant otherwise). A
     capability whose id another source owns is rejected, naming the owner, unless
     ``take_over`` (then it moves to this directory). ``progress`` as in
-    :func:`publish_plan`. Planned and sent under the directory's sync lock, against what is
-    stored and what earlier syncs sent (:func:`stored_and_sent`)."""
+    :func:`publish_plan`. Planned and sent under the directory's sync lock (``lock_owner``: see
+    :func:`one_sync_at_a_time`), against what is stored and what earlier syncs sent
+    (:func:`stored_and_sent`)."""
     check_tenant(tenant)
     root = root.resolve()
-    with one_sync_at_a_time(client, tenant, str(root)):
+    with one_sync_at_a_time(client, tenant, str(root), lock_owner):
         report = _plan_and_send(
             client, publisher, root, tenant, max_bytes, cache, visibility, take_over, progress
         )
@@ -159,6 +161,7 @@ def one_sync_at_a_time(
     client: redis.Redis,
     tenant: str,
     source: str,
+    owner: str | None = None,
     wait_s: float = SYNC_LOCK_WAIT_S,
     hold_s: float = SYNC_LOCK_HOLD_S,
 ) -> Iterator[None]:
@@ -166,14 +169,15 @@ def one_sync_at_a_time(
     watcher and ``capdisc publish`` of its directory, two imports of one file) plan one after
     the other, the second counting what the first sent (:func:`stored_and_sent`). After
     ``wait_s`` the sync goes ahead without it, and says so: a holder that died leaves it for
-    ``hold_s``."""
-    key, token = keys.sync_lock(tenant, source), uuid.uuid4().hex
+    ``hold_s``. ``owner`` (default: this call) names the holder: a sync run again after Redis
+    went away mid-sync, which could not release the lock, takes its own lock back at once."""
+    key, token = keys.sync_lock(tenant, source), owner or uuid.uuid4().hex
     deadline, delay = time.monotonic() + wait_s, 0.005
-    held = bool(client.set(key, token, nx=True, px=int(hold_s * 1000)))
+    held = _take(client, key, token, hold_s)
     while not held and time.monotonic() < deadline:
         time.sleep(delay)  # another process holds it: nothing to await but its expiry
         delay = min(0.1, delay * 2)
-        held = bool(client.set(key, token, nx=True, px=int(hold_s * 1000)))
+        held = _take(client, key, token, hold_s)
     if not held:
         log.warning(
             "sync_lock_busy",
@@ -188,6 +192,16 @@ def one_sync_at_a_time(
         if held:
             with contextlib.suppress(redis.RedisError):  # it expires in any case
                 client.eval(_RELEASE, 1, key, token)
+
+
+def _take(client: redis.Redis, key: str, token: str, hold_s: float) -> bool:
+    """Take the lock for ``token``, or keep it if ``token`` holds it already."""
+    if client.set(key, token, nx=True, px=int(hold_s * 1000)):
+        return True
+    held = client.get(key)
+    return (
+        held is not None and as_str(held) == token and bool(client.pexpire(key, int(hold_s * 1000)))
+    )
 
 
 def stored_and_sent(client: redis.Redis, tenant: str, source: str) -> dict[str, StoredRecord]:

@@ -23,6 +23,7 @@ the directory with what Redis holds).
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -109,6 +110,9 @@ class _Syncer:
         self.cache = ScanCache()
         self.log = log.bind(root=str(root), tenant=tenant)
         self.unreachable = False
+        #: Who holds the directory's sync lock while this watcher syncs (the same across its
+        #: syncs: one cut short by an outage leaves the lock, and the next takes it back).
+        self.owner = f"watcher-{uuid.uuid4().hex}"
         self.run_id: str | None = None
         self.take_over = False
         #: Whether the directory was found missing (or not a directory) at the last sync.
@@ -210,6 +214,7 @@ class _Syncer:
             max_bytes=self.max_bytes,
             cache=self.cache,
             take_over=self.take_over,
+            lock_owner=self.owner,
         )
         for path, error in report.plan.errors.items():
             self.log.warning("manifest_rejected", path=str(path), error=str(error))

@@ -110,3 +110,18 @@ def test_a_lock_left_by_a_sync_that_died_delays_the_next_and_is_said(
     assert ran
     assert [e["event"] for e in logs] == ["sync_lock_busy"]
     assert connection.get(keys.sync_lock(tenant, "/gone")) == b"a killed process"
+
+
+def test_a_sync_run_again_by_its_owner_takes_back_the_lock_an_outage_left(
+    connection: redis.Redis, tenant: str
+) -> None:
+    connection.set(keys.sync_lock(tenant, "/reg"), "watcher-1", px=60_000)  # left mid-sync
+
+    with (
+        capture_logs() as logs,
+        one_sync_at_a_time(connection, tenant, "/reg", owner="watcher-1", wait_s=30),
+    ):
+        holder = connection.get(keys.sync_lock(tenant, "/reg"))
+
+    assert holder == b"watcher-1" and logs == []
+    assert connection.get(keys.sync_lock(tenant, "/reg")) is None  # released after
