@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import shutil
 import statistics
 import subprocess
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -85,3 +88,35 @@ def stop_processes(processes: Sequence[subprocess.Popen[bytes] | None]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+class RedisSampler:
+    """Another process that samples a Redis while this one works: ``sample(client)`` again and
+    again, ``pause_s`` apart, until the block ends; the results are then in ``samples``. In
+    a process of its own, so that the work measured here (parsing, holding the GIL) does not
+    delay it."""
+
+    def __init__(self, url: str, sample: Callable[[redis.Redis], Any], pause_s: float) -> None:
+        self.url, self.sample, self.pause_s = url, sample, pause_s
+        self.stop = multiprocessing.Event()
+        self.results: multiprocessing.Queue[list[Any]] = multiprocessing.Queue()
+        self.process = multiprocessing.Process(target=self._run, daemon=True)
+        self.samples: list[Any] = []
+
+    def _run(self) -> None:
+        client = redis.Redis.from_url(self.url, socket_timeout=120)
+        samples = []
+        while not self.stop.is_set():
+            samples.append(self.sample(client))
+            time.sleep(self.pause_s)
+        self.results.put(samples)
+
+    def __enter__(self) -> RedisSampler:
+        self.process.start()
+        time.sleep(0.2)  # the process started and sampling
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop.set()
+        self.samples = self.results.get(timeout=60)
+        self.process.join()

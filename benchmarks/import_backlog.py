@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import sys
 import tempfile
@@ -29,6 +28,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from _common import RedisSampler
 from capdisc import keys
 from capdisc.settings import Settings
 from capdisc_producers.importer import import_jsonl
@@ -55,36 +55,13 @@ def write_catalog(path: Path, size: int) -> Path:
     return path
 
 
-class BacklogProbe:
-    """Another process: the bytes and the count of tasks waiting, sampled every 50 ms."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.stop = multiprocessing.Event()
-        self.results: multiprocessing.Queue[list[tuple[int, int]]] = multiprocessing.Queue()
-        self.process = multiprocessing.Process(target=self._run, daemon=True)
-        self.samples: list[tuple[int, int]] = []
-
-    def _run(self) -> None:
-        client = redis.Redis.from_url(self.url, socket_timeout=120)
-        samples = []
-        while not self.stop.is_set():
-            held = sum(
-                int(client.memory_usage(key, samples=0) or 0)
-                for key in (keys.OUTBOX, keys.INDEXING_QUEUE, keys.KOMBU_UNACKED)
-            )
-            samples.append((held, int(client.hlen(keys.OUTBOX))))
-            time.sleep(0.05)
-        self.results.put(samples)
-
-    def __enter__(self) -> BacklogProbe:
-        self.process.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.stop.set()
-        self.samples = self.results.get(timeout=60)
-        self.process.join()
+def waiting_tasks(client: redis.Redis) -> tuple[int, int]:
+    """The bytes Redis holds for tasks sent and not yet applied, and how many the outbox holds."""
+    held = sum(
+        int(client.memory_usage(key, samples=0) or 0)
+        for key in (keys.OUTBOX, keys.INDEXING_QUEUE, keys.KOMBU_UNACKED)
+    )
+    return held, int(client.hlen(keys.OUTBOX))
 
 
 def run(catalog: Path, size: int, bound: int, embedder: str, timeout_s: float) -> dict[str, Any]:
@@ -99,7 +76,7 @@ def run(catalog: Path, size: int, bound: int, embedder: str, timeout_s: float) -
         stack.wait_for_workers(client, {"indexing", "discovery"}, WORKERS_READY_S)
         publisher = Publisher(url, max_pending_tasks=settings.publish_max_pending_tasks)
         try:
-            with BacklogProbe(url) as probe:
+            with RedisSampler(url, waiting_tasks, 0.05) as probe:
                 started = time.perf_counter()
                 report = import_jsonl(
                     client, publisher, catalog, tenant=settings.tenant, wait_s=timeout_s

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import statistics
 import sys
 import tempfile
@@ -35,7 +34,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _common import percentile
+from _common import RedisSampler, percentile
 from capdisc import keys
 from capdisc.localredis import start_redis
 from capdisc.registry.store import _readable, parsed_records, read_snapshot
@@ -99,38 +98,26 @@ def scanned(client: redis.Redis) -> int:
     return len(read_snapshot(client, TENANT, SPACE).records)
 
 
-class Probe:
-    """Another client, in a process of its own (so the reader's parsing does not delay it):
-    PING after PING (latencies in ms), and Redis's used_memory sampled."""
+def ping_and_memory(client: redis.Redis) -> tuple[float, int]:
+    """One PING's time (ms), and Redis's used_memory."""
+    started = time.perf_counter()
+    client.ping()
+    return (time.perf_counter() - started) * 1000, int(client.info("memory")["used_memory"])
+
+
+class Probe(RedisSampler):
+    """Another client: PING after PING (latencies in ms), and Redis's used_memory sampled."""
 
     def __init__(self, url: str) -> None:
-        self.url = url
-        self.stop = multiprocessing.Event()
-        self.results: multiprocessing.Queue[tuple[list[float], list[int]]] = multiprocessing.Queue()
-        self.process = multiprocessing.Process(target=self._run, daemon=True)
-        self.pings: list[float] = []
-        self.memory: list[int] = []
+        super().__init__(url, ping_and_memory, 0.0005)
 
-    def _run(self) -> None:
-        client = redis.Redis.from_url(self.url, socket_timeout=120)
-        pings, memory = [], []
-        while not self.stop.is_set():
-            started = time.perf_counter()
-            client.ping()
-            pings.append((time.perf_counter() - started) * 1000)
-            memory.append(int(client.info("memory")["used_memory"]))
-            time.sleep(0.0005)
-        self.results.put((pings, memory))
+    @property
+    def pings(self) -> list[float]:
+        return [ms for ms, _memory in self.samples]
 
-    def __enter__(self) -> Probe:
-        self.process.start()
-        time.sleep(0.2)  # the process started and pinging
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.stop.set()
-        self.pings, self.memory = self.results.get(timeout=60)
-        self.process.join()
+    @property
+    def memory(self) -> list[int]:
+        return [memory for _ms, memory in self.samples]
 
 
 def measure(url: str, read: Callable[[redis.Redis], int], expected: int) -> dict[str, float]:

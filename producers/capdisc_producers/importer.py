@@ -11,24 +11,14 @@ as the report's notes.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import redis
 
 from capdisc.registry.catalogs import read_jsonl_catalog
-from capdisc.registry.policy import plan_sync
 from capdisc.tenants import check_tenant
 from capdisc_producers.publisher import Publisher
-from capdisc_producers.sync import (
-    Progress,
-    SyncReport,
-    held_elsewhere,
-    one_sync_at_a_time,
-    send_plan,
-    stored_and_sent,
-    wait_until_applied,
-)
+from capdisc_producers.sync import Progress, SyncReport, send_found, wait_until_applied
 
 
 def import_jsonl(
@@ -52,16 +42,19 @@ def import_jsonl(
     source = source or f"jsonl:{path}"
     read = read_jsonl_catalog(path, source)
     found, errors = read.found, read.errors
-    with one_sync_at_a_time(client, tenant, source, lock_owner):
-        stored = stored_and_sent(client, tenant, source)
-        plan = plan_sync(
-            found, errors, stored, held_elsewhere(client, tenant, source, found, stored), take_over
-        )
-        if errors:
-            plan = replace(plan, deletes=[])
-        report = send_plan(
-            publisher, plan, root=path, tenant=tenant, source=source, progress=progress
-        )
-    report = wait_until_applied(client, report, wait_s, progress)
+    sent, _stored = send_found(
+        client,
+        publisher,
+        found,
+        errors,
+        tenant=tenant,
+        source=source,
+        root=path,
+        take_over=take_over,
+        delete_on_errors=False,
+        lock_owner=lock_owner,
+        progress=progress,
+    )
+    report = wait_until_applied(client, sent, wait_s, progress)
     report.notes = [f"{path}:{note.line}: {note.text}" for note in read.notes]
     return report

@@ -32,18 +32,10 @@ from pydantic import ValidationError
 from capdisc.errors import ManifestError, MCPImportError
 from capdisc.models import Capability
 from capdisc.registry.normalize import MAX_SOURCE_DESCRIPTION_CHARS
-from capdisc.registry.policy import plan_sync
 from capdisc.registry.tolerance import first_paragraph, tolerant_fields, validated
 from capdisc.tenants import check_tenant
 from capdisc_producers.publisher import Publisher
-from capdisc_producers.sync import (
-    SyncReport,
-    held_elsewhere,
-    one_sync_at_a_time,
-    send_plan,
-    stored_and_sent,
-    wait_until_applied,
-)
+from capdisc_producers.sync import SyncReport, send_found, wait_until_applied
 
 log = structlog.get_logger("capdisc.mcp_import")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -515,15 +507,20 @@ def import_mcp(
     )
     notes: list[str] = []
     found, errors = capabilities_of(listing, source, server_name, notes=notes)
-    with one_sync_at_a_time(client, tenant, source, lock_owner):
-        stored = stored_and_sent(client, tenant, source)
-        plan = plan_sync(
-            found, errors, stored, held_elsewhere(client, tenant, source, found, stored), take_over
-        )
-        report = send_plan(publisher, plan, root=source, tenant=tenant, source=source)
+    report, stored = send_found(
+        client,
+        publisher,
+        found,
+        errors,
+        tenant=tenant,
+        source=source,
+        root=source,
+        take_over=take_over,
+        lock_owner=lock_owner,
+    )
     changed = [
         Changed(c.id, stored[c.id].content_hash, c.content_hash)
-        for c in plan.upserts
+        for c in report.plan.upserts
         if c.id in stored
     ]
     for change in changed:

@@ -212,6 +212,36 @@ def stored_and_sent(client: redis.Redis, tenant: str, source: str) -> dict[str, 
     )
 
 
+def send_found(
+    client: redis.Redis,
+    publisher: Publisher,
+    found: Mapping[Path, Capability],
+    errors: Mapping[Path, ManifestError],
+    *,
+    tenant: str,
+    source: str,
+    root: Path | str,
+    take_over: bool = False,
+    delete_on_errors: bool = True,
+    lock_owner: str | None = None,
+    progress: Progress | None = None,
+) -> tuple[SyncReport, dict[str, StoredRecord]]:
+    """Plan what a catalog or a server holds now (``found``, and the entries refused with
+    ``errors``) against ``source``'s records stored and sent (:func:`stored_and_sent`), and send
+    the plan, under the source's lock (:func:`one_sync_at_a_time`); also the records it was
+    planned against. Without ``delete_on_errors``, a read with errors deletes nothing."""
+    with one_sync_at_a_time(client, tenant, source, lock_owner):
+        stored = stored_and_sent(client, tenant, source)
+        owned = held_elsewhere(client, tenant, source, found, stored)
+        plan = plan_sync(found, errors, stored, owned, take_over)
+        if errors and not delete_on_errors:
+            plan.deletes = []
+        report = send_plan(
+            publisher, plan, root=root, tenant=tenant, source=source, progress=progress
+        )
+    return report, stored
+
+
 def held_elsewhere(
     client: redis.Redis,
     tenant: str,

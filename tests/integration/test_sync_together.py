@@ -13,27 +13,10 @@ from structlog.testing import capture_logs
 
 from capdisc import keys
 from capdisc.registry import outbox
-from capdisc_producers.publisher import Publisher
-from capdisc_producers.sync import SyncReport, one_sync_at_a_time, sync_directory
+from capdisc_producers.sync import one_sync_at_a_time
 
-from .conftest import MAX_BYTES, Stack, wait_for
+from .conftest import Stack, publish, wait_for
 from .private import PrivateStack
-
-
-def sync_once(url: str, registry: Path, tenant: str, wait_s: float = 0) -> SyncReport:
-    """One sync as a process of its own makes it: its own connection and publisher."""
-    publisher = Publisher(url)
-    try:
-        return sync_directory(
-            redis.Redis.from_url(url),
-            publisher,
-            registry,
-            tenant=tenant,
-            max_bytes=MAX_BYTES,
-            wait_s=wait_s,
-        )
-    finally:
-        publisher.close()
 
 
 def add_manifest(registry: Path, name: str) -> Path:
@@ -52,11 +35,11 @@ def test_a_manifest_removed_before_another_syncs_upsert_is_applied_is_deleted(
     added = add_manifest(registry, "short-lived")
     with PrivateStack(tmp_path / "private", durable=False) as private:  # no indexing worker yet
         connection = private.connection()
-        first = sync_once(private.url, registry, "pair")
+        first = publish(private.url, registry, "pair", wait_s=0)
         assert "tool:short-lived" in [c.id for c in first.plan.upserts]
         shutil.rmtree(added)
 
-        second = sync_once(private.url, registry, "pair")
+        second = publish(private.url, registry, "pair", wait_s=0)
 
         assert second.plan.deletes == ["tool:short-lived"]
         assert second.plan.upserts == [] and second.sent == 1  # the rest: sent, not again
@@ -86,7 +69,7 @@ def test_a_sync_waits_while_another_sync_of_its_source_plans_and_sends(
     holder.start()
     assert held.wait(10)
     waiting = threading.Thread(
-        target=lambda: reports.append(sync_once(stack.url, registry, tenant))
+        target=lambda: reports.append(publish(stack.url, registry, tenant, wait_s=0))
     )
     waiting.start()
     waiting.join(timeout=1.0)
