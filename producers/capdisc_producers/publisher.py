@@ -29,8 +29,8 @@ BLOCK_SLICE_S = 1.0
 #: Events per indexing task by default: a worker embeds each chunk of a task while it writes
 #: the chunks before it (a task's start and end leave the model idle, so not much fewer).
 BATCH = 1024
-#: Sent tasks not yet applied (of every producer) past which a producer waits to send its
-#: next: the ``publish_max_pending_tasks`` setting's default.
+#: A producer's own sent tasks not yet applied past which it waits to send its next: the
+#: ``publish_max_pending_tasks`` setting's default.
 MAX_PENDING_TASKS = 32
 
 log = structlog.get_logger("capdisc.publisher")
@@ -52,11 +52,13 @@ class Publisher:
         self.token = token
         #: The largest event the indexing workers decode (``event_max_bytes``).
         self.max_event_bytes = max_event_bytes
-        #: Send a task only while fewer sent tasks wait (``publish_max_pending_tasks``; 0: any),
-        #: waiting at most ``backlog_wait_s`` for room (None: as long as it takes, said once a
-        #: minute) before :class:`IndexingBacklogError`.
+        #: Send a task only while fewer of this publisher's sent tasks wait for the workers
+        #: (``publish_max_pending_tasks``; 0: any), waiting at most ``backlog_wait_s`` for room
+        #: (None: as long as it takes, said once a minute) before :class:`IndexingBacklogError`.
+        #: Its own only: a full reindex's batches, or another producer's, never hold it up.
         self.max_pending_tasks = max_pending_tasks
         self.backlog_wait_s = backlog_wait_s
+        self._sent: list[str] = []
         self.app = Celery("capdisc-producer", broker=celery_broker_url(broker_url))
         self.app.conf.update(
             task_serializer="json", accept_content=["json"], broker_connection_retry_on_startup=True
@@ -78,25 +80,40 @@ class Publisher:
                 for event in events[start : start + batch_size]
             ]
             self._wait_for_room()
-            outbox.send(self.redis, self.app, keys.TASK_APPLY_EVENTS, [payloads])
+            self._note(outbox.send(self.redis, self.app, keys.TASK_APPLY_EVENTS, [payloads]))
         return len(events)
 
+    def _note(self, task_id: str) -> None:
+        if self.max_pending_tasks:
+            self._sent.append(task_id)
+
+    def _waiting(self) -> int:
+        """How many of the tasks this publisher sent the outbox still holds (not yet applied)."""
+        if self._sent:
+            with self.redis.pipeline(transaction=False) as pipe:
+                for task_id in self._sent:
+                    pipe.hexists(keys.OUTBOX, task_id)
+                held = pipe.execute()
+            self._sent = [task_id for task_id, there in zip(self._sent, held, strict=True) if there]
+        return len(self._sent)
+
     def _wait_for_room(self) -> None:
-        """Return once fewer than ``max_pending_tasks`` sent tasks wait for the workers (the
-        outbox holds each until it is applied); :class:`IndexingBacklogError` after
-        ``backlog_wait_s``."""
-        if not self.max_pending_tasks:
+        """Return once fewer than ``max_pending_tasks`` of the tasks this publisher sent wait
+        for the workers (the outbox holds each until it is applied); :class:`IndexingBacklogError`
+        after ``backlog_wait_s``."""
+        if not self.max_pending_tasks or len(self._sent) < self.max_pending_tasks:
             return
         started = said = time.monotonic()
         delay = 0.01
-        while (pending := int(self.redis.hlen(keys.OUTBOX))) >= self.max_pending_tasks:
+        while (pending := self._waiting()) >= self.max_pending_tasks:
             waited = time.monotonic() - started
             if self.backlog_wait_s is not None and waited >= self.backlog_wait_s:
                 raise IndexingBacklogError(
-                    f"{pending} indexing tasks still wait for the indexing workers after "
-                    f"{waited:.0f} s (a producer sends once fewer than {self.max_pending_tasks} "
-                    "wait: publish_max_pending_tasks); check that an indexing worker runs "
-                    "(capdisc status), then run this again: it sends only what is missing"
+                    f"{pending} indexing tasks this command sent still wait for the indexing "
+                    f"workers after {waited:.0f} s (it sends more once fewer than "
+                    f"{self.max_pending_tasks} wait: publish_max_pending_tasks); check that an "
+                    "indexing worker runs (capdisc status), then run this again: it sends only "
+                    "what is missing"
                 )
             if time.monotonic() - said >= 60:
                 said = time.monotonic()
@@ -121,7 +138,7 @@ class Publisher:
         """Send an already encoded event as it is (dead-letter replay, and tests of the
         workers' handling of malformed input)."""
         self._wait_for_room()
-        outbox.send(self.redis, self.app, keys.TASK_APPLY_EVENT, [payload])
+        self._note(outbox.send(self.redis, self.app, keys.TASK_APPLY_EVENT, [payload]))
 
     def start_reindex(self, tenant: str, job: str, fresh: bool) -> None:
         """Ask the indexing workers for a full blue/green reindex of ``tenant``."""

@@ -114,10 +114,11 @@ class Settings(BaseModel):
     warm_texts: int = Field(1024, ge=0)
     manifest_max_bytes: int = Field(64 * 1024, ge=256)
     event_max_bytes: int = Field(1024 * 1024, ge=1024)
-    #: A producer sends its next indexing task only while fewer than this many sent tasks (of
-    #: every producer) wait for the indexing workers: a large import then goes at the
-    #: workers' pace, and Redis holds about this many tasks' events (each up to 1,024, kept
-    #: twice: queue and outbox) instead of the whole import. 0: no bound.
+    #: A producer sends its next indexing task only while fewer than this many of the tasks it
+    #: sent wait for the indexing workers (its own: a full reindex's batches or another
+    #: producer's never hold it up): a large import then goes at the workers' pace, and Redis
+    #: holds about this many tasks' events per producer (each up to 1,024, kept twice: queue
+    #: and outbox) instead of the whole import. 0: no bound.
     publish_max_pending_tasks: int = Field(32, ge=0)
     #: The most of a dead letter's payload kept (UTF-8 bytes; ``capdisc dlq``): a longer
     #: event or request keeps only its start, marked with its whole size, and cannot be
