@@ -120,18 +120,27 @@ class Probe(RedisSampler):
         return [memory for _ms, memory in self.samples]
 
 
+def redis_cpu_s(client: redis.Redis) -> float:
+    """The CPU time Redis has used, user and system, in seconds."""
+    cpu = client.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
 def measure(url: str, read: Callable[[redis.Redis], int], expected: int) -> dict[str, float]:
     client = redis.Redis.from_url(url, socket_timeout=120)
     before = int(client.info("memory")["used_memory"])
     with Probe(url) as probe:
+        cpu = redis_cpu_s(client)
         started = time.perf_counter()
         count = read(client)
         took = time.perf_counter() - started
+        cpu = redis_cpu_s(client) - cpu
     if count != expected:
         raise SystemExit(f"read {count} capabilities, not {expected}")
     pings = sorted(probe.pings)
     return {
         "read_s": took,
+        "redis_cpu_s": cpu,
         "ping_p50_ms": statistics.median(pings),
         "ping_p99_ms": percentile(pings, 99),
         "ping_max_ms": pings[-1],
@@ -140,10 +149,14 @@ def measure(url: str, read: Callable[[redis.Redis], int], expected: int) -> dict
 
 
 def floor(url: str, seconds: float = 1.0) -> dict[str, float]:
+    client = redis.Redis.from_url(url)
     with Probe(url) as probe:
+        cpu = redis_cpu_s(client)
         time.sleep(seconds)
+        cpu = redis_cpu_s(client) - cpu
     pings = sorted(probe.pings)
     return {
+        "redis_cpu_per_s": cpu / seconds,
         "ping_p50_ms": statistics.median(pings),
         "ping_p99_ms": percentile(pings, 99),
         "ping_max_ms": pings[-1],
@@ -172,32 +185,43 @@ def main() -> None:
             base = floor(server.url)
         finally:
             server.stop()
-    report(args, runs, base)
+    report(args, runs, base, ("one transaction", "scanned"), "read")
 
 
 def report(
-    args: argparse.Namespace, runs: dict[str, list[dict[str, float]]], base: dict[str, float]
+    args: argparse.Namespace,
+    runs: dict[str, list[dict[str, float]]],
+    base: dict[str, float],
+    ways: tuple[str, str],
+    work: str,
 ) -> None:
+    """Each way's medians, then the second way's against the first (the baseline)."""
     print(
-        f"floor: another client's PING with no read running: median {base['ping_p50_ms']:.3f} "
-        f"ms, p99 {base['ping_p99_ms']:.3f} ms, max {base['ping_max_ms']:.2f} ms"
+        f"floor: another client's PING with no {work} running: median "
+        f"{base['ping_p50_ms']:.3f} ms, p99 {base['ping_p99_ms']:.3f} ms, max "
+        f"{base['ping_max_ms']:.2f} ms; Redis's CPU {base['redis_cpu_per_s']:.2f} s a second"
     )
-    print("way              read (median)  PING median / p99 / max during it   used_memory rise")
+    print(
+        f"way              {work} (median)  PING median / p99 / max during it   used_memory rise"
+        "   Redis CPU"
+    )
     medians = {}
     for way, results in runs.items():
         medians[way] = {k: statistics.median(r[k] for r in results) for k in results[0]}
         m = medians[way]
         print(
-            f"{way:16} {m['read_s']:10.2f} s   {m['ping_p50_ms']:7.3f} / {m['ping_p99_ms']:6.2f} / "
+            f"{way:16} {m['read_s']:10.3f} s   {m['ping_p50_ms']:7.3f} / {m['ping_p99_ms']:6.2f} / "
             f"{m['ping_max_ms']:8.1f} ms   {m['memory_rise_mb']:8.0f} MB"
+            f"   {m['redis_cpu_s']:6.2f} s"
             f"   (worst max {max(r['ping_max_ms'] for r in results):.1f} ms)"
         )
-    old, new = medians["one transaction"], medians["scanned"]
+    old, new = medians[ways[0]], medians[ways[1]]
     print(
-        f"scanned against one transaction: longest stall of another client "
-        f"{new['ping_max_ms'] / old['ping_max_ms']:.3f} x, read time "
+        f"{ways[1]} against {ways[0]}: longest stall of another client "
+        f"{new['ping_max_ms'] / old['ping_max_ms']:.3f} x, {work} time "
         f"{new['read_s'] / old['read_s']:.2f} x, memory rise "
-        f"{new['memory_rise_mb']:.0f} against {old['memory_rise_mb']:.0f} MB "
+        f"{new['memory_rise_mb']:.0f} against {old['memory_rise_mb']:.0f} MB, Redis CPU "
+        f"{new['redis_cpu_s'] / old['redis_cpu_s']:.1f} x "
         f"(medians of {args.rounds} rounds each)"
     )
 

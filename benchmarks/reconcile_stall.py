@@ -1,0 +1,103 @@
+"""What the reconciler's drift check of a large tenant costs every other Redis client.
+
+Every ``reconcile_interval_s`` (60 s by default) the reconciler compares each tenant's records
+with its live vectors. This benchmark fills a Redis of its own with --size capabilities (the
+records and vectors of ``redis_full_read.py``, no drift), then times two ways of comparing them,
+alternating, --rounds times each:
+
+- ``HKEYS``: :func:`capdisc.registry.drift.repair_plan` as it is (both hashes' ids read whole
+  under WATCH);
+- ``in pieces``: the alternative measured against it, a script that compares 256 fields a call
+  inside Redis (HSCAN, HEXISTS in the other hash) so that only drifted ids come back and no
+  call holds Redis for long. Before Redis 7.4 HSCAN cannot leave the values out, so each
+  piece copies 256 records or vectors into the script.
+
+Meanwhile another client sends PING after PING, as a discovery worker's turns reach Redis, and
+samples Redis's ``used_memory``. Printed per way: the check's time (median), the other client's
+PING while it runs (median, p99, max) beside the floor (no check running), how far
+``used_memory`` rose (the reply Redis buffers) and the CPU time Redis itself spent (user + sys,
+from INFO, the probe's PINGs included: compare with the floor's).
+
+    .venv/bin/python benchmarks/reconcile_stall.py [--size 100000] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import redis
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from capdisc import keys
+from capdisc.localredis import start_redis
+from capdisc.registry.drift import repair_plan
+from redis_full_read import SPACE, TENANT, fill, floor, measure, report
+
+#: KEYS: the hash scanned, the hash its fields should be in. ARGV: cursor, count.
+#: Returns {next cursor, unmatched field, ...}.
+UNMATCHED = """
+local reply = redis.call('HSCAN', KEYS[1], ARGV[1], 'COUNT', tonumber(ARGV[2]))
+local out = {reply[1]}
+local fields = reply[2]
+for i = 1, #fields, 2 do
+  if redis.call('HEXISTS', KEYS[2], fields[i]) == 0 then out[#out + 1] = fields[i] end
+end
+return out
+"""
+
+
+def whole_ids(client: redis.Redis) -> int:
+    """The check as it is; ids that drifted."""
+    plan = repair_plan(client, TENANT, SPACE)
+    if plan is None:
+        raise SystemExit("the check was void: nothing else should write here")
+    return len(plan.missing_vectors) + len(plan.orphan_vectors)
+
+
+def in_pieces(client: redis.Redis, count: int = 256) -> int:
+    """The alternative: each hash's fields checked against the other, ``count`` a call."""
+    script = client.register_script(UNMATCHED)
+    drifted = 0
+    records, vectors = keys.caps(TENANT), keys.vectors(TENANT, SPACE)
+    for scanned, other in ((vectors, records), (records, vectors)):
+        cursor = b"0"
+        while True:
+            reply = script(keys=[scanned, other], args=[cursor, count])
+            drifted += len(reply) - 1
+            cursor = reply[0]
+            if cursor == b"0":
+                break
+    return drifted
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as directory:
+        server = start_redis(Path(directory), durable=False)
+        try:
+            client = redis.Redis.from_url(server.url)
+            record_bytes = fill(client, args.size)
+            memory = int(client.info("memory")["used_memory"]) / 1e6
+            print(
+                f"{args.size:,} capabilities, records of {record_bytes:,} bytes, 384-d vectors, "
+                f"no drift; Redis used_memory {memory:,.0f} MB"
+            )
+            runs: dict[str, list[dict[str, float]]] = {"HKEYS": [], "in pieces": []}
+            for _round in range(args.rounds):
+                runs["HKEYS"].append(measure(server.url, whole_ids, 0))
+                runs["in pieces"].append(measure(server.url, in_pieces, 0))
+            base = floor(server.url)
+        finally:
+            server.stop()
+    report(args, runs, base, ("HKEYS", "in pieces"), "check")
+
+
+if __name__ == "__main__":
+    main()
