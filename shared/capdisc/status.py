@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, cast
 
 import redis
 
@@ -17,8 +18,8 @@ from capdisc.redistext import as_str
 from capdisc.registry import flags
 from capdisc.registry.deadletters import budget
 from capdisc.registry.flagstore import read_flags, tenant_policy
-from capdisc.registry.policy import stored_record
-from capdisc.registry.store import scan_hash
+from capdisc.registry.policy import StoredRecord, parsed_records, stored_record
+from capdisc.registry.store import SCAN_COUNT
 
 DEFAULT_STALE_AFTER_S = 10.0
 
@@ -208,8 +209,7 @@ def _json_or_none(raw: Any) -> Any:
 
 
 def _tenant_status(client: redis.Redis, tenant: str) -> dict[str, Any]:
-    stored = {as_str(k): stored_record(v) for k, v in scan_hash(client, keys.caps(tenant)).items()}
-    records = [r for r in stored.values() if r is not None and r.readable]
+    counts = _record_counts(client, tenant)
     errors = {as_str(k): as_str(v) for k, v in client.hgetall(keys.manifest_errors(tenant)).items()}
     space = client.get(keys.space(tenant))
     building = {as_str(k): as_str(v) for k, v in client.hgetall(keys.reindex(tenant)).items()}
@@ -219,18 +219,52 @@ def _tenant_status(client: redis.Redis, tenant: str) -> dict[str, Any]:
         "index_version": int(client.get(keys.version(tenant)) or 0),
         "vector_space": as_str(space) if space else None,
         "reindex": building or None,
-        "sources": dict(sorted(Counter(r.source for r in records).items())),
+        "sources": dict(sorted(counts.sources.items())),
         "live_sessions": int(client.zcard(keys.sessions(tenant))),
-        "capabilities": len(records),
-        "by_kind": dict(sorted(Counter(r.capability["kind"] for r in records).items())),
+        "capabilities": sum(counts.kinds.values()),
+        "by_kind": dict(sorted(counts.kinds.items())),
         "manifest_errors": errors,
         # stored values that are no record (written by hand or damaged): never served
-        "unreadable_records": sorted(i for i, r in stored.items() if r is None or not r.readable),
+        "unreadable_records": sorted(counts.unreadable),
         # capability id -> why the external vector store did not take its last change
         "store_unwritten": {
             as_str(k): as_str(v) for k, v in client.hgetall(keys.store_unwritten(tenant)).items()
         },
     }
+
+
+@dataclass
+class _RecordCounts:
+    kinds: Counter[str] = field(default_factory=Counter)
+    sources: Counter[str] = field(default_factory=Counter)
+    unreadable: list[str] = field(default_factory=list)
+    seen: set[str] = field(default_factory=set)
+
+
+def _record_counts(client: redis.Redis, tenant: str) -> _RecordCounts:
+    """``tenant``'s records counted by kind and source, and the ids of stored values that are
+    no record: scanned and parsed a piece at a time, so that neither Redis nor this process
+    holds the whole tenant (a field HSCAN returns twice is counted once)."""
+    counts = _RecordCounts()
+    cursor = 0
+    while True:
+        cursor, found = client.hscan(keys.caps(tenant), cursor, count=SCAN_COUNT)
+        part = cast("dict[Any, Any]", found)  # a list only with no_values
+        ids = [as_str(k) for k in part]
+        for cap_id, value in zip(ids, parsed_records(part.values()), strict=True):
+            if cap_id not in counts.seen:
+                counts.seen.add(cap_id)
+                _count(counts, cap_id, stored_record(value))
+        if cursor == 0:
+            return counts
+
+
+def _count(counts: _RecordCounts, cap_id: str, record: StoredRecord | None) -> None:
+    if record is None or not record.readable:
+        counts.unreadable.append(cap_id)
+    else:
+        counts.kinds[record.capability["kind"]] += 1
+        counts.sources[record.source] += 1
 
 
 def poisoning_status(
