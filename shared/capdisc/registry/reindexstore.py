@@ -7,6 +7,8 @@ workers store each built batch with :func:`stage_vectors` (a writer stages the c
 changes meanwhile too: :func:`capdisc.registry.store.apply_events`); the last batch calls
 :func:`finish_reindex`, which renames the staging vectors over the target space, serves it and
 bumps the version in one transaction. :func:`abandon_reindex` drops a job that will not finish.
+Vectors that go (the ones replaced, an abandoned staging space) are UNLINKed: Redis frees a
+hash of every vector in the background instead of holding every other client meanwhile.
 """
 
 from __future__ import annotations
@@ -88,7 +90,7 @@ def begin_reindex(
                     return _not_built(client, previous, job, batches)
                 pipe.multi()
                 if previous is not None:
-                    pipe.delete(
+                    pipe.unlink(
                         keys.vectors(tenant, previous.staging),
                         keys.reindex_done(tenant, previous.job),
                     )
@@ -132,7 +134,7 @@ def abandon_reindex(client: Redis, job: ReindexJob, reason: str | None = None) -
     not when it is no longer the one building (a reindex started since is left alone)."""
 
     def queue(pipe: Any, _current: ReindexJob) -> None:
-        pipe.delete(keys.vectors(job.tenant, job.staging), keys.reindex_done(job.tenant, job.job))
+        pipe.unlink(keys.vectors(job.tenant, job.staging), keys.reindex_done(job.tenant, job.job))
         pipe.delete(keys.reindex(job.tenant))
         if reason:
             pipe.set(keys.reindex_failed(job.tenant, job.job), reason, ex=FAILED_TTL_S)
@@ -249,12 +251,12 @@ def _swap(pipe: Any, job: ReindexJob) -> int:
     pipe.multi()
     if orphans:
         pipe.hdel(keys.vectors(tenant, job.staging), *orphans)
+    # the vectors replaced are unlinked, not left to RENAME: Redis frees them in the background
+    pipe.unlink(keys.vectors(tenant, job.target))
     if staged & stored:  # else no staging vectors to rename (every stored value unreadable)
         pipe.rename(keys.vectors(tenant, job.staging), keys.vectors(tenant, job.target))
-    else:
-        pipe.delete(keys.vectors(tenant, job.target))
     if old and as_str(old) != job.target:
-        pipe.delete(keys.vectors(tenant, as_str(old)))
+        pipe.unlink(keys.vectors(tenant, as_str(old)))
     pipe.set(keys.space(tenant), job.target)
     pipe.set(keys.version(tenant), version)
     pipe.delete(keys.reindex(tenant), keys.reindex_done(tenant, job.job))
