@@ -328,19 +328,46 @@ def reconcile_loop(res: Resources) -> None:
         res.stopping.wait(periodic(res, "reconcile", schedule, interval_s))
 
 
+#: The largest share of the time the fleet spends sweeping. A sweep reads the whole indexing
+#: queue and outbox: with thousands of tasks waiting (a full reindex of a million capabilities
+#: queues about 15,000) one takes seconds of a worker's core and holds Redis for each read, so
+#: the next is put off until this share holds.
+SWEEP_DUTY = 0.05
+
+
+def sweep_pause_s(interval_s: float, took_s: float, duty: float = SWEEP_DUTY) -> float:
+    """How long after a sweep that took ``took_s`` the next one waits: the interval, or longer
+    so that sweeping takes at most ``duty`` of the time."""
+    return max(interval_s, took_s / duty)
+
+
 def sweep_loop(res: Resources) -> None:
-    """Every ``sweep_interval_s`` (at once at start), the one indexing worker that takes the lock
-    gives back the tasks of workers that are gone and re-sends the tasks the broker lost."""
+    """Every ``sweep_interval_s`` (at once at start; later when sweeps grow slow,
+    :func:`sweep_pause_s`), the one indexing worker that takes the lock gives back the tasks of
+    workers that are gone and re-sends the tasks the broker lost."""
     interval_s = res.settings.sweep_interval_s
     client = res.connect()
 
     def step() -> None:
         if client.set(keys.SWEEP_LOCK, res.worker_id, nx=True, px=max(100, int(interval_s * 900))):
+            started = time.monotonic()
             sweep(res, client)
+            _put_off_next_sweep(client, res, interval_s, time.monotonic() - started)
 
     backoff = Backoff(first_s=0.5, cap_s=interval_s)  # sweep soon once Redis is back
     while interval_s > 0 and not res.stopping.is_set():
         res.stopping.wait(periodic(res, "sweep", step, interval_s, backoff))
+
+
+def _put_off_next_sweep(
+    client: redis.Redis, res: Resources, interval_s: float, took_s: float
+) -> None:
+    """Hold the sweep lock (no worker of the fleet sweeps) for :func:`sweep_pause_s`, when that
+    is longer than the interval."""
+    pause_s = sweep_pause_s(interval_s, took_s)
+    if pause_s > interval_s:
+        client.set(keys.SWEEP_LOCK, res.worker_id, px=int(pause_s * 900))
+        log.info("sweep_put_off", took_s=round(took_s, 3), next_in_s=round(pause_s * 0.9, 1))
 
 
 def periodic(
