@@ -28,7 +28,7 @@ from capdisc.registry.store import apply_event
 from capdisc_producers.publisher import Publisher
 from capdisc_producers.reindex import start_full_reindex, wait_for_swap
 
-from .conftest import DISCOVERY_ARGV, INDEXING_ARGV, Stack, publish
+from .conftest import DISCOVERY_ARGV, INDEXING_ARGV, Stack, publish, wait_for
 from .test_cli import run_cli
 
 
@@ -188,6 +188,38 @@ def test_a_reindex_start_delivered_again_continues_the_job_not_from_scratch(
     assert again == {1: [beta.id], 2: [gamma.id]}
     assert stage_vectors(connection, tenant, "job1", 1, {beta.id: _vec(3.0)}) is False
     assert stage_vectors(connection, tenant, "job1", 2, {gamma.id: _vec(3.0)}) is True
+
+
+def test_a_reindex_start_sent_twice_to_the_workers_swaps_in_once_and_leaves_nothing_behind(
+    stack: Stack, registry: Path, tenant: str, connection: redis.Redis
+) -> None:
+    """The start task delivered again (a worker killed before acking it), through real
+    workers: arriving while the job builds or after its swap, it leaves one swap."""
+    publish(stack.url, registry, tenant)
+    publisher = Publisher(stack.url)
+    job, after = start_full_reindex(connection, publisher, tenant, fresh=True)
+    publisher.start_reindex(tenant, job, True)  # delivered again while the job builds
+    swapped = wait_for_swap(connection, tenant, job, after, timeout_s=60)
+    publisher.start_reindex(tenant, job, True)  # and again after its swap
+    publisher.close()
+    wait_for(
+        lambda: not any(job.encode() in v for v in connection.hvals(keys.OUTBOX)),
+        30,
+        "both starts and every batch finished",
+    )
+
+    reloads = [
+        fields
+        for _id, fields in connection.xrange(keys.CHANGES, min=f"({after}")
+        if fields[b"tenant"].decode() == tenant and fields[b"op"] == b"reload"
+    ]
+    space = connection.get(keys.space(tenant))
+    assert swapped is not None and len(reloads) == 1
+    assert ReindexJob.read(connection, tenant) is None
+    assert space is not None
+    live = keys.vectors(tenant, space.decode())
+    assert set(connection.hkeys(live)) == set(connection.hkeys(keys.caps(tenant)))
+    assert not connection.exists(keys.vectors(tenant, keys.staging_space(space.decode(), job)))
 
 
 def test_a_reindex_start_delivered_again_after_its_swap_or_a_newer_job_does_nothing(
