@@ -13,7 +13,8 @@ then times two ways of reading the tenant whole, alternating, --rounds times eac
 Meanwhile another client sends PING after PING, as a discovery worker's turns reach Redis, and
 samples Redis's ``used_memory``. Printed per way: the read's time (median), the other client's
 PING while it runs (median, p99, max) beside the floor (the same PINGs with no read running),
-and how far ``used_memory`` rose above its level before the read (the reply Redis buffers).
+how far ``used_memory`` rose above its level before the read (the reply Redis buffers), and
+the CPU time Redis itself spent meanwhile (user + sys from INFO, the probe's PINGs included).
 
     .venv/bin/python benchmarks/redis_full_read.py [--size 100000] [--rounds 3]
 """
