@@ -2109,13 +2109,21 @@ def _report_sync(
 def _report_applied(report: SyncReport, wait: bool, timeout_s: float) -> list[dict[str, Any]]:
     """Whether the workers applied everything (fail when not in time), and the outcomes they
     refused, each printed."""
+    if wait and report.sent and not report.complete:
+        _fail(
+            f"only {len(report.outcomes)} of {report.sent} events were applied within "
+            f"{timeout_s:.0f} s; is an indexing worker running? (capdisc status)"
+        )
+    if wait and report.earlier_unapplied:
+        _fail(
+            f"{report.earlier_unapplied} of the events earlier syncs of this source sent were "
+            f"not applied within {timeout_s:.0f} s; is an indexing worker running? (capdisc "
+            "status)"
+        )
     if wait and report.sent:
-        if not report.complete:
-            _fail(
-                f"only {len(report.outcomes)} of {report.sent} events were applied within "
-                f"{timeout_s:.0f} s; is an indexing worker running? (capdisc status)"
-            )
         click.echo(f"applied; index version {report.index_version}")
+    elif wait and report.earlier_sent:
+        click.echo("applied; what earlier syncs of this source sent is applied now")
     elif wait and report.outages:
         click.echo("applied; the registry already held the whole source when the sync resumed")
     refused = [o for o in report.outcomes if o.get("decision") in REFUSED]

@@ -50,6 +50,14 @@ class SyncReport:
     outages: int = 0
     #: Repairs an import made to what it read, each naming where (``FILE:LINE: ...``).
     notes: list[str] = field(default_factory=list)
+    tenant: str = ""
+    source: str = ""
+    #: Events of the source that earlier syncs sent (this command before an outage, or
+    #: another process) and the workers had not applied when this one waited: the plan
+    #: counted them as held, so the wait covers them too. How many it found, and how many
+    #: were still not applied when it stopped waiting.
+    earlier_sent: int = 0
+    earlier_unapplied: int = 0
 
     @property
     def index_version(self) -> int:
@@ -304,16 +312,41 @@ def send_plan(
         publisher.send(chunk)
         if progress:
             progress("sent", len(chunk))
-    return SyncReport(root=root, plan=plan, batch_id=batch_id, sent=len(events))
+    return SyncReport(
+        root=root, plan=plan, batch_id=batch_id, sent=len(events), tenant=tenant, source=source
+    )
 
 
 def wait_until_applied(
     client: redis.Redis, report: SyncReport, wait_s: float, progress: Progress | None = None
 ) -> SyncReport:
-    """``report`` with the outcomes of its events the workers applied within ``wait_s``."""
+    """``report`` with the outcomes of its events the workers applied within ``wait_s``, and
+    then, within what is left of it, the source's events earlier syncs sent applied too
+    (``earlier_unapplied``: those that were not)."""
+    deadline = time.monotonic() + wait_s
     if wait_s > 0 and report.sent:
         report.outcomes = _wait(client, report.batch_id, report.sent, wait_s, progress)
+    if wait_s > 0 and report.source:
+        earlier = _earlier(client, report)
+        report.earlier_sent = len(earlier)
+        while earlier and time.monotonic() < deadline:
+            time.sleep(EARLIER_POLL_S)
+            earlier = _earlier(client, report)
+        report.earlier_unapplied = len(earlier)
     return report
+
+
+#: How often :func:`wait_until_applied` looks again for the earlier syncs' events.
+EARLIER_POLL_S = 0.1
+
+
+def _earlier(client: redis.Redis, report: SyncReport) -> list[RegistryEvent]:
+    """The source's events other syncs sent that wait in the outbox (this sync's own left)."""
+    return [
+        event
+        for event in outbox.pending_events(client, report.tenant)
+        if event.source == report.source and event.batch_id != report.batch_id
+    ]
 
 
 def refuse_oversized(

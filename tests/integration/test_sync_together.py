@@ -13,7 +13,7 @@ from structlog.testing import capture_logs
 
 from capdisc import keys
 from capdisc.registry import outbox
-from capdisc_producers.sync import one_sync_at_a_time
+from capdisc_producers.sync import SyncReport, one_sync_at_a_time
 
 from .conftest import Stack, publish, wait_for
 from .private import PrivateStack
@@ -53,6 +53,37 @@ def test_a_manifest_removed_before_another_syncs_upsert_is_applied_is_deleted(
             "both syncs applied",
         )
         assert not connection.hexists(keys.caps("pair"), "tool:short-lived")
+
+
+def test_a_waiting_sync_that_counted_another_syncs_events_as_held_waits_for_them_too(
+    tmp_path: Path, registry: Path
+) -> None:
+    with PrivateStack(tmp_path / "private", durable=False) as private:  # no indexing worker yet
+        connection = private.connection()
+        first = publish(private.url, registry, "pair", wait_s=0)
+        waited: list[SyncReport] = []
+        second = threading.Thread(
+            target=lambda: waited.append(publish(private.url, registry, "pair", wait_s=60))
+        )
+        second.start()
+        private.spawn_indexing()
+        second.join(90)
+        stored_when_done = connection.hlen(keys.caps("pair"))
+
+    assert waited and waited[0].sent == 0
+    assert (waited[0].earlier_sent, waited[0].earlier_unapplied) == (first.sent, 0)
+    assert stored_when_done == len(first.plan.upserts)
+
+
+def test_a_sync_waiting_for_another_syncs_events_no_worker_applies_says_how_many(
+    tmp_path: Path, registry: Path
+) -> None:
+    with PrivateStack(tmp_path / "private", durable=False) as private:  # no indexing worker
+        first = publish(private.url, registry, "pair", wait_s=0)
+
+        second = publish(private.url, registry, "pair", wait_s=0.5)
+
+    assert second.sent == 0 and second.earlier_unapplied == first.sent > 0
 
 
 def test_a_sync_waits_while_another_sync_of_its_source_plans_and_sends(
