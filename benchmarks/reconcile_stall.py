@@ -23,9 +23,7 @@ from INFO, the probe's PINGs included: compare with the floor's).
 
 from __future__ import annotations
 
-import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 import redis
@@ -33,9 +31,8 @@ import redis
 sys.path.insert(0, str(Path(__file__).parent))
 
 from capdisc import keys
-from capdisc.localredis import start_redis
 from capdisc.registry.drift import repair_plan
-from redis_full_read import SPACE, TENANT, fill, floor, measure, report
+from redis_full_read import SPACE, TENANT, arguments, compare, filled
 
 #: KEYS: the hash scanned, the hash its fields should be in. ARGV: cursor, count.
 #: Returns {next cursor, unmatched field, ...}.
@@ -75,28 +72,9 @@ def in_pieces(client: redis.Redis, count: int = 256) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size", type=int, default=100_000)
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as directory:
-        server = start_redis(Path(directory), durable=False)
-        try:
-            client = redis.Redis.from_url(server.url)
-            record_bytes = fill(client, args.size)
-            memory = int(client.info("memory")["used_memory"]) / 1e6
-            print(
-                f"{args.size:,} capabilities, records of {record_bytes:,} bytes, 384-d vectors, "
-                f"no drift; Redis used_memory {memory:,.0f} MB"
-            )
-            runs: dict[str, list[dict[str, float]]] = {"HKEYS": [], "in pieces": []}
-            for _round in range(args.rounds):
-                runs["HKEYS"].append(measure(server.url, whole_ids, 0))
-                runs["in pieces"].append(measure(server.url, in_pieces, 0))
-            base = floor(server.url)
-        finally:
-            server.stop()
-    report(args, runs, base, ("HKEYS", "in pieces"), "check")
+    args = arguments(__doc__)
+    ways = {"HKEYS": (whole_ids, 0), "in pieces": (in_pieces, 0)}  # no drift: 0 ids each
+    compare(args, ways, "check", filled)
 
 
 if __name__ == "__main__":

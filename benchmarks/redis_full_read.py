@@ -164,29 +164,58 @@ def floor(url: str, seconds: float = 1.0) -> dict[str, float]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def arguments(doc: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--size", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+Way = Callable[[redis.Redis], int]
+
+
+def compare(
+    args: argparse.Namespace,
+    ways: dict[str, tuple[Way, int]],
+    work: str,
+    prepare: Callable[[redis.Redis, int], str],
+    before_each: Callable[[redis.Redis], object] | None = None,
+) -> None:
+    """On a Redis of its own, ``prepare`` (what it filled, printed), then each way (its
+    function and the count it must return) alternating ``args.rounds`` times, measured with
+    the probe (``before_each`` run before every measurement, outside it); then the floor and
+    the report, the first way the baseline."""
+    runs: dict[str, list[dict[str, float]]] = {way: [] for way in ways}
     with tempfile.TemporaryDirectory() as directory:
         server = start_redis(Path(directory), durable=False)
         try:
             client = redis.Redis.from_url(server.url)
-            record_bytes = fill(client, args.size)
-            memory = int(client.info("memory")["used_memory"]) / 1e6
-            print(
-                f"{args.size:,} capabilities, records of {record_bytes:,} bytes, 384-d vectors; "
-                f"Redis used_memory {memory:,.0f} MB"
-            )
-            runs: dict[str, list[dict[str, float]]] = {"one transaction": [], "scanned": []}
+            print(prepare(client, args.size))
             for _round in range(args.rounds):
-                runs["one transaction"].append(measure(server.url, one_transaction, args.size))
-                runs["scanned"].append(measure(server.url, scanned, args.size))
+                for way, (run, expected) in ways.items():
+                    if before_each:
+                        before_each(client)
+                    runs[way].append(measure(server.url, run, expected))
             base = floor(server.url)
         finally:
             server.stop()
-    report(args, runs, base, ("one transaction", "scanned"), "read")
+    first, second = list(ways)
+    report(args, runs, base, (first, second), work)
+
+
+def filled(client: redis.Redis, size: int) -> str:
+    record_bytes = fill(client, size)
+    memory = int(client.info("memory")["used_memory"]) / 1e6
+    return (
+        f"{size:,} capabilities, records of {record_bytes:,} bytes, 384-d vectors; Redis "
+        f"used_memory {memory:,.0f} MB"
+    )
+
+
+def main() -> None:
+    args = arguments(__doc__)
+    ways = {"one transaction": (one_transaction, args.size), "scanned": (scanned, args.size)}
+    compare(args, ways, "read", filled)
 
 
 def report(

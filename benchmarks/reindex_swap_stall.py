@@ -19,9 +19,7 @@ Meanwhile another client sends PING after PING (the probe of ``redis_full_read.p
 
 from __future__ import annotations
 
-import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -30,8 +28,7 @@ import redis
 sys.path.insert(0, str(Path(__file__).parent))
 
 from capdisc import keys
-from capdisc.localredis import start_redis
-from redis_full_read import TENANT, floor, measure, report
+from redis_full_read import TENANT, arguments, compare
 
 LIVE, STAGING = keys.vectors(TENANT, "minilm"), keys.vectors(TENANT, "minilm~job")
 
@@ -63,25 +60,16 @@ def unlink_then_rename(client: redis.Redis) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size", type=int, default=100_000)
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
-    ways = {"RENAME over": rename_over, "UNLINK, RENAME": unlink_then_rename}
-    with tempfile.TemporaryDirectory() as directory:
-        server = start_redis(Path(directory), durable=False)
-        try:
-            client = redis.Redis.from_url(server.url)
-            runs: dict[str, list[dict[str, float]]] = {way: [] for way in ways}
-            for _round in range(args.rounds):
-                for way, swap in ways.items():
-                    fill(client, args.size)
-                    runs[way].append(measure(server.url, swap, 0))
-            base = floor(server.url)
-        finally:
-            server.stop()
-    print(f"{args.size:,} live and {args.size:,} staging vectors of 384 float32 each")
-    report(args, runs, base, tuple(ways), "swap")  # type: ignore[arg-type]
+    args = arguments(__doc__)
+    ways = {"RENAME over": (rename_over, 0), "UNLINK, RENAME": (unlink_then_rename, 0)}
+    compare(args, ways, "swap", described, before_each=lambda c: fill(c, args.size))
+
+
+def described(_client: redis.Redis, size: int) -> str:
+    """Filled before each swap instead (``before_each``)."""
+    return (
+        f"{size:,} live and {size:,} staging vectors of 384 float32 each, filled before each swap"
+    )
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import redis
 
@@ -19,7 +19,7 @@ from capdisc.registry import flags
 from capdisc.registry.deadletters import budget
 from capdisc.registry.flagstore import read_flags, tenant_policy
 from capdisc.registry.policy import StoredRecord, parsed_records, stored_record
-from capdisc.registry.store import SCAN_COUNT
+from capdisc.registry.store import scan_pieces
 
 DEFAULT_STALE_AFTER_S = 10.0
 
@@ -246,17 +246,13 @@ def _record_counts(client: redis.Redis, tenant: str) -> _RecordCounts:
     no record: scanned and parsed a piece at a time, so that neither Redis nor this process
     holds the whole tenant (a field HSCAN returns twice is counted once)."""
     counts = _RecordCounts()
-    cursor = 0
-    while True:
-        cursor, found = client.hscan(keys.caps(tenant), cursor, count=SCAN_COUNT)
-        part = cast("dict[Any, Any]", found)  # a list only with no_values
-        ids = [as_str(k) for k in part]
-        for cap_id, value in zip(ids, parsed_records(part.values()), strict=True):
+    for piece in scan_pieces(client, keys.caps(tenant)):
+        ids = [as_str(k) for k in piece]
+        for cap_id, value in zip(ids, parsed_records(piece.values()), strict=True):
             if cap_id not in counts.seen:
                 counts.seen.add(cap_id)
                 _count(counts, cap_id, stored_record(value))
-        if cursor == 0:
-            return counts
+    return counts
 
 
 def _count(counts: _RecordCounts, cap_id: str, record: StoredRecord | None) -> None:

@@ -591,12 +591,20 @@ def scan_hash(client: Redis, key: str, count: int = SCAN_COUNT) -> dict[Any, Any
     long command, however large the hash (a field changed meanwhile may be read at either
     value; one added or removed meanwhile may be missed or read)."""
     found: dict[Any, Any] = {}
+    for piece in scan_pieces(client, key, count):
+        found.update(piece)
+    return found
+
+
+def scan_pieces(client: Redis, key: str, count: int = SCAN_COUNT) -> Iterator[dict[Any, Any]]:
+    """Hash ``key`` a piece (about ``count`` fields and their values) at a time, as HSCAN
+    returns it: for a reader that need not hold it whole. A field may come in two pieces."""
     cursor = 0
     while True:
-        cursor, part = client.hscan(key, cursor, count=count)
-        found.update(cast("dict[Any, Any]", part))  # a list only with no_values
+        cursor, piece = client.hscan(key, cursor, count=count)
+        yield cast("dict[Any, Any]", piece)  # a list only with no_values
         if cursor == 0:
-            return found
+            return
 
 
 def _readable(
