@@ -23,6 +23,7 @@ import structlog
 from capdisc import keys
 from capdisc.errors import ManifestError
 from capdisc.models import Capability, Visibility
+from capdisc.redisclock import redis_now_ns
 from capdisc.redistext import as_str
 from capdisc.registry import outbox
 from capdisc.registry.events import RegistryEvent
@@ -302,7 +303,7 @@ def send_plan(
     """Send the events of ``plan``: :func:`publish_plan` without the wait."""
     check_tenant(tenant)
     batch_id = uuid.uuid4().hex
-    events = events_for(plan, tenant, source, batch_id)
+    events = events_for(plan, tenant, source, batch_id, redis_now_ns(publisher.redis))
     oversized = publisher.oversized(events)
     if oversized:
         refuse_oversized(plan, oversized, publisher.max_event_bytes, root, source)
@@ -382,12 +383,14 @@ def _wait(
     return outcomes
 
 
-def events_for(plan: SyncPlan, tenant: str, source: str, batch_id: str) -> list[RegistryEvent]:
-    """The upsert, delete and reindex events of ``plan``, all with one sequence: now. Those of
+def events_for(
+    plan: SyncPlan, tenant: str, source: str, batch_id: str, seq: int
+) -> list[RegistryEvent]:
+    """The upsert, delete and reindex events of ``plan``, all with sequence ``seq`` (now, on
+    Redis's clock: a producer whose clock is behind another's still orders after it). Those of
     ``plan.taken_over`` say ``take_over``. The upserts go shortest embedding text first (each
     capability once, so their order changes nothing stored): the capabilities of one task, and
     of one model call, are then of similar length, and the model pads little."""
-    seq = time.time_ns()
     taken = set(plan.taken_over)
     upserts = sorted(plan.upserts, key=lambda cap: len(full_text(cap)))
     events = [

@@ -5,19 +5,22 @@ clock. Each worker's clock is shifted with libfaketime, preloaded into it alone.
 from __future__ import annotations
 
 import importlib.util
+import json
 import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
 from capdisc import keys
 from capdisc.client import Client
 from capdisc.status import live_workers
 
-from .conftest import INDEXING_ARGV
+from .conftest import INDEXING_ARGV, Stack, publish
 from .private import PrivateStack, copy_registry, publish_and_serve, write_catalog
+from .test_cli import run_cli
 from .test_healing import CONVERGE_S, await_condition, start_import, stored
 
 TENANT = "skewed"
@@ -84,3 +87,23 @@ def test_the_tasks_of_a_killed_worker_an_hour_ahead_run_again(tmp_path: Path) ->
 
         await_condition(lambda: stored(connection) == 600, CONVERGE_S, "convergence")
         assert importer.wait(timeout=120) == 0
+
+
+def test_a_change_published_from_a_host_an_hour_behind_replaces_what_was_stored_before(
+    stack: Stack, registry: Path, tenant: str, connection: redis.Redis
+) -> None:
+    """Events are ordered by Redis's clock, not their producer's: a host whose clock is an hour
+    behind the one that published before it still publishes the newer content."""
+    assert publish(stack.url, registry, tenant).complete
+    manifest = next(registry.glob("*/slack-post-message/CAPABILITY.yaml"))
+    manifest.write_text(
+        manifest.read_text().replace("description: >-\n  ", "description: >-\n  Newer. ", 1)
+    )
+
+    result = run_cli(
+        "publish", str(registry), "--tenant", tenant, env={**stack.env, **shifted_clock("-1h")}
+    )
+
+    stored = json.loads(connection.hget(keys.caps(tenant), "tool:slack-post-message") or "{}")
+    assert result.returncode == 0, result.stderr
+    assert stored["capability"]["description"].startswith("Newer. ")

@@ -19,7 +19,7 @@ def test_upserts_go_shortest_embedding_text_first_then_deletes_and_reindexes() -
     middle = tool("middle", "Sends an email to a customer with an attached invoice.")
     plan = SyncPlan(upserts=[long, short, middle], deletes=["tool:gone"], reindexes=["tool:x"])
 
-    events = events_for(plan, "acme", "src", "batch-1")
+    events = events_for(plan, "acme", "src", "batch-1", 7)
 
     assert [(e.type, e.capability_id) for e in events] == [
         ("upsert", "tool:short"),
@@ -29,14 +29,14 @@ def test_upserts_go_shortest_embedding_text_first_then_deletes_and_reindexes() -
         ("reindex", "tool:x"),
     ]
     assert len(full_text(short)) < len(full_text(middle)) < len(full_text(long))
-    assert {e.seq for e in events} == {events[0].seq}  # one sequence: the order decides nothing
+    assert {e.seq for e in events} == {7}  # one sequence: the order decides nothing
     assert {e.batch_id for e in events} == {"batch-1"}
 
 
 def test_upserts_of_equal_length_keep_the_plan_order() -> None:
     first, second = tool("aa", "Same length."), tool("bb", "Same length.")
 
-    events = events_for(SyncPlan(upserts=[second, first]), "acme", "src", "batch-2")
+    events = events_for(SyncPlan(upserts=[second, first]), "acme", "src", "batch-2", 7)
 
     assert [e.capability_id for e in events] == ["tool:bb", "tool:aa"]
 
