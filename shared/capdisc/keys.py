@@ -213,6 +213,18 @@ def reindex_done(tenant: str, job: str) -> str:
     return f"{PREFIX}:t:{tenant}:reindex:{job}:done"
 
 
+def reindex_plan(tenant: str, job: str) -> str:
+    """Hash: batch number -> JSON list of capability ids, for the batches of reindex ``job``
+    not sent yet (each is sent by the batch before it in its lane, then leaves the hash)."""
+    return f"{PREFIX}:t:{tenant}:reindex:{job}:plan"
+
+
+def reindex_plan_draft(tenant: str, job: str, token: str) -> str:
+    """Hash: a plan being written, renamed to :func:`reindex_plan` when its job is recorded
+    (``token`` tells apart two starts of the job delivered at once); expires a day later."""
+    return f"{PREFIX}:t:{tenant}:reindex:{job}:plan:{token}"
+
+
 def reindex_begun(tenant: str, job: str) -> str:
     """String: reindex ``job`` was begun (a redelivery of its start continues it, or does
     nothing once it is done); expires a day later."""

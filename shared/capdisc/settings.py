@@ -118,7 +118,8 @@ class Settings(BaseModel):
     #: sent wait for the indexing workers (its own: a full reindex's batches or another
     #: producer's never hold it up): a large import then goes at the workers' pace, and Redis
     #: holds about this many tasks' events per producer (each up to 1,024, kept twice: queue
-    #: and outbox) instead of the whole import. 0: no bound.
+    #: and outbox) instead of the whole import. A full reindex sends this many of its batches
+    #: at the start and each built batch sends the next (at most this many wait). 0: no bound.
     publish_max_pending_tasks: int = Field(32, ge=0)
     #: The most of a dead letter's payload kept (UTF-8 bytes; ``capdisc dlq``): a longer
     #: event or request keeps only its start, marked with its whole size, and cannot be

@@ -157,7 +157,7 @@ def test_a_superseded_reindex_stages_nothing_and_does_not_swap(
     begin_reindex(connection, tenant, "job1", "space", 64, fresh=False)
     begin_reindex(connection, tenant, "job2", "space", 64, fresh=False)
 
-    assert stage_vectors(connection, tenant, "job1", 0, {cap.id: _vec(5.0)}) is False
+    assert stage_vectors(connection, tenant, "job1", 0, {cap.id: _vec(5.0)}) is None
     assert finish_reindex(connection, tenant, "job1", lambda caps: {}) is None
     assert ReindexJob.read(connection, tenant).job == "job2"  # type: ignore[union-attr]
 

@@ -1,8 +1,9 @@
 """A full reindex of one tenant, blue/green: the tasks that build every vector again into a
 staging space beside the live index and swap it in.
 
-``capdisc reindex --all`` sends :func:`start_reindex_task`, which records the job and sends one
-:func:`reindex_batch_task` per batch of capabilities, shared by the indexing workers; the batch
+``capdisc reindex --all`` sends :func:`start_reindex_task`, which records the job and sends
+:func:`reindex_batch_task` for its first batches of capabilities (``publish_max_pending_tasks``
+of them; each built batch sends the next of its lane), shared by the indexing workers; the batch
 that completes the job swaps it in (:func:`capdisc.registry.reindexstore.finish_reindex`) and,
 with an external vector store, writes the tenant there again
 (:func:`capdisc_workers.mirroring.resync`). The storage side is
@@ -23,8 +24,11 @@ from capdisc.registry.policy import retry_delay_s
 from capdisc.registry.reindexstore import (
     ReindexJob,
     abandon_reindex,
+    all_built,
+    batch_built,
     begin_reindex,
     finish_reindex,
+    next_batch,
     stage_vectors,
 )
 from capdisc.retrieval.text import vector_space
@@ -42,23 +46,26 @@ def start_reindex_task(self: Any, tenant: str, job: str, fresh: bool = False) ->
     batches other indexing workers share; the last batch swaps it in (:func:`finish_reindex`)."""
     res = resources
     target = vector_space(res.embedder.id)
-    batches = begin_reindex(res.redis, tenant, job, target, EMBED_BATCH, fresh)
+    window = res.settings.publish_max_pending_tasks
+    batches = begin_reindex(res.redis, tenant, job, target, EMBED_BATCH, fresh, window)
     if batches is None:
         # delivered again after the job was swapped in, abandoned or superseded
         log.info("reindex_start_redelivered", tenant=tenant, job=job, task_id=self.request.id)
         return {"job": job, "batches": 0, "target": target, "skipped": "begun already"}
+    current = ReindexJob.read(res.redis, tenant)
     log.info(
         "reindex_started",
         tenant=tenant,
         job=job,
         target=target,
-        batches=len(batches),
+        batches=current.batches if current else len(batches),
+        sent=len(batches),
         task_id=self.request.id,
     )
     for number, ids in batches.items():
         outbox.send(res.redis, app, keys.TASK_REINDEX_BATCH, [tenant, job, number, ids])
-    if not batches:
-        _finish(res, tenant, job, fresh)
+    if current is not None and current.job == job and all_built(res.redis, current):
+        _finish(res, tenant, job, fresh)  # nothing to build, or every batch built already
     return {"job": job, "batches": len(batches), "target": target}
 
 
@@ -78,10 +85,20 @@ def reindex_batch_task(
             countdown=retry_delay_s(self.request.retries + 1, res.settings.indexing_retry_base_s),
             max_retries=res.settings.indexing_max_attempts - 1,
         )
+    built, every = batch_built(client, current, number)
+    if built:  # delivered again: it sent the next of its lane when it was staged
+        if every:
+            _finish(res, tenant, job, current.fresh)
+        return {"job": job, "batch": number, "skipped": "built already"}
     try:
         capabilities = stored_capabilities(client, [(tenant, cap_id) for cap_id in ids])
         vectors = vectors_for(client, res.embedder, capabilities, use_cache=not current.fresh)
-        last = stage_vectors(client, tenant, job, number, {k: v for k, (_h, v) in vectors.items()})
+        then = next_batch(client, current, number)
+        staged = {k: v for k, (_h, v) in vectors.items()}
+        last = stage_vectors(client, tenant, job, number, staged, then)
+        if last is not None and then is not None:
+            task_id, args = then.task_id(current), then.args(current)
+            outbox.publish(app, task_id, keys.TASK_REINDEX_BATCH, args)
         if last:
             _finish(res, tenant, job, current.fresh)
     except EmbeddingError as exc:

@@ -67,6 +67,23 @@ def send(
     ``first_sent_at_ms``: when a task sent again was first sent (default: now)."""
     task_id = task_id or uuid.uuid4().hex
     now_ms = redis_now_ms(client)
+    record(client, task_id, name, args, kwargs, now_ms, first_sent_at_ms)
+    publish(app, task_id, name, args, kwargs)
+    return task_id
+
+
+def record(
+    client: Any,
+    task_id: str,
+    name: str,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    now_ms: int = 0,
+    first_sent_at_ms: int | None = None,
+) -> None:
+    """Write the task's outbox entry, on a client or queued on a transaction's pipeline (what
+    the transaction writes then comes with the task that continues it: should its sender die
+    before :func:`publish`, the sweep sends it)."""
     entry = {
         "name": name,
         "args": list(args),
@@ -75,6 +92,16 @@ def send(
         "first_sent_at_ms": first_sent_at_ms or now_ms,
     }
     client.hset(keys.OUTBOX, task_id, json.dumps(entry))
+
+
+def publish(
+    app: TaskSender,
+    task_id: str,
+    name: str,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+) -> None:
+    """Send a task :func:`record` wrote to the indexing queue."""
     app.send_task(
         name,
         args=list(args),
@@ -83,7 +110,6 @@ def send(
         queue=keys.INDEXING_QUEUE,
         ignore_result=True,
     )
-    return task_id
 
 
 def pending_events(client: redis.Redis, tenant: str) -> list[RegistryEvent]:

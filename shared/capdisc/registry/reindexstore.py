@@ -7,12 +7,19 @@ workers store each built batch with :func:`stage_vectors` (a writer stages the c
 changes meanwhile too: :func:`capdisc.registry.store.apply_events`); the last batch calls
 :func:`finish_reindex`, which renames the staging vectors over the target space, serves it and
 bumps the version in one transaction. :func:`abandon_reindex` drops a job that will not finish.
+
+A large job's batches are not all sent at once: begun with a ``window``, it sends that many
+(the heads of as many lanes) and keeps the rest in a plan hash; batch ``n``, when it is staged,
+records batch ``n + window`` in the outbox in the same transaction (:func:`next_batch`), so at
+most ``window`` batch tasks wait at any time and none is lost between the two.
 Vectors that go (the ones replaced, an abandoned staging space) are UNLINKed: Redis frees a
 hash of every vector in the background instead of holding every other client meanwhile.
 """
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +30,7 @@ from capdisc import keys
 from capdisc.models import Capability
 from capdisc.redisclock import redis_now_ms
 from capdisc.redistext import as_str
+from capdisc.registry import outbox
 from capdisc.registry.policy import stored_capability
 from capdisc.registry.store import CHANGES_MAXLEN
 
@@ -39,6 +47,9 @@ class ReindexJob:
     batches: int
     fresh: bool
     started_at_ms: int
+    #: How many batches were sent at the start, each the head of a lane that sends the next
+    #: (0: every batch was sent at the start).
+    window: int = 0
 
     @property
     def staging(self) -> str:
@@ -56,6 +67,7 @@ class ReindexJob:
             int(raw["batches"]),
             raw.get("fresh") == "1",
             int(raw.get("started_at_ms", 0)),
+            int(raw.get("window", 0)),
         )
 
 
@@ -65,21 +77,34 @@ FAILED_TTL_S = 24 * 3600
 
 
 def begin_reindex(
-    client: Redis, tenant: str, job: str, target: str, batch_size: int, fresh: bool
+    client: Redis,
+    tenant: str,
+    job: str,
+    target: str,
+    batch_size: int,
+    fresh: bool,
+    window: int = 0,
 ) -> dict[int, list[str]] | None:
     """Start building ``tenant``'s vectors in ``target`` beside the live index: record the job
-    (superseding one already building) and return its batches of capability ids, by number.
-    A capability written after this is staged by its writer; one written just before, by the
-    swap.
+    (superseding one already building) and return the batches of capability ids to send now,
+    by number: all of them, or with ``window`` > 0 the first ``window`` (the rest wait in the
+    plan, each sent by the batch ``window`` before it: :func:`next_batch`). A capability
+    written after this is staged by its writer; one written just before, by the swap.
 
     Begun already (its start task delivered again, say after a worker died before acking
     it): the job continues, not from scratch. While it is still the one building, the
-    batches not built yet are returned (cut from the capabilities stored now; whatever they
-    miss the swap embeds), possibly none; once it was swapped in, abandoned or superseded,
-    None: there is nothing to do."""
+    batches sent at the start and not built yet are returned (cut from the capabilities
+    stored now; whatever they miss the swap embeds), possibly none; once it was swapped in,
+    abandoned or superseded, None: there is nothing to do."""
     ids = sorted(as_str(k) for k in client.hkeys(keys.caps(tenant)))
     batches = [ids[i : i + batch_size] for i in range(0, len(ids), batch_size)]
     begun = keys.reindex_begun(tenant, job)
+    lanes = window if 0 < window < len(batches) else 0
+    written = (
+        None
+        if not lanes or client.exists(begun)
+        else _write_plan(client, tenant, job, batches, lanes)
+    )
     with client.pipeline(transaction=True) as pipe:
         while True:
             try:
@@ -87,13 +112,12 @@ def begin_reindex(
                 previous = ReindexJob.read(pipe, tenant)
                 if pipe.exists(begun):
                     pipe.unwatch()
+                    if written:
+                        client.unlink(written)
                     return _not_built(client, previous, job, batches)
                 pipe.multi()
                 if previous is not None:
-                    pipe.unlink(
-                        keys.vectors(tenant, previous.staging),
-                        keys.reindex_done(tenant, previous.job),
-                    )
+                    pipe.unlink(*_job_keys(tenant, previous))
                 pipe.delete(keys.reindex(tenant))
                 pipe.hset(
                     keys.reindex(tenant),
@@ -103,29 +127,97 @@ def begin_reindex(
                         "batches": len(batches),
                         "fresh": int(fresh),
                         "started_at_ms": redis_now_ms(client),
+                        "window": lanes,
                     },
                 )
+                if written:
+                    pipe.rename(written, keys.reindex_plan(tenant, job))
                 pipe.set(begun, 1, ex=FAILED_TTL_S)
                 pipe.sadd(keys.TENANTS, tenant)
                 pipe.execute()
-                return dict(enumerate(batches))
+                return {number: batches[number] for number in range(lanes or len(batches))}
             except redis.WatchError:
                 continue
+
+
+#: Plan entries written per round trip.
+PLAN_CHUNK = 512
+
+
+def _write_plan(client: Redis, tenant: str, job: str, batches: list[list[str]], lanes: int) -> str:
+    """The batches after the first ``lanes`` written to a key of their own (renamed to the
+    job's plan when the job is recorded); its name. It expires with the job's marks, should
+    the job never be recorded or finish."""
+    temporary = keys.reindex_plan_draft(tenant, job, uuid.uuid4().hex)
+    numbers = range(lanes, len(batches))
+    for start in range(0, len(numbers), PLAN_CHUNK):
+        chunk = numbers[start : start + PLAN_CHUNK]
+        client.hset(temporary, mapping={n: json.dumps(batches[n]) for n in chunk})
+    client.expire(temporary, FAILED_TTL_S)
+    return temporary
+
+
+def _job_keys(tenant: str, job: ReindexJob) -> tuple[str, ...]:
+    """What a job leaves in Redis besides its marker: staging vectors, built batches, plan."""
+    return (
+        keys.vectors(tenant, job.staging),
+        keys.reindex_done(tenant, job.job),
+        keys.reindex_plan(tenant, job.job),
+    )
 
 
 def _not_built(
     client: Any, current: ReindexJob | None, job: str, batches: list[list[str]]
 ) -> dict[int, list[str]] | None:
-    """The batches of ``job``, begun already, that are not built yet; None when it is no
-    longer the one building."""
+    """The batches of ``job``, begun already, sent at its start and not built yet; None when
+    it is no longer the one building."""
     if current is None or current.job != job:
         return None
     done = {int(as_str(n)) for n in client.smembers(keys.reindex_done(current.tenant, job))}
     return {
         number: batches[number] if number < len(batches) else []
-        for number in range(current.batches)
+        for number in range(current.window or current.batches)
         if number not in done
     }
+
+
+@dataclass(frozen=True)
+class NextBatch:
+    """The batch a built batch sends after it, in its lane."""
+
+    number: int
+    ids: list[str]
+
+    def task_id(self, job: ReindexJob) -> str:
+        """One id whoever sends it (a batch built twice records it once)."""
+        return f"reindex-{job.job}-{self.number}"
+
+    def args(self, job: ReindexJob) -> list[Any]:
+        return [job.tenant, job.job, self.number, self.ids]
+
+
+def next_batch(client: Any, job: ReindexJob, number: int) -> NextBatch | None:
+    """The batch that batch ``number`` of ``job`` sends once it is staged; None at the end of
+    its lane, or when every batch was sent at the start."""
+    following = number + job.window
+    if not job.window or following >= job.batches:
+        return None
+    raw = client.hget(keys.reindex_plan(job.tenant, job.job), following)
+    return NextBatch(following, json.loads(raw)) if raw is not None else None
+
+
+def all_built(client: Any, job: ReindexJob) -> bool:
+    """Whether every batch of ``job`` is built (none to build: True)."""
+    return int(client.scard(keys.reindex_done(job.tenant, job.job))) >= job.batches
+
+
+def batch_built(client: Any, job: ReindexJob, number: int) -> tuple[bool, bool]:
+    """Whether batch ``number`` of ``job`` is built, and whether every batch is."""
+    with client.pipeline(transaction=False) as pipe:
+        pipe.sismember(keys.reindex_done(job.tenant, job.job), number)
+        pipe.scard(keys.reindex_done(job.tenant, job.job))
+        this, count = pipe.execute()
+    return bool(this), int(count) >= job.batches
 
 
 def abandon_reindex(client: Redis, job: ReindexJob, reason: str | None = None) -> bool:
@@ -134,7 +226,7 @@ def abandon_reindex(client: Redis, job: ReindexJob, reason: str | None = None) -
     not when it is no longer the one building (a reindex started since is left alone)."""
 
     def queue(pipe: Any, _current: ReindexJob) -> None:
-        pipe.unlink(keys.vectors(job.tenant, job.staging), keys.reindex_done(job.tenant, job.job))
+        pipe.unlink(*_job_keys(job.tenant, job))
         pipe.delete(keys.reindex(job.tenant))
         if reason:
             pipe.set(keys.reindex_failed(job.tenant, job.job), reason, ex=FAILED_TTL_S)
@@ -149,20 +241,31 @@ def reindex_failure(client: Redis, tenant: str, job: str) -> str | None:
 
 
 def stage_vectors(
-    client: Redis, tenant: str, job: str, batch: int, vectors: dict[str, bytes]
-) -> bool:
-    """Store one built batch of reindex ``job``; True when it was the last one missing. A
-    vector a writer staged meanwhile (newer content) is kept. False, storing nothing, when the
-    job is no longer the one building (superseded or finished)."""
+    client: Redis,
+    tenant: str,
+    job: str,
+    batch: int,
+    vectors: dict[str, bytes],
+    then: NextBatch | None = None,
+) -> bool | None:
+    """Store one built batch of reindex ``job``, and record ``then``, the batch it sends
+    next (:func:`next_batch`), in the outbox in the same transaction; True when it was the
+    last one missing. A vector a writer staged meanwhile (newer content) is kept. None,
+    storing nothing, when the job is no longer the one building (superseded or finished)."""
+    now_ms = redis_now_ms(client) if then is not None else 0
 
     def queue(pipe: Any, current: ReindexJob) -> None:
         for cap_id, vector in vectors.items():
             pipe.hsetnx(keys.vectors(tenant, current.staging), cap_id, vector)
+        if then is not None:
+            args = then.args(current)
+            outbox.record(pipe, then.task_id(current), keys.TASK_REINDEX_BATCH, args, None, now_ms)
+            pipe.hdel(keys.reindex_plan(tenant, job), then.number)
         pipe.sadd(keys.reindex_done(tenant, job), batch)
         pipe.scard(keys.reindex_done(tenant, job))
 
     written = while_building(client, tenant, job, queue)
-    return written is not None and int(written[1][-1]) >= written[0].batches
+    return None if written is None else int(written[1][-1]) >= written[0].batches
 
 
 def while_building(
@@ -260,6 +363,7 @@ def _swap(pipe: Any, job: ReindexJob) -> int:
     pipe.set(keys.space(tenant), job.target)
     pipe.set(keys.version(tenant), version)
     pipe.delete(keys.reindex(tenant), keys.reindex_done(tenant, job.job))
+    pipe.unlink(keys.reindex_plan(tenant, job.job))
     pipe.xadd(
         keys.CHANGES,
         {"tenant": tenant, "version": version, "op": "reload", "id": ""},
