@@ -1,0 +1,118 @@
+"""What a full reindex's waiting batches cost Redis's memory: every batch sent at the start
+(``publish_max_pending_tasks`` 0, as before) against a window of them, each built batch sending
+the next of its lane (32, the default).
+
+For each bound (``--bounds``), a fresh embedded stack (its own Redis, one indexing and one
+discovery worker, the ``hashing`` embedder unless ``--embedder`` says otherwise) imports the same
+``--size`` synthetic capabilities (``import_backlog.py``'s catalog, 32 import tasks waiting at
+most), then runs ``capdisc reindex --all --fresh`` through to its swap. Another process samples,
+every 50 ms, the bytes Redis holds for the reindex's waiting work: ``MEMORY USAGE`` of the
+outbox, the indexing queue, kombu's unacked hash and the reindex's plan of batches not sent
+yet, and how many tasks the outbox holds. Printed per bound: the reindex's wall time (start to
+swap), those bytes' peak, the most tasks waiting; then each bound against none, same run.
+
+    .venv/bin/python benchmarks/reindex_backlog.py [--size 100000] [--bounds 0,32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _common import RedisSampler
+from capdisc import keys
+from capdisc.settings import Settings
+from capdisc_producers.importer import import_jsonl
+from capdisc_producers.publisher import Publisher
+from capdisc_producers.reindex import start_full_reindex, wait_for_swap
+from capdisc_producers.stack import running_stack
+from import_backlog import WORKERS_READY_S, waiting_tasks, write_catalog
+
+IMPORT_BOUND = 32
+
+
+def waiting_work(client: redis.Redis) -> tuple[int, int]:
+    """The bytes Redis holds for tasks sent and not yet applied plus a reindex's plan, and how
+    many tasks the outbox holds."""
+    held, tasks = waiting_tasks(client)
+    plans = client.scan_iter(match=keys.reindex_plan("*", "*"), count=1000)
+    return held + sum(int(client.memory_usage(p, samples=0) or 0) for p in plans), tasks
+
+
+def run(catalog: Path, size: int, bound: int, embedder: str, timeout_s: float) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if k != "CAPDISC_REDIS_URL"}
+    env.update(CAPDISC_EMBEDDER=embedder, CAPDISC_PUBLISH_MAX_PENDING_TASKS=str(bound))
+    settings = Settings.load(env)
+    tenant = settings.tenant
+    with (
+        tempfile.TemporaryDirectory(prefix="capdisc-reindex-") as project,
+        running_stack(Path(project), settings, env) as (stack, url),
+    ):
+        client = redis.Redis.from_url(url, socket_timeout=120)
+        stack.wait_for_workers(client, {"indexing", "discovery"}, WORKERS_READY_S)
+        publisher = Publisher(url, max_pending_tasks=IMPORT_BOUND)
+        try:
+            report = import_jsonl(client, publisher, catalog, tenant=tenant, wait_s=timeout_s)
+            if not report.complete or len(report.outcomes) != size:
+                raise SystemExit(f"bound {bound}: {len(report.outcomes)} of {size} imported")
+            with RedisSampler(url, waiting_work, 0.05) as probe:
+                started = time.perf_counter()
+                job, after = start_full_reindex(client, publisher, tenant, fresh=True)
+                version = wait_for_swap(client, tenant, job, after, timeout_s=timeout_s)
+                wall_s = time.perf_counter() - started
+        finally:
+            publisher.close()
+        space = client.get(keys.space(tenant))
+        vectors = int(client.hlen(keys.vectors(tenant, space.decode()))) if space else 0
+    if version is None or vectors != size:
+        raise SystemExit(f"bound {bound}: swapped {version}, {vectors} of {size} vectors")
+    return {
+        "bound": bound,
+        "wall_s": wall_s,
+        "waiting_peak_mb": max(held for held, _tasks in probe.samples) / 1e6,
+        "waiting_tasks_peak": max(tasks for _held, tasks in probe.samples),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", type=int, default=100_000)
+    parser.add_argument("--bounds", default="0,32")
+    parser.add_argument("--embedder", default="hashing")
+    parser.add_argument("--timeout", type=float, default=3600.0)
+    args = parser.parse_args()
+    bounds = [int(b) for b in args.bounds.split(",")]
+    with tempfile.TemporaryDirectory() as directory:
+        catalog = write_catalog(Path(directory) / "tools.jsonl", args.size)
+        results = [run(catalog, args.size, b, args.embedder, args.timeout) for b in bounds]
+    print(
+        f"full reindex of {args.size:,} capabilities ({args.embedder} embedder), a fresh stack each"
+    )
+    print("bound (tasks)   reindex    waiting work: peak bytes / most tasks")
+    for r in results:
+        print(
+            f"{r['bound'] or 'none':>13}  {r['wall_s']:7.1f} s   {r['waiting_peak_mb']:10.1f} MB / "
+            f"{r['waiting_tasks_peak']:5d}"
+        )
+    unbounded = next((r for r in results if r["bound"] == 0), None)
+    for r in results:
+        if unbounded is not None and r is not unbounded:
+            print(
+                f"bound {r['bound']} against none: waiting work's peak "
+                f"{r['waiting_peak_mb']:.1f} against {unbounded['waiting_peak_mb']:.1f} MB "
+                f"({r['waiting_peak_mb'] / unbounded['waiting_peak_mb']:.2f} x), reindex time "
+                f"{r['wall_s'] / unbounded['wall_s']:.2f} x"
+            )
+
+
+if __name__ == "__main__":
+    main()
