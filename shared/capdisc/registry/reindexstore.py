@@ -8,12 +8,13 @@ changes meanwhile too: :func:`capdisc.registry.store.apply_events`); the last ba
 :func:`finish_reindex`, which renames the staging vectors over the target space, serves it and
 bumps the version in one transaction. :func:`abandon_reindex` drops a job that will not finish.
 
+Vectors that go (the ones replaced, an abandoned staging space) are UNLINKed: Redis frees a
+hash of every vector in the background instead of holding every other client meanwhile.
+
 A large job's batches are not all sent at once: begun with a ``window``, it sends that many
 (the heads of as many lanes) and keeps the rest in a plan hash; batch ``n``, when it is staged,
 records batch ``n + window`` in the outbox in the same transaction (:func:`next_batch`), so at
 most ``window`` batch tasks wait at any time and none is lost between the two.
-Vectors that go (the ones replaced, an abandoned staging space) are UNLINKed: Redis frees a
-hash of every vector in the background instead of holding every other client meanwhile.
 """
 
 from __future__ import annotations
