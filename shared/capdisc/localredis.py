@@ -89,16 +89,18 @@ def start_redis(
     start_new_session: bool = False,
     preexec_fn: Callable[[], None] | None = None,
     password: str | None = None,
+    binary: Path | None = None,
 ) -> LocalRedis:
     """Start redis-server in ``directory`` and wait until it answers PING. A supervisor passes
     ``start_new_session`` and ``preexec_fn`` through to :class:`subprocess.Popen`. With
     ``password`` it refuses every client that does not give it; the password goes in a config
-    file readable by its owner only (``auth.conf``), never on the command line."""
+    file readable by its owner only (``auth.conf``), never on the command line. ``binary``: a
+    server other than :func:`find_redis_server`'s that takes the same options (valkey-server)."""
     directory.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     config = [str(_auth_config(directory, password))] if password else []
     args = [
-        str(find_redis_server()),
+        str(binary or find_redis_server()),
         *config,
         "--port",
         str(port),
