@@ -107,3 +107,40 @@ def test_an_import_rides_out_a_redis_restart_and_reports_everything_applied(
     output = (private.log_dir / "import.log").read_text()
     assert "redis unavailable" in output and "resumed after 1 Redis outage" in output
     assert "applied; " in output
+
+
+def test_a_full_reindex_whose_indexing_worker_is_killed_swaps_in_on_another(
+    private: PrivateStack, tmp_path: Path
+) -> None:
+    """A reindex of more batches than its window (64 batches, 32 sent at the start): the
+    worker building it is SIGKILLed after its first batch, whatever it held then (a batch, or
+    a successor recorded and not yet sent), and another one finishes it."""
+    from capdisc_producers.publisher import Publisher
+    from capdisc_producers.reindex import start_full_reindex
+
+    tools = 64 * 64
+    connection = private.connection()
+    first = private.spawn_indexing("indexing-1")
+    importer = start_import(private, write_catalog(tmp_path / "tools.jsonl", tools, "heal"))
+    assert importer.wait(timeout=120) == 0
+    imported = tenant_version(connection, TENANT)
+    publisher = Publisher(private.url)
+    job, _after = start_full_reindex(connection, publisher, TENANT, fresh=True)
+    publisher.close()
+    built = keys.reindex_done(TENANT, job)
+    await_condition(lambda: connection.scard(built) >= 1, 60, "a first batch built")
+
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    private.spawn_indexing("indexing-2")
+
+    await_condition(
+        lambda: not connection.exists(keys.reindex(TENANT), built),
+        CONVERGE_S,
+        "the swap",
+    )
+    space = connection.get(keys.space(TENANT))
+    assert space is not None and tenant_version(connection, TENANT) == imported + 1  # swapped
+    assert connection.get(keys.reindex_failed(TENANT, job)) is None
+    assert connection.hlen(keys.vectors(TENANT, space.decode())) == tools
+    assert not connection.exists(keys.reindex_plan(TENANT, job))
