@@ -60,6 +60,7 @@ def reconcile_task(self: Any, reply_to: str | None = None) -> dict[str, Any]:
         "worker": res.worker_id,
         "missing_vectors": 0,
         "orphan_vectors": 0,
+        "reindex_sent": 0,
         "repaired": {},
         "skipped": {},
         "resent_tasks": sum(sweep(res, client)),
@@ -108,15 +109,7 @@ def _reconcile_tenant(
         return "written to meanwhile; the next run checks it"
     _reconcile_store(res, tenant, space, report)
     if plan.missing_vectors:
-        seq = time.time_ns()
-        payloads = [
-            RegistryEvent("reindex", tenant, cap_id, seq, source="reconciler").encode()
-            for cap_id in plan.missing_vectors
-        ]
-        for start in range(0, len(payloads), EMBED_BATCH):
-            outbox.send(
-                client, app, keys.TASK_APPLY_EVENTS, [payloads[start : start + EMBED_BATCH]]
-            )
+        report["reindex_sent"] += _send_reindexes(client, tenant, plan.missing_vectors)
     if not plan.clean:
         log.warning(
             "drift_repaired",
@@ -171,6 +164,22 @@ def _prune_tombstones(res: Resources) -> int:
             )
         pruned += gone
     return pruned
+
+
+def _send_reindexes(client: Any, tenant: str, missing: list[str]) -> int:
+    """Send a reindex event for each record of ``missing`` (no vector) that no event waiting
+    in the outbox will embed already: one sent by an earlier run, or an upsert; how many.
+    Without that, while a large repair was still being embedded, every run sent it again."""
+    waiting = {event.capability_id for event in outbox.pending_events(client, tenant)}
+    seq = time.time_ns()
+    payloads = [
+        RegistryEvent("reindex", tenant, cap_id, seq, source="reconciler").encode()
+        for cap_id in missing
+        if cap_id not in waiting
+    ]
+    for start in range(0, len(payloads), EMBED_BATCH):
+        outbox.send(client, app, keys.TASK_APPLY_EVENTS, [payloads[start : start + EMBED_BATCH]])
+    return len(payloads)
 
 
 def _reindex_building(res: Resources, tenant: str, report: dict[str, Any]) -> bool:

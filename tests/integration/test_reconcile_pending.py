@@ -1,0 +1,56 @@
+"""The reconciler sends a record's reindex once while it waits: a run that finds the records an
+earlier run sent still without a vector (the embedder is down, or they are still queued) sends
+nothing again for them."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+from capdisc import keys
+from capdisc.registry import outbox
+
+from .conftest import INDEXING_ARGV, publish
+from .private import PrivateStack, copy_registry
+from .test_cli import run_cli
+from .test_openai_embedder import DIM, Server
+
+
+def test_a_second_reconcile_does_not_send_again_what_the_first_sent_and_still_waits(
+    tmp_path: Path,
+) -> None:
+    server = Server()
+    tenant = "repairing"
+    try:
+        with PrivateStack(tmp_path / "stack", durable=False) as private:
+            private.spawn(
+                "indexing",
+                [*INDEXING_ARGV, "-n", f"indexing-{uuid.uuid4().hex[:6]}@%h"],
+                CAPDISC_EMBEDDER="openai",
+                CAPDISC_OPENAI_BASE_URL=server.url,
+                CAPDISC_OPENAI_API_KEY="sk-test",
+                CAPDISC_OPENAI_DIMENSIONS=str(DIM),
+                CAPDISC_OPENAI_MAX_ATTEMPTS="1",
+                CAPDISC_INDEXING_MAX_ATTEMPTS="5",
+                CAPDISC_INDEXING_RETRY_BASE_S="60",  # the failed reindexes wait in the outbox
+            )
+            report = publish(private.url, copy_registry(tmp_path / "registry"), tenant, wait_s=90)
+            assert report.complete
+            connection = private.connection()
+            for vectors in connection.scan_iter(match=keys.vectors(tenant, "*")):
+                connection.delete(vectors)  # every vector lost
+            stored = int(connection.hlen(keys.caps(tenant)))
+            server.script = [(503, {"error": {"message": "overloaded"}}, {})] * 10_000
+
+            first = json.loads(run_cli("reconcile", "--json", env=private.env).stdout)
+            second = json.loads(run_cli("reconcile", "--json", env=private.env).stdout)
+
+            waiting = [e for e in outbox.pending_events(connection, tenant) if e.type == "reindex"]
+            ids = sorted(c.decode() for c in connection.hkeys(keys.caps(tenant)))
+    finally:
+        server.close()
+
+    assert (first["missing_vectors"], second["missing_vectors"]) == (stored, stored)
+    assert (first["reindex_sent"], second["reindex_sent"]) == (stored, 0)
+    assert sorted(e.capability_id for e in waiting) == ids  # each once
