@@ -143,6 +143,30 @@ def test_the_reconciler_writes_back_what_the_store_lost(
     assert _objects(fake) == len(report.plan.upserts)
 
 
+def test_a_value_that_is_no_record_does_not_make_every_reconcile_rewrite_the_store(
+    weaviate_stack: tuple[Stack, object], registry: Path
+) -> None:
+    import json
+
+    from capdisc import keys
+
+    from .test_cli import run_cli
+
+    stack, fake = weaviate_stack
+    report = publish(stack.url, registry, TENANT, wait_s=90)
+    _drained(stack)
+    stack.connection().hset(keys.caps(TENANT), "tool:damaged", "not a record")  # by hand
+    writes = len(fake.requests("BatchObjects"))  # type: ignore[attr-defined]
+
+    first = json.loads(run_cli("reconcile", "--json", env=stack.env).stdout)
+    second = json.loads(run_cli("reconcile", "--json", env=stack.env).stdout)
+
+    assert TENANT not in first.get("store_resynced", [])
+    assert TENANT not in second.get("store_resynced", [])
+    assert len(fake.requests("BatchObjects")) == writes  # type: ignore[attr-defined]
+    assert _objects(fake) == len(report.plan.upserts)
+
+
 def test_a_refused_event_in_a_batch_does_not_shift_what_reaches_the_store(
     weaviate_stack: tuple[Stack, object],
 ) -> None:

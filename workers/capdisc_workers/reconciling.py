@@ -207,17 +207,19 @@ def _reindex_building(res: Resources, tenant: str, report: dict[str, Any]) -> bo
 
 def _reconcile_store(res: Resources, tenant: str, space: str, report: dict[str, Any]) -> None:
     """With an external store: when it holds another number of objects than Redis has
-    records, write them all again and delete the tombstoned ones (writes are idempotent);
-    then write again the changes it did not take before (:func:`rewrite_unwritten`)."""
+    vectors (after the orphans were dropped: the records it should hold), write them all again
+    and delete the tombstoned ones (writes are idempotent); then write again the changes it did
+    not take before (:func:`rewrite_unwritten`). Counted against the records instead, a value
+    that is no record (it has no vector, so no object) made every run rewrite the tenant."""
     store = res.store
     if store is None:
         return
     client = res.redis
     try:
         store.ensure_tenant(tenant)
-        held, stored = store.count(tenant), int(client.hlen(keys.caps(tenant)))
+        held, stored = store.count(tenant), int(client.hlen(keys.vectors(tenant, space)))
         if held != stored:
-            log.warning("store_drift", tenant=tenant, store=held, registry=stored)
+            log.warning("store_drift", tenant=tenant, store=held, registry_vectors=stored)
             resync(client, store, tenant, space)
             report.setdefault("store_resynced", []).append(tenant)
         rewrite_unwritten(client, store, tenant, space)
