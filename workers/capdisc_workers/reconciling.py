@@ -13,9 +13,11 @@ time through :func:`periodic`, which lives through Redis going away.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import kombu.exceptions
@@ -65,8 +67,9 @@ def reconcile_task(self: Any, reply_to: str | None = None) -> dict[str, Any]:
         "skipped": {},
         "resent_tasks": sum(sweep(res, client)),
     }
+    waiting = functools.cache(partial(outbox.waiting_ids, client))
     for tenant in tenants(client):
-        reason = _reconcile_tenant(res, tenant, space, report)
+        reason = _reconcile_tenant(res, tenant, space, report, waiting)
         if reason:
             report["skipped"][tenant] = reason
     report["embedding_cache_pruned"] = _prune_embedding_cache(res)
@@ -91,8 +94,12 @@ def reconcile_task(self: Any, reply_to: str | None = None) -> dict[str, Any]:
     return report
 
 
+#: Tenant -> the capability ids events waiting in the outbox will change (read when first asked).
+Waiting = Callable[[], dict[str, set[str]]]
+
+
 def _reconcile_tenant(
-    res: Resources, tenant: str, space: str, report: dict[str, Any]
+    res: Resources, tenant: str, space: str, report: dict[str, Any], waiting: Waiting
 ) -> str | None:
     """Repair one tenant; the reason it was skipped, if it was."""
     client = res.redis
@@ -109,7 +116,7 @@ def _reconcile_tenant(
         return "written to meanwhile; the next run checks it"
     _reconcile_store(res, tenant, space, report)
     if plan.missing_vectors:
-        report["reindex_sent"] += _send_reindexes(client, tenant, plan.missing_vectors)
+        report["reindex_sent"] += _send_reindexes(client, tenant, plan.missing_vectors, waiting)
     if not plan.clean:
         log.warning(
             "drift_repaired",
@@ -166,16 +173,17 @@ def _prune_tombstones(res: Resources) -> int:
     return pruned
 
 
-def _send_reindexes(client: Any, tenant: str, missing: list[str]) -> int:
+def _send_reindexes(client: Any, tenant: str, missing: list[str], waiting: Waiting) -> int:
     """Send a reindex event for each record of ``missing`` (no vector) that no event waiting
     in the outbox will embed already: one sent by an earlier run, or an upsert; how many.
-    Without that, while a large repair was still being embedded, every run sent it again."""
-    waiting = {event.capability_id for event in outbox.pending_events(client, tenant)}
+    Without that, while a large repair was still being embedded, every run sent it again.
+    ``waiting()`` reads the outbox once a run, not once per tenant."""
+    waits = waiting().get(tenant, set())
     seq = time.time_ns()
     payloads = [
         RegistryEvent("reindex", tenant, cap_id, seq, source="reconciler").encode()
         for cap_id in missing
-        if cap_id not in waiting
+        if cap_id not in waits
     ]
     for start in range(0, len(payloads), EMBED_BATCH):
         outbox.send(client, app, keys.TASK_APPLY_EVENTS, [payloads[start : start + EMBED_BATCH]])

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -116,9 +116,23 @@ def pending_events(client: redis.Redis, tenant: str) -> list[RegistryEvent]:
     """The registry events for ``tenant`` in the tasks recorded here: sent, and not yet applied
     (a task leaves once it finished). A payload that is no event is left out: the workers
     dead-letter it."""
-    marker = f'"tenant":{json.dumps(tenant, ensure_ascii=False)}'
+    return [event for event in _waiting_events(client, tenant) if event.tenant == tenant]
+
+
+def waiting_ids(client: redis.Redis) -> dict[str, set[str]]:
+    """Tenant -> the capability ids that registry events in the tasks recorded here will
+    change (sent, not yet applied), read in one pass over the outbox."""
+    found: dict[str, set[str]] = {}
+    for event in _waiting_events(client):
+        found.setdefault(event.tenant, set()).add(event.capability_id)
+    return found
+
+
+def _waiting_events(client: redis.Redis, tenant: str | None = None) -> Iterator[RegistryEvent]:
+    """The registry events in the tasks recorded here; with ``tenant``, those whose text names
+    it (cheaply, without parsing the others: the caller checks the tenant)."""
+    marker = f'"tenant":{json.dumps(tenant, ensure_ascii=False)}' if tenant is not None else ""
     quoted = json.dumps(marker)[1:-1].encode()  # as the task record's JSON holds the payload
-    events = []
     for value in client.hvals(keys.OUTBOX):
         if quoted not in (value if isinstance(value, bytes) else value.encode()):
             continue  # no event of the tenant, without parsing the task
@@ -127,12 +141,9 @@ def pending_events(client: redis.Redis, tenant: str) -> list[RegistryEvent]:
             if marker not in payload:  # most payloads, cheaply: another tenant's
                 continue
             try:
-                event = RegistryEvent.decode(payload)
+                yield RegistryEvent.decode(payload)
             except EventDecodeError:
                 continue
-            if event.tenant == tenant:
-                events.append(event)
-    return events
 
 
 def _payloads(pending: Pending) -> list[str]:
