@@ -2133,6 +2133,14 @@ def _report_applied(report: SyncReport, wait: bool, timeout_s: float) -> list[di
             f"{outcome.get('reason')}",
             err=True,
         )
+    for outcome in report.outcomes:
+        if outcome.get("decision") == "stale":
+            click.echo(
+                f"warning: not applied, a newer change of it was applied first (another sync, "
+                f"sent later): {outcome.get('capability_id')}; publish again to send yours "
+                "after it",
+                err=True,
+            )
     return refused
 
 

@@ -107,3 +107,37 @@ def test_a_change_published_from_a_host_an_hour_behind_replaces_what_was_stored_
     stored = json.loads(connection.hget(keys.caps(tenant), "tool:slack-post-message") or "{}")
     assert result.returncode == 0, result.stderr
     assert stored["capability"]["description"].startswith("Newer. ")
+
+
+def test_a_publish_overtaken_by_a_newer_change_says_which_it_did_not_apply(
+    stack: Stack, registry: Path, tenant: str, connection: redis.Redis
+) -> None:
+    """A change the registry already holds a newer one of (sent later by another sync) is not
+    applied, and the command says so rather than only "applied"."""
+    from capdisc.models import Capability
+    from capdisc.registry.events import RegistryEvent
+    from capdisc.registry.store import apply_event
+
+    assert publish(stack.url, registry, tenant).complete
+    slack = "tool:slack-post-message"
+    stored = json.loads(connection.hget(keys.caps(tenant), slack) or "{}")
+    newer = Capability.from_dict({**stored["capability"], "description": "Newest of all."})
+    event = RegistryEvent(
+        type="upsert",
+        tenant=tenant,
+        capability_id=slack,
+        seq=stored["seq"] + 10**15,  # a sync sent after the one below (in Redis's clock)
+        capability=newer.to_dict(),
+    )
+    space = (connection.get(keys.space(tenant)) or b"hashing-384.fs1").decode()
+    apply_event(connection, event, newer, lambda _c: bytes(4 * 384), space)
+    manifest = next(registry.glob("*/slack-post-message/CAPABILITY.yaml"))
+    manifest.write_text(
+        manifest.read_text().replace("description: >-\n  ", "description: >-\n  Older. ", 1)
+    )
+
+    result = run_cli("publish", str(registry), "--tenant", tenant, env=stack.env)
+
+    assert result.returncode == 0, result.stderr
+    assert "not applied, a newer change of it was applied first" in result.stderr
+    assert slack in result.stderr
