@@ -142,6 +142,28 @@ def test_a_start_delivered_again_resends_the_unbuilt_first_batches_and_plans_not
     assert _job(connection, tenant) == job
 
 
+def test_a_damaged_plan_entry_is_sent_empty_saying_why_and_the_swap_embeds_its_ids(
+    connection: redis.Redis, tenant: str
+) -> None:
+    ids = _stored(connection, tenant, 3)
+    begin_reindex(connection, tenant, "job1", "space", 1, fresh=False, window=1)
+    connection.hset(keys.reindex_plan(tenant, "job1"), 1, "{not json")
+    job = _job(connection, tenant)
+
+    then = next_batch(connection, job, 0)
+    assert then is not None and then.ids == [] and then.problem
+    assert "field 1" in then.problem and keys.reindex_plan(tenant, "job1") in then.problem
+    stage_vectors(connection, tenant, "job1", 0, {ids[0]: _vec(3.0)}, then)
+    stage_vectors(connection, tenant, "job1", 1, {}, next_batch(connection, job, 1))
+    stage_vectors(connection, tenant, "job1", 2, {ids[2]: _vec(3.0)})
+    version = finish_reindex(
+        connection, tenant, "job1", lambda caps: {c.id: _vec(4.0) for c in caps}
+    )
+
+    assert version is not None
+    assert connection.hget(keys.vectors(tenant, "space"), ids[1]) == _vec(4.0)
+
+
 def test_every_lane_built_in_turn_swaps_the_job_in_and_leaves_no_plan(
     connection: redis.Redis, tenant: str
 ) -> None:

@@ -94,6 +94,15 @@ def reindex_batch_task(
         capabilities = stored_capabilities(client, [(tenant, cap_id) for cap_id in ids])
         vectors = vectors_for(client, res.embedder, capabilities, use_cache=not current.fresh)
         then = next_batch(client, current, number)
+        if then is not None and then.problem:
+            log.error(
+                "reindex_plan_damaged",
+                tenant=tenant,
+                job=job,
+                batch=then.number,
+                problem=then.problem,
+                hint="that batch is sent empty; the swap embeds what it would have held",
+            )
         staged = {k: v for k, (_h, v) in vectors.items()}
         last = stage_vectors(client, tenant, job, number, staged, then)
         if last is not None and then is not None:

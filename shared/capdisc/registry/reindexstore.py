@@ -184,10 +184,13 @@ def _not_built(
 
 @dataclass(frozen=True)
 class NextBatch:
-    """The batch a built batch sends after it, in its lane."""
+    """The batch a built batch sends after it, in its lane. ``problem``: why its plan entry
+    could not be read (then it has no ids: the lane goes on, and the swap embeds what it
+    would have held)."""
 
     number: int
     ids: list[str]
+    problem: str | None = None
 
     def task_id(self, job: ReindexJob) -> str:
         """One id whoever sends it (a batch built twice records it once)."""
@@ -203,8 +206,17 @@ def next_batch(client: Any, job: ReindexJob, number: int) -> NextBatch | None:
     following = number + job.window
     if not job.window or following >= job.batches:
         return None
-    raw = client.hget(keys.reindex_plan(job.tenant, job.job), following)
-    return NextBatch(following, json.loads(raw)) if raw is not None else None
+    plan = keys.reindex_plan(job.tenant, job.job)
+    raw = client.hget(plan, following)
+    if raw is None:
+        return None
+    try:
+        ids = json.loads(raw)
+    except ValueError:
+        ids = None
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        return NextBatch(following, [], f"{plan} field {following}: not a JSON list of ids")
+    return NextBatch(following, ids)
 
 
 def all_built(client: Any, job: ReindexJob) -> bool:
