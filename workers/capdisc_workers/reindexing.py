@@ -93,26 +93,33 @@ def reindex_batch_task(
     try:
         capabilities = stored_capabilities(client, [(tenant, cap_id) for cap_id in ids])
         vectors = vectors_for(client, res.embedder, capabilities, use_cache=not current.fresh)
-        then = next_batch(client, current, number)
-        if then is not None and then.problem:
-            log.error(
-                "reindex_plan_damaged",
-                tenant=tenant,
-                job=job,
-                batch=then.number,
-                problem=then.problem,
-                hint="that batch is sent empty; the swap embeds what it would have held",
-            )
         staged = {k: v for k, (_h, v) in vectors.items()}
-        last = stage_vectors(client, tenant, job, number, staged, then)
-        if last is not None and then is not None:
-            task_id, args = then.task_id(current), then.args(current)
-            outbox.publish(app, task_id, keys.TASK_REINDEX_BATCH, args)
-        if last:
+        if _stage_and_send_next(res, current, number, staged):
             _finish(res, tenant, job, current.fresh)
     except EmbeddingError as exc:
         return _retry_or_abandon(self, res, current, number, exc)
     return {"job": job, "batch": number, "staged": len(vectors)}
+
+
+def _stage_and_send_next(
+    res: Resources, job: ReindexJob, number: int, vectors: dict[str, bytes]
+) -> bool:
+    """Stage batch ``number``'s vectors with the next batch of its lane recorded beside them,
+    then send that one; whether it was the last batch missing."""
+    then = next_batch(res.redis, job, number)
+    if then is not None and then.problem:
+        log.error(
+            "reindex_plan_damaged",
+            tenant=job.tenant,
+            job=job.job,
+            batch=then.number,
+            problem=then.problem,
+            hint="that batch is sent empty; the swap embeds what it would have held",
+        )
+    last = stage_vectors(res.redis, job.tenant, job.job, number, vectors, then)
+    if last is not None and then is not None:
+        outbox.publish(app, then.task_id(job), keys.TASK_REINDEX_BATCH, then.args(job))
+    return bool(last)
 
 
 def _retry_or_abandon(
