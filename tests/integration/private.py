@@ -88,6 +88,11 @@ class PrivateStack:
             shutil.rmtree(self.redis_dir)
         self.server = start_redis(self.redis_dir, port=self.port, durable=self.durable)
 
+    def log_tail(self, name: str, lines: int = 40) -> str:
+        """The last ``lines`` lines of process ``name``'s log, for a failure message."""
+        text = (self.log_dir / f"{name}.log").read_text(errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
     def events(self, name: str, event: str) -> list[dict[str, Any]]:
         """The JSON log lines of process ``name`` whose event is ``event``."""
         found = []
