@@ -97,12 +97,7 @@ def run(catalog: Path, size: int, bound: int, embedder: str, timeout_s: float) -
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size", type=int, default=100_000)
-    parser.add_argument("--bounds", default="0,32")
-    parser.add_argument("--embedder", default="hashing")
-    parser.add_argument("--timeout", type=float, default=3600.0)
-    args = parser.parse_args()
+    args = bound_arguments(__doc__)
     bounds = [int(b) for b in args.bounds.split(",")]
     with tempfile.TemporaryDirectory() as directory:
         catalog = write_catalog(Path(directory) / "tools.jsonl", args.size)
@@ -114,13 +109,28 @@ def main() -> None:
             f"{r['bound'] or 'none':>13}  {r['wall_s']:7.1f} s   {r['waiting_peak_mb']:10.1f} MB / "
             f"{r['waiting_tasks_peak']:4d}        {r['after_mb']:7.0f} MB"
         )
+    against_none(results, "waiting tasks' peak", "import time")
+
+
+def bound_arguments(doc: str | None) -> argparse.Namespace:
+    """--size, --bounds (0: none), --embedder, --timeout: what a run per bound needs."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    parser.add_argument("--size", type=int, default=100_000)
+    parser.add_argument("--bounds", default="0,32")
+    parser.add_argument("--embedder", default="hashing")
+    parser.add_argument("--timeout", type=float, default=3600.0)
+    return parser.parse_args()
+
+
+def against_none(results: list[dict[str, Any]], peak: str, time_name: str) -> None:
+    """Each bounded run's peak and wall time against the unbounded run's (bound 0), if any."""
     unbounded = next((r for r in results if r["bound"] == 0), None)
     for r in results:
         if unbounded is not None and r is not unbounded:
             print(
-                f"bound {r['bound']} against none: waiting tasks' peak "
+                f"bound {r['bound']} against none: {peak} "
                 f"{r['waiting_peak_mb']:.1f} against {unbounded['waiting_peak_mb']:.1f} MB "
-                f"({r['waiting_peak_mb'] / unbounded['waiting_peak_mb']:.2f} x), import time "
+                f"({r['waiting_peak_mb'] / unbounded['waiting_peak_mb']:.2f} x), {time_name} "
                 f"{r['wall_s'] / unbounded['wall_s']:.2f} x"
             )
 

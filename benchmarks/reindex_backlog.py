@@ -16,7 +16,6 @@ swap), those bytes' peak, the most tasks waiting; then each bound against none, 
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
@@ -35,7 +34,13 @@ from capdisc_producers.importer import import_jsonl
 from capdisc_producers.publisher import Publisher
 from capdisc_producers.reindex import start_full_reindex, wait_for_swap
 from capdisc_producers.stack import running_stack
-from import_backlog import WORKERS_READY_S, waiting_tasks, write_catalog
+from import_backlog import (
+    WORKERS_READY_S,
+    against_none,
+    bound_arguments,
+    waiting_tasks,
+    write_catalog,
+)
 
 IMPORT_BOUND = 32
 
@@ -84,12 +89,7 @@ def run(catalog: Path, size: int, bound: int, embedder: str, timeout_s: float) -
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size", type=int, default=100_000)
-    parser.add_argument("--bounds", default="0,32")
-    parser.add_argument("--embedder", default="hashing")
-    parser.add_argument("--timeout", type=float, default=3600.0)
-    args = parser.parse_args()
+    args = bound_arguments(__doc__)
     bounds = [int(b) for b in args.bounds.split(",")]
     with tempfile.TemporaryDirectory() as directory:
         catalog = write_catalog(Path(directory) / "tools.jsonl", args.size)
@@ -103,15 +103,7 @@ def main() -> None:
             f"{r['bound'] or 'none':>13}  {r['wall_s']:7.1f} s   {r['waiting_peak_mb']:10.1f} MB / "
             f"{r['waiting_tasks_peak']:5d}"
         )
-    unbounded = next((r for r in results if r["bound"] == 0), None)
-    for r in results:
-        if unbounded is not None and r is not unbounded:
-            print(
-                f"bound {r['bound']} against none: waiting work's peak "
-                f"{r['waiting_peak_mb']:.1f} against {unbounded['waiting_peak_mb']:.1f} MB "
-                f"({r['waiting_peak_mb'] / unbounded['waiting_peak_mb']:.2f} x), reindex time "
-                f"{r['wall_s'] / unbounded['wall_s']:.2f} x"
-            )
+    against_none(results, "waiting work's peak", "reindex time")
 
 
 if __name__ == "__main__":

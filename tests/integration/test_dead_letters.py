@@ -122,7 +122,7 @@ def failing_embedder(
     embedder answers ``answered`` first, then HTTP 500 every time; with two deliveries a task.
     Yields the Redis URL, a connection to it and the scripted server; stops and empties all."""
     from .conftest import INDEXING_ARGV
-    from .test_openai_embedder import ERROR, Server
+    from .test_openai_embedder import ERROR, Server, indexing_env
 
     server = Server()
     server.script = [*answered, *[(500, ERROR, {})] * 50]
@@ -131,13 +131,7 @@ def failing_embedder(
         f"indexing-{name}",
         [*INDEXING_ARGV, "-n", f"{name}-{tenant}@%h"],
         CAPDISC_REDIS_URL=private,
-        CAPDISC_EMBEDDER="openai",
-        CAPDISC_OPENAI_BASE_URL=server.url,
-        CAPDISC_OPENAI_API_KEY="sk-test",
-        CAPDISC_OPENAI_DIMENSIONS="8",
-        CAPDISC_OPENAI_MAX_ATTEMPTS="1",
-        CAPDISC_INDEXING_MAX_ATTEMPTS="2",
-        CAPDISC_INDEXING_RETRY_BASE_S="0.1",
+        **indexing_env(server, max_attempts=2, retry_base_s=0.1),
     )
     connection = redis.Redis.from_url(private)
     try:

@@ -85,6 +85,20 @@ class Server:
         self.httpd.server_close()
 
 
+def indexing_env(server: Server, max_attempts: int, retry_base_s: float) -> dict[str, str]:
+    """An indexing worker's environment that embeds with ``server`` (one HTTP attempt a call)
+    and retries a task ``max_attempts`` times, ``retry_base_s`` apart at first."""
+    return {
+        "CAPDISC_EMBEDDER": "openai",
+        "CAPDISC_OPENAI_BASE_URL": server.url,
+        "CAPDISC_OPENAI_API_KEY": "sk-test",
+        "CAPDISC_OPENAI_DIMENSIONS": str(DIM),
+        "CAPDISC_OPENAI_MAX_ATTEMPTS": "1",
+        "CAPDISC_INDEXING_MAX_ATTEMPTS": str(max_attempts),
+        "CAPDISC_INDEXING_RETRY_BASE_S": str(retry_base_s),
+    }
+
+
 @pytest.fixture
 def server() -> Iterator[Server]:
     running = Server()

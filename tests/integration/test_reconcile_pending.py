@@ -14,7 +14,7 @@ from capdisc.registry import outbox
 from .conftest import INDEXING_ARGV, publish
 from .private import PrivateStack, copy_registry
 from .test_cli import run_cli
-from .test_openai_embedder import DIM, Server
+from .test_openai_embedder import Server, indexing_env
 
 
 def test_a_second_reconcile_does_not_send_again_what_the_first_sent_and_still_waits(
@@ -27,13 +27,8 @@ def test_a_second_reconcile_does_not_send_again_what_the_first_sent_and_still_wa
             private.spawn(
                 "indexing",
                 [*INDEXING_ARGV, "-n", f"indexing-{uuid.uuid4().hex[:6]}@%h"],
-                CAPDISC_EMBEDDER="openai",
-                CAPDISC_OPENAI_BASE_URL=server.url,
-                CAPDISC_OPENAI_API_KEY="sk-test",
-                CAPDISC_OPENAI_DIMENSIONS=str(DIM),
-                CAPDISC_OPENAI_MAX_ATTEMPTS="1",
-                CAPDISC_INDEXING_MAX_ATTEMPTS="5",
-                CAPDISC_INDEXING_RETRY_BASE_S="60",  # the failed reindexes wait in the outbox
+                # the failed reindexes wait in the outbox
+                **indexing_env(server, max_attempts=5, retry_base_s=60),
             )
             report = publish(private.url, copy_registry(tmp_path / "registry"), tenant, wait_s=90)
             assert report.complete

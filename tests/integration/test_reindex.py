@@ -416,20 +416,14 @@ def test_a_reindex_whose_embedder_keeps_failing_is_abandoned_saying_why(
 ) -> None:
     from capdisc.errors import EmbeddingError
 
-    from .test_openai_embedder import DIM, Server
+    from .test_openai_embedder import Server, indexing_env
 
     server = Server()
     try:
         private_stack.spawn(
             "indexing-openai",
             [*INDEXING_ARGV, "-n", f"indexing-{uuid.uuid4().hex[:6]}@%h"],
-            CAPDISC_EMBEDDER="openai",
-            CAPDISC_OPENAI_BASE_URL=server.url,
-            CAPDISC_OPENAI_API_KEY="sk-test",
-            CAPDISC_OPENAI_DIMENSIONS=str(DIM),
-            CAPDISC_OPENAI_MAX_ATTEMPTS="1",
-            CAPDISC_INDEXING_MAX_ATTEMPTS="2",
-            CAPDISC_INDEXING_RETRY_BASE_S="0.1",
+            **indexing_env(server, max_attempts=2, retry_base_s=0.1),
         )
         url, tenant = private_stack.url, "failing"
         report = publish(url, registry, tenant, wait_s=90)
