@@ -23,7 +23,9 @@ from capdisc.registry.reindexstore import (
     begin_reindex,
     finish_reindex,
     next_batch,
+    resume_lanes,
     stage_vectors,
+    stranded_batches,
 )
 from capdisc.registry.store import apply_event
 from capdisc_producers.publisher import Publisher
@@ -31,6 +33,7 @@ from capdisc_producers.reindex import start_full_reindex, wait_for_swap
 
 from .conftest import INDEXING_ARGV, publish
 from .private import PrivateStack
+from .test_cli import run_cli
 
 
 def _vec(value: float) -> bytes:
@@ -197,6 +200,87 @@ def test_an_abandoned_or_superseded_reindex_leaves_no_plan(
     assert not connection.exists(keys.reindex_plan(tenant, "job1"))
     assert not connection.exists(keys.reindex_plan(tenant, "job2"))
     assert ReindexJob.read(connection, tenant) is None
+
+
+def test_a_batch_staged_without_its_successor_strands_its_lane_until_it_is_resumed(
+    connection: redis.Redis, tenant: str
+) -> None:
+    ids = _stored(connection, tenant, 5)
+    begin_reindex(connection, tenant, "job1", "space", 1, fresh=False, window=2)
+    job = _job(connection, tenant)
+    stage_vectors(connection, tenant, "job1", 0, {ids[0]: _vec(2.0)})  # as an older worker does
+
+    stranded = stranded_batches(connection, job)
+    resumed = resume_lanes(connection, job)
+
+    assert [(b.number, b.ids) for b in stranded] == [(2, [ids[2]])]
+    assert [(b.number, b.ids) for b in resumed] == [(2, [ids[2]])]
+    entry = _recorded(connection, resumed[0].task_id(job))
+    assert entry is not None and entry["args"] == [tenant, "job1", 2, [ids[2]]]
+    assert 2 not in _plan(connection, tenant, "job1")
+    assert stranded_batches(connection, job) == []
+
+
+def test_lanes_that_send_their_successors_are_never_taken_for_stranded(
+    connection: redis.Redis, tenant: str
+) -> None:
+    ids = _stored(connection, tenant, 5)
+    begin_reindex(connection, tenant, "job1", "space", 1, fresh=False, window=2)
+    job = _job(connection, tenant)
+    for number in (0, 1):
+        then = next_batch(connection, job, number)
+        stage_vectors(connection, tenant, "job1", number, {ids[number]: _vec(2.0)}, then)
+
+    assert stranded_batches(connection, job) == []
+    assert resume_lanes(connection, job) == []
+    assert sorted(_plan(connection, tenant, "job1")) == [4]
+
+
+def test_a_reindex_no_longer_building_resumes_nothing(connection: redis.Redis, tenant: str) -> None:
+    ids = _stored(connection, tenant, 5)
+    name = uuid.uuid4().hex  # the outbox is shared by every test
+    begin_reindex(connection, tenant, name, "space", 1, fresh=False, window=2)
+    job = _job(connection, tenant)
+    stage_vectors(connection, tenant, name, 0, {ids[0]: _vec(2.0)})
+    abandon_reindex(connection, job, "stopped")
+
+    assert resume_lanes(connection, job) == []
+    assert _recorded(connection, f"reindex-{name}-2") is None
+
+
+def test_the_reconciler_resumes_a_reindex_whose_lane_an_older_worker_stopped(
+    tmp_path: Path,
+) -> None:
+    registry = tmp_path / "registry"
+    for n in range(300):  # five batches of the workers' 64
+        (registry / f"tool-{n:03d}").mkdir(parents=True)
+        (registry / f"tool-{n:03d}" / "CAPABILITY.yaml").write_text(
+            f"name: tool-{n:03d}\nkind: tool\ndescription: Does thing number {n}.\n"
+        )
+    with PrivateStack(tmp_path / "stack", durable=False) as private:
+        argv = [*INDEXING_ARGV, "-n", f"indexing-{uuid.uuid4().hex[:6]}@%h"]
+        private.spawn("indexing", argv)
+        tenant = "upgrading"
+        assert publish(private.url, registry, tenant, wait_s=90).complete
+        connection = private.connection()
+        space = connection.get(keys.space(tenant))
+        assert space is not None
+        last = connection.xrevrange(keys.CHANGES, count=1)
+        after = last[0][0].decode() if last else "0-0"
+        # begun with a window of one lane, its first batch built by a worker that sends no
+        # successor: the lane stops there
+        sent = begin_reindex(connection, tenant, "job1", space.decode(), 64, True, window=1)
+        assert sent is not None and list(sent) == [0]
+        stage_vectors(connection, tenant, "job1", 0, {})
+
+        report = json.loads(run_cli("reconcile", "--json", env=private.env).stdout)
+        swapped = wait_for_swap(connection, tenant, "job1", after, timeout_s=90)
+
+        assert report["reindex_batches_resumed"] == 1
+        assert swapped is not None
+        live = set(connection.hkeys(keys.vectors(tenant, space.decode())))
+        assert live == set(connection.hkeys(keys.caps(tenant))) and len(live) == 300
+        assert [e["batches"] for e in private.events("indexing", "reindex_lanes_resumed")] == [[1]]
 
 
 def test_a_reindex_of_many_batches_swaps_in_through_workers_sending_one_batch_at_a_time(

@@ -31,7 +31,7 @@ from capdisc.redistext import as_str
 from capdisc.registry import outbox
 from capdisc.registry.drift import repair_plan
 from capdisc.registry.events import RegistryEvent
-from capdisc.registry.reindexstore import ReindexJob, abandon_reindex
+from capdisc.registry.reindexstore import ReindexJob, abandon_reindex, resume_lanes
 from capdisc.registry.store import tenants
 from capdisc.registry.tombstones import prune_tombstones
 from capdisc.retrieval.text import vector_space
@@ -44,6 +44,7 @@ from capdisc_workers.embedding import (
 )
 from capdisc_workers.mirroring import resync, rewrite_unwritten
 from capdisc_workers.outage import RETRYABLE, Backoff
+from capdisc_workers.reindexing import report_damaged
 from capdisc_workers.resources import Resources
 
 log = structlog.get_logger("capdisc.indexing")
@@ -63,6 +64,7 @@ def reconcile_task(self: Any, reply_to: str | None = None) -> dict[str, Any]:
         "missing_vectors": 0,
         "orphan_vectors": 0,
         "reindex_sent": 0,
+        "reindex_batches_resumed": 0,
         "repaired": {},
         "skipped": {},
         "resent_tasks": sum(sweep(res, client)),
@@ -191,13 +193,15 @@ def _send_reindexes(client: Any, tenant: str, missing: list[str], waiting: Waiti
 
 
 def _reindex_building(res: Resources, tenant: str, report: dict[str, Any]) -> bool:
-    """Whether a full reindex of ``tenant`` is still building; one that outlived
-    ``reindex_timeout_s`` is abandoned (and listed in the report)."""
+    """Whether a full reindex of ``tenant`` is still building (its stranded batches sent on,
+    :func:`_resume_lanes`); one that outlived ``reindex_timeout_s`` is abandoned (and listed
+    in the report)."""
     job = ReindexJob.read(res.redis, tenant)
     if job is None:
         return False
     age_s = (redis_now_ms(res.redis) - job.started_at_ms) / 1000
     if age_s <= res.settings.reindex_timeout_s:
+        report["reindex_batches_resumed"] += _resume_lanes(res, job)
         return True
     if not abandon_reindex(res.redis, job):
         return True  # another reindex started meanwhile: it is building now
@@ -211,6 +215,26 @@ def _reindex_building(res: Resources, tenant: str, report: dict[str, Any]) -> bo
     )
     report.setdefault("abandoned_reindexes", []).append(job.job)
     return False
+
+
+def _resume_lanes(res: Resources, job: ReindexJob) -> int:
+    """Send the batches of ``job`` whose lane stopped because an indexing worker older than
+    the reindex window built the batch before them (it sends no successor); how many. Without
+    this, a reindex begun during a rolling upgrade stalled until ``reindex_timeout_s``."""
+    resumed = resume_lanes(res.redis, job)
+    for batch in resumed:
+        report_damaged(job, batch)
+        outbox.publish(app, batch.task_id(job), keys.TASK_REINDEX_BATCH, batch.args(job))
+    if resumed:
+        log.warning(
+            "reindex_lanes_resumed",
+            tenant=job.tenant,
+            job=job.job,
+            batches=[batch.number for batch in resumed],
+            hint="an indexing worker older than the reindex window built the batches before "
+            "them; upgrade every indexing worker",
+        )
+    return len(resumed)
 
 
 def _reconcile_store(res: Resources, tenant: str, space: str, report: dict[str, Any]) -> None:

@@ -22,6 +22,7 @@ from capdisc.models import Capability
 from capdisc.registry import outbox
 from capdisc.registry.policy import retry_delay_s
 from capdisc.registry.reindexstore import (
+    NextBatch,
     ReindexJob,
     abandon_reindex,
     all_built,
@@ -107,19 +108,25 @@ def _stage_and_send_next(
     """Stage batch ``number``'s vectors with the next batch of its lane recorded beside them,
     then send that one; whether it was the last batch missing."""
     then = next_batch(res.redis, job, number)
-    if then is not None and then.problem:
-        log.error(
-            "reindex_plan_damaged",
-            tenant=job.tenant,
-            job=job.job,
-            batch=then.number,
-            problem=then.problem,
-            hint="that batch is sent empty; the swap embeds what it would have held",
-        )
+    if then is not None:
+        report_damaged(job, then)
     last = stage_vectors(res.redis, job.tenant, job.job, number, vectors, then)
     if last is not None and then is not None:
         outbox.publish(app, then.task_id(job), keys.TASK_REINDEX_BATCH, then.args(job))
     return bool(last)
+
+
+def report_damaged(job: ReindexJob, batch: NextBatch) -> None:
+    """Log ``batch``'s plan entry if it could not be read (the batch goes out empty)."""
+    if batch.problem:
+        log.error(
+            "reindex_plan_damaged",
+            tenant=job.tenant,
+            job=job.job,
+            batch=batch.number,
+            problem=batch.problem,
+            hint="that batch is sent empty; the swap embeds what it would have held",
+        )
 
 
 def _retry_or_abandon(

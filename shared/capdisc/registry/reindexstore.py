@@ -14,7 +14,9 @@ hash of every vector in the background instead of holding every other client mea
 A large job's batches are not all sent at once: begun with a ``window``, it sends that many
 (the heads of as many lanes) and keeps the rest in a plan hash; batch ``n``, when it is staged,
 records batch ``n + window`` in the outbox in the same transaction (:func:`next_batch`), so at
-most ``window`` batch tasks wait at any time and none is lost between the two.
+most ``window`` batch tasks wait at any time and none is lost between the two. A lane stopped by
+a worker that does not send successors (one older than the window) is resumed by the
+reconciler (:func:`resume_lanes`).
 """
 
 from __future__ import annotations
@@ -206,17 +208,61 @@ def next_batch(client: Any, job: ReindexJob, number: int) -> NextBatch | None:
     following = number + job.window
     if not job.window or following >= job.batches:
         return None
-    plan = keys.reindex_plan(job.tenant, job.job)
-    raw = client.hget(plan, following)
-    if raw is None:
-        return None
+    raw = client.hget(keys.reindex_plan(job.tenant, job.job), following)
+    return None if raw is None else _planned(job, following, raw)
+
+
+def _planned(job: ReindexJob, number: int, raw: Any) -> NextBatch:
+    """Batch ``number`` as its plan entry ``raw`` holds it (no ids and the problem, when the
+    entry is not a JSON list of ids)."""
     try:
         ids = json.loads(raw)
     except ValueError:
         ids = None
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-        return NextBatch(following, [], f"{plan} field {following}: not a JSON list of ids")
-    return NextBatch(following, ids)
+        plan = keys.reindex_plan(job.tenant, job.job)
+        return NextBatch(number, [], f"{plan} field {number}: not a JSON list of ids")
+    return NextBatch(number, ids)
+
+
+def stranded_batches(client: Any, job: ReindexJob) -> list[NextBatch]:
+    """The planned batches whose lane stopped: the batch before each in its lane is built, yet
+    the batch itself is still in the plan. A worker that stages a batch takes its successor
+    out of the plan in the same transaction, so this happens only when one that does not (an
+    indexing worker older than the window, in a fleet being upgraded) built the batch before
+    it. Plan and built batches are read in one transaction, so a lane going on meanwhile is
+    not taken for stranded."""
+    if not job.window:
+        return []
+    plan = keys.reindex_plan(job.tenant, job.job)
+    with client.pipeline(transaction=True) as pipe:
+        pipe.hkeys(plan)
+        pipe.smembers(keys.reindex_done(job.tenant, job.job))
+        planned, built = pipe.execute()
+    done = {int(as_str(n)) for n in built}
+    numbers = sorted(n for n in map(int, map(as_str, planned)) if n - job.window in done)
+    if not numbers:
+        return []
+    raws = client.hmget(plan, numbers)
+    return [_planned(job, n, raw) for n, raw in zip(numbers, raws, strict=True) if raw]
+
+
+def resume_lanes(client: Redis, job: ReindexJob) -> list[NextBatch]:
+    """Record every stranded batch of ``job`` (:func:`stranded_batches`) in the outbox and
+    take it out of the plan, in one transaction while the job is still the one building; the
+    batches the caller is to send now (none when the job is no longer building)."""
+    stranded = stranded_batches(client, job)
+    if not stranded:
+        return []
+    now_ms = redis_now_ms(client)
+
+    def queue(pipe: Any, current: ReindexJob) -> None:
+        for batch in stranded:
+            args = batch.args(current)
+            outbox.record(pipe, batch.task_id(current), keys.TASK_REINDEX_BATCH, args, None, now_ms)
+        pipe.hdel(keys.reindex_plan(job.tenant, job.job), *(b.number for b in stranded))
+
+    return stranded if while_building(client, job.tenant, job.job, queue) else []
 
 
 def all_built(client: Any, job: ReindexJob) -> bool:
