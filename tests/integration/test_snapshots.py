@@ -13,7 +13,7 @@ from typing import Any
 from capdisc import keys
 from capdisc.client import Client
 from capdisc.status import collect_status, live_workers
-from capdisc_producers.cli import _render_status
+from capdisc_producers.status_cli import _render_status
 
 from .conftest import publish
 from .private import PrivateStack, copy_registry, publish_and_serve, wait_for

@@ -20,20 +20,11 @@ from capdisc.client import Answer
 from capdisc.errors import AuthError, ConfigError
 from capdisc.identity import auth
 from capdisc.status import health_failures
-from capdisc_producers.cli import (
-    Verbs,
-    _ago,
-    _behind_warning,
-    _outcome_verb,
-    _redis_down_hint,
-    _render_answer,
-    _render_status,
-    _snapshot_lines,
-    _versions,
-    cli,
-)
+from capdisc_producers.cli import _behind_warning, _redis_down_hint, _render_answer, cli
 from capdisc_producers.credentials import StackSecrets
 from capdisc_producers.exits import exit_status
+from capdisc_producers.registry_cli import Verbs, _outcome_verb
+from capdisc_producers.status_cli import _ago, _render_status, _snapshot_lines, _versions
 
 
 def test_version_prints_the_installed_package_version_and_exits_0() -> None:

@@ -17,7 +17,7 @@ import pytest
 
 from capdisc.agents.formats import TOOL_FORMATS
 from capdisc.registry.flags import FLAG_STATES, POLICIES
-from capdisc_producers import cli
+from capdisc_producers import cli, flags_cli
 
 #: Modules that cost start-up and that neither `capdisc --help` nor `--version` needs.
 HEAVY = (
@@ -118,4 +118,4 @@ def test_the_choices_spelt_out_in_the_command_match_their_sources() -> None:
         tuple(TOOL_FORMATS),
         tuple(FLAG_STATES),
         tuple(POLICIES),
-    ) == (cli.TOOL_FORMATS, cli.FLAG_STATES, cli.POLICIES)
+    ) == (cli.TOOL_FORMATS, flags_cli.FLAG_STATES, flags_cli.POLICIES)
