@@ -406,6 +406,16 @@ def reconcile(ctx: click.Context, redis_url: str | None, as_json: bool, timeout_
         f"reindexing {popped['missing_vectors']} capabilities without a vector, dropped "
         f"{popped['orphan_vectors']} orphan vectors"
     )
+    if popped.get("reindex_deferred"):
+        click.echo(
+            f"{popped['reindex_deferred']} of them wait for the next runs: a window of repairs "
+            "is sent at a time (publish_max_pending_tasks)"
+        )
+    if popped.get("reindex_batches_resumed"):
+        click.echo(
+            f"resumed {popped['reindex_batches_resumed']} batches of a full reindex that an "
+            "older indexing worker left unsent"
+        )
     if popped.get("embedding_cache_pruned"):
         click.echo(
             f"pruned {popped['embedding_cache_pruned']} embedding-cache entries no capability "

@@ -49,3 +49,42 @@ def test_a_second_reconcile_does_not_send_again_what_the_first_sent_and_still_wa
     assert (first["missing_vectors"], second["missing_vectors"]) == (stored, stored)
     assert (first["reindex_sent"], second["reindex_sent"]) == (stored, 0)
     assert sorted(e.capability_id for e in waiting) == ids  # each once
+
+
+def test_a_large_repair_waits_a_window_at_a_time_and_the_next_run_tops_it_up_only(
+    tmp_path: Path,
+) -> None:
+    server = Server()
+    tenant = "windowed-repair"
+    try:
+        with PrivateStack(tmp_path / "stack", durable=False) as private:
+            private.spawn(
+                "indexing",
+                [*INDEXING_ARGV, "-n", f"indexing-{uuid.uuid4().hex[:6]}@%h"],
+                # a window of one task of 64 events; the failed reindexes wait in the outbox
+                CAPDISC_PUBLISH_MAX_PENDING_TASKS="1",
+                **indexing_env(server, max_attempts=5, retry_base_s=60),
+            )
+            report = publish(private.url, copy_registry(tmp_path / "registry"), tenant, wait_s=90)
+            assert report.complete
+            connection = private.connection()
+            for vectors in connection.scan_iter(match=keys.vectors(tenant, "*")):
+                connection.delete(vectors)  # every vector lost
+            stored = int(connection.hlen(keys.caps(tenant)))
+            server.script = [(503, {"error": {"message": "overloaded"}}, {})] * 10_000
+
+            first = json.loads(run_cli("reconcile", "--json", env=private.env).stdout)
+            second = json.loads(run_cli("reconcile", "--json", env=private.env).stdout)
+            said = run_cli("reconcile", env=private.env).stdout
+
+            waiting = [e for e in outbox.pending_events(connection, tenant) if e.type == "reindex"]
+            deferred = private.events("indexing", "repair_deferred")
+    finally:
+        server.close()
+
+    assert stored > 64
+    assert (first["reindex_sent"], first["reindex_deferred"]) == (64, stored - 64)
+    assert (second["reindex_sent"], second["reindex_deferred"]) == (0, stored - 64)
+    assert len(waiting) == 64 and len({e.capability_id for e in waiting}) == 64
+    assert [e["deferred"] for e in deferred] == [stored - 64] * 3
+    assert f"{stored - 64} of them wait for the next runs" in said

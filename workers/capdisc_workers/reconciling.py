@@ -64,6 +64,7 @@ def reconcile_task(self: Any, reply_to: str | None = None) -> dict[str, Any]:
         "missing_vectors": 0,
         "orphan_vectors": 0,
         "reindex_sent": 0,
+        "reindex_deferred": 0,
         "reindex_batches_resumed": 0,
         "repaired": {},
         "skipped": {},
@@ -118,7 +119,7 @@ def _reconcile_tenant(
         return "written to meanwhile; the next run checks it"
     _reconcile_store(res, tenant, space, report)
     if plan.missing_vectors:
-        report["reindex_sent"] += _send_reindexes(client, tenant, plan.missing_vectors, waiting)
+        _send_reindexes(res, tenant, plan.missing_vectors, waiting, report)
     if not plan.clean:
         log.warning(
             "drift_repaired",
@@ -175,21 +176,49 @@ def _prune_tombstones(res: Resources) -> int:
     return pruned
 
 
-def _send_reindexes(client: Any, tenant: str, missing: list[str], waiting: Waiting) -> int:
+def _send_reindexes(
+    res: Resources, tenant: str, missing: list[str], waiting: Waiting, report: dict[str, Any]
+) -> None:
     """Send a reindex event for each record of ``missing`` (no vector) that no event waiting
-    in the outbox will embed already: one sent by an earlier run, or an upsert; how many.
-    Without that, while a large repair was still being embedded, every run sent it again.
-    ``waiting()`` reads the outbox once a run, not once per tenant."""
+    in the outbox will embed already: one sent by an earlier run, or an upsert. Without that,
+    while a large repair was still being embedded, every run sent it again. ``waiting()``
+    reads the outbox once a run, not once per tenant.
+
+    At most :func:`repair_budget` of them wait at any time, as a producer's import waits for
+    its tasks: a large drift (a lost vector hash) is repaired a window at a time over the
+    next runs, not queued whole (a million events held twice in Redis, queue and outbox)."""
     waits = waiting().get(tenant, set())
+    unsent = [cap_id for cap_id in missing if cap_id not in waits]
+    budget = repair_budget(res.settings.publish_max_pending_tasks, len(missing) - len(unsent))
+    sent = unsent if budget is None else unsent[:budget]
     seq = time.time_ns()
     payloads = [
         RegistryEvent("reindex", tenant, cap_id, seq, source="reconciler").encode()
-        for cap_id in missing
-        if cap_id not in waits
+        for cap_id in sent
     ]
     for start in range(0, len(payloads), EMBED_BATCH):
-        outbox.send(client, app, keys.TASK_APPLY_EVENTS, [payloads[start : start + EMBED_BATCH]])
-    return len(payloads)
+        chunk = payloads[start : start + EMBED_BATCH]
+        outbox.send(res.redis, app, keys.TASK_APPLY_EVENTS, [chunk])
+    report["reindex_sent"] += len(sent)
+    report["reindex_deferred"] += len(unsent) - len(sent)
+    if len(unsent) > len(sent):
+        log.warning(
+            "repair_deferred",
+            tenant=tenant,
+            sent=len(sent),
+            deferred=len(unsent) - len(sent),
+            hint="the next reconcile runs send the rest as these are embedded; for a large "
+            f"loss `capdisc reindex --all --tenant {tenant}` rebuilds at the model's speed",
+        )
+
+
+def repair_budget(max_pending_tasks: int, waiting: int) -> int | None:
+    """How many more reindex events a reconcile run may send for a tenant when ``waiting`` of
+    its missing records already have one waiting: ``max_pending_tasks`` tasks of
+    ``EMBED_BATCH`` events in all (None: no bound, ``max_pending_tasks`` 0)."""
+    if max_pending_tasks <= 0:
+        return None
+    return max(0, max_pending_tasks * EMBED_BATCH - waiting)
 
 
 def _reindex_building(res: Resources, tenant: str, report: dict[str, Any]) -> bool:
