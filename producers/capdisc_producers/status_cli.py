@@ -154,9 +154,11 @@ def _render_status(report: dict[str, Any]) -> str:
     last = report.get("last_reconcile")
     if last:
         age_s = max(0, int(time.time() - last["at_ms"] / 1000))
+        deferred = last.get("reindex_deferred", 0)
         lines.append(
-            f"last reconcile {age_s} s ago: {last['missing_vectors']} reindexed, "
-            f"{last['orphan_vectors']} orphan vectors dropped"
+            f"last reconcile {age_s} s ago: {last['missing_vectors']} reindexed"
+            + (f" ({deferred} of them left to the next runs)" if deferred else "")
+            + f", {last['orphan_vectors']} orphan vectors dropped"
         )
     return "\n".join(lines)
 

@@ -445,3 +445,34 @@ def test_status_says_what_the_dead_letters_hold_and_how_many_were_dropped(
     }
 
     assert shown in _render_status(report)
+
+
+@pytest.mark.parametrize(
+    ("deferred", "shown"),
+    [
+        (0, "0 s ago: 5000 reindexed, 2 orphan vectors dropped"),
+        (2952, "0 s ago: 5000 reindexed (2952 of them left to the next runs), 2 orphan"),
+    ],
+)
+def test_status_says_how_much_of_the_last_repair_waits_for_later_runs(
+    deferred: int, shown: str
+) -> None:
+    report = {
+        "index_version": 0,
+        "capabilities": 0,
+        "by_kind": {},
+        "tenants": {},
+        "workers": [],
+        "queues": {"indexing": 0},
+        "pending_events": 0,
+        "dead_letters": 0,
+        "embedding_calls": 0,
+        "last_reconcile": {
+            "at_ms": time.time() * 1000 + 5_000,  # never "1 s ago" on a slow run
+            "missing_vectors": 5000,
+            "orphan_vectors": 2,
+            "reindex_deferred": deferred,
+        },
+    }
+
+    assert shown in _render_status(report)
