@@ -241,6 +241,17 @@ def staging_space(space_id: str, job: str) -> str:
     return f"{space_id}~{job}"
 
 
+def record_counts(tenant: str) -> str:
+    """Hash: ``kind:K`` and ``source:S`` -> how many records, ``unreadable``, and ``complete``
+    (:mod:`capdisc.registry.counts`)."""
+    return f"{PREFIX}:t:{tenant}:counts"
+
+
+def record_counts_tried(tenant: str) -> str:
+    """String with a TTL: a recount of the records was cut short by a write; the next waits."""
+    return f"{PREFIX}:t:{tenant}:counts:tried"
+
+
 def source_ids(tenant: str, source: str) -> str:
     """Set: ids of the capabilities stored from ``source`` (a directory, jsonl:PATH, ...)."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]

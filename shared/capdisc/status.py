@@ -5,8 +5,6 @@ missing (:func:`health_failures`)."""
 from __future__ import annotations
 
 import json
-from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -15,11 +13,10 @@ from capdisc import keys
 from capdisc.errors import FlagError
 from capdisc.redisclock import redis_now_ms
 from capdisc.redistext import as_str
+from capdisc.registry import counts as record_counts
 from capdisc.registry import flags
 from capdisc.registry.deadletters import budget
 from capdisc.registry.flagstore import read_flags, tenant_policy
-from capdisc.registry.policy import StoredRecord, parsed_records, stored_record
-from capdisc.registry.store import scan_pieces
 
 DEFAULT_STALE_AFTER_S = 10.0
 
@@ -225,7 +222,7 @@ def _tenant_status(client: redis.Redis, tenant: str) -> dict[str, Any]:
         "by_kind": dict(sorted(counts.kinds.items())),
         "manifest_errors": errors,
         # stored values that are no record (written by hand or damaged): never served
-        "unreadable_records": sorted(counts.unreadable),
+        "unreadable_records": counts.unreadable_ids,
         # capability id -> why the external vector store did not take its last change
         "store_unwritten": {
             as_str(k): as_str(v) for k, v in client.hgetall(keys.store_unwritten(tenant)).items()
@@ -233,34 +230,14 @@ def _tenant_status(client: redis.Redis, tenant: str) -> dict[str, Any]:
     }
 
 
-@dataclass
-class _RecordCounts:
-    kinds: Counter[str] = field(default_factory=Counter)
-    sources: Counter[str] = field(default_factory=Counter)
-    unreadable: list[str] = field(default_factory=list)
-    seen: set[str] = field(default_factory=set)
-
-
-def _record_counts(client: redis.Redis, tenant: str) -> _RecordCounts:
-    """``tenant``'s records counted by kind and source, and the ids of stored values that are
-    no record: scanned and parsed a piece at a time, so that neither Redis nor this process
-    holds the whole tenant (a field HSCAN returns twice is counted once)."""
-    counts = _RecordCounts()
-    for piece in scan_pieces(client, keys.caps(tenant)):
-        ids = [as_str(k) for k in piece]
-        for cap_id, value in zip(ids, parsed_records(piece.values()), strict=True):
-            if cap_id not in counts.seen:
-                counts.seen.add(cap_id)
-                _count(counts, cap_id, stored_record(value))
-    return counts
-
-
-def _count(counts: _RecordCounts, cap_id: str, record: StoredRecord | None) -> None:
-    if record is None or not record.readable:
-        counts.unreadable.append(cap_id)
-    else:
-        counts.kinds[record.capability["kind"]] += 1
-        counts.sources[record.source] += 1
+def _record_counts(client: redis.Redis, tenant: str) -> record_counts.RecordCounts:
+    """``tenant``'s records by kind and source: the counts kept beside them, or, where there
+    are none yet or they name values that are no record (whose ids status lists), counted by
+    reading every record."""
+    kept = record_counts.kept(client, tenant)
+    if kept is not None and not kept.unreadable:
+        return kept
+    return record_counts.read(client, tenant)
 
 
 def poisoning_status(

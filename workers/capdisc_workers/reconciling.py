@@ -28,6 +28,7 @@ from capdisc import keys, status
 from capdisc.errors import CapdiscError
 from capdisc.redisclock import redis_now_ms
 from capdisc.redistext import as_str
+from capdisc.registry import counts as record_counts
 from capdisc.registry import outbox
 from capdisc.registry.drift import repair_plan
 from capdisc.registry.events import RegistryEvent
@@ -66,6 +67,7 @@ def reconcile_task(self: Any, reply_to: str | None = None) -> dict[str, Any]:
         "reindex_sent": 0,
         "reindex_deferred": 0,
         "reindex_batches_resumed": 0,
+        "records_counted": {},
         "repaired": {},
         "skipped": {},
         "resent_tasks": sum(sweep(res, client)),
@@ -106,6 +108,7 @@ def _reconcile_tenant(
 ) -> str | None:
     """Repair one tenant; the reason it was skipped, if it was."""
     client = res.redis
+    _count_records(res, tenant, report)
     if _reindex_building(res, tenant, report):
         return "a full reindex is building"
     active = client.get(keys.space(tenant))
@@ -134,6 +137,34 @@ def _reconcile_tenant(
     report["missing_vectors"] += len(plan.missing_vectors)
     report["orphan_vectors"] += len(plan.orphan_vectors)
     return None
+
+
+#: How long after a recount that a write cut short the next one waits: a busy large tenant
+#: is not read whole every minute.
+RECOUNT_WAIT_S = 600
+
+
+def _count_records(res: Resources, tenant: str, report: dict[str, Any]) -> None:
+    """Count ``tenant``'s records where the counts kept beside them are missing (a registry
+    written before they were kept) or no longer add up (a value overwritten outside capdisc):
+    :func:`capdisc.registry.counts.recount`."""
+    client = res.redis
+    if record_counts.kept(client, tenant) is not None or client.exists(
+        keys.record_counts_tried(tenant)
+    ):
+        return
+    counted = record_counts.recount(client, tenant)
+    if counted is None:
+        client.set(keys.record_counts_tried(tenant), 1, ex=RECOUNT_WAIT_S)
+        log.info(
+            "records_not_counted",
+            tenant=tenant,
+            reason="written to while they were read",
+            next_in_s=RECOUNT_WAIT_S,
+        )
+        return
+    report["records_counted"][tenant] = counted.total
+    log.info("records_counted", tenant=tenant, records=counted.total)
 
 
 def _prune_embedding_cache(res: Resources) -> int:

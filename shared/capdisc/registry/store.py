@@ -29,6 +29,7 @@ from capdisc.embedders.port import Matrix
 from capdisc.models import Capability
 from capdisc.redisclock import redis_now_ms
 from capdisc.redistext import as_str
+from capdisc.registry import counts
 from capdisc.registry.events import RegistryEvent
 from capdisc.registry.flags import Flag, rescanned
 from capdisc.registry.policy import (
@@ -245,6 +246,7 @@ def _watched(tenant: str) -> tuple[str, ...]:
         keys.space(tenant),
         keys.reindex(tenant),
         keys.flags(tenant),
+        keys.record_counts(tenant),
     )
 
 
@@ -261,7 +263,7 @@ def _transaction(
     tenant = run[0][0].tenant
     with client.pipeline(transaction=True) as pipe:
         pipe.watch(*_watched(tenant))  # type: ignore[no-untyped-call]
-        version, spaces, current = _read_current(
+        version, spaces, current, counted = _read_current(
             client, tenant, [event.capability_id for event, _ in run], space
         )
         steps = []
@@ -273,10 +275,23 @@ def _transaction(
         now_ms = _deleted_at_ms(client, steps)
         pipe.multi()
         outcomes = _queue_steps(pipe, steps, version, spaces, now_ms)
+        if counted:
+            counts.queue(pipe, tenant, counts.deltas(_written(steps)))
         if acknowledge:
             _queue_acks(pipe, [(s.event.batch_id, o) for s, o in zip(steps, outcomes, strict=True)])
         pipe.execute()
         return outcomes
+
+
+def _written(steps: list[_Step]) -> Iterator[tuple[StoredRecord | None, StoredRecord | None]]:
+    """Each record ``steps`` write, as it was and as it is written (None: deleted), as
+    :func:`_write` writes them."""
+    for step in steps:
+        if step.decision == "unchanged" and step.after is not None:
+            yield step.before, step.after
+        elif step.decision in ("upsert", "delete", "reindex"):
+            stays = step.after is not None and step.vector is not None
+            yield step.before, step.after if stays else None
 
 
 def _deleted_at_ms(client: Redis, steps: list[_Step]) -> int:
@@ -323,8 +338,10 @@ def _queue_acks(pipe: Any, acks: list[tuple[str | None, Outcome]]) -> None:
 
 def _read_current(
     client: Redis, tenant: str, ids: list[str], space: str
-) -> tuple[int, Spaces, dict[str, _Current]]:
-    """The tenant's version and spaces, and each of ``ids`` as stored, in one round trip."""
+) -> tuple[int, Spaces, dict[str, _Current], bool]:
+    """The tenant's version and spaces, each of ``ids`` as stored, and whether its records are
+    counted (:mod:`capdisc.registry.counts`: complete counts, or no record yet), in one round
+    trip."""
     unique = list(dict.fromkeys(ids))
     with client.pipeline(transaction=False) as reads:
         reads.get(keys.version(tenant))
@@ -333,9 +350,11 @@ def _read_current(
         reads.hmget(keys.caps(tenant), unique)
         reads.hmget(keys.tombstones(tenant), unique)
         reads.hmget(keys.flags(tenant), unique)
+        reads.hexists(keys.record_counts(tenant), counts.COMPLETE)
+        reads.exists(keys.caps(tenant))
         for cap_id in unique:
             reads.hexists(keys.vectors(tenant, space), cap_id)
-        version, active, marker, records, tombs, flags, *vectors = reads.execute()
+        version, active, marker, records, tombs, flags, counted, stored, *vectors = reads.execute()
     current = {
         cap_id: _Current(
             stored_record(record),
@@ -347,7 +366,7 @@ def _read_current(
             unique, records, tombs, flags, vectors, strict=True
         )
     }
-    return int(version or 0), _spaces(active, marker, space), current
+    return int(version or 0), _spaces(active, marker, space), current, bool(counted) or not stored
 
 
 def _previous_flag(raw: bytes | str | None) -> Flag | None:
