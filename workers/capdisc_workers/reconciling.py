@@ -149,7 +149,7 @@ def _count_records(res: Resources, tenant: str, report: dict[str, Any]) -> None:
     written before they were kept) or no longer add up (a value overwritten outside capdisc):
     :func:`capdisc.registry.counts.recount`."""
     client = res.redis
-    if record_counts.kept(client, tenant) is not None or client.exists(
+    if record_counts.kept(client, tenant, atomic=True) is not None or client.exists(
         keys.record_counts_tried(tenant)
     ):
         return

@@ -87,12 +87,12 @@ class RecordCounts:
         }
 
 
-def kept(client: Any, tenant: str) -> RecordCounts | None:
+def kept(client: Any, tenant: str, atomic: bool = False) -> RecordCounts | None:
     """The counts kept for ``tenant``, when complete and they add up to its records (else None:
-    the records must be read, :func:`read`). Read without a transaction (a monitoring user
-    may not run one): a write between the two reads makes them disagree, and the records are
-    read instead."""
-    with client.pipeline(transaction=False) as pipe:
+    the records must be read, :func:`read`). Read in one transaction with ``atomic``; without
+    (a monitoring user may not run one) a write between the two reads makes them disagree,
+    and the records are read instead."""
+    with client.pipeline(transaction=atomic) as pipe:
         pipe.hgetall(keys.record_counts(tenant))
         pipe.hlen(keys.caps(tenant))
         raw, stored = pipe.execute()
