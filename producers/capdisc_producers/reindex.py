@@ -31,11 +31,16 @@ def start_full_reindex(
 ) -> tuple[str, str]:
     """Send the reindex of ``tenant``; returns the job id and the changes-stream position to
     follow for its swap."""
-    last = client.xrevrange(keys.CHANGES, count=1)
-    after = as_str(last[0][0]) if last else "0-0"
+    after = latest_change(client)
     job = uuid.uuid4().hex[:12]
     publisher.start_reindex(tenant, job, fresh)
     return job, after
+
+
+def latest_change(client: redis.Redis) -> str:
+    """The position of the changes stream's last entry: where to follow it from."""
+    last = client.xrevrange(keys.CHANGES, count=1)
+    return as_str(last[0][0]) if last else "0-0"
 
 
 def wait_for_swap(

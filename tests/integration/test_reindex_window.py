@@ -29,7 +29,7 @@ from capdisc.registry.reindexstore import (
 )
 from capdisc.registry.store import apply_event
 from capdisc_producers.publisher import Publisher
-from capdisc_producers.reindex import start_full_reindex, wait_for_swap
+from capdisc_producers.reindex import latest_change, start_full_reindex, wait_for_swap
 
 from .conftest import INDEXING_ARGV, publish
 from .private import PrivateStack
@@ -202,6 +202,19 @@ def test_an_abandoned_or_superseded_reindex_leaves_no_plan(
     assert ReindexJob.read(connection, tenant) is None
 
 
+def _published(private: PrivateStack, tmp_path: Path, tenant: str, **env: str) -> None:
+    """An indexing worker (with ``env``) started, and 300 tools published to ``tenant``:
+    five batches of the workers' 64."""
+    registry = tmp_path / "registry"
+    for n in range(300):
+        (registry / f"tool-{n:03d}").mkdir(parents=True)
+        (registry / f"tool-{n:03d}" / "CAPABILITY.yaml").write_text(
+            f"name: tool-{n:03d}\nkind: tool\ndescription: Does thing number {n}.\n"
+        )
+    private.spawn("indexing", [*INDEXING_ARGV, "-n", f"indexing-{uuid.uuid4().hex[:6]}@%h"], **env)
+    assert publish(private.url, registry, tenant, wait_s=90).complete
+
+
 def test_a_batch_staged_without_its_successor_strands_its_lane_until_it_is_resumed(
     connection: redis.Redis, tenant: str
 ) -> None:
@@ -251,22 +264,13 @@ def test_a_reindex_no_longer_building_resumes_nothing(connection: redis.Redis, t
 def test_the_reconciler_resumes_a_reindex_whose_lane_an_older_worker_stopped(
     tmp_path: Path,
 ) -> None:
-    registry = tmp_path / "registry"
-    for n in range(300):  # five batches of the workers' 64
-        (registry / f"tool-{n:03d}").mkdir(parents=True)
-        (registry / f"tool-{n:03d}" / "CAPABILITY.yaml").write_text(
-            f"name: tool-{n:03d}\nkind: tool\ndescription: Does thing number {n}.\n"
-        )
     with PrivateStack(tmp_path / "stack", durable=False) as private:
-        argv = [*INDEXING_ARGV, "-n", f"indexing-{uuid.uuid4().hex[:6]}@%h"]
-        private.spawn("indexing", argv)
         tenant = "upgrading"
-        assert publish(private.url, registry, tenant, wait_s=90).complete
+        _published(private, tmp_path, tenant)
         connection = private.connection()
         space = connection.get(keys.space(tenant))
         assert space is not None
-        last = connection.xrevrange(keys.CHANGES, count=1)
-        after = last[0][0].decode() if last else "0-0"
+        after = latest_change(connection)
         # begun with a window of one lane, its first batch built by a worker that sends no
         # successor: the lane stops there
         sent = begin_reindex(connection, tenant, "job1", space.decode(), 64, True, window=1)
@@ -286,17 +290,9 @@ def test_the_reconciler_resumes_a_reindex_whose_lane_an_older_worker_stopped(
 def test_a_reindex_of_many_batches_swaps_in_through_workers_sending_one_batch_at_a_time(
     tmp_path: Path,
 ) -> None:
-    registry = tmp_path / "registry"
-    for n in range(300):  # five batches of the workers' 64
-        (registry / f"tool-{n:03d}").mkdir(parents=True)
-        (registry / f"tool-{n:03d}" / "CAPABILITY.yaml").write_text(
-            f"name: tool-{n:03d}\nkind: tool\ndescription: Does thing number {n}.\n"
-        )
     with PrivateStack(tmp_path / "stack", durable=False) as private:
-        argv = [*INDEXING_ARGV, "-n", f"indexing-{uuid.uuid4().hex[:6]}@%h"]
-        private.spawn("indexing", argv, CAPDISC_PUBLISH_MAX_PENDING_TASKS="1")
         tenant = "windowed"
-        assert publish(private.url, registry, tenant, wait_s=90).complete
+        _published(private, tmp_path, tenant, CAPDISC_PUBLISH_MAX_PENDING_TASKS="1")
         connection = private.connection()
         publisher = Publisher(private.url)
 

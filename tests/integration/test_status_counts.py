@@ -8,8 +8,9 @@ import redis
 
 from capdisc import keys
 from capdisc.models import Capability
+from capdisc.redisscan import SCAN_COUNT
 from capdisc.registry.events import RegistryEvent
-from capdisc.registry.store import SCAN_COUNT, apply_events
+from capdisc.registry.store import apply_events
 from capdisc.status import collect_status
 
 KINDS = ("tool", "skill", "channel")

@@ -430,19 +430,7 @@ def test_an_unreachable_redis_is_explained_by_the_stack_found(
 def test_status_says_what_the_dead_letters_hold_and_how_many_were_dropped(
     count: int, held: int, dropped: int, shown: str
 ) -> None:
-    report = {
-        "index_version": 0,
-        "capabilities": 0,
-        "by_kind": {},
-        "tenants": {},
-        "workers": [],
-        "queues": {"indexing": 0},
-        "pending_events": 0,
-        "dead_letters": count,
-        "dead_letter_bytes": held,
-        "dead_letters_dropped": dropped,
-        "embedding_calls": 0,
-    }
+    report = _quiet_status(dead_letters=count, dead_letter_bytes=held, dead_letters_dropped=dropped)
 
     assert shown in _render_status(report)
 
@@ -457,7 +445,21 @@ def test_status_says_what_the_dead_letters_hold_and_how_many_were_dropped(
 def test_status_says_how_much_of_the_last_repair_waits_for_later_runs(
     deferred: int, shown: str
 ) -> None:
-    report = {
+    report = _quiet_status(
+        last_reconcile={
+            "at_ms": time.time() * 1000 + 5_000,  # never "1 s ago" on a slow run
+            "missing_vectors": 5000,
+            "orphan_vectors": 2,
+            "reindex_deferred": deferred,
+        }
+    )
+
+    assert shown in _render_status(report)
+
+
+def _quiet_status(**fields: Any) -> dict[str, Any]:
+    """A status report of a stack with no tenant, worker or queued work, but ``fields``."""
+    return {
         "index_version": 0,
         "capabilities": 0,
         "by_kind": {},
@@ -467,12 +469,5 @@ def test_status_says_how_much_of_the_last_repair_waits_for_later_runs(
         "pending_events": 0,
         "dead_letters": 0,
         "embedding_calls": 0,
-        "last_reconcile": {
-            "at_ms": time.time() * 1000 + 5_000,  # never "1 s ago" on a slow run
-            "missing_vectors": 5000,
-            "orphan_vectors": 2,
-            "reindex_deferred": deferred,
-        },
+        **fields,
     }
-
-    assert shown in _render_status(report)

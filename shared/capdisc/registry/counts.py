@@ -23,13 +23,12 @@ from typing import Any, cast
 import redis
 
 from capdisc import keys
+from capdisc.redisscan import scan_pieces
 from capdisc.redistext import as_str
 from capdisc.registry.policy import StoredRecord, parsed_records, stored_record
 
 #: The field that marks the counts hash complete (a count that began before any record).
 COMPLETE = "complete"
-#: Records a recount parses per HSCAN call.
-RECOUNT_PIECE = 1000
 
 
 def deltas(changes: Iterable[tuple[StoredRecord | None, StoredRecord | None]]) -> Counter[str]:
@@ -112,17 +111,14 @@ def read(client: Any, tenant: str) -> RecordCounts:
     Redis nor this process holds the whole tenant (a field HSCAN returns twice is counted
     once)."""
     counts, seen = RecordCounts(), set()
-    cursor = 0
-    while True:
-        cursor, piece = client.hscan(keys.caps(tenant), cursor, count=RECOUNT_PIECE)
+    for piece in scan_pieces(client, keys.caps(tenant)):
         ids = [as_str(k) for k in piece]
         for cap_id, value in zip(ids, parsed_records(piece.values()), strict=True):
             if cap_id not in seen:
                 seen.add(cap_id)
                 counts.add(cap_id, stored_record(value))
-        if cursor == 0:
-            counts.unreadable_ids.sort()
-            return counts
+    counts.unreadable_ids.sort()
+    return counts
 
 
 def recount(

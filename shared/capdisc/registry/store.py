@@ -19,7 +19,7 @@ import json
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import redis
@@ -28,6 +28,7 @@ from capdisc import keys
 from capdisc.embedders.port import Matrix
 from capdisc.models import Capability
 from capdisc.redisclock import redis_now_ms
+from capdisc.redisscan import SCAN_COUNT, scan_pieces
 from capdisc.redistext import as_str
 from capdisc.registry import counts
 from capdisc.registry.events import RegistryEvent
@@ -563,12 +564,6 @@ def _queue_ack(pipe: Any, batch_id: str, outcome: dict[str, Any]) -> None:
 # -- reads -------------------------------------------------------------------------------------
 
 
-#: Fields one HSCAN of a full read asks for. Each holds Redis a millisecond or so; one HGETALL
-#: of a 100,000-capability tenant held every other client for 0.3-1.1 s and made Redis buffer
-#: the whole reply (``benchmarks/redis_full_read.py``).
-SCAN_COUNT = 256
-
-
 def read_snapshot(
     client: Redis, tenant: str, default_space: str, count: int = SCAN_COUNT
 ) -> Snapshot:
@@ -613,17 +608,6 @@ def scan_hash(client: Redis, key: str, count: int = SCAN_COUNT) -> dict[Any, Any
     for piece in scan_pieces(client, key, count):
         found.update(piece)
     return found
-
-
-def scan_pieces(client: Redis, key: str, count: int = SCAN_COUNT) -> Iterator[dict[Any, Any]]:
-    """Hash ``key`` a piece (about ``count`` fields and their values) at a time, as HSCAN
-    returns it: for a reader that need not hold it whole. A field may come in two pieces."""
-    cursor = 0
-    while True:
-        cursor, piece = client.hscan(key, cursor, count=count)
-        yield cast("dict[Any, Any]", piece)  # a list only with no_values
-        if cursor == 0:
-            return
 
 
 def _readable(
