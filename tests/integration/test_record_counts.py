@@ -140,3 +140,16 @@ def test_the_reconciler_counts_a_registry_written_before_counts_and_status_then_
     assert {k: shown["tenants"][tenant][k] for k in mine} == {
         k: scanned["tenants"][tenant][k] for k in mine
     }
+
+
+def test_a_damaged_count_is_read_as_none_kept_and_counted_again(
+    connection: redis.Redis, tenant: str
+) -> None:
+    _upsert(connection, tenant, "a", "tool", "dir1", 1)
+    connection.hset(keys.record_counts(tenant), "kind:tool", "not a number")
+
+    damaged = counts.kept(connection, tenant)
+    recounted = counts.recount(connection, tenant)
+
+    assert damaged is None
+    assert recounted is not None and _same(counts.kept(connection, tenant), recounted)

@@ -87,15 +87,18 @@ class RecordCounts:
 
 
 def kept(client: Any, tenant: str, atomic: bool = False) -> RecordCounts | None:
-    """The counts kept for ``tenant``, when complete and they add up to its records (else None:
-    the records must be read, :func:`read`). Read in one transaction with ``atomic``; without
-    (a monitoring user may not run one) a write between the two reads makes them disagree,
-    and the records are read instead."""
+    """The counts kept for ``tenant``, when complete, readable and they add up to its records
+    (else None: the records must be read, :func:`read`, and the reconciler counts again).
+    Read in one transaction with ``atomic``; without (a monitoring user may not run one) a
+    write between the two reads makes them disagree, and the records are read instead."""
     with client.pipeline(transaction=atomic) as pipe:
         pipe.hgetall(keys.record_counts(tenant))
         pipe.hlen(keys.caps(tenant))
         raw, stored = pipe.execute()
-    held = {as_str(k): int(v) for k, v in raw.items()}
+    try:
+        held = {as_str(k): int(v) for k, v in raw.items()}
+    except ValueError:  # a count written by hand or damaged: read the records, count again
+        return None
     if not held.pop(COMPLETE, 0):
         return None
     counts = RecordCounts(unreadable=held.pop("unreadable", 0))
