@@ -153,3 +153,30 @@ def test_a_damaged_count_is_read_as_none_kept_and_counted_again(
 
     assert damaged is None
     assert recounted is not None and _same(counts.kept(connection, tenant), recounted)
+
+
+def test_a_write_over_a_damaged_count_is_made_and_drops_the_counts(
+    connection: redis.Redis, tenant: str
+) -> None:
+    _upsert(connection, tenant, "a", "tool", "dir1", 1)
+    connection.hset(keys.record_counts(tenant), "kind:tool", "not a number")
+
+    _upsert(connection, tenant, "b", "tool", "dir1", 2)
+
+    assert connection.hexists(keys.caps(tenant), "tool:b")
+    assert not connection.exists(keys.record_counts(tenant))
+    recounted = counts.recount(connection, tenant)
+    assert recounted is not None and recounted.kinds == {"tool": 2}
+
+
+def test_counts_of_another_type_are_read_as_none_and_writes_go_on(
+    connection: redis.Redis, tenant: str
+) -> None:
+    connection.set(keys.record_counts(tenant), "not a hash")
+
+    _upsert(connection, tenant, "a", "tool", "dir1", 1)
+
+    assert connection.hexists(keys.caps(tenant), "tool:a")
+    assert counts.kept(connection, tenant) is None
+    recounted = counts.recount(connection, tenant)
+    assert recounted is not None and _same(counts.kept(connection, tenant), recounted)

@@ -47,11 +47,22 @@ def deltas(changes: Iterable[tuple[StoredRecord | None, StoredRecord | None]]) -
     return Counter({name: change for name, change in moved.items() if change})
 
 
-def queue(pipe: Any, tenant: str, moved: Counter[str]) -> None:
-    """Queue ``moved`` on ``tenant``'s counts (in the transaction that writes the records)."""
+def queue(pipe: Any, tenant: str, moved: Counter[str]) -> range:
+    """Queue ``moved`` on ``tenant``'s counts (in the transaction that writes the records);
+    the positions of the queued commands in the transaction's replies. Should one fail (a
+    count damaged by hand), the records are written all the same (Redis runs every command
+    of a transaction) and the counts are wrong from then on: the writer drops them
+    (:func:`drop`)."""
+    start = len(pipe.command_stack)
     for name, change in moved.items():
         pipe.hincrby(keys.record_counts(tenant), name, change)
     pipe.hset(keys.record_counts(tenant), COMPLETE, 1)
+    return range(start, len(pipe.command_stack))
+
+
+def drop(client: Any, tenant: str) -> None:
+    """Delete ``tenant``'s counts: status reads the records and the reconciler counts again."""
+    client.delete(keys.record_counts(tenant))
 
 
 @dataclass
@@ -94,7 +105,11 @@ def kept(client: Any, tenant: str, atomic: bool = False) -> RecordCounts | None:
     with client.pipeline(transaction=atomic) as pipe:
         pipe.hgetall(keys.record_counts(tenant))
         pipe.hlen(keys.caps(tenant))
-        raw, stored = pipe.execute()
+        raw, stored = pipe.execute(raise_on_error=False)
+    if isinstance(stored, Exception):
+        raise stored
+    if isinstance(raw, redis.ResponseError):  # a key of another type where the counts go
+        return None
     try:
         held = {as_str(k): int(v) for k, v in raw.items()}
     except ValueError:  # a count written by hand or damaged: read the records, count again

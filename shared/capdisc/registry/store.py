@@ -276,12 +276,33 @@ def _transaction(
         now_ms = _deleted_at_ms(client, steps)
         pipe.multi()
         outcomes = _queue_steps(pipe, steps, version, spaces, now_ms)
-        if counted:
-            counts.queue(pipe, tenant, counts.deltas(_written(steps)))
+        queued = counts.queue(pipe, tenant, counts.deltas(_written(steps))) if counted else None
         if acknowledge:
             _queue_acks(pipe, [(s.event.batch_id, o) for s, o in zip(steps, outcomes, strict=True)])
-        pipe.execute()
+        _execute(client, pipe, tenant, queued)
         return outcomes
+
+
+def _execute(client: Redis, pipe: Any, tenant: str, counting: range | None) -> None:
+    """Run the transaction; a failed change of the counts (positions ``counting``) drops them
+    (:func:`capdisc.registry.counts.queue`) rather than failing writes that were made."""
+    replies = pipe.execute(raise_on_error=False)
+    errors = [i for i, reply in enumerate(replies) if isinstance(reply, Exception)]
+    if any(counting is None or i not in counting for i in errors):
+        _raise_first(replies)
+    if counting is not None and errors:
+        counts.drop(client, tenant)
+        import structlog  # only here, as in capdisc.redisclock
+
+        structlog.get_logger("capdisc").warning(
+            "record_counts_dropped", tenant=tenant, reason=str(replies[errors[0]])
+        )
+
+
+def _raise_first(replies: list[Any]) -> None:
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
 
 
 def _written(steps: list[_Step]) -> Iterator[tuple[StoredRecord | None, StoredRecord | None]]:
@@ -355,7 +376,11 @@ def _read_current(
         reads.exists(keys.caps(tenant))
         for cap_id in unique:
             reads.hexists(keys.vectors(tenant, space), cap_id)
-        version, active, marker, records, tombs, flags, counted, stored, *vectors = reads.execute()
+        replies = reads.execute(raise_on_error=False)
+    if isinstance(replies[6], redis.ResponseError):  # a key of another type: no counts
+        replies[6] = 0
+    _raise_first(replies)
+    version, active, marker, records, tombs, flags, counted, stored, *vectors = replies
     current = {
         cap_id: _Current(
             stored_record(record),
