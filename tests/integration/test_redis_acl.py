@@ -191,6 +191,7 @@ def test_each_role_runs_every_flow_with_only_its_own_permissions(
         acl_stack.cli("dlq", "list"),
         acl_stack.cli("dlq", "replay", "--all"),
         acl_stack.cli("status", role="monitor"),
+        acl_stack.cli("dlq", "list", role="monitor"),
     ]
     client = Client.from_url(
         acl_stack.url("client"), timeout_s=20, token=acl_stack.token(["discover", "session"])
@@ -228,6 +229,12 @@ def test_each_role_runs_every_flow_with_only_its_own_permissions(
         ("discovery", lambda r: r.hset(keys.caps("acme"), "tool:x", "{}")),
         ("discovery", lambda r: r.lpush(keys.INDEXING_QUEUE, "{}")),
         ("monitor", lambda r: r.set(keys.EPOCH, "x")),
+        ("monitor", lambda r: r.xrange(keys.DISCOVERY_REQUESTS)),  # requests carry tokens
+        ("monitor", lambda r: r.get(keys.SESSIONS_SECRET)),
+        ("monitor", lambda r: r.hgetall(keys.session("acme", "s1"))),
+        ("monitor", lambda r: r.zrange(keys.sessions("acme"), 0, -1)),
+        ("monitor", lambda r: r.lrange(keys.INDEXING_QUEUE, 0, -1)),
+        ("monitor", lambda r: r.get("another-application:key")),
         ("indexing", lambda r: r.config_get("requirepass")),
     ],
 )
