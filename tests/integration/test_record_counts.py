@@ -116,7 +116,7 @@ def test_a_value_written_outside_capdisc_makes_the_counts_disagree_until_counted
     assert after is not None and (after.kinds, after.unreadable) == ({"tool": 1}, 1)
 
 
-def test_the_reconciler_counts_a_registry_written_before_counts_and_status_then_agrees(
+def test_the_reconciler_counts_a_registry_written_before_counts_then_prunes_emptied_ones(
     tmp_path: Path,
 ) -> None:
     tenant = "counted"
@@ -129,13 +129,15 @@ def test_the_reconciler_counts_a_registry_written_before_counts_and_status_then_
         connection.delete(keys.record_counts(tenant))  # as a registry written before them
 
         reconciled = json.loads(run_cli("reconcile", "--json", env=private.env).stdout)
+        connection.hset(keys.record_counts(tenant), "source:long-gone", 0)
         again = json.loads(run_cli("reconcile", "--json", env=private.env).stdout)
         shown = json.loads(run_cli("status", "--json", env=private.env).stdout)
         kept = counts.kept(connection, tenant)
+        pruned = not connection.hexists(keys.record_counts(tenant), "source:long-gone")
 
     stored = len(report.plan.upserts)
     assert reconciled["records_counted"] == {tenant: stored} and again["records_counted"] == {}
-    assert kept is not None and sum(kept.kinds.values()) == stored
+    assert kept is not None and sum(kept.kinds.values()) == stored and pruned
     mine = ("capabilities", "by_kind", "sources", "unreadable_records")
     assert {k: shown["tenants"][tenant][k] for k in mine} == {
         k: scanned["tenants"][tenant][k] for k in mine
@@ -180,3 +182,21 @@ def test_counts_of_another_type_are_read_as_none_and_writes_go_on(
     assert counts.kept(connection, tenant) is None
     recounted = counts.recount(connection, tenant)
     assert recounted is not None and _same(counts.kept(connection, tenant), recounted)
+
+
+def test_a_count_down_to_zero_is_pruned_unless_a_write_raised_it_again(
+    connection: redis.Redis, tenant: str
+) -> None:
+    _upsert(connection, tenant, "a", "tool", "gone", 1)
+    _upsert(connection, tenant, "b", "skill", "back", 2)
+    _delete(connection, tenant, "tool:a", "gone", 3)
+    _delete(connection, tenant, "skill:b", "back", 4)
+    emptied = counts.kept(connection, tenant)
+    _upsert(connection, tenant, "c", "skill", "back", 5)  # after the read, before the prune
+
+    assert emptied is not None
+    pruned = counts.prune(connection, tenant, emptied.emptied)
+
+    held = connection.hgetall(keys.record_counts(tenant))
+    assert pruned == 2 and {b"kind:tool", b"source:gone"}.isdisjoint(held)
+    assert _same(counts.kept(connection, tenant), counts.read(connection, tenant))

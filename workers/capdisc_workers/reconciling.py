@@ -147,11 +147,12 @@ RECOUNT_WAIT_S = 600
 def _count_records(res: Resources, tenant: str, report: dict[str, Any]) -> None:
     """Count ``tenant``'s records where the counts kept beside them are missing (a registry
     written before they were kept) or no longer add up (a value overwritten outside capdisc):
-    :func:`capdisc.registry.counts.recount`."""
+    :func:`capdisc.registry.counts.recount`; where they are kept, drop those down to 0."""
     client = res.redis
-    if record_counts.kept(client, tenant, atomic=True) is not None or client.exists(
-        keys.record_counts_tried(tenant)
-    ):
+    kept = record_counts.kept(client, tenant, atomic=True)
+    if kept is not None and kept.emptied:
+        record_counts.prune(client, tenant, kept.emptied)
+    if kept is not None or client.exists(keys.record_counts_tried(tenant)):
         return
     counted = record_counts.recount(client, tenant)
     if counted is None:

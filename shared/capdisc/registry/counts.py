@@ -30,6 +30,17 @@ from capdisc.registry.policy import StoredRecord, parsed_records, stored_record
 #: The field that marks the counts hash complete (a count that began before any record).
 COMPLETE = "complete"
 
+#: Delete each named field whose count is still 0 (ARGV: the fields); how many went.
+_PRUNE = """
+local gone = 0
+for _, name in ipairs(ARGV) do
+  if redis.call('HGET', KEYS[1], name) == '0' then
+    gone = gone + redis.call('HDEL', KEYS[1], name)
+  end
+end
+return gone
+"""
+
 
 def deltas(changes: Iterable[tuple[StoredRecord | None, StoredRecord | None]]) -> Counter[str]:
     """How the counts move when each ``(before, after)`` record is written (None: absent; an
@@ -74,6 +85,8 @@ class RecordCounts:
     sources: Counter[str] = field(default_factory=Counter)
     unreadable: int = 0
     unreadable_ids: list[str] = field(default_factory=list)
+    #: Kept counts that went down to 0 (a source or kind no record has any more; :func:`prune`).
+    emptied: list[str] = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -121,7 +134,15 @@ def kept(client: Any, tenant: str, atomic: bool = False) -> RecordCounts | None:
         kind, _, value = name.partition(":")
         if count > 0:
             (counts.kinds if kind == "kind" else counts.sources)[value] = count
+        elif count == 0:
+            counts.emptied.append(name)
     return counts if counts.total == int(stored) else None
+
+
+def prune(client: Any, tenant: str, emptied: list[str]) -> int:
+    """Delete the ``emptied`` counts that are still 0 (a write may have raised one since they
+    were read), so that sources gone long ago do not pile up in the hash; how many went."""
+    return int(client.register_script(_PRUNE)(keys=[keys.record_counts(tenant)], args=emptied))
 
 
 def read(client: Any, tenant: str) -> RecordCounts:
