@@ -372,13 +372,14 @@ def _read_current(
         reads.hmget(keys.caps(tenant), unique)
         reads.hmget(keys.tombstones(tenant), unique)
         reads.hmget(keys.flags(tenant), unique)
+        counted_at = len(reads.command_stack)
         reads.hexists(keys.record_counts(tenant), counts.COMPLETE)
         reads.exists(keys.caps(tenant))
         for cap_id in unique:
             reads.hexists(keys.vectors(tenant, space), cap_id)
         replies = reads.execute(raise_on_error=False)
-    if isinstance(replies[6], redis.ResponseError):  # a key of another type: no counts
-        replies[6] = 0
+    if isinstance(replies[counted_at], redis.ResponseError):  # a key of another type: no counts
+        replies[counted_at] = 0
     _raise_first(replies)
     version, active, marker, records, tombs, flags, counted, stored, *vectors = replies
     current = {
