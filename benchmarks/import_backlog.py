@@ -124,15 +124,19 @@ def bound_arguments(doc: str | None) -> argparse.Namespace:
 
 def against_none(results: list[dict[str, Any]], peak: str, time_name: str) -> None:
     """Each bounded run's peak and wall time against the unbounded run's (bound 0), if any."""
+    for r, unbounded in bounded_pairs(results):
+        print(
+            f"bound {r['bound']} against none: {peak} "
+            f"{r['waiting_peak_mb']:.1f} against {unbounded['waiting_peak_mb']:.1f} MB "
+            f"({r['waiting_peak_mb'] / unbounded['waiting_peak_mb']:.2f} x), {time_name} "
+            f"{r['wall_s'] / unbounded['wall_s']:.2f} x"
+        )
+
+
+def bounded_pairs(results: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Each bounded run with the unbounded one (bound 0); none when there was no such run."""
     unbounded = next((r for r in results if r["bound"] == 0), None)
-    for r in results:
-        if unbounded is not None and r is not unbounded:
-            print(
-                f"bound {r['bound']} against none: {peak} "
-                f"{r['waiting_peak_mb']:.1f} against {unbounded['waiting_peak_mb']:.1f} MB "
-                f"({r['waiting_peak_mb'] / unbounded['waiting_peak_mb']:.2f} x), {time_name} "
-                f"{r['wall_s'] / unbounded['wall_s']:.2f} x"
-            )
+    return [(r, unbounded) for r in results if unbounded is not None and r is not unbounded]
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from capdisc import keys
 from capdisc.localredis import start_redis
 from capdisc.registry import outbox
+from import_backlog import bounded_pairs
 from redis_full_read import floor
 
 TENANT = "default"
@@ -96,13 +97,11 @@ def main() -> None:
             f"the sweep's read {r['sweep_read_ms']:.1f} ms median"
         )
     print(f"floor: PING median {base['ping_p50_ms']:.3f} ms")
-    unbounded = next((r for r in results if r["bound"] == 0), None)
-    for r in results:
-        if unbounded is not None and r is not unbounded:
-            print(
-                f"bound {r['bound']} against none: held {r['held_mb'] / unbounded['held_mb']:.3f}"
-                f" x, the sweep's read {r['sweep_read_ms'] / unbounded['sweep_read_ms']:.3f} x"
-            )
+    for r, unbounded in bounded_pairs(results):
+        print(
+            f"bound {r['bound']} against none: held {r['held_mb'] / unbounded['held_mb']:.3f}"
+            f" x, the sweep's read {r['sweep_read_ms'] / unbounded['sweep_read_ms']:.3f} x"
+        )
 
 
 if __name__ == "__main__":

@@ -64,11 +64,11 @@ def queue(pipe: Any, tenant: str, moved: Counter[str]) -> range:
     count damaged by hand), the records are written all the same (Redis runs every command
     of a transaction) and the counts are wrong from then on: the writer drops them
     (:func:`drop`)."""
-    start = len(pipe.command_stack)
+    start = len(pipe)  # commands queued so far
     for name, change in moved.items():
         pipe.hincrby(keys.record_counts(tenant), name, change)
     pipe.hset(keys.record_counts(tenant), COMPLETE, 1)
-    return range(start, len(pipe.command_stack))
+    return range(start, len(pipe))
 
 
 def drop(client: Any, tenant: str) -> None:

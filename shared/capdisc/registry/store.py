@@ -292,7 +292,7 @@ def _execute(client: Redis, pipe: Any, tenant: str, counting: range | None) -> N
         _raise_first(replies)
     if counting is not None and errors:
         counts.drop(client, tenant)
-        import structlog  # only here, as in capdisc.redisclock
+        import structlog  # a rare path: command start-up never loads it (capdisc.redisclock)
 
         structlog.get_logger("capdisc").warning(
             "record_counts_dropped", tenant=tenant, reason=str(replies[errors[0]])
@@ -372,7 +372,7 @@ def _read_current(
         reads.hmget(keys.caps(tenant), unique)
         reads.hmget(keys.tombstones(tenant), unique)
         reads.hmget(keys.flags(tenant), unique)
-        counted_at = len(reads.command_stack)
+        counted_at = len(reads)  # its reply's position
         reads.hexists(keys.record_counts(tenant), counts.COMPLETE)
         reads.exists(keys.caps(tenant))
         for cap_id in unique:
