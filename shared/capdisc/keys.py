@@ -27,14 +27,16 @@ key                                       type     what it holds
                                                    (``{h}``: a hash of the source's name)
 ``capdisc:t:{t}:synclock:{h}``           string   held (SET NX, expiring) by the producer
                                                    planning and sending a sync of that source
-``capdisc:t:{t}:session:{s}``            hash     session ``{s}``: ``state`` (working set and
+``capdisc:s:{t}:{s}``                     hash     session ``{s}``: ``state`` (working set and
                                                    guard memory, JSON) and ``rev`` (its revision);
-                                                   expires max_age_s after creation
-``capdisc:t:{t}:session:{s}~events~{k}`` stream   every change to that working set, in order;
+                                                   expires max_age_s after creation; outside
+                                                   ``capdisc:t:*``, so no grant on a tenant's
+                                                   registry keys reaches a session, whatever its id
+``capdisc:s:{t}:{s}~events~{k}``          stream   every change to that working set, in order;
                                                    ``{k}``: a keyed hash of ``{t}`` and ``{s}``
                                                    (SESSIONS_SECRET), told by a discovery worker
                                                    to a watcher its token lets watch
-``capdisc:t:{t}:session:{s}~req:{r}``    string   the outcome of request ``{r}`` in that session
+``capdisc:s:{t}:{s}~req:{r}``             string   the outcome of request ``{r}`` in that session
                                                    (a retry returns it; expires request_memory_s);
                                                    ``~`` is in no session or request id, so no
                                                    session's key is another's
@@ -264,9 +266,17 @@ def sync_lock(tenant: str, source: str) -> str:
     return f"{PREFIX}:t:{tenant}:synclock:{digest}"
 
 
+#: Where every session's keys live: apart from the tenants' registry keys (``capdisc:t:``),
+#: since a session id is chosen by its agent and may end like one of them (``x:caps``).
+SESSIONS_PREFIX = f"{PREFIX}:s"
+#: Where sessions lived before they had a prefix of their own (moved by
+#: :func:`capdisc.sessions.store.move_legacy_sessions`).
+LEGACY_SESSION_MATCH = f"{PREFIX}:t:*:session:*"
+
+
 def session(tenant: str, session_id: str) -> str:
     """Hash: one session's ``state`` (JSON) and ``rev`` (revision, for compare-and-set)."""
-    return f"{PREFIX}:t:{tenant}:session:{session_id}"
+    return f"{SESSIONS_PREFIX}:{tenant}:{session_id}"
 
 
 def session_events(tenant: str, session_id: str, secret: str) -> str:
@@ -274,12 +284,22 @@ def session_events(tenant: str, session_id: str, secret: str) -> str:
     session (``secret``: the value of :data:`SESSIONS_SECRET`)."""
     message = f"{tenant}\0{session_id}".encode()
     ticket = hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()[:32]
-    return f"{PREFIX}:t:{tenant}:session:{session_id}~events~{ticket}"
+    return f"{session(tenant, session_id)}~events~{ticket}"
 
 
 def session_request(tenant: str, session_id: str, request_id: str) -> str:
     """String: the outcome of one request applied to a session (exactly-once effects)."""
-    return f"{PREFIX}:t:{tenant}:session:{session_id}~req:{request_id}"
+    return f"{session(tenant, session_id)}~req:{request_id}"
+
+
+def from_legacy_session_key(key: str) -> str | None:
+    """The key a session's key written before :data:`SESSIONS_PREFIX` has now
+    (``capdisc:t:{t}:session:{rest}`` -> ``capdisc:s:{t}:{rest}``), or None for another key."""
+    head, sep, rest = key.partition(":session:")
+    tenant = head.removeprefix(f"{PREFIX}:t:")
+    if not sep or tenant == head or ":" in tenant or not rest:
+        return None
+    return f"{SESSIONS_PREFIX}:{tenant}:{rest}"
 
 
 def sessions(tenant: str) -> str:

@@ -227,7 +227,7 @@ def test_a_sessions_event_stream_is_not_named_by_its_tenant_and_id_alone(
 ) -> None:
     auth_stack.client(auth_stack.token()).discover("open a pull request", session="auth-w2")
     connection = redis.Redis.from_url(auth_stack.url)
-    named = f"capdisc:t:{TENANT}:session:auth-w2~events"
+    named = f"{keys.session(TENANT, 'auth-w2')}~events"
 
     (stream,) = connection.scan_iter(match=f"{named}*")
 

@@ -235,6 +235,7 @@ def test_each_role_runs_every_flow_with_only_its_own_permissions(
         ("monitor", lambda r: r.zrange(keys.sessions("acme"), 0, -1)),
         ("monitor", lambda r: r.lrange(keys.INDEXING_QUEUE, 0, -1)),
         ("monitor", lambda r: r.get("another-application:key")),
+        ("monitor", lambda r: r.hgetall(keys.session("acme", "s1:caps"))),  # ends like caps
         ("indexing", lambda r: r.config_get("requirepass")),
     ],
 )

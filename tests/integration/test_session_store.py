@@ -229,3 +229,43 @@ def test_a_writer_holding_an_old_secret_writes_the_stream_redis_names_now(
     after = store.stream_key(connection, tenant, "s1")
     assert after != before
     assert [f[b"tool"] for _id, f in connection.xrange(after)] == [b"tool:b"]
+
+
+def _as_legacy(key: str, tenant: str) -> str:
+    """The name an earlier version gave a session's key (under the tenant's registry keys)."""
+    return key.replace(f"capdisc:s:{tenant}:", f"capdisc:t:{tenant}:session:", 1)
+
+
+def test_sessions_kept_under_the_old_keys_move_whole_to_their_own_prefix(
+    connection: redis.Redis, tenant: str
+) -> None:
+    policy = SessionPolicy(max_age_s=600)
+    now = int(connection.time()[0]) * 1000
+    store.update(connection, tenant, "s:1", _bind("tool:a", now, policy), policy, now)
+    current = [keys.session(tenant, "s:1"), store.stream_key(connection, tenant, "s:1")]
+    for key in current:
+        connection.rename(key, _as_legacy(key, tenant))
+
+    moved = store.move_legacy_sessions(connection)
+
+    state = store.load(connection, tenant, "s:1")
+    assert moved >= 2 and state is not None and "tool:a" in state.bound
+    assert all(0 < connection.pttl(key) <= 600_000 for key in current)
+    assert not any(connection.exists(_as_legacy(key, tenant)) for key in current)
+
+
+def test_a_session_started_again_under_its_new_key_keeps_it_over_the_old_one(
+    connection: redis.Redis, tenant: str
+) -> None:
+    policy = SessionPolicy()
+    now = int(connection.time()[0]) * 1000
+    store.update(connection, tenant, "s1", _bind("tool:old", now, policy), policy, now)
+    legacy = _as_legacy(keys.session(tenant, "s1"), tenant)
+    connection.rename(keys.session(tenant, "s1"), legacy)
+    store.update(connection, tenant, "s1", _bind("tool:new", now, policy), policy, now)
+
+    store.move_legacy_sessions(connection)
+
+    state = store.load(connection, tenant, "s1")
+    assert state is not None and "tool:new" in state.bound and "tool:old" not in state.bound
+    assert connection.exists(legacy)

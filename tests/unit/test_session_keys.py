@@ -3,7 +3,9 @@ own: no session or request id, however it uses ':', names a key of another sessi
 
 from __future__ import annotations
 
+import fnmatch
 import itertools
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -61,4 +63,71 @@ def test_a_session_stream_is_named_by_its_secret_tenant_and_id_together(
     mine = keys.session_events("acme", "s1", SECRET)
 
     assert keys.session_events(tenant, session, secret) != mine
-    assert mine.startswith("capdisc:t:acme:session:s1~events~") and len(mine.rsplit("~")[-1]) == 32
+    assert mine.startswith("capdisc:s:acme:s1~events~") and len(mine.rsplit("~")[-1]) == 32
+
+
+ACL_FILE = Path(__file__).resolve().parents[2] / "infra" / "redis-users.acl"
+
+
+def _key_patterns(user: str) -> list[str]:
+    """The key patterns (``~``, ``%R~``, ``%W~``, in selectors too) of one user of the ACL file."""
+    (line,) = [ln for ln in ACL_FILE.read_text().splitlines() if ln.startswith(f"user {user} ")]
+    words = line.replace("(", " ").replace(")", " ").split()
+    return [w.partition("~")[2] for w in words if w.startswith(("~", "%R~", "%W~", "%RW~"))]
+
+
+@pytest.mark.parametrize(
+    ("user", "kinds"),
+    [
+        ("capdisc-monitor", ("state", "events", "request")),
+        ("capdisc-producer", ("state", "events", "request")),
+        ("capdisc-client", ("state", "request")),
+    ],
+)
+@given(session=IDS, request=REQUEST_IDS)
+def test_no_key_pattern_of_another_role_reaches_a_session_whatever_its_id(
+    user: str, kinds: tuple[str, ...], session: str, request: str
+) -> None:
+    patterns = _key_patterns(user)
+    owned = _keys(session, request)
+
+    reached = [
+        (kind, pattern)
+        for kind in kinds
+        for pattern in patterns
+        if fnmatch.fnmatchcase(owned[kind], pattern)
+    ]
+
+    assert reached == []
+
+
+@pytest.mark.parametrize("session", ["s1", "s1:caps", "x.reply.celery.pidbox", "a:vectors:b"])
+def test_a_session_named_like_a_registry_key_is_still_out_of_other_roles_reach(
+    session: str,
+) -> None:
+    owned = _keys(session, "r1:version")
+
+    for user in ("capdisc-monitor", "capdisc-producer"):
+        for pattern in _key_patterns(user):
+            assert not any(fnmatch.fnmatchcase(key, pattern) for key in owned.values()), (
+                user,
+                pattern,
+            )
+
+
+@pytest.mark.parametrize(
+    ("legacy", "moved"),
+    [
+        ("capdisc:t:acme:session:s1", "capdisc:s:acme:s1"),
+        ("capdisc:t:acme:session:s1~events~abc", "capdisc:s:acme:s1~events~abc"),
+        ("capdisc:t:acme:session:a:session:b~req:r:1", "capdisc:s:acme:a:session:b~req:r:1"),
+        ("capdisc:t:acme:sessions", None),
+        ("capdisc:t:acme:caps", None),
+        ("capdisc:t:acme:session:", None),
+        ("capdisc:tenants", None),
+    ],
+)
+def test_a_key_from_before_sessions_had_their_own_prefix_maps_to_its_new_name(
+    legacy: str, moved: str | None
+) -> None:
+    assert keys.from_legacy_session_key(legacy) == moved

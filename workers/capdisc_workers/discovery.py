@@ -58,6 +58,7 @@ from capdisc.logs import Throttle, configure_logging, settings_warnings_as_json
 from capdisc.redisclock import RedisClock
 from capdisc.redistext import as_str
 from capdisc.resources import embedder_for, store_for
+from capdisc.sessions import store as session_store
 from capdisc.sessions.service import SessionService
 from capdisc.settings import Settings
 from capdisc.stackfile import joining_stack
@@ -440,11 +441,16 @@ class DiscoveryWorker:
                 thread.join(timeout=3)
 
     def _load_when_reachable(self) -> None:
-        """The follower's :meth:`~capdisc_workers.follower.SnapshotFollower.load_all`, waiting
-        (with backoff) for a Redis that is not up yet."""
+        """Sessions kept where an earlier version kept them moved to their own keys
+        (:func:`~capdisc.sessions.store.move_legacy_sessions`), then the follower's
+        :meth:`~capdisc_workers.follower.SnapshotFollower.load_all`, waiting (with backoff) for
+        a Redis that is not up yet."""
         backoff = Backoff()
         while not self.stop.is_set():
             try:
+                moved = session_store.move_legacy_sessions(self.redis)
+                if moved:
+                    log.info("sessions_moved", keys=moved, to=keys.SESSIONS_PREFIX)
                 self.follower.load_all()
                 self.health.ok("start")
                 return

@@ -262,6 +262,25 @@ def _bound_live_sessions(
         pipe.execute()
 
 
+def move_legacy_sessions(client: redis.Redis, count: int = 1000) -> int:
+    """Move the sessions an earlier version kept under the tenants' registry keys
+    (:data:`capdisc.keys.LEGACY_SESSION_MATCH`) to their own prefix, each key renamed whole
+    (its expiry goes with it); returns how many keys moved. A key already moved, by another
+    worker doing the same, is passed over; a session already started again under the new key
+    keeps that one, and the old key is left to expire."""
+    moved = 0
+    for raw in client.scan_iter(match=keys.LEGACY_SESSION_MATCH, count=count):
+        old = as_str(raw)
+        new = keys.from_legacy_session_key(old)
+        if new is None:
+            continue
+        try:
+            moved += int(client.renamenx(old, new))
+        except redis.ResponseError:  # gone meanwhile: moved by another worker, or expired
+            continue
+    return moved
+
+
 def events(
     client: redis.Redis, stream: str, after: str = "0-0", block_ms: int = 1000
 ) -> list[tuple[str, dict[str, str]]]:
