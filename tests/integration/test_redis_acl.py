@@ -237,6 +237,13 @@ def test_each_role_runs_every_flow_with_only_its_own_permissions(
         ("monitor", lambda r: r.get("another-application:key")),
         ("monitor", lambda r: r.hgetall(keys.session("acme", "s1:caps"))),  # ends like caps
         ("indexing", lambda r: r.config_get("requirepass")),
+        ("indexing", lambda r: r.xrange(keys.DISCOVERY_REQUESTS)),
+        ("indexing", lambda r: r.get(keys.SESSIONS_SECRET)),
+        ("indexing", lambda r: r.hgetall(keys.session("acme", "s1"))),
+        ("indexing", lambda r: r.get(keys.query_vectors("0" * 64))),
+        ("indexing", lambda r: r.lrange(keys.reply("r1"), 0, -1)),
+        ("indexing", lambda r: r.lrange(keys.session("acme", "x.reply.celery.pidbox"), 0, -1)),
+        ("indexing", lambda r: r.get("another-application:key")),
     ],
 )
 def test_a_role_cannot_go_beyond_its_keys_and_commands(

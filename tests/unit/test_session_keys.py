@@ -79,6 +79,7 @@ def _key_patterns(user: str) -> list[str]:
 @pytest.mark.parametrize(
     ("user", "kinds"),
     [
+        ("capdisc-indexing", ("state", "events", "request")),
         ("capdisc-monitor", ("state", "events", "request")),
         ("capdisc-producer", ("state", "events", "request")),
         ("capdisc-client", ("state", "request")),
@@ -107,7 +108,7 @@ def test_a_session_named_like_a_registry_key_is_still_out_of_other_roles_reach(
 ) -> None:
     owned = _keys(session, "r1:version")
 
-    for user in ("capdisc-monitor", "capdisc-producer"):
+    for user in ("capdisc-indexing", "capdisc-monitor", "capdisc-producer"):
         for pattern in _key_patterns(user):
             assert not any(fnmatch.fnmatchcase(key, pattern) for key in owned.values()), (
                 user,
