@@ -408,8 +408,9 @@ def reconcile(ctx: click.Context, redis_url: str | None, as_json: bool, timeout_
     )
     if popped.get("reindex_deferred"):
         click.echo(
-            f"{popped['reindex_deferred']} of them wait for the next runs: a window of repairs "
-            "is sent at a time (publish_max_pending_tasks)"
+            f"{popped['reindex_deferred']} of them wait: a window of repairs waits at a time "
+            "(publish_max_pending_tasks), and the indexing workers send the rest as it is "
+            "embedded"
         )
     if popped.get("reindex_batches_resumed"):
         click.echo(

@@ -157,7 +157,7 @@ def _render_status(report: dict[str, Any]) -> str:
         deferred = last.get("reindex_deferred", 0)
         lines.append(
             f"last reconcile {age_s} s ago: {last['missing_vectors']} reindexed"
-            + (f" ({deferred} of them left to the next runs)" if deferred else "")
+            + (f" ({deferred} of them sent as the window drains)" if deferred else "")
             + f", {last['orphan_vectors']} orphan vectors dropped"
         )
     return "\n".join(lines)

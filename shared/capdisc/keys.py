@@ -43,6 +43,10 @@ key                                       type     what it holds
 ``capdisc:t:{t}:sessions``                zset     live session ids by last activity (bounded;
                                                    expires max_age_s after the last of them)
 ``capdisc:t:{t}:manifest_errors``         hash     manifest path -> last rejection message
+``capdisc:t:{t}:repair``                  list     records a reconcile run found without a vector
+                                                   and left for later (JSON lists of ids, a task
+                                                   each); the sweep sends them as the repair
+                                                   window drains; replaced by every run
 ``capdisc:t:{t}:store_unwritten``         hash     capability id -> why the external vector store
                                                    did not take its last change (the reconciler
                                                    writes it again; gone once a write succeeds)
@@ -252,6 +256,12 @@ def record_counts(tenant: str) -> str:
 def record_counts_tried(tenant: str) -> str:
     """String with a TTL: a recount of the records was cut short by a write; the next waits."""
     return f"{PREFIX}:t:{tenant}:counts:tried"
+
+
+def repair_backlog(tenant: str) -> str:
+    """List: JSON lists of capability ids a reconcile run found without a vector and did not
+    send yet (one task's worth each); the sweep sends them as earlier repairs are embedded."""
+    return f"{PREFIX}:t:{tenant}:repair"
 
 
 def source_ids(tenant: str, source: str) -> str:

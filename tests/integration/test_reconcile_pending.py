@@ -13,10 +13,12 @@ from pathlib import Path
 import redis
 
 from capdisc import keys
+from capdisc.redistext import as_str
 from capdisc.registry import outbox
+from capdisc_workers.reconciling import keep_backlog
 
 from .conftest import INDEXING_ARGV, publish
-from .private import PrivateStack, copy_registry
+from .private import PrivateStack, copy_registry, wait_for
 from .test_cli import run_cli
 from .test_openai_embedder import Server, indexing_env
 
@@ -87,4 +89,80 @@ def test_a_large_repair_waits_a_window_at_a_time_and_the_next_run_tops_it_up_onl
     assert (second["reindex_sent"], second["reindex_deferred"]) == (0, stored - 64)
     assert len(waiting) == 64 and len({e.capability_id for e in waiting}) == 64
     assert [e["deferred"] for e in deferred] == [stored - 64] * 3
-    assert f"{stored - 64} of them wait for the next runs" in said
+    assert f"{stored - 64} of them wait: a window of repairs" in said
+
+
+@contextmanager
+def _vectors_lost_with_a_working_embedder(
+    tmp_path: Path, tenant: str, sweep_interval_s: str
+) -> Iterator[tuple[PrivateStack, redis.Redis, str, list[str]]]:
+    """A stack whose indexing worker (a repair window of one task, no periodic reconcile, a
+    sweep every ``sweep_interval_s``, 0: none) published the example registry to ``tenant``,
+    then lost every vector of it; the stack, a connection, the vectors' key and the ids."""
+    with PrivateStack(tmp_path / "stack", durable=False) as private:
+        private.spawn(
+            "indexing",
+            [*INDEXING_ARGV, "-n", f"indexing-{uuid.uuid4().hex[:6]}@%h"],
+            CAPDISC_PUBLISH_MAX_PENDING_TASKS="1",
+            CAPDISC_RECONCILE_INTERVAL_S="0",
+            CAPDISC_SWEEP_INTERVAL_S=sweep_interval_s,
+        )
+        assert publish(private.url, copy_registry(tmp_path / "registry"), tenant, wait_s=90)
+        connection = private.connection()
+        (vectors,) = connection.scan_iter(match=keys.vectors(tenant, "*"))
+        ids = sorted(as_str(i) for i in connection.hkeys(vectors))
+        connection.delete(vectors)
+        yield private, connection, as_str(vectors), ids
+
+
+def test_each_repair_task_done_sends_the_next_of_the_backlog_with_no_second_run_or_sweep(
+    tmp_path: Path,
+) -> None:
+    tenant = "chained-repair"
+    with _vectors_lost_with_a_working_embedder(tmp_path, tenant, "0") as (
+        private,
+        connection,
+        vectors,
+        ids,
+    ):
+        run = json.loads(run_cli("reconcile", "--json", env=private.env).stdout)
+        wait_for(lambda: connection.hlen(vectors) == len(ids), 60, "every vector embedded again")
+        topped = private.events("indexing", "repair_topped_up")
+
+        assert (run["reindex_sent"], run["reindex_deferred"]) == (64, len(ids) - 64)
+        assert sum(e["sent"] for e in topped) == len(ids) - 64
+        assert not connection.exists(keys.repair_backlog(tenant))
+
+
+def test_the_sweep_sends_a_backlog_no_repair_task_is_left_to_continue(tmp_path: Path) -> None:
+    tenant = "swept-repair"
+    with _vectors_lost_with_a_working_embedder(tmp_path, tenant, "1") as (
+        _private,
+        connection,
+        vectors,
+        ids,
+    ):
+        keep_backlog(connection, tenant, ids)  # as a run leaves it, with nothing sent
+
+        wait_for(lambda: connection.hlen(vectors) == len(ids), 60, "every vector embedded again")
+
+
+def test_a_damaged_backlog_entry_is_passed_over_and_the_rest_still_repaired(
+    tmp_path: Path,
+) -> None:
+    tenant = "damaged-backlog"
+    with _vectors_lost_with_a_working_embedder(tmp_path, tenant, "1") as (
+        private,
+        connection,
+        vectors,
+        ids,
+    ):
+        keep_backlog(connection, tenant, ids)
+        connection.lpush(keys.repair_backlog(tenant), b"not json")
+
+        wait_for(lambda: connection.hlen(vectors) == len(ids), 60, "every vector embedded again")
+        dropped = private.events("indexing", "repair_backlog_entry_dropped")
+
+        assert [e["tenant"] for e in dropped] == [tenant]
+        assert private.processes["indexing"].poll() is None
+        assert not private.events("indexing", "sweep_failed")

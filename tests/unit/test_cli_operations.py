@@ -439,10 +439,10 @@ def test_status_says_what_the_dead_letters_hold_and_how_many_were_dropped(
     ("deferred", "shown"),
     [
         (0, "0 s ago: 5000 reindexed, 2 orphan vectors dropped"),
-        (2952, "0 s ago: 5000 reindexed (2952 of them left to the next runs), 2 orphan"),
+        (2952, "0 s ago: 5000 reindexed (2952 of them sent as the window drains), 2 orphan"),
     ],
 )
-def test_status_says_how_much_of_the_last_repair_waits_for_later_runs(
+def test_status_says_how_much_of_the_last_repair_waits_for_the_window(
     deferred: int, shown: str
 ) -> None:
     report = _quiet_status(

@@ -43,6 +43,7 @@ from capdisc_workers.celery_app import app, resources
 from capdisc_workers.embedding import ahead, chunk_bounds, stored_capabilities, vectors_for
 from capdisc_workers.mirroring import mirror
 from capdisc_workers.outage import Backoff, waited_out
+from capdisc_workers.reconciling import continue_repair
 from capdisc_workers.resources import Resources
 
 log = structlog.get_logger("capdisc.indexing")
@@ -62,8 +63,11 @@ def apply_event_task(self: Any, payload: str) -> dict[str, Any]:
 
 @app.task(name=keys.TASK_APPLY_EVENTS, bind=True, acks_late=True, ignore_result=True)
 def apply_events_task(self: Any, payloads: list[str]) -> list[dict[str, Any]]:
-    """Apply a batch of encoded events (see :func:`apply_payloads`)."""
-    return _counted(_through_outage(resources, lambda: apply_payloads(resources, self, payloads)))
+    """Apply a batch of encoded events (see :func:`apply_payloads`); a batch of reconciler
+    repairs then sends the next of its tenant's backlog (:func:`continue_repair`)."""
+    outcomes = _through_outage(resources, lambda: apply_payloads(resources, self, payloads))
+    continue_repair(resources, payloads)
+    return _counted(outcomes)
 
 
 def _counted(outcomes: list[dict[str, Any]]) -> list[dict[str, Any]]:

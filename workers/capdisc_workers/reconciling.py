@@ -6,8 +6,9 @@ lock, or by ``capdisc reconcile``) sweeps, then compares every tenant's records 
 vectors: orphan vectors are dropped, records without a vector are reindexed, an abandoned full
 reindex is dropped, and an external vector store that drifted is written again; last, the
 shared embedding cache is pruned once it outgrows the registry. :func:`sweep`
-(every ``sweep_interval_s``, at once at start) gives back the tasks of workers that are gone and
-re-sends those the broker lost (:mod:`capdisc.registry.outbox`). Each loop runs one step at a
+(every ``sweep_interval_s``, at once at start) gives back the tasks of workers that are gone,
+re-sends those the broker lost (:mod:`capdisc.registry.outbox`) and sends the repairs a run
+left for later as the window for them drains. Each loop runs one step at a
 time through :func:`periodic`, which lives through Redis going away.
 """
 
@@ -25,7 +26,7 @@ import redis
 import structlog
 
 from capdisc import keys, status
-from capdisc.errors import CapdiscError
+from capdisc.errors import CapdiscError, EventDecodeError
 from capdisc.redisclock import redis_now_ms
 from capdisc.redistext import as_str
 from capdisc.registry import counts as record_counts
@@ -217,20 +218,16 @@ def _send_reindexes(
     reads the outbox once a run, not once per tenant.
 
     At most :func:`repair_budget` of them wait at any time, as a producer's import waits for
-    its tasks: a large drift (a lost vector hash) is repaired a window at a time over the
-    next runs, not queued whole (a million events held twice in Redis, queue and outbox)."""
+    its tasks: a large drift (a lost vector hash) is not queued whole (a million events held
+    twice in Redis, queue and outbox). The rest is kept in the tenant's repair backlog
+    (:func:`keep_backlog`), sent a task at a time as the window drains
+    (:func:`continue_repair`, :func:`top_up_repairs`)."""
     waits = waiting().get(tenant, set())
     unsent = [cap_id for cap_id in missing if cap_id not in waits]
     budget = repair_budget(res.settings.publish_max_pending_tasks, len(missing) - len(unsent))
     sent = unsent if budget is None else unsent[:budget]
-    seq = time.time_ns()
-    payloads = [
-        RegistryEvent("reindex", tenant, cap_id, seq, source="reconciler").encode()
-        for cap_id in sent
-    ]
-    for start in range(0, len(payloads), EMBED_BATCH):
-        chunk = payloads[start : start + EMBED_BATCH]
-        outbox.send(res.redis, app, keys.TASK_APPLY_EVENTS, [chunk])
+    _send_repairs(res.redis, tenant, sent)
+    keep_backlog(res.redis, tenant, unsent[len(sent) :])
     report["reindex_sent"] += len(sent)
     report["reindex_deferred"] += len(unsent) - len(sent)
     if len(unsent) > len(sent):
@@ -239,9 +236,170 @@ def _send_reindexes(
             tenant=tenant,
             sent=len(sent),
             deferred=len(unsent) - len(sent),
-            hint="the next reconcile runs send the rest as these are embedded; for a large "
-            f"loss `capdisc reindex --all --tenant {tenant}` rebuilds at the model's speed",
+            hint="the indexing workers send the rest as these are embedded (each repair "
+            "task done sends the next; the sweep tops the window up)",
         )
+
+
+def _send_repairs(client: redis.Redis, tenant: str, ids: list[str]) -> None:
+    """One reindex event (``source`` reconciler) for each of ``ids``, in tasks of
+    ``EMBED_BATCH``, recorded in the outbox."""
+    seq = time.time_ns()
+    payloads = [
+        RegistryEvent("reindex", tenant, cap_id, seq, source="reconciler").encode()
+        for cap_id in ids
+    ]
+    for start in range(0, len(payloads), EMBED_BATCH):
+        chunk = payloads[start : start + EMBED_BATCH]
+        outbox.send(client, app, keys.TASK_APPLY_EVENTS, [chunk])
+
+
+#: How long the records a run left for later are kept for the sweep (each run replaces them;
+#: with the periodic reconciler off, ``capdisc reconcile`` is what finds them again).
+REPAIR_BACKLOG_TTL_S = 86_400
+#: Backlog entries (tasks) written by one command.
+_BACKLOG_WRITE = 256
+
+
+def keep_backlog(client: redis.Redis, tenant: str, ids: list[str]) -> None:
+    """Replace ``tenant``'s repair backlog with ``ids`` (a run found them without a vector and
+    sent none of them), a task's worth an entry; none: the backlog is deleted."""
+    key = keys.repair_backlog(tenant)
+    entries = [
+        json.dumps(ids[start : start + EMBED_BATCH]) for start in range(0, len(ids), EMBED_BATCH)
+    ]
+    with client.pipeline(transaction=True) as pipe:
+        pipe.delete(key)
+        for start in range(0, len(entries), _BACKLOG_WRITE):
+            pipe.rpush(key, *entries[start : start + _BACKLOG_WRITE])
+        if entries:
+            pipe.expire(key, REPAIR_BACKLOG_TTL_S)
+        pipe.execute()
+
+
+def top_up_repairs(res: Resources, client: redis.Redis) -> int:
+    """Send, for each tenant with a repair backlog, as many of its tasks as the repair window
+    has room for now (:func:`backlog_tasks_to_send`), each record only if it is still stored
+    without a vector and nothing waiting will embed it; how many records were sent. Run by
+    the sweep, so a large repair goes at the pace the workers embed it, not a window a
+    reconcile run."""
+    space = vector_space(res.embedder.id)
+    with client.pipeline(transaction=False) as pipe:
+        for tenant in (names := tenants(client)):
+            pipe.exists(keys.repair_backlog(tenant))
+        backlogged = [t for t, held in zip(names, pipe.execute(), strict=True) if held]
+    if not backlogged:
+        return 0
+    waiting = outbox.waiting_ids(client)
+    max_pending = res.settings.publish_max_pending_tasks
+    return sum(
+        _top_up_tenant(
+            client,
+            tenant,
+            space,
+            waiting.get(tenant, set()),
+            backlog_tasks_to_send(max_pending, len(waiting.get(tenant, ()))),
+        )
+        for tenant in backlogged
+    )
+
+
+def continue_repair(res: Resources, payloads: list[str]) -> int:
+    """After a task of reconciler repairs is applied, send the next task of its tenant's
+    repair backlog in its place (so the window stays full at the pace the workers embed,
+    whatever the sweep's interval); how many records were sent. Any other task sends nothing.
+    A Redis error is logged and left to the sweep, which tops the window up as well."""
+    try:
+        first = RegistryEvent.decode(payloads[0]) if payloads else None
+    except EventDecodeError:
+        return 0
+    if first is None or (first.type, first.source) != ("reindex", "reconciler"):
+        return 0
+    try:
+        return _top_up_tenant(
+            res.redis, first.tenant, vector_space(res.embedder.id), set(), tasks=1
+        )
+    except redis.RedisError as exc:
+        log.warning("repair_not_continued", tenant=first.tenant, error=str(exc))
+        return 0
+
+
+def _top_up_tenant(
+    client: redis.Redis, tenant: str, space: str, waits: set[str], tasks: int
+) -> int:
+    """Send up to ``tasks`` tasks of ``tenant``'s repair backlog, leaving out ``waits`` and the
+    records repaired or deleted meanwhile; how many records were sent."""
+    if not tasks or not client.exists(keys.repair_backlog(tenant)):
+        return 0
+    if client.exists(keys.reindex(tenant)) or as_str(client.get(keys.space(tenant)) or "") != space:
+        return 0  # a full reindex builds every vector; or this worker embeds another space
+    popped: Any = client.lpop(keys.repair_backlog(tenant), tasks)
+    ids = _backlog_ids(tenant, popped or [])
+    due = _still_without_vector(client, tenant, space, [i for i in ids if i not in waits])
+    _send_repairs(client, tenant, due)
+    if ids:
+        log.info(
+            "repair_topped_up",
+            tenant=tenant,
+            sent=len(due),
+            repaired_meanwhile=len(ids) - len(due),
+            tasks_left=int(client.llen(keys.repair_backlog(tenant))),
+        )
+    return len(due)
+
+
+def _backlog_ids(tenant: str, entries: list[bytes]) -> list[str]:
+    """The capability ids of backlog ``entries``; an entry that is no JSON list of ids
+    (damaged, written by hand) is passed over and logged: the next reconcile run finds its
+    records again."""
+    ids: list[str] = []
+    for entry in entries:
+        try:
+            found = json.loads(entry)
+        except ValueError:
+            found = None
+        if not isinstance(found, list) or not all(isinstance(i, str) for i in found):
+            log.warning(
+                "repair_backlog_entry_dropped",
+                tenant=tenant,
+                key=keys.repair_backlog(tenant),
+                reason="not a JSON list of capability ids",
+                hint="nothing to do: the next reconcile run finds those records again",
+            )
+            continue
+        ids.extend(found)
+    return ids
+
+
+def _still_without_vector(
+    client: redis.Redis, tenant: str, space: str, ids: list[str]
+) -> list[str]:
+    """Those of ``ids`` still stored and still without a vector in ``space``."""
+    if not ids:
+        return []
+    with client.pipeline(transaction=False) as pipe:
+        pipe.hmget(keys.caps(tenant), ids)
+        pipe.hmget(keys.vectors(tenant, space), ids)
+        records, vectors = pipe.execute()
+    return [
+        cap_id
+        for cap_id, record, vector in zip(ids, records, vectors, strict=True)
+        if record is not None and vector is None
+    ]
+
+
+def backlog_tasks_to_send(max_pending_tasks: int, waiting: int) -> int:
+    """How many tasks of a repair backlog the sweep sends when ``waiting`` events of the
+    tenant wait already: whole tasks of ``EMBED_BATCH`` within ``max_pending_tasks`` (0, no
+    bound: all of it, at most this many a sweep, :data:`UNBOUNDED_TOP_UP_TASKS`)."""
+    budget = repair_budget(max_pending_tasks, waiting)
+    return UNBOUNDED_TOP_UP_TASKS if budget is None else budget // EMBED_BATCH
+
+
+#: Tasks of a repair backlog one sweep sends when the window is unbounded (a run with
+#: ``publish_max_pending_tasks`` 0 sends everything and leaves no backlog; this bounds a
+#: backlog left by a run under another setting).
+UNBOUNDED_TOP_UP_TASKS = 1024
 
 
 def repair_budget(max_pending_tasks: int, waiting: int) -> int | None:
@@ -325,7 +483,8 @@ def _reconcile_store(res: Resources, tenant: str, space: str, report: dict[str, 
 
 def sweep(res: Resources, client: redis.Redis) -> tuple[int, int]:
     """Put back in the queue every delivery no live worker holds, then re-send the recorded
-    tasks that are neither queued nor delivered; how many of each."""
+    tasks that are neither queued nor delivered; how many of each. Last, send what the repair
+    window has room for of the records reconcile runs left for later (:func:`top_up_repairs`)."""
     settings = res.settings
     heartbeats, now_ms = status.read_heartbeats(client), redis_now_ms(client)
     _forget_gone_workers(res, client, heartbeats, now_ms)
@@ -349,6 +508,7 @@ def sweep(res: Resources, client: redis.Redis) -> tuple[int, int]:
     resent = _resend_lost(res, client)
     if restored or resent:
         client.hincrby(keys.COUNTERS, "tasks_resent", restored + resent)
+    top_up_repairs(res, client)
     return restored, resent
 
 
