@@ -124,6 +124,8 @@ def _reconcile_tenant(
     _reconcile_store(res, tenant, space, report)
     if plan.missing_vectors:
         _send_reindexes(res, tenant, plan.missing_vectors, waiting, report)
+    else:
+        keep_backlog(client, tenant, [])  # nothing left to repair: no backlog either
     if not plan.clean:
         log.warning(
             "drift_repaired",
@@ -388,18 +390,18 @@ def _still_without_vector(
     ]
 
 
+#: Tasks of a repair backlog one sweep sends when the window is unbounded (a run with
+#: ``publish_max_pending_tasks`` 0 sends everything and leaves no backlog; this bounds a
+#: backlog left by a run under another setting).
+UNBOUNDED_TOP_UP_TASKS = 1024
+
+
 def backlog_tasks_to_send(max_pending_tasks: int, waiting: int) -> int:
     """How many tasks of a repair backlog the sweep sends when ``waiting`` events of the
     tenant wait already: whole tasks of ``EMBED_BATCH`` within ``max_pending_tasks`` (0, no
     bound: all of it, at most this many a sweep, :data:`UNBOUNDED_TOP_UP_TASKS`)."""
     budget = repair_budget(max_pending_tasks, waiting)
     return UNBOUNDED_TOP_UP_TASKS if budget is None else budget // EMBED_BATCH
-
-
-#: Tasks of a repair backlog one sweep sends when the window is unbounded (a run with
-#: ``publish_max_pending_tasks`` 0 sends everything and leaves no backlog; this bounds a
-#: backlog left by a run under another setting).
-UNBOUNDED_TOP_UP_TASKS = 1024
 
 
 def repair_budget(max_pending_tasks: int, waiting: int) -> int | None:
