@@ -80,6 +80,7 @@ def test_a_large_repair_waits_a_window_at_a_time_and_the_next_run_tops_it_up_onl
         first = json.loads(run_cli("reconcile", "--json", env=private.env).stdout)
         second = json.loads(run_cli("reconcile", "--json", env=private.env).stdout)
         said = run_cli("reconcile", env=private.env).stdout
+        shown = json.loads(run_cli("status", "--json", env=private.env).stdout)
 
         waiting = [e for e in outbox.pending_events(connection, tenant) if e.type == "reindex"]
         deferred = private.events("indexing", "repair_deferred")
@@ -90,6 +91,7 @@ def test_a_large_repair_waits_a_window_at_a_time_and_the_next_run_tops_it_up_onl
     assert len(waiting) == 64 and len({e.capability_id for e in waiting}) == 64
     assert [e["deferred"] for e in deferred] == [stored - 64] * 3
     assert f"{stored - 64} of them wait: a window of repairs" in said
+    assert shown["tenants"][tenant]["repair_backlog_tasks"] == -(-(stored - 64) // 64)
 
 
 @contextmanager

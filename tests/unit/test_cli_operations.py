@@ -457,6 +457,21 @@ def test_status_says_how_much_of_the_last_repair_waits_for_the_window(
     assert shown in _render_status(report)
 
 
+@pytest.mark.parametrize(("tasks", "said"), [(0, False), (3, True)])
+def test_status_says_how_many_repairs_of_a_tenant_wait_their_turn(tasks: int, said: bool) -> None:
+    tenant = {
+        "index_version": 4,
+        "capabilities": 1,
+        "by_kind": {"tool": 1},
+        "manifest_errors": {},
+        "repair_backlog_tasks": tasks,
+    }
+
+    shown = _render_status(_quiet_status(tenants={"acme": tenant}))
+
+    assert ("repairs waiting their turn: 3 tasks of up to 64 records" in shown) is said
+
+
 def _quiet_status(**fields: Any) -> dict[str, Any]:
     """A status report of a stack with no tenant, worker or queued work, but ``fields``."""
     return {
