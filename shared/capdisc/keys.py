@@ -40,7 +40,7 @@ key                                       type     what it holds
                                                    (a retry returns it; expires request_memory_s);
                                                    ``~`` is in no session or request id, so no
                                                    session's key is another's
-``capdisc:t:{t}:sessions``                zset     live session ids by last activity (bounded;
+``capdisc:s:{t}~live``                    zset     live session ids by last activity (bounded;
                                                    expires max_age_s after the last of them)
 ``capdisc:t:{t}:manifest_errors``         hash     manifest path -> last rejection message
 ``capdisc:t:{t}:repair``                  list     records a reconcile run found without a vector
@@ -279,9 +279,10 @@ def sync_lock(tenant: str, source: str) -> str:
 #: Where every session's keys live: apart from the tenants' registry keys (``capdisc:t:``),
 #: since a session id is chosen by its agent and may end like one of them (``x:caps``).
 SESSIONS_PREFIX = f"{PREFIX}:s"
-#: Where sessions lived before they had a prefix of their own (moved by
-#: :func:`capdisc.sessions.store.move_legacy_sessions`).
+#: Where sessions and each tenant's index of them lived before they had a prefix of their own
+#: (moved by :func:`capdisc.sessions.store.move_legacy_sessions`).
 LEGACY_SESSION_MATCH = f"{PREFIX}:t:*:session:*"
+LEGACY_SESSIONS_INDEX_MATCH = f"{PREFIX}:t:*:sessions"
 
 
 def session(tenant: str, session_id: str) -> str:
@@ -304,17 +305,27 @@ def session_request(tenant: str, session_id: str, request_id: str) -> str:
 
 def from_legacy_session_key(key: str) -> str | None:
     """The key a session's key written before :data:`SESSIONS_PREFIX` has now
-    (``capdisc:t:{t}:session:{rest}`` -> ``capdisc:s:{t}:{rest}``), or None for another key."""
+    (``capdisc:t:{t}:session:{rest}`` -> ``capdisc:s:{t}:{rest}``, and the tenant's index of
+    live sessions ``capdisc:t:{t}:sessions`` -> :func:`sessions`), or None for another key."""
     head, sep, rest = key.partition(":session:")
     tenant = head.removeprefix(f"{PREFIX}:t:")
     if not sep or tenant == head or ":" in tenant or not rest:
-        return None
+        return _from_legacy_sessions_index(key)
     return f"{SESSIONS_PREFIX}:{tenant}:{rest}"
 
 
+def _from_legacy_sessions_index(key: str) -> str | None:
+    """``capdisc:t:{t}:sessions`` -> :func:`sessions` of ``{t}``; None for another key."""
+    tenant = key.removeprefix(f"{PREFIX}:t:").removesuffix(":sessions")
+    if tenant == key or not tenant or ":" in tenant or not key.endswith(":sessions"):
+        return None
+    return sessions(tenant)
+
+
 def sessions(tenant: str) -> str:
-    """Sorted set: live session ids, scored by last activity (ms)."""
-    return f"{PREFIX}:t:{tenant}:sessions"
+    """Sorted set: live session ids, scored by last activity (ms). (``~`` is in no tenant or
+    session id, so no session's key is this one.)"""
+    return f"{SESSIONS_PREFIX}:{tenant}~live"
 
 
 def manifest_errors(tenant: str) -> str:

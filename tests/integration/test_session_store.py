@@ -269,3 +269,19 @@ def test_a_session_started_again_under_its_new_key_keeps_it_over_the_old_one(
     state = store.load(connection, tenant, "s1")
     assert state is not None and "tool:new" in state.bound and "tool:old" not in state.bound
     assert connection.exists(legacy)
+
+
+def test_a_tenants_old_index_of_live_sessions_is_merged_into_the_new_one(
+    connection: redis.Redis, tenant: str
+) -> None:
+    legacy = f"capdisc:t:{tenant}:sessions"
+    connection.zadd(legacy, {"old-only": 1, "both": 5})
+    connection.pexpire(legacy, 600_000)
+    connection.zadd(keys.sessions(tenant), {"new-only": 3, "both": 2})
+
+    store.move_legacy_sessions(connection)
+
+    merged = dict(connection.zrange(keys.sessions(tenant), 0, -1, withscores=True))
+    assert merged == {b"old-only": 1.0, b"new-only": 3.0, b"both": 5.0}
+    assert not connection.exists(legacy)
+    assert 0 < connection.pttl(keys.sessions(tenant)) <= 600_000

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from capdisc import keys
 from capdisc.discovery.protocol import REQUEST_ID_RE, SESSION_RE
+from capdisc.tenants import TENANT_RE
 
 SECRET = "0" * 64
 IDS = st.from_regex(SESSION_RE, fullmatch=True)
@@ -122,7 +123,8 @@ def test_a_session_named_like_a_registry_key_is_still_out_of_other_roles_reach(
         ("capdisc:t:acme:session:s1", "capdisc:s:acme:s1"),
         ("capdisc:t:acme:session:s1~events~abc", "capdisc:s:acme:s1~events~abc"),
         ("capdisc:t:acme:session:a:session:b~req:r:1", "capdisc:s:acme:a:session:b~req:r:1"),
-        ("capdisc:t:acme:sessions", None),
+        ("capdisc:t:acme:sessions", "capdisc:s:acme~live"),
+        ("capdisc:t:acme:session:x:sessions", "capdisc:s:acme:x:sessions"),
         ("capdisc:t:acme:caps", None),
         ("capdisc:t:acme:session:", None),
         ("capdisc:tenants", None),
@@ -132,3 +134,20 @@ def test_a_key_from_before_sessions_had_their_own_prefix_maps_to_its_new_name(
     legacy: str, moved: str | None
 ) -> None:
     assert keys.from_legacy_session_key(legacy) == moved
+
+
+@pytest.mark.parametrize("user", ["capdisc-indexing", "capdisc-producer", "capdisc-client"])
+def test_a_tenants_index_of_live_sessions_is_out_of_other_roles_reach(user: str) -> None:
+    index = keys.sessions("acme")
+
+    assert not any(fnmatch.fnmatchcase(index, p) for p in _key_patterns(user))
+
+
+@given(tenant=st.from_regex(TENANT_RE, fullmatch=True), session=IDS, request=REQUEST_IDS)
+def test_no_session_key_is_a_tenants_index_of_sessions(
+    tenant: str, session: str, request: str
+) -> None:
+    owned = _keys(session, request)
+
+    assert keys.sessions(tenant) not in owned.values()
+    assert not any(fnmatch.fnmatchcase(key, "capdisc:s:*~live") for key in owned.values())

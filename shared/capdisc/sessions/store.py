@@ -263,22 +263,40 @@ def _bound_live_sessions(
 
 
 def move_legacy_sessions(client: redis.Redis, count: int = 1000) -> int:
-    """Move the sessions an earlier version kept under the tenants' registry keys
-    (:data:`capdisc.keys.LEGACY_SESSION_MATCH`) to their own prefix, each key renamed whole
-    (its expiry goes with it); returns how many keys moved. A key already moved, by another
-    worker doing the same, is passed over; a session already started again under the new key
-    keeps that one, and the old key is left to expire."""
+    """Move the sessions, and each tenant's index of them, that an earlier version kept under
+    the tenants' registry keys (:data:`capdisc.keys.LEGACY_SESSION_MATCH`) to their own
+    prefix, each key renamed whole (its expiry goes with it); returns how many keys moved. A
+    key already moved, by another worker doing the same, is passed over; a session already
+    started again under the new key keeps that one, and the old key is left to expire."""
     moved = 0
-    for raw in client.scan_iter(match=keys.LEGACY_SESSION_MATCH, count=count):
-        old = as_str(raw)
-        new = keys.from_legacy_session_key(old)
-        if new is None:
-            continue
-        try:
-            moved += int(client.renamenx(old, new))
-        except redis.ResponseError:  # gone meanwhile: moved by another worker, or expired
-            continue
+    for match in (keys.LEGACY_SESSION_MATCH, keys.LEGACY_SESSIONS_INDEX_MATCH):
+        for raw in client.scan_iter(match=match, count=count):
+            old = as_str(raw)
+            new = keys.from_legacy_session_key(old)
+            if new is None:
+                continue
+            try:
+                moved += _move_key(client, old, new)
+            except redis.ResponseError:  # gone meanwhile: moved by another worker, or expired
+                continue
     return moved
+
+
+def _move_key(client: redis.Redis, old: str, new: str) -> int:
+    """Rename ``old`` to ``new`` unless that exists; a tenant's index of live sessions that
+    exists under both is merged (each session's latest activity), keeping the later expiry."""
+    if client.renamenx(old, new):
+        return 1
+    if as_str(client.type(old)) != "zset" or as_str(client.type(new)) != "zset":
+        return 0  # a session started again under its new key keeps that one
+    expiry_ms = max(int(client.pttl(old)), int(client.pttl(new)))
+    with client.pipeline(transaction=True) as pipe:
+        pipe.zunionstore(new, [new, old], aggregate="MAX")
+        pipe.delete(old)
+        if expiry_ms > 0:
+            pipe.pexpire(new, expiry_ms)
+        pipe.execute()
+    return 1
 
 
 def events(
