@@ -45,8 +45,9 @@ key                                       type     what it holds
 ``capdisc:t:{t}:manifest_errors``         hash     manifest path -> last rejection message
 ``capdisc:t:{t}:repair``                  list     records a reconcile run found without a vector
                                                    and left for later (JSON lists of ids, a task
-                                                   each); the sweep sends them as the repair
-                                                   window drains; replaced by every run
+                                                   each), sent as the repair window drains (by
+                                                   each repair task done, and the sweep);
+                                                   replaced by every run; expires after a day
 ``capdisc:t:{t}:store_unwritten``         hash     capability id -> why the external vector store
                                                    did not take its last change (the reconciler
                                                    writes it again; gone once a write succeeds)
@@ -260,7 +261,8 @@ def record_counts_tried(tenant: str) -> str:
 
 def repair_backlog(tenant: str) -> str:
     """List: JSON lists of capability ids a reconcile run found without a vector and did not
-    send yet (one task's worth each); the sweep sends them as earlier repairs are embedded."""
+    send yet (one task's worth each); sent as earlier repairs are embedded
+    (:func:`capdisc_workers.reconciling.continue_repair`, and the sweep)."""
     return f"{PREFIX}:t:{tenant}:repair"
 
 
