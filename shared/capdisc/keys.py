@@ -308,20 +308,18 @@ def session_request(tenant: str, session_id: str, request_id: str) -> str:
 def from_legacy_session_key(key: str) -> str | None:
     """The key a session's key written before :data:`SESSIONS_PREFIX` has now
     (``capdisc:t:{t}:session:{rest}`` -> ``capdisc:s:{t}:{rest}``, and the tenant's index of
-    live sessions ``capdisc:t:{t}:sessions`` -> :func:`sessions`), or None for another key."""
-    head, sep, rest = key.partition(":session:")
-    tenant = head.removeprefix(f"{PREFIX}:t:")
-    if not sep or tenant == head or ":" in tenant or not rest:
-        return _from_legacy_sessions_index(key)
-    return f"{SESSIONS_PREFIX}:{tenant}:{rest}"
-
-
-def _from_legacy_sessions_index(key: str) -> str | None:
-    """``capdisc:t:{t}:sessions`` -> :func:`sessions` of ``{t}``; None for another key."""
-    tenant = key.removeprefix(f"{PREFIX}:t:").removesuffix(":sessions")
-    if tenant == key or not tenant or ":" in tenant or not key.endswith(":sessions"):
+    live sessions ``capdisc:t:{t}:sessions`` -> :func:`sessions`), or None for another key.
+    A tenant name holds no ``:``, so the tenant is what comes before the first one."""
+    under = key.removeprefix(f"{PREFIX}:t:")
+    tenant, _, rest = under.partition(":")
+    if under == key or not tenant:
         return None
-    return sessions(tenant)
+    if rest == "sessions":
+        return sessions(tenant)
+    session_key = rest.removeprefix("session:")
+    if session_key == rest or not session_key:
+        return None
+    return f"{SESSIONS_PREFIX}:{tenant}:{session_key}"
 
 
 def sessions(tenant: str) -> str:

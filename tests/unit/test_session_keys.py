@@ -125,6 +125,9 @@ def test_a_session_named_like_a_registry_key_is_still_out_of_other_roles_reach(
         ("capdisc:t:acme:session:a:session:b~req:r:1", "capdisc:s:acme:a:session:b~req:r:1"),
         ("capdisc:t:acme:sessions", "capdisc:s:acme~live"),
         ("capdisc:t:acme:session:x:sessions", "capdisc:s:acme:x:sessions"),
+        ("capdisc:t:session:session:s1", "capdisc:s:session:s1"),  # a tenant named session
+        ("capdisc:t:session:sessions", "capdisc:s:session~live"),
+        ("capdisc:t:acme:sessions:x", None),
         ("capdisc:t:acme:caps", None),
         ("capdisc:t:acme:session:", None),
         ("capdisc:tenants", None),
