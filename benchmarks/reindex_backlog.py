@@ -20,6 +20,8 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -53,29 +55,51 @@ def waiting_work(client: redis.Redis) -> tuple[int, int]:
     return held + sum(int(client.memory_usage(p, samples=0) or 0) for p in plans), tasks
 
 
-def run(catalog: Path, size: int, bound: int, embedder: str, timeout_s: float) -> dict[str, Any]:
+@contextmanager
+def imported_stack(
+    catalog: Path, size: int, env_set: dict[str, str], timeout_s: float
+) -> Iterator[tuple[str, redis.Redis, Publisher, Settings]]:
+    """A fresh embedded stack (``env_set`` over this environment) that imported ``catalog``
+    (``size`` capabilities, at most ``IMPORT_BOUND`` import tasks waiting): its URL, a client,
+    a publisher and its settings."""
     env = {k: v for k, v in os.environ.items() if k != "CAPDISC_REDIS_URL"}
-    env.update(CAPDISC_EMBEDDER=embedder, CAPDISC_PUBLISH_MAX_PENDING_TASKS=str(bound))
+    env.update(env_set)
     settings = Settings.load(env)
-    tenant = settings.tenant
     with (
-        tempfile.TemporaryDirectory(prefix="capdisc-reindex-") as project,
+        tempfile.TemporaryDirectory(prefix="capdisc-bench-") as project,
         running_stack(Path(project), settings, env) as (stack, url),
     ):
         client = redis.Redis.from_url(url, socket_timeout=120)
         stack.wait_for_workers(client, {"indexing", "discovery"}, WORKERS_READY_S)
         publisher = Publisher(url, max_pending_tasks=IMPORT_BOUND)
         try:
-            report = import_jsonl(client, publisher, catalog, tenant=tenant, wait_s=timeout_s)
+            report = import_jsonl(
+                client, publisher, catalog, tenant=settings.tenant, wait_s=timeout_s
+            )
             if not report.complete or len(report.outcomes) != size:
-                raise SystemExit(f"bound {bound}: {len(report.outcomes)} of {size} imported")
-            with RedisSampler(url, waiting_work, 0.05) as probe:
-                started = time.perf_counter()
-                job, after = start_full_reindex(client, publisher, tenant, fresh=True)
-                version = wait_for_swap(client, tenant, job, after, timeout_s=timeout_s)
-                wall_s = time.perf_counter() - started
+                raise SystemExit(f"{len(report.outcomes)} of {size} imported")
+            yield url, client, publisher, settings
         finally:
             publisher.close()
+
+
+def full_reindex(
+    client: redis.Redis, publisher: Publisher, tenant: str, timeout_s: float
+) -> tuple[int | None, float]:
+    """``capdisc reindex --all --fresh`` of ``tenant``, start to swap: the version swapped in
+    (None: it did not swap in time) and the seconds it took."""
+    started = time.perf_counter()
+    job, after = start_full_reindex(client, publisher, tenant, fresh=True)
+    version = wait_for_swap(client, tenant, job, after, timeout_s=timeout_s)
+    return version, time.perf_counter() - started
+
+
+def run(catalog: Path, size: int, bound: int, embedder: str, timeout_s: float) -> dict[str, Any]:
+    env = {"CAPDISC_EMBEDDER": embedder, "CAPDISC_PUBLISH_MAX_PENDING_TASKS": str(bound)}
+    with imported_stack(catalog, size, env, timeout_s) as (url, client, publisher, settings):
+        tenant = settings.tenant
+        with RedisSampler(url, waiting_work, 0.05) as probe:
+            version, wall_s = full_reindex(client, publisher, tenant, timeout_s)
         space = client.get(keys.space(tenant))
         vectors = int(client.hlen(keys.vectors(tenant, space.decode()))) if space else 0
     if version is None or vectors != size:

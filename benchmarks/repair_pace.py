@@ -22,7 +22,6 @@ is gone).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import time
@@ -36,15 +35,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from capdisc import keys
 from capdisc.client import wait_for_reply
-from capdisc.settings import Settings
-from capdisc_producers.importer import import_jsonl
 from capdisc_producers.publisher import Publisher
-from capdisc_producers.reindex import start_full_reindex, wait_for_swap
-from capdisc_producers.stack import running_stack
 from capdisc_workers.embedding import EMBED_BATCH
-from import_backlog import WORKERS_READY_S, write_catalog
-
-IMPORT_BOUND = 32
+from import_backlog import write_catalog
+from reindex_backlog import full_reindex, imported_stack
 
 
 def repair(client: redis.Redis, publisher: Publisher, tenant: str, timeout_s: float) -> float:
@@ -72,29 +66,12 @@ def repair(client: redis.Redis, publisher: Publisher, tenant: str, timeout_s: fl
 
 
 def run(catalog: Path, size: int, embedder: str, timeout_s: float) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if k != "CAPDISC_REDIS_URL"}
-    env.update(CAPDISC_EMBEDDER=embedder, CAPDISC_RECONCILE_INTERVAL_S="0")
-    settings = Settings.load(env)
-    tenant = settings.tenant
-    with (
-        tempfile.TemporaryDirectory(prefix="capdisc-repair-") as project,
-        running_stack(Path(project), settings, env) as (stack, url),
-    ):
-        client = redis.Redis.from_url(url, socket_timeout=120)
-        stack.wait_for_workers(client, {"indexing", "discovery"}, WORKERS_READY_S)
-        publisher = Publisher(url, max_pending_tasks=IMPORT_BOUND)
-        try:
-            report = import_jsonl(client, publisher, catalog, tenant=tenant, wait_s=timeout_s)
-            if not report.complete or len(report.outcomes) != size:
-                raise SystemExit(f"{len(report.outcomes)} of {size} imported")
-            repair_s = repair(client, publisher, tenant, timeout_s)
-            started = time.perf_counter()
-            job, after = start_full_reindex(client, publisher, tenant, fresh=True)
-            if wait_for_swap(client, tenant, job, after, timeout_s=timeout_s) is None:
-                raise SystemExit("the full reindex did not swap")
-            reindex_s = time.perf_counter() - started
-        finally:
-            publisher.close()
+    env = {"CAPDISC_EMBEDDER": embedder, "CAPDISC_RECONCILE_INTERVAL_S": "0"}
+    with imported_stack(catalog, size, env, timeout_s) as (_url, client, publisher, settings):
+        repair_s = repair(client, publisher, settings.tenant, timeout_s)
+        version, reindex_s = full_reindex(client, publisher, settings.tenant, timeout_s)
+    if version is None:
+        raise SystemExit("the full reindex did not swap")
     return {
         "repair_s": repair_s,
         "reindex_s": reindex_s,
