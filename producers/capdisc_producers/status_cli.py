@@ -128,8 +128,8 @@ def _render_status(report: dict[str, Any]) -> str:
         lines += _poisoning_lines(tenant, info.get("poisoning"))
         if info.get("repair_backlog_tasks"):
             lines.append(
-                f"  repairs waiting their turn: {info['repair_backlog_tasks']} tasks of up to "
-                "64 records without a vector (sent as the ones before are embedded)"
+                f"  repairs waiting their turn: {info['repair_backlog_tasks']} tasks of records "
+                "without a vector (sent as the ones before are embedded)"
             )
         if info.get("reindex"):
             job = info["reindex"]

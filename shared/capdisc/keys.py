@@ -281,10 +281,11 @@ def sync_lock(tenant: str, source: str) -> str:
 #: Where every session's keys live: apart from the tenants' registry keys (``capdisc:t:``),
 #: since a session id is chosen by its agent and may end like one of them (``x:caps``).
 SESSIONS_PREFIX = f"{PREFIX}:s"
-#: Where sessions and each tenant's index of them lived before they had a prefix of their own
-#: (moved by :func:`capdisc.sessions.store.move_legacy_sessions`).
-LEGACY_SESSION_MATCH = f"{PREFIX}:t:*:session:*"
-LEGACY_SESSIONS_INDEX_MATCH = f"{PREFIX}:t:*:sessions"
+#: Where sessions (``...:session:{s}``) and each tenant's index of them (``...:sessions``)
+#: lived before they had a prefix of their own (moved by
+#: :func:`capdisc.sessions.store.move_legacy_sessions`; :func:`from_legacy_session_key` tells
+#: them from other keys the pattern matches).
+LEGACY_SESSION_MATCH = f"{PREFIX}:t:*:session*"
 
 
 def session(tenant: str, session_id: str) -> str:

@@ -227,7 +227,7 @@ def _tenant_status(client: redis.Redis, tenant: str) -> dict[str, Any]:
         "store_unwritten": {
             as_str(k): as_str(v) for k, v in client.hgetall(keys.store_unwritten(tenant)).items()
         },
-        # tasks of reconciler repairs (up to 64 records each) waiting for the repair window
+        # tasks of reconciler repairs (a task's worth of records each) waiting for the window
         "repair_backlog_tasks": int(client.llen(keys.repair_backlog(tenant))),
     }
 

@@ -469,7 +469,7 @@ def test_status_says_how_many_repairs_of_a_tenant_wait_their_turn(tasks: int, sa
 
     shown = _render_status(_quiet_status(tenants={"acme": tenant}))
 
-    assert ("repairs waiting their turn: 3 tasks of up to 64 records" in shown) is said
+    assert ("repairs waiting their turn: 3 tasks of records without a vector" in shown) is said
 
 
 def _quiet_status(**fields: Any) -> dict[str, Any]:

@@ -318,6 +318,8 @@ def continue_repair(res: Resources, payloads: list[str]) -> int:
     if first is None or (first.type, first.source) != ("reindex", "reconciler"):
         return 0
     try:
+        if not res.redis.exists(keys.repair_backlog(first.tenant)):
+            return 0
         return _top_up_tenant(
             res.redis, first.tenant, vector_space(res.embedder.id), set(), tasks=1
         )
@@ -331,7 +333,7 @@ def _top_up_tenant(
 ) -> int:
     """Send up to ``tasks`` tasks of ``tenant``'s repair backlog, leaving out ``waits`` and the
     records repaired or deleted meanwhile; how many records were sent."""
-    if not tasks or not client.exists(keys.repair_backlog(tenant)):
+    if not tasks:
         return 0
     if client.exists(keys.reindex(tenant)) or as_str(client.get(keys.space(tenant)) or "") != space:
         return 0  # a full reindex builds every vector; or this worker embeds another space

@@ -269,16 +269,15 @@ def move_legacy_sessions(client: redis.Redis, count: int = 1000) -> int:
     key already moved, by another worker doing the same, is passed over; a session already
     started again under the new key keeps that one, and the old key is left to expire."""
     moved = 0
-    for match in (keys.LEGACY_SESSION_MATCH, keys.LEGACY_SESSIONS_INDEX_MATCH):
-        for raw in client.scan_iter(match=match, count=count):
-            old = as_str(raw)
-            new = keys.from_legacy_session_key(old)
-            if new is None:
-                continue
-            try:
-                moved += _move_key(client, old, new)
-            except redis.ResponseError:  # gone meanwhile: moved by another worker, or expired
-                continue
+    for raw in client.scan_iter(match=keys.LEGACY_SESSION_MATCH, count=count):
+        old = as_str(raw)
+        new = keys.from_legacy_session_key(old)
+        if new is None:
+            continue
+        try:
+            moved += _move_key(client, old, new)
+        except redis.ResponseError:  # gone meanwhile: moved by another worker, or expired
+            continue
     return moved
 
 
