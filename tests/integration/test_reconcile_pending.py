@@ -15,6 +15,8 @@ import redis
 from capdisc import keys
 from capdisc.redistext import as_str
 from capdisc.registry import outbox
+from capdisc.registry.events import RegistryEvent
+from capdisc_producers.publisher import Publisher
 from capdisc_workers.reconciling import keep_backlog
 
 from .conftest import INDEXING_ARGV, publish
@@ -133,6 +135,38 @@ def test_each_repair_task_done_sends_the_next_of_the_backlog_with_no_second_run_
 
         assert (run["reindex_sent"], run["reindex_deferred"]) == (64, len(ids) - 64)
         assert sum(e["sent"] for e in topped) == len(ids) - 64
+        assert not connection.exists(keys.repair_backlog(tenant))
+
+
+def test_a_repair_task_delivered_twice_sends_the_next_of_the_backlog_once(
+    tmp_path: Path,
+) -> None:
+    tenant = "redelivered-repair"
+    with _vectors_lost_with_a_working_embedder(tmp_path, tenant, "0") as (
+        private,
+        connection,
+        vectors,
+        ids,
+    ):
+        keep_backlog(connection, tenant, ids[2:])  # two tasks' worth
+        payloads = [
+            RegistryEvent("reindex", tenant, cap_id, 1, source="reconciler").encode()
+            for cap_id in ids[:2]
+        ]
+        task_id, publisher = uuid.uuid4().hex, Publisher(private.url)
+        try:  # the same task twice, as a worker that died before acknowledging it leaves it
+            for _ in range(2):
+                outbox.send(
+                    connection, publisher.app, keys.TASK_APPLY_EVENTS, [payloads], None, task_id
+                )
+        finally:
+            publisher.close()
+
+        wait_for(lambda: connection.hlen(vectors) == len(ids), 60, "every vector embedded again")
+        continued = [e["after_task"] for e in private.events("indexing", "repair_topped_up")]
+
+        assert continued.count(task_id) == 1
+        assert len(continued) == len(set(continued))  # each task sent its successor once
         assert not connection.exists(keys.repair_backlog(tenant))
 
 

@@ -66,7 +66,7 @@ def apply_events_task(self: Any, payloads: list[str]) -> list[dict[str, Any]]:
     """Apply a batch of encoded events (see :func:`apply_payloads`); a batch of reconciler
     repairs then sends the next of its tenant's backlog (:func:`continue_repair`)."""
     outcomes = _through_outage(resources, lambda: apply_payloads(resources, self, payloads))
-    continue_repair(resources, payloads)
+    continue_repair(resources, payloads, self.request.id)
     return _counted(outcomes)
 
 

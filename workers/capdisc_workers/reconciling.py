@@ -306,11 +306,15 @@ def top_up_repairs(res: Resources, client: redis.Redis) -> int:
     )
 
 
-def continue_repair(res: Resources, payloads: list[str]) -> int:
+def continue_repair(res: Resources, payloads: list[str], task_id: str | None) -> int:
     """After a task of reconciler repairs is applied, send the next task of its tenant's
     repair backlog in its place (so the window stays full at the pace the workers embed,
     whatever the sweep's interval); how many records were sent. Any other task sends nothing.
-    A Redis error is logged and left to the sweep, which tops the window up as well."""
+
+    The task leaves the outbox here rather than after it returns, and only the delivery that
+    takes it out sends: a task delivered again (its worker died before acknowledging it)
+    applies again, harmlessly, and sends nothing more, so the window stays the size it was
+    set to. A Redis error is logged and left to the sweep, which tops the window up as well."""
     try:
         first = RegistryEvent.decode(payloads[0]) if payloads else None
     except EventDecodeError:
@@ -318,10 +322,12 @@ def continue_repair(res: Resources, payloads: list[str]) -> int:
     if first is None or (first.type, first.source) != ("reindex", "reconciler"):
         return 0
     try:
+        if task_id is None or not outbox.done(res.redis, task_id):
+            return 0  # continued by an earlier delivery of this task, or sent by hand
         if not res.redis.exists(keys.repair_backlog(first.tenant)):
             return 0
         return _top_up_tenant(
-            res.redis, first.tenant, vector_space(res.embedder.id), set(), tasks=1
+            res.redis, first.tenant, vector_space(res.embedder.id), set(), 1, after=task_id
         )
     except redis.RedisError as exc:
         log.warning("repair_not_continued", tenant=first.tenant, error=str(exc))
@@ -329,10 +335,11 @@ def continue_repair(res: Resources, payloads: list[str]) -> int:
 
 
 def _top_up_tenant(
-    client: redis.Redis, tenant: str, space: str, waits: set[str], tasks: int
+    client: redis.Redis, tenant: str, space: str, waits: set[str], tasks: int, after: str = ""
 ) -> int:
     """Send up to ``tasks`` tasks of ``tenant``'s repair backlog, leaving out ``waits`` and the
-    records repaired or deleted meanwhile; how many records were sent."""
+    records repaired or deleted meanwhile; how many records were sent. ``after``: the repair
+    task this continues (logged; "" for the sweep)."""
     if not tasks:
         return 0
     if client.exists(keys.reindex(tenant)) or as_str(client.get(keys.space(tenant)) or "") != space:
@@ -345,6 +352,7 @@ def _top_up_tenant(
         log.info(
             "repair_topped_up",
             tenant=tenant,
+            after_task=after,
             sent=len(due),
             repaired_meanwhile=len(ids) - len(due),
             tasks_left=int(client.llen(keys.repair_backlog(tenant))),

@@ -156,9 +156,11 @@ def _payloads(pending: Pending) -> list[str]:
     return []
 
 
-def done(client: redis.Redis, task_id: str) -> None:
-    """Forget a task that finished (succeeded, failed for good or dead-lettered)."""
-    client.hdel(keys.OUTBOX, task_id)
+def done(client: redis.Redis, task_id: str) -> bool:
+    """Forget a task that finished (succeeded, failed for good or dead-lettered); whether this
+    call forgot it (False: forgotten before, by an earlier delivery of the same task, or never
+    recorded)."""
+    return bool(client.hdel(keys.OUTBOX, task_id))
 
 
 def lost(
