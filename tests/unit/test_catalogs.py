@@ -373,3 +373,30 @@ def test_a_records_source_description_is_checked_like_any_text() -> None:
         capability_from_record(record, "tides.jsonl")
 
     assert refused.value.field == "source_ref.description"
+
+
+def test_an_openai_tool_list_line_imports_as_the_tool_inside_it(tmp_path: Path) -> None:
+    path = tmp_path / "tools.jsonl"
+    function = {"name": "get_weather", "description": "Weather now.", "parameters": {}}
+    path.write_text(json.dumps({"type": "function", "function": function}) + "\n")
+    (capability,) = read_jsonl_catalog(path, "jsonl:tools").found.values()
+    assert (capability.name, capability.description) == ("get_weather", "Weather now.")
+
+
+def test_a_line_of_another_wrapper_type_is_not_unwrapped(tmp_path: Path) -> None:
+    path = tmp_path / "tools.jsonl"
+    path.write_text(json.dumps({"type": "retrieval", "function": {"name": "x"}}) + "\n")
+    imported = read_jsonl_catalog(path, "jsonl:tools")
+    assert not imported.found
+    assert imported.refused[0].reason.startswith("field 'name': is missing")
+
+
+@pytest.mark.parametrize("record", [{}, {"description": "No name."}, {"name": " ", "id": ""}])
+def test_a_line_naming_no_tool_is_refused_on_its_own(
+    tmp_path: Path, record: dict[str, Any]
+) -> None:
+    path = tmp_path / "tools.jsonl"
+    path.write_text(json.dumps(record) + "\n" + json.dumps({"name": "ok"}) + "\n")
+    imported = read_jsonl_catalog(path, "jsonl:tools")
+    assert [r.line for r in imported.refused] == [1]
+    assert [c.name for c in imported.found.values()] == ["ok"]

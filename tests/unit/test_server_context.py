@@ -134,3 +134,37 @@ def test_a_server_that_says_nothing_of_itself_adds_no_line(tmp_path: Path) -> No
     ).capabilities
 
     assert full_text(capability, ServerContext(described=True)) == full_text(capability, NOTHING)
+
+
+@pytest.mark.parametrize("key", ["server", "server_name", "serverName", "mcp_server", "mcpServer"])
+def test_a_server_named_under_any_common_field_files_the_tool_under_it(
+    tmp_path: Path, key: str
+) -> None:
+    record = {"name": "create_issue", "description": "Open an issue.", key: "GitHub Tools"}
+    (capability,) = load_catalog(_catalog(tmp_path, record)).capabilities
+    assert capability.source_ref.source == "mcp:GitHub Tools"
+    assert server_of(capability) == "github tools"  # no category: the server's name
+
+
+def test_a_server_description_under_its_camel_case_field_is_recorded(tmp_path: Path) -> None:
+    record = {**PLAIN_TOOL, "serverName": "tides", "serverDescription": "Tide tables."}
+    (capability,) = load_catalog(_catalog(tmp_path, record)).capabilities
+    assert capability.source_ref.description == "Tide tables."
+
+
+def test_a_tool_in_openai_s_wrapper_is_read_with_the_server_beside_it(tmp_path: Path) -> None:
+    inner = {k: MCP_TOOL[k] for k in ("name", "description", "parameters")}
+    record = {"type": "function", "function": inner, "server": "github"}
+    (capability,) = load_catalog(_catalog(tmp_path, record)).capabilities
+    assert (capability.id, capability.description) == (
+        "tool:list_pull_requests",
+        "List pull requests in a repository.",
+    )
+    assert capability.full_schema == MCP_TOOL["parameters"]
+    assert server_of(capability) == "github"
+
+
+def test_an_mcp_tools_title_is_its_display_name(tmp_path: Path) -> None:
+    record = {**PLAIN_TOOL, "title": "Time Portal"}
+    (capability,) = load_catalog(_catalog(tmp_path, record)).capabilities
+    assert capability.display_name == "Time Portal"

@@ -2,7 +2,9 @@
 
 The format is the one of ``shared/data`` and of ``capdisc import jsonl``: ``id``, ``name``,
 ``description``, ``parameters`` (or ``input_schema``, ``inputSchema``), ``category``, optional
-``name_for_human`` and ``description_for_model``. Catalog names may break the manifest rules
+``name_for_human`` (or ``title``, as MCP servers list it) and ``description_for_model``. A line
+in the shape of OpenAI's tool lists (``{"type": "function", "function": {...}}``) is read as
+the tool inside it. Catalog names may break the manifest rules
 (``PDF&URLTool``, categories with spaces and slashes), so the reader maps them onto valid
 identifiers (id ``tool:<name>``) and keeps the mapping for labels that name tools.
 
@@ -31,7 +33,15 @@ from capdisc.registry.tolerance import first_paragraph, tolerant_fields, validat
 
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._/:-]+")
-_TEXT_FIELDS = ("id", "name", "description", "description_for_model", "name_for_human", "category")
+_TEXT_FIELDS = (
+    "id",
+    "name",
+    "description",
+    "description_for_model",
+    "name_for_human",
+    "title",
+    "category",
+)
 _SCHEMA_KEYS = ("parameters", "input_schema", "inputSchema")
 
 
@@ -102,19 +112,27 @@ def capability_from_benchmark_tool(
     paragraph; ``name_for_human`` becomes the display name, else the name with its identifier
     parts split ("getWeather" -> "Get Weather").
 
-    With ``servers``, a record naming its ``server`` (the development catalogs) is a tool of
-    that server, as ``capdisc import mcp`` files one: ``source_ref`` of type ``mcp`` (source
-    ``mcp:SERVER``), under its ``category`` (the server's short name, as in the tool ids).
+    With ``servers``, a record naming its ``server`` (the development catalogs; also
+    ``server_name``, ``serverName``, ``mcp_server``, ``mcpServer``) is a tool of that server, as
+    ``capdisc import mcp`` files one: ``source_ref`` of type ``mcp`` (source ``mcp:SERVER``),
+    under its ``category`` (the server's short name, as in the tool ids; the server's name when
+    the record has no category).
     """
+    record = _unwrapped(record)
     schema_key = next((k for k in _SCHEMA_KEYS if record.get(k)), "parameters")
     where = f"{source}:{record.get('id') or record.get('name') or 'tool'}"
     wanted = (*_TEXT_FIELDS, *(_SERVER_FIELDS if servers else ()), schema_key)
     picked = {k: record[k] for k in wanted if k in record}
     fields, repairs = tolerant_fields(picked, schema_key, where)
-    raw_id = str(fields.get("id") or fields.get("name") or "tool")
+    if not str(fields.get("id") or fields.get("name") or "").strip():
+        raise ManifestError(where, "name", "is missing: give the tool a 'name' (or an 'id')")
+    raw_id = str(fields.get("id") or fields.get("name"))
     name = _safe(str(fields.get("name") or raw_id), _UNSAFE_NAME, 64)
-    display = str(fields.get("name_for_human") or "").strip() or humanize(name)
-    category = str(fields.get("category") or "general").lower().replace(" ", "-")
+    display = str(fields.get("name_for_human") or fields.get("title") or "").strip() or humanize(
+        name
+    )
+    category = str(fields.get("category") or _server(fields) or "general").lower()
+    category = category.replace(" ", "-")
     schema = fields.get(schema_key)
     tool = {
         "id": _free_id(_safe(raw_id, _UNSAFE_ID, 150), taken),
@@ -134,18 +152,42 @@ def capability_from_benchmark_tool(
     return capability
 
 
-#: A record's server and what the server says of itself (development catalogs).
-_SERVER_FIELDS = ("server", "server_description")
+#: The names tool lists give a tool's server, and what the server says of itself, first found
+#: first read.
+_SERVER_NAME_FIELDS = ("server", "server_name", "serverName", "mcp_server", "mcpServer")
+_SERVER_DESCRIPTION_FIELDS = ("server_description", "serverDescription")
+_SERVER_FIELDS = (*_SERVER_NAME_FIELDS, *_SERVER_DESCRIPTION_FIELDS)
+
+
+def _unwrapped(record: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The tool of a line shaped as OpenAI's tool lists have it (``{"type": "function",
+    "function": {"name": ..., ...}}``), with the line's other fields (a server, a category)
+    beside it; any other line as it is."""
+    inner = record.get("function")
+    if "name" in record or not isinstance(inner, Mapping) or not inner.get("name"):
+        return record
+    if record.get("type", "function") != "function":
+        return record
+    outer = {k: v for k, v in record.items() if k not in ("type", "function")}
+    return {**outer, **inner}
+
+
+def _server(fields: Mapping[str, Any]) -> str:
+    """The server a record names, under any of :data:`_SERVER_NAME_FIELDS` ("": none)."""
+    return next(
+        (str(fields[k]).strip() for k in _SERVER_NAME_FIELDS if str(fields.get(k) or "").strip()),
+        "",
+    )
 
 
 def _source_ref(fields: Mapping[str, Any], source: str, raw_id: str) -> dict[str, str]:
     """Where the tool came from: its server, with the server's description as ``capdisc import
     mcp`` records it, when the record names one (read only when the caller asked for servers),
     else the catalog."""
-    server = str(fields.get("server") or "").strip()
+    server = _server(fields)
     if not server:
         return {"type": "jsonl", "source": source, "location": raw_id}
-    about = str(fields.get("server_description") or "")
+    about = next((str(fields[k]) for k in _SERVER_DESCRIPTION_FIELDS if fields.get(k)), "")
     return {
         "type": "mcp",
         "source": f"mcp:{server}",
