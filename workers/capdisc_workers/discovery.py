@@ -100,8 +100,11 @@ class DiscoveryWorker:
         self.sessions = SessionService(
             connection, settings.sessions, clock=lambda: int(self.clock.now_ms(connection))
         )
-        #: Who asks: with auth on, who the request's token proves (:mod:`capdisc.identity.gate`).
-        self.gate = Gate.from_settings(settings, log)
+        #: Who asks: with auth on, who the request's token proves (:mod:`capdisc.identity.gate`),
+        #: its times checked on Redis's clock too.
+        self.gate = Gate.from_settings(
+            settings, log, clock=lambda: self.clock.now_ms(connection) / 1000
+        )
         self.worker_id = f"discovery@{socket.gethostname()}:{os.getpid()}"
         #: The port metrics are served on (None: not served); set when the worker runs.
         self.metrics_port: int | None = None

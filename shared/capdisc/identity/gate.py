@@ -52,13 +52,17 @@ class Gate:
     clock: Callable[[], float] = time.time
 
     @classmethod
-    def from_settings(cls, settings: Settings, log: Any = None) -> Gate:
+    def from_settings(
+        cls, settings: Settings, log: Any = None, clock: Callable[[], float] = time.time
+    ) -> Gate:
         """The gate ``settings`` ask for; with auth on, the keyring is read once here so a
         missing or broken one stops the process at start, naming the file. A keyring file
         broken later keeps the keyring read before, and the process's structlog ``log`` says
-        why (``keyring_unusable``, once per change of the file)."""
+        why (``keyring_unusable``, once per change of the file). ``clock`` (seconds since the
+        epoch) is what a token's times are checked against: a worker passes Redis's, so that
+        its own host's clock being off does not refuse tokens issued on time."""
         if not settings.auth:
-            return cls(None)
+            return cls(None, clock)
         if settings.auth_keys_file is None:
             raise ConfigError(
                 "auth is on but no keyring is set: point CAPDISC_AUTH_KEYS_FILE "
@@ -67,7 +71,7 @@ class Gate:
             )
         keys = auth.KeyringFile(settings.auth_keys_file, _warner(log))
         keys.current()
-        return cls(keys)
+        return cls(keys, clock)
 
     @property
     def enabled(self) -> bool:
