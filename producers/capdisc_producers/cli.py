@@ -402,6 +402,13 @@ def main() -> None:
             fail(str(RedisCredentialsError.refused(exc)))
         if redis is not None and isinstance(exc, redis.ConnectionError | redis.TimeoutError):
             fail(f"cannot reach Redis ({exc}); {_redis_down_hint()}{_tls_hint(exc)}")
+        if redis is not None and isinstance(exc, redis.exceptions.NoPermissionError):
+            fail(
+                f"Redis refused this command to the ACL user of capdisc's Redis URL ({exc}); "
+                "run it as a user whose ACL allows it: infra/README.md says which user each "
+                "command needs (capdisc-producer sends events, capdisc-monitor reads status, "
+                "dead letters and flags, capdisc-client asks the discovery workers)"
+            )
         raise
 
 
