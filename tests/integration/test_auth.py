@@ -588,6 +588,56 @@ def test_mcp_http_each_request_asks_as_the_holder_of_its_bearer_token(
     assert REFUND not in answers["plain"]["session"]["bound"]
 
 
+def test_mcp_http_a_session_answers_only_the_holder_that_opened_it(
+    auth_stack: AuthStack, mcp_http: Callable[..., str]
+) -> None:
+    """Two tokens of one subject (anonymous@acme) with other roles are two holders: the one
+    without finance may not list what the finance holder's session bound."""
+    url = mcp_http()
+    finance = auth_stack.token(roles=["finance"])
+    _status, headers, _body = post_initialize(url, finance)
+    session = {k.lower(): v for k, v in headers.items()}["mcp-session-id"]
+    post_in_session(url, finance, session, {"method": "notifications/initialized"})
+    found = post_in_session(
+        url,
+        finance,
+        session,
+        {
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": METATOOL_NAME, "arguments": {"query": "refund a stripe payment"}},
+        },
+    )
+
+    status, body = post_in_session(
+        url, auth_stack.token(), session, {"id": 3, "method": "tools/list", "params": {}}
+    )
+
+    assert found[0] == 200 and "stripe-refund" in found[1]
+    assert status == 404 and "stripe-refund" not in body
+
+
+def post_in_session(url: str, token: str, session: str, message: dict[str, Any]) -> tuple[int, str]:
+    """A raw POST of a JSON-RPC ``message`` in MCP session ``session``: its status and body."""
+    request = urllib.request.Request(
+        url,
+        data=json.dumps({"jsonrpc": "2.0", **message}).encode(),
+        headers={
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            "Authorization": f"Bearer {token}",
+            "MCP-Protocol-Version": "2025-11-25",
+            "mcp-session-id": session,
+        },
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=20) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
 # -- writes -----------------------------------------------------------------------------------
 
 
