@@ -151,8 +151,10 @@ def session_watch(
     as_json: bool,
 ) -> None:
     """Follow the session's working-set changes as they happen (bound, refreshed, evicted,
-    restored, loop_detected, redundant_search, imported), one line each (--json: one JSON
-    object a line), until interrupted. The session need not have started yet."""
+    restored, loop_detected, redundant_search, imported; ended when it is dropped among too
+    many live sessions, restarted when it starts again after it ended or expired: its working
+    set was emptied), one line each (--json: one JSON object a line), until interrupted. The
+    session need not have started yet."""
 
     def follow(client: Client) -> None:
         for printed, event in enumerate(client.watch_session(session_id, after=after), 1):

@@ -253,8 +253,10 @@ class Client:
     ) -> Iterator[dict[str, str]]:
         """Every change to the session's working set, in order, as it happens (``bound``,
         ``refreshed``, ``evicted``, ``restored``, ``loop_detected``, ``redundant_search``,
-        ``imported``; a ``refreshed`` event's ``tool`` lists the tools a discovery found again,
-        comma-separated), from stream id ``after``; ends when ``stop()`` is true. Redis
+        ``imported``; ``ended`` when it is dropped among too many live sessions, ``restarted``
+        ahead of the first change after it ended, its ``reason`` ``evicted`` or ``expired``: the
+        working set was emptied; a ``refreshed`` event's ``tool`` lists the tools a discovery
+        found again, comma-separated), from stream id ``after``; ends when ``stop()`` is true. Redis
         restarting is ridden out; away longer than ``timeout_s``, a
         :class:`~capdisc.errors.RedisUnavailableError`. A discovery worker names the stream
         first, once it checked that this client may watch the session (with auth on: a token
