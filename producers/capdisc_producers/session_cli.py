@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from capdisc.errors import CapdiscError
+from capdisc.errors import CapdiscError, ConfigError
 from capdisc_producers.cli_base import (
     caller_options,
     client_of,
@@ -128,7 +128,8 @@ def session_export(
     "--after",
     default="0-0",
     show_default=True,
-    help="Print the events after this event id (0-0: from the oldest one kept)",
+    callback=lambda _ctx, param, value: _event_id(param, value),
+    help="Print the events after this event id (0-0: from the oldest one kept; $: only new ones)",
 )
 @click.option(
     "--count",
@@ -164,6 +165,17 @@ def session_watch(
 
     with contextlib.suppress(KeyboardInterrupt):
         _session_client(ctx, redis_url, tenant, follow)
+
+
+def _event_id(param: click.Parameter, value: str) -> str:
+    """``--after`` checked as the client checks it: a usage error (exit 2) naming it."""
+    from capdisc.client import event_id
+
+    try:
+        return event_id(value)
+    except ConfigError as exc:
+        problem = str(exc).replace("watch_session after ", "")
+        raise click.BadParameter(problem, param=param) from exc
 
 
 def _event_line(event: dict[str, str]) -> str:

@@ -486,3 +486,10 @@ def _quiet_status(**fields: Any) -> dict[str, Any]:
         "embedding_calls": 0,
         **fields,
     }
+
+
+def test_watching_a_session_after_what_is_no_event_id_is_a_usage_error_naming_after() -> None:
+    result = CliRunner().invoke(cli, ["session", "watch", "run-42", "--after", "zzz"])
+
+    assert result.exit_code == 2
+    assert "Invalid value for '--after': must be an event id" in result.output
