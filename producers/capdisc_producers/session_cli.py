@@ -36,7 +36,9 @@ def session() -> None:
 
 
 #: The exit status of a session command that names an existing session.
-SESSION_EXITS = exit_status("no such session: never created, or expired")
+#: Every session command exits 1 for a tenant nothing was published to (the workers refuse it).
+UNKNOWN_TENANT = "the tenant is unknown"
+SESSION_EXITS = exit_status(f"no such session (never created, or expired), or {UNKNOWN_TENANT}")
 
 
 @session.command("show", epilog=SESSION_EXITS)
@@ -63,7 +65,7 @@ def session_show(
 
 @session.command(
     "call",
-    epilog=exit_status(None, COULD_NOT_RUN + ", or --args is not JSON"),
+    epilog=exit_status(UNKNOWN_TENANT, COULD_NOT_RUN + ", or --args is not JSON"),
 )
 @click.argument("session_id")
 @click.argument("tool_id")
@@ -119,7 +121,7 @@ def session_export(
 @session.command(
     "watch",
     epilog=exit_status(
-        "the tenant is unknown",
+        UNKNOWN_TENANT,
         COULD_NOT_RUN + " (a token whose roles do not see every capability may not watch)",
     ),
 )
@@ -186,7 +188,7 @@ def _event_line(event: dict[str, str]) -> str:
 
 @session.command(
     "import",
-    epilog=exit_status(None, COULD_NOT_RUN + ", or PATH is no exported session"),
+    epilog=exit_status(UNKNOWN_TENANT, COULD_NOT_RUN + ", or PATH is no exported session"),
 )
 @click.argument("session_id")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))

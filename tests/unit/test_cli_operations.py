@@ -493,3 +493,15 @@ def test_watching_a_session_after_what_is_no_event_id_is_a_usage_error_naming_af
 
     assert result.exit_code == 2
     assert "Invalid value for '--after': must be an event id" in result.output
+
+
+@pytest.mark.parametrize("name", ["call", "export", "import", "show", "watch"])
+def test_each_session_command_documents_exit_1_for_a_tenant_with_no_registry(name: str) -> None:
+    session_group = cli.commands["session"]
+    assert isinstance(session_group, click.Group)
+    command = session_group.commands[name]
+    with click.Context(command, info_name=f"capdisc session {name}") as ctx:
+        text = command.get_help(ctx)
+
+    section = " ".join(text[text.index("Exit status:") :].split())
+    assert "1 " in section and "the tenant is unknown" in section
