@@ -248,7 +248,10 @@ def test_keyring_files_are_private_and_reread_when_changed(tmp_path: Path) -> No
         auth.load_keyring(tmp_path / "absent.json")
 
 
-@pytest.mark.parametrize("broken", ['{"k1": "short"}', "{not json", "[]"])
+BROKEN_KEYRINGS = ['{"k1": "short"}', "{not json", "[]", "{}", '{"revoked": {}}']
+
+
+@pytest.mark.parametrize("broken", BROKEN_KEYRINGS)
 def test_a_keyring_file_broken_while_running_keeps_the_last_keyring_and_says_why(
     tmp_path: Path, broken: str
 ) -> None:
@@ -267,6 +270,16 @@ def test_a_keyring_file_broken_while_running_keeps_the_last_keyring_and_says_why
     assert str(path) in problems[0] and "stays in use" in problems[0]
     auth.save_keyring(path, KEYRING.with_key(auth.new_key(NOW)))
     assert len(source.current().kids) == 2
+
+
+def test_a_keyring_file_without_a_key_stops_a_verifier_at_start_saying_what_to_do(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "keys.json"
+    path.write_text('{"revoked": {}}', encoding="utf-8")
+
+    with pytest.raises(ConfigError, match=r"has no key.*capdisc token keygen"):
+        auth.KeyringFile(path).current()
 
 
 @pytest.mark.parametrize(

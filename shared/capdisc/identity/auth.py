@@ -266,8 +266,9 @@ def write_private(path: Path, text: str) -> None:
 class KeyringFile:
     """A keyring file, read again whenever it changes: a key added or retired takes effect
     without a restart. A file that becomes unreadable, or changes into one that is not a
-    keyring (a hand edit gone wrong), keeps the last keyring read: ``on_problem`` is told why,
-    once per such change, so the process can say so. Only the first read raises."""
+    keyring or has no key (a hand edit gone wrong), keeps the last keyring read:
+    ``on_problem`` is told why, once per such change, so the process can say so. Only the first
+    read raises."""
 
     def __init__(self, path: Path, on_problem: Callable[[str], None] | None = None) -> None:
         self.path = path
@@ -284,7 +285,7 @@ class KeyringFile:
             except OSError:
                 stamp = None
             if self._keyring is None:
-                self._keyring, self._stamp = load_keyring(self.path), stamp
+                self._keyring, self._stamp = self._verifying(), stamp
             elif stamp is not None and stamp != self._stamp:
                 self._stamp = stamp
                 self._keyring = self._reread(self._keyring)
@@ -293,11 +294,22 @@ class KeyringFile:
     def _reread(self, last: Keyring) -> Keyring:
         """The changed file's keyring, or ``last`` when it is not a keyring."""
         try:
-            return load_keyring(self.path)
+            return self._verifying()
         except ConfigError as exc:
             if self.on_problem is not None:
                 self.on_problem(f"{exc}; the keyring read before stays in use until it is fixed")
             return last
+
+    def _verifying(self) -> Keyring:
+        """The file's keyring, if it has a key to verify with (one without would refuse every
+        token: an edit that left only the revocations, or an empty object)."""
+        keyring = load_keyring(self.path)
+        if not keyring.kids:
+            raise ConfigError(
+                f"keyring file {self.path} has no key, so no token would verify; add one with "
+                f"`capdisc token keygen --keys {self.path}` and issue tokens with it"
+            )
+        return keyring
 
 
 # -- tokens -------------------------------------------------------------------------------------
