@@ -15,8 +15,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from capdisc.errors import AuthError, ConfigError
+from capdisc.errors import AuthError, ConfigError, ForbiddenError
 from capdisc.identity import auth
+from capdisc.identity.gate import served_as
 
 NOW = 1_750_000_000.0
 SECRET = "s" * 40
@@ -366,3 +367,13 @@ def test_a_keyring_whose_revoked_entry_is_not_ids_to_expiries_is_a_config_error(
 def test_revoked_is_never_taken_for_a_key_id() -> None:
     with pytest.raises(ConfigError, match="not a key id"):
         KEYRING.with_key(auth.Key("revoked", "HS256", SECRET, SECRET, SECRET))
+
+
+def test_asking_as_another_user_than_an_anonymous_token_names_no_user_and_says_what_to_do() -> None:
+    anonymous = auth.verify(token(user=None), KEYRING, NOW)
+
+    with pytest.raises(ForbiddenError) as refused:
+        served_as(anonymous, [], "bob")
+
+    assert "None" not in str(refused.value)
+    assert "names no user" in str(refused.value) and "--user bob" in str(refused.value)

@@ -141,11 +141,17 @@ def served_as(
     if extra:
         raise ForbiddenError(
             f"the token does not carry role(s) {', '.join(extra)}; its roles "
-            f"are {', '.join(identity.roles) or 'none'}",
+            f"are {', '.join(identity.roles) or 'none'}: ask with those or fewer (or none: "
+            f"the token's), or with a token issued with --roles {','.join(extra)}",
             "roles",
         )
     if user is not None and user != identity.user:
-        raise ForbiddenError(f"the token is for user {identity.user!r}, not {user!r}", "user")
+        holder = "names no user" if identity.user is None else f"is for user {identity.user!r}"
+        raise ForbiddenError(
+            f"the token {holder}, so it may not ask as {user!r}: leave the user out (the "
+            f"token's is used), or use a token issued with --user {user}",
+            "user",
+        )
     return (tuple(roles) or identity.roles), identity.user
 
 
