@@ -121,6 +121,16 @@ def test_retiring_a_key_the_keyring_lacks_exits_1_and_changes_nothing(tmp_path: 
     assert keys_file.read_text() == before
 
 
+def test_a_keyring_that_cannot_be_written_is_a_config_error_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    keys_file = tmp_path / "a-file" / "auth_keys.json"  # its directory is a file
+
+    result = CliRunner().invoke(cli, ["token", "keygen", "--keys", str(keys_file)])
+
+    assert isinstance(result.exception, ConfigError)  # the command's main() exits 2 with it
+    assert f"cannot write {keys_file}" in str(result.exception)
+
+
 def test_revoking_a_token_read_from_stdin_stops_it_verifying_and_only_it(tmp_path: Path) -> None:
     keys_file = tmp_path / "auth_keys.json"
     auth.save_keyring(keys_file, auth.Keyring([auth.new_key(time.time())]))

@@ -250,17 +250,30 @@ def save_keyring(path: Path, keyring: Keyring) -> None:
 
 def write_private(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` readable by its owner only (0600; a new directory 0700),
-    atomically: a reader sees the old file or the new one."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    atomically: a reader sees the old file or the new one. :class:`ConfigError` naming
+    ``path`` when it cannot be written."""
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    except OSError as exc:
+        raise _unwritable(path, exc) from exc
     try:
         with os.fdopen(descriptor, "w", encoding="utf-8") as out:
             out.write(text)
         os.chmod(temporary, 0o600)
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as exc:
         Path(temporary).unlink(missing_ok=True)
+        if isinstance(exc, OSError):  # a full disk, a path that is a directory, ...
+            raise _unwritable(path, exc) from exc
         raise
+
+
+def _unwritable(path: Path, exc: OSError) -> ConfigError:
+    return ConfigError(
+        f"cannot write {path} ({exc.strerror}): it must be a file in a directory this user may "
+        "write in; give another path or fix that one"
+    )
 
 
 class KeyringFile:
