@@ -486,6 +486,15 @@ def main() -> None:
         worker.run()
     except KeyboardInterrupt:
         worker.stop.set()
+    except redis.exceptions.NoPermissionError as exc:  # no retry makes the ACL allow it
+        worker.stop.set()
+        log.error(
+            "redis_permission_refused",
+            error=str(exc),
+            hint="the Redis user of CAPDISC_REDIS_URL may not do what a discovery worker "
+            "does; run it as the capdisc-discovery user of infra/redis-users.acl",
+        )
+        sys.exit(2)
 
 
 def _not_started(exc: CapdiscError) -> NoReturn:
