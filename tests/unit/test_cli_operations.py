@@ -515,3 +515,11 @@ def test_each_session_command_documents_exit_1_for_a_tenant_with_no_registry(nam
 
     section = " ".join(text[text.index("Exit status:") :].split())
     assert "1 " in section and "the tenant is unknown" in section
+
+
+def test_the_tenant_option_says_a_tokens_tenant_is_the_default() -> None:
+    result = CliRunner().invoke(cli, ["discover", "--help"])
+
+    assert "(default: the token's tenant, else the settings tenant)" in " ".join(
+        result.output.split()
+    )
