@@ -79,6 +79,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.to_thread
 import mcp_types as types
 import redis
 import structlog
@@ -547,7 +548,8 @@ class KeyringVerifier:
 
     async def verify_token(self, token: str) -> AccessToken | None:
         try:
-            identity = self.gate.identity(token)
+            # in a thread: the gate reads Redis's clock (a round trip every few seconds)
+            identity = await anyio.to_thread.run_sync(self.gate.identity, token)
         except AuthError as exc:
             log.warning("mcp_token_refused", reason=exc.reason, **auth.label(token))
             return None

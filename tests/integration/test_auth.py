@@ -464,14 +464,14 @@ def mcp_http(auth_stack: AuthStack, tmp_path: Path) -> Iterator[Callable[..., st
     auth settings, as a process that does not have them); returns its endpoint URL."""
     running: list[subprocess.Popen[bytes]] = []
 
-    def start(*args: str, keyring: bool = True) -> str:
+    def start(*args: str, keyring: bool = True, **env: str) -> str:
         port = free_port()
         log = tmp_path / "mcp-http.log"
         with log.open("ab") as out:
             running.append(
                 subprocess.Popen(
                     [*SERVE, "--http", str(port), *args],
-                    env=mcp_env(auth_stack, None, keyring=keyring),
+                    env={**mcp_env(auth_stack, None, keyring=keyring), **env},
                     cwd=ROOT,
                     stdout=out,
                     stderr=out,
@@ -586,6 +586,18 @@ def test_mcp_http_each_request_asks_as_the_holder_of_its_bearer_token(
     assert REFUND in answers["finance"]["session"]["bound"]
     assert REFUND not in [c["id"] for c in answers["plain"]["capabilities"]]
     assert REFUND not in answers["plain"]["session"]["bound"]
+
+
+def test_mcp_http_on_a_host_an_hour_behind_takes_a_token_issued_now(
+    auth_stack: AuthStack, mcp_http: Callable[..., str]
+) -> None:
+    from .test_clock_skew import shifted_clock
+
+    url = mcp_http(**shifted_clock("-1h"))
+
+    status, _headers, body = post_initialize(url, auth_stack.token())
+
+    assert status == 200, body
 
 
 def test_mcp_http_a_session_answers_only_the_holder_that_opened_it(
