@@ -354,17 +354,21 @@ def mcp_cmd(
     asks as its holder. When an upstream MCP server's tools change, they are imported again
     with --import-token, which needs the write grant (said at start when it has not)."""
     from capdisc.identity.gate import Gate
+    from capdisc.redisclock import RedisClock
     from capdisc_producers.mcp_server import ServerAuth, serve
     from capdisc_producers.mcp_server import log as mcp_log
 
-    settings, _connection = connect(ctx, redis_url)
+    settings, connection = connect(ctx, redis_url)
+    clock = RedisClock()
     if import_token:
         settings = settings.with_changes(mcp_import_token=import_token)
     access = access_of(ctx)
     required = access.auth if access.auth is not None else access.keys_file is not None
     gate = (
         Gate.from_settings(
-            settings.with_changes(auth=True, auth_keys_file=access.keys_file), mcp_log
+            settings.with_changes(auth=True, auth_keys_file=access.keys_file),
+            mcp_log,
+            clock=lambda: clock.now_ms(connection) / 1000,  # tokens' times on Redis's clock
         )
         if access.keys_file is not None and required
         else Gate(None)
@@ -402,6 +406,13 @@ def main() -> None:
             fail(str(RedisCredentialsError.refused(exc)))
         if redis is not None and isinstance(exc, redis.ConnectionError | redis.TimeoutError):
             fail(f"cannot reach Redis ({exc}); {_redis_down_hint()}{_tls_hint(exc)}")
+        if redis is not None and isinstance(exc, redis.exceptions.NoPermissionError):
+            fail(
+                f"Redis refused this command to the ACL user of capdisc's Redis URL ({exc}); "
+                "run it as a user whose ACL allows it: infra/README.md says which user each "
+                "command needs (capdisc-producer sends events, capdisc-monitor reads status, "
+                "dead letters and flags, capdisc-client asks the discovery workers)"
+            )
         raise
 
 

@@ -95,7 +95,7 @@ tenant_option = click.option(
     "--tenant",
     default=None,
     callback=_tenant_name,
-    help=f"Tenant: {TENANT_RULE} (default: settings tenant)",
+    help=f"Tenant: {TENANT_RULE} (default: the token's tenant, else the settings tenant)",
 )
 take_over_option = click.option(
     "--take-over",

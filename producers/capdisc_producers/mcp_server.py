@@ -53,7 +53,8 @@ streamable HTTP with auth on, the server is an OAuth resource server built from 
 ``RequireAuthMiddleware``): every request needs ``Authorization: Bearer TOKEN`` with the
 ``discover`` and ``session`` grants (401 with ``WWW-Authenticate: Bearer`` otherwise, 403 without
 the grants); each call asks as that token's holder, and the SDK binds each MCP session to the
-token's subject. The workers verify the token again. With auth off, HTTP callers ask as the process;
+token's holder (tenant, roles, user, subject). The workers verify the token again. With auth
+off, HTTP callers ask as the process;
 on a host other than loopback the server says so in its log. When an upstream's tools change, the
 re-import is published with the import token (``--import-token`` or ``CAPDISC_MCP_IMPORT_TOKEN``,
 default the process's token), which with auth on needs the ``write`` grant: the token an MCP host is
@@ -78,6 +79,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.to_thread
 import mcp_types as types
 import redis
 import structlog
@@ -536,23 +538,36 @@ def _url_host(host: str) -> str:
 
 class KeyringVerifier:
     """The SDK's ``TokenVerifier`` over capdisc's keyring: a bearer token is valid when it
-    verifies (:func:`capdisc.identity.auth.verify`); its grants are its scopes, its subject the
-    principal the SDK binds each MCP session to. The token is logged by kid and subject only."""
+    verifies (:func:`capdisc.identity.auth.verify`); its grants are its scopes, and its holder
+    (tenant, roles, user and subject: :func:`holder_id`) the principal the SDK binds each MCP
+    session to, so that a token of another tenant or with other roles but the same subject
+    cannot use that session. The token is logged by kid and subject only."""
 
     def __init__(self, gate: Gate) -> None:
         self.gate = gate
 
     async def verify_token(self, token: str) -> AccessToken | None:
         try:
-            identity = self.gate.identity(token)
+            # in a thread: the gate reads Redis's clock (a round trip every few seconds)
+            identity = await anyio.to_thread.run_sync(self.gate.identity, token)
         except AuthError as exc:
             log.warning("mcp_token_refused", reason=exc.reason, **auth.label(token))
             return None
         return AccessToken(
             token=token,
-            client_id=identity.subject,
+            client_id=holder_id(identity),
             subject=identity.subject,
             scopes=sorted(identity.grants),
             expires_at=identity.expires_at,
             claims={"iss": auth.ISSUER, "tenant": identity.tenant, "kid": identity.kid},
         )
+
+
+def holder_id(identity: auth.Identity) -> str:
+    """Who holds a token, as the SDK compares principals: its tenant, roles, user and subject
+    (a subject alone is the same for every anonymous holder of a tenant, and a user id may be
+    the same in two tenants). A token issued again to the same holder keeps its sessions."""
+    return json.dumps(
+        [identity.tenant, sorted(identity.roles), identity.user, identity.subject],
+        separators=(",", ":"),
+    )

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from capdisc.errors import CapdiscError
+from capdisc.errors import CapdiscError, ConfigError
 from capdisc_producers.cli_base import (
     caller_options,
     client_of,
@@ -36,7 +36,9 @@ def session() -> None:
 
 
 #: The exit status of a session command that names an existing session.
-SESSION_EXITS = exit_status("no such session: never created, or expired")
+#: Every session command exits 1 for a tenant nothing was published to (the workers refuse it).
+UNKNOWN_TENANT = "the tenant is unknown"
+SESSION_EXITS = exit_status(f"no such session (never created, or expired), or {UNKNOWN_TENANT}")
 
 
 @session.command("show", epilog=SESSION_EXITS)
@@ -63,7 +65,7 @@ def session_show(
 
 @session.command(
     "call",
-    epilog=exit_status(None, COULD_NOT_RUN + ", or --args is not JSON"),
+    epilog=exit_status(UNKNOWN_TENANT, COULD_NOT_RUN + ", or --args is not JSON"),
 )
 @click.argument("session_id")
 @click.argument("tool_id")
@@ -119,7 +121,7 @@ def session_export(
 @session.command(
     "watch",
     epilog=exit_status(
-        "the tenant is unknown",
+        UNKNOWN_TENANT,
         COULD_NOT_RUN + " (a token whose roles do not see every capability may not watch)",
     ),
 )
@@ -128,7 +130,8 @@ def session_export(
     "--after",
     default="0-0",
     show_default=True,
-    help="Print the events after this event id (0-0: from the oldest one kept)",
+    callback=lambda _ctx, param, value: _event_id(param, value),
+    help="Print the events after this event id (0-0: from the oldest one kept; $: only new ones)",
 )
 @click.option(
     "--count",
@@ -151,8 +154,10 @@ def session_watch(
     as_json: bool,
 ) -> None:
     """Follow the session's working-set changes as they happen (bound, refreshed, evicted,
-    restored, loop_detected, redundant_search, imported), one line each (--json: one JSON
-    object a line), until interrupted. The session need not have started yet."""
+    restored, loop_detected, redundant_search, imported; ended when it is dropped among too
+    many live sessions, restarted when it starts again after it ended or expired: its working
+    set was emptied), one line each (--json: one JSON object a line), until interrupted. The
+    session need not have started yet."""
 
     def follow(client: Client) -> None:
         for printed, event in enumerate(client.watch_session(session_id, after=after), 1):
@@ -164,6 +169,17 @@ def session_watch(
         _session_client(ctx, redis_url, tenant, follow)
 
 
+def _event_id(param: click.Parameter, value: str) -> str:
+    """``--after`` checked as the client checks it: a usage error (exit 2) naming it."""
+    from capdisc.client import event_id
+
+    try:
+        return event_id(value)
+    except ConfigError as exc:
+        problem = str(exc).replace("watch_session after ", "")
+        raise click.BadParameter(problem, param=param) from exc
+
+
 def _event_line(event: dict[str, str]) -> str:
     at = time.strftime("%H:%M:%S", time.localtime(int(event.get("at_ms") or 0) / 1000))
     what = "  ".join(part for part in (event.get("tool"), event.get("reason")) if part)
@@ -172,7 +188,7 @@ def _event_line(event: dict[str, str]) -> str:
 
 @session.command(
     "import",
-    epilog=exit_status(None, COULD_NOT_RUN + ", or PATH is no exported session"),
+    epilog=exit_status(UNKNOWN_TENANT, COULD_NOT_RUN + ", or PATH is no exported session"),
 )
 @click.argument("session_id")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))

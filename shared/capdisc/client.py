@@ -12,6 +12,7 @@ import base64
 import json
 import math
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -253,14 +254,18 @@ class Client:
     ) -> Iterator[dict[str, str]]:
         """Every change to the session's working set, in order, as it happens (``bound``,
         ``refreshed``, ``evicted``, ``restored``, ``loop_detected``, ``redundant_search``,
-        ``imported``; a ``refreshed`` event's ``tool`` lists the tools a discovery found again,
-        comma-separated), from stream id ``after``; ends when ``stop()`` is true. Redis
+        ``imported``; ``ended`` when it is dropped among too many live sessions, ``restarted``
+        ahead of the first change after it ended, its ``reason`` ``evicted`` or ``expired``: the
+        working set was emptied; a ``refreshed`` event's ``tool`` lists the tools a discovery
+        found again, comma-separated), from stream id ``after``; ends when ``stop()`` is true. Redis
         restarting is ridden out; away longer than ``timeout_s``, a
         :class:`~capdisc.errors.RedisUnavailableError`. A discovery worker names the stream
         first, once it checked that this client may watch the session (with auth on: a token
         of its tenant with the ``session`` grant whose roles see every capability, since the
-        events name each tool bound); the stream is then read from Redis directly."""
-        return self._followed(self._tenant(tenant), session, after, stop)
+        events name each tool bound); the stream is then read from Redis directly. ``after``
+        that is no event id is a :class:`~capdisc.errors.ConfigError`, before anything is
+        sent."""
+        return self._followed(self._tenant(tenant), session, event_id(after), stop)
 
     def _followed(
         self, tenant: str, session: str, after: str, stop: Callable[[], bool]
@@ -424,6 +429,26 @@ def seconds(value: Any, name: str) -> float:
             f"{value!r}; to wait longer, ask again when it times out"
         )
     return float(value)
+
+
+#: A stream entry id as Redis takes it: milliseconds, optionally ``-sequence`` (each at most
+#: 2**64 - 1), or ``$`` (only what comes next).
+_EVENT_ID = re.compile(r"^(?:[0-9]{1,20}(?:-[0-9]{1,20})?|\$)$")
+
+
+def event_id(after: Any) -> str:
+    """``after`` if it is an event id a session's stream can be read after; :class:`ConfigError`
+    naming it otherwise."""
+    if not (
+        isinstance(after, str)
+        and _EVENT_ID.fullmatch(after)
+        and all(int(part) < 2**64 for part in after.split("-") if part != "$")
+    ):
+        raise ConfigError(
+            f"watch_session after must be an event id, MILLISECONDS-SEQUENCE as an event's "
+            f"'id' (0-0: from the oldest one kept; $: only new ones), got {after!r:.40}"
+        )
+    return after
 
 
 def _unreachable(outage: redis.RedisError, timeout_s: float) -> RedisUnavailableError:

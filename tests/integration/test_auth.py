@@ -464,14 +464,14 @@ def mcp_http(auth_stack: AuthStack, tmp_path: Path) -> Iterator[Callable[..., st
     auth settings, as a process that does not have them); returns its endpoint URL."""
     running: list[subprocess.Popen[bytes]] = []
 
-    def start(*args: str, keyring: bool = True) -> str:
+    def start(*args: str, keyring: bool = True, **env: str) -> str:
         port = free_port()
         log = tmp_path / "mcp-http.log"
         with log.open("ab") as out:
             running.append(
                 subprocess.Popen(
                     [*SERVE, "--http", str(port), *args],
-                    env=mcp_env(auth_stack, None, keyring=keyring),
+                    env={**mcp_env(auth_stack, None, keyring=keyring), **env},
                     cwd=ROOT,
                     stdout=out,
                     stderr=out,
@@ -586,6 +586,68 @@ def test_mcp_http_each_request_asks_as_the_holder_of_its_bearer_token(
     assert REFUND in answers["finance"]["session"]["bound"]
     assert REFUND not in [c["id"] for c in answers["plain"]["capabilities"]]
     assert REFUND not in answers["plain"]["session"]["bound"]
+
+
+def test_mcp_http_on_a_host_an_hour_behind_takes_a_token_issued_now(
+    auth_stack: AuthStack, mcp_http: Callable[..., str]
+) -> None:
+    from .test_clock_skew import shifted_clock
+
+    url = mcp_http(**shifted_clock("-1h"))
+
+    status, _headers, body = post_initialize(url, auth_stack.token())
+
+    assert status == 200, body
+
+
+def test_mcp_http_a_session_answers_only_the_holder_that_opened_it(
+    auth_stack: AuthStack, mcp_http: Callable[..., str]
+) -> None:
+    """Two tokens of one subject (anonymous@acme) with other roles are two holders: the one
+    without finance may not list what the finance holder's session bound."""
+    url = mcp_http()
+    finance = auth_stack.token(roles=["finance"])
+    _status, headers, _body = post_initialize(url, finance)
+    session = {k.lower(): v for k, v in headers.items()}["mcp-session-id"]
+    post_in_session(url, finance, session, {"method": "notifications/initialized"})
+    found = post_in_session(
+        url,
+        finance,
+        session,
+        {
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": METATOOL_NAME, "arguments": {"query": "refund a stripe payment"}},
+        },
+    )
+
+    status, body = post_in_session(
+        url, auth_stack.token(), session, {"id": 3, "method": "tools/list", "params": {}}
+    )
+
+    assert found[0] == 200 and "stripe-refund" in found[1]
+    assert status == 404 and "stripe-refund" not in body
+
+
+def post_in_session(url: str, token: str, session: str, message: dict[str, Any]) -> tuple[int, str]:
+    """A raw POST of a JSON-RPC ``message`` in MCP session ``session``: its status and body."""
+    request = urllib.request.Request(
+        url,
+        data=json.dumps({"jsonrpc": "2.0", **message}).encode(),
+        headers={
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            "Authorization": f"Bearer {token}",
+            "MCP-Protocol-Version": "2025-11-25",
+            "mcp-session-id": session,
+        },
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=20) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
 
 
 # -- writes -----------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import importlib.util
 import json
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,10 +17,12 @@ import redis
 
 from capdisc import keys
 from capdisc.client import Client
+from capdisc.identity import auth
 from capdisc.status import live_workers
 
 from .conftest import INDEXING_ARGV, Stack, publish
 from .private import PrivateStack, copy_registry, publish_and_serve, write_catalog
+from .test_auth import publish_as
 from .test_cli import run_cli
 from .test_healing import CONVERGE_S, await_condition, start_import, stored
 
@@ -71,6 +74,56 @@ def test_workers_an_hour_off_are_listed_live(skewed: PrivateStack) -> None:
     kinds = {w["kind"] for w in live_workers(connection)}
 
     assert kinds == {"indexing", "discovery"}
+
+
+@pytest.fixture(scope="module")
+def skewed_with_auth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateStack]:
+    """Auth on, an indexing worker and a discovery worker an hour behind the host that issues
+    the tokens (whose clock is Redis's)."""
+    behind = shifted_clock("-1h")
+    base = tmp_path_factory.mktemp("skewed-auth")
+    keys_file = base / "secrets" / "auth_keys.json"
+    auth.save_keyring(keys_file, auth.Keyring([auth.new_key(time.time())]))
+    stack = PrivateStack(base, durable=False)
+    try:
+        stack.env.update(CAPDISC_AUTH="on", CAPDISC_AUTH_KEYS_FILE=str(keys_file))
+        stack.spawn("indexing", [*INDEXING_ARGV, "-n", "indexing-behind@%h"], **behind)
+        stack.spawn_discovery(**behind)
+        yield stack
+    finally:
+        stack.close()
+
+
+def _token_issued_now(stack: PrivateStack, grants: list[str]) -> str:
+    keyring = auth.load_keyring(Path(stack.env["CAPDISC_AUTH_KEYS_FILE"]))
+    return auth.issue(keyring, tenant=TENANT, grants=grants, ttl_s=900, now=time.time())
+
+
+def test_an_indexing_worker_an_hour_behind_applies_an_event_whose_token_was_issued_now(
+    skewed_with_auth: PrivateStack, tmp_path: Path
+) -> None:
+    registry = copy_registry(tmp_path / "registry", lambda p: p.name == "slack-post-message")
+
+    report = publish_as(
+        skewed_with_auth.url, registry, TENANT, _token_issued_now(skewed_with_auth, ["write"])
+    )
+
+    assert [o.get("reason") for o in report.outcomes if o.get("decision") == "rejected"] == []
+    assert report.complete and report.index_version > 0
+
+
+def test_a_discovery_worker_an_hour_behind_answers_a_token_issued_now(
+    skewed_with_auth: PrivateStack, tmp_path: Path
+) -> None:
+    writer = _token_issued_now(skewed_with_auth, ["admin"])
+    registry = copy_registry(tmp_path / "registry", lambda p: p.name == "slack-post-message")
+    version = publish_as(skewed_with_auth.url, registry, TENANT, writer).index_version
+    token = _token_issued_now(skewed_with_auth, ["discover"])
+
+    with Client(skewed_with_auth.connection(), token=token, timeout_s=20) as client:
+        answer = client.discover("post a message to a slack channel", min_version=version)
+
+    assert answer.capabilities
 
 
 def test_the_tasks_of_a_killed_worker_an_hour_ahead_run_again(tmp_path: Path) -> None:

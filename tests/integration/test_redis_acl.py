@@ -256,3 +256,31 @@ def test_a_role_cannot_go_beyond_its_keys_and_commands(
 def test_the_default_user_is_off(acl_stack: AclStack) -> None:
     with pytest.raises(redis.AuthenticationError):
         redis.Redis(port=acl_stack.port, socket_connect_timeout=2).ping()
+
+
+def test_a_command_its_redis_user_may_not_run_says_so_without_a_traceback(
+    acl_stack: AclStack,
+) -> None:
+    result = acl_stack.cli("status", role="client")
+
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "error: Redis refused" in result.stderr and "infra/README.md" in result.stderr
+
+
+def test_a_discovery_worker_run_as_a_user_without_its_permissions_says_which_user_it_needs(
+    acl_stack: AclStack,
+) -> None:
+    worker = subprocess.run(
+        DISCOVERY_ARGV,
+        env=acl_stack.env("client"),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    said = worker.stdout + worker.stderr
+    assert worker.returncode == 2
+    assert "Traceback" not in said
+    assert "redis_permission_refused" in said and "capdisc-discovery" in said

@@ -53,7 +53,7 @@ def test_live_sessions_are_bounded_least_recently_active_first(
     assert store.load(connection, tenant, "mid") is not None
     assert store.load(connection, tenant, "new") is not None
     assert connection.zcard(keys.sessions(tenant)) == 2
-    assert not connection.exists(store.stream_key(connection, tenant, "old"))
+    assert connection.xlen(store.stream_key(connection, tenant, "old")) == 1  # "ended" alone
     assert connection.exists(store.stream_key(connection, tenant, "mid"))
 
 
@@ -203,6 +203,31 @@ def test_a_new_sessions_first_turn_is_no_restart(connection: redis.Redis, tenant
     second = sessions.after_discovery(Turn(tenant, "s1", "r2", None, ["tool:b"]))
 
     assert (first.restarted, first.note, second.restarted) == (None, None, None)
+
+
+def _events(connection: redis.Redis, tenant: str, session: str) -> list[tuple[str, str]]:
+    entries = connection.xrange(store.stream_key(connection, tenant, session))
+    return [(fields[b"type"].decode(), fields[b"reason"].decode()) for _id, fields in entries]
+
+
+def test_a_watcher_is_told_when_its_session_is_dropped_among_too_many(
+    connection: redis.Redis, tenant: str
+) -> None:
+    one_live_session_after_dropping_old(connection, tenant)
+
+    assert _events(connection, tenant, "old") == [("ended", "evicted")]
+
+
+def test_a_watcher_is_told_that_a_session_that_reached_its_maximum_age_started_again(
+    connection: redis.Redis, tenant: str
+) -> None:
+    sessions = SessionService(connection, SessionPolicy(max_age_s=0.5))
+    sessions.after_discovery(Turn(tenant, "s1", "r1", None, ["tool:a"]))
+    wait_for(lambda: not connection.exists(keys.session(tenant, "s1")), 10, "the session expiring")
+
+    sessions.after_discovery(Turn(tenant, "s1", "r2", None, ["tool:b"]))
+
+    assert _events(connection, tenant, "s1") == [("restarted", "expired"), ("bound", "")]
 
 
 def test_showing_a_session_dropped_among_too_many_says_so(

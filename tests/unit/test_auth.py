@@ -15,8 +15,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from capdisc.errors import AuthError, ConfigError
+from capdisc.errors import AuthError, ConfigError, ForbiddenError
 from capdisc.identity import auth
+from capdisc.identity.gate import served_as
 
 NOW = 1_750_000_000.0
 SECRET = "s" * 40
@@ -248,7 +249,10 @@ def test_keyring_files_are_private_and_reread_when_changed(tmp_path: Path) -> No
         auth.load_keyring(tmp_path / "absent.json")
 
 
-@pytest.mark.parametrize("broken", ['{"k1": "short"}', "{not json", "[]"])
+BROKEN_KEYRINGS = ['{"k1": "short"}', "{not json", "[]", "{}", '{"revoked": {}}']
+
+
+@pytest.mark.parametrize("broken", BROKEN_KEYRINGS)
 def test_a_keyring_file_broken_while_running_keeps_the_last_keyring_and_says_why(
     tmp_path: Path, broken: str
 ) -> None:
@@ -267,6 +271,16 @@ def test_a_keyring_file_broken_while_running_keeps_the_last_keyring_and_says_why
     assert str(path) in problems[0] and "stays in use" in problems[0]
     auth.save_keyring(path, KEYRING.with_key(auth.new_key(NOW)))
     assert len(source.current().kids) == 2
+
+
+def test_a_keyring_file_without_a_key_stops_a_verifier_at_start_saying_what_to_do(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "keys.json"
+    path.write_text('{"revoked": {}}', encoding="utf-8")
+
+    with pytest.raises(ConfigError, match=r"has no key.*capdisc token keygen"):
+        auth.KeyringFile(path).current()
 
 
 @pytest.mark.parametrize(
@@ -353,3 +367,13 @@ def test_a_keyring_whose_revoked_entry_is_not_ids_to_expiries_is_a_config_error(
 def test_revoked_is_never_taken_for_a_key_id() -> None:
     with pytest.raises(ConfigError, match="not a key id"):
         KEYRING.with_key(auth.Key("revoked", "HS256", SECRET, SECRET, SECRET))
+
+
+def test_asking_as_another_user_than_an_anonymous_token_names_no_user_and_says_what_to_do() -> None:
+    anonymous = auth.verify(token(user=None), KEYRING, NOW)
+
+    with pytest.raises(ForbiddenError) as refused:
+        served_as(anonymous, [], "bob")
+
+    assert "None" not in str(refused.value)
+    assert "names no user" in str(refused.value) and "--user bob" in str(refused.value)

@@ -121,6 +121,16 @@ def test_retiring_a_key_the_keyring_lacks_exits_1_and_changes_nothing(tmp_path: 
     assert keys_file.read_text() == before
 
 
+def test_a_keyring_that_cannot_be_written_is_a_config_error_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    keys_file = tmp_path / "a-file" / "auth_keys.json"  # its directory is a file
+
+    result = CliRunner().invoke(cli, ["token", "keygen", "--keys", str(keys_file)])
+
+    assert isinstance(result.exception, ConfigError)  # the command's main() exits 2 with it
+    assert f"cannot write {keys_file}" in str(result.exception)
+
+
 def test_revoking_a_token_read_from_stdin_stops_it_verifying_and_only_it(tmp_path: Path) -> None:
     keys_file = tmp_path / "auth_keys.json"
     auth.save_keyring(keys_file, auth.Keyring([auth.new_key(time.time())]))
@@ -486,3 +496,30 @@ def _quiet_status(**fields: Any) -> dict[str, Any]:
         "embedding_calls": 0,
         **fields,
     }
+
+
+def test_watching_a_session_after_what_is_no_event_id_is_a_usage_error_naming_after() -> None:
+    result = CliRunner().invoke(cli, ["session", "watch", "run-42", "--after", "zzz"])
+
+    assert result.exit_code == 2
+    assert "Invalid value for '--after': must be an event id" in result.output
+
+
+@pytest.mark.parametrize("name", ["call", "export", "import", "show", "watch"])
+def test_each_session_command_documents_exit_1_for_a_tenant_with_no_registry(name: str) -> None:
+    session_group = cli.commands["session"]
+    assert isinstance(session_group, click.Group)
+    command = session_group.commands[name]
+    with click.Context(command, info_name=f"capdisc session {name}") as ctx:
+        text = command.get_help(ctx)
+
+    section = " ".join(text[text.index("Exit status:") :].split())
+    assert "1 " in section and "the tenant is unknown" in section
+
+
+def test_the_tenant_option_says_a_tokens_tenant_is_the_default() -> None:
+    result = CliRunner().invoke(cli, ["discover", "--help"])
+
+    assert "(default: the token's tenant, else the settings tenant)" in " ".join(
+        result.output.split()
+    )

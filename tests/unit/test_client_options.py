@@ -34,3 +34,19 @@ def test_a_call_with_a_bad_timeout_is_refused_naming_it_before_anything_is_sent(
 
 def test_a_long_wait_is_taken_as_given() -> None:
     assert Client(NOWHERE, timeout_s=86400 * 30, resend_after_s=2).timeout_s == 86400 * 30
+
+
+NO_EVENT_IDS = ["zzz", "", "-1", "1-", "1-2-3", ">", "99999999999999999999999-0"]
+
+
+@pytest.mark.parametrize("after", NO_EVENT_IDS)
+def test_watching_after_what_is_no_event_id_is_refused_naming_it_before_anything_is_sent(
+    after: str,
+) -> None:
+    with pytest.raises(ConfigError, match=r"^watch_session after must be an event id"):
+        Client(NOWHERE).watch_session("run-42", after=after)
+
+
+@pytest.mark.parametrize("after", ["0-0", "0", "1795976883659-0", "1795976883659", "$"])
+def test_watching_after_an_event_id_is_taken(after: str) -> None:
+    Client(NOWHERE).watch_session("run-42", after=after)  # nothing is sent before iterating

@@ -100,8 +100,11 @@ class DiscoveryWorker:
         self.sessions = SessionService(
             connection, settings.sessions, clock=lambda: int(self.clock.now_ms(connection))
         )
-        #: Who asks: with auth on, who the request's token proves (:mod:`capdisc.identity.gate`).
-        self.gate = Gate.from_settings(settings, log)
+        #: Who asks: with auth on, who the request's token proves (:mod:`capdisc.identity.gate`),
+        #: its times checked on Redis's clock too.
+        self.gate = Gate.from_settings(
+            settings, log, clock=lambda: self.clock.now_ms(connection) / 1000
+        )
         self.worker_id = f"discovery@{socket.gethostname()}:{os.getpid()}"
         #: The port metrics are served on (None: not served); set when the worker runs.
         self.metrics_port: int | None = None
@@ -483,6 +486,15 @@ def main() -> None:
         worker.run()
     except KeyboardInterrupt:
         worker.stop.set()
+    except redis.exceptions.NoPermissionError as exc:  # no retry makes the ACL allow it
+        worker.stop.set()
+        log.error(
+            "redis_permission_refused",
+            error=str(exc),
+            hint="the Redis user of CAPDISC_REDIS_URL may not do what a discovery worker "
+            "does; run it as the capdisc-discovery user of infra/redis-users.acl",
+        )
+        sys.exit(2)
 
 
 def _not_started(exc: CapdiscError) -> NoReturn:

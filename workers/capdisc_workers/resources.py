@@ -21,6 +21,7 @@ from redis import Redis
 
 from capdisc.embedders.port import Embedder
 from capdisc.identity.gate import Gate
+from capdisc.redisclock import RedisClock
 from capdisc.registry.deadletters import dead_letter
 from capdisc.resources import embedder_for, store_for
 from capdisc.settings import Settings
@@ -68,8 +69,15 @@ class Resources:
     @classmethod
     def from_settings(cls, settings: Settings) -> Resources:
         """The resources ``settings`` ask for. The gate reads its keyring here, so a missing or
-        broken one stops the worker at start; everything else is made when first used."""
-        return cls(settings, Gate.from_settings(settings, log))
+        broken one stops the worker at start, and checks a token's times on Redis's clock (as
+        the discovery workers do); everything else is made when first used."""
+        clock = RedisClock()
+
+        def redis_now_s() -> float:
+            return clock.now_ms(resources.redis) / 1000
+
+        resources = cls(settings, Gate.from_settings(settings, log, clock=redis_now_s))
+        return resources
 
     @cached_property
     def redis(self) -> Redis:

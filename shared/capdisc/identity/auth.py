@@ -250,24 +250,38 @@ def save_keyring(path: Path, keyring: Keyring) -> None:
 
 def write_private(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` readable by its owner only (0600; a new directory 0700),
-    atomically: a reader sees the old file or the new one."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    atomically: a reader sees the old file or the new one. :class:`ConfigError` naming
+    ``path`` when it cannot be written."""
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    except OSError as exc:
+        raise _unwritable(path, exc) from exc
     try:
         with os.fdopen(descriptor, "w", encoding="utf-8") as out:
             out.write(text)
         os.chmod(temporary, 0o600)
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as exc:
         Path(temporary).unlink(missing_ok=True)
+        if isinstance(exc, OSError):  # a full disk, a path that is a directory, ...
+            raise _unwritable(path, exc) from exc
         raise
+
+
+def _unwritable(path: Path, exc: OSError) -> ConfigError:
+    return ConfigError(
+        f"cannot write {path} ({exc.strerror}): it must be a file in a directory this user may "
+        "write in; give another path or fix that one"
+    )
 
 
 class KeyringFile:
     """A keyring file, read again whenever it changes: a key added or retired takes effect
     without a restart. A file that becomes unreadable, or changes into one that is not a
-    keyring (a hand edit gone wrong), keeps the last keyring read: ``on_problem`` is told why,
-    once per such change, so the process can say so. Only the first read raises."""
+    keyring or has no key (a hand edit gone wrong), keeps the last keyring read:
+    ``on_problem`` is told why, once per such change, so the process can say so. Only the first
+    read raises."""
 
     def __init__(self, path: Path, on_problem: Callable[[str], None] | None = None) -> None:
         self.path = path
@@ -284,7 +298,7 @@ class KeyringFile:
             except OSError:
                 stamp = None
             if self._keyring is None:
-                self._keyring, self._stamp = load_keyring(self.path), stamp
+                self._keyring, self._stamp = self._verifying(), stamp
             elif stamp is not None and stamp != self._stamp:
                 self._stamp = stamp
                 self._keyring = self._reread(self._keyring)
@@ -293,11 +307,22 @@ class KeyringFile:
     def _reread(self, last: Keyring) -> Keyring:
         """The changed file's keyring, or ``last`` when it is not a keyring."""
         try:
-            return load_keyring(self.path)
+            return self._verifying()
         except ConfigError as exc:
             if self.on_problem is not None:
                 self.on_problem(f"{exc}; the keyring read before stays in use until it is fixed")
             return last
+
+    def _verifying(self) -> Keyring:
+        """The file's keyring, if it has a key to verify with (one without would refuse every
+        token: an edit that left only the revocations, or an empty object)."""
+        keyring = load_keyring(self.path)
+        if not keyring.kids:
+            raise ConfigError(
+                f"keyring file {self.path} has no key, so no token would verify; add one with "
+                f"`capdisc token keygen --keys {self.path}` and issue tokens with it"
+            )
+        return keyring
 
 
 # -- tokens -------------------------------------------------------------------------------------

@@ -52,13 +52,17 @@ class Gate:
     clock: Callable[[], float] = time.time
 
     @classmethod
-    def from_settings(cls, settings: Settings, log: Any = None) -> Gate:
+    def from_settings(
+        cls, settings: Settings, log: Any = None, clock: Callable[[], float] = time.time
+    ) -> Gate:
         """The gate ``settings`` ask for; with auth on, the keyring is read once here so a
         missing or broken one stops the process at start, naming the file. A keyring file
         broken later keeps the keyring read before, and the process's structlog ``log`` says
-        why (``keyring_unusable``, once per change of the file)."""
+        why (``keyring_unusable``, once per change of the file). ``clock`` (seconds since the
+        epoch) is what a token's times are checked against: a worker passes Redis's, so that
+        its own host's clock being off does not refuse tokens issued on time."""
         if not settings.auth:
-            return cls(None)
+            return cls(None, clock)
         if settings.auth_keys_file is None:
             raise ConfigError(
                 "auth is on but no keyring is set: point CAPDISC_AUTH_KEYS_FILE "
@@ -67,7 +71,7 @@ class Gate:
             )
         keys = auth.KeyringFile(settings.auth_keys_file, _warner(log))
         keys.current()
-        return cls(keys)
+        return cls(keys, clock)
 
     @property
     def enabled(self) -> bool:
@@ -137,11 +141,17 @@ def served_as(
     if extra:
         raise ForbiddenError(
             f"the token does not carry role(s) {', '.join(extra)}; its roles "
-            f"are {', '.join(identity.roles) or 'none'}",
+            f"are {', '.join(identity.roles) or 'none'}: ask with those or fewer (or none: "
+            f"the token's), or with a token issued with --roles {','.join(extra)}",
             "roles",
         )
     if user is not None and user != identity.user:
-        raise ForbiddenError(f"the token is for user {identity.user!r}, not {user!r}", "user")
+        holder = "names no user" if identity.user is None else f"is for user {identity.user!r}"
+        raise ForbiddenError(
+            f"the token {holder}, so it may not ask as {user!r}: leave the user out (the "
+            f"token's is used), or use a token issued with --user {user}",
+            "user",
+        )
     return (tuple(roles) or identity.roles), identity.user
 
 

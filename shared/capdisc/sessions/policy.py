@@ -125,7 +125,8 @@ class Bound:
 @dataclass(frozen=True)
 class SessionEvent:
     """One change to a working set (``bound``, ``refreshed``, ``evicted``, ``restored``,
-    ``loop_detected``, ``redundant_search``, ``imported``). ``tool`` names the capability; a
+    ``loop_detected``, ``redundant_search``, ``imported``; :mod:`capdisc.sessions.store` adds
+    ``ended`` and ``restarted``, whose reason is why it ended). ``tool`` names the capability; a
     ``refreshed`` event lists all the tools one discovery found again, comma-separated."""
 
     type: str

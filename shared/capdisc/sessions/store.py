@@ -76,7 +76,8 @@ def ended(client: redis.Redis, tenant: str, session_id: str) -> str:
 #: id already applied returns the outcome it had (kept request_memory_s): exactly-once effects.
 #: A session written anew says why its earlier life ended, if it had one: ``expired`` (its
 #: state is gone but it is still among the live sessions) or what an ``ended`` marker says
-#: (:data:`EVICTED`). The events' stream is named with the sessions' secret the writer knows;
+#: (:data:`EVICTED`), and a ``restarted`` event (its reason why) goes ahead of the change's
+#: own on its stream. The events' stream is named with the sessions' secret the writer knows;
 #: when Redis holds another (or none: it lost its data), that one comes back and nothing is
 #: written.
 _CAS = """
@@ -97,6 +98,7 @@ end
 redis.call('HSET', KEYS[1], 'rev', ARGV[2], 'state', ARGV[3])
 redis.call('PEXPIREAT', KEYS[1], ARGV[4])
 local events = cjson.decode(ARGV[7])
+if ended ~= '' then table.insert(events, 1, {'restarted', ARGV[6], '', ended}) end
 for _, e in ipairs(events) do
   redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*', 'type', e[1], 'at_ms', e[2],
              'tool', e[3], 'reason', e[4], 'request_id', ARGV[9])
@@ -241,7 +243,8 @@ def _bound_live_sessions(
 ) -> None:
     """Forget sessions past their age and, over ``max_sessions``, the least recently active,
     leaving each of those an ``ended`` marker (for ``max_age_s``): its agent's next turn is
-    told why its working set is gone."""
+    told why its working set is gone; and in place of its events, one ``ended`` event (reason
+    ``evicted``, kept as long), which tells a watcher at once."""
     registry = keys.sessions(tenant)
     expired = client.zrangebyscore(registry, 0, now_ms - int(policy.max_age_s * 1000))
     excess = int(client.zcard(registry)) - len(expired) - policy.max_sessions
@@ -259,6 +262,12 @@ def _bound_live_sessions(
         for session_id in (as_str(s) for s in oldest):  # its agent may still be at work
             pipe.hset(keys.session(tenant, session_id), "ended", EVICTED)
             pipe.pexpire(keys.session(tenant, session_id), marker_ms)
+            stream = keys.session_events(tenant, session_id, secret)
+            pipe.xadd(
+                stream,
+                {"type": "ended", "at_ms": now_ms, "tool": "", "reason": EVICTED, "request_id": ""},
+            )
+            pipe.pexpire(stream, marker_ms)
         pipe.execute()
 
 
