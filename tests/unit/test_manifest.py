@@ -217,6 +217,27 @@ def test_a_manifest_that_is_no_regular_file_is_refused_without_reading_it(
     assert good not in result.errors
 
 
+def _symlink_loop(path: Path) -> None:
+    path.symlink_to(path.name)
+
+
+def _dangling_symlink(path: Path) -> None:
+    path.symlink_to(path.parent / "moved.yaml")
+
+
+@pytest.mark.parametrize("make", [_symlink_loop, _dangling_symlink])
+def test_a_manifest_that_is_a_broken_symlink_is_refused_not_skipped(
+    tmp_path: Path, make: Callable[[Path], None]
+) -> None:
+    (tmp_path / "odd").mkdir()
+    odd = tmp_path / "odd" / MANIFEST_NAME
+    make(odd)
+
+    result = scan_directory(tmp_path)  # skipped, the capability it defined would be deleted
+
+    assert result.errors[odd].problem.startswith("cannot be read: ")
+
+
 def test_unknown_field_error_lists_the_manifest_spelling_parameters() -> None:
     with pytest.raises(ManifestError) as info:
         parse_manifest_text(MINIMAL + "colour: red\n", "m.yaml")

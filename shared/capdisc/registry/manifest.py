@@ -9,6 +9,7 @@ fields have exact types. Every rejection is a :class:`ManifestError` naming the 
 from __future__ import annotations
 
 import json
+import os
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -129,7 +130,7 @@ def scan_directory(
     result = ScanResult(root=root)
     cache = cache or ScanCache()
     parsed: list[tuple[Path, Capability]] = []
-    for path in sorted(root.rglob(MANIFEST_NAME)):
+    for path in _manifest_paths(root):
         if any(part.startswith(".") for part in path.relative_to(root).parts):
             continue
         try:
@@ -145,6 +146,18 @@ def scan_directory(
             result.errors[path] = _duplicate(path, capability.id, keeper, result.errors)
     result.errors = dict(sorted(result.errors.items()))
     return result
+
+
+def _manifest_paths(root: Path) -> list[Path]:
+    """Every entry named ``CAPABILITY.yaml`` under ``root``, in path order, whatever it is: a
+    broken symlink (a loop, a moved target) too, so that it is refused like any file that
+    cannot be read and keeps what it defined (``Path.rglob`` leaves it out, as if deleted).
+    Symlinked directories are not entered."""
+    return sorted(
+        Path(directory) / MANIFEST_NAME
+        for directory, subdirectories, files in os.walk(root)
+        if MANIFEST_NAME in files or MANIFEST_NAME in subdirectories
+    )
 
 
 def _keepers(
