@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from capdisc.client import Client
-from capdisc.errors import ConfigError
+from capdisc.errors import ConfigError, RequestEncodeError
 
 NOWHERE = redis.Redis(port=1, socket_connect_timeout=0.1)
 BAD_WAITS = [float("inf"), float("nan"), 0, -1.0, 1e14, "5", None, True]
@@ -34,3 +34,13 @@ def test_a_call_with_a_bad_timeout_is_refused_naming_it_before_anything_is_sent(
 
 def test_a_long_wait_is_taken_as_given() -> None:
     assert Client(NOWHERE, timeout_s=86400 * 30, resend_after_s=2).timeout_s == 86400 * 30
+
+
+@pytest.mark.parametrize("request_id", ["a b", "x" * 129, "naïve", 42])
+def test_a_request_id_no_worker_could_answer_is_refused_naming_it_before_anything_is_sent(
+    request_id: Any,
+) -> None:
+    with pytest.raises(RequestEncodeError, match="request field 'request_id' must be "):
+        Client(NOWHERE).discover("refund a payment", request_id=request_id)
+    with pytest.raises(RequestEncodeError, match="request field 'request_id' must be "):
+        Client(NOWHERE).record_tool_call("run-1", "tool:x", request_id=request_id)
