@@ -579,3 +579,33 @@ def test_scan_cache_keeps_reporting_an_unchanged_broken_manifest(tmp_path: Path)
     again = scan_directory(tmp_path, cache=cache)
 
     assert "duplicate key" in str(again.errors[path])
+
+
+@pytest.mark.parametrize(
+    "reference",
+    [r'"a\0b"', r'"\ud800"', '"' + "a" * 5000 + '"'],
+    ids=["nul", "lone-surrogate", "name-too-long"],
+)
+def test_a_skill_content_that_is_no_usable_path_is_refused_naming_the_field(
+    tmp_path: Path, reference: str
+) -> None:
+    manifest = "name: notes\nkind: skill\ndescription: Notes.\nskill_content: " + reference + "\n"
+    path = write_capability(tmp_path / "notes", manifest)
+
+    result = scan_directory(tmp_path)  # an exception here stops the watcher and `capdisc up`
+
+    assert result.errors[path].field == "skill_content"
+
+
+@pytest.mark.parametrize(
+    ("side_file", "field"), [("SKILL.md", "skill_content"), ("schema.json", "parameters")]
+)
+def test_a_side_file_that_is_a_symlink_loop_is_refused_naming_the_field(
+    tmp_path: Path, side_file: str, field: str
+) -> None:
+    path = write_capability(tmp_path / "web-search", MINIMAL)
+    (tmp_path / "web-search" / side_file).symlink_to(side_file)
+
+    result = scan_directory(tmp_path)
+
+    assert result.errors[path].field == field

@@ -346,12 +346,33 @@ def _attach_side_files(directory: Path, record: dict[str, Any], source: str) -> 
 
 
 def _inside(directory: Path, ref: Any, source: str, key: str) -> Path:
+    """``ref`` resolved, when it is a path inside ``directory`` the system can look up; else a
+    :class:`ManifestError` naming ``key`` (never the exception of a path that cannot be
+    resolved, which would stop the scan and the watcher with it)."""
     if not isinstance(ref, str):
         raise ManifestError(source, key, "must be a relative path string")
-    candidate = (directory / ref).resolve()
+    try:
+        candidate = (directory / ref).resolve()
+        candidate.is_file()  # a name too long for the system fails here, not while resolving
+    except (OSError, RuntimeError, ValueError) as exc:
+        shown = ref if len(ref) <= 80 else f"{ref[:80]}..."
+        raise ManifestError(
+            source,
+            key,
+            f"{shown!r} cannot be looked up ({_lookup_problem(exc)}); name a file "
+            "in the capability directory",
+        ) from exc
     if not candidate.is_relative_to(directory.resolve()):
         raise ManifestError(source, key, f"{ref!r} points outside the capability directory")
     return candidate
+
+
+def _lookup_problem(exc: Exception) -> str:
+    if isinstance(exc, RuntimeError):  # Path.resolve's before Python 3.13
+        return "a symlink loop"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc)
 
 
 __all__ = [
