@@ -609,3 +609,25 @@ def test_a_side_file_that_is_a_symlink_loop_is_refused_naming_the_field(
     result = scan_directory(tmp_path)
 
     assert result.errors[path].field == field
+
+
+def _side_directory(path: Path) -> None:
+    path.mkdir()
+
+
+def _side_dangling_symlink(path: Path) -> None:
+    path.symlink_to("moved")
+
+
+@pytest.mark.parametrize("side_file", ["SKILL.md", "schema.json"])
+@pytest.mark.parametrize("make", [_side_directory, _side_dangling_symlink])
+def test_a_side_file_that_cannot_be_read_is_refused_not_left_out(
+    tmp_path: Path, side_file: str, make: Callable[[Path], None]
+) -> None:
+    path = write_capability(tmp_path / "web-search", MINIMAL)
+    make(tmp_path / "web-search" / side_file)
+
+    result = scan_directory(tmp_path)  # left out, the stored content or schema would be dropped
+
+    assert path in result.errors
+    assert result.capabilities == {}

@@ -318,18 +318,22 @@ class _SideFiles:
 
 
 def _attach_side_files(directory: Path, record: dict[str, Any], source: str) -> _SideFiles:
-    """Load SKILL.md and schema.json into the record; where they came from."""
+    """Load SKILL.md and schema.json into the record; where they came from. A side file that
+    is there but cannot be read (a directory, a broken symlink) is an error, not left out: the
+    content or schema stored from it would be dropped."""
     content_ref = record.pop("skill_content", None)
     skill_path = _inside(directory, SKILL_NAME, source, "skill_content")
+    skill_there = os.path.lexists(directory / SKILL_NAME)
     if content_ref is not None:
         skill_path = _inside(directory, content_ref, source, "skill_content")
         if not skill_path.is_file():
             raise ManifestError(source, "skill_content", f"{content_ref!r} does not exist")
-    skill_file = str(skill_path) if skill_path.is_file() else None
+        skill_there = True
+    skill_file = str(skill_path) if skill_there else None
     if skill_file is not None:
         record["full_content"] = _read_text(skill_path, MAX_SIDE_FILE_BYTES, skill_file)
     schema_path = _inside(directory, SCHEMA_NAME, source, "parameters")
-    if not schema_path.is_file():
+    if not os.path.lexists(directory / SCHEMA_NAME):
         return _SideFiles(skill_file, schema_file=False)
     if record.get("full_schema") is not None:
         raise ManifestError(
