@@ -62,6 +62,17 @@ BAD_CASES = [
         "invisible or control character U+001B at position 17",
     ),
     ("nul_byte", None, "contains a NUL byte"),
+    (
+        "integer_too_long",
+        None,
+        "line 7: '99999999999999999999...' cannot be read as a number or date",
+    ),
+    (
+        "integer_too_long_hex",
+        None,
+        "line 7: '0xffffffffffffffffff...' cannot be read as a number or date",
+    ),
+    ("date_out_of_range", None, "line 4: '2024-13-45' cannot be read as a number or date"),
     ("invalid_utf8", None, "is not valid UTF-8 (byte 54)"),
     ("deep_nesting_parameters", None, "line 36: nested deeper than 32 levels"),
     # The manifest says `parameters`; the error names the record field it maps to.
