@@ -111,7 +111,7 @@ class Client:
             tenant or tenant_of(self.token) or "default", "Client tenant"
         )
         #: Who asks, within the tenant: only capabilities visible to them come back.
-        self.roles = list(roles or [])
+        self.roles = _names(roles)
         self.user = user
         self.timeout_s = seconds(timeout_s, "Client timeout_s")
         #: Unanswered this long, a request is sent again under the same id (a worker died
@@ -193,7 +193,7 @@ class Client:
             limit=limit,
             kind=kind,
             category=category,
-            tags=list(tags or []),
+            tags=_names(tags),
             only_available=only_available,
             min_version=min_version,
             tool_format=tool_format,
@@ -470,6 +470,14 @@ def wait_for_reply(
             reply: dict[str, Any] = json.loads(popped[1])
             return reply
     return None
+
+
+def _names(names: list[str] | None) -> list[str]:
+    """A copy of a list of names; one string is passed on as it is, for the worker to refuse
+    naming the field (``list("ops")`` would ask for the names ``o``, ``p`` and ``s``)."""
+    if isinstance(names, str):
+        return names
+    return list(names or [])
 
 
 def _answer(raw: dict[str, Any]) -> Answer:
