@@ -556,7 +556,8 @@ def import_jsonl_cmd(
     of catalogs written for other programs are repaired and each repair is printed as a
     warning with its line: zero-width characters removed, schema type names of other languages
     read as JSON Schema types (dict: object, float: number, String: string, any: no type), a
-    schema nested deeper than 32 levels cut to its top 32.
+    schema nested deeper than 32 levels cut to its top 32, a description cut to 4096
+    characters, a schema that is no object left out.
     """
     from capdisc_producers.importer import import_jsonl
 
