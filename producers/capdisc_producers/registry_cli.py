@@ -429,7 +429,8 @@ def reconcile(ctx: click.Context, redis_url: str | None, as_json: bool, timeout_
 def _chosen_ids(
     connection: redis.Redis, tenant: str, capability_ids: tuple[str, ...], source: str | None
 ) -> list[str]:
-    """The ids named, or those ``source`` holds (fail, exit 1, when it holds none)."""
+    """The ids named, or those ``source`` holds (fail, exit 1, when it holds none, or when ids
+    are named in a tenant nothing was published to: applied, their events would create it)."""
     from capdisc.registry.store import stored_by_source
 
     if capability_ids and source:
@@ -437,6 +438,7 @@ def _chosen_ids(
     if not (capability_ids or source):
         fail("give capability ids, --source, or --all (the whole tenant)")
     if not source:
+        known_tenant(connection, tenant)
         return list(capability_ids)
     ids = sorted(stored_by_source(connection, tenant, source))
     if not ids:
