@@ -20,7 +20,13 @@ from capdisc.client import Answer
 from capdisc.errors import AuthError, ConfigError
 from capdisc.identity import auth
 from capdisc.status import health_failures
-from capdisc_producers.cli import _behind_warning, _redis_down_hint, _render_answer, cli
+from capdisc_producers.cli import (
+    _behind_warning,
+    _parse_options,
+    _redis_down_hint,
+    _render_answer,
+    cli,
+)
 from capdisc_producers.credentials import StackSecrets
 from capdisc_producers.exits import exit_status
 from capdisc_producers.registry_cli import Verbs, _outcome_verb
@@ -486,3 +492,27 @@ def _quiet_status(**fields: Any) -> dict[str, Any]:
         "embedding_calls": 0,
         **fields,
     }
+
+
+DEEP_JSON = "[" * 100_000
+
+
+@pytest.mark.parametrize("command", ["call", "import"])
+def test_json_nested_too_deeply_is_refused_without_a_traceback(
+    tmp_path: Path, command: str
+) -> None:
+    exported = tmp_path / "session.json"
+    exported.write_text(DEEP_JSON)
+    args = {
+        "call": ["session", "call", "run-1", "tool:x", "--args", DEEP_JSON],
+        "import": ["session", "import", "run-1", str(exported)],
+    }[command]
+
+    result = CliRunner().invoke(cli, args)
+
+    assert result.exit_code == 2, result.exception
+    assert "nested too deeply" in result.output
+
+
+def test_an_option_value_nested_too_deeply_is_passed_on_as_text() -> None:
+    assert _parse_options((f"tier1_top_k={DEEP_JSON}",)) == {"tier1_top_k": DEEP_JSON}
