@@ -84,6 +84,8 @@ BAD_CASES = [
         None,
         "is not valid JSON (line 5: Expecting property name enclosed in double quotes)",
     ),
+    ("schema_json_nested_too_deeply", None, "is nested too deeply to read"),
+    ("schema_json_number_too_long", None, "holds a number too long to read"),
     ("nan_schema_default", "parameters.properties.limit.default", "must be a finite number"),
     ("inf_schema_json_default", "properties.limit.default", "must be a finite number"),
     ("full_schema_key", "full_schema", "unknown field"),
@@ -121,6 +123,8 @@ FILE_AT_FAULT = {
     "broken_schema_json": "schema.json",
     "schema_json_is_a_list": "schema.json",
     "inf_schema_json_default": "schema.json",
+    "schema_json_nested_too_deeply": "schema.json",
+    "schema_json_number_too_long": "schema.json",
     "invisible_character_in_skill_md": "SKILL.md",
 }
 

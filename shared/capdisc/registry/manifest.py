@@ -346,6 +346,12 @@ def _attach_side_files(directory: Path, record: dict[str, Any], source: str) -> 
         raise ManifestError(
             str(schema_path), None, f"is not valid JSON (line {exc.lineno}: {exc.msg})"
         ) from exc
+    except RecursionError as exc:
+        raise ManifestError(str(schema_path), None, "is nested too deeply to read") from exc
+    except ValueError as exc:  # an integer past the 4300 digits int() converts
+        raise ManifestError(
+            str(schema_path), None, "holds a number too long to read; shorten it"
+        ) from exc
     return _SideFiles(skill_file, schema_file=True)
 
 
