@@ -114,6 +114,38 @@ def test_replay_removes_only_what_it_sent(connection: redis.Redis) -> None:
     connection.xdel(keys.DEADLETTERS, first)
 
 
+def test_a_dead_letter_capdisc_did_not_write_is_listed_as_far_as_it_can_be_read(
+    connection: redis.Redis,
+) -> None:
+    odd = {
+        b"payload": b"\xff\xfe",
+        b"reason": b"r\xe9",
+        b"attempts": b"many",
+        b"at_ms": b"9" * 5000,
+    }
+    entry_id = connection.xadd(keys.DEADLETTERS, odd).decode()  # another program's write
+    try:
+        listed = {d.entry_id: d for d in list_dead_letters(connection, 100_000)}
+    finally:
+        connection.xdel(keys.DEADLETTERS, entry_id)
+
+    assert (listed[entry_id].payload, listed[entry_id].reason) == ("\ufffd\ufffd", "r\ufffd")
+    assert (listed[entry_id].attempts, listed[entry_id].at_ms) == (1, 0)
+
+
+def test_a_dead_letter_nested_too_deeply_to_parse_is_listed(connection: redis.Redis) -> None:
+    deep = "[" * 100_000
+    dead_letter(connection, deep, "event is nested too deeply to read")
+    entry_id = newest_dead_letter(connection).decode()
+    try:
+        listed = {d["id"]: d for d in (d.to_dict() for d in list_dead_letters(connection, 100_000))}
+    finally:
+        connection.xdel(keys.DEADLETTERS, entry_id)
+
+    assert listed[entry_id]["reason"] == "event is nested too deeply to read"
+    assert listed[entry_id]["capability_id"] is None
+
+
 @contextmanager
 def failing_embedder(
     stack: Stack, name: str, tenant: str, db: int, answered: list[Any]
