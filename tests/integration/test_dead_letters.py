@@ -14,7 +14,12 @@ import redis
 
 from capdisc import keys
 from capdisc.embedders.hashing import HashingEmbedder
-from capdisc.registry.deadletters import dead_letter, list_dead_letters, replay
+from capdisc.registry.deadletters import (
+    dead_letter,
+    list_dead_letters,
+    read_dead_letter,
+    replay,
+)
 from capdisc.registry.events import RegistryEvent
 from capdisc.settings import Settings
 from capdisc_producers.publisher import Publisher
@@ -64,6 +69,17 @@ def test_dead_letters_list_with_reason_tenant_and_attempts(
     mine = [d for d in json.loads(result.stdout)["dead_letters"] if d["id"] == entry_id]
     assert mine and mine[0]["tenant"] == tenant and mine[0]["attempts"] == 1
     assert "missing" in mine[0]["reason"]
+
+
+def test_an_event_nested_too_deeply_to_parse_is_dead_lettered_not_lost(
+    stack: Stack, connection: redis.Redis
+) -> None:
+    deep = "[" * 5_000
+
+    entry_id = dead_letter_of(stack, connection, deep)
+
+    assert "nested too deeply" in str(read_dead_letter(connection, entry_id).reason)
+    connection.xdel(keys.DEADLETTERS, entry_id)
 
 
 def test_replay_sends_the_event_again_and_removes_the_entry(
