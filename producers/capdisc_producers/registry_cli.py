@@ -37,6 +37,7 @@ from capdisc_producers.cli_base import (
     say,
     take_over_option,
     tenant_option,
+    timeout_option,
     wait_option,
 )
 from capdisc_producers.exits import COULD_NOT_RUN, FAILED, exit_status
@@ -65,7 +66,7 @@ if TYPE_CHECKING:
 @caller_options
 @take_over_option
 @wait_option
-@click.option("--timeout", "timeout_s", type=float, default=120.0, show_default=True)
+@timeout_option(120.0)
 @click.pass_context
 def publish(
     ctx: click.Context,
@@ -193,7 +194,7 @@ def watch(
 )
 @redis_option
 @tenant_option
-@click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True)
+@timeout_option(60.0)
 @click.pass_context
 def delete(
     ctx: click.Context,
@@ -295,7 +296,7 @@ def _print_tally(report: SyncReport, tenant: str) -> None:
 )
 @redis_option
 @tenant_option
-@click.option("--timeout", "timeout_s", type=float, default=3600.0, show_default=True)
+@timeout_option(3600.0)
 @click.pass_context
 def reindex(
     ctx: click.Context,
@@ -378,7 +379,7 @@ def _outcome_verb(decision: str, verbs: Verbs) -> str:
 @command(epilog=exit_status(None))
 @redis_option
 @json_option
-@click.option("--timeout", "timeout_s", type=float, default=120.0, show_default=True)
+@timeout_option(120.0)
 @click.pass_context
 def reconcile(ctx: click.Context, redis_url: str | None, as_json: bool, timeout_s: float) -> None:
     """Compare the registry with the index now and repair drift (indexing workers also do this
@@ -535,7 +536,7 @@ def import_group() -> None:
     "re-import of the same source deletes what the file no longer has",
 )
 @wait_option
-@click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True)
+@timeout_option(600.0)
 @redis_option
 @tenant_option
 @take_over_option
@@ -610,7 +611,7 @@ def import_jsonl_cmd(
     help="Prefix of the capability names (default: the server's own name)",
 )
 @wait_option
-@click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True)
+@timeout_option(60.0)
 @redis_option
 @tenant_option
 @take_over_option

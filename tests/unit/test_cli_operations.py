@@ -516,3 +516,17 @@ def test_json_nested_too_deeply_is_refused_without_a_traceback(
 
 def test_an_option_value_nested_too_deeply_is_passed_on_as_text() -> None:
     assert _parse_options((f"tier1_top_k={DEEP_JSON}",)) == {"tier1_top_k": DEEP_JSON}
+
+
+WAITING = [(p, c) for p, c in leaf_commands(cli) if any("--timeout" in o.opts for o in c.params)]
+
+
+@pytest.mark.parametrize("wait", ["0", "-1", "nan"])
+@pytest.mark.parametrize(("path", "command"), WAITING, ids=lambda v: str(v))
+def test_a_timeout_that_is_no_wait_is_a_usage_error_before_anything_is_sent(
+    path: str, command: click.Command, wait: str
+) -> None:
+    result = CliRunner().invoke(cli, [*path.split()[1:], "--timeout", wait])
+
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--timeout'" in result.output
