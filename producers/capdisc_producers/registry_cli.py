@@ -81,15 +81,20 @@ def publish(
     With --roles/--user, capabilities whose manifest declares no visibility are shared with
     those roles and that user only (else with the whole tenant). An id another source
     published first is rejected, naming that source, unless --take-over."""
-    from capdisc.models import Visibility
+    from capdisc.errors import ManifestError
+    from capdisc.registry.normalize import visibility_of
     from capdisc_producers.sync import sync_directory
 
     caller = caller_of(ctx)
-    visibility = (
-        Visibility(tuple(caller["roles"]), (caller["user"],) if caller["user"] else ())
-        if caller["roles"] or caller["user"]
-        else None
-    )
+    visibility = None
+    if caller["roles"] or caller["user"]:
+        try:  # else every manifest's event would be refused by the workers and dead-lettered
+            visibility = visibility_of(
+                caller["roles"], [caller["user"]] if caller["user"] else [], "publish"
+            )
+        except ManifestError as exc:
+            option = "--roles" if str(exc.field).startswith("visibility.roles") else "--user"
+            raise click.BadParameter(exc.problem, param_hint=f"'{option}'") from exc
 
     def run(to: SyncTarget) -> SyncReport:
         return sync_directory(

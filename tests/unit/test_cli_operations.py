@@ -530,3 +530,13 @@ def test_a_timeout_that_is_no_wait_is_a_usage_error_before_anything_is_sent(
 
     assert result.exit_code == 2, result.output
     assert "Invalid value for '--timeout'" in result.output
+
+
+@pytest.mark.parametrize(("option", "value"), [("--roles", "a b"), ("--user", " ")])
+def test_publish_refuses_a_role_or_user_no_capability_may_name_before_sending(
+    tmp_path: Path, option: str, value: str
+) -> None:
+    result = CliRunner().invoke(cli, ["publish", str(tmp_path), option, value])
+
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '{option}'" in result.output
