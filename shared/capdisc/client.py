@@ -523,6 +523,6 @@ def _unverified_claims(token: str) -> dict[str, Any] | None:
     payload = parts[1]
     try:
         claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-    except ValueError:  # not base64, not UTF-8, not JSON
+    except (ValueError, RecursionError):  # not base64, not UTF-8, not JSON; nested too deeply
         return None
     return claims if isinstance(claims, dict) else None

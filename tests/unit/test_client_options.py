@@ -4,6 +4,7 @@ connection names a port nothing listens on."""
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import pytest
@@ -44,3 +45,11 @@ def test_a_request_id_no_worker_could_answer_is_refused_naming_it_before_anythin
         Client(NOWHERE).discover("refund a payment", request_id=request_id)
     with pytest.raises(RequestEncodeError, match="request field 'request_id' must be "):
         Client(NOWHERE).record_tool_call("run-1", "tool:x", request_id=request_id)
+
+
+def test_a_token_whose_claims_are_nested_too_deeply_names_no_tenant() -> None:
+    claims = base64.urlsafe_b64encode(b"[" * 5000).decode().rstrip("=")
+
+    client = Client(NOWHERE, token=f"header.{claims}.signature")  # the workers refuse it
+
+    assert client.tenant == "default"
