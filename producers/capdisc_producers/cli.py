@@ -273,7 +273,7 @@ def _parse_options(options: tuple[str, ...]) -> dict[str, Any]:
             raise click.BadParameter(f"{option!r} is not KEY=VALUE", param_hint="--option")
         try:
             parsed[key.strip()] = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):  # text, or JSON nested too deeply to be an option
             parsed[key.strip()] = value
     return parsed
 

@@ -104,6 +104,23 @@ take_over_option = click.option(
     "naming their owner)",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object")
+
+
+def _wait(_ctx: click.Context, param: click.Parameter, value: float) -> float:
+    """A ``--timeout`` of no wait (0 or less, not a number) is a usage error (exit 2) before
+    anything is sent: the command would send, then say the workers did not answer in time."""
+    if not value > 0:
+        raise click.BadParameter(f"must be a number of seconds above 0, got {value}", param=param)
+    return value
+
+
+def timeout_option(default_s: float) -> Any:
+    """``--timeout``: how long a command waits for the workers, in seconds."""
+    return click.option(
+        "--timeout", "timeout_s", type=float, default=default_s, show_default=True, callback=_wait
+    )
+
+
 #: Whether a command that sends events waits until the indexing workers applied them.
 wait_option = click.option(
     "--wait/--no-wait",

@@ -37,6 +37,7 @@ from capdisc_producers.cli_base import (
     say,
     take_over_option,
     tenant_option,
+    timeout_option,
     wait_option,
 )
 from capdisc_producers.exits import COULD_NOT_RUN, FAILED, exit_status
@@ -65,7 +66,7 @@ if TYPE_CHECKING:
 @caller_options
 @take_over_option
 @wait_option
-@click.option("--timeout", "timeout_s", type=float, default=120.0, show_default=True)
+@timeout_option(120.0)
 @click.pass_context
 def publish(
     ctx: click.Context,
@@ -80,15 +81,20 @@ def publish(
     With --roles/--user, capabilities whose manifest declares no visibility are shared with
     those roles and that user only (else with the whole tenant). An id another source
     published first is rejected, naming that source, unless --take-over."""
-    from capdisc.models import Visibility
+    from capdisc.errors import ManifestError
+    from capdisc.registry.normalize import visibility_of
     from capdisc_producers.sync import sync_directory
 
     caller = caller_of(ctx)
-    visibility = (
-        Visibility(tuple(caller["roles"]), (caller["user"],) if caller["user"] else ())
-        if caller["roles"] or caller["user"]
-        else None
-    )
+    visibility = None
+    if caller["roles"] or caller["user"]:
+        try:  # else every manifest's event would be refused by the workers and dead-lettered
+            visibility = visibility_of(
+                caller["roles"], [caller["user"]] if caller["user"] else [], "publish"
+            )
+        except ManifestError as exc:
+            option = "--roles" if str(exc.field).startswith("visibility.roles") else "--user"
+            raise click.BadParameter(exc.problem, param_hint=f"'{option}'") from exc
 
     def run(to: SyncTarget) -> SyncReport:
         return sync_directory(
@@ -193,7 +199,7 @@ def watch(
 )
 @redis_option
 @tenant_option
-@click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True)
+@timeout_option(60.0)
 @click.pass_context
 def delete(
     ctx: click.Context,
@@ -295,7 +301,7 @@ def _print_tally(report: SyncReport, tenant: str) -> None:
 )
 @redis_option
 @tenant_option
-@click.option("--timeout", "timeout_s", type=float, default=3600.0, show_default=True)
+@timeout_option(3600.0)
 @click.pass_context
 def reindex(
     ctx: click.Context,
@@ -378,7 +384,7 @@ def _outcome_verb(decision: str, verbs: Verbs) -> str:
 @command(epilog=exit_status(None))
 @redis_option
 @json_option
-@click.option("--timeout", "timeout_s", type=float, default=120.0, show_default=True)
+@timeout_option(120.0)
 @click.pass_context
 def reconcile(ctx: click.Context, redis_url: str | None, as_json: bool, timeout_s: float) -> None:
     """Compare the registry with the index now and repair drift (indexing workers also do this
@@ -429,7 +435,8 @@ def reconcile(ctx: click.Context, redis_url: str | None, as_json: bool, timeout_
 def _chosen_ids(
     connection: redis.Redis, tenant: str, capability_ids: tuple[str, ...], source: str | None
 ) -> list[str]:
-    """The ids named, or those ``source`` holds (fail, exit 1, when it holds none)."""
+    """The ids named, or those ``source`` holds (fail, exit 1, when it holds none, or when ids
+    are named in a tenant nothing was published to: applied, their events would create it)."""
     from capdisc.registry.store import stored_by_source
 
     if capability_ids and source:
@@ -437,6 +444,7 @@ def _chosen_ids(
     if not (capability_ids or source):
         fail("give capability ids, --source, or --all (the whole tenant)")
     if not source:
+        known_tenant(connection, tenant)
         return list(capability_ids)
     ids = sorted(stored_by_source(connection, tenant, source))
     if not ids:
@@ -533,7 +541,7 @@ def import_group() -> None:
     "re-import of the same source deletes what the file no longer has",
 )
 @wait_option
-@click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True)
+@timeout_option(600.0)
 @redis_option
 @tenant_option
 @take_over_option
@@ -556,7 +564,8 @@ def import_jsonl_cmd(
     of catalogs written for other programs are repaired and each repair is printed as a
     warning with its line: zero-width characters removed, schema type names of other languages
     read as JSON Schema types (dict: object, float: number, String: string, any: no type), a
-    schema nested deeper than 32 levels cut to its top 32.
+    schema nested deeper than 32 levels cut to its top 32, a description cut to 4096
+    characters, a schema that is no object left out.
     """
     from capdisc_producers.importer import import_jsonl
 
@@ -607,7 +616,7 @@ def import_jsonl_cmd(
     help="Prefix of the capability names (default: the server's own name)",
 )
 @wait_option
-@click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True)
+@timeout_option(60.0)
 @redis_option
 @tenant_option
 @take_over_option

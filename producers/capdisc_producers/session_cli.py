@@ -89,6 +89,8 @@ def session_call(
         parsed = json.loads(arguments) if arguments else None
     except ValueError as exc:
         fail(f"--args is not valid JSON: {exc}")
+    except RecursionError:
+        fail("--args is not valid JSON: nested too deeply")
     outcome = _session_client(
         ctx, redis_url, tenant, lambda c: c.record_tool_call(session_id, tool_id, parsed)
     )
@@ -204,6 +206,8 @@ def session_import(
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         fail(f"{path} is not an exported session: {exc}")
+    except RecursionError:
+        fail(f"{path} is not an exported session: nested too deeply")
     working = _session_client(ctx, redis_url, tenant, lambda c: c.import_session(session_id, data))
     click.echo(f"session {session_id}: {len(working['bound'])} capabilities bound")
 

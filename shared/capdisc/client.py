@@ -112,7 +112,7 @@ class Client:
             tenant or tenant_of(self.token) or "default", "Client tenant"
         )
         #: Who asks, within the tenant: only capabilities visible to them come back.
-        self.roles = list(roles or [])
+        self.roles = _names(roles)
         self.user = user
         self.timeout_s = seconds(timeout_s, "Client timeout_s")
         #: Unanswered this long, a request is sent again under the same id (a worker died
@@ -194,7 +194,7 @@ class Client:
             limit=limit,
             kind=kind,
             category=category,
-            tags=list(tags or []),
+            tags=_names(tags),
             only_available=only_available,
             min_version=min_version,
             tool_format=tool_format,
@@ -497,6 +497,14 @@ def wait_for_reply(
     return None
 
 
+def _names(names: list[str] | None) -> list[str]:
+    """A copy of a list of names; one string is passed on as it is, for the worker to refuse
+    naming the field (``list("ops")`` would ask for the names ``o``, ``p`` and ``s``)."""
+    if isinstance(names, str):
+        return names
+    return list(names or [])
+
+
 def _answer(raw: dict[str, Any]) -> Answer:
     """The answer a discover reply carries; the error it stands for, raised, if it is one."""
     reply = decode_reply(raw, DiscoverReply.from_dict)
@@ -540,6 +548,6 @@ def _unverified_claims(token: str) -> dict[str, Any] | None:
     payload = parts[1]
     try:
         claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-    except ValueError:  # not base64, not UTF-8, not JSON
+    except (ValueError, RecursionError):  # not base64, not UTF-8, not JSON; nested too deeply
         return None
     return claims if isinstance(claims, dict) else None

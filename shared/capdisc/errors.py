@@ -71,8 +71,9 @@ class BadRequestError(EventDecodeError):
 class RequestEncodeError(CapdiscError):
     """A request could not be sent: an argument carries text that cannot be encoded as UTF-8
     (a lone surrogate such as ``"\\udc80"``, or bytes that were not UTF-8 decoded with
-    ``surrogateescape``), a value JSON cannot carry, or a request larger than a worker reads
-    (64 KiB). The message names the argument; pass valid Unicode text, or shorten it."""
+    ``surrogateescape``), a value JSON cannot carry, a request larger than a worker reads
+    (64 KiB), or a request id a worker would refuse (so could not answer). The message names
+    the argument; pass valid Unicode text, or shorten it."""
 
     code = "unencodable"
 

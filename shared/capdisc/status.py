@@ -140,10 +140,11 @@ def supervised(
 
 
 def _json(raw: Any) -> Any:
-    """``raw`` parsed; None for a value that is no JSON (written by hand or damaged)."""
+    """``raw`` parsed; None for a value that is no JSON (written by hand or damaged), or is
+    nested too deeply to parse (RecursionError: it failed every sweep and status)."""
     try:
         return json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 

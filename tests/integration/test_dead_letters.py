@@ -14,7 +14,12 @@ import redis
 
 from capdisc import keys
 from capdisc.embedders.hashing import HashingEmbedder
-from capdisc.registry.deadletters import dead_letter, list_dead_letters, replay
+from capdisc.registry.deadletters import (
+    dead_letter,
+    list_dead_letters,
+    read_dead_letter,
+    replay,
+)
 from capdisc.registry.events import RegistryEvent
 from capdisc.settings import Settings
 from capdisc_producers.publisher import Publisher
@@ -66,6 +71,17 @@ def test_dead_letters_list_with_reason_tenant_and_attempts(
     assert "missing" in mine[0]["reason"]
 
 
+def test_an_event_nested_too_deeply_to_parse_is_dead_lettered_not_lost(
+    stack: Stack, connection: redis.Redis
+) -> None:
+    deep = "[" * 5_000
+
+    entry_id = dead_letter_of(stack, connection, deep)
+
+    assert "nested too deeply" in str(read_dead_letter(connection, entry_id).reason)
+    connection.xdel(keys.DEADLETTERS, entry_id)
+
+
 def test_replay_sends_the_event_again_and_removes_the_entry(
     stack: Stack, connection: redis.Redis
 ) -> None:
@@ -112,6 +128,38 @@ def test_replay_removes_only_what_it_sent(connection: redis.Redis) -> None:
     assert (replayed, sent) == ([second], ["p2"])
     assert first in ids and second not in ids
     connection.xdel(keys.DEADLETTERS, first)
+
+
+def test_a_dead_letter_capdisc_did_not_write_is_listed_as_far_as_it_can_be_read(
+    connection: redis.Redis,
+) -> None:
+    odd = {
+        b"payload": b"\xff\xfe",
+        b"reason": b"r\xe9",
+        b"attempts": b"many",
+        b"at_ms": b"9" * 5000,
+    }
+    entry_id = connection.xadd(keys.DEADLETTERS, odd).decode()  # another program's write
+    try:
+        listed = {d.entry_id: d for d in list_dead_letters(connection, 100_000)}
+    finally:
+        connection.xdel(keys.DEADLETTERS, entry_id)
+
+    assert (listed[entry_id].payload, listed[entry_id].reason) == ("\ufffd\ufffd", "r\ufffd")
+    assert (listed[entry_id].attempts, listed[entry_id].at_ms) == (1, 0)
+
+
+def test_a_dead_letter_nested_too_deeply_to_parse_is_listed(connection: redis.Redis) -> None:
+    deep = "[" * 100_000
+    dead_letter(connection, deep, "event is nested too deeply to read")
+    entry_id = newest_dead_letter(connection).decode()
+    try:
+        listed = {d["id"]: d for d in (d.to_dict() for d in list_dead_letters(connection, 100_000))}
+    finally:
+        connection.xdel(keys.DEADLETTERS, entry_id)
+
+    assert listed[entry_id]["reason"] == "event is nested too deeply to read"
+    assert listed[entry_id]["capability_id"] is None
 
 
 @contextmanager

@@ -18,6 +18,7 @@ import redis
 from capdisc import keys
 from capdisc.client import Client, wait_for_reply
 from capdisc.errors import (
+    BadRequestError,
     DiscoveryTimeout,
     RedisUnavailableError,
     RequestEncodeError,
@@ -183,6 +184,18 @@ def test_the_client_refuses_a_lone_surrogate_naming_the_argument(stack: Stack) -
         client.discover("\udc80")
     with pytest.raises(RequestEncodeError, match="field 'session'"):
         client.working_set("s\ud800")
+
+
+def test_names_given_as_one_string_instead_of_a_list_are_refused_naming_the_field(
+    stack: Stack,
+) -> None:
+    client = Client(stack.connection(), tenant="warmup", timeout_s=20)
+    as_roles = Client(stack.connection(), tenant="warmup", timeout_s=20, roles="ops")  # type: ignore[arg-type]
+
+    with pytest.raises(BadRequestError, match="field 'tags' must be a list of strings, got a str"):
+        client.discover("ping", tags="ping")  # type: ignore[arg-type]
+    with pytest.raises(BadRequestError, match="field 'roles' must be a list of strings, got a s"):
+        as_roles.discover("ping")
 
 
 def test_the_client_refuses_a_query_too_large_to_send_before_sending_it(

@@ -238,6 +238,20 @@ def test_commands_naming_an_unknown_tenant_or_session_exit_1(stack: Stack, tenan
     assert "has no registry" in shown.stderr
 
 
+def test_deleting_or_reindexing_ids_of_an_unknown_tenant_does_not_create_it(
+    stack: Stack, tenant: str, connection: redis.Redis
+) -> None:
+    at = ("--tenant", tenant)  # nothing was ever published to it: a misspelt name
+
+    deleted = run_cli("delete", "tool:stripe-refund", *at, env=stack.env)
+    reindexed = run_cli("reindex", "tool:stripe-refund", *at, env=stack.env)
+
+    for result in (deleted, reindexed):
+        assert result.returncode == 1, result.stderr
+        assert f"tenant {tenant!r} is unknown: nothing was ever published to it" in result.stderr
+    assert not connection.sismember(keys.TENANTS, tenant)
+
+
 # -- celery's own commands find the running stack -----------------------------------------------
 
 

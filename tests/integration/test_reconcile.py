@@ -166,12 +166,13 @@ def test_the_sweep_forgets_a_worker_gone_for_an_hour_and_keeps_the_live_ones(
 def test_a_damaged_heartbeat_is_forgotten_and_the_sweep_goes_on(
     stack: Stack, connection: redis.Redis
 ) -> None:
-    connection.hset(keys.WORKERS, mapping={"written-by-hand": "not json", "a-number": "5"})
+    damaged = {"written-by-hand": "not json", "a-number": "5", "too-deep": "[" * 5000}
+    connection.hset(keys.WORKERS, mapping=damaged)
 
     result = run_cli("reconcile", "--json", "--timeout", "20", env=stack.env)
 
     assert result.returncode == 0, result.stderr
-    assert connection.hmget(keys.WORKERS, ["written-by-hand", "a-number"]) == [None, None]
+    assert connection.hmget(keys.WORKERS, list(damaged)) == [None, None, None]
 
 
 def test_reconcile_drops_the_cache_of_a_model_nothing_uses_any_more(

@@ -40,14 +40,15 @@ def test_a_value_that_is_no_record_is_skipped_listed_and_deleted(
 def test_status_skips_heartbeats_and_reports_that_are_no_json(
     stack: Stack, connection: redis.Redis
 ) -> None:
-    connection.hset(keys.WORKERS, mapping={"bogus": "not json", "old": '{"id": "old"}'})
-    connection.hset(keys.SUPERVISED, "bogus", "not json")
+    bogus = {"bogus": "not json", "old": '{"id": "old"}', "too-deep": "[" * 5000}
+    connection.hset(keys.WORKERS, mapping=bogus)
+    connection.hset(keys.SUPERVISED, mapping={"bogus": "not json", "too-deep": "[" * 5000})
     try:
         result = run_cli("status", "--json", env=stack.env)
         check = run_cli("status", "--check", env=stack.env)
     finally:
-        connection.hdel(keys.WORKERS, "bogus", "old")
-        connection.hdel(keys.SUPERVISED, "bogus")
+        connection.hdel(keys.WORKERS, *bogus)
+        connection.hdel(keys.SUPERVISED, "bogus", "too-deep")
 
     assert result.returncode == 0, result.stderr
     workers = json.loads(result.stdout)["workers"]

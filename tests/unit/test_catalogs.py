@@ -123,6 +123,26 @@ def test_the_repairs_are_kept_as_notes_with_their_lines(catalog: Path) -> None:
     assert read.found[Path(f"{catalog}:4")].description == "List the repositories of a user."
 
 
+def test_a_description_cut_to_the_limit_is_noted(tmp_path: Path) -> None:
+    path = write(tmp_path / "t.jsonl", [{**WEATHER, "description": "r" * 5000}])
+
+    read = read_jsonl_catalog(path, "s")
+
+    assert len(read.found[Path(f"{path}:1")].description) == 4096
+    assert read.notes == (Note(1, "description: 5000 characters, cut to the first 4096"),)
+
+
+@pytest.mark.parametrize("schema", ["object", ["city"], 3])
+def test_a_schema_that_is_no_object_is_left_out_with_a_note(tmp_path: Path, schema: Any) -> None:
+    path = write(tmp_path / "t.jsonl", [{**WEATHER, "parameters": schema}])
+
+    read = read_jsonl_catalog(path, "s")
+
+    assert read.found[Path(f"{path}:1")].full_schema is None
+    assert len(read.notes) == 1
+    assert read.notes[0].text.endswith(" is no JSON Schema (an object); left out")
+
+
 def test_a_refused_line_takes_no_id_from_a_later_one(tmp_path: Path) -> None:
     path = write(tmp_path / "t.jsonl", [{**BAD_TYPE, "id": "x"}, {**WEATHER, "id": "x"}])
 

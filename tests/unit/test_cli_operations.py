@@ -20,7 +20,13 @@ from capdisc.client import Answer
 from capdisc.errors import AuthError, ConfigError
 from capdisc.identity import auth
 from capdisc.status import health_failures
-from capdisc_producers.cli import _behind_warning, _redis_down_hint, _render_answer, cli
+from capdisc_producers.cli import (
+    _behind_warning,
+    _parse_options,
+    _redis_down_hint,
+    _render_answer,
+    cli,
+)
 from capdisc_producers.credentials import StackSecrets
 from capdisc_producers.exits import exit_status
 from capdisc_producers.registry_cli import Verbs, _outcome_verb
@@ -523,3 +529,51 @@ def test_the_tenant_option_says_a_tokens_tenant_is_the_default() -> None:
     assert "(default: the token's tenant, else the settings tenant)" in " ".join(
         result.output.split()
     )
+
+
+DEEP_JSON = "[" * 100_000
+
+
+@pytest.mark.parametrize("command", ["call", "import"])
+def test_json_nested_too_deeply_is_refused_without_a_traceback(
+    tmp_path: Path, command: str
+) -> None:
+    exported = tmp_path / "session.json"
+    exported.write_text(DEEP_JSON)
+    args = {
+        "call": ["session", "call", "run-1", "tool:x", "--args", DEEP_JSON],
+        "import": ["session", "import", "run-1", str(exported)],
+    }[command]
+
+    result = CliRunner().invoke(cli, args)
+
+    assert result.exit_code == 2, result.exception
+    assert "nested too deeply" in result.output
+
+
+def test_an_option_value_nested_too_deeply_is_passed_on_as_text() -> None:
+    assert _parse_options((f"tier1_top_k={DEEP_JSON}",)) == {"tier1_top_k": DEEP_JSON}
+
+
+WAITING = [(p, c) for p, c in leaf_commands(cli) if any("--timeout" in o.opts for o in c.params)]
+
+
+@pytest.mark.parametrize("wait", ["0", "-1", "nan"])
+@pytest.mark.parametrize(("path", "command"), WAITING, ids=lambda v: str(v))
+def test_a_timeout_that_is_no_wait_is_a_usage_error_before_anything_is_sent(
+    path: str, command: click.Command, wait: str
+) -> None:
+    result = CliRunner().invoke(cli, [*path.split()[1:], "--timeout", wait])
+
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--timeout'" in result.output
+
+
+@pytest.mark.parametrize(("option", "value"), [("--roles", "a b"), ("--user", " ")])
+def test_publish_refuses_a_role_or_user_no_capability_may_name_before_sending(
+    tmp_path: Path, option: str, value: str
+) -> None:
+    result = CliRunner().invoke(cli, ["publish", str(tmp_path), option, value])
+
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '{option}'" in result.output

@@ -4,13 +4,14 @@ connection names a port nothing listens on."""
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import pytest
 import redis
 
 from capdisc.client import Client
-from capdisc.errors import ConfigError
+from capdisc.errors import ConfigError, RequestEncodeError
 
 NOWHERE = redis.Redis(port=1, socket_connect_timeout=0.1)
 BAD_WAITS = [float("inf"), float("nan"), 0, -1.0, 1e14, "5", None, True]
@@ -50,3 +51,21 @@ def test_watching_after_what_is_no_event_id_is_refused_naming_it_before_anything
 @pytest.mark.parametrize("after", ["0-0", "0", "1795976883659-0", "1795976883659", "$"])
 def test_watching_after_an_event_id_is_taken(after: str) -> None:
     Client(NOWHERE).watch_session("run-42", after=after)  # nothing is sent before iterating
+
+
+@pytest.mark.parametrize("request_id", ["a b", "x" * 129, "naïve", 42])
+def test_a_request_id_no_worker_could_answer_is_refused_naming_it_before_anything_is_sent(
+    request_id: Any,
+) -> None:
+    with pytest.raises(RequestEncodeError, match="request field 'request_id' must be "):
+        Client(NOWHERE).discover("refund a payment", request_id=request_id)
+    with pytest.raises(RequestEncodeError, match="request field 'request_id' must be "):
+        Client(NOWHERE).record_tool_call("run-1", "tool:x", request_id=request_id)
+
+
+def test_a_token_whose_claims_are_nested_too_deeply_names_no_tenant() -> None:
+    claims = base64.urlsafe_b64encode(b"[" * 5000).decode().rstrip("=")
+
+    client = Client(NOWHERE, token=f"header.{claims}.signature")  # the workers refuse it
+
+    assert client.tenant == "default"

@@ -62,6 +62,17 @@ BAD_CASES = [
         "invisible or control character U+001B at position 17",
     ),
     ("nul_byte", None, "contains a NUL byte"),
+    (
+        "integer_too_long",
+        None,
+        "line 7: '99999999999999999999...' cannot be read as a number or date",
+    ),
+    (
+        "integer_too_long_hex",
+        None,
+        "line 7: '0xffffffffffffffffff...' cannot be read as a number or date",
+    ),
+    ("date_out_of_range", None, "line 4: '2024-13-45' cannot be read as a number or date"),
     ("invalid_utf8", None, "is not valid UTF-8 (byte 54)"),
     ("deep_nesting_parameters", None, "line 36: nested deeper than 32 levels"),
     # The manifest says `parameters`; the error names the record field it maps to.
@@ -73,6 +84,8 @@ BAD_CASES = [
         None,
         "is not valid JSON (line 5: Expecting property name enclosed in double quotes)",
     ),
+    ("schema_json_nested_too_deeply", None, "is nested too deeply to read"),
+    ("schema_json_number_too_long", None, "holds a number too long to read"),
     ("nan_schema_default", "parameters.properties.limit.default", "must be a finite number"),
     ("inf_schema_json_default", "properties.limit.default", "must be a finite number"),
     ("full_schema_key", "full_schema", "unknown field"),
@@ -110,6 +123,8 @@ FILE_AT_FAULT = {
     "broken_schema_json": "schema.json",
     "schema_json_is_a_list": "schema.json",
     "inf_schema_json_default": "schema.json",
+    "schema_json_nested_too_deeply": "schema.json",
+    "schema_json_number_too_long": "schema.json",
     "invisible_character_in_skill_md": "SKILL.md",
 }
 
@@ -215,6 +230,27 @@ def test_a_manifest_that_is_no_regular_file_is_refused_without_reading_it(
     assert result.errors[odd].problem.startswith("is not a regular file")
     assert [c.id for c in result.capabilities.values()] == ["tool:web-search"]
     assert good not in result.errors
+
+
+def _symlink_loop(path: Path) -> None:
+    path.symlink_to(path.name)
+
+
+def _dangling_symlink(path: Path) -> None:
+    path.symlink_to(path.parent / "moved.yaml")
+
+
+@pytest.mark.parametrize("make", [_symlink_loop, _dangling_symlink])
+def test_a_manifest_that_is_a_broken_symlink_is_refused_not_skipped(
+    tmp_path: Path, make: Callable[[Path], None]
+) -> None:
+    (tmp_path / "odd").mkdir()
+    odd = tmp_path / "odd" / MANIFEST_NAME
+    make(odd)
+
+    result = scan_directory(tmp_path)  # skipped, the capability it defined would be deleted
+
+    assert result.errors[odd].problem.startswith("cannot be read: ")
 
 
 def test_unknown_field_error_lists_the_manifest_spelling_parameters() -> None:
@@ -558,3 +594,55 @@ def test_scan_cache_keeps_reporting_an_unchanged_broken_manifest(tmp_path: Path)
     again = scan_directory(tmp_path, cache=cache)
 
     assert "duplicate key" in str(again.errors[path])
+
+
+@pytest.mark.parametrize(
+    "reference",
+    [r'"a\0b"', r'"\ud800"', '"' + "a" * 5000 + '"'],
+    ids=["nul", "lone-surrogate", "name-too-long"],
+)
+def test_a_skill_content_that_is_no_usable_path_is_refused_naming_the_field(
+    tmp_path: Path, reference: str
+) -> None:
+    manifest = "name: notes\nkind: skill\ndescription: Notes.\nskill_content: " + reference + "\n"
+    path = write_capability(tmp_path / "notes", manifest)
+
+    result = scan_directory(tmp_path)  # an exception here stops the watcher and `capdisc up`
+
+    assert result.errors[path].field == "skill_content"
+
+
+@pytest.mark.parametrize(
+    ("side_file", "field"), [("SKILL.md", "skill_content"), ("schema.json", "parameters")]
+)
+def test_a_side_file_that_is_a_symlink_loop_is_refused_naming_the_field(
+    tmp_path: Path, side_file: str, field: str
+) -> None:
+    path = write_capability(tmp_path / "web-search", MINIMAL)
+    (tmp_path / "web-search" / side_file).symlink_to(side_file)
+
+    result = scan_directory(tmp_path)
+
+    assert result.errors[path].field == field
+
+
+def _side_directory(path: Path) -> None:
+    path.mkdir()
+
+
+def _side_dangling_symlink(path: Path) -> None:
+    path.symlink_to("moved")
+
+
+@pytest.mark.parametrize("side_file", ["SKILL.md", "schema.json"])
+@pytest.mark.parametrize("make", [_side_directory, _side_dangling_symlink])
+def test_a_side_file_that_cannot_be_read_is_refused_not_left_out(
+    tmp_path: Path, side_file: str, make: Callable[[Path], None]
+) -> None:
+    path = write_capability(tmp_path / "web-search", MINIMAL)
+    make(tmp_path / "web-search" / side_file)
+
+    result = scan_directory(tmp_path)  # left out, the stored content or schema would be dropped
+
+    assert path in result.errors
+    assert result.capabilities == {}

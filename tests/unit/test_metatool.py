@@ -132,6 +132,8 @@ def test_parse_accepts_every_kind(kind: str) -> None:
 
 ERRORS: list[tuple[str, str | dict[str, Any], str | None, str]] = [
     ("not-json", '{"query": ', None, "not valid JSON"),
+    ("json-too-deep", '{"query": ' + "[" * 5000, None, "nested too deeply"),
+    ("json-number-too-long", '{"query": "x", "limit": ' + "9" * 5000 + "}", None, "too long"),
     ("json-array", "[1, 2]", None, "must be a JSON object, got an array"),
     ("json-string", '"web search"', None, "must be a JSON object, got a string"),
     ("empty-string", "", "query", "is required"),

@@ -37,6 +37,13 @@ def test_a_record_that_is_not_one_value_is_not_taken_for_two(odd: bytes) -> None
     assert policy.parsed_records([b'{"id": "a"}', odd]) == [{"id": "a"}, odd]
 
 
+def test_a_record_nested_too_deeply_to_parse_is_left_as_its_text_and_the_rest_parse() -> None:
+    deep = b"[" * 5000  # RecursionError, not ValueError: it failed every load of its tenant
+
+    assert policy.parsed_records([b'{"id": "a"}', deep]) == [{"id": "a"}, deep]
+    assert policy.stored_record(deep) is policy.UNREADABLE
+
+
 CAPABILITY = {"id": "tool:a", "kind": "tool", "name": "a", "description": "A."}
 RECORD = {"capability": CAPABILITY, "seq": 3, "content_hash": "h", "updated_at_ms": 5}
 

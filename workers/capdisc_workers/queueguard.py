@@ -64,6 +64,8 @@ def checked_message(text: str) -> dict[str, Any]:
         payload = json.loads(text)
     except ValueError as exc:
         raise MalformedEntry(f"not JSON ({exc})") from exc
+    except RecursionError as exc:  # not a ValueError: it would end the worker
+        raise MalformedEntry("nested too deeply to read") from exc
     if not isinstance(payload, dict):
         raise MalformedEntry("not a JSON object")
     properties = payload.get("properties")

@@ -173,6 +173,10 @@ def _decode(arguments: str | Mapping[str, Any]) -> Mapping[str, Any]:
             decoded = json.loads(arguments)
         except json.JSONDecodeError as exc:
             raise ManifestError(_SOURCE, None, f"arguments are not valid JSON ({exc.msg})") from exc
+        except RecursionError as exc:
+            raise ManifestError(_SOURCE, None, "arguments are nested too deeply to read") from exc
+        except ValueError as exc:  # an integer past the 4300 digits int() converts
+            raise ManifestError(_SOURCE, None, "arguments hold a number too long to read") from exc
     else:
         decoded = arguments
     if not isinstance(decoded, Mapping):

@@ -522,7 +522,10 @@ def _encode(fields: dict[str, Any], what: str) -> str:
     """``fields`` as compact JSON; when they cannot be sent, the error names the first field
     that cannot (each is tried on its own only then). A request larger than a worker reads
     (:data:`MAX_REQUEST_BYTES`) is refused here: a worker could not even find its id to
-    answer it."""
+    answer it. So is a request id a worker would refuse: no reply could reach the sender."""
+    problem = _REQUEST_ID(fields.get("request_id"))
+    if problem:
+        raise RequestEncodeError(f"{what} field 'request_id' {problem}")
     try:
         text = json.dumps(fields, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
         size = len(text.encode("utf-8"))

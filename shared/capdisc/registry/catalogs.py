@@ -28,7 +28,7 @@ from typing import Any
 from capdisc.errors import ManifestError
 from capdisc.identifiers import humanize
 from capdisc.models import Capability
-from capdisc.registry.normalize import MAX_SOURCE_DESCRIPTION_CHARS
+from capdisc.registry.normalize import MAX_DESCRIPTION_CHARS, MAX_SOURCE_DESCRIPTION_CHARS
 from capdisc.registry.tolerance import first_paragraph, tolerant_fields, validated
 
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
@@ -134,12 +134,21 @@ def capability_from_benchmark_tool(
     category = str(fields.get("category") or _server(fields) or "general").lower()
     category = category.replace(" ", "-")
     schema = fields.get(schema_key)
+    if schema is not None and not isinstance(schema, dict):
+        shown = json.dumps(schema, ensure_ascii=False)
+        shown = shown if len(shown) <= 40 else f"{shown[:40]}..."
+        repairs.append(f"{schema_key}: {shown} is no JSON Schema (an object); left out")
+    description = _description(fields) or display
+    if len(description) > MAX_DESCRIPTION_CHARS:
+        repairs.append(
+            f"description: {len(description)} characters, cut to the first {MAX_DESCRIPTION_CHARS}"
+        )
     tool = {
         "id": _free_id(_safe(raw_id, _UNSAFE_ID, 150), taken),
         "kind": "tool",
         "name": name,
         "display_name": display[:256],
-        "description": (_description(fields) or display)[:4096],
+        "description": description[:MAX_DESCRIPTION_CHARS],
         "category": _safe(category, _UNSAFE_NAME, 64),
         "full_schema": schema if isinstance(schema, dict) else None,
         "source_ref": _source_ref(fields, source, raw_id),

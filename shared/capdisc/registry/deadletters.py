@@ -164,7 +164,7 @@ class DeadLetter:
         """The event's fields when the payload is JSON, else empty."""
         try:
             decoded = json.loads(self.payload)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested too deeply to parse
             return {}
         return decoded if isinstance(decoded, dict) else {}
 
@@ -334,7 +334,7 @@ def with_token(payload: str, token: str | None) -> str:
     is (the indexing worker dead-letters it again, with the reason)."""
     try:
         event = json.loads(payload)
-    except ValueError:
+    except (ValueError, RecursionError):
         return payload
     if not isinstance(event, dict) or (not token and "token" not in event):
         return payload  # byte for byte
@@ -345,16 +345,29 @@ def with_token(payload: str, token: str | None) -> str:
 
 
 def _dead_letter(entry_id: Any, raw: Any) -> DeadLetter:
-    fields = {as_str(k): as_str(v) for k, v in raw.items()}
+    """A dead letter as far as it can be read: one another program wrote to the stream (bytes
+    that are not UTF-8, counts that are no numbers) is listed all the same, never a failure of
+    the whole listing."""
+    fields = {_readable(k): _readable(v) for k, v in raw.items()}
+    attempts, at_ms = _count(fields.get("attempts")), _count(fields.get("at_ms"))
     return DeadLetter(
         entry_id=as_str(entry_id),
         reason=fields.get("reason", ""),
-        attempts=int(fields.get("attempts", 1) or 1),
-        at_ms=int(fields.get("at_ms", 0) or 0),
+        attempts=1 if attempts is None else attempts,
+        at_ms=at_ms or 0,
         payload=fields.get("payload", ""),
         source=fields.get("source", keys.INDEXING_QUEUE),
         request_id=fields.get("request_id") or None,
-        truncated_from_bytes=int(fields["truncated_from_bytes"])
-        if fields.get("truncated_from_bytes", "").isdigit()
-        else None,
+        truncated_from_bytes=_count(fields.get("truncated_from_bytes")),
     )
+
+
+def _readable(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _count(text: str | None) -> int | None:
+    """``text`` as a whole number (at most 18 digits); None when it is none."""
+    if text and len(text) <= 18 and text.isascii() and text.isdigit():
+        return int(text)
+    return None

@@ -76,6 +76,8 @@ class RegistryEvent:
             raw = json.loads(data)
         except (ValueError, UnicodeDecodeError) as exc:
             raise EventDecodeError(f"event is not valid JSON: {exc}") from exc
+        except RecursionError as exc:  # not a ValueError: the event would be lost, not refused
+            raise EventDecodeError("event is nested too deeply to read") from exc
         if not isinstance(raw, dict):
             raise EventDecodeError("event must be a JSON object")
         return cls(**_checked(raw))

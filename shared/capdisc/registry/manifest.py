@@ -9,6 +9,7 @@ fields have exact types. Every rejection is a :class:`ManifestError` naming the 
 from __future__ import annotations
 
 import json
+import os
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -129,7 +130,7 @@ def scan_directory(
     result = ScanResult(root=root)
     cache = cache or ScanCache()
     parsed: list[tuple[Path, Capability]] = []
-    for path in sorted(root.rglob(MANIFEST_NAME)):
+    for path in _manifest_paths(root):
         if any(part.startswith(".") for part in path.relative_to(root).parts):
             continue
         try:
@@ -145,6 +146,18 @@ def scan_directory(
             result.errors[path] = _duplicate(path, capability.id, keeper, result.errors)
     result.errors = dict(sorted(result.errors.items()))
     return result
+
+
+def _manifest_paths(root: Path) -> list[Path]:
+    """Every entry named ``CAPABILITY.yaml`` under ``root``, in path order, whatever it is: a
+    broken symlink (a loop, a moved target) too, so that it is refused like any file that
+    cannot be read and keeps what it defined (``Path.rglob`` leaves it out, as if deleted).
+    Symlinked directories are not entered."""
+    return sorted(
+        Path(directory) / MANIFEST_NAME
+        for directory, subdirectories, files in os.walk(root)
+        if MANIFEST_NAME in files or MANIFEST_NAME in subdirectories
+    )
 
 
 def _keepers(
@@ -305,18 +318,22 @@ class _SideFiles:
 
 
 def _attach_side_files(directory: Path, record: dict[str, Any], source: str) -> _SideFiles:
-    """Load SKILL.md and schema.json into the record; where they came from."""
+    """Load SKILL.md and schema.json into the record; where they came from. A side file that
+    is there but cannot be read (a directory, a broken symlink) is an error, not left out: the
+    content or schema stored from it would be dropped."""
     content_ref = record.pop("skill_content", None)
     skill_path = _inside(directory, SKILL_NAME, source, "skill_content")
+    skill_there = os.path.lexists(directory / SKILL_NAME)
     if content_ref is not None:
         skill_path = _inside(directory, content_ref, source, "skill_content")
         if not skill_path.is_file():
             raise ManifestError(source, "skill_content", f"{content_ref!r} does not exist")
-    skill_file = str(skill_path) if skill_path.is_file() else None
+        skill_there = True
+    skill_file = str(skill_path) if skill_there else None
     if skill_file is not None:
         record["full_content"] = _read_text(skill_path, MAX_SIDE_FILE_BYTES, skill_file)
     schema_path = _inside(directory, SCHEMA_NAME, source, "parameters")
-    if not schema_path.is_file():
+    if not os.path.lexists(directory / SCHEMA_NAME):
         return _SideFiles(skill_file, schema_file=False)
     if record.get("full_schema") is not None:
         raise ManifestError(
@@ -329,16 +346,43 @@ def _attach_side_files(directory: Path, record: dict[str, Any], source: str) -> 
         raise ManifestError(
             str(schema_path), None, f"is not valid JSON (line {exc.lineno}: {exc.msg})"
         ) from exc
+    except RecursionError as exc:
+        raise ManifestError(str(schema_path), None, "is nested too deeply to read") from exc
+    except ValueError as exc:  # an integer past the 4300 digits int() converts
+        raise ManifestError(
+            str(schema_path), None, "holds a number too long to read; shorten it"
+        ) from exc
     return _SideFiles(skill_file, schema_file=True)
 
 
 def _inside(directory: Path, ref: Any, source: str, key: str) -> Path:
+    """``ref`` resolved, when it is a path inside ``directory`` the system can look up; else a
+    :class:`ManifestError` naming ``key`` (never the exception of a path that cannot be
+    resolved, which would stop the scan and the watcher with it)."""
     if not isinstance(ref, str):
         raise ManifestError(source, key, "must be a relative path string")
-    candidate = (directory / ref).resolve()
+    try:
+        candidate = (directory / ref).resolve()
+        candidate.is_file()  # a name too long for the system fails here, not while resolving
+    except (OSError, RuntimeError, ValueError) as exc:
+        shown = ref if len(ref) <= 80 else f"{ref[:80]}..."
+        raise ManifestError(
+            source,
+            key,
+            f"{shown!r} cannot be looked up ({_lookup_problem(exc)}); name a file "
+            "in the capability directory",
+        ) from exc
     if not candidate.is_relative_to(directory.resolve()):
         raise ManifestError(source, key, f"{ref!r} points outside the capability directory")
     return candidate
+
+
+def _lookup_problem(exc: Exception) -> str:
+    if isinstance(exc, RuntimeError):  # Path.resolve's before Python 3.13
+        return "a symlink loop"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc)
 
 
 __all__ = [

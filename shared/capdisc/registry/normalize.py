@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from capdisc.errors import ManifestError
@@ -208,6 +208,13 @@ def _check_visibility(source: str, key: str, value: Any) -> Visibility:
     roles = _string_list(source, f"{key}.roles", value.get("roles") or [], _check_name)
     users = _string_list(source, f"{key}.users", value.get("users") or [], _principal)
     return Visibility(roles, users)
+
+
+def visibility_of(roles: Sequence[str], users: Sequence[str], source: str) -> Visibility:
+    """The visibility naming ``roles`` and ``users``, checked as a manifest's is: a
+    :class:`ManifestError` naming the first that no capability may name otherwise (field
+    ``visibility.roles[0]``, ``visibility.users[0]``)."""
+    return _check_visibility(source, "visibility", {"roles": list(roles), "users": list(users)})
 
 
 def _principal(source: str, key: str, value: Any) -> str:

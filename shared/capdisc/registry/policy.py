@@ -85,7 +85,7 @@ def stored_record(value: Any) -> StoredRecord | None:
     try:
         data = json.loads(value) if isinstance(value, bytes | str) else value
         record = StoredRecord.from_dict(data)
-    except (ValueError, TypeError, KeyError, AttributeError):
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return UNREADABLE
     capability = record.capability
     if not all(isinstance(capability.get(name), str) for name in _NEEDED):
@@ -324,7 +324,7 @@ def parsed_records(raw: Iterable[bytes | str]) -> list[Any]:
         chunk = values[start : start + PARSE_CHUNK]
         try:
             parsed = json.loads(b"[" + b",".join(chunk) + b"]")
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: one nested too deeply to parse
             parsed = None
         if not isinstance(parsed, list) or len(parsed) != len(chunk):
             parsed = [_parsed_or_text(v) for v in chunk]  # a record that is not one JSON value
@@ -335,5 +335,5 @@ def parsed_records(raw: Iterable[bytes | str]) -> list[Any]:
 def _parsed_or_text(value: bytes) -> Any:
     try:
         return json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):
         return value

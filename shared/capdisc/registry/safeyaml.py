@@ -2,7 +2,8 @@
 
 PyYAML's ``safe_load`` still expands aliases (billion laughs), keeps the last of duplicate keys,
 honours merge keys and accepts several documents. :func:`load_mapping` refuses all of these and
-nesting deeper than :data:`MAX_DEPTH`, and reports every problem as a :class:`ManifestError` with
+nesting deeper than :data:`MAX_DEPTH`, and reports every problem (a number or date it cannot
+represent too) as a :class:`ManifestError` with
 the line it was found on.
 """
 
@@ -49,6 +50,24 @@ class _StrictLoader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         finally:
             self.depth -= 1
+
+    def construct_object(self, node: Node, deep: bool = False) -> Any:
+        try:
+            value = super().construct_object(node, deep=deep)
+            if isinstance(value, int):
+                str(value)  # one in hex may be too long to print, and to send as JSON
+            return value
+        except ManifestError:
+            raise
+        except ValueError as exc:  # an integer past 4300 digits, a date such as 2024-13-45
+            text = str(node.value)
+            shown = text if len(text) <= 20 else f"{text[:20]}..."
+            raise ManifestError(
+                self.source,
+                None,
+                f"line {node.start_mark.line + 1}: {shown!r} cannot be read as a number or date; "
+                "quote it if it is text",
+            ) from exc
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
