@@ -646,3 +646,26 @@ def test_a_side_file_that_cannot_be_read_is_refused_not_left_out(
 
     assert path in result.errors
     assert result.capabilities == {}
+
+
+def test_a_manifest_whose_parsing_fails_unforeseen_is_refused_alone_and_the_scan_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from capdisc.registry import manifest
+
+    checked = manifest.capability_from_record
+
+    def gap(record: dict[str, object], source: str) -> object:
+        if record.get("name") == "boom":
+            raise RuntimeError("a parser gap")
+        return checked(record, source)
+
+    monkeypatch.setattr(manifest, "capability_from_record", gap)
+    broken = write_capability(tmp_path / "boom", MINIMAL.replace("web-search", "boom"))
+    write_capability(tmp_path / "fine", MINIMAL)
+
+    result = scan_directory(tmp_path)
+
+    assert [c.name for c in result.capabilities.values()] == ["web-search"]
+    assert "RuntimeError: a parser gap" in str(result.errors[broken])
+    assert "this is a capdisc bug" in str(result.errors[broken])

@@ -16,10 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from capdisc.errors import ManifestError
 from capdisc.models import Capability
 from capdisc.registry.normalize import capability_from_record
 from capdisc.registry.safeyaml import load_mapping
+
+log = structlog.get_logger(__name__)
 
 MANIFEST_NAME = "CAPABILITY.yaml"
 SKILL_NAME = "SKILL.md"
@@ -97,11 +101,26 @@ class ScanCache:
                 )
             except ManifestError as exc:
                 result = exc
+            except Exception as exc:  # a parser gap refuses one file, not the scan
+                result = _unexpected(path, exc)
             self._entries[path] = (stamp, result)
             cached = self._entries[path]
         if isinstance(cached[1], ManifestError):
             raise cached[1]
         return cached[1]
+
+
+def _unexpected(path: Path, exc: Exception) -> ManifestError:
+    """A manifest whose parsing raised what no check foresaw, refused like any invalid one (so
+    a scan, and the watcher and stack around it, go on, and the capability's last good version
+    stays), the error logged with its traceback for a bug report."""
+    log.error("manifest_parse_failed_unexpectedly", path=str(path), exc_info=exc)
+    return ManifestError(
+        str(path),
+        None,
+        f"could not be parsed ({type(exc).__name__}: {exc}); this is a capdisc bug, please "
+        "report it with the file; its last good version stays served until the file parses",
+    )
 
 
 def _stamp(path: Path) -> tuple[int, int, int] | None:
