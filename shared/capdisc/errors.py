@@ -223,8 +223,9 @@ class AuthError(CapdiscError):
 class ForbiddenError(AuthError):
     """A proven identity asked for what its token does not allow: another tenant (``wrong
     tenant``), a grant it lacks (``write`` for a publish, ``session`` for a session), roles or a
-    user it does not carry. ``reason`` says which (``wrong_tenant``, ``grant``, ``roles``,
-    ``user``). Ask the operator for a token that allows it."""
+    user it does not carry, or a session another caller's roles or user hold. ``reason`` says
+    which (``wrong_tenant``, ``grant``, ``roles``, ``user``, ``session``). Ask the operator for a
+    token that allows it, or use a session of your own."""
 
     code = "forbidden"
 

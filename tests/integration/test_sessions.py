@@ -9,10 +9,12 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
 import redis
 
 from capdisc import keys
 from capdisc.client import Client
+from capdisc.errors import ForbiddenError
 from capdisc.sessions.policy import GENERIC_LOOP_GUIDANCE, REDUNDANT_SEARCH_NOTE
 from capdisc.status import live_workers
 
@@ -326,3 +328,28 @@ def test_session_watch_prints_each_change_as_it_happens(
     event = json.loads(watched.stdout)
     assert (event["type"], event["tool"]) == ("bound", SLACK)
     assert shown.stdout.startswith(event["id"]) and f"bound            {SLACK}" in shown.stdout
+
+
+def test_a_session_serves_only_callers_with_its_starters_roles_and_user(
+    stack: Stack, registry: Path, tenant: str, connection: redis.Redis
+) -> None:
+    report = publish(stack.url, registry, tenant)
+    session = _session()
+    finance = Client(connection, tenant=tenant, roles=["finance"])
+    other = Client(connection, tenant=tenant)
+    finance.discover("post a message to slack", session=session, min_version=report.index_version)
+
+    refusals = [
+        lambda: other.working_set(session),
+        lambda: other.export_session(session),
+        lambda: other.record_tool_call(session, SLACK, {"text": "hi"}),
+        lambda: other.discover("post a message to slack", session=session),
+        lambda: other.import_session(session, finance.export_session(session)),
+    ]
+    for refused in refusals:
+        with pytest.raises(ForbiddenError, match="use a session id of your own"):
+            refused()
+
+    working = finance.working_set(session)
+    assert SLACK in [b["id"] for b in working["bound"]]
+    assert working["bound"][0]["use_count"] == 0  # the refused call changed nothing

@@ -4,8 +4,11 @@ the redundant-search guard, profiles, exactly-once memory, export and import."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from capdisc.errors import ForbiddenError
 from capdisc.sessions.policy import (
     GENERIC_LOOP_GUIDANCE,
     REDUNDANT_SEARCH_NOTE,
@@ -19,6 +22,8 @@ from capdisc.sessions.policy import (
     check_search,
     experts_first,
     export,
+    held_by,
+    holder_of,
     imported,
     new_session,
     record_call,
@@ -303,3 +308,47 @@ def test_revisions_count_on_within_a_session_and_start_apart_for_a_new_one() -> 
     started = next_revision("")
     assert next_revision(started) == started.replace(":1", ":2")
     assert next_revision("") != started
+
+
+# -- whose session -------------------------------------------------------------------------------
+
+FINANCE = holder_of(["finance"], None)
+
+
+@pytest.mark.parametrize(
+    ("roles", "user", "same_as_finance"),
+    [
+        (["finance"], None, True),
+        (["finance", "finance"], "", True),
+        ([], None, False),
+        (["finance", "ops"], None, False),
+        (["finance"], "ann", False),
+    ],
+)
+def test_a_holder_is_the_roles_and_user_asked_with(
+    roles: list[str], user: str | None, same_as_finance: bool
+) -> None:
+    assert (holder_of(roles, user) == FINANCE) is same_as_finance
+
+
+def test_a_session_of_no_holder_becomes_its_next_callers() -> None:
+    state = new_session("s1", None, 0)
+    assert held_by(state, FINANCE).holder == FINANCE
+
+
+def test_a_session_serves_its_holder_as_it_is() -> None:
+    state = replace(new_session("s1", None, 0), holder=FINANCE)
+    assert held_by(state, FINANCE) is state
+
+
+def test_another_holders_session_is_refused_saying_to_use_one_s_own() -> None:
+    state = replace(new_session("s1", None, 0), holder=FINANCE)
+    with pytest.raises(ForbiddenError, match="use a session id of your own") as refused:
+        held_by(state, holder_of([], None))
+    assert refused.value.reason == "session"
+
+
+def test_a_sessions_holder_survives_storage_and_stays_out_of_its_export() -> None:
+    state = replace(new_session("s1", None, 0), holder=FINANCE)
+    assert SessionState.from_dict(state.to_dict()).holder == FINANCE
+    assert "holder" not in export(state)

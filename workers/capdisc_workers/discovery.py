@@ -59,6 +59,7 @@ from capdisc.redisclock import RedisClock
 from capdisc.redistext import as_str
 from capdisc.resources import embedder_for, store_for
 from capdisc.sessions import store as session_store
+from capdisc.sessions.policy import holder_of
 from capdisc.sessions.service import SessionService
 from capdisc.settings import Settings
 from capdisc.stackfile import joining_stack
@@ -288,7 +289,8 @@ class DiscoveryWorker:
         if request.op == "watch":
             self._may_watch(request.tenant, caller)
         can_see = self._can_see(request.tenant, caller)
-        return SessionReply(request.request_id, self.sessions.handle(request, can_see))
+        holder = holder_of(request.roles, request.user)
+        return SessionReply(request.request_id, self.sessions.handle(request, can_see, holder))
 
     def _may_watch(self, tenant: str, caller: Caller) -> None:
         """A watcher reads a session's events from Redis, unfiltered, and they name each tool

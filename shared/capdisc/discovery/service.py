@@ -26,7 +26,7 @@ from capdisc.discovery.snapshot import IndexSnapshot
 from capdisc.discovery.toolsets import bound_tools, tool_bundle
 from capdisc.embedders.port import CachedQueryEmbedder, Vector
 from capdisc.filters import SearchFilters
-from capdisc.sessions.policy import SessionPolicy, SessionView, Turn, allowed_ids
+from capdisc.sessions.policy import SessionPolicy, SessionView, Turn, allowed_ids, holder_of
 
 #: Installable capabilities offered at most, when few available ones fit.
 INSTALLABLE_OFFERED = 3
@@ -123,6 +123,7 @@ def _bind(
             request.request_id,
             request.profile,
             [m.capability.id for m in result.matches],
+            holder_of(request.roles, request.user),
         )
     )
     view = _seen_by(view, context.snapshot, query.filters.caller)

@@ -31,6 +31,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from capdisc.durations import bounded_duration
+from capdisc.errors import ForbiddenError
 from capdisc.sessions.views import SessionView as SessionView
 
 JSON = dict[str, Any]
@@ -157,6 +158,9 @@ class SessionState:
     searches: tuple[tuple[int, tuple[str, ...]], ...] = ()
     #: Tools the loop guard evicted, until a discovery finds them again.
     loop_evicted: frozenset[str] = frozenset()
+    #: Who the session serves (:func:`holder_of` its starter; "": a session stored before
+    #: sessions had holders, taken by the next caller).
+    holder: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -169,6 +173,7 @@ class SessionState:
             "calls": [list(c) for c in self.calls],
             "searches": [[at, list(ids)] for at, ids in self.searches],
             "loop_evicted": sorted(self.loop_evicted),
+            "holder": self.holder,
         }
 
     @classmethod
@@ -183,11 +188,38 @@ class SessionState:
             calls=tuple((str(t), str(h), int(at)) for t, h, at in data.get("calls", [])),
             searches=tuple((int(at), tuple(ids)) for at, ids in data.get("searches", [])),
             loop_evicted=frozenset(data.get("loop_evicted", [])),
+            holder=str(data.get("holder") or ""),
         )
 
 
 def new_session(session_id: str, profile: str | None, now_ms: int) -> SessionState:
     return SessionState(session_id=session_id, profile=profile, created_ms=now_ms)
+
+
+# -- whose session ------------------------------------------------------------------------------
+
+
+def holder_of(roles: Iterable[str], user: str | None) -> str:
+    """Who a session serves: the roles and user a caller asks with, which decide what it may
+    see. Callers who see the same capabilities share sessions (every anonymous caller of a
+    tenant, with auth off); one with other roles or another user cannot use them, so cannot
+    learn what is bound there or change it."""
+    return json.dumps([sorted(set(roles)), user or ""], separators=(",", ":"))
+
+
+def held_by(state: SessionState, holder: str) -> SessionState:
+    """``state`` as ``holder`` may use it: the session is theirs (a session of no holder yet,
+    stored before sessions had holders, becomes theirs); another holder's is refused."""
+    if state.holder == holder:
+        return state
+    if not state.holder:
+        return replace(state, holder=holder)
+    raise ForbiddenError(
+        f"session {state.session_id!r} serves a caller with other roles or another user than "
+        "yours, and a session serves only callers who may see what its starter sees: use a "
+        "session id of your own",
+        "session",
+    )
 
 
 # -- the working set -----------------------------------------------------------------------------
@@ -507,3 +539,5 @@ class Turn:
     request_id: str
     profile: str | None
     found: Sequence[str]
+    #: Who asks (:func:`holder_of`).
+    holder: str = ""

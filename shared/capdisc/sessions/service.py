@@ -66,6 +66,7 @@ class SessionService:
         now = self.clock()
 
         def change(state: SessionState) -> tuple[SessionState, list[SessionEvent], JSON]:
+            state = policy_fns.held_by(state, turn.holder)
             return policy_fns.after_discovery(state, ids, now, self.policy)
 
         outcome, ended = store.update(
@@ -85,19 +86,25 @@ class SessionService:
         note = policy_fns.restart_note(ended, self.policy)
         return replace(view, restarted=ended, note=f"{note}; {view.note}" if view.note else note)
 
-    def handle(self, request: SessionCommand, can_see: Callable[[str], bool]) -> JSON:
-        """The reply to a call, show, export, import or watch request; working sets shown list
-        only what the caller ``can_see`` (a watcher, who reads the stream itself, must be one
-        who may see every capability: the worker checks that before)."""
+    def handle(
+        self, request: SessionCommand, can_see: Callable[[str], bool], holder: str = ""
+    ) -> JSON:
+        """The reply to a call, show, export, import or watch request from ``holder``
+        (:func:`capdisc.sessions.policy.holder_of`), who may use only a session of theirs;
+        working sets shown list only what the caller ``can_see`` (a watcher, who reads the
+        stream itself, must be one who may see every capability: the worker checks that
+        before)."""
         if request.op == "call":
-            return self._call(request)
+            return self._call(request, holder)
         if request.op == "watch":  # any session id: a watcher may start before the session
             return {"stream": store.stream_key(self.redis, request.tenant, request.session)}
         if request.op == "import":
-            return _seen(self._import(request), can_see)
+            return _seen(self._import(request, holder), can_see)
         state = store.load(self.redis, request.tenant, request.session)
         if state is None:
             raise SessionNotFoundError(self._not_found(request.tenant, request.session))
+        if state.holder:
+            state = policy_fns.held_by(state, holder)
         if request.op == "export":
             hidden = [i for i in [*state.bound, *state.loop_evicted] if not can_see(i)]
             return {"session": policy_fns.export(policy_fns.without(state, hidden))}
@@ -118,10 +125,11 @@ class SessionService:
             )
         return f"{gone} does not exist (or ended long ago)"
 
-    def _call(self, request: SessionCommand) -> JSON:
+    def _call(self, request: SessionCommand, holder: str) -> JSON:
         now = self.clock()
 
         def change(state: SessionState) -> tuple[SessionState, list[SessionEvent], dict[str, Any]]:
+            state = policy_fns.held_by(state, holder)
             state, outcome, events = policy_fns.record_call(
                 state, str(request.tool_id), request.arguments, now, self.policy
             )
@@ -146,14 +154,15 @@ class SessionService:
             }
         return outcome
 
-    def _import(self, request: SessionCommand) -> JSON:
+    def _import(self, request: SessionCommand, holder: str) -> JSON:
         now = self.clock()
 
         def change(state: SessionState) -> tuple[SessionState, list[SessionEvent], dict[str, Any]]:
+            state = policy_fns.held_by(state, holder)
             fresh, events = policy_fns.imported(
                 request.data or {}, request.session, now, self.policy
             )
-            fresh = replace(fresh, created_ms=state.created_ms)
+            fresh = replace(fresh, created_ms=state.created_ms, holder=state.holder)
             return fresh, events, {"working_set": policy_fns.working_set_view(fresh, self.policy)}
 
         imported, _ended = store.update(
