@@ -330,7 +330,7 @@ def test_session_watch_prints_each_change_as_it_happens(
     assert shown.stdout.startswith(event["id"]) and f"bound            {SLACK}" in shown.stdout
 
 
-def test_a_session_serves_only_callers_with_its_starters_roles_and_user(
+def test_only_callers_with_a_sessions_starters_roles_and_user_may_change_it(
     stack: Stack, registry: Path, tenant: str, connection: redis.Redis
 ) -> None:
     report = publish(stack.url, registry, tenant)
@@ -340,8 +340,6 @@ def test_a_session_serves_only_callers_with_its_starters_roles_and_user(
     finance.discover("post a message to slack", session=session, min_version=report.index_version)
 
     refusals = [
-        lambda: other.working_set(session),
-        lambda: other.export_session(session),
         lambda: other.record_tool_call(session, SLACK, {"text": "hi"}),
         lambda: other.discover("post a message to slack", session=session),
         lambda: other.import_session(session, finance.export_session(session)),

@@ -200,10 +200,11 @@ def new_session(session_id: str, profile: str | None, now_ms: int) -> SessionSta
 
 
 def holder_of(roles: Iterable[str], user: str | None) -> str:
-    """Who a session serves: the roles and user a caller asks with, which decide what it may
+    """Whose a session is: the roles and user a caller asks with, which decide what it may
     see. Callers who see the same capabilities share sessions (every anonymous caller of a
-    tenant, with auth off); one with other roles or another user cannot use them, so cannot
-    learn what is bound there or change it."""
+    tenant, with auth off); one with other roles or another user may look at a session (what
+    it may see of it) but not change it, so cannot evict what it may not see or learn from a
+    call's outcome that it is bound there."""
     return json.dumps([sorted(set(roles)), user or ""], separators=(",", ":"))
 
 
@@ -215,9 +216,9 @@ def held_by(state: SessionState, holder: str) -> SessionState:
     if not state.holder:
         return replace(state, holder=holder)
     raise ForbiddenError(
-        f"session {state.session_id!r} serves a caller with other roles or another user than "
-        "yours, and a session serves only callers who may see what its starter sees: use a "
-        "session id of your own",
+        f"session {state.session_id!r} was started by a caller with other roles or another "
+        "user than yours, and only callers who may see what its starter sees may change it "
+        "(you may show or export what you can see of it): use a session id of your own",
         "session",
     )
 

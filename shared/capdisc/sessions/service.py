@@ -90,10 +90,10 @@ class SessionService:
         self, request: SessionCommand, can_see: Callable[[str], bool], holder: str = ""
     ) -> JSON:
         """The reply to a call, show, export, import or watch request from ``holder``
-        (:func:`capdisc.sessions.policy.holder_of`), who may use only a session of theirs;
-        working sets shown list only what the caller ``can_see`` (a watcher, who reads the
-        stream itself, must be one who may see every capability: the worker checks that
-        before)."""
+        (:func:`capdisc.sessions.policy.holder_of`), who may change only a session of theirs
+        (a call, an import); working sets shown list only what the caller ``can_see`` (a
+        watcher, who reads the stream itself, must be one who may see every capability: the
+        worker checks that before)."""
         if request.op == "call":
             return self._call(request, holder)
         if request.op == "watch":  # any session id: a watcher may start before the session
@@ -103,8 +103,6 @@ class SessionService:
         state = store.load(self.redis, request.tenant, request.session)
         if state is None:
             raise SessionNotFoundError(self._not_found(request.tenant, request.session))
-        if state.holder:
-            state = policy_fns.held_by(state, holder)
         if request.op == "export":
             hidden = [i for i in [*state.bound, *state.loop_evicted] if not can_see(i)]
             return {"session": policy_fns.export(policy_fns.without(state, hidden))}
