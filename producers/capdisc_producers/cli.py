@@ -398,11 +398,22 @@ def main() -> None:
     except Exception as exc:
         # redis is imported by the commands that use it: an error of it cannot come otherwise.
         redis = sys.modules.get("redis")
-        if redis is not None and isinstance(exc, redis.AuthenticationError):
-            fail(str(RedisCredentialsError.refused(exc)))
-        if redis is not None and isinstance(exc, redis.ConnectionError | redis.TimeoutError):
-            fail(f"cannot reach Redis ({exc}); {_redis_down_hint()}{_tls_hint(exc)}")
+        cause = _sent_task_cause(exc)
+        if redis is not None and isinstance(cause, redis.AuthenticationError):
+            fail(str(RedisCredentialsError.refused(cause)))
+        if redis is not None and isinstance(cause, redis.ConnectionError | redis.TimeoutError):
+            fail(f"cannot reach Redis ({cause}); {_redis_down_hint()}{_tls_hint(cause)}")
         raise
+
+
+def _sent_task_cause(exc: Exception) -> BaseException:
+    """The Redis error under kombu's ``OperationalError``, which a command sending a task
+    meets when Redis cannot be reached; ``exc`` itself otherwise."""
+    kombu_errors = sys.modules.get("kombu.exceptions")
+    if kombu_errors is not None and isinstance(exc, kombu_errors.OperationalError):
+        cause: BaseException | None = exc.__cause__
+        return cause or exc
+    return exc
 
 
 def _tls_hint(exc: Exception) -> str:

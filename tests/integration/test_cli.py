@@ -215,3 +215,22 @@ def test_a_redis_url_option_whose_password_ends_early_is_one_error_naming_the_op
     assert "Traceback" not in done.stderr and "Zq" not in done.stderr
     assert done.stderr.startswith("error: the Redis URL has a '#', '/', '?' or '@' in its password")
     assert "--redis-url" in done.stderr
+
+
+def test_a_command_that_first_meets_redis_sending_a_task_says_redis_is_unreachable(
+    tmp_path: Path,
+) -> None:
+    # reconcile's first contact with Redis is the task it sends (through kombu, which wraps
+    # the connection error in its own)
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAPDISC_")}
+    env["CAPDISC_REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
+
+    done = run_cli("reconcile", env=env, cwd=tmp_path)
+
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.startswith("error: cannot reach Redis (Error 111 connecting to")
+    assert "is the stack running? (make up)" in done.stderr
