@@ -426,12 +426,18 @@ def _tls_hint(exc: Exception) -> str:
 
 def _redis_down_hint() -> str:
     """What to do about an unreachable Redis: start the stack, or, when a running ``capdisc up``
-    is found whose Redis is down, wait for it to be restarted (and where to look if not)."""
+    is found whose Redis is down, wait for it to be restarted (and where to look if not), or,
+    when that Redis is one ``up`` was given and does not run, start it again."""
     from capdisc.stackfile import find_stack, stack_start
 
     stack = find_stack(stack_start(os.environ, Path.cwd()))
     if stack is None:
         return "is the stack running? (make up)"
+    if stack.get("redis_supervised") is False:
+        return (
+            f"capdisc up (pid {stack.get('pid')}) uses a Redis it does not run (it was given "
+            f"{stack.get('redis_url')}): start that Redis again; up's workers wait for it"
+        )
     if "redis" in stack.get("children", {}):
         return f"capdisc up (pid {stack.get('pid')}) is running: is this its Redis?"
     return (

@@ -321,12 +321,15 @@ class Stack:
 
     def _write_stack_file(self) -> None:
         """``stack.json``: where Redis is (no password: the file beside it holds that), whether
-        auth is on, where the keyring and the CLI's admin token are, the pids."""
+        ``up`` runs it, whether auth is on, where the keyring and the CLI's admin token are, the
+        pids."""
         data: dict[str, Any] = {
             "redis_url": without_password(self.redis_url),
             "pid": os.getpid(),
             "started_at": time.time(),
             "children": self.supervisor.pids(),
+            # whether up runs (and restarts) its Redis, or was given one (CAPDISC_REDIS_URL)
+            "redis_supervised": REDIS_CHILD in self.supervisor.children,
             "auth": self.auth,
         }
         if self._password:

@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from capdisc import keys
+from capdisc.localredis import start_redis
 
 from .conftest import EXAMPLES, Stack, publish
 from .upstack import UpProcess, start_up
@@ -234,3 +235,22 @@ def test_a_command_that_first_meets_redis_sending_a_task_says_redis_is_unreachab
     assert "Traceback" not in done.stderr
     assert done.stderr.startswith("error: cannot reach Redis (Error 111 connecting to")
     assert "is the stack running? (make up)" in done.stderr
+
+
+@pytest.mark.timeout(180)
+def test_a_redis_up_does_not_run_being_down_is_not_said_to_be_restarted_by_up(
+    start_up: Callable[..., UpProcess], tmp_path: Path
+) -> None:
+    server = start_redis(tmp_path / "external-redis", durable=False)
+    try:
+        up = start_up(env={"CAPDISC_REDIS_URL": server.url})
+        server.stop()
+
+        done = up.cli("status")
+    finally:
+        server.stop()
+
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: cannot reach Redis")
+    assert "being restarted" not in done.stderr
+    assert "uses a Redis it does not run" in done.stderr and "start that Redis" in done.stderr
