@@ -152,10 +152,13 @@ def session_watch(
 ) -> None:
     """Follow the session's working-set changes as they happen (bound, refreshed, evicted,
     restored, loop_detected, redundant_search, imported), one line each (--json: one JSON
-    object a line), until interrupted. The session need not have started yet."""
+    object a line), until interrupted. The session need not have started yet. A Redis outage
+    is waited out, as `capdisc publish` does (up to 5 minutes)."""
+    from capdisc_producers.outages import WAIT_LIMIT_S
 
     def follow(client: Client) -> None:
-        for printed, event in enumerate(client.watch_session(session_id, after=after), 1):
+        events = client.watch_session(session_id, after=after, patience_s=WAIT_LIMIT_S)
+        for printed, event in enumerate(events, 1):
             click.echo(json.dumps(event) if as_json else _event_line(event))
             if count is not None and printed >= count:
                 return
