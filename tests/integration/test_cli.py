@@ -254,3 +254,20 @@ def test_a_redis_up_does_not_run_being_down_is_not_said_to_be_restarted_by_up(
     assert done.stderr.startswith("error: cannot reach Redis")
     assert "being restarted" not in done.stderr
     assert "uses a Redis it does not run" in done.stderr and "start that Redis" in done.stderr
+
+
+def test_a_command_sending_a_task_to_a_redis_that_never_answers_gives_up_saying_so(
+    tmp_path: Path,
+) -> None:
+    # a Redis that hangs (stopped, or across a partition) accepts connections and never answers
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CAPDISC_")}
+        env["CAPDISC_REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
+
+        done = run_cli("reconcile", env=env, cwd=tmp_path)  # 60 s, else TimeoutExpired
+
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: cannot reach Redis (Timeout")
