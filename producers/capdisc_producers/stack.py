@@ -42,7 +42,7 @@ import structlog
 
 from capdisc import keys
 from capdisc.client import Answer, Client
-from capdisc.errors import CapdiscError, StackRunningError
+from capdisc.errors import CapdiscError, RedisUnavailableError, StackRunningError
 from capdisc.identity import auth
 from capdisc.localredis import LocalRedis, start_redis
 from capdisc.registry.store import tenant_version
@@ -374,6 +374,18 @@ class Stack:
                 )
             time.sleep(TICK_S)
 
+    def unreachable(self, exc: redis.RedisError) -> RedisUnavailableError:
+        """Why ``up`` stops when its Redis does not answer while it starts, and what to do."""
+        if REDIS_CHILD in self.supervisor.children:
+            return RedisUnavailableError(
+                f"the Redis capdisc up started stopped answering ({exc}); see "
+                f"{self.state_dir / 'redis' / 'redis.log'}, then start again"
+            )
+        return RedisUnavailableError(
+            f"cannot reach the Redis at {mask_url(self.redis_url)} given in {REDIS_ENV} ({exc}): "
+            f"start that Redis, or unset {REDIS_ENV} for capdisc up to run its own"
+        )
+
     def _child_exited(self, child: Child, pid: int) -> None:
         """A dead worker's heartbeat goes at once (``capdisc status`` lists the live ones)."""
         if child.name in WORKER_CHILDREN and self._record_client is not None:
@@ -550,7 +562,12 @@ def _run(
             else "; auth is OFF (CAPDISC_AUTH=off): requests are served as whoever they claim to be"
         )
     )
-    answer = _index_and_check(stack, registry, settings)
+    try:
+        answer = _index_and_check(stack, registry, settings)
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        if isinstance(exc, redis.AuthenticationError):
+            raise
+        raise stack.unreachable(exc) from exc
     stack.say(
         f"capdisc is ready in {time.monotonic() - started:.1f} s: "
         f"{answer.raw['total_indexed']} capabilities at index version "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -271,3 +272,22 @@ def test_a_command_sending_a_task_to_a_redis_that_never_answers_gives_up_saying_
 
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("error: cannot reach Redis (Timeout")
+
+
+@pytest.mark.timeout(180)
+def test_up_given_a_redis_that_is_down_says_to_start_that_redis(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        url = f"redis://127.0.0.1:{probe.getsockname()[1]}/0"
+    shutil.copytree(EXAMPLES, tmp_path / "examples" / "registry")
+    up = UpProcess(tmp_path, env={"CAPDISC_REDIS_URL": url})
+    try:
+        code = up.process.wait(timeout=120)
+    finally:
+        up.kill_all()
+
+    output = up.output()
+    assert code == 2, output
+    assert "Traceback" not in output and "make up" not in output
+    assert f"error: cannot reach the Redis at {url} given in CAPDISC_REDIS_URL" in output
+    assert "start that Redis, or unset CAPDISC_REDIS_URL" in output
