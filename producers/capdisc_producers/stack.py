@@ -355,11 +355,18 @@ class Stack:
                     f"again. Last lines of {exited.log_path}:\n"
                     f"{log_tail(exited.log_path)}"
                 )
-            if kinds <= {w["kind"] for w in live_workers(client)}:
+            if kinds <= {w["kind"] for w in live_workers(client) if self._started_here(w)}:
                 return
             time.sleep(0.1)
         raise CapdiscError(
             f"workers did not report ready within {timeout_s:.0f} s; see {self.state_dir / 'logs'}"
+        )
+
+    def _started_here(self, heartbeat: dict[str, Any]) -> bool:
+        """Whether ``heartbeat`` is one of this ``up``'s children's: the workers of an ``up``
+        killed moments ago still look live for a while."""
+        return heartbeat.get("host") == socket.gethostname() and heartbeat.get("pid") in set(
+            self.supervisor.pids().values()
         )
 
     def supervise(self, signals: StopSignals, watcher: _Watcher) -> None:
