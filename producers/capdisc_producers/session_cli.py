@@ -152,8 +152,8 @@ def session_watch(
 ) -> None:
     """Follow the session's working-set changes as they happen (bound, refreshed, evicted,
     restored, loop_detected, redundant_search, imported), one line each (--json: one JSON
-    object a line), until interrupted. The session need not have started yet. A Redis outage
-    is waited out, as `capdisc publish` does (up to 5 minutes)."""
+    object a line), until interrupted. The session need not have started yet. Redis going
+    away while it follows is waited out (up to 5 minutes)."""
     from capdisc_producers.outages import WAIT_LIMIT_S
 
     def follow(client: Client) -> None:
