@@ -402,18 +402,29 @@ def main() -> None:
     except Exception as exc:
         # redis is imported by the commands that use it: an error of it cannot come otherwise.
         redis = sys.modules.get("redis")
-        if redis is not None and isinstance(exc, redis.AuthenticationError):
-            fail(str(RedisCredentialsError.refused(exc)))
-        if redis is not None and isinstance(exc, redis.ConnectionError | redis.TimeoutError):
-            fail(f"cannot reach Redis ({exc}); {_redis_down_hint()}{_tls_hint(exc)}")
-        if redis is not None and isinstance(exc, redis.exceptions.NoPermissionError):
+        cause = _sent_task_cause(exc)
+        if redis is not None and isinstance(cause, redis.AuthenticationError):
+            fail(str(RedisCredentialsError.refused(cause)))
+        if redis is not None and isinstance(cause, redis.ConnectionError | redis.TimeoutError):
+            fail(f"cannot reach Redis ({cause}); {_redis_down_hint()}{_tls_hint(cause)}")
+        if redis is not None and isinstance(cause, redis.exceptions.NoPermissionError):
             fail(
-                f"Redis refused this command to the ACL user of capdisc's Redis URL ({exc}); "
+                f"Redis refused this command to the ACL user of capdisc's Redis URL ({cause}); "
                 "run it as a user whose ACL allows it: infra/README.md says which user each "
                 "command needs (capdisc-producer sends events, capdisc-monitor reads status, "
                 "dead letters and flags, capdisc-client asks the discovery workers)"
             )
         raise
+
+
+def _sent_task_cause(exc: Exception) -> BaseException:
+    """The Redis error under kombu's ``OperationalError``, which a command sending a task
+    meets when Redis cannot be reached; ``exc`` itself otherwise."""
+    kombu_errors = sys.modules.get("kombu.exceptions")
+    if kombu_errors is not None and isinstance(exc, kombu_errors.OperationalError):
+        cause: BaseException | None = exc.__cause__
+        return cause or exc
+    return exc
 
 
 def _tls_hint(exc: Exception) -> str:
@@ -426,12 +437,18 @@ def _tls_hint(exc: Exception) -> str:
 
 def _redis_down_hint() -> str:
     """What to do about an unreachable Redis: start the stack, or, when a running ``capdisc up``
-    is found whose Redis is down, wait for it to be restarted (and where to look if not)."""
+    is found whose Redis is down, wait for it to be restarted (and where to look if not), or,
+    when that Redis is one ``up`` was given and does not run, start it again."""
     from capdisc.stackfile import find_stack, stack_start
 
     stack = find_stack(stack_start(os.environ, Path.cwd()))
     if stack is None:
         return "is the stack running? (make up)"
+    if stack.get("redis_supervised") is False:
+        return (
+            f"capdisc up (pid {stack.get('pid')}) uses a Redis it does not run (it was given "
+            f"{stack.get('redis_url')}): start that Redis again; up's workers wait for it"
+        )
     if "redis" in stack.get("children", {}):
         return f"capdisc up (pid {stack.get('pid')}) is running: is this its Redis?"
     return (

@@ -26,6 +26,10 @@ from capdisc.tenants import check_tenant
 
 #: Longest single blocking read (under redis-py's 5 s socket timeout).
 BLOCK_SLICE_S = 1.0
+#: How long the broker connection waits for Redis to connect or answer, as redis-py's own
+#: connections do (kombu's wait for ever): a Redis that hangs fails a send, and the command
+#: waits it out or says so, instead of hanging with it.
+BROKER_SOCKET_TIMEOUT_S = 5.0
 #: Events per indexing task by default: a worker embeds each chunk of a task while it writes
 #: the chunks before it (a task's start and end leave the model idle, so not much fewer).
 BATCH = 1024
@@ -61,7 +65,13 @@ class Publisher:
         self._sent: list[str] = []
         self.app = Celery("capdisc-producer", broker=celery_broker_url(broker_url))
         self.app.conf.update(
-            task_serializer="json", accept_content=["json"], broker_connection_retry_on_startup=True
+            task_serializer="json",
+            accept_content=["json"],
+            broker_connection_retry_on_startup=True,
+            broker_transport_options={
+                "socket_timeout": BROKER_SOCKET_TIMEOUT_S,
+                "socket_connect_timeout": BROKER_SOCKET_TIMEOUT_S,
+            },
         )
         self.redis = redis.Redis.from_url(broker_url)
 

@@ -159,10 +159,13 @@ def session_watch(
     restored, loop_detected, redundant_search, imported; ended when it is dropped among too
     many live sessions, restarted when it starts again after it ended or expired: its working
     set was emptied), one line each (--json: one JSON object a line), until interrupted. The
-    session need not have started yet."""
+    session need not have started yet. Redis going away while it follows is waited out (up to
+    5 minutes)."""
+    from capdisc_producers.outages import WAIT_LIMIT_S
 
     def follow(client: Client) -> None:
-        for printed, event in enumerate(client.watch_session(session_id, after=after), 1):
+        events = client.watch_session(session_id, after=after, patience_s=WAIT_LIMIT_S)
+        for printed, event in enumerate(events, 1):
             click.echo(json.dumps(event) if as_json else _event_line(event))
             if count is not None and printed >= count:
                 return

@@ -42,7 +42,7 @@ import structlog
 
 from capdisc import keys
 from capdisc.client import Answer, Client
-from capdisc.errors import CapdiscError, StackRunningError
+from capdisc.errors import CapdiscError, RedisUnavailableError, StackRunningError
 from capdisc.identity import auth
 from capdisc.localredis import LocalRedis, start_redis
 from capdisc.registry.store import tenant_version
@@ -321,12 +321,15 @@ class Stack:
 
     def _write_stack_file(self) -> None:
         """``stack.json``: where Redis is (no password: the file beside it holds that), whether
-        auth is on, where the keyring and the CLI's admin token are, the pids."""
+        ``up`` runs it, whether auth is on, where the keyring and the CLI's admin token are, the
+        pids."""
         data: dict[str, Any] = {
             "redis_url": without_password(self.redis_url),
             "pid": os.getpid(),
             "started_at": time.time(),
             "children": self.supervisor.pids(),
+            # whether up runs (and restarts) its Redis, or was given one (CAPDISC_REDIS_URL)
+            "redis_supervised": REDIS_CHILD in self.supervisor.children,
             "auth": self.auth,
         }
         if self._password:
@@ -352,11 +355,18 @@ class Stack:
                     f"again. Last lines of {exited.log_path}:\n"
                     f"{log_tail(exited.log_path)}"
                 )
-            if kinds <= {w["kind"] for w in live_workers(client)}:
+            if kinds <= {w["kind"] for w in live_workers(client) if self._started_here(w)}:
                 return
             time.sleep(0.1)
         raise CapdiscError(
             f"workers did not report ready within {timeout_s:.0f} s; see {self.state_dir / 'logs'}"
+        )
+
+    def _started_here(self, heartbeat: dict[str, Any]) -> bool:
+        """Whether ``heartbeat`` is one of this ``up``'s children's: the workers of an ``up``
+        killed moments ago still look live for a while."""
+        return heartbeat.get("host") == socket.gethostname() and heartbeat.get("pid") in set(
+            self.supervisor.pids().values()
         )
 
     def supervise(self, signals: StopSignals, watcher: _Watcher) -> None:
@@ -370,6 +380,18 @@ class Stack:
                     "up stops with it: fix the cause and start it again"
                 )
             time.sleep(TICK_S)
+
+    def unreachable(self, exc: redis.RedisError) -> RedisUnavailableError:
+        """Why ``up`` stops when its Redis does not answer while it starts, and what to do."""
+        if REDIS_CHILD in self.supervisor.children:
+            return RedisUnavailableError(
+                f"the Redis capdisc up started stopped answering ({exc}); see "
+                f"{self.state_dir / 'redis' / 'redis.log'}, then start again"
+            )
+        return RedisUnavailableError(
+            f"cannot reach the Redis at {mask_url(self.redis_url)} given in {REDIS_ENV} ({exc}): "
+            f"start that Redis, or unset {REDIS_ENV} for capdisc up to run its own"
+        )
 
     def _child_exited(self, child: Child, pid: int) -> None:
         """A dead worker's heartbeat goes at once (``capdisc status`` lists the live ones)."""
@@ -547,7 +569,12 @@ def _run(
             else "; auth is OFF (CAPDISC_AUTH=off): requests are served as whoever they claim to be"
         )
     )
-    answer = _index_and_check(stack, registry, settings)
+    try:
+        answer = _index_and_check(stack, registry, settings)
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        if isinstance(exc, redis.AuthenticationError):
+            raise
+        raise stack.unreachable(exc) from exc
     stack.say(
         f"capdisc is ready in {time.monotonic() - started:.1f} s: "
         f"{answer.raw['total_indexed']} capabilities at index version "

@@ -251,6 +251,7 @@ class Client:
         tenant: str | None = None,
         after: str = "0-0",
         stop: Callable[[], bool] = lambda: False,
+        patience_s: float | None = None,
     ) -> Iterator[dict[str, str]]:
         """Every change to the session's working set, in order, as it happens (``bound``,
         ``refreshed``, ``evicted``, ``restored``, ``loop_detected``, ``redundant_search``,
@@ -258,17 +259,18 @@ class Client:
         ahead of the first change after it ended, its ``reason`` ``evicted`` or ``expired``: the
         working set was emptied; a ``refreshed`` event's ``tool`` lists the tools a discovery
         found again, comma-separated), from stream id ``after``; ends when ``stop()`` is true. Redis
-        restarting is ridden out; away longer than ``timeout_s``, a
+        restarting is ridden out; away longer than ``patience_s`` (default: ``timeout_s``), a
         :class:`~capdisc.errors.RedisUnavailableError`. A discovery worker names the stream
         first, once it checked that this client may watch the session (with auth on: a token
         of its tenant with the ``session`` grant whose roles see every capability, since the
         events name each tool bound); the stream is then read from Redis directly. ``after``
         that is no event id is a :class:`~capdisc.errors.ConfigError`, before anything is
         sent."""
-        return self._followed(self._tenant(tenant), session, event_id(after), stop)
+        patience = self.timeout_s if patience_s is None else seconds(patience_s, "patience_s")
+        return self._followed(self._tenant(tenant), session, event_id(after), stop, patience)
 
     def _followed(
-        self, tenant: str, session: str, after: str, stop: Callable[[], bool]
+        self, tenant: str, session: str, after: str, stop: Callable[[], bool], patience_s: float
     ) -> Iterator[dict[str, str]]:
         from capdisc.sessions import store as sessions
 
@@ -276,13 +278,11 @@ class Client:
             return str(self._session_op("watch", session, tenant)["stream"])
 
         try:
-            yield from sessions.follow(
-                self.redis, named(), after, stop, self.timeout_s, rename=named
-            )
+            yield from sessions.follow(self.redis, named(), after, stop, patience_s, rename=named)
         except redis.AuthenticationError as exc:
             raise RedisCredentialsError.refused(exc) from exc
         except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise _unreachable(exc, self.timeout_s) from exc
+            raise _unreachable(exc, patience_s) from exc
 
     def _tenant(self, tenant: str | None) -> str:
         """The tenant a call names (checked: a bad name is refused before anything is sent),

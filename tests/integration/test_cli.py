@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 import redis
 
 from capdisc import keys
+from capdisc.localredis import start_redis
 
 from .conftest import EXAMPLES, Stack, publish
 from .upstack import UpProcess, start_up
@@ -215,3 +217,77 @@ def test_a_redis_url_option_whose_password_ends_early_is_one_error_naming_the_op
     assert "Traceback" not in done.stderr and "Zq" not in done.stderr
     assert done.stderr.startswith("error: the Redis URL has a '#', '/', '?' or '@' in its password")
     assert "--redis-url" in done.stderr
+
+
+def test_a_command_that_first_meets_redis_sending_a_task_says_redis_is_unreachable(
+    tmp_path: Path,
+) -> None:
+    # reconcile's first contact with Redis is the task it sends (through kombu, which wraps
+    # the connection error in its own)
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAPDISC_")}
+    env["CAPDISC_REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
+
+    done = run_cli("reconcile", env=env, cwd=tmp_path)
+
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.startswith("error: cannot reach Redis (Error 111 connecting to")
+    assert "is the stack running? (make up)" in done.stderr
+
+
+@pytest.mark.timeout(180)
+def test_a_redis_up_does_not_run_being_down_is_not_said_to_be_restarted_by_up(
+    start_up: Callable[..., UpProcess], tmp_path: Path
+) -> None:
+    server = start_redis(tmp_path / "external-redis", durable=False)
+    try:
+        up = start_up(env={"CAPDISC_REDIS_URL": server.url})
+        server.stop()
+
+        done = up.cli("status")
+    finally:
+        server.stop()
+
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: cannot reach Redis")
+    assert "being restarted" not in done.stderr
+    assert "uses a Redis it does not run" in done.stderr and "start that Redis" in done.stderr
+
+
+def test_a_command_sending_a_task_to_a_redis_that_never_answers_gives_up_saying_so(
+    tmp_path: Path,
+) -> None:
+    # a Redis that hangs (stopped, or across a partition) accepts connections and never answers
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CAPDISC_")}
+        env["CAPDISC_REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
+
+        done = run_cli("reconcile", env=env, cwd=tmp_path)  # 60 s, else TimeoutExpired
+
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: cannot reach Redis (Timeout")
+
+
+@pytest.mark.timeout(180)
+def test_up_given_a_redis_that_is_down_says_to_start_that_redis(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        url = f"redis://127.0.0.1:{probe.getsockname()[1]}/0"
+    shutil.copytree(EXAMPLES, tmp_path / "examples" / "registry")
+    up = UpProcess(tmp_path, env={"CAPDISC_REDIS_URL": url})
+    try:
+        code = up.process.wait(timeout=120)
+    finally:
+        up.kill_all()
+
+    output = up.output()
+    assert code == 2, output
+    assert "Traceback" not in output and "make up" not in output
+    assert f"error: cannot reach the Redis at {url} given in CAPDISC_REDIS_URL" in output
+    assert "start that Redis, or unset CAPDISC_REDIS_URL" in output

@@ -318,3 +318,28 @@ def test_a_session_watcher_whose_redis_stays_away_gets_a_capdisc_error_saying_so
 
     with pytest.raises(RedisUnavailableError, match="cannot reach its Redis"):
         next(iter(client.watch_session("s1")))
+
+
+def test_capdisc_session_watch_follows_on_after_an_outage_longer_than_its_timeout(
+    tmp_path: Path,
+) -> None:
+    with PrivateStack(tmp_path, durable=True) as stack:
+        stack.connection().sadd(keys.TENANTS, TENANT)
+        stack.spawn_discovery()
+        _bound(stack, "tool:a")
+        watcher = stack.spawn(
+            "session-watch",
+            [sys.executable, "-m", "capdisc_producers.cli", "session", "watch", "s1"],
+            CAPDISC_TENANT=TENANT,
+            CAPDISC_DISCOVER_TIMEOUT_S="1",
+        )
+        printed = stack.log_dir / "session-watch.log"
+        wait_for(lambda: "tool:a" in printed.read_text(), 30, "the first event printed")
+
+        stack.stop_redis()
+        time.sleep(3.0)  # the outage: three times the command's timeout
+        stack.start_redis(lose_data=False)
+        _bound(stack, "tool:b")
+
+        wait_for(lambda: "tool:b" in printed.read_text(), 30, "the event after the outage")
+        assert watcher.poll() is None, printed.read_text()

@@ -6,7 +6,9 @@ watcher ``up`` runs rides out a Redis outage (on a Redis of the test's own)."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import socket
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +21,9 @@ from capdisc import keys
 from capdisc.client import Answer, Client
 from capdisc.errors import DiscoveryTimeout, RedisUnavailableError
 from capdisc.localredis import start_redis
+from capdisc.status import heartbeat, read_heartbeats
 
+from .conftest import EXAMPLES
 from .private import PrivateStack, copy_registry, watcher_running
 from .upstack import CLI, UpProcess, alive, start_up, wait_for
 
@@ -295,3 +299,30 @@ def test_a_damaged_heartbeat_does_not_take_up_down_when_a_child_exits(
         connection.hdel(keys.WORKERS, "by-hand")
 
     assert not connection.hexists(keys.WORKERS, exited["id"])
+
+
+def test_up_started_again_soon_after_an_unclean_stop_waits_for_its_own_workers(
+    tmp_path: Path,
+) -> None:
+    server = start_redis(tmp_path / "redis", durable=False)
+    finished = subprocess.Popen(["true"])  # its pid: a worker that no longer runs
+    finished.wait()
+    connection = redis.Redis.from_url(server.url)
+    for kind in ("indexing", "discovery"):  # fresh heartbeats of the workers of a killed up
+        info = {"kind": kind, "pid": finished.pid, "host": socket.gethostname()}
+        heartbeat(connection, f"{kind}@old", info)
+    shutil.copytree(EXAMPLES, tmp_path / "project" / "examples" / "registry")
+    up = UpProcess(tmp_path / "project", env={"CAPDISC_REDIS_URL": server.url})
+    try:
+        up.wait_for_output("workers started")
+        children = up.children()
+        beating = {
+            entry["kind"]
+            for entry in read_heartbeats(connection).values()
+            if entry.get("pid") == children.get(entry["kind"])
+        }
+    finally:
+        up.kill_all()
+        server.stop()
+
+    assert beating == {"indexing", "discovery"}, up.output()
