@@ -600,8 +600,11 @@ def reconcile_loop(res: Resources) -> None:
         if client.set(keys.RECONCILE_LOCK, res.worker_id, nx=True, ex=max(1, int(interval_s))):
             reconcile_task.apply_async(queue=keys.INDEXING_QUEUE)
 
+    # retried soon once Redis is back: until this loop reaches it again the worker counts the
+    # outage as going on (no redis_reconnected), which at the interval took up to a minute
+    backoff = Backoff(first_s=0.5, cap_s=interval_s)
     while interval_s > 0 and not res.stopping.is_set():
-        res.stopping.wait(periodic(res, "reconcile", schedule, interval_s))
+        res.stopping.wait(periodic(res, "reconcile", schedule, interval_s, backoff))
 
 
 #: The largest share of the time the fleet spends sweeping. A sweep reads the whole indexing
