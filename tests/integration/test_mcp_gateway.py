@@ -94,12 +94,12 @@ def gateway_env(stack: Stack) -> dict[str, str]:
     return {**stack.env, "CAPDISC_MCP_UPSTREAM_TIMEOUT_S": str(UPSTREAM_TIMEOUT_S)}
 
 
-def stdio_gateway(stack: Stack, tenant: str) -> StdioServerParameters:
+def stdio_gateway(stack: Stack, tenant: str, cwd: Path = ROOT) -> StdioServerParameters:
     return StdioServerParameters(
         command=GATEWAY[0],
         args=[*GATEWAY[1:], "--tenant", tenant],
         env=gateway_env(stack),
-        cwd=str(ROOT),
+        cwd=str(cwd),
     )
 
 
@@ -196,6 +196,31 @@ def test_stdio_gateway_forwards_to_mcp_server_time_over_stdio(stack: Stack, tena
     check_tokyo_noon(seen["result"])
     session = seen["found"]["session"]["id"]
     assert use_count(stack, tenant, session, "tool:mcp-time.convert_time") == 1
+
+
+def test_a_server_imported_by_a_relative_command_is_reached_from_another_directory(
+    stack: Stack, tenant: str, tmp_path: Path
+) -> None:
+    relative = os.path.relpath(sys.executable, ROOT)  # a venv's python: a symlink, kept as one
+    command = f"{relative} -m mcp_server_time --local-timezone UTC"
+    result = run_cli(
+        "import", "mcp", "--command", command, "--tenant", tenant, env=stack.env, cwd=ROOT
+    )
+    assert result.returncode == 0, result.stderr
+    served(stack, tenant, int(result.stdout.rsplit("index version ", 1)[1]))
+    changes = ListChanges()
+    seen: dict[str, Any] = {}
+
+    async def body() -> None:
+        # started elsewhere, as a host starts it
+        async with MCPClient(
+            stdio_gateway(stack, tenant, tmp_path), message_handler=changes
+        ) as mcp:
+            await discover(mcp, changes, "convert a time between timezones")
+            seen["result"] = await mcp.call_tool(CONVERT, NOON_UTC_IN_TOKYO)
+
+    anyio.run(body)
+    check_tokyo_noon(seen["result"])
 
 
 def test_http_gateway_forwards_to_mcp_server_time_over_http(
