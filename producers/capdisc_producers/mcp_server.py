@@ -155,11 +155,12 @@ def serve(
     access: ServerAuth | None = None,
     tenant_given: bool = False,
 ) -> None:
-    """Serve until stdin closes or a SIGTERM comes (stdio, ``port`` None) or the process is
-    interrupted (streamable HTTP on ``host:port``, at ``/mcp``), as a caller with ``roles`` and
-    ``user`` in ``tenant`` (only what they may see is discovered). With ``access.required``
-    over HTTP, each request asks as the holder of its bearer token, in the token's tenant
-    (``tenant`` when ``tenant_given``: a token for another tenant is then refused)."""
+    """Serve until stdin closes or a SIGTERM or SIGINT comes (stdio, ``port`` None) or the
+    process is interrupted (streamable HTTP on ``host:port``, at ``/mcp``), as a caller with
+    ``roles`` and ``user`` in ``tenant`` (only what they may see is discovered). With
+    ``access.required`` over HTTP, each request asks as the holder of its bearer token, in the
+    token's tenant (``tenant`` when ``tenant_given``: a token for another tenant is then
+    refused)."""
     access = access or ServerAuth()
     configure_server_logging(settings)
     if access.required and not access.gate.enabled:
@@ -418,7 +419,7 @@ async def _serve_stdio(server: Server[Any], pool: UpstreamPool) -> None:
 
     options = server.create_initialization_options()
     async with pool.running(), anyio.create_task_group() as tasks:
-        tasks.start_soon(_stop_on_sigterm, pool)
+        tasks.start_soon(_stop_on_signal, pool)
         async with (
             stdio_server() as (read_stream, write_stream),
             server.lifespan(server) as state,
@@ -429,19 +430,22 @@ async def _serve_stdio(server: Server[Any], pool: UpstreamPool) -> None:
         tasks.cancel_scope.cancel()
 
 
-async def _stop_on_sigterm(pool: UpstreamPool) -> None:
-    """A host that stops the server with SIGTERM rather than by closing stdin: each upstream
-    server is stopped first (they run in sessions of their own, which a signal to this process
-    does not reach, so dying at once would leave them running), then the signal ends the
-    process (waiting for the serving to end would wait on the thread that reads stdin)."""
-    with anyio.open_signal_receiver(signal.SIGTERM) as signals:
-        async for _ in signals:
-            log.info("mcp_stopping", signal="SIGTERM")
+async def _stop_on_signal(pool: UpstreamPool) -> None:
+    """A host that stops the server with SIGTERM, or SIGINT (Ctrl-C), rather than by closing
+    stdin: each upstream server is stopped first (they run in sessions of their own, which a
+    signal to this process does not reach, so dying at once would leave them running), then
+    the signal ends the process (waiting for the serving to end would wait on the thread that
+    reads stdin, until the host writes or closes it)."""
+    stopped_by = signal.SIGTERM
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for received in signals:
+            stopped_by = signal.Signals(received)
+            log.info("mcp_stopping", signal=stopped_by.name)
             with anyio.CancelScope(shield=True):
                 await pool.close()
             break
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGTERM)
+    signal.signal(stopped_by, signal.SIG_DFL)
+    os.kill(os.getpid(), stopped_by)
 
 
 async def _serve_http(

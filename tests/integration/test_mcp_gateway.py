@@ -448,9 +448,15 @@ server.run("stdio")
 """
 
 
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint"])
 @pytest.mark.parametrize("transport", ["stdio", "http"])
-def test_a_gateway_stopped_with_sigterm_stops_its_upstream_servers(
-    stack: Stack, tenant: str, tmp_path: Path, serve_http: Callable[..., str], transport: str
+def test_a_gateway_stopped_with_a_signal_stops_its_upstream_servers(
+    stack: Stack,
+    tenant: str,
+    tmp_path: Path,
+    serve_http: Callable[..., str],
+    transport: str,
+    stop: signal.Signals,
 ) -> None:
     script, pids = tmp_path / "lighthouse.py", tmp_path / "pids"
     script.write_text(BLOCKING_UPSTREAM)
@@ -473,7 +479,7 @@ def test_a_gateway_stopped_with_sigterm_stops_its_upstream_servers(
                 while not pids.exists() or not pids.read_text():  # the call is upstream
                     await anyio.sleep(0.05)
                 seen["upstream"], seen["gateway"] = map(int, pids.read_text().split())
-                os.kill(seen["gateway"], signal.SIGTERM)
+                os.kill(seen["gateway"], stop)
                 with anyio.fail_after(15):
                     while alive(seen["gateway"]):
                         await anyio.sleep(0.05)
