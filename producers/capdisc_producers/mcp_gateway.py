@@ -39,8 +39,16 @@ import structlog
 from capdisc.agents.metatool import parse_metatool_arguments
 from capdisc.client import Answer, Client
 from capdisc.discovery.toolsets import metatool_result
-from capdisc.errors import CapdiscError, ManifestError, RedisUnavailableError, UpstreamError
+from capdisc.errors import (
+    BadRequestError,
+    CapdiscError,
+    ManifestError,
+    RedisUnavailableError,
+    RequestEncodeError,
+    UpstreamError,
+)
 from capdisc.models import JSONDict
+from capdisc.sessions.policy import argument_hash
 from capdisc_producers.mcp_sessions import (
     Called,
     Discovered,
@@ -77,6 +85,8 @@ RECORD_TOOL: JSONDict = {
 
 #: Tells the client of the call being answered that its tool list changed.
 Announce = Callable[[], Awaitable[None]]
+#: What a forwarded call whose arguments a session request cannot carry is recorded with.
+ARGUMENTS_HASH = "arguments_hash"
 #: What a client call that could not reach Redis raises.
 REDIS_AWAY = (RedisUnavailableError, redis.ConnectionError, redis.TimeoutError)
 
@@ -213,12 +223,17 @@ class Gateway:
         announce: Announce,
     ) -> dict[str, Any] | None:
         """Record a forwarded call; if capdisc cannot, the upstream's answer still goes back
-        (the failure is logged)."""
+        (the failure is logged). Arguments a session request cannot carry (larger than it, or
+        nested deeper) are recorded as their hash, all that the loop guard compares."""
         try:
-            return await self._record(
-                client, session, tool.capability_id, dict(arguments), announce
-            )
-        except (CapdiscError, redis.RedisError) as exc:
+            try:
+                return await self._record(
+                    client, session, tool.capability_id, dict(arguments), announce
+                )
+            except (RequestEncodeError, BadRequestError):
+                digest = {ARGUMENTS_HASH: argument_hash(arguments)}
+                return await self._record(client, session, tool.capability_id, digest, announce)
+        except (CapdiscError, redis.RedisError, ValueError) as exc:
             log.warning(
                 "mcp_call_not_recorded", session=session, tool=tool.capability_id, error=str(exc)
             )

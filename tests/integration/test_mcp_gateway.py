@@ -363,6 +363,39 @@ def test_a_forwarded_call_that_loops_leaves_the_list(stack: Stack, tenant: str) 
     assert "unknown tool" in seen["stale"]
 
 
+def nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(depth):
+        value = {"then": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [{"harbour": "Dover" + " " * 70_000 + "."}, {"harbour": "Dover", "route": nested(40)}],
+    ids=["larger-than-a-request", "deeper-than-a-request"],
+)
+def test_a_forwarded_call_too_large_to_record_as_it_is_still_gets_the_loop_guard(
+    stack: Stack, tenant: str, arguments: dict[str, Any]
+) -> None:
+    harbour_tools(stack, tenant)
+    changes = ListChanges()
+    results: list[types.CallToolResult] = []
+    level = "harbour-master.get_water_level"
+
+    async def body() -> None:
+        async with MCPClient(stdio_gateway(stack, tenant), message_handler=changes) as mcp:
+            await bind_harbour(mcp, changes, "get_water_level")
+            for _ in range(4):
+                results.append(await mcp.call_tool(level, arguments))
+
+    with capture_logs():
+        anyio.run(body)
+    *fine, looped = results
+    assert all(not r.is_error and "capdisc:" not in text_of(r) for r in fine)
+    assert "capdisc: This tool was called repeatedly" in text_of(looped)
+
+
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 def test_an_upstream_whose_tools_change_is_imported_again(
     stack: Stack,
