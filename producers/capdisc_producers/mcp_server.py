@@ -71,6 +71,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -190,6 +191,7 @@ def serve(
                 server = build_server(
                     client, profile=profile, stdio_session=None, holders=holders, pool=pool
                 )
+                signal.signal(signal.SIGTERM, _interrupt)  # uvicorn raises it again at the end
                 anyio.run(_serve_http, server, pool, host, port, access)
     finally:
         client.close()
@@ -430,22 +432,29 @@ async def _serve_stdio(server: Server[Any], pool: UpstreamPool) -> None:
         tasks.cancel_scope.cancel()
 
 
+def _interrupt(_signum: int, _frame: object) -> None:
+    """SIGTERM taken as Ctrl-C (SIGINT), so that the server stopped with it exits 0 as it does
+    on Ctrl-C: uvicorn, having shut down on the signal, raises it again for the handler it
+    found, and the SIGINT cancels the serving as Ctrl-C does."""
+    signal.raise_signal(signal.SIGINT)
+
+
 async def _stop_on_signal(pool: UpstreamPool) -> None:
     """A host that stops the server with SIGTERM, or SIGINT (Ctrl-C), rather than by closing
     stdin: each upstream server is stopped first (they run in sessions of their own, which a
     signal to this process does not reach, so dying at once would leave them running), then
-    the signal ends the process (waiting for the serving to end would wait on the thread that
-    reads stdin, until the host writes or closes it)."""
-    stopped_by = signal.SIGTERM
+    the process exits 0, stopped when asked, at once (waiting for the serving to end would wait
+    on the thread that reads stdin, until the host writes or closes it)."""
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for received in signals:
-            stopped_by = signal.Signals(received)
-            log.info("mcp_stopping", signal=stopped_by.name)
+            log.info("mcp_stopping", signal=signal.Signals(received).name)
             with anyio.CancelScope(shield=True):
                 await pool.close()
             break
-    signal.signal(stopped_by, signal.SIG_DFL)
-    os.kill(os.getpid(), stopped_by)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(0)
 
 
 async def _serve_http(

@@ -4,6 +4,7 @@ HTTP, answered by the suite's real discovery workers."""
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -264,3 +265,57 @@ def test_http_on_a_port_already_taken_exits_2_saying_so(stack: Stack) -> None:
     assert done.returncode == 2, done.stderr
     assert f"capdisc mcp cannot listen on 127.0.0.1:{port}" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "signal-test", "version": "1"},
+    },
+}
+
+
+def serving(stack: Stack, transport: str) -> subprocess.Popen[bytes]:
+    """``capdisc mcp`` started and answering: over stdio its handshake answered, over HTTP its
+    port accepting connections."""
+    port = free_port()
+    argv = [*SERVE, "--tenant", "warmup", *(["--http", str(port)] if transport == "http" else [])]
+    server = subprocess.Popen(
+        argv,
+        env=stack.env,
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert server.stdin and server.stdout
+    if transport == "stdio":
+        server.stdin.write(json.dumps(INITIALIZE).encode() + b"\n")
+        server.stdin.flush()
+        assert b'"result"' in server.stdout.readline()
+        return server
+    deadline = time.monotonic() + 30
+    while True:  # readiness: the port accepts a connection
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return server
+        except OSError:
+            assert server.poll() is None and time.monotonic() < deadline, "not listening"
+            time.sleep(0.05)
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint"])
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_a_server_stopped_with_a_signal_exits_0(
+    stack: Stack, transport: str, stop: signal.Signals
+) -> None:
+    server = serving(stack, transport)
+    try:
+        server.send_signal(stop)
+        assert server.wait(timeout=15) == 0
+    finally:
+        stop_process(server)
