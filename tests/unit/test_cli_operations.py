@@ -486,3 +486,12 @@ def _quiet_status(**fields: Any) -> dict[str, Any]:
         "embedding_calls": 0,
         **fields,
     }
+
+
+@pytest.mark.parametrize("port", ["0", "70000", "-1"])
+def test_mcp_http_port_out_of_range_is_a_usage_error(port: str) -> None:
+    result = CliRunner().invoke(cli, ["mcp", "--http", port])
+
+    assert result.exit_code == 2, result.output
+    assert "--http" in result.output and "1<=x<=65535" in result.output
+    assert "Traceback" not in result.output
