@@ -65,6 +65,7 @@ logged as ``mcp_upstream_reimport_skipped``); without it, the workers verify.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
 import logging
@@ -516,9 +517,14 @@ def listening_socket(host: str, port: int) -> socket.socket:
         listening.bind((host, port))
     except OSError as exc:
         listening.close()
+        advice = (
+            "choose another --http port, or stop what holds this one"
+            if exc.errno == errno.EADDRINUSE
+            else f"--host {host!r} must be a name or address of this machine"
+        )
         raise ConfigError(
             f"capdisc mcp cannot listen on {_url_host(host)}:{port} ({exc.strerror or exc}); "
-            "choose another --http port, or stop what holds this one"
+            f"{advice}"
         ) from exc
     return listening
 
@@ -535,8 +541,15 @@ def resource_server(host: str, port: int) -> AuthSettings:
     of band (``capdisc token issue``): there is no authorization server, so no metadata is
     advertised (the issuer URL, required by the model, is this server's and only nominal);
     the verifier checks issuer and audience itself."""
+    try:
+        issuer_url = AnyHttpUrl(f"http://{_url_host(host)}:{port}")
+    except ValidationError as exc:
+        raise ConfigError(
+            f"--host {host!r} is no host a URL can name ({exc.errors()[0]['msg']}); "
+            "give a name or address of this machine, such as 127.0.0.1"
+        ) from exc
     return AuthSettings(
-        issuer_url=AnyHttpUrl(f"http://{_url_host(host)}:{port}"),
+        issuer_url=issuer_url,
         resource_server_url=None,
         required_scopes=list(HTTP_GRANTS),
         validate_token_resource=False,

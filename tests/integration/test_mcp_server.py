@@ -25,6 +25,7 @@ from mcp_types import CallToolResult
 from capdisc.agents.formats import to_mcp
 from capdisc.agents.metatool import METATOOL_DESCRIPTION, METATOOL_NAME, metatool_definition
 from capdisc.client import Client
+from capdisc.identity import auth
 from capdisc_producers.bodylimit import MAX_HTTP_BODY_BYTES
 
 from .conftest import ROOT, Stack, publish, stop_process
@@ -319,3 +320,29 @@ def test_a_server_stopped_with_a_signal_exits_0(
         assert server.wait(timeout=15) == 0
     finally:
         stop_process(server)
+
+
+@pytest.mark.parametrize(
+    ("host", "why"),
+    [("", "no host a URL can name"), ("192.0.2.1", "Cannot assign requested address")],
+    ids=["empty", "not-this-machines"],
+)
+def test_http_on_a_host_it_cannot_serve_exits_2_naming_the_host(
+    stack: Stack, tmp_path: Path, host: str, why: str
+) -> None:
+    keys_file = tmp_path / "auth_keys.json"  # with auth on, the host is the resource's URL too
+    auth.save_keyring(keys_file, auth.Keyring([auth.new_key(time.time())]))
+    env = {**stack.env, "CAPDISC_AUTH": "on", "CAPDISC_AUTH_KEYS_FILE": str(keys_file)}
+
+    done = subprocess.run(
+        [*SERVE, "--tenant", "warmup", "--http", str(free_port()), "--host", host],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert done.returncode == 2, done.stderr
+    assert f"--host {host!r}" in done.stderr and why in done.stderr
+    assert "Traceback" not in done.stderr
