@@ -66,8 +66,12 @@ _HTTP = ("http://", "https://")
 _REIMPORT_HINT = "import the server again with capdisc import mcp --url URL | --command CMD"
 _SLOW = "; retry it, or raise mcp_upstream_timeout_s for a slow server"
 #: Errors after which a pooled connection is opened again on the next call: the transport
-#: closed, or (streamable HTTP) the server no longer knows the session, say after a restart.
+#: closed, or (streamable HTTP only) the server no longer knows the session, say after a
+#: restart. Over stdio an invalid-request error is the server's answer to that one request
+#: (say, a tool that asked the gateway for an elicitation it does not offer): the server runs
+#: on, and stopping it would cost its state and a start for each such answer.
 SESSION_LOST = frozenset({types.CONNECTION_CLOSED, types.INVALID_REQUEST})
+STDIO_LOST = frozenset({types.CONNECTION_CLOSED})
 
 log = structlog.get_logger("capdisc.mcp")
 
@@ -231,7 +235,7 @@ class UpstreamPool:
                     " the server breaks the protocol: call another tool, and report it to the "
                     "server's maintainers"
                 ) from exc
-            if exc.code in SESSION_LOST:
+            if exc.code in (SESSION_LOST if tool.upstream.url is not None else STDIO_LOST):
                 self._drop(tool.upstream)
             raise _failed(tool, exc) from exc
         except ValidationError as exc:  # an answer that is no tool result: the server is at fault

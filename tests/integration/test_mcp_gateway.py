@@ -824,6 +824,55 @@ def test_an_answer_that_is_no_tool_result_is_named_as_the_servers_fault() -> Non
     assert text_of(answers[0]) == "ahoy"
 
 
+ASKING_UPSTREAM = """
+import os
+from mcp.server.mcpserver import Context, MCPServer
+from pydantic import BaseModel
+
+server = MCPServer("pilot")
+
+
+class Confirm(BaseModel):
+    ok: bool
+
+
+def whoami() -> str:
+    return str(os.getpid())
+
+
+async def ask_the_captain(ctx: Context) -> str:
+    return str(await ctx.elicit("Bring her in?", Confirm))  # the gateway elicits nothing
+
+
+server.add_tool(whoami)
+server.add_tool(ask_the_captain)
+server.run("stdio")
+"""
+
+
+def test_a_stdio_servers_invalid_request_error_keeps_its_connection(tmp_path: Path) -> None:
+    script = tmp_path / "pilot.py"
+    script.write_text(ASKING_UPSTREAM)
+    pilot = Upstream(f"mcp:{script}", argv=(sys.executable, str(script)))
+    answers: list[str] = []
+    refused: list[MCPError] = []
+
+    async def body() -> None:
+        async with UpstreamPool(20).running() as pool:
+            answers.append(text_of(await pool.call(UpstreamTool(pilot, "whoami"), {}, "t")))
+            try:
+                await pool.call(UpstreamTool(pilot, "ask_the_captain"), {}, "t")
+            except UpstreamError as exc:
+                assert isinstance(exc.__cause__, MCPError)
+                refused.append(exc.__cause__)
+            answers.append(text_of(await pool.call(UpstreamTool(pilot, "whoami"), {}, "t")))
+
+    anyio.run(body)
+    assert refused and refused[0].code == types.INVALID_REQUEST
+    first, after = answers
+    assert first == after  # the same server process: not stopped and started again
+
+
 def test_a_server_that_cannot_be_started_is_an_upstream_error(tmp_path: Path) -> None:
     missing = tmp_path / "no-such-server"
 
