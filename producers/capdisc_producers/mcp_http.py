@@ -57,6 +57,7 @@ from capdisc_producers.mcp_stdio import (
     ANSWER_TOO_LARGE,
     EDGE_BYTES,
     ENVELOPE_BYTES,
+    HTTP_REFUSED,
     ID_AT_END,
     ID_AT_START,
 )
@@ -70,8 +71,6 @@ _LINE_END = re.compile(rb"\r\n|\r|\n")
 _FIRST_KEY = re.compile(rb'"(method|result|error)"\s*:')
 #: How much of an error status's body is read to see whether it is a JSON-RPC error.
 _STATUS_BODY_BYTES = 64 * 1024
-#: JSON-RPC's internal error, the code the SDK gives an error status it cannot read.
-_INTERNAL_ERROR = -32603
 #: Headers that describe the body as it came over the wire, not as it is passed on (decoded).
 _WIRE_HEADERS = ("content-encoding", "content-length", "transfer-encoding")
 
@@ -162,7 +161,7 @@ class BoundedClient(httpx2.AsyncClient):
             await response.aclose()
         if _is_jsonrpc_error(body):
             return _passed_on(request, response, httpx2.ByteStream(bytes(body)))
-        error = {"code": _INTERNAL_ERROR, "message": http_refusal(response)}
+        error = {"code": HTTP_REFUSED, "message": http_refusal(response)}
         answer = json.dumps({"jsonrpc": "2.0", "id": _request_id(request), "error": error})
         return httpx2.Response(
             response.status_code,

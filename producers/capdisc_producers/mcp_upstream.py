@@ -59,7 +59,7 @@ from capdisc_producers.mcp_import import (
     unreadable_reason,
     validation_reason,
 )
-from capdisc_producers.mcp_stdio import ANSWER_MISMATCHED, ANSWER_TOO_LARGE
+from capdisc_producers.mcp_stdio import ANSWER_MISMATCHED, ANSWER_TOO_LARGE, HTTP_REFUSED
 
 SOURCE_PREFIX = "mcp:"
 _HTTP = ("http://", "https://")
@@ -237,7 +237,16 @@ class UpstreamPool:
                 ) from exc
             if exc.code in (SESSION_LOST if tool.upstream.url is not None else STDIO_LOST):
                 self._drop(tool.upstream)
-            raise _failed(tool, exc) from exc
+                raise _failed(tool, exc) from exc
+            if exc.code == HTTP_REFUSED:  # the message says what to do
+                raise UpstreamError(
+                    f"MCP server {tool.upstream.label} could not take {tool.name!r}: {exc}"
+                ) from exc
+            raise UpstreamError(
+                f"MCP server {tool.upstream.label} refused {tool.name!r} ({exc}, JSON-RPC "
+                f"error {exc.code}); it runs, so calling again as it is will not help: check the "
+                "arguments against the tool's input schema, or call another tool"
+            ) from exc
         except ValidationError as exc:  # an answer that is no tool result: the server is at fault
             raise UpstreamError(
                 f"MCP server {tool.upstream.label} answered {tool.name!r} with something that "

@@ -553,14 +553,14 @@ def test_a_tool_not_imported_from_mcp_is_a_definition_only(
 # -- the pool on its own -------------------------------------------------------------------------
 
 
-def pool_call(upstream: Upstream, timeout_s: float) -> str:
+def pool_call(upstream: Upstream, timeout_s: float, tool: str = "anything") -> str:
     """Call a tool on ``upstream`` through a pool of its own; the UpstreamError's message."""
     caught: list[UpstreamError] = []
 
     async def body() -> None:
         async with UpstreamPool(timeout_s).running() as pool:
             try:
-                await pool.call(UpstreamTool(upstream, "anything"), {}, "t")
+                await pool.call(UpstreamTool(upstream, tool), {}, "t")
             except UpstreamError as exc:
                 caught.append(exc)
 
@@ -871,6 +871,21 @@ def test_a_stdio_servers_invalid_request_error_keeps_its_connection(tmp_path: Pa
     assert refused and refused[0].code == types.INVALID_REQUEST
     first, after = answers
     assert first == after  # the same server process: not stopped and started again
+
+
+def test_a_call_the_server_refused_says_so_rather_than_to_check_that_it_runs(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "pilot.py"
+    script.write_text(ASKING_UPSTREAM)
+
+    message = pool_call(
+        Upstream(f"mcp:{script}", argv=(sys.executable, str(script))), 20, "ask_the_captain"
+    )
+
+    assert f"MCP server {script} refused 'ask_the_captain'" in message
+    assert "Elicitation not supported" in message
+    assert "check that the server runs" not in message
 
 
 def test_a_server_that_cannot_be_started_is_an_upstream_error(tmp_path: Path) -> None:
