@@ -83,6 +83,8 @@ class ListingTap:
         self.inner = inner
         self.asked: set[Any] = set()
         self.listing: dict[str, Any] | None = None
+        #: Set once the server's side has ended (a stdio server that exited, say).
+        self.ended = anyio.Event()
 
     async def __aenter__(self) -> tuple[Any, Any]:
         read, write = await self.inner.__aenter__()
@@ -125,7 +127,11 @@ class _Tapped:
 
 class _TappedRead(_Tapped):
     async def receive(self) -> Any:
-        item = await self.inner.receive()
+        try:
+            item = await self.inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            self.tap.ended.set()
+            raise
         self.tap.received(item)
         return item
 

@@ -298,7 +298,8 @@ class UpstreamPool:
 
     async def _hold(self, connection: _Connection) -> None:
         """Open the connection and keep it open until cancelled or lost (logged, never raised:
-        one server's failure must not stop the others)."""
+        one server's failure must not stop the others). A stdio server that exits, between
+        calls too, ends it: the next call starts the server again."""
         label = connection.upstream.label
         started = time.monotonic()
         with connection.scope:
@@ -312,7 +313,8 @@ class UpstreamPool:
                     connection.client = client
                     connection.ready.set()
                     log.info("mcp_upstream_connected", upstream=label, took_ms=_ms(started))
-                    await anyio.sleep_forever()
+                    await connection.tap.ended.wait()  # until the server's side ends
+                    log.info("mcp_upstream_ended", upstream=label)
             except Exception as exc:  # the task's boundary: report, and let the next call retry
                 connection.failure = first_cause(exc)
                 log.warning("mcp_upstream_failed", upstream=label, error=connection.failure)

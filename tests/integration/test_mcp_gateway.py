@@ -873,6 +873,30 @@ def test_a_stdio_servers_invalid_request_error_keeps_its_connection(tmp_path: Pa
     assert first == after  # the same server process: not stopped and started again
 
 
+def test_a_stdio_server_that_exited_while_idle_is_started_again_for_the_next_call(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "pilot.py"
+    script.write_text(ASKING_UPSTREAM)
+    whoami = UpstreamTool(Upstream(f"mcp:{script}", argv=(sys.executable, str(script))), "whoami")
+    answers: list[types.CallToolResult] = []
+
+    async def body() -> None:
+        async with UpstreamPool(20).running() as pool:
+            with capture_logs() as logs:
+                answers.append(await pool.call(whoami, {}, "t"))
+                os.kill(int(text_of(answers[0])), signal.SIGKILL)  # it exits between calls
+                with anyio.fail_after(10):
+                    while not any(e["event"] == "mcp_upstream_ended" for e in logs):
+                        await anyio.sleep(0.05)
+            answers.append(await pool.call(whoami, {}, "t"))
+
+    anyio.run(body)
+    first, again = answers
+    assert not again.is_error, text_of(again)
+    assert text_of(again) != text_of(first)
+
+
 def test_a_call_the_server_refused_says_so_rather_than_to_check_that_it_runs(
     tmp_path: Path,
 ) -> None:
