@@ -125,6 +125,8 @@ Handler = Callable[[Client, Mapping[str, Any], str | None, Announce], Awaitable[
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 #: What ``tools/list`` announces: the list changes as discoveries bind and evict tools.
 NOTIFICATIONS = NotificationOptions(tools_changed=True)
+#: The signals that stop the server (as asked: exit 0, once its upstream servers are stopped).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 #: Libraries that log every request or session at INFO.
 CHATTY_LOGGERS = ("mcp", "httpx", "httpx2", "uvicorn.access")
 
@@ -157,8 +159,8 @@ def serve(
     access: ServerAuth | None = None,
     tenant_given: bool = False,
 ) -> None:
-    """Serve until stdin closes or a SIGTERM or SIGINT comes (stdio, ``port`` None) or the
-    process is interrupted (streamable HTTP on ``host:port``, at ``/mcp``), as a caller with
+    """Serve until stdin closes or a SIGTERM, SIGINT or SIGHUP comes (stdio, ``port`` None) or
+    the process is interrupted (streamable HTTP on ``host:port``, at ``/mcp``), as a caller with
     ``roles`` and ``user`` in ``tenant`` (only what they may see is discovered). With
     ``access.required`` over HTTP, each request asks as the holder of its bearer token, in the
     token's tenant (``tenant`` when ``tenant_given``: a token for another tenant is then
@@ -192,7 +194,8 @@ def serve(
                 server = build_server(
                     client, profile=profile, stdio_session=None, holders=holders, pool=pool
                 )
-                signal.signal(signal.SIGTERM, _interrupt)  # uvicorn raises it again at the end
+                for stop in STOP_SIGNALS[1:]:  # SIGTERM and SIGHUP: Ctrl-C, as uvicorn reads it
+                    signal.signal(stop, _interrupt)
                 anyio.run(_serve_http, server, pool, host, port, access)
     finally:
         client.close()
@@ -434,19 +437,21 @@ async def _serve_stdio(server: Server[Any], pool: UpstreamPool) -> None:
 
 
 def _interrupt(_signum: int, _frame: object) -> None:
-    """SIGTERM taken as Ctrl-C (SIGINT), so that the server stopped with it exits 0 as it does
-    on Ctrl-C: uvicorn, having shut down on the signal, raises it again for the handler it
-    found, and the SIGINT cancels the serving as Ctrl-C does."""
+    """SIGTERM or SIGHUP taken as Ctrl-C (SIGINT), so that the server stopped with either stops
+    its upstream servers and exits 0 as it does on Ctrl-C: uvicorn shuts down on SIGINT (and
+    on SIGTERM, then raises it again for the handler it found), and the SIGINT cancels the
+    serving as Ctrl-C does."""
     signal.raise_signal(signal.SIGINT)
 
 
 async def _stop_on_signal(pool: UpstreamPool) -> None:
-    """A host that stops the server with SIGTERM, or SIGINT (Ctrl-C), rather than by closing
+    """A host that stops the server with SIGTERM, SIGINT (Ctrl-C) or SIGHUP (its terminal
+    closed), rather than by closing
     stdin: each upstream server is stopped first (they run in sessions of their own, which a
     signal to this process does not reach, so dying at once would leave them running), then
     the process exits 0, stopped when asked, at once (waiting for the serving to end would wait
     on the thread that reads stdin, until the host writes or closes it)."""
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
         async for received in signals:
             log.info("mcp_stopping", signal=signal.Signals(received).name)
             with anyio.CancelScope(shield=True):

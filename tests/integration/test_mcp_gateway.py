@@ -481,7 +481,9 @@ server.run("stdio")
 """
 
 
-@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint"])
+@pytest.mark.parametrize(
+    "stop", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["sigterm", "sigint", "sighup"]
+)
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 def test_a_gateway_stopped_with_a_signal_stops_its_upstream_servers(
     stack: Stack,

@@ -309,7 +309,9 @@ def serving(stack: Stack, transport: str) -> subprocess.Popen[bytes]:
             time.sleep(0.05)
 
 
-@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint"])
+@pytest.mark.parametrize(
+    "stop", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["sigterm", "sigint", "sighup"]
+)
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 def test_a_server_stopped_with_a_signal_exits_0(
     stack: Stack, transport: str, stop: signal.Signals
