@@ -320,7 +320,7 @@ def _render_session(session: dict[str, Any] | None) -> list[str]:
 @click.option(
     "--http",
     "http_port",
-    type=int,
+    type=click.IntRange(1, 65535),
     default=None,
     metavar="PORT",
     help="Serve streamable HTTP on this port (default: stdio)",

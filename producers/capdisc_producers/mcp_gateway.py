@@ -18,6 +18,9 @@
 Whenever a call changes the session's list (:mod:`capdisc_producers.mcp_sessions`: a discovery
 bound or evicted tools, the loop guard evicted one), ``announce`` tells the client, which lists
 the tools again. Client calls block on Redis, so they run in worker threads, off the event loop.
+While Redis cannot be reached each such call is a tool error saying so, and the log says it
+once when the first call fails (``redis_unavailable``) and once when a call reaches it again
+(``redis_reconnected``, with how long it was away).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import functools
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio.to_thread
 import mcp_types as types
@@ -36,8 +39,16 @@ import structlog
 from capdisc.agents.metatool import parse_metatool_arguments
 from capdisc.client import Answer, Client
 from capdisc.discovery.toolsets import metatool_result
-from capdisc.errors import CapdiscError, ManifestError, UpstreamError
+from capdisc.errors import (
+    BadRequestError,
+    CapdiscError,
+    ManifestError,
+    RedisUnavailableError,
+    RequestEncodeError,
+    UpstreamError,
+)
 from capdisc.models import JSONDict
+from capdisc.sessions.policy import argument_hash
 from capdisc_producers.mcp_sessions import (
     Called,
     Discovered,
@@ -74,6 +85,12 @@ RECORD_TOOL: JSONDict = {
 
 #: Tells the client of the call being answered that its tool list changed.
 Announce = Callable[[], Awaitable[None]]
+#: What a forwarded call whose arguments a session request cannot carry is recorded with.
+ARGUMENTS_HASH = "arguments_hash"
+#: What a client call that could not reach Redis raises.
+REDIS_AWAY = (RedisUnavailableError, redis.ConnectionError, redis.TimeoutError)
+
+T = TypeVar("T")
 
 log = structlog.get_logger("capdisc.mcp")
 
@@ -88,6 +105,7 @@ class Gateway:
         self.pool = pool
         self.own = own
         self.sessions = SessionTable()
+        self.redis = RedisOutage()
 
     def listed(self, session: str | None) -> list[JSONDict]:
         """The MCP definitions a session lists beyond capdisc's own tools."""
@@ -101,7 +119,7 @@ class Gateway:
         self, client: Client, arguments: Mapping[str, Any], session: str | None, announce: Announce
     ) -> dict[str, Any]:
         call = parse_metatool_arguments(arguments)
-        answer = await anyio.to_thread.run_sync(
+        answer = await self._ask(
             functools.partial(
                 client.discover,
                 call.query,
@@ -190,7 +208,7 @@ class Gateway:
         arguments: Any,
         announce: Announce,
     ) -> dict[str, Any]:
-        outcome: dict[str, Any] = await anyio.to_thread.run_sync(
+        outcome: dict[str, Any] = await self._ask(
             functools.partial(client.record_tool_call, session, tool_id, arguments)
         )
         await self._apply(session, Called(tool_id, bool(outcome.get("evicted"))), announce)
@@ -205,16 +223,35 @@ class Gateway:
         announce: Announce,
     ) -> dict[str, Any] | None:
         """Record a forwarded call; if capdisc cannot, the upstream's answer still goes back
-        (the failure is logged)."""
+        (the failure is logged). Arguments a session request cannot carry (larger than it, or
+        nested deeper) are recorded as their hash, all that the loop guard compares."""
         try:
-            return await self._record(
-                client, session, tool.capability_id, dict(arguments), announce
-            )
-        except (CapdiscError, redis.RedisError) as exc:
+            try:
+                return await self._record(
+                    client, session, tool.capability_id, dict(arguments), announce
+                )
+            except (RequestEncodeError, BadRequestError):
+                digest = {ARGUMENTS_HASH: argument_hash(arguments)}
+                return await self._record(client, session, tool.capability_id, digest, announce)
+        except (CapdiscError, redis.RedisError, ValueError) as exc:
             log.warning(
                 "mcp_call_not_recorded", session=session, tool=tool.capability_id, error=str(exc)
             )
             return None
+
+    async def _ask(self, call: Callable[[], T]) -> T:
+        """A client call, in a worker thread; whether it reached Redis is told to
+        :attr:`redis`."""
+        try:
+            result = await anyio.to_thread.run_sync(call)
+        except REDIS_AWAY as exc:
+            self.redis.failed(exc)
+            raise
+        except CapdiscError:  # answered with an error: Redis was reached
+            self.redis.answered()
+            raise
+        self.redis.answered()
+        return result
 
     async def _apply(self, session: str, event: Event, announce: Announce) -> None:
         before = self.sessions.get(session)
@@ -222,6 +259,32 @@ class Gateway:
         self.sessions.put(session, after)
         if changed(before, after):
             await announce()
+
+
+class RedisOutage:
+    """Whether the last call that needed capdisc's Redis reached it: said once when calls stop
+    reaching it (``redis_unavailable``) and once when one does again (``redis_reconnected``)."""
+
+    def __init__(self) -> None:
+        self._down_since: float | None = None
+
+    def failed(self, exc: Exception) -> None:
+        if self._down_since is not None:
+            return
+        self._down_since = time.monotonic()
+        log.warning(
+            "redis_unavailable",
+            error=str(exc),
+            hint="each call meanwhile is a tool error saying so; calls are answered again "
+            "once Redis is back (capdisc status shows whether the stack runs)",
+        )
+
+    def answered(self) -> None:
+        if self._down_since is None:
+            return
+        outage_s = time.monotonic() - self._down_since
+        self._down_since = None
+        log.info("redis_reconnected", outage_s=round(outage_s, 3))
 
 
 def discovered(answer: Answer) -> Discovered:

@@ -28,6 +28,11 @@ answers is replaced by a JSON-RPC error saying so (code
 passes such an answer on as it is, the client finds no request of that id and drops it, and
 the call waited its whole timeout.
 
+A request refused with an HTTP error status whose body is no JSON-RPC error (a 401 from a
+server that wants credentials, a proxy's 502) is answered by a JSON-RPC error naming the status,
+where the SDK would say only "Server returned an error response"; a 404, which the SDK reads as
+a session the server forgot, is left to it.
+
 The next request opens a connection of its own, so the server answers it as usual. Bodies are
 asked for uncompressed (``Accept-Encoding: identity``) and counted as decoded, so a server that
 compresses anyway is bounded too: ``httpx2`` decodes gzip and deflate at most 1 MiB at a time,
@@ -52,6 +57,7 @@ from capdisc_producers.mcp_stdio import (
     ANSWER_TOO_LARGE,
     EDGE_BYTES,
     ENVELOPE_BYTES,
+    HTTP_REFUSED,
     ID_AT_END,
     ID_AT_START,
 )
@@ -63,6 +69,8 @@ _TIMEOUT = httpx2.Timeout(30.0, read=300.0)
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 #: The first of the keys that tell a JSON-RPC message from the server apart.
 _FIRST_KEY = re.compile(rb'"(method|result|error)"\s*:')
+#: How much of an error status's body is read to see whether it is a JSON-RPC error.
+_STATUS_BODY_BYTES = 64 * 1024
 #: Headers that describe the body as it came over the wire, not as it is passed on (decoded).
 _WIRE_HEADERS = ("content-encoding", "content-length", "transfer-encoding")
 
@@ -103,7 +111,13 @@ class BoundedClient(httpx2.AsyncClient):
     async def send(self, request: httpx2.Request, *, stream: bool = False, **kwargs: Any) -> Any:
         response = await super().send(request, stream=True, **kwargs)
         kind = response.headers.get("content-type", "").partition(";")[0].strip().lower()
-        if kind == "application/json":
+        if (
+            response.status_code >= 400
+            and response.status_code != 404
+            and _request_id(request) is not None
+        ):
+            response = await self._status(request, response)
+        elif kind == "application/json":
             response = await self._json(request, response)
         elif kind == "text/event-stream":
             response = _passed_on(request, response, _Events(self, request, response))
@@ -133,6 +147,28 @@ class BoundedClient(httpx2.AsyncClient):
         ):
             return self._mismatched(request, response, answered, asked)
         return _passed_on(request, response, httpx2.ByteStream(bytes(body)))
+
+    async def _status(self, request: httpx2.Request, response: httpx2.Response) -> httpx2.Response:
+        """A request refused with an HTTP error status: passed on when the body is a JSON-RPC
+        error (the SDK reads it), else answered by a JSON-RPC error naming the status."""
+        body = bytearray()
+        try:
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > _STATUS_BODY_BYTES:
+                    break
+        finally:
+            await response.aclose()
+        if _is_jsonrpc_error(body):
+            return _passed_on(request, response, httpx2.ByteStream(bytes(body)))
+        error = {"code": HTTP_REFUSED, "message": http_refusal(response)}
+        answer = json.dumps({"jsonrpc": "2.0", "id": _request_id(request), "error": error})
+        return httpx2.Response(
+            response.status_code,
+            headers={"content-type": "application/json"},
+            content=answer.encode(),
+            request=request,
+        )
 
     def _mismatched(
         self, request: httpx2.Request, response: httpx2.Response, answered: Any, asked: Any
@@ -309,6 +345,25 @@ def _passed_on(
     )
     passed.next_request = response.next_request
     return passed
+
+
+def http_refusal(response: httpx2.Response) -> str:
+    """What an HTTP error status from an MCP server means, and what to do."""
+    status = f"HTTP {response.status_code} {response.reason_phrase}".rstrip()
+    if response.status_code in (401, 403):
+        return (
+            f"the server answered {status}: it wants credentials, and capdisc sends none to an "
+            "MCP server; use a server that needs none, or reach it through a proxy that adds them"
+        )
+    return f"the server answered {status}; check the URL and that the server runs, then try again"
+
+
+def _is_jsonrpc_error(body: bytes | bytearray) -> bool:
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(message, dict) and isinstance(message.get("error"), dict)
 
 
 def _declared_size(response: httpx2.Response) -> int | None:

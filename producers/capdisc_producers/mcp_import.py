@@ -17,6 +17,7 @@ logged with the old and new content hash), tools the server no longer has are de
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import shlex
 from collections.abc import Sequence
@@ -82,6 +83,8 @@ class ListingTap:
         self.inner = inner
         self.asked: set[Any] = set()
         self.listing: dict[str, Any] | None = None
+        #: Set once the server's side has ended (a stdio server that exited, say).
+        self.ended = anyio.Event()
 
     async def __aenter__(self) -> tuple[Any, Any]:
         read, write = await self.inner.__aenter__()
@@ -124,7 +127,11 @@ class _Tapped:
 
 class _TappedRead(_Tapped):
     async def receive(self) -> Any:
-        item = await self.inner.receive()
+        try:
+            item = await self.inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            self.tap.ended.set()
+            raise
         self.tap.received(item)
         return item
 
@@ -501,6 +508,8 @@ def import_mcp(
     another source owns is rejected, naming the owner, unless ``take_over``. ``lock_owner``:
     as in :func:`capdisc_producers.sync.one_sync_at_a_time`."""
     check_tenant(tenant)
+    if command is not None:
+        command = absolute_program(command)
     source = f"mcp:{url}" if url is not None else f"mcp:{command}"
     listing = list_server_tools(
         url=url, command=command, timeout_s=timeout_s, max_message_bytes=max_message_bytes
@@ -535,6 +544,17 @@ def import_mcp(
     report = wait_until_applied(client, report, wait_s)
     report.notes = notes
     return report, changed
+
+
+def absolute_program(command: str) -> str:
+    """``command`` with its program made absolute when it is a relative path (``.venv/bin/x``,
+    ``./server``): ``capdisc mcp`` starts an imported server from the directory it runs in,
+    which a host chooses, so the source names the program as an absolute path (as a registry
+    directory's source is). A program looked up on PATH, and the arguments, stay as given."""
+    argv = shlex.split(command)
+    if not argv or os.sep not in argv[0] or os.path.isabs(argv[0]):
+        return command
+    return shlex.join([os.path.abspath(argv[0]), *argv[1:]])
 
 
 def _safe(text: str, limit: int) -> str:

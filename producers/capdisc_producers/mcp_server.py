@@ -66,12 +66,14 @@ logged as ``mcp_upstream_reimport_skipped``); without it, the workers verify.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
 import logging
 import os
 import signal
 import socket
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -125,6 +127,8 @@ Handler = Callable[[Client, Mapping[str, Any], str | None, Announce], Awaitable[
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 #: What ``tools/list`` announces: the list changes as discoveries bind and evict tools.
 NOTIFICATIONS = NotificationOptions(tools_changed=True)
+#: The signals that stop the server (as asked: exit 0, once its upstream servers are stopped).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 #: Libraries that log every request or session at INFO.
 CHATTY_LOGGERS = ("mcp", "httpx", "httpx2", "uvicorn.access")
 
@@ -157,11 +161,12 @@ def serve(
     access: ServerAuth | None = None,
     tenant_given: bool = False,
 ) -> None:
-    """Serve until stdin closes or a SIGTERM comes (stdio, ``port`` None) or the process is
-    interrupted (streamable HTTP on ``host:port``, at ``/mcp``), as a caller with ``roles`` and
-    ``user`` in ``tenant`` (only what they may see is discovered). With ``access.required``
-    over HTTP, each request asks as the holder of its bearer token, in the token's tenant
-    (``tenant`` when ``tenant_given``: a token for another tenant is then refused)."""
+    """Serve until stdin closes or a SIGTERM, SIGINT or SIGHUP comes (stdio, ``port`` None) or
+    the process is interrupted (streamable HTTP on ``host:port``, at ``/mcp``), as a caller with
+    ``roles`` and ``user`` in ``tenant`` (only what they may see is discovered). With
+    ``access.required`` over HTTP, each request asks as the holder of its bearer token, in the
+    token's tenant (``tenant`` when ``tenant_given``: a token for another tenant is then
+    refused)."""
     access = access or ServerAuth()
     configure_server_logging(settings)
     if access.required and not access.gate.enabled:
@@ -191,6 +196,8 @@ def serve(
                 server = build_server(
                     client, profile=profile, stdio_session=None, holders=holders, pool=pool
                 )
+                for stop in STOP_SIGNALS[1:]:  # SIGTERM and SIGHUP: Ctrl-C, as uvicorn reads it
+                    signal.signal(stop, _interrupt)
                 anyio.run(_serve_http, server, pool, host, port, access)
     finally:
         client.close()
@@ -420,7 +427,7 @@ async def _serve_stdio(server: Server[Any], pool: UpstreamPool) -> None:
 
     options = server.create_initialization_options()
     async with pool.running(), anyio.create_task_group() as tasks:
-        tasks.start_soon(_stop_on_sigterm, pool)
+        tasks.start_soon(_stop_on_signal, pool)
         async with (
             stdio_server() as (read_stream, write_stream),
             server.lifespan(server) as state,
@@ -431,19 +438,31 @@ async def _serve_stdio(server: Server[Any], pool: UpstreamPool) -> None:
         tasks.cancel_scope.cancel()
 
 
-async def _stop_on_sigterm(pool: UpstreamPool) -> None:
-    """A host that stops the server with SIGTERM rather than by closing stdin: each upstream
-    server is stopped first (they run in sessions of their own, which a signal to this process
-    does not reach, so dying at once would leave them running), then the signal ends the
-    process (waiting for the serving to end would wait on the thread that reads stdin)."""
-    with anyio.open_signal_receiver(signal.SIGTERM) as signals:
-        async for _ in signals:
-            log.info("mcp_stopping", signal="SIGTERM")
+def _interrupt(_signum: int, _frame: object) -> None:
+    """SIGTERM or SIGHUP taken as Ctrl-C (SIGINT), so that the server stopped with either stops
+    its upstream servers and exits 0 as it does on Ctrl-C: uvicorn shuts down on SIGINT (and
+    on SIGTERM, then raises it again for the handler it found), and the SIGINT cancels the
+    serving as Ctrl-C does."""
+    signal.raise_signal(signal.SIGINT)
+
+
+async def _stop_on_signal(pool: UpstreamPool) -> None:
+    """A host that stops the server with SIGTERM, SIGINT (Ctrl-C) or SIGHUP (its terminal
+    closed), rather than by closing
+    stdin: each upstream server is stopped first (they run in sessions of their own, which a
+    signal to this process does not reach, so dying at once would leave them running), then
+    the process exits 0, stopped when asked, at once (waiting for the serving to end would wait
+    on the thread that reads stdin, until the host writes or closes it)."""
+    with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        async for received in signals:
+            log.info("mcp_stopping", signal=signal.Signals(received).name)
             with anyio.CancelScope(shield=True):
                 await pool.close()
             break
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGTERM)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(0)
 
 
 async def _serve_http(
@@ -505,9 +524,14 @@ def listening_socket(host: str, port: int) -> socket.socket:
         listening.bind((host, port))
     except OSError as exc:
         listening.close()
+        advice = (
+            "choose another --http port, or stop what holds this one"
+            if exc.errno == errno.EADDRINUSE
+            else f"--host {host!r} must be a name or address of this machine"
+        )
         raise ConfigError(
             f"capdisc mcp cannot listen on {_url_host(host)}:{port} ({exc.strerror or exc}); "
-            "choose another --http port, or stop what holds this one"
+            f"{advice}"
         ) from exc
     return listening
 
@@ -524,8 +548,15 @@ def resource_server(host: str, port: int) -> AuthSettings:
     of band (``capdisc token issue``): there is no authorization server, so no metadata is
     advertised (the issuer URL, required by the model, is this server's and only nominal);
     the verifier checks issuer and audience itself."""
+    try:
+        issuer_url = AnyHttpUrl(f"http://{_url_host(host)}:{port}")
+    except ValidationError as exc:
+        raise ConfigError(
+            f"--host {host!r} is no host a URL can name ({exc.errors()[0]['msg']}); "
+            "give a name or address of this machine, such as 127.0.0.1"
+        ) from exc
     return AuthSettings(
-        issuer_url=AnyHttpUrl(f"http://{_url_host(host)}:{port}"),
+        issuer_url=issuer_url,
         resource_server_url=None,
         required_scopes=list(HTTP_GRANTS),
         validate_token_resource=False,

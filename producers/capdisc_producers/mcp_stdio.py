@@ -49,6 +49,8 @@ log = structlog.get_logger("capdisc.mcp")
 ANSWER_TOO_LARGE = -32001
 #: The JSON-RPC error code of an answer carrying another id than its request's.
 ANSWER_MISMATCHED = -32002
+#: The JSON-RPC error code of a request refused with an HTTP error status (no JSON-RPC error).
+HTTP_REFUSED = -32003
 #: How many of the latest request ids sent are remembered, to tell an answer to one given up on
 #: from an answer to none.
 SENT_IDS_KEPT = 4096

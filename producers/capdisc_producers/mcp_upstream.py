@@ -59,15 +59,19 @@ from capdisc_producers.mcp_import import (
     unreadable_reason,
     validation_reason,
 )
-from capdisc_producers.mcp_stdio import ANSWER_MISMATCHED, ANSWER_TOO_LARGE
+from capdisc_producers.mcp_stdio import ANSWER_MISMATCHED, ANSWER_TOO_LARGE, HTTP_REFUSED
 
 SOURCE_PREFIX = "mcp:"
 _HTTP = ("http://", "https://")
 _REIMPORT_HINT = "import the server again with capdisc import mcp --url URL | --command CMD"
 _SLOW = "; retry it, or raise mcp_upstream_timeout_s for a slow server"
 #: Errors after which a pooled connection is opened again on the next call: the transport
-#: closed, or (streamable HTTP) the server no longer knows the session, say after a restart.
+#: closed, or (streamable HTTP only) the server no longer knows the session, say after a
+#: restart. Over stdio an invalid-request error is the server's answer to that one request
+#: (say, a tool that asked the gateway for an elicitation it does not offer): the server runs
+#: on, and stopping it would cost its state and a start for each such answer.
 SESSION_LOST = frozenset({types.CONNECTION_CLOSED, types.INVALID_REQUEST})
+STDIO_LOST = frozenset({types.CONNECTION_CLOSED})
 
 log = structlog.get_logger("capdisc.mcp")
 
@@ -231,9 +235,18 @@ class UpstreamPool:
                     " the server breaks the protocol: call another tool, and report it to the "
                     "server's maintainers"
                 ) from exc
-            if exc.code in SESSION_LOST:
+            if exc.code in (SESSION_LOST if tool.upstream.url is not None else STDIO_LOST):
                 self._drop(tool.upstream)
-            raise _failed(tool, exc) from exc
+                raise _failed(tool, exc) from exc
+            if exc.code == HTTP_REFUSED:  # the message says what to do
+                raise UpstreamError(
+                    f"MCP server {tool.upstream.label} could not take {tool.name!r}: {exc}"
+                ) from exc
+            raise UpstreamError(
+                f"MCP server {tool.upstream.label} refused {tool.name!r} ({exc}, JSON-RPC "
+                f"error {exc.code}); it runs, so calling again as it is will not help: check the "
+                "arguments against the tool's input schema, or call another tool"
+            ) from exc
         except ValidationError as exc:  # an answer that is no tool result: the server is at fault
             raise UpstreamError(
                 f"MCP server {tool.upstream.label} answered {tool.name!r} with something that "
@@ -285,7 +298,8 @@ class UpstreamPool:
 
     async def _hold(self, connection: _Connection) -> None:
         """Open the connection and keep it open until cancelled or lost (logged, never raised:
-        one server's failure must not stop the others)."""
+        one server's failure must not stop the others). A stdio server that exits, between
+        calls too, ends it: the next call starts the server again."""
         label = connection.upstream.label
         started = time.monotonic()
         with connection.scope:
@@ -299,7 +313,8 @@ class UpstreamPool:
                     connection.client = client
                     connection.ready.set()
                     log.info("mcp_upstream_connected", upstream=label, took_ms=_ms(started))
-                    await anyio.sleep_forever()
+                    await connection.tap.ended.wait()  # until the server's side ends
+                    log.info("mcp_upstream_ended", upstream=label)
             except Exception as exc:  # the task's boundary: report, and let the next call retry
                 connection.failure = first_cause(exc)
                 log.warning("mcp_upstream_failed", upstream=label, error=connection.failure)

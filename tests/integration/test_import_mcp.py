@@ -6,8 +6,10 @@ import json
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -138,6 +140,35 @@ def test_an_unreachable_server_is_a_clear_error(stack: Stack, tenant: str) -> No
 
     assert code == 2
     assert "could not be listed" in err or "did not list its tools" in err
+
+
+class Refusing(BaseHTTPRequestHandler):
+    """An HTTP server that refuses every request as one wanting credentials does."""
+
+    def do_POST(self) -> None:
+        body = b'{"error": "invalid_token"}'
+        self.send_response(401)
+        self.send_header("content-type", "application/json")
+        self.send_header("www-authenticate", 'Bearer error="invalid_token"')
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+def test_a_server_that_wants_credentials_is_named_as_such(stack: Stack, tenant: str) -> None:
+    with ThreadingHTTPServer(("127.0.0.1", 0), Refusing) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            url = f"http://127.0.0.1:{server.server_address[1]}/mcp"
+            code, _out, err = imported(stack, tenant, "--url", url, "--timeout", "10")
+        finally:
+            server.shutdown()
+
+    assert code == 2
+    assert "answered HTTP 401 Unauthorized" in err and "capdisc sends none" in err
 
 
 def read_before_refusing(err: str) -> int:

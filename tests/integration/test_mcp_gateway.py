@@ -94,12 +94,12 @@ def gateway_env(stack: Stack) -> dict[str, str]:
     return {**stack.env, "CAPDISC_MCP_UPSTREAM_TIMEOUT_S": str(UPSTREAM_TIMEOUT_S)}
 
 
-def stdio_gateway(stack: Stack, tenant: str) -> StdioServerParameters:
+def stdio_gateway(stack: Stack, tenant: str, cwd: Path = ROOT) -> StdioServerParameters:
     return StdioServerParameters(
         command=GATEWAY[0],
         args=[*GATEWAY[1:], "--tenant", tenant],
         env=gateway_env(stack),
-        cwd=str(ROOT),
+        cwd=str(cwd),
     )
 
 
@@ -196,6 +196,31 @@ def test_stdio_gateway_forwards_to_mcp_server_time_over_stdio(stack: Stack, tena
     check_tokyo_noon(seen["result"])
     session = seen["found"]["session"]["id"]
     assert use_count(stack, tenant, session, "tool:mcp-time.convert_time") == 1
+
+
+def test_a_server_imported_by_a_relative_command_is_reached_from_another_directory(
+    stack: Stack, tenant: str, tmp_path: Path
+) -> None:
+    relative = os.path.relpath(sys.executable, ROOT)  # a venv's python: a symlink, kept as one
+    command = f"{relative} -m mcp_server_time --local-timezone UTC"
+    result = run_cli(
+        "import", "mcp", "--command", command, "--tenant", tenant, env=stack.env, cwd=ROOT
+    )
+    assert result.returncode == 0, result.stderr
+    served(stack, tenant, int(result.stdout.rsplit("index version ", 1)[1]))
+    changes = ListChanges()
+    seen: dict[str, Any] = {}
+
+    async def body() -> None:
+        # started elsewhere, as a host starts it
+        async with MCPClient(
+            stdio_gateway(stack, tenant, tmp_path), message_handler=changes
+        ) as mcp:
+            await discover(mcp, changes, "convert a time between timezones")
+            seen["result"] = await mcp.call_tool(CONVERT, NOON_UTC_IN_TOKYO)
+
+    anyio.run(body)
+    check_tokyo_noon(seen["result"])
 
 
 def test_http_gateway_forwards_to_mcp_server_time_over_http(
@@ -338,6 +363,39 @@ def test_a_forwarded_call_that_loops_leaves_the_list(stack: Stack, tenant: str) 
     assert "unknown tool" in seen["stale"]
 
 
+def nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(depth):
+        value = {"then": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [{"harbour": "Dover" + " " * 70_000 + "."}, {"harbour": "Dover", "route": nested(40)}],
+    ids=["larger-than-a-request", "deeper-than-a-request"],
+)
+def test_a_forwarded_call_too_large_to_record_as_it_is_still_gets_the_loop_guard(
+    stack: Stack, tenant: str, arguments: dict[str, Any]
+) -> None:
+    harbour_tools(stack, tenant)
+    changes = ListChanges()
+    results: list[types.CallToolResult] = []
+    level = "harbour-master.get_water_level"
+
+    async def body() -> None:
+        async with MCPClient(stdio_gateway(stack, tenant), message_handler=changes) as mcp:
+            await bind_harbour(mcp, changes, "get_water_level")
+            for _ in range(4):
+                results.append(await mcp.call_tool(level, arguments))
+
+    with capture_logs():
+        anyio.run(body)
+    *fine, looped = results
+    assert all(not r.is_error and "capdisc:" not in text_of(r) for r in fine)
+    assert "capdisc: This tool was called repeatedly" in text_of(looped)
+
+
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 def test_an_upstream_whose_tools_change_is_imported_again(
     stack: Stack,
@@ -423,9 +481,17 @@ server.run("stdio")
 """
 
 
+@pytest.mark.parametrize(
+    "stop", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["sigterm", "sigint", "sighup"]
+)
 @pytest.mark.parametrize("transport", ["stdio", "http"])
-def test_a_gateway_stopped_with_sigterm_stops_its_upstream_servers(
-    stack: Stack, tenant: str, tmp_path: Path, serve_http: Callable[..., str], transport: str
+def test_a_gateway_stopped_with_a_signal_stops_its_upstream_servers(
+    stack: Stack,
+    tenant: str,
+    tmp_path: Path,
+    serve_http: Callable[..., str],
+    transport: str,
+    stop: signal.Signals,
 ) -> None:
     script, pids = tmp_path / "lighthouse.py", tmp_path / "pids"
     script.write_text(BLOCKING_UPSTREAM)
@@ -448,7 +514,7 @@ def test_a_gateway_stopped_with_sigterm_stops_its_upstream_servers(
                 while not pids.exists() or not pids.read_text():  # the call is upstream
                     await anyio.sleep(0.05)
                 seen["upstream"], seen["gateway"] = map(int, pids.read_text().split())
-                os.kill(seen["gateway"], signal.SIGTERM)
+                os.kill(seen["gateway"], stop)
                 with anyio.fail_after(15):
                     while alive(seen["gateway"]):
                         await anyio.sleep(0.05)
@@ -489,14 +555,14 @@ def test_a_tool_not_imported_from_mcp_is_a_definition_only(
 # -- the pool on its own -------------------------------------------------------------------------
 
 
-def pool_call(upstream: Upstream, timeout_s: float) -> str:
+def pool_call(upstream: Upstream, timeout_s: float, tool: str = "anything") -> str:
     """Call a tool on ``upstream`` through a pool of its own; the UpstreamError's message."""
     caught: list[UpstreamError] = []
 
     async def body() -> None:
         async with UpstreamPool(timeout_s).running() as pool:
             try:
-                await pool.call(UpstreamTool(upstream, "anything"), {}, "t")
+                await pool.call(UpstreamTool(upstream, tool), {}, "t")
             except UpstreamError as exc:
                 caught.append(exc)
 
@@ -758,6 +824,94 @@ def test_an_answer_that_is_no_tool_result_is_named_as_the_servers_fault() -> Non
     assert "breaks the protocol" in message and "\n" not in message
     assert "check that the server runs" not in message and "errors.pydantic.dev" not in message
     assert text_of(answers[0]) == "ahoy"
+
+
+ASKING_UPSTREAM = """
+import os
+from mcp.server.mcpserver import Context, MCPServer
+from pydantic import BaseModel
+
+server = MCPServer("pilot")
+
+
+class Confirm(BaseModel):
+    ok: bool
+
+
+def whoami() -> str:
+    return str(os.getpid())
+
+
+async def ask_the_captain(ctx: Context) -> str:
+    return str(await ctx.elicit("Bring her in?", Confirm))  # the gateway elicits nothing
+
+
+server.add_tool(whoami)
+server.add_tool(ask_the_captain)
+server.run("stdio")
+"""
+
+
+def test_a_stdio_servers_invalid_request_error_keeps_its_connection(tmp_path: Path) -> None:
+    script = tmp_path / "pilot.py"
+    script.write_text(ASKING_UPSTREAM)
+    pilot = Upstream(f"mcp:{script}", argv=(sys.executable, str(script)))
+    answers: list[str] = []
+    refused: list[MCPError] = []
+
+    async def body() -> None:
+        async with UpstreamPool(20).running() as pool:
+            answers.append(text_of(await pool.call(UpstreamTool(pilot, "whoami"), {}, "t")))
+            try:
+                await pool.call(UpstreamTool(pilot, "ask_the_captain"), {}, "t")
+            except UpstreamError as exc:
+                assert isinstance(exc.__cause__, MCPError)
+                refused.append(exc.__cause__)
+            answers.append(text_of(await pool.call(UpstreamTool(pilot, "whoami"), {}, "t")))
+
+    anyio.run(body)
+    assert refused and refused[0].code == types.INVALID_REQUEST
+    first, after = answers
+    assert first == after  # the same server process: not stopped and started again
+
+
+def test_a_stdio_server_that_exited_while_idle_is_started_again_for_the_next_call(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "pilot.py"
+    script.write_text(ASKING_UPSTREAM)
+    whoami = UpstreamTool(Upstream(f"mcp:{script}", argv=(sys.executable, str(script))), "whoami")
+    answers: list[types.CallToolResult] = []
+
+    async def body() -> None:
+        async with UpstreamPool(20).running() as pool:
+            with capture_logs() as logs:
+                answers.append(await pool.call(whoami, {}, "t"))
+                os.kill(int(text_of(answers[0])), signal.SIGKILL)  # it exits between calls
+                with anyio.fail_after(10):
+                    while not any(e["event"] == "mcp_upstream_ended" for e in logs):
+                        await anyio.sleep(0.05)
+            answers.append(await pool.call(whoami, {}, "t"))
+
+    anyio.run(body)
+    first, again = answers
+    assert not again.is_error, text_of(again)
+    assert text_of(again) != text_of(first)
+
+
+def test_a_call_the_server_refused_says_so_rather_than_to_check_that_it_runs(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "pilot.py"
+    script.write_text(ASKING_UPSTREAM)
+
+    message = pool_call(
+        Upstream(f"mcp:{script}", argv=(sys.executable, str(script))), 20, "ask_the_captain"
+    )
+
+    assert f"MCP server {script} refused 'ask_the_captain'" in message
+    assert "Elicitation not supported" in message
+    assert "check that the server runs" not in message
 
 
 def test_a_server_that_cannot_be_started_is_an_upstream_error(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ HTTP, answered by the suite's real discovery workers."""
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from mcp_types import CallToolResult
 from capdisc.agents.formats import to_mcp
 from capdisc.agents.metatool import METATOOL_DESCRIPTION, METATOOL_NAME, metatool_definition
 from capdisc.client import Client
+from capdisc.identity import auth
 from capdisc_producers.bodylimit import MAX_HTTP_BODY_BYTES
 
 from .conftest import ROOT, Stack, publish, stop_process
@@ -263,4 +265,86 @@ def test_http_on_a_port_already_taken_exits_2_saying_so(stack: Stack) -> None:
 
     assert done.returncode == 2, done.stderr
     assert f"capdisc mcp cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "signal-test", "version": "1"},
+    },
+}
+
+
+def serving(stack: Stack, transport: str) -> subprocess.Popen[bytes]:
+    """``capdisc mcp`` started and answering: over stdio its handshake answered, over HTTP its
+    port accepting connections."""
+    port = free_port()
+    argv = [*SERVE, "--tenant", "warmup", *(["--http", str(port)] if transport == "http" else [])]
+    server = subprocess.Popen(
+        argv,
+        env=stack.env,
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert server.stdin and server.stdout
+    if transport == "stdio":
+        server.stdin.write(json.dumps(INITIALIZE).encode() + b"\n")
+        server.stdin.flush()
+        assert b'"result"' in server.stdout.readline()
+        return server
+    deadline = time.monotonic() + 30
+    while True:  # readiness: the port accepts a connection
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return server
+        except OSError:
+            assert server.poll() is None and time.monotonic() < deadline, "not listening"
+            time.sleep(0.05)
+
+
+@pytest.mark.parametrize(
+    "stop", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["sigterm", "sigint", "sighup"]
+)
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_a_server_stopped_with_a_signal_exits_0(
+    stack: Stack, transport: str, stop: signal.Signals
+) -> None:
+    server = serving(stack, transport)
+    try:
+        server.send_signal(stop)
+        assert server.wait(timeout=15) == 0
+    finally:
+        stop_process(server)
+
+
+@pytest.mark.parametrize(
+    ("host", "why"),
+    [("", "no host a URL can name"), ("192.0.2.1", "Cannot assign requested address")],
+    ids=["empty", "not-this-machines"],
+)
+def test_http_on_a_host_it_cannot_serve_exits_2_naming_the_host(
+    stack: Stack, tmp_path: Path, host: str, why: str
+) -> None:
+    keys_file = tmp_path / "auth_keys.json"  # with auth on, the host is the resource's URL too
+    auth.save_keyring(keys_file, auth.Keyring([auth.new_key(time.time())]))
+    env = {**stack.env, "CAPDISC_AUTH": "on", "CAPDISC_AUTH_KEYS_FILE": str(keys_file)}
+
+    done = subprocess.run(
+        [*SERVE, "--tenant", "warmup", "--http", str(free_port()), "--host", host],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert done.returncode == 2, done.stderr
+    assert f"--host {host!r}" in done.stderr and why in done.stderr
     assert "Traceback" not in done.stderr

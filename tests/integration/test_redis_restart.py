@@ -6,6 +6,8 @@ the suite's shared stack is never disturbed."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import socket
 import sys
 import threading
@@ -18,6 +20,7 @@ import pytest
 import redis
 from mcp import Client as MCPClient
 from mcp import StdioServerParameters
+from mcp.client.stdio import stdio_client
 from mcp_types import CallToolResult
 from structlog.testing import capture_logs
 
@@ -213,6 +216,50 @@ def test_capdisc_mcp_gives_a_tool_error_while_redis_is_away_and_answers_after(
         assert not results["after"].is_error, _text(results["after"])
         assert _structured(results["after"])["capabilities"][0]["id"] == PULL_REQUEST
         assert stack.processes["discovery"].poll() is None
+
+
+def test_capdisc_mcp_logs_a_redis_outage_once_when_it_goes_and_once_when_it_is_back(
+    tmp_path: Path,
+) -> None:
+    stack, _before = started(tmp_path)
+    log = tmp_path / "gateway.log"
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "capdisc_producers.cli", "mcp", "--tenant", TENANT],
+        env=stack.env,
+        cwd=str(ROOT),
+    )
+    away: list[CallToolResult] = []
+
+    async def body() -> None:
+        with log.open("w") as errlog:
+            async with MCPClient(stdio_client(server, errlog=errlog)) as mcp:
+                await mcp.call_tool(METATOOL_NAME, {"query": "open a PR"})
+                stack.stop_process("indexing")
+                stack.stop_redis()
+                for _ in range(2):
+                    away.append(await mcp.call_tool(METATOOL_NAME, {"query": "open a PR"}))
+                stack.start_redis(lose_data=False)
+                deadline = time.monotonic() + 15
+                while (await mcp.call_tool(METATOOL_NAME, {"query": "open a PR"})).is_error:
+                    assert time.monotonic() < deadline, "no answer 15 s after Redis was back"
+
+    with stack:
+        anyio.run(body)
+
+    assert all(result.is_error for result in away)
+    events = [e["event"] for e in _json_lines(log) if str(e.get("event")).startswith("redis_")]
+    assert events == ["redis_unavailable", "redis_reconnected"]
+
+
+def _json_lines(path: Path) -> list[dict[str, Any]]:
+    found = []
+    for line in path.read_text(errors="replace").splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict):
+                found.append(record)
+    return found
 
 
 def _served(answer: Answer, version: int) -> Answer | None:

@@ -577,3 +577,12 @@ def test_publish_refuses_a_role_or_user_no_capability_may_name_before_sending(
 
     assert result.exit_code == 2, result.output
     assert f"Invalid value for '{option}'" in result.output
+
+
+@pytest.mark.parametrize("port", ["0", "70000", "-1"])
+def test_mcp_http_port_out_of_range_is_a_usage_error(port: str) -> None:
+    result = CliRunner().invoke(cli, ["mcp", "--http", port])
+
+    assert result.exit_code == 2, result.output
+    assert "--http" in result.output and "1<=x<=65535" in result.output
+    assert "Traceback" not in result.output
