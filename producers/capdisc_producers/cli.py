@@ -97,7 +97,7 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     lazy_commands=LAZY_COMMANDS,
     epilog=exit_status(
         "the operation failed, or it named something capdisc does not hold (an id, a "
-        "session, a source, a tenant, a key; the other names are still acted on). Each "
+        "session, a source, a tenant, a profile, a key; the other names are still acted on). Each "
         "command's help says what the codes mean for it"
     ),
 )
@@ -176,7 +176,8 @@ def up(ctx: click.Context, registry: Path) -> None:
 @cli.command(
     "discover",
     epilog=exit_status(
-        "the tenant is unknown: nothing was ever published to it",
+        "the tenant is unknown: nothing was ever published to it, or the --profile named is not "
+        "configured",
         COULD_NOT_RUN + ", or the discovery workers refused the request (the reason is printed)",
     ),
 )

@@ -24,6 +24,7 @@ from capdisc.errors import (
     CapdiscError,
     ConfigError,
     SessionNotFoundError,
+    UnknownProfileError,
     UnknownTenantError,
 )
 from capdisc.tenants import TENANT_RULE, check_tenant, shown, tenant_problem
@@ -456,7 +457,7 @@ def fail(message: str, code: int = TROUBLE) -> NoReturn:
 
 
 #: Errors that say a command named something capdisc does not hold: exit 1, not 2.
-UNKNOWN_ERRORS = (UnknownTenantError, SessionNotFoundError)
+UNKNOWN_ERRORS = (UnknownTenantError, SessionNotFoundError, UnknownProfileError)
 
 
 def exit_code(exc: CapdiscError) -> int:

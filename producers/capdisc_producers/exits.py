@@ -3,7 +3,7 @@ help that says what they mean for that command.
 
 * 0: success.
 * 1: the operation failed, or it named something capdisc does not hold (an id, a session, a
-  source, a tenant, a key); what could be done for the other names was done.
+  source, a tenant, a profile, a key); what could be done for the other names was done.
 * 2: a usage error, or the command could not run at all: no stack found, Redis unreachable, a
   token refused, workers that did not answer in time.
 """

@@ -91,6 +91,14 @@ class UnknownTenantError(CapdiscError):
     code = "unknown_tenant"
 
 
+class UnknownProfileError(CapdiscError):
+    """A request named an agent profile the discovery workers' settings do not configure
+    (``sessions.profiles``). Nothing was answered: a misspelt profile would otherwise apply none
+    of the profile's restrictions. Check the name, or leave the profile out."""
+
+    code = "unknown_profile"
+
+
 class TenantNameError(CapdiscError):
     """A tenant name breaks the one rule of :mod:`capdisc.tenants` (1 to 64 ASCII letters,
     digits, ``_`` or ``-``, starting with a letter or digit). The message names where the name

@@ -14,7 +14,7 @@ import redis
 
 from capdisc import keys
 from capdisc.client import Client
-from capdisc.errors import ForbiddenError
+from capdisc.errors import ForbiddenError, UnknownProfileError
 from capdisc.sessions.policy import GENERIC_LOOP_GUIDANCE, REDUNDANT_SEARCH_NOTE
 from capdisc.status import live_workers
 
@@ -351,3 +351,18 @@ def test_only_callers_with_a_sessions_starters_roles_and_user_may_change_it(
     working = finance.working_set(session)
     assert SLACK in [b["id"] for b in working["bound"]]
     assert working["bound"][0]["use_count"] == 0  # the refused call changed nothing
+
+
+def test_a_profile_not_configured_is_refused_rather_than_served_unrestricted(
+    stack: Stack, registry: Path, tenant: str, client: Client
+) -> None:
+    report = publish(stack.url, registry, tenant)
+
+    with pytest.raises(UnknownProfileError, match="profile 'biling' is not configured"):
+        client.discover(
+            "refund a customer's payment", profile="biling", min_version=report.index_version
+        )
+    result = run_cli("discover", "refund", "--profile", "biling", "--tenant", tenant, env=stack.env)
+
+    assert result.returncode == 1  # it named something capdisc does not hold
+    assert "'billing'" in result.stderr  # the profiles that are configured

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from capdisc.errors import ForbiddenError
+from capdisc.errors import ForbiddenError, UnknownProfileError
 from capdisc.sessions.policy import (
     GENERIC_LOOP_GUIDANCE,
     REDUNDANT_SEARCH_NOTE,
@@ -352,3 +352,27 @@ def test_a_sessions_holder_survives_storage_and_stays_out_of_its_export() -> Non
     state = replace(new_session("s1", None, 0), holder=FINANCE)
     assert SessionState.from_dict(state.to_dict()).holder == FINANCE
     assert "holder" not in export(state)
+
+
+# -- the profile a request names -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", [None, ""])
+def test_a_request_naming_no_profile_has_none(name: str | None) -> None:
+    policy = SessionPolicy(profiles={"billing": AgentProfile(allowlist=["tool:a"])})
+    assert policy.named_profile(name).allowlist is None
+
+
+def test_a_request_naming_a_configured_profile_has_it() -> None:
+    policy = SessionPolicy(profiles={"billing": AgentProfile(allowlist=["tool:a"])})
+    assert policy.named_profile("billing").allowlist == ["tool:a"]
+
+
+@pytest.mark.parametrize("configured", [{}, {"billing": AgentProfile(allowlist=["tool:a"])}])
+def test_a_profile_not_configured_is_refused_naming_those_that_are(
+    configured: dict[str, AgentProfile],
+) -> None:
+    policy = SessionPolicy(profiles=configured)
+    with pytest.raises(UnknownProfileError, match="profile 'biling' is not configured") as exc:
+        policy.named_profile("biling")
+    assert ("'billing'" in str(exc.value)) is bool(configured)

@@ -285,6 +285,7 @@ class DiscoveryWorker:
             keys.TENANTS, request.tenant
         ):
             raise _unknown_tenant(request.tenant)
+        self.sessions.policy.named_profile(request.profile)
         caller = Caller.of(request.roles, request.user)
         if request.op == "watch":
             self._may_watch(request.tenant, caller)

@@ -56,7 +56,7 @@ def answer(request: DiscoverRequest, context: Context) -> DiscoverReply:
     :class:`~capdisc.errors.CapdiscError` for a bad per-call option, a failed embedding or a
     session that cannot be bound. The reply says how much of the turn was the query model."""
     context.queries.take_model_ms()  # this turn's model time counts from here
-    profile = context.sessions.profile(request.profile)
+    profile = context.sessions.named_profile(request.profile)
     config = context.discovery.merged({**profile.options, **request.options})
     vector, embed = embed_turn(context.queries, request.query, config)
     query = query_for(request, context.sessions)

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from capdisc.durations import bounded_duration
-from capdisc.errors import ForbiddenError
+from capdisc.errors import ForbiddenError, UnknownProfileError
 from capdisc.sessions.views import SessionView as SessionView
 
 JSON = dict[str, Any]
@@ -102,6 +102,20 @@ class SessionPolicy(BaseModel):
 
     def profile(self, name: str | None) -> AgentProfile:
         return self.profiles.get(name or "", NO_PROFILE)
+
+    def named_profile(self, name: str | None) -> AgentProfile:
+        """The profile a request names (none named: no profile); one not configured is an
+        :class:`~capdisc.errors.UnknownProfileError`, so that a misspelt name is not served
+        without the restrictions it stands for. (A session keeps the profile it started
+        with: :meth:`profile` serves one since taken out of the settings as no profile.)"""
+        if name and name not in self.profiles:
+            configured = ", ".join(repr(p) for p in sorted(self.profiles)) or "none"
+            raise UnknownProfileError(
+                f"profile {name!r} is not configured in the discovery workers' settings "
+                f"(sessions.profiles; configured: {configured}): check the name, or leave the "
+                "profile out"
+            )
+        return self.profile(name)
 
     def installable_for(self, profile: str | None) -> int:
         below = self.profile(profile).installable_below
