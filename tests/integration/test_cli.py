@@ -21,6 +21,22 @@ from capdisc.localredis import start_redis
 from .conftest import EXAMPLES, Stack, publish
 from .upstack import UpProcess, start_up
 
+
+def _outside_any_stack(redis_url: str | None = None) -> dict[str, str]:
+    """This process's environment without capdisc's settings (so no stack is found), with
+    ``redis_url`` as the Redis URL when given."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAPDISC_")}
+    if redis_url is not None:
+        env["CAPDISC_REDIS_URL"] = redis_url
+    return env
+
+
+def _port_nothing_listens_on() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 __all__ = ["start_up"]  # the fixture, imported for pytest
 
 CLI = [sys.executable, "-m", "capdisc_producers.cli"]
@@ -78,7 +94,7 @@ def test_publish_of_a_broken_registry_exits_nonzero_naming_file_and_field(
 
 
 def test_commands_without_a_stack_say_how_to_start_one(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CAPDISC_")}
+    env = _outside_any_stack()
 
     result = run_cli("status", env=env, cwd=tmp_path)
 
@@ -195,8 +211,7 @@ def test_a_redis_that_never_answers_is_one_error_saying_so_not_a_traceback(tmp_p
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
         port = silent.getsockname()[1]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CAPDISC_")}
-        env["CAPDISC_REDIS_URL"] = f"rediss://127.0.0.1:{port}/0"
+        env = _outside_any_stack(f"rediss://127.0.0.1:{port}/0")
 
         done = run_cli("status", env=env, cwd=tmp_path)
 
@@ -209,7 +224,7 @@ def test_a_redis_that_never_answers_is_one_error_saying_so_not_a_traceback(tmp_p
 def test_a_redis_url_option_whose_password_ends_early_is_one_error_naming_the_option(
     tmp_path: Path,
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CAPDISC_")}
+    env = _outside_any_stack()
 
     done = run_cli("status", "--redis-url", "redis://:Zq/Zq@127.0.0.1:1/0", env=env, cwd=tmp_path)
 
@@ -224,11 +239,7 @@ def test_a_command_that_first_meets_redis_sending_a_task_says_redis_is_unreachab
 ) -> None:
     # reconcile's first contact with Redis is the task it sends (through kombu, which wraps
     # the connection error in its own)
-    with socket.socket() as probe:  # a port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CAPDISC_")}
-    env["CAPDISC_REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
+    env = _outside_any_stack(f"redis://127.0.0.1:{_port_nothing_listens_on()}/0")
 
     done = run_cli("reconcile", env=env, cwd=tmp_path)
 
@@ -265,8 +276,7 @@ def test_a_command_sending_a_task_to_a_redis_that_never_answers_gives_up_saying_
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
         port = silent.getsockname()[1]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CAPDISC_")}
-        env["CAPDISC_REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
+        env = _outside_any_stack(f"redis://127.0.0.1:{port}/0")
 
         done = run_cli("reconcile", env=env, cwd=tmp_path)  # 60 s, else TimeoutExpired
 
@@ -276,9 +286,7 @@ def test_a_command_sending_a_task_to_a_redis_that_never_answers_gives_up_saying_
 
 @pytest.mark.timeout(180)
 def test_up_given_a_redis_that_is_down_says_to_start_that_redis(tmp_path: Path) -> None:
-    with socket.socket() as probe:  # a port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        url = f"redis://127.0.0.1:{probe.getsockname()[1]}/0"
+    url = f"redis://127.0.0.1:{_port_nothing_listens_on()}/0"
     shutil.copytree(EXAMPLES, tmp_path / "examples" / "registry")
     up = UpProcess(tmp_path, env={"CAPDISC_REDIS_URL": url})
     try:

@@ -150,12 +150,18 @@ def test_the_live_sessions_index_expires_a_maximum_age_after_its_last_session(
     assert connection.pttl(keys.sessions(tenant)) > first_ms + 4000  # not shortened
 
 
-def test_a_turn_after_a_session_reached_its_maximum_age_is_told_it_started_again(
-    connection: redis.Redis, tenant: str
-) -> None:
+def session_past_its_maximum_age(connection: redis.Redis, tenant: str) -> SessionService:
+    """A service whose sessions live 0.5 s, whose session "s1" (one turn) has expired."""
     sessions = SessionService(connection, SessionPolicy(max_age_s=0.5))
     sessions.after_discovery(Turn(tenant, "s1", "r1", None, ["tool:a"]))
     wait_for(lambda: not connection.exists(keys.session(tenant, "s1")), 10, "the session expiring")
+    return sessions
+
+
+def test_a_turn_after_a_session_reached_its_maximum_age_is_told_it_started_again(
+    connection: redis.Redis, tenant: str
+) -> None:
+    sessions = session_past_its_maximum_age(connection, tenant)
 
     view = sessions.after_discovery(Turn(tenant, "s1", "r2", None, ["tool:b"]))
 
@@ -221,9 +227,7 @@ def test_a_watcher_is_told_when_its_session_is_dropped_among_too_many(
 def test_a_watcher_is_told_that_a_session_that_reached_its_maximum_age_started_again(
     connection: redis.Redis, tenant: str
 ) -> None:
-    sessions = SessionService(connection, SessionPolicy(max_age_s=0.5))
-    sessions.after_discovery(Turn(tenant, "s1", "r1", None, ["tool:a"]))
-    wait_for(lambda: not connection.exists(keys.session(tenant, "s1")), 10, "the session expiring")
+    sessions = session_past_its_maximum_age(connection, tenant)
 
     sessions.after_discovery(Turn(tenant, "s1", "r2", None, ["tool:b"]))
 
